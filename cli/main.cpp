@@ -1,0 +1,282 @@
+// The vramtrace command line: `run` (launcher + live collector), `report` (traces -> reports).
+//
+// `vramtrace run -o DIR -- CMD...` starts a collector on a private Unix socket, runs CMD with the
+// preload library in its environment, and when CMD ends, however it ends, writes DIR/report.json
+// from every stream that reached it, then exits as CMD did (same exit code, same signal).
+// Exit codes of vramtrace itself: 2 for bad usage or unreadable input.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "collector/live_collector.h"
+#include "collector/model.h"
+#include "report/json_report.h"
+
+namespace fs = std::filesystem;
+using namespace vramtrace;
+
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+
+void forward_signal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string find_library(const std::string& given) {
+  if (!given.empty()) return fs::absolute(given).string();
+  const char* env = getenv("VRAMTRACE_LIB");
+  if (env && *env) return fs::absolute(env).string();
+  for (const char* rel : {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so",
+                          "/libvramtrace.so"}) {
+    fs::path p = fs::path(self_dir() + rel).lexically_normal();
+    if (fs::exists(p)) return p.string();
+  }
+  return {};
+}
+
+int run_command(const std::string& out_dir, const std::string& lib_opt, int grace_ms,
+                const std::vector<std::string>& cmd) {
+  if (cmd.empty()) {
+    std::cerr << "vramtrace run: no command given (usage: vramtrace run -o DIR -- CMD...)\n";
+    return 2;
+  }
+  std::string lib = find_library(lib_opt);
+  if (lib.empty() || !fs::exists(lib)) {
+    std::cerr << "vramtrace run: cannot find libvramtrace.so (use --lib or VRAMTRACE_LIB)\n";
+    return 2;
+  }
+  if (!ensure_output_dir(out_dir)) return 2;
+
+  std::unique_ptr<collector::LiveCollector> live;
+  try {
+    live = std::make_unique<collector::LiveCollector>(out_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "vramtrace run: " << e.what() << "\n";
+    return 2;
+  }
+
+  // The launcher outlives its child: ^C goes to the whole process group and the child decides;
+  // SIGTERM and SIGHUP, which come to us alone, are passed on.
+  struct sigaction ign{}, fwd{}, old_int{}, old_quit{};
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = forward_signal;
+  sigaction(SIGINT, &ign, &old_int);
+  sigaction(SIGQUIT, &ign, &old_quit);
+  sigaction(SIGTERM, &fwd, nullptr);
+  sigaction(SIGHUP, &fwd, nullptr);
+
+  pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "vramtrace run: fork: " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    const char* pre = getenv("LD_PRELOAD");
+    std::string preload = lib + (pre && *pre ? std::string(" ") + pre : std::string());
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
+    setenv("VRAMTRACE_SOCKET", live->socket_path().c_str(), 1);
+    unsetenv("VRAMTRACE_OUTPUT");
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    int err = errno;
+    std::string msg = "vramtrace run: cannot run '" + cmd[0] + "': " + std::strerror(err) + "\n";
+    ssize_t ignored = write(2, msg.data(), msg.size());
+    (void)ignored;
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  g_child = child;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+
+  std::vector<std::string> traces = live->finish(grace_ms);
+  live.reset();
+
+  report::RunInfo info;
+  info.command = cmd;
+  if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
+
+  if (traces.empty())
+    std::cerr << "vramtrace: no process of the command used CUDA; no device memory to report\n";
+  write_reports(traces, out_dir, info);
+
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::cout.flush();
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    kill(getpid(), sig);
+    return 128 + sig;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+}  // namespace
+
+bool ensure_output_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "vramtrace: cannot create " << dir << ": " << ec.message() << "\n";
+      return false;
+    }
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  } else if (!fs::is_directory(dir, ec)) {
+    std::cerr << "vramtrace: " << dir << " exists and is not a directory\n";
+    return false;
+  }
+  return true;
+}
+
+bool write_private_file(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(errno) << "\n";
+    return false;
+  }
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = write(fd, content.data() + off, content.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(errno) << "\n";
+      close(fd);
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return close(fd) == 0;
+}
+
+int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
+                  const report::RunInfo& info) {
+  collector::Run run;
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  std::vector<std::string> unreadable;
+  for (const auto& t : traces) {
+    try {
+      readers.push_back(std::make_unique<collector::TraceReader>(t));
+    } catch (const collector::TraceError& e) {
+      unreadable.push_back(e.what());
+    }
+  }
+  run = collector::analyze(std::move(readers));
+  for (auto& u : unreadable) run.problems.push_back(u);
+  nlohmann::json j = report::to_json(run, info);
+  std::string path = out_dir + "/report.json";
+  bool ok = write_private_file(
+      path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  std::cerr << report::summary_text(j);
+  if (ok) std::cerr << "vramtrace: report: " << path << "\n";
+  return ok ? 0 : 2;
+}
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok) {
+  std::vector<std::string> out;
+  *ok = true;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(in, ec))
+        if (entry.path().extension() == ".vtrace") found.push_back(entry.path().string());
+      std::sort(found.begin(), found.end());
+      if (found.empty()) {
+        std::cerr << "vramtrace: " << in << ": no .vtrace files in this directory\n";
+        *ok = false;
+      }
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (fs::exists(in, ec)) {
+      out.push_back(in);
+    } else {
+      std::cerr << "vramtrace: " << in << ": no such file or directory\n";
+      *ok = false;
+    }
+  }
+  return out;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"vramtrace: CUDA device-memory profiler"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("vramtrace ") + VRAMTRACE_VERSION);
+
+  std::string run_out = "vramtrace-out";
+  std::string lib;
+  int grace_ms = 5000;
+  std::vector<std::string> cmd;
+  auto* run = app.add_subcommand("run", "Run a command under vramtrace and write its report");
+  run->add_option("-o,--output", run_out, "Directory for report.json and the raw traces")
+      ->capture_default_str();
+  run->add_option("--lib", lib, "Path of libvramtrace.so (default: next to this program)");
+  run->add_option("--grace-ms", grace_ms,
+                  "How long to wait for other processes' streams after the command ends")
+      ->capture_default_str();
+  run->add_option("command", cmd, "The command to run, after --")->required();
+  run->prefix_command();
+
+  std::vector<std::string> inputs;
+  std::string report_out = ".";
+  auto* rep = app.add_subcommand("report", "Turn traces (files or directories) into reports");
+  rep->add_option("traces", inputs, "Trace files or directories of them")->required();
+  rep->add_option("-o,--output", report_out, "Directory for report.json")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (*run) return run_command(run_out, lib, grace_ms, cmd);
+  if (*rep) {
+    bool ok = true;
+    std::vector<std::string> traces = expand_inputs(inputs, &ok);
+    if (!ok) return 2;
+    if (!ensure_output_dir(report_out)) return 2;
+    // Refuse what is not a trace before writing anything.
+    for (const auto& t : traces) {
+      try {
+        collector::TraceReader probe(t);
+      } catch (const collector::TraceError& e) {
+        std::cerr << "vramtrace report: " << e.what() << "\n";
+        return 2;
+      }
+    }
+    return write_reports(traces, report_out, {});
+  }
+  return 2;
+}

@@ -1,0 +1,151 @@
+// The collector's socket server (see live_collector.h).
+#include "collector/live_collector.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+namespace vramtrace::collector {
+
+namespace {
+
+long long now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::runtime_error sys_error(const std::string& what) {
+  return std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+struct Connection {
+  int fd = -1;
+  int out = -1;
+};
+
+}  // namespace
+
+LiveCollector::LiveCollector(std::string out_dir) : out_dir_(std::move(out_dir)) {
+  const char* tmp = getenv("TMPDIR");
+  std::string base = (tmp && *tmp && std::strlen(tmp) < 60) ? tmp : "/tmp";
+  std::string templ = base + "/vramtrace-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw sys_error("cannot create a private directory in " + base);
+  socket_dir_ = buf.data();  // mkdtemp makes it 0700
+  socket_path_ = socket_dir_ + "/collector.sock";
+
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw sys_error("socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path_.c_str(), sizeof addr.sun_path - 1);
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw sys_error("cannot bind " + socket_path_);
+  chmod(socket_path_.c_str(), 0600);
+  if (listen(listen_fd_, 128) != 0) throw sys_error("listen");
+  if (pipe2(wake_pipe_, O_CLOEXEC) != 0) throw sys_error("pipe");
+  thread_ = std::thread([this] { serve(); });
+}
+
+LiveCollector::~LiveCollector() {
+  if (thread_.joinable()) finish(0);
+  if (listen_fd_ >= 0) close(listen_fd_);
+  for (int fd : wake_pipe_)
+    if (fd >= 0) close(fd);
+  unlink(socket_path_.c_str());
+  rmdir(socket_dir_.c_str());
+}
+
+void LiveCollector::serve() {
+  std::map<int, Connection> conns;
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    if (finishing_.load() && (conns.empty() || now_ms() >= deadline_ms_.load())) break;
+    std::vector<pollfd> fds;
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_pipe_[0], POLLIN, 0});
+    for (auto& [fd, c] : conns) fds.push_back({fd, POLLIN, 0});
+    int timeout = finishing_.load() ? 50 : 500;
+    int n = poll(fds.data(), fds.size(), timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
+      char drain[64];
+      ssize_t ignored = read(wake_pipe_[0], drain, sizeof drain);
+      (void)ignored;
+    }
+    if (fds[0].revents & POLLIN) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        int pid = 0;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid = cred.pid;
+        int serial = connections_.fetch_add(1);
+        std::string path = out_dir_ + "/vramtrace." + std::to_string(pid ? pid : 1000000 + serial) +
+                           ".vtrace";
+        int out = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (out < 0) {
+          close(fd);
+        } else {
+          conns[fd] = {fd, out};
+          files_.push_back(path);
+          open_.fetch_add(1);
+        }
+      }
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Connection& c = conns[fds[i].fd];
+      ssize_t got = read(c.fd, buf.data(), buf.size());
+      if (got > 0) {
+        const char* p = buf.data();
+        size_t left = static_cast<size_t>(got);
+        while (left > 0) {
+          ssize_t w = write(c.out, p, left);
+          if (w < 0) {
+            if (errno == EINTR) continue;
+            break;  // disk full: keep draining the socket so the target never blocks
+          }
+          p += w;
+          left -= static_cast<size_t>(w);
+        }
+        continue;
+      }
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      close(c.fd);
+      close(c.out);
+      conns.erase(fds[i].fd);
+      open_.fetch_sub(1);
+    }
+  }
+  for (auto& [fd, c] : conns) {
+    close(c.fd);
+    close(c.out);
+  }
+}
+
+std::vector<std::string> LiveCollector::finish(int grace_ms) {
+  deadline_ms_.store(now_ms() + grace_ms);
+  finishing_.store(true);
+  if (wake_pipe_[1] >= 0) {
+    ssize_t ignored = write(wake_pipe_[1], "x", 1);
+    (void)ignored;
+  }
+  if (thread_.joinable()) thread_.join();
+  return files_;
+}
+
+}  // namespace vramtrace::collector

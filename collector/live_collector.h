@@ -1,0 +1,44 @@
+// The live side of the collector: a Unix socket that every traced process of a tree connects to.
+//
+// Each connection's stream is written as it arrives to OUTDIR/vramtrace.<pid>.vtrace (the pid
+// comes from the peer's credentials), so everything that left a process is on disk even when
+// that process, or the launcher, dies a moment later. The socket lives in a private directory
+// (mode 0700) made for this run; trace files are created mode 0600.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace vramtrace::collector {
+
+class LiveCollector {
+ public:
+  // Creates the private socket directory and starts listening. Throws std::runtime_error.
+  explicit LiveCollector(std::string out_dir);
+  ~LiveCollector();
+
+  const std::string& socket_path() const { return socket_path_; }
+
+  // Stops accepting once every open connection has closed, or when `grace_ms` have passed
+  // since this call; then returns the trace files written.
+  std::vector<std::string> finish(int grace_ms);
+
+  int connections_seen() const { return connections_.load(); }
+
+ private:
+  void serve();
+
+  std::string out_dir_, socket_dir_, socket_path_;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+  std::thread thread_;
+  std::atomic<bool> finishing_{false};
+  std::atomic<int> open_{0};
+  std::atomic<int> connections_{0};
+  std::atomic<long long> deadline_ms_{0};
+  std::vector<std::string> files_;
+};
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,470 @@
+// Rebuilding the allocation timeline from events (see model.h).
+#include "collector/model.h"
+
+#include <algorithm>
+#include <queue>
+
+namespace vramtrace::collector {
+
+using format::Api;
+using format::RecordType;
+
+namespace {
+
+constexpr size_t kOomLiveCap = 256;
+
+size_t idx(Api api) {
+  auto i = static_cast<size_t>(api);
+  return i < static_cast<size_t>(Api::kCount) ? i : 0;
+}
+
+// Arrays live in their own id space: an array handle may equal some device address.
+uint64_t live_key(Api api, uint64_t id) {
+  bool array = api == Api::cuArrayCreate || api == Api::cuArray3DCreate ||
+               api == Api::cuArrayDestroy;
+  return array ? (id ^ 0xA000000000000000ull) : id;
+}
+
+std::string hex_uuid(const std::string& raw) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    auto c = static_cast<unsigned char>(raw[i]);
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::vector<std::string> split_nul(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size() && !s.empty()) {
+    size_t end = s.find('\0', start);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Keys a RunDevice by (host, index).
+RunDevice& run_device(Run& run, const std::string& host, uint32_t index) {
+  for (auto& d : run.devices)
+    if (d.host == host && d.index == index) return d;
+  run.devices.emplace_back();
+  run.devices.back().host = host;
+  run.devices.back().index = index;
+  return run.devices.back();
+}
+
+class Builder {
+ public:
+  Builder(Run& run, ProcessModel& p) : run_(run), p_(p) {}
+
+  void apply(const Event& e) {
+    ++p_.events;
+    ++seq_;
+    if (e.time_ns) p_.end_ns = std::max(p_.end_ns, e.time_ns);
+    switch (e.type) {
+      case RecordType::Process:
+        p_.has_process_record = true;
+        p_.pid = e.a;
+        p_.ppid = e.b;
+        p_.start_realtime_ns = e.c;
+        p_.start_ns = e.time_ns;
+        p_.host = e.text;
+        p_.exe = e.text2;
+        p_.cmdline = split_nul(e.text3);
+        for (size_t start = 0; start < e.text4.size();) {
+          size_t end = e.text4.find('\n', start);
+          if (end == std::string::npos) end = e.text4.size();
+          std::string kv = e.text4.substr(start, end - start);
+          size_t eq = kv.find('=');
+          if (eq != std::string::npos) p_.ranks.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+          start = end + 1;
+        }
+        break;
+      case RecordType::ContextCreate: {
+        DeviceModel& d = device(e.device);
+        d.name = e.text;
+        d.uuid = hex_uuid(e.text2);
+        d.total_bytes = e.bytes;
+        RunDevice& rd = run_device(run_, p_.host, e.device);
+        rd.name = d.name;
+        rd.uuid = d.uuid;
+        rd.total_bytes = d.total_bytes;
+        break;
+      }
+      case RecordType::Alloc:
+        on_alloc(e);
+        break;
+      case RecordType::Free:
+        on_free(e);
+        break;
+      case RecordType::AllocFailed:
+        on_failed(e);
+        break;
+      case RecordType::MemInfo:
+        // Taken right after an OOM: attach to it.
+        if (!p_.ooms.empty() && p_.ooms.back().device == e.device &&
+            !p_.ooms.back().free_bytes) {
+          p_.ooms.back().free_bytes = e.a;
+          p_.ooms.back().total_bytes = e.b;
+        }
+        break;
+      case RecordType::Launch: {
+        DeviceModel& d = device(e.device);
+        ++d.launches;
+        uint32_t id = static_cast<uint32_t>(e.a);
+        ++d.launches_by_kernel[id];
+        d.last_kernel = id;
+        ++p_.host_apis[idx(e.api)].calls;
+        break;
+      }
+      case RecordType::String:
+        p_.kernel_names[static_cast<uint32_t>(e.a)] = e.text;
+        break;
+      case RecordType::VmmCreate: {
+        Allocation a = make(e, Api::cuMemCreate);
+        VmmHandle& h = p_.vmm_handles[e.address];
+        if (h.alloc.bytes) remove_device(h.alloc, e.time_ns);  // handle reused: lost release
+        h = VmmHandle{a, false, 0};
+        add_device(a, e.time_ns);
+        break;
+      }
+      case RecordType::VmmRelease: {
+        auto it = p_.vmm_handles.find(e.address);
+        if (it == p_.vmm_handles.end()) break;
+        ++device(it->second.alloc.device).apis[idx(Api::cuMemRelease)].calls;
+        it->second.released = true;
+        // Physical memory goes only once no mapping refers to it any more.
+        if (it->second.mappings == 0) {
+          remove_device(it->second.alloc, e.time_ns);
+          p_.vmm_handles.erase(it);
+        }
+        break;
+      }
+      case RecordType::VmmMap: {
+        auto it = p_.vmm_handles.find(e.b);
+        if (it == p_.vmm_handles.end()) break;
+        ++it->second.mappings;
+        ++device(it->second.alloc.device).apis[idx(Api::cuMemMap)].calls;
+        device(it->second.alloc.device).apis[idx(Api::cuMemMap)].bytes += e.bytes;
+        p_.vmm_mappings[e.address] = {e.bytes, e.b};
+        break;
+      }
+      case RecordType::VmmUnmap: {
+        uint64_t end = e.address + e.bytes;
+        for (auto it = p_.vmm_mappings.lower_bound(e.address);
+             it != p_.vmm_mappings.end() && it->first < end;) {
+          uint64_t handle = it->second.second;
+          it = p_.vmm_mappings.erase(it);
+          auto h = p_.vmm_handles.find(handle);
+          if (h == p_.vmm_handles.end()) continue;
+          ++device(h->second.alloc.device).apis[idx(Api::cuMemUnmap)].calls;
+          if (h->second.mappings) --h->second.mappings;
+          if (h->second.released && h->second.mappings == 0) {
+            remove_device(h->second.alloc, e.time_ns);
+            p_.vmm_handles.erase(h);
+          }
+        }
+        break;
+      }
+      case RecordType::Dropped:
+        p_.dropped_events += e.a;
+        break;
+      case RecordType::ProcessExit:
+        p_.clean_exit = true;
+        break;
+      case RecordType::Notice:
+        p_.notices.push_back(e.text);
+        break;
+      case RecordType::ContextDestroy:
+        break;
+    }
+  }
+
+  void finish() {
+    for (auto& [index, d] : p_.devices) {
+      std::vector<const Allocation*> still;
+      for (auto& [k, a] : p_.live)
+        if (a.device == index) still.push_back(&a);
+      for (auto& [k, h] : p_.vmm_handles)
+        if (h.alloc.device == index) still.push_back(&h.alloc);
+      d.live_at_peak = d.memory.live_at_peak(still);
+      std::sort(d.live_at_peak.begin(), d.live_at_peak.end(),
+                [](const Allocation& a, const Allocation& b) {
+                  return a.bytes != b.bytes ? a.bytes > b.bytes : a.seq < b.seq;
+                });
+    }
+  }
+
+ private:
+  DeviceModel& device(uint32_t index) {
+    auto [it, inserted] = p_.devices.try_emplace(index);
+    if (inserted) it->second.index = index;
+    return it->second;
+  }
+
+  Allocation make(const Event& e, Api api) {
+    Allocation a;
+    a.id = e.address;
+    a.api = api;
+    a.device = e.device;
+    a.bytes = e.bytes;
+    a.time_ns = e.time_ns;
+    a.seq = seq_;
+    a.stream = e.stream;
+    a.thread = e.thread;
+    a.last_kernel = device(e.device).last_kernel;
+    return a;
+  }
+
+  void add_device(const Allocation& a, uint64_t now) {
+    DeviceModel& d = device(a.device);
+    uint64_t before = d.memory.peak_bytes();
+    d.memory.add(a, now);
+    if (d.memory.peak_bytes() > before) d.kernel_at_peak = d.last_kernel;
+    ++d.allocations;
+    ApiStats& s = d.apis[idx(a.api)];
+    ++s.calls;
+    s.bytes += a.bytes;
+    run_delta(a.device, now, static_cast<int64_t>(a.bytes));
+  }
+
+  void remove_device(const Allocation& a, uint64_t now) {
+    DeviceModel& d = device(a.device);
+    d.memory.remove(a, now);
+    ++d.frees;
+    run_delta(a.device, now, -static_cast<int64_t>(a.bytes));
+  }
+
+  void run_delta(uint32_t index, uint64_t now, int64_t delta) {
+    RunDevice& rd = run_device(run_, p_.host, index);
+    rd.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rd.live_bytes) + delta);
+    uint64_t& mine = rd.live_by_pid[p_.pid];
+    mine = static_cast<uint64_t>(static_cast<int64_t>(mine) + delta);
+    if (rd.live_bytes > rd.peak_bytes) {
+      rd.peak_bytes = rd.live_bytes;
+      rd.peak_time_ns = now;
+      rd.peak_by_pid = rd.live_by_pid;
+    }
+    rd.timeline.add(now, rd.live_bytes);
+  }
+
+  void on_alloc(const Event& e) {
+    Allocation a = make(e, e.api);
+    if (format::memory_kind(e.api) == format::MemoryKind::PinnedHost) {
+      auto& prev = p_.live_host[e.address];
+      if (prev.bytes) p_.pinned_host.remove(prev, e.time_ns);
+      prev = a;
+      p_.pinned_host.add(a, e.time_ns);
+      ApiStats& s = p_.host_apis[idx(e.api)];
+      ++s.calls;
+      s.bytes += e.bytes;
+      return;
+    }
+    uint64_t key = live_key(e.api, e.address);
+    auto it = p_.live.find(key);
+    if (it != p_.live.end()) {
+      // Same address handed out again without a free we saw (a dropped event): the old one
+      // cannot still be live.
+      ++device(it->second.device).replaced_without_free;
+      remove_device(it->second, e.time_ns);
+      p_.live.erase(it);
+    }
+    p_.live.emplace(key, a);
+    add_device(a, e.time_ns);
+  }
+
+  void on_free(const Event& e) {
+    if (format::memory_kind(e.api) == format::MemoryKind::PinnedHost) {
+      auto it = p_.live_host.find(e.address);
+      ++p_.host_apis[idx(e.api)].calls;
+      if (it == p_.live_host.end()) return;
+      p_.pinned_host.remove(it->second, e.time_ns);
+      ++p_.host_apis[idx(it->second.api)].frees;
+      p_.live_host.erase(it);
+      return;
+    }
+    DeviceModel& d = device(e.device);
+    ++d.apis[idx(e.api)].calls;
+    auto it = p_.live.find(live_key(e.api, e.address));
+    if (it == p_.live.end()) {
+      ++d.unmatched_frees;
+      return;
+    }
+    ++device(it->second.device).apis[idx(it->second.api)].frees;
+    remove_device(it->second, e.time_ns);
+    p_.live.erase(it);
+  }
+
+  void on_failed(const Event& e) {
+    DeviceModel& d = device(e.device);
+    ++d.apis[idx(e.api)].failed;
+    constexpr uint64_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
+    if (e.a != kOutOfMemory) {
+      ++p_.failures_by_result[e.a];
+      return;
+    }
+    OomEvent o;
+    o.device = e.device;
+    o.pid = p_.pid;
+    o.requested_bytes = e.bytes;
+    o.time_ns = e.time_ns;
+    o.api = e.api;
+    o.result = e.a;
+    o.thread = e.thread;
+    o.live_bytes = d.memory.live_bytes();
+    o.last_kernel = p_.kernel_name(d.last_kernel);
+    for (auto& [k, a] : p_.live)
+      if (a.device == e.device) o.live.push_back(a);
+    for (auto& [k, h] : p_.vmm_handles)
+      if (h.alloc.device == e.device) o.live.push_back(h.alloc);
+    std::sort(o.live.begin(), o.live.end(),
+              [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
+    if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
+    p_.ooms.push_back(std::move(o));
+  }
+
+  Run& run_;
+  ProcessModel& p_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+const std::string& ProcessModel::kernel_name(uint32_t id) const {
+  static const std::string graph = "(graph launch)";
+  static const std::string none;
+  if (id == 0) return none;
+  auto it = kernel_names.find(id);
+  return it == kernel_names.end() ? none : it->second;
+}
+
+void Timeline::add(uint64_t t, uint64_t bytes) {
+  if (!started_) {
+    origin_ = t;
+    started_ = true;
+  }
+  uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
+  if (!points_.empty() && points_.back().time_ns == start) {
+    Point& p = points_.back();
+    p.max_bytes = std::max(p.max_bytes, bytes);
+    p.last_bytes = bytes;
+    return;
+  }
+  points_.push_back({start, bytes, bytes});
+  if (points_.size() > max_points_) coarsen();
+}
+
+void Timeline::coarsen() {
+  while (points_.size() > max_points_) {
+    width_ *= 2;
+    std::vector<Point> merged;
+    merged.reserve(points_.size() / 2 + 1);
+    for (const Point& p : points_) {
+      uint64_t start = origin_ + (p.time_ns - origin_) / width_ * width_;
+      if (!merged.empty() && merged.back().time_ns == start) {
+        merged.back().max_bytes = std::max(merged.back().max_bytes, p.max_bytes);
+        merged.back().last_bytes = p.last_bytes;
+      } else {
+        merged.push_back({start, p.max_bytes, p.last_bytes});
+      }
+    }
+    points_.swap(merged);
+  }
+}
+
+void PeakTracker::add(const Allocation& a, uint64_t now) {
+  live_ += a.bytes;
+  if (live_ > peak_) {
+    peak_ = live_;
+    peak_time_ = now;
+    peak_seq_ = a.seq;
+    freed_after_peak_.clear();
+  }
+  timeline.add(now, live_);
+}
+
+void PeakTracker::remove(const Allocation& a, uint64_t now) {
+  live_ -= std::min(live_, a.bytes);
+  if (a.seq <= peak_seq_ && peak_ > 0) freed_after_peak_.push_back(a);
+  timeline.add(now, live_);
+}
+
+std::vector<Allocation> PeakTracker::live_at_peak(
+    const std::vector<const Allocation*>& still_live) const {
+  std::vector<Allocation> out = freed_after_peak_;
+  for (const Allocation* a : still_live)
+    if (a->seq <= peak_seq_) out.push_back(*a);
+  return out;
+}
+
+Run analyze(const std::vector<std::string>& trace_paths) {
+  std::vector<std::unique_ptr<TraceReader>> readers;
+  for (const auto& path : trace_paths) readers.push_back(std::make_unique<TraceReader>(path));
+  return analyze(std::move(readers));
+}
+
+Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
+  Run run;
+  run.processes.resize(readers.size());
+  std::vector<Builder> builders;
+  builders.reserve(readers.size());
+  for (size_t i = 0; i < readers.size(); ++i) {
+    run.processes[i].trace_path = readers[i]->name();
+    builders.emplace_back(run, run.processes[i]);
+  }
+
+  // k-way merge by time, so that the run-wide device totals see every process in order.
+  // Records without a time (strings, notices) take the time of the record before them.
+  struct Head {
+    uint64_t time;
+    size_t reader;
+    bool operator>(const Head& o) const {
+      return time != o.time ? time > o.time : reader > o.reader;
+    }
+  };
+  std::vector<std::optional<Event>> pending(readers.size());
+  std::vector<uint64_t> last_time(readers.size(), 0);
+  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+  auto pull = [&](size_t i) {
+    pending[i] = readers[i]->next();
+    if (!pending[i]) return;
+    if (pending[i]->time_ns) last_time[i] = pending[i]->time_ns;
+    heads.push({last_time[i], i});
+  };
+  for (size_t i = 0; i < readers.size(); ++i) pull(i);
+  while (!heads.empty()) {
+    Head h = heads.top();
+    heads.pop();
+    builders[h.reader].apply(*pending[h.reader]);
+    pull(h.reader);
+  }
+
+  for (size_t i = 0; i < readers.size(); ++i) {
+    builders[i].finish();
+    ProcessModel& p = run.processes[i];
+    if (readers[i]->partial()) {
+      p.problem = readers[i]->problem();
+      run.problems.push_back(readers[i]->name() + ": " + p.problem);
+    }
+    if (!p.has_process_record)
+      run.problems.push_back(readers[i]->name() + ": no process record (empty stream)");
+    for (auto& [index, d] : p.devices)
+      if (d.name.find("stand-in") != std::string::npos) run.stand_in = true;
+  }
+  run.origin_ns = UINT64_MAX;
+  for (auto& p : run.processes)
+    if (p.has_process_record) run.origin_ns = std::min(run.origin_ns, p.start_ns);
+  if (run.origin_ns == UINT64_MAX) run.origin_ns = 0;
+  std::sort(run.devices.begin(), run.devices.end(), [](const RunDevice& a, const RunDevice& b) {
+    return a.host != b.host ? a.host < b.host : a.index < b.index;
+  });
+  return run;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,265 @@
+// Decoding of vramtrace streams (see trace_reader.h and common/format.h).
+#include "collector/trace_reader.h"
+
+#include <zstd.h>
+
+#include <cstring>
+
+namespace vramtrace::collector {
+
+using format::RecordType;
+
+TraceReader::TraceReader(const std::string& path) : name_(path) {
+  file_ = std::fopen(path.c_str(), "rbe");
+  if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
+  try {
+    read_header();
+  } catch (...) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw;
+  }
+}
+
+std::unique_ptr<TraceReader> TraceReader::from_bytes(std::vector<uint8_t> bytes,
+                                                     std::string name) {
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  r->name_ = std::move(name);
+  r->memory_ = std::move(bytes);
+  r->from_memory_ = true;
+  r->read_header();
+  return r;
+}
+
+TraceReader::~TraceReader() {
+  if (file_) std::fclose(file_);
+}
+
+bool TraceReader::read_exact(void* dst, size_t n, size_t* got) {
+  if (from_memory_) {
+    size_t avail = memory_.size() - memory_pos_;
+    *got = n < avail ? n : avail;
+    std::memcpy(dst, memory_.data() + memory_pos_, *got);
+    memory_pos_ += *got;
+  } else {
+    *got = std::fread(dst, 1, n, file_);
+  }
+  offset_ += *got;
+  return *got == n;
+}
+
+void TraceReader::read_header() {
+  format::FileHeader h{};
+  size_t got = 0;
+  if (!read_exact(&h, sizeof h, &got)) {
+    if (got == 0) throw TraceError(name_ + ": empty file, not a vramtrace trace");
+    throw TraceError(name_ + ": too short to be a vramtrace trace (" + std::to_string(got) +
+                     " bytes)");
+  }
+  if (std::memcmp(h.magic, format::kMagic, sizeof h.magic) != 0)
+    throw TraceError(name_ + ": not a vramtrace trace (bad magic)");
+  if (h.version != format::kFormatVersion)
+    throw TraceError(name_ + ": trace format version " + std::to_string(h.version) +
+                     ", this vramtrace reads version " + std::to_string(format::kFormatVersion));
+  if (h.header_bytes < sizeof h || h.header_bytes > 4096)
+    throw TraceError(name_ + ": corrupt header (size " + std::to_string(h.header_bytes) + ")");
+  std::vector<uint8_t> rest(h.header_bytes - sizeof h);
+  if (!rest.empty() && !read_exact(rest.data(), rest.size(), &got))
+    throw TraceError(name_ + ": truncated header");
+}
+
+bool TraceReader::load_frame() {
+  format::FrameHeader h{};
+  size_t got = 0;
+  const uint64_t at = offset_;
+  if (!read_exact(&h, sizeof h, &got)) {
+    if (got != 0)
+      problem_ = "trace ends inside a frame header at byte " + std::to_string(at) +
+                 " (the process was cut off while writing)";
+    return false;
+  }
+  if (h.stored_bytes > format::kMaxFrameBytes || h.raw_bytes > format::kMaxFrameBytes ||
+      (h.codec != static_cast<uint8_t>(format::Codec::Raw) &&
+       h.codec != static_cast<uint8_t>(format::Codec::Zstd))) {
+    problem_ = "corrupt frame header at byte " + std::to_string(at);
+    return false;
+  }
+  std::vector<uint8_t> stored(h.stored_bytes);
+  if (!read_exact(stored.data(), stored.size(), &got)) {
+    problem_ = "trace ends inside a frame at byte " + std::to_string(at) + " (" +
+               std::to_string(got) + " of " + std::to_string(h.stored_bytes) +
+               " bytes; the process was cut off while writing)";
+    return false;
+  }
+  if (h.codec == static_cast<uint8_t>(format::Codec::Zstd)) {
+    frame_.resize(h.raw_bytes);
+    size_t n = ZSTD_decompress(frame_.data(), frame_.size(), stored.data(), stored.size());
+    if (ZSTD_isError(n) || n != h.raw_bytes) {
+      problem_ = "corrupt compressed frame at byte " + std::to_string(at);
+      return false;
+    }
+  } else {
+    if (h.raw_bytes != h.stored_bytes) {
+      problem_ = "corrupt frame header at byte " + std::to_string(at);
+      return false;
+    }
+    frame_ = std::move(stored);
+  }
+  cursor_ = std::make_unique<format::ByteReader>(frame_.data(), frame_.size());
+  frame_time_ = h.base_time_ns;
+  frame_records_left_ = h.record_count;
+  ++frames_;
+  return true;
+}
+
+bool TraceReader::decode(format::ByteReader& r, Event& e) {
+  auto type = static_cast<RecordType>(r.u8());
+  e.type = type;
+  auto time = [&] {
+    frame_time_ += r.varint();
+    e.time_ns = frame_time_;
+  };
+  auto api = [&] { e.api = static_cast<format::Api>(r.u8()); };
+  auto str = [&](std::string& out) {
+    size_t n = 0;
+    const char* s = r.bytes(&n);
+    out.assign(s, n);
+  };
+  switch (type) {
+    case RecordType::Process:
+      e.a = r.varint();  // pid
+      e.b = r.varint();  // ppid
+      e.c = r.varint();  // realtime ns at start
+      e.time_ns = r.varint();
+      str(e.text);   // host
+      str(e.text2);  // exe
+      str(e.text3);  // cmdline
+      str(e.text4);  // rank environment
+      break;
+    case RecordType::ContextCreate:
+      time();
+      e.address = r.varint();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.bytes = r.varint();
+      str(e.text);   // device name
+      str(e.text2);  // uuid bytes
+      break;
+    case RecordType::ContextDestroy:
+      time();
+      e.address = r.varint();
+      break;
+    case RecordType::Alloc:
+      time();
+      api();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.address = r.varint();
+      e.bytes = r.varint();
+      e.stream = r.varint();
+      e.thread = static_cast<uint32_t>(r.varint());
+      break;
+    case RecordType::Free:
+      time();
+      api();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.address = r.varint();
+      e.stream = r.varint();
+      e.thread = static_cast<uint32_t>(r.varint());
+      break;
+    case RecordType::AllocFailed:
+      time();
+      api();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.bytes = r.varint();
+      e.a = r.varint();  // CUresult
+      e.thread = static_cast<uint32_t>(r.varint());
+      break;
+    case RecordType::Launch:
+      time();
+      api();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.stream = r.varint();
+      e.a = r.varint();  // kernel name id
+      break;
+    case RecordType::String:
+      e.a = r.varint();
+      str(e.text);
+      break;
+    case RecordType::VmmCreate:
+      time();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.address = r.varint();  // handle
+      e.bytes = r.varint();
+      break;
+    case RecordType::VmmRelease:
+      time();
+      e.address = r.varint();
+      break;
+    case RecordType::VmmMap:
+      time();
+      e.address = r.varint();  // virtual address
+      e.bytes = r.varint();
+      e.a = r.varint();  // offset
+      e.b = r.varint();  // handle
+      break;
+    case RecordType::VmmUnmap:
+      time();
+      e.address = r.varint();
+      e.bytes = r.varint();
+      break;
+    case RecordType::Dropped:
+      e.a = r.varint();
+      break;
+    case RecordType::ProcessExit:
+      time();
+      e.a = r.varint();  // events recorded
+      e.b = r.varint();  // events dropped
+      break;
+    case RecordType::Notice:
+      str(e.text);
+      break;
+    case RecordType::MemInfo:
+      time();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.a = r.varint();  // free
+      e.b = r.varint();  // total
+      break;
+    default:
+      return false;
+  }
+  return r.ok();
+}
+
+std::optional<Event> TraceReader::next() {
+  while (!done_) {
+    if (!cursor_ || cursor_->at_end()) {
+      if (cursor_ && frame_records_left_ != 0) {
+        problem_ = "frame " + std::to_string(frames_) + " holds fewer records than its header says";
+        done_ = true;
+        break;
+      }
+      cursor_.reset();
+      if (!load_frame()) {
+        done_ = true;
+        break;
+      }
+      continue;
+    }
+    Event e;
+    if (!decode(*cursor_, e)) {
+      problem_ = "corrupt record in frame " + std::to_string(frames_) +
+                 " (type " + std::to_string(static_cast<int>(e.type)) + ")";
+      done_ = true;
+      break;
+    }
+    if (frame_records_left_ == 0) {
+      problem_ = "frame " + std::to_string(frames_) + " holds more records than its header says";
+      done_ = true;
+      break;
+    }
+    --frame_records_left_;
+    return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,80 @@
+// Reading a vramtrace stream: file header, frames, records -> decoded events, in stream order.
+//
+// The reader pulls one frame at a time, so memory stays at one frame whatever the trace size.
+// It never trusts its input: a wrong magic or version is refused with a message naming what was
+// found; a frame cut off by a crash or a corrupt record ends the stream early, and the reader
+// says so (partial()), keeping every event decoded before that point.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/format.h"
+
+namespace vramtrace::collector {
+
+// A stream that is not a vramtrace trace at all, or one of a version we cannot read.
+struct TraceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Event {
+  format::RecordType type{};
+  uint64_t time_ns = 0;  // CLOCK_MONOTONIC of the traced host; 0 for records without time
+  format::Api api = format::Api::Unknown;
+  uint32_t device = 0;
+  uint64_t address = 0;  // device pointer, array or VMM handle, context, host pointer
+  uint64_t bytes = 0;
+  uint64_t stream = 0;
+  uint32_t thread = 0;
+  uint64_t a = 0, b = 0, c = 0;  // record-specific extras (see format.h for each type)
+  std::string text, text2, text3, text4;  // strings of Process / ContextCreate / String / Notice
+};
+
+class TraceReader {
+ public:
+  // Opens a trace file. Throws TraceError when it cannot be opened or is not a trace.
+  explicit TraceReader(const std::string& path);
+  // Reads a trace from memory (tests, fuzzing). Throws TraceError like the file constructor.
+  static std::unique_ptr<TraceReader> from_bytes(std::vector<uint8_t> bytes,
+                                                 std::string name = "<memory>");
+  ~TraceReader();
+
+  // The next event, or nullopt at the end of the stream (clean or not: see partial()).
+  std::optional<Event> next();
+
+  const std::string& name() const { return name_; }
+  bool partial() const { return !problem_.empty(); }
+  const std::string& problem() const { return problem_; }
+  uint64_t frames() const { return frames_; }
+  uint64_t bytes_read() const { return offset_; }
+
+ private:
+  TraceReader() = default;
+  void read_header();
+  bool load_frame();
+  bool read_exact(void* dst, size_t n, size_t* got);
+  bool decode(format::ByteReader& r, Event& e);
+
+  std::string name_;
+  std::FILE* file_ = nullptr;
+  std::vector<uint8_t> memory_;  // whole stream when reading from memory
+  size_t memory_pos_ = 0;
+  bool from_memory_ = false;
+
+  std::vector<uint8_t> frame_;
+  std::unique_ptr<format::ByteReader> cursor_;
+  uint64_t frame_time_ = 0;
+  uint32_t frame_records_left_ = 0;
+  uint64_t frames_ = 0;
+  uint64_t offset_ = 0;
+  std::string problem_;
+  bool done_ = false;
+};
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,227 @@
+// The vramtrace event stream, defined once for both sides of the pipeline.
+//
+// interpose/ (the preloaded library) encodes records with the put_* helpers below; collector/
+// decodes them with ByteReader. Nothing here allocates or formats: it is safe on the hot path.
+//
+// A stream is a FileHeader followed by frames. A frame is a FrameHeader and a payload of
+// records. Each record is one byte of RecordType followed by LEB128 varints and length-prefixed
+// strings. Timestamps are CLOCK_MONOTONIC nanoseconds, encoded as the delta from the previous
+// timestamp in the same frame; the first delta of a frame counts from FrameHeader::base_time_ns.
+// A frame is written with a single write(), so a stream cut off by a crash loses at most the
+// frame that was being written, and the reader says so.
+//
+// Compatibility rules (as memray does it): record types and api ids are only ever appended;
+// a change of meaning bumps kFormatVersion and the reader refuses versions it does not know.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace vramtrace::format {
+
+inline constexpr char kMagic[8] = {'V', 'R', 'A', 'M', 'T', 'R', 'C', '\n'};
+inline constexpr uint32_t kFormatVersion = 1;
+
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;  // sizeof(FileHeader) when written; lets later versions grow it
+};
+static_assert(sizeof(FileHeader) == 16, "FileHeader layout is part of the format");
+
+enum class Codec : uint8_t { Raw = 0, Zstd = 1 };
+
+struct FrameHeader {
+  uint32_t stored_bytes;  // bytes of payload that follow this header
+  uint32_t raw_bytes;     // bytes of records once decoded (== stored_bytes for Raw)
+  uint8_t codec;          // Codec
+  uint8_t reserved[3];
+  uint32_t record_count;
+  uint64_t base_time_ns;  // CLOCK_MONOTONIC; the first record's delta counts from here
+};
+static_assert(sizeof(FrameHeader) == 24, "FrameHeader layout is part of the format");
+
+// A frame larger than this is corrupt: the writer never produces one.
+inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+
+enum class RecordType : uint8_t {
+  // pid, ppid, realtime_ns at start, monotonic_ns at start, hostname, exe, cmdline
+  // (arguments joined by '\0'), rank environment ("RANK=0\nLOCAL_RANK=0\n...")
+  Process = 1,
+  // dt, context uid, device ordinal, device total bytes, device name, uuid (16 raw bytes)
+  ContextCreate = 2,
+  // dt, context uid
+  ContextDestroy = 3,
+  // dt, api, device, address, bytes, stream, thread id
+  Alloc = 4,
+  // dt, api, device, address, stream, thread id   (recorded before the real free runs)
+  Free = 5,
+  // dt, api, device, requested bytes, CUresult, thread id
+  AllocFailed = 6,
+  // dt, api, device, stream, kernel name id
+  Launch = 7,
+  // id, text: an interned string (kernel name) referred to by id
+  String = 8,
+  // dt, device, VMM handle, bytes            (cuMemCreate: physical memory made)
+  VmmCreate = 9,
+  // dt, VMM handle                           (cuMemRelease; bytes stay while still mapped)
+  VmmRelease = 10,
+  // dt, virtual address, bytes, offset, VMM handle
+  VmmMap = 11,
+  // dt, virtual address, bytes
+  VmmUnmap = 12,
+  // events dropped since the previous Dropped record (buffer full)
+  Dropped = 13,
+  // dt, events recorded in total, events dropped in total: the process reached exit() cleanly
+  ProcessExit = 14,
+  // text: a one-line notice from the library (e.g. CUPTI held by another tool)
+  Notice = 15,
+  // dt, device, free bytes, total bytes (cuMemGetInfo, taken at context creation and at an OOM)
+  MemInfo = 16,
+};
+
+// The CUDA driver entry point a record came from. Append only.
+enum class Api : uint8_t {
+  Unknown = 0,
+  cuMemAlloc = 1,
+  cuMemAllocPitch = 2,
+  cuMemFree = 3,
+  cuMemAllocAsync = 4,
+  cuMemAllocFromPoolAsync = 5,
+  cuMemFreeAsync = 6,
+  cuMemAllocManaged = 7,
+  cuMemCreate = 8,
+  cuMemRelease = 9,
+  cuMemMap = 10,
+  cuMemUnmap = 11,
+  cuArrayCreate = 12,
+  cuArray3DCreate = 13,
+  cuArrayDestroy = 14,
+  cuMemHostAlloc = 15,
+  cuMemAllocHost = 16,
+  cuMemFreeHost = 17,
+  cuLaunchKernel = 18,
+  cuLaunchKernelEx = 19,
+  cuLaunchCooperativeKernel = 20,
+  cuGraphLaunch = 21,
+  kCount
+};
+
+inline const char* api_name(Api api) {
+  static const char* const names[] = {
+      "unknown",          "cuMemAlloc",      "cuMemAllocPitch",        "cuMemFree",
+      "cuMemAllocAsync",  "cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuMemAllocManaged",
+      "cuMemCreate",      "cuMemRelease",    "cuMemMap",               "cuMemUnmap",
+      "cuArrayCreate",    "cuArray3DCreate", "cuArrayDestroy",         "cuMemHostAlloc",
+      "cuMemAllocHost",   "cuMemFreeHost",   "cuLaunchKernel",         "cuLaunchKernelEx",
+      "cuLaunchCooperativeKernel", "cuGraphLaunch"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Api::kCount));
+  auto i = static_cast<size_t>(api);
+  return i < static_cast<size_t>(Api::kCount) ? names[i] : "unknown";
+}
+
+// What kind of memory an allocation api hands out. Pinned host memory is reported apart from
+// device memory; managed memory counts as device memory but is named so.
+enum class MemoryKind : uint8_t { Device = 0, Managed = 1, Array = 2, PinnedHost = 3 };
+
+inline MemoryKind memory_kind(Api api) {
+  switch (api) {
+    case Api::cuMemAllocManaged: return MemoryKind::Managed;
+    case Api::cuArrayCreate:
+    case Api::cuArray3DCreate:
+    case Api::cuArrayDestroy: return MemoryKind::Array;
+    case Api::cuMemHostAlloc:
+    case Api::cuMemAllocHost:
+    case Api::cuMemFreeHost: return MemoryKind::PinnedHost;
+    default: return MemoryKind::Device;
+  }
+}
+
+inline const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::Device: return "device";
+    case MemoryKind::Managed: return "managed";
+    case MemoryKind::Array: return "array";
+    case MemoryKind::PinnedHost: return "pinned_host";
+  }
+  return "device";
+}
+
+// ---- encoding (hot path: no allocation, caller guarantees room) ------------------------------
+
+// The largest record the library writes, strings excluded: type + 7 varints of 10 bytes.
+inline constexpr size_t kMaxFixedRecordBytes = 1 + 7 * 10;
+
+inline uint8_t* put_u8(uint8_t* p, uint8_t v) {
+  *p++ = v;
+  return p;
+}
+
+inline uint8_t* put_varint(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v) | 0x80;
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+inline uint8_t* put_bytes(uint8_t* p, const void* data, size_t n) {
+  p = put_varint(p, n);
+  std::memcpy(p, data, n);
+  return p + n;
+}
+
+// ---- decoding (collector: every read is bounds-checked) --------------------------------------
+
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+
+  bool at_end() const { return p_ >= end_; }
+  bool ok() const { return ok_; }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+
+  uint8_t u8() {
+    if (p_ >= end_) return fail();
+    return *p_++;
+  }
+
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) return fail();
+      uint8_t b = *p_++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    return fail();  // more than 10 bytes: corrupt
+  }
+
+  // Returns a view into the buffer; empty and !ok() when it runs past the end.
+  const char* bytes(size_t* n) {
+    uint64_t len = varint();
+    if (!ok_ || len > remaining()) {
+      fail();
+      *n = 0;
+      return "";
+    }
+    const char* s = reinterpret_cast<const char*>(p_);
+    p_ += len;
+    *n = static_cast<size_t>(len);
+    return s;
+  }
+
+ private:
+  uint8_t fail() {
+    ok_ = false;
+    p_ = end_;
+    return 0;
+  }
+  const uint8_t* p_;
+  const uint8_t* end_;
+  bool ok_ = true;
+};
+
+}  // namespace vramtrace::format

@@ -1,0 +1,637 @@
+// CUPTI subscription and callbacks: turns driver API calls into vramtrace records.
+//
+// Only driver-level callbacks are enabled, by id: every runtime allocation reaches the driver
+// exactly once, so one driver callback per allocation means no double counting. Allocations are
+// recorded at the callback's exit (when the address and the result exist); frees at its entry,
+// before the real free runs, so that the address cannot be handed out again in between.
+// CUPTI is loaded with dlopen when the driver calls InitializeInjection: a process without CUPTI,
+// or with CUPTI held by another tool, gets one notice on stderr and runs on untouched.
+#include <cuda.h>
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "common/format.h"
+#include "interpose/hooks.h"
+#include "interpose/notice.h"
+#include "interpose/recorder.h"
+
+#ifndef VRAMTRACE_CUPTI_DIR
+#define VRAMTRACE_CUPTI_DIR "/usr/local/cuda/lib64"
+#endif
+
+namespace vramtrace::interpose {
+namespace {
+
+using format::Api;
+using format::RecordType;
+
+// ---- the few CUPTI and driver functions we call, found at run time ---------------------------
+
+struct Cupti {
+  CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
+  CUptiResult (*subscribe_v2)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
+                              CUpti_SubscriberParams*) = nullptr;
+  CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                 CUpti_CallbackId) = nullptr;
+  CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;
+};
+
+struct Driver {
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*ctx_get_device_v2)(CUdevice*, CUcontext) = nullptr;
+  CUresult (*ctx_push)(CUcontext) = nullptr;
+  CUresult (*ctx_pop)(CUcontext*) = nullptr;
+  CUresult (*device_get_name)(char*, int, CUdevice) = nullptr;
+  CUresult (*device_total_mem)(size_t*, CUdevice) = nullptr;
+  CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
+  CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;
+};
+
+Cupti g_cupti;
+Driver g_drv;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
+template <typename F>
+void resolve(void* lib, F& fn, const char* name) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+}
+
+void* open_cupti() {
+  const char* env = getenv("VRAMTRACE_CUPTI");
+  if (env && *env) {
+    if (void* h = dlopen(env, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  // The soname first: LD_LIBRARY_PATH wins, and a CUPTI the process already loaded is reused.
+  if (void* h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL)) return h;
+  const char* dirs[] = {VRAMTRACE_CUPTI_DIR, "/usr/local/cuda/lib64",
+                        "/usr/local/cuda/extras/CUPTI/lib64",
+                        "/usr/local/cuda/targets/x86_64-linux/lib"};
+  char path[1024];
+  for (const char* d : dirs) {
+    snprintf(path, sizeof path, "%s/libcupti.so.13", d);
+    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  const char* home = getenv("CUDA_HOME");
+  if (home && *home) {
+    snprintf(path, sizeof path, "%s/lib64/libcupti.so.13", home);
+    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  return nullptr;
+}
+
+// ---- context -> device ----------------------------------------------------------------------
+
+constexpr int kMaxContexts = 256;
+struct ContextSlot {
+  std::atomic<CUcontext> ctx{nullptr};
+  std::atomic<int> device{-1};
+};
+ContextSlot g_contexts[kMaxContexts];
+
+int query_device(CUcontext ctx) {
+  CUdevice dev = -1;
+  if (g_drv.ctx_get_device_v2 && g_drv.ctx_get_device_v2(&dev, ctx) == CUDA_SUCCESS) return dev;
+  if (ctx && g_drv.ctx_push && g_drv.ctx_pop && g_drv.ctx_get_device) {
+    if (g_drv.ctx_push(ctx) == CUDA_SUCCESS) {
+      CUresult r = g_drv.ctx_get_device(&dev);
+      CUcontext popped;
+      g_drv.ctx_pop(&popped);
+      if (r == CUDA_SUCCESS) return dev;
+    }
+  }
+  if (g_drv.ctx_get_device && g_drv.ctx_get_device(&dev) == CUDA_SUCCESS) return dev;
+  return 0;
+}
+
+int remember_context(CUcontext ctx, int device) {
+  for (auto& slot : g_contexts) {
+    CUcontext expected = nullptr;
+    if (slot.ctx.load() == ctx ||
+        slot.ctx.compare_exchange_strong(expected, ctx)) {
+      slot.device.store(device);
+      return device;
+    }
+  }
+  return device;  // table full: still correct, just not cached
+}
+
+void forget_context(CUcontext ctx) {
+  for (auto& slot : g_contexts) {
+    if (slot.ctx.load() == ctx) {
+      slot.device.store(-1);
+      slot.ctx.store(nullptr);
+      return;
+    }
+  }
+}
+
+int device_of(CUcontext ctx) {
+  for (auto& slot : g_contexts) {
+    CUcontext c = slot.ctx.load(std::memory_order_relaxed);
+    if (c == ctx) {
+      int d = slot.device.load(std::memory_order_relaxed);
+      if (d >= 0) return d;
+      break;
+    }
+    if (c == nullptr) break;
+  }
+  return remember_context(ctx, query_device(ctx));
+}
+
+// ---- kernel names, interned by CUPTI's name pointer ----------------------------------------
+
+constexpr uint32_t kNameSlots = 16384;
+struct NameSlot {
+  const char* key;
+  uint32_t id;
+};
+NameSlot g_names[kNameSlots];  // guarded by the recorder's lock (used only inside a RecordSlot)
+uint32_t g_next_name_id = 1;   // 0 means "no name" (graph launches)
+constexpr size_t kMaxNameBytes = 4096;
+
+// ---- encoding helpers -----------------------------------------------------------------------
+
+uint64_t stream_id(CUstream s) { return reinterpret_cast<uintptr_t>(s); }
+
+void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream) {
+  RecordSlot slot(format::kMaxFixedRecordBytes);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Alloc));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_u8(p, static_cast<uint8_t>(api));
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, address);
+  p = format::put_varint(p, bytes);
+  p = format::put_varint(p, stream_id(stream));
+  p = format::put_varint(p, thread_id());
+  slot.commit(p);
+}
+
+void record_free(Api api, int device, uint64_t address, CUstream stream) {
+  RecordSlot slot(format::kMaxFixedRecordBytes);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Free));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_u8(p, static_cast<uint8_t>(api));
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, address);
+  p = format::put_varint(p, stream_id(stream));
+  p = format::put_varint(p, thread_id());
+  slot.commit(p);
+}
+
+void record_meminfo(int device) {
+  size_t free_b = 0, total_b = 0;
+  if (!g_drv.mem_get_info || g_drv.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) return;
+  RecordSlot slot(format::kMaxFixedRecordBytes);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::MemInfo));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, free_b);
+  p = format::put_varint(p, total_b);
+  slot.commit(p);
+}
+
+void record_failed(Api api, int device, uint64_t bytes, CUresult result) {
+  {
+    RecordSlot slot(format::kMaxFixedRecordBytes);
+    if (!slot.ok()) return;
+    uint8_t* p = slot.begin();
+    p = format::put_u8(p, static_cast<uint8_t>(RecordType::AllocFailed));
+    p = format::put_varint(p, slot.delta_ns());
+    p = format::put_u8(p, static_cast<uint8_t>(api));
+    p = format::put_varint(p, static_cast<uint64_t>(device));
+    p = format::put_varint(p, bytes);
+    p = format::put_varint(p, static_cast<uint64_t>(result));
+    p = format::put_varint(p, thread_id());
+    slot.commit(p);
+  }
+  // What the driver says is free at the moment of the OOM (it includes other processes' use).
+  if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
+}
+
+void record_launch(Api api, int device, CUstream stream, const char* name) {
+  size_t name_len = name ? strnlen(name, kMaxNameBytes) : 0;
+  RecordSlot slot(2 * format::kMaxFixedRecordBytes + name_len);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  uint32_t id = 0;
+  uint32_t records = 1;
+  if (name) {
+    uint32_t h = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(name) >> 4) * 2654435761u);
+    for (uint32_t i = 0; i < kNameSlots; ++i) {
+      NameSlot& s = g_names[(h + i) % kNameSlots];
+      if (s.key == name) {
+        id = s.id;
+        break;
+      }
+      if (s.key == nullptr) {
+        s.key = name;
+        s.id = id = g_next_name_id++;
+        p = format::put_u8(p, static_cast<uint8_t>(RecordType::String));
+        p = format::put_varint(p, id);
+        p = format::put_bytes(p, name, name_len);
+        ++records;
+        break;
+      }
+    }
+    if (id == 0) {  // table full: send the name again under a fresh id
+      id = g_next_name_id++;
+      p = format::put_u8(p, static_cast<uint8_t>(RecordType::String));
+      p = format::put_varint(p, id);
+      p = format::put_bytes(p, name, name_len);
+      ++records;
+    }
+  }
+  // The String record (if any) carries no time, so the Launch's delta is still right.
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Launch));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_u8(p, static_cast<uint8_t>(api));
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, stream_id(stream));
+  p = format::put_varint(p, id);
+  slot.commit(p, records);
+}
+
+void record_vmm(RecordType type, uint64_t a, uint64_t b, uint64_t c, uint64_t d, int nfields) {
+  RecordSlot slot(format::kMaxFixedRecordBytes);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(type));
+  p = format::put_varint(p, slot.delta_ns());
+  uint64_t v[4] = {a, b, c, d};
+  for (int i = 0; i < nfields; ++i) p = format::put_varint(p, v[i]);
+  slot.commit(p);
+}
+
+void record_context(CUcontext ctx, int device) {
+  char name[256] = "unknown";
+  size_t total = 0;
+  CUuuid uuid{};
+  if (g_drv.device_get_name) g_drv.device_get_name(name, sizeof name, device);
+  if (g_drv.device_total_mem) g_drv.device_total_mem(&total, device);
+  if (g_drv.device_get_uuid) g_drv.device_get_uuid(&uuid, device);
+  size_t name_len = strnlen(name, sizeof name);
+  RecordSlot slot(format::kMaxFixedRecordBytes + name_len + 32);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::ContextCreate));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_varint(p, reinterpret_cast<uintptr_t>(ctx));
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, total);
+  p = format::put_bytes(p, name, name_len);
+  p = format::put_bytes(p, uuid.bytes, sizeof uuid.bytes);
+  slot.commit(p);
+}
+
+size_t array_element_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 1;
+  }
+}
+
+uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels) {
+  return static_cast<uint64_t>(w) * (h ? h : 1) * (d ? d : 1) * array_element_bytes(f) *
+         (channels ? channels : 1);
+}
+
+bool succeeded(const CUpti_CallbackData* cb) {
+  return cb->functionReturnValue &&
+         *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS;
+}
+
+CUresult result_of(const CUpti_CallbackData* cb) {
+  return cb->functionReturnValue ? *static_cast<const CUresult*>(cb->functionReturnValue)
+                                 : CUDA_SUCCESS;
+}
+
+// An allocation's exit: the record if it worked, an AllocFailed (the OOM moment) if not.
+void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, uint64_t address,
+                   uint64_t bytes, CUstream stream) {
+  if (succeeded(cb))
+    record_alloc(api, device, address, bytes, stream);
+  else
+    record_failed(api, device, bytes, result_of(cb));
+}
+
+void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  const void* params = cb->functionParams;
+  int device = device_of(cb->context);
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAlloc_v2_params*>(params);
+        on_alloc_exit(cb, Api::cuMemAlloc, device, succeeded(cb) ? *a->dptr : 0, a->bytesize,
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAllocPitch_v2_params*>(params);
+        bool ok = succeeded(cb);
+        uint64_t bytes = (ok ? *a->pPitch : a->WidthInBytes) * a->Height;
+        on_alloc_exit(cb, Api::cuMemAllocPitch, device, ok ? *a->dptr : 0, bytes, nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAllocManaged_params*>(params);
+        on_alloc_exit(cb, Api::cuMemAllocManaged, device, succeeded(cb) ? *a->dptr : 0,
+                      a->bytesize, nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAllocAsync_params*>(params);
+        on_alloc_exit(cb, Api::cuMemAllocAsync, device, succeeded(cb) ? *a->dptr : 0, a->bytesize,
+                      a->hStream);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
+        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, succeeded(cb) ? *a->dptr : 0,
+                      a->bytesize, a->hStream);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
+      if (!enter) {
+        auto* a = static_cast<const cuMemHostAlloc_params*>(params);
+        on_alloc_exit(cb, Api::cuMemHostAlloc, device,
+                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pp) : 0, a->bytesize,
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
+      if (!enter) {
+        auto* a = static_cast<const cuMemAllocHost_v2_params*>(params);
+        on_alloc_exit(cb, Api::cuMemAllocHost, device,
+                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pp) : 0, a->bytesize,
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
+      if (!enter) {
+        auto* a = static_cast<const cuArrayCreate_v2_params*>(params);
+        const CUDA_ARRAY_DESCRIPTOR* d = a->pAllocateArray;
+        uint64_t bytes = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
+        on_alloc_exit(cb, Api::cuArrayCreate, device,
+                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pHandle) : 0, bytes,
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
+      if (!enter) {
+        auto* a = static_cast<const cuArray3DCreate_v2_params*>(params);
+        const CUDA_ARRAY3D_DESCRIPTOR* d = a->pAllocateArray;
+        uint64_t bytes =
+            d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+        on_alloc_exit(cb, Api::cuArray3DCreate, device,
+                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pHandle) : 0, bytes,
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+      if (enter) {
+        auto* a = static_cast<const cuMemFree_v2_params*>(params);
+        if (a->dptr) record_free(Api::cuMemFree, device, a->dptr, nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+      if (enter) {
+        auto* a = static_cast<const cuMemFreeAsync_params*>(params);
+        if (a->dptr) record_free(Api::cuMemFreeAsync, device, a->dptr, a->hStream);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+      if (enter) {
+        auto* a = static_cast<const cuMemFreeHost_params*>(params);
+        if (a->p) record_free(Api::cuMemFreeHost, device, reinterpret_cast<uintptr_t>(a->p),
+                              nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy:
+      if (enter) {
+        auto* a = static_cast<const cuArrayDestroy_params*>(params);
+        if (a->hArray)
+          record_free(Api::cuArrayDestroy, device, reinterpret_cast<uintptr_t>(a->hArray),
+                      nullptr);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
+      if (!enter) {
+        auto* a = static_cast<const cuMemCreate_params*>(params);
+        int dev = device;
+        if (a->prop && a->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+          dev = a->prop->location.id;
+        if (succeeded(cb))
+          record_vmm(RecordType::VmmCreate, static_cast<uint64_t>(dev), *a->handle, a->size, 0, 3);
+        else
+          record_failed(Api::cuMemCreate, dev, a->size, result_of(cb));
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
+      if (enter) {
+        auto* a = static_cast<const cuMemRelease_params*>(params);
+        record_vmm(RecordType::VmmRelease, a->handle, 0, 0, 0, 1);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
+      if (!enter && succeeded(cb)) {
+        auto* a = static_cast<const cuMemMap_params*>(params);
+        record_vmm(RecordType::VmmMap, a->ptr, a->size, a->offset, a->handle, 4);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
+      if (enter) {
+        auto* a = static_cast<const cuMemUnmap_params*>(params);
+        record_vmm(RecordType::VmmUnmap, a->ptr, a->size, 0, 0, 2);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      if (enter) {
+        auto* a = static_cast<const cuLaunchKernel_params*>(params);
+        record_launch(Api::cuLaunchKernel, device, a->hStream, cb->symbolName);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      if (enter) {
+        auto* a = static_cast<const cuLaunchKernelEx_params*>(params);
+        record_launch(Api::cuLaunchKernelEx, device, a->config ? a->config->hStream : nullptr,
+                      cb->symbolName);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      if (enter) {
+        auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(params);
+        record_launch(Api::cuLaunchCooperativeKernel, device, a->hStream, cb->symbolName);
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      if (enter) {
+        auto* a = static_cast<const cuGraphLaunch_params*>(params);
+        record_launch(Api::cuGraphLaunch, device, a->hStream, nullptr);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const void* data) {
+  ReentryGuard guard;
+  if (!guard.entered_first || !recorder_running()) return;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    on_driver_api(cbid, static_cast<const CUpti_CallbackData*>(data));
+  } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    auto* r = static_cast<const CUpti_ResourceData*>(data);
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+      int device = remember_context(r->context, query_device(r->context));
+      record_context(r->context, device);
+    } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+      record_vmm(RecordType::ContextDestroy, reinterpret_cast<uintptr_t>(r->context), 0, 0, 0, 1);
+      forget_context(r->context);
+    }
+  }
+}
+
+constexpr CUpti_CallbackId kDriverCallbacks[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate,
+    CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+    CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+    CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+
+void record_notice(const char* text) {
+  size_t n = strnlen(text, 1024);
+  RecordSlot slot(16 + n);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Notice));
+  p = format::put_bytes(p, text, n);
+  slot.commit(p);
+}
+
+// Says why this process is not profiled, on stderr and (when the output is open) in the trace.
+void give_up(const char* why) {
+  notice(why);
+  record_notice(why);
+}
+
+}  // namespace
+
+bool subscribe_cupti() {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!cuda) cuda = RTLD_DEFAULT;
+  resolve(cuda, g_drv.ctx_get_device, "cuCtxGetDevice");
+  resolve(cuda, g_drv.ctx_get_device_v2, "cuCtxGetDevice_v2");
+  resolve(cuda, g_drv.ctx_push, "cuCtxPushCurrent_v2");
+  resolve(cuda, g_drv.ctx_pop, "cuCtxPopCurrent_v2");
+  resolve(cuda, g_drv.device_get_name, "cuDeviceGetName");
+  resolve(cuda, g_drv.device_total_mem, "cuDeviceTotalMem_v2");
+  resolve(cuda, g_drv.device_get_uuid, "cuDeviceGetUuid");
+  resolve(cuda, g_drv.mem_get_info, "cuMemGetInfo_v2");
+
+  void* lib = open_cupti();
+  if (!lib) {
+    give_up("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
+            "(set VRAMTRACE_CUPTI to its path)");
+    return false;
+  }
+  resolve(lib, g_cupti.subscribe, "cuptiSubscribe");
+  resolve(lib, g_cupti.subscribe_v2, "cuptiSubscribe_v2");
+  resolve(lib, g_cupti.enable_callback, "cuptiEnableCallback");
+  resolve(lib, g_cupti.result_string, "cuptiGetResultString");
+  if ((!g_cupti.subscribe && !g_cupti.subscribe_v2) || !g_cupti.enable_callback) {
+    give_up("this CUPTI lacks the callback API; this process runs without memory profiling");
+    return false;
+  }
+
+  CUptiResult r;
+  char holder[128] = "";
+  if (g_cupti.subscribe_v2) {
+    CUpti_SubscriberParams sp{};
+    sp.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    sp.subscriberName = "vramtrace";
+    sp.oldSubscriberName = holder;
+    sp.oldSubscriberSize = sizeof holder;
+    r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &sp);
+  } else {
+    r = g_cupti.subscribe(&g_subscriber, on_callback, nullptr);
+  }
+  if (r != CUPTI_SUCCESS) {
+    char why[400];
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      snprintf(why, sizeof why,
+               "CUPTI is already held by another tool%s%s%s; this process runs without memory "
+               "profiling",
+               holder[0] ? " (" : "", holder, holder[0] ? ")" : "");
+    else {
+      const char* msg = "unknown error";
+      if (g_cupti.result_string) g_cupti.result_string(r, &msg);
+      snprintf(why, sizeof why, "cannot subscribe to CUPTI (%s); this process runs without "
+               "memory profiling", msg);
+    }
+    give_up(why);
+    return false;
+  }
+  for (CUpti_CallbackId id : kDriverCallbacks)
+    g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                          CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+  g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                          CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+  return true;
+}
+
+}  // namespace vramtrace::interpose

@@ -1,0 +1,125 @@
+// Start-up, fork and exit of the preloaded library.
+//
+// LD_PRELOAD loads this library into every process of the tree, most of which never touch CUDA
+// (shells, `timeout`, compilers). The constructor therefore only arms it: it points
+// CUDA_INJECTION64_PATH at this very file, and the CUDA driver calls InitializeInjection() at
+// cuInit, in CUDA processes only. That is where the output is opened and CUPTI subscribed; a
+// process that never calls cuInit writes nothing and pays nothing but this constructor.
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <initializer_list>
+
+#include "common/format.h"
+#include "interpose/hooks.h"
+#include "interpose/notice.h"
+#include "interpose/recorder.h"
+
+namespace vramtrace::interpose {
+namespace {
+
+std::atomic<bool> g_injected{false};
+bool g_disabled = false;
+
+size_t read_file(const char* path, char* out, size_t n) {
+  FILE* f = fopen(path, "re");
+  if (!f) return 0;
+  size_t got = fread(out, 1, n, f);
+  fclose(f);
+  return got;
+}
+
+// Who this process is: written first, so every stream names its process, host and rank.
+void record_process() {
+  static char cmdline[16384];
+  static char exe[PATH_MAX];
+  static char host[256];
+  static char ranks[1024];
+  size_t cmd_len = read_file("/proc/self/cmdline", cmdline, sizeof cmdline);
+  if (cmd_len > 0 && cmdline[cmd_len - 1] == '\0') --cmd_len;  // no trailing separator
+  ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof exe);
+  if (exe_len < 0) exe_len = 0;
+  if (gethostname(host, sizeof host) != 0) host[0] = '\0';
+  host[sizeof host - 1] = '\0';
+  size_t r = 0;
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID",
+                           "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    const char* v = getenv(name);
+    if (v && r < sizeof ranks - 1)
+      r += static_cast<size_t>(snprintf(ranks + r, sizeof ranks - r, "%s=%s\n", name, v));
+  }
+  if (r >= sizeof ranks) r = sizeof ranks - 1;
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull +
+                      static_cast<uint64_t>(rt.tv_nsec);
+  size_t host_len = strnlen(host, sizeof host);
+  RecordSlot slot(8 * 10 + cmd_len + static_cast<size_t>(exe_len) + host_len + r);
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Process));
+  p = format::put_varint(p, static_cast<uint64_t>(getpid()));
+  p = format::put_varint(p, static_cast<uint64_t>(getppid()));
+  p = format::put_varint(p, realtime);
+  p = format::put_varint(p, now_ns());
+  p = format::put_bytes(p, host, host_len);
+  p = format::put_bytes(p, exe, static_cast<size_t>(exe_len));
+  p = format::put_bytes(p, cmdline, cmd_len);
+  p = format::put_bytes(p, ranks, r);
+  slot.commit(p);
+}
+
+void on_fork_child() {
+  recorder_abandon_in_child();
+  // A child of a process that had not yet initialised CUDA may still do so on its own.
+  if (!recorder_running()) g_injected.store(false);
+}
+
+__attribute__((constructor)) void arm() {
+  const char* off = getenv("VRAMTRACE_DISABLE");
+  if (off && *off && strcmp(off, "0") != 0) {
+    g_disabled = true;
+    return;
+  }
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&arm), &info) || !info.dli_fname) return;
+  char self[PATH_MAX];
+  if (!realpath(info.dli_fname, self)) return;
+  const char* current = getenv("CUDA_INJECTION64_PATH");
+  if (current && *current) {
+    char resolved[PATH_MAX];
+    if (!realpath(current, resolved) || strcmp(resolved, self) != 0) {
+      notice("CUDA_INJECTION64_PATH already names another tool; vramtrace stays off in this "
+             "process");
+      g_disabled = true;
+      return;
+    }
+  } else {
+    setenv("CUDA_INJECTION64_PATH", self, 1);
+  }
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+}
+
+__attribute__((destructor)) void at_exit() { recorder_finish(); }
+
+}  // namespace
+}  // namespace vramtrace::interpose
+
+// Called by the CUDA driver at cuInit (CUDA_INJECTION64_PATH). Returns 1: injection succeeded,
+// whatever happened here, so that the target always runs on.
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  using namespace vramtrace::interpose;
+  ReentryGuard guard;
+  if (g_disabled || g_injected.exchange(true)) return 1;
+  if (!recorder_start()) return 1;
+  record_process();
+  subscribe_cupti();
+  return 1;
+}

@@ -1,0 +1,69 @@
+// The recorder: the one ordered event buffer of a traced process and the thread that drains it.
+//
+// Hooks append records under one short lock (the order of records is the order in which
+// allocations and frees took effect, which the collector needs for an exact peak); a writer
+// thread swaps the buffer out and writes it as one frame to a file or the collector's socket.
+// Memory is bounded: two fixed buffers; when both are full a record is dropped and counted, and
+// the count is written as a Dropped record as soon as there is room again.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/format.h"
+
+namespace vramtrace::interpose {
+
+// Thread-local recursion guard: set while we are inside a hook or on our own threads, so that
+// CUDA calls we make ourselves (cuMemGetInfo at an OOM, device queries) are not traced.
+struct ReentryGuard {
+  ReentryGuard();
+  ~ReentryGuard();
+  bool entered_first;  // false when this thread was already inside vramtrace
+};
+
+uint64_t now_ns();
+uint32_t thread_id();
+
+// Open the output named by the environment (VRAMTRACE_SOCKET, else VRAMTRACE_OUTPUT, else
+// ./vramtrace.<pid>.vtrace), write the stream header and start the writer thread.
+// Returns false (after one notice on stderr) when no output could be opened.
+bool recorder_start();
+bool recorder_running();
+
+// Append one record. `max_bytes` bounds what `encode` writes; encode gets the write pointer and
+// the delta time to put first, and returns the end pointer. Returns false when dropped.
+class RecordSlot {
+ public:
+  explicit RecordSlot(size_t max_bytes);  // takes the lock and reserves room
+  ~RecordSlot();                          // commits and releases the lock
+  RecordSlot(const RecordSlot&) = delete;
+  RecordSlot& operator=(const RecordSlot&) = delete;
+
+  bool ok() const { return p_ != nullptr; }
+  uint8_t* begin() const { return p_; }
+  uint64_t delta_ns() const { return delta_; }
+  // `records`: how many records were written (a String record may precede a Launch).
+  void commit(uint8_t* end, uint32_t records = 1) {
+    end_ = end;
+    records_ = records;
+  }
+
+ private:
+  bool locked_ = false;
+  uint8_t* p_ = nullptr;
+  uint8_t* end_ = nullptr;
+  uint32_t records_ = 1;
+  uint64_t delta_ = 0;
+  uint64_t now_ = 0;
+};
+
+// Called from the library's destructor: writes ProcessExit and flushes what is buffered, in the
+// process that started the recorder only. Records after this are written synchronously.
+void recorder_finish();
+
+// Called in a forked child: the child must not write into its parent's stream or wait on its
+// parent's writer thread, so recording stops there (the child stays silent).
+void recorder_abandon_in_child();
+
+}  // namespace vramtrace::interpose

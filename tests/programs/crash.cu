@@ -1,0 +1,22 @@
+// Test program: allocates 5 MiB, launches once, then dies the way argv[1] says:
+// "abort" (SIGABRT), "kill" (SIGKILL to itself), "exit7" (_exit(7), skipping exit handlers).
+#include <csignal>
+#include <cstring>
+#include <unistd.h>
+#include "check.h"
+
+__global__ void touch(char* p) { p[threadIdx.x] = 1; }
+
+int main(int argc, char** argv) {
+  char* p;
+  CHECK(cudaMalloc(&p, 5 * MiB));
+  touch<<<1, 32>>>(p);
+  CHECK(cudaDeviceSynchronize());
+  usleep(300 * 1000);  // longer than the library's flush interval (100 ms)
+  const char* how = argc > 1 ? argv[1] : "abort";
+  std::printf("crashing: %s\n", how);
+  std::fflush(stdout);
+  if (!std::strcmp(how, "kill")) kill(getpid(), SIGKILL);
+  if (!std::strcmp(how, "exit7")) _exit(7);
+  std::abort();
+}

@@ -1,0 +1,97 @@
+// Unit tests of the event format: varints, bounds-checked reading, headers and frames.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "collector/trace_reader.h"
+#include "common/format.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+
+TEST_CASE("varints round-trip at their edges") {
+  const uint64_t values[] = {0, 1, 127, 128, 16383, 16384, 0xffffffffull, 0x7fffffffffffull,
+                             UINT64_MAX};
+  const size_t lengths[] = {1, 1, 1, 2, 2, 3, 5, 7, 10};
+  for (size_t i = 0; i < 9; ++i) {
+    uint8_t buf[16];
+    uint8_t* end = format::put_varint(buf, values[i]);
+    REQUIRE(static_cast<size_t>(end - buf) == lengths[i]);
+    format::ByteReader r(buf, static_cast<size_t>(end - buf));
+    REQUIRE(r.varint() == values[i]);
+    REQUIRE(r.ok());
+    REQUIRE(r.at_end());
+  }
+}
+
+TEST_CASE("the byte reader fails instead of reading past the end") {
+  uint8_t buf[] = {0x80, 0x80};  // a varint that never ends
+  format::ByteReader r(buf, sizeof buf);
+  REQUIRE(r.varint() == 0);
+  REQUIRE_FALSE(r.ok());
+
+  uint8_t str[] = {5, 'a', 'b'};  // claims 5 bytes, holds 2
+  format::ByteReader s(str, sizeof str);
+  size_t n = 99;
+  s.bytes(&n);
+  REQUIRE(n == 0);
+  REQUIRE_FALSE(s.ok());
+
+  uint8_t eleven[11];
+  std::memset(eleven, 0xff, sizeof eleven);
+  format::ByteReader t(eleven, sizeof eleven);
+  t.varint();
+  REQUIRE_FALSE(t.ok());
+}
+
+TEST_CASE("api names cover every api id") {
+  REQUIRE(std::string(format::api_name(format::Api::cuMemAlloc)) == "cuMemAlloc");
+  REQUIRE(std::string(format::api_name(format::Api::cuGraphLaunch)) == "cuGraphLaunch");
+  REQUIRE(std::string(format::api_name(static_cast<format::Api>(200))) == "unknown");
+  REQUIRE(format::memory_kind(format::Api::cuMemAllocHost) == format::MemoryKind::PinnedHost);
+  REQUIRE(format::memory_kind(format::Api::cuMemAllocManaged) == format::MemoryKind::Managed);
+}
+
+TEST_CASE("the reader refuses what is not a trace, saying what it found") {
+  using collector::TraceError;
+  using collector::TraceReader;
+  REQUIRE_THROWS_WITH(TraceReader::from_bytes({}), Catch::Contains("empty file"));
+  REQUIRE_THROWS_WITH(TraceReader::from_bytes({'h', 'e', 'l', 'l', 'o'}),
+                      Catch::Contains("too short"));
+  std::vector<uint8_t> junk(64, 'x');
+  REQUIRE_THROWS_WITH(TraceReader::from_bytes(junk), Catch::Contains("bad magic"));
+
+  auto bytes = vt_test::TraceBuilder().bytes();
+  uint32_t v = 7;
+  std::memcpy(bytes.data() + 8, &v, 4);
+  REQUIRE_THROWS_WITH(TraceReader::from_bytes(bytes),
+                      Catch::Contains("version 7") && Catch::Contains("reads version 1"));
+}
+
+TEST_CASE("a stream cut inside a frame keeps the frames before it and says it is partial") {
+  vt_test::TraceBuilder b;
+  b.context(0, 1 << 30).alloc(0x1000, 100).flush().alloc(0x2000, 200).alloc(0x3000, 300);
+  auto bytes = b.bytes();
+  bytes.resize(bytes.size() - 3);
+  auto r = collector::TraceReader::from_bytes(bytes);
+  int events = 0;
+  while (r->next()) ++events;
+  REQUIRE(events == 3);  // Process, ContextCreate, the first Alloc
+  REQUIRE(r->partial());
+  REQUIRE_THAT(r->problem(), Catch::Contains("ends inside a frame"));
+}
+
+TEST_CASE("a corrupt record ends the stream with a message, not a crash") {
+  vt_test::TraceBuilder b;
+  b.alloc(0x1000, 100);
+  auto bytes = b.bytes();
+  // The Alloc's type byte follows the Process record; find it and break it.
+  size_t pos = bytes.size() - 1;
+  while (bytes[pos] != static_cast<uint8_t>(format::RecordType::Alloc)) --pos;
+  bytes[pos] = 0xEE;
+  auto r = collector::TraceReader::from_bytes(bytes);
+  int events = 0;
+  while (r->next()) ++events;
+  REQUIRE(events == 1);
+  REQUIRE(r->partial());
+  REQUIRE_THAT(r->problem(), Catch::Contains("corrupt record"));
+}

@@ -1,0 +1,179 @@
+// Unit tests of the collector's arithmetic: peak, live set at the peak, VMM, OOM, leaks,
+// pinned host memory, multi-process device totals, and the JSON report's contract keys.
+#include <catch2/catch.hpp>
+
+#include "collector/model.h"
+#include "report/json_report.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+using vt_test::Api;
+using vt_test::TraceBuilder;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+collector::Run run_of(std::vector<std::vector<uint8_t>> streams) {
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  for (auto& s : streams) readers.push_back(collector::TraceReader::from_bytes(std::move(s)));
+  return collector::analyze(std::move(readers));
+}
+
+std::vector<uint64_t> sizes(const std::vector<collector::Allocation>& v) {
+  std::vector<uint64_t> out;
+  for (auto& a : v) out.push_back(a.bytes);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("peak, live set at the peak, final live bytes and leaks") {
+  TraceBuilder b;
+  b.context(0, 80 * 1024 * MiB, "Test GPU")
+      .alloc(0xa, 1 * MiB)
+      .alloc(0xb, 2 * MiB)
+      .alloc(0xc, 4 * MiB)
+      .free(0xb)
+      .alloc(0xd, 8 * MiB)  // peak: 13 MiB
+      .free(0xd)
+      .free(0xc)
+      .exit_clean();
+  collector::Run run = run_of({b.bytes()});
+  REQUIRE(run.processes.size() == 1);
+  const auto& p = run.processes[0];
+  const auto& d = p.devices.at(0);
+  REQUIRE(d.memory.peak_bytes() == 13 * MiB);
+  REQUIRE(d.memory.peak_time() == TraceBuilder::start_ + 6 * 1000);
+  REQUIRE(sizes(d.live_at_peak) == std::vector<uint64_t>{8 * MiB, 4 * MiB, 1 * MiB});
+  REQUIRE(d.memory.live_bytes() == 1 * MiB);
+  REQUIRE(d.allocations == 4);
+  REQUIRE(d.frees == 3);
+  REQUIRE(p.clean_exit);
+
+  auto j = report::to_json(run);
+  REQUIRE(j["schema"] == "vramtrace.report/1");
+  REQUIRE(j["devices"][0]["index"] == 0);
+  REQUIRE(j["devices"][0]["name"] == "Test GPU");
+  REQUIRE(j["devices"][0]["total_bytes"] == 80 * 1024 * MiB);
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 13 * MiB);
+  REQUIRE(j["devices"][0]["peak"]["time_ns"] == 6 * 1000);
+  REQUIRE(j["devices"][0]["peak"]["live_allocations"] == 3);
+  REQUIRE(j["devices"][0]["final_live_bytes"] == 1 * MiB);
+  REQUIRE(j["leaks"].size() == 1);
+  REQUIRE(j["leaks"][0]["bytes"] == 1 * MiB);
+  REQUIRE(j["leaks"][0]["count"] == 1);
+  REQUIRE(j["leaks"][0]["site"] == "cuMemAlloc");
+  REQUIRE(j["oom"].empty());
+  REQUIRE(j["run"]["complete"] == true);
+}
+
+TEST_CASE("a higher peak later replaces the live set of an earlier one") {
+  TraceBuilder b;
+  b.alloc(0xa, 10).free(0xa).alloc(0xb, 5).alloc(0xc, 6).free(0xb).free(0xc);
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.memory.peak_bytes() == 11);
+  REQUIRE(sizes(d.live_at_peak) == std::vector<uint64_t>{6, 5});
+  REQUIRE(d.memory.live_bytes() == 0);
+}
+
+TEST_CASE("an OOM keeps the request, the live bytes and the driver's free memory") {
+  TraceBuilder b;
+  b.context(0, 64 * MiB).alloc(0xa, 48 * MiB).failed(32 * MiB).meminfo(16 * MiB, 64 * MiB)
+      .failed(7, 1).free(0xa);
+  auto run = run_of({b.bytes()});
+  const auto& p = run.processes[0];
+  REQUIRE(p.ooms.size() == 1);
+  REQUIRE(p.ooms[0].requested_bytes == 32 * MiB);
+  REQUIRE(p.ooms[0].live_bytes == 48 * MiB);
+  REQUIRE(*p.ooms[0].free_bytes == 16 * MiB);
+  REQUIRE(p.failures_by_result.at(1) == 1);  // a non-OOM failure is counted apart
+  auto j = report::to_json(run);
+  REQUIRE(j["oom"][0]["device"] == 0);
+  REQUIRE(j["oom"][0]["requested_bytes"] == 32 * MiB);
+  REQUIRE(j["oom"][0]["time_ns"] == 3000);
+  REQUIRE(j["oom"][0]["free_bytes"] == 16 * MiB);
+  REQUIRE(j["run"]["complete"] == false);  // no ProcessExit: cut short
+}
+
+TEST_CASE("VMM memory counts once per handle and stays while mapped after release") {
+  TraceBuilder b;
+  b.vmm_create(77, 2 * MiB).vmm_map(0x100000, 1 * MiB, 77).vmm_map(0x200000, 1 * MiB, 77)
+      .vmm_release(77);
+  auto mid = run_of({TraceBuilder(b).bytes()});
+  REQUIRE(mid.processes[0].devices.at(0).memory.live_bytes() == 2 * MiB);
+  b.vmm_unmap(0x100000, 1 * MiB);
+  auto one = run_of({TraceBuilder(b).bytes()});
+  REQUIRE(one.processes[0].devices.at(0).memory.live_bytes() == 2 * MiB);
+  b.vmm_unmap(0x200000, 1 * MiB);
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.memory.live_bytes() == 0);
+  REQUIRE(d.memory.peak_bytes() == 2 * MiB);
+}
+
+TEST_CASE("pinned host memory is reported apart from device memory") {
+  TraceBuilder b;
+  b.alloc(0x1, 4096, Api::cuMemAllocHost).alloc(0xa, 100).free(0x1, Api::cuMemFreeHost);
+  auto run = run_of({b.bytes()});
+  const auto& p = run.processes[0];
+  REQUIRE(p.devices.at(0).memory.peak_bytes() == 100);
+  REQUIRE(p.pinned_host.peak_bytes() == 4096);
+  REQUIRE(p.pinned_host.live_bytes() == 0);
+}
+
+TEST_CASE("frees of unknown addresses and reused addresses do not corrupt the totals") {
+  TraceBuilder b;
+  b.free(0x999).alloc(0xa, 100).alloc(0xa, 50);  // the free of the first 0xa was lost
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.unmatched_frees == 1);
+  REQUIRE(d.replaced_without_free == 1);
+  REQUIRE(d.memory.live_bytes() == 50);
+}
+
+TEST_CASE("array handles and device addresses do not collide") {
+  TraceBuilder b;
+  b.alloc(0xa, 100).alloc(0xa, 30, Api::cuArrayCreate).free(0xa, Api::cuArrayDestroy);
+  auto run = run_of({b.bytes()});
+  REQUIRE(run.processes[0].devices.at(0).memory.live_bytes() == 100);
+}
+
+TEST_CASE("two processes on one device: the device's peak is their sum at one moment") {
+  TraceBuilder a(1), c(2);
+  a.step(1000).alloc(0xa, 10 * MiB).step(5000).free(0xa);   // live from t+1000 to t+6000
+  c.step(2000).alloc(0xb, 20 * MiB).step(10000).free(0xb);  // live from t+2000 to t+12000
+  auto run = run_of({a.bytes(), c.bytes()});
+  REQUIRE(run.devices.size() == 1);
+  REQUIRE(run.devices[0].peak_bytes == 30 * MiB);
+  REQUIRE(run.devices[0].peak_time_ns == TraceBuilder::start_ + 2000);
+  REQUIRE(run.devices[0].peak_by_pid.at(1) == 10 * MiB);
+  REQUIRE(run.devices[0].peak_by_pid.at(2) == 20 * MiB);
+}
+
+TEST_CASE("the downsampled timeline keeps the exact peak") {
+  collector::Timeline t(64);
+  for (uint64_t i = 0; i < 100000; ++i) t.add(i * 10, i == 54321 ? 999999 : i % 1000);
+  REQUIRE(t.points().size() <= 64);
+  uint64_t max = 0;
+  for (auto& p : t.points()) max = std::max(max, p.max_bytes);
+  REQUIRE(max == 999999);
+  REQUIRE(t.points().back().last_bytes == 99999 % 1000);
+}
+
+TEST_CASE("kernel launches are counted by name and the last kernel before the peak is kept") {
+  TraceBuilder b;
+  b.kernel(1, "_Z4fillIfEvPT_S0_i").launch(1).launch(1).kernel(2, "other").launch(2)
+      .alloc(0xa, 100).launch(1);
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.launches == 4);
+  REQUIRE(d.launches_by_kernel.at(1) == 3);
+  REQUIRE(d.kernel_at_peak == 2);
+  auto j = report::to_json(run);
+  auto& k = j["processes"][0]["devices"][0]["launches"]["top"][0];
+  REQUIRE(k["name"] == "void fill<float>(float*, float, int)");
+  REQUIRE(k["launches"] == 3);
+  REQUIRE(j["devices"][0]["peak"]["last_kernel"] == "other");
+}
