@@ -25,6 +25,10 @@ uint64_t live_key(Api api, uint64_t id) {
   return array ? (id ^ 0xA000000000000000ull) : id;
 }
 
+bool is_async(Api api) {
+  return api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
+}
+
 std::string hex_uuid(const std::string& raw) {
   static const char* digits = "0123456789abcdef";
   std::string out;
@@ -183,6 +187,16 @@ class Builder {
         break;
       case RecordType::ContextDestroy:
         break;
+      case RecordType::PoolUsage: {
+        DeviceModel& d = device(e.device);
+        auto& pool = d.pools[e.address];
+        d.pool_reserved = d.pool_reserved - pool.reserved + e.a;
+        pool.reserved = e.a;
+        pool.used = e.b;
+        pool.peak_reserved = std::max(pool.peak_reserved, e.a);
+        d.update_footprint(e.time_ns);
+        break;
+      }
     }
   }
 
@@ -226,6 +240,8 @@ class Builder {
     DeviceModel& d = device(a.device);
     uint64_t before = d.memory.peak_bytes();
     d.memory.add(a, now);
+    if (is_async(a.api)) d.async_live += a.bytes;
+    d.update_footprint(now);
     if (d.memory.peak_bytes() > before) d.kernel_at_peak = d.last_kernel;
     ++d.allocations;
     ApiStats& s = d.apis[idx(a.api)];
@@ -237,6 +253,8 @@ class Builder {
   void remove_device(const Allocation& a, uint64_t now) {
     DeviceModel& d = device(a.device);
     d.memory.remove(a, now);
+    if (is_async(a.api)) d.async_live -= std::min(d.async_live, a.bytes);
+    d.update_footprint(now);
     ++d.frees;
     run_delta(a.device, now, -static_cast<int64_t>(a.bytes));
   }

@@ -7,6 +7,7 @@
 // it is built (buckets double in width when full; each keeps its maximum, so the peak survives).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -107,6 +108,27 @@ struct DeviceModel {
   uint32_t last_kernel = 0;
   uint32_t kernel_at_peak = 0;
   std::vector<Allocation> live_at_peak;  // filled by finish()
+
+  // Stream-ordered pools: what the driver reserved for them (PoolUsage records) against what
+  // is allocated from them. The footprint counts a pool at its reserved size when known.
+  struct Pool {
+    uint64_t reserved = 0, used = 0, peak_reserved = 0;
+  };
+  std::map<uint64_t, Pool> pools;
+  uint64_t async_live = 0;
+  uint64_t pool_reserved = 0;
+  uint64_t footprint_peak = 0, footprint_peak_time = 0;
+  uint64_t footprint() const {
+    uint64_t other = memory.live_bytes() - std::min(memory.live_bytes(), async_live);
+    return other + std::max(pool_reserved, async_live);
+  }
+  void update_footprint(uint64_t now) {
+    uint64_t f = footprint();
+    if (f > footprint_peak) {
+      footprint_peak = f;
+      footprint_peak_time = now;
+    }
+  }
 };
 
 struct VmmHandle {

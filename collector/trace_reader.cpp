@@ -223,6 +223,13 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
       e.a = r.varint();  // free
       e.b = r.varint();  // total
       break;
+    case RecordType::PoolUsage:
+      time();
+      e.device = static_cast<uint32_t>(r.varint());
+      e.address = r.varint();  // pool handle
+      e.a = r.varint();        // reserved
+      e.b = r.varint();        // used
+      break;
     default:
       return false;
   }

@@ -79,6 +79,9 @@ enum class RecordType : uint8_t {
   Notice = 15,
   // dt, device, free bytes, total bytes (cuMemGetInfo, taken at context creation and at an OOM)
   MemInfo = 16,
+  // dt, device, pool handle, reserved bytes, used bytes: a stream-ordered pool's footprint,
+  // written after an async allocation or free when the pool's reserved size changed
+  PoolUsage = 17,
 };
 
 // The CUDA driver entry point a record came from. Append only.

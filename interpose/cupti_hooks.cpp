@@ -51,6 +51,8 @@ struct Driver {
   CUresult (*device_total_mem)(size_t*, CUdevice) = nullptr;
   CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
   CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;
+  CUresult (*device_get_mempool)(CUmemoryPool*, CUdevice) = nullptr;
+  CUresult (*pool_get_attribute)(CUmemoryPool, CUmemPool_attribute, void*) = nullptr;
 };
 
 Cupti g_cupti;
@@ -263,7 +265,7 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
   slot.commit(p, records);
 }
 
-void record_vmm(RecordType type, uint64_t a, uint64_t b, uint64_t c, uint64_t d, int nfields) {
+void record_fields(RecordType type, uint64_t a, uint64_t b, uint64_t c, uint64_t d, int nfields) {
   RecordSlot slot(format::kMaxFixedRecordBytes);
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
@@ -293,6 +295,38 @@ void record_context(CUcontext ctx, int device) {
   p = format::put_bytes(p, name, name_len);
   p = format::put_bytes(p, uuid.bytes, sizeof uuid.bytes);
   slot.commit(p);
+}
+
+// Stream-ordered pools keep freed memory reserved: their footprint is the reserved size, which
+// only the driver knows. It is asked after each async allocation and free (two cheap queries)
+// and written only when it changed.
+constexpr int kMaxPools = 64;
+struct PoolSlot {
+  std::atomic<CUmemoryPool> pool{nullptr};
+  std::atomic<uint64_t> reserved{UINT64_MAX};
+};
+PoolSlot g_pools[kMaxPools];
+
+void record_pool(int device, CUmemoryPool pool) {
+  if (!g_drv.pool_get_attribute) return;
+  if (!pool) {
+    if (!g_drv.device_get_mempool || g_drv.device_get_mempool(&pool, device) != CUDA_SUCCESS)
+      return;
+  }
+  cuuint64_t reserved = 0, used = 0;
+  if (g_drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+          CUDA_SUCCESS ||
+      g_drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+    return;
+  for (auto& slot : g_pools) {
+    CUmemoryPool expected = nullptr;
+    if (slot.pool.load() == pool || slot.pool.compare_exchange_strong(expected, pool)) {
+      if (slot.reserved.exchange(reserved) == reserved) return;  // unchanged
+      break;
+    }
+  }
+  record_fields(RecordType::PoolUsage, static_cast<uint64_t>(device),
+             reinterpret_cast<uintptr_t>(pool), reserved, used, 4);
 }
 
 size_t array_element_bytes(CUarray_format f) {
@@ -364,6 +398,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         auto* a = static_cast<const cuMemAllocAsync_params*>(params);
         on_alloc_exit(cb, Api::cuMemAllocAsync, device, succeeded(cb) ? *a->dptr : 0, a->bytesize,
                       a->hStream);
+        if (succeeded(cb)) record_pool(device, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
@@ -372,6 +407,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
         on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, succeeded(cb) ? *a->dptr : 0,
                       a->bytesize, a->hStream);
+        if (succeeded(cb)) record_pool(device, a->pool);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
@@ -422,6 +458,8 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       if (enter) {
         auto* a = static_cast<const cuMemFreeAsync_params*>(params);
         if (a->dptr) record_free(Api::cuMemFreeAsync, device, a->dptr, a->hStream);
+      } else if (succeeded(cb)) {
+        record_pool(device, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
@@ -446,7 +484,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         if (a->prop && a->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
           dev = a->prop->location.id;
         if (succeeded(cb))
-          record_vmm(RecordType::VmmCreate, static_cast<uint64_t>(dev), *a->handle, a->size, 0, 3);
+          record_fields(RecordType::VmmCreate, static_cast<uint64_t>(dev), *a->handle, a->size, 0, 3);
         else
           record_failed(Api::cuMemCreate, dev, a->size, result_of(cb));
       }
@@ -454,19 +492,19 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
       if (enter) {
         auto* a = static_cast<const cuMemRelease_params*>(params);
-        record_vmm(RecordType::VmmRelease, a->handle, 0, 0, 0, 1);
+        record_fields(RecordType::VmmRelease, a->handle, 0, 0, 0, 1);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
       if (!enter && succeeded(cb)) {
         auto* a = static_cast<const cuMemMap_params*>(params);
-        record_vmm(RecordType::VmmMap, a->ptr, a->size, a->offset, a->handle, 4);
+        record_fields(RecordType::VmmMap, a->ptr, a->size, a->offset, a->handle, 4);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
       if (enter) {
         auto* a = static_cast<const cuMemUnmap_params*>(params);
-        record_vmm(RecordType::VmmUnmap, a->ptr, a->size, 0, 0, 2);
+        record_fields(RecordType::VmmUnmap, a->ptr, a->size, 0, 0, 2);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
@@ -515,7 +553,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       int device = remember_context(r->context, query_device(r->context));
       record_context(r->context, device);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-      record_vmm(RecordType::ContextDestroy, reinterpret_cast<uintptr_t>(r->context), 0, 0, 0, 1);
+      record_fields(RecordType::ContextDestroy, reinterpret_cast<uintptr_t>(r->context), 0, 0, 0, 1);
       forget_context(r->context);
     }
   }
@@ -581,6 +619,8 @@ bool subscribe_cupti() {
   resolve(cuda, g_drv.device_total_mem, "cuDeviceTotalMem_v2");
   resolve(cuda, g_drv.device_get_uuid, "cuDeviceGetUuid");
   resolve(cuda, g_drv.mem_get_info, "cuMemGetInfo_v2");
+  resolve(cuda, g_drv.device_get_mempool, "cuDeviceGetMemPool");
+  resolve(cuda, g_drv.pool_get_attribute, "cuMemPoolGetAttribute");
 
   void* lib = open_cupti();
   if (!lib) {

@@ -92,6 +92,16 @@ json timeline_json(const collector::Timeline& t, uint64_t origin) {
           {"points", points}};
 }
 
+json pools_json(const collector::DeviceModel& d) {
+  json out = json::array();
+  for (const auto& [handle, p] : d.pools)
+    out.push_back({{"pool", hex(handle)},
+                   {"reserved_bytes", p.reserved},
+                   {"used_bytes", p.used},
+                   {"peak_reserved_bytes", p.peak_reserved}});
+  return out;
+}
+
 std::string iso_time_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -164,6 +174,7 @@ json to_json(const Run& run, const RunInfo& info) {
   std::map<std::pair<std::string, uint32_t>, uint64_t> final_by_device;
   std::map<std::pair<std::string, uint32_t>, json> peak_allocs_by_device;
   std::map<std::pair<std::string, uint32_t>, json> apis_by_device;
+  std::map<std::pair<std::string, uint32_t>, json> reserved_by_device;
   for (const auto& p : run.processes) {
     json pj;
     pj["pid"] = p.pid;
@@ -224,6 +235,12 @@ json to_json(const Run& run, const RunInfo& info) {
             {"by_site", by_site(d.live_at_peak)},
             {"largest", top},
             {"last_kernel", demangle(p.kernel_name(d.kernel_at_peak))}}},
+          {"reserved",
+           {{"peak_bytes", d.footprint_peak},
+            {"peak_time_ns", d.footprint_peak_time >= origin ? d.footprint_peak_time - origin : 0},
+            {"note", "device memory this process held: allocations, plus what stream-ordered "
+                     "pools reserved beyond their allocations"}}},
+          {"pools", pools_json(d)},
           {"final_live_bytes", d.memory.live_bytes()},
           {"final_live_allocations", still.size()},
           {"allocations", d.allocations},
@@ -240,6 +257,7 @@ json to_json(const Run& run, const RunInfo& info) {
       final_by_device[key] += d.memory.live_bytes();
       peak_allocs_by_device[key] = dj["peak"];
       apis_by_device[key] = dj["apis"];
+      reserved_by_device[key] = dj["reserved"];
 
       // Leak suspects: device memory still live when the process ended, grouped by site.
       for (json& g : by_site(still)) {
@@ -314,6 +332,7 @@ json to_json(const Run& run, const RunInfo& info) {
       dj["peak"]["largest"] = pp["largest"];
       dj["peak"]["last_kernel"] = pp["last_kernel"];
       dj["apis"] = apis_by_device[key];
+      dj["reserved"] = reserved_by_device[key];
     }
     devices.push_back(dj);
   }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU suite: the same test programs as the stand-in tests, built with plain nvcc (static
+# cudart) and with -cudart shared, plus a PyTorch training loop with three allocator settings,
+# all under vramtrace on a real GPU. Prints a table of figures and writes it to
+# $OUT_DIR/gpu-results.md. Needs a build of vramtrace (BUILD, default ./build) and nvcc.
+#
+#   scripts/gpu-test.sh            # from the repository root, on a machine with a GPU
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+OUT_DIR=${OUT_DIR:-$ROOT/gpu-out}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+ARCH=${ARCH:-native}
+mkdir -p "$OUT_DIR/bin"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
+  echo "gpu-test: no GPU visible (nvidia-smi failed)" >&2; exit 2; }
+"$NVCC" --version | tail -1
+
+for p in basic oom apis crash threads forker; do
+  extra=""
+  [[ $p == apis ]] && extra="-lcuda"
+  "$NVCC" -O2 -arch="$ARCH" -I"$ROOT/tests/programs" -o "$OUT_DIR/bin/$p-static" \
+    "$ROOT/tests/programs/$p.cu" $extra || exit 2
+  "$NVCC" -O2 -arch="$ARCH" -cudart shared -I"$ROOT/tests/programs" -o "$OUT_DIR/bin/$p-shared" \
+    "$ROOT/tests/programs/$p.cu" $extra || exit 2
+done
+
+python3 "$ROOT/scripts/gpu_check.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
+  --torch-script "$ROOT/tests/gpu/torch_train.py"

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Runs the GPU scenarios under vramtrace and checks the reports' figures (see gpu-test.sh).
+
+Each check compares a figure from report.json with the value the test program is written to
+produce (the same values the stand-in tests assert). Prints one line per check and a markdown
+table to OUT/gpu-results.md; exits 1 if any check failed.
+"""
+import argparse
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+results = []  # (scenario, check, expected, got, ok)
+
+
+def check(scenario, what, expected, got, ok=None):
+    if ok is None:
+        ok = expected == got
+    results.append((scenario, what, expected, got, ok))
+    print(f"{'PASS' if ok else 'FAIL'}  {scenario:28s} {what:44s} expected {expected}  got {got}",
+          flush=True)
+
+
+def run(cmd, env=None, cwd=None, timeout=600):
+    e = dict(os.environ)
+    e.update(env or {})
+    t0 = time.time()
+    p = subprocess.run(cmd, env=e, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return p, time.time() - t0
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def api(dev, name, key="calls"):
+    return dev.get("apis", {}).get(name, {}).get(key, 0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--torch-script", required=True)
+    a = ap.parse_args()
+    vt = os.path.join(a.build, "bin", "vramtrace")
+    lib = os.path.join(a.build, "lib", "libvramtrace.so")
+    out = a.out
+
+    def vrun(name, argv, env=None, timeout=600):
+        d = os.path.join(out, name)
+        subprocess.run(["rm", "-rf", d])
+        p, secs = run([vt, "run", "-o", d, "--"] + argv, env=env, timeout=timeout)
+        rep = os.path.join(d, "report.json")
+        r = load(rep) if os.path.exists(rep) else None
+        with open(os.path.join(out, name + ".log"), "w") as f:
+            f.write(p.stdout + "\n---stderr---\n" + p.stderr)
+        return p, r, d
+
+    for kind in ("static", "shared"):
+        b = lambda prog: os.path.join(a.bin, f"{prog}-{kind}")
+        s = f"basic ({kind} cudart)"
+        p, r, d = vrun(f"basic-{kind}", [b("basic")])
+        check(s, "exit code", 0, p.returncode)
+        check(s, "program output unchanged", "basic done", p.stdout.strip())
+        if r:
+            dev = r["devices"][0]
+            check(s, "peak bytes", 13 * MiB, dev["peak"]["bytes"])
+            check(s, "allocations live at peak", 3, dev["peak"].get("live_allocations"))
+            check(s, "final live bytes", 1 * MiB, dev["final_live_bytes"])
+            check(s, "cuMemAlloc calls", 4, api(dev, "cuMemAlloc"))
+            check(s, "cuMemFree calls", 3, api(dev, "cuMemFree"))
+            check(s, "leaked bytes / count", (1 * MiB, 1),
+                  (sum(l["bytes"] for l in r["leaks"]), sum(l["count"] for l in r["leaks"])))
+            pr = r["processes"][0]
+            check(s, "kernel launches", 3, pr["devices"][0]["launches"]["count"])
+            check(s, "kernel name", "void fill<float>(float*, float, int)",
+                  pr["devices"][0]["launches"]["top"][0]["name"])
+            check(s, "pinned host peak", 64 * 1024, pr["pinned_host"]["peak_bytes"])
+            check(s, "device name", "H200", dev["name"], "H200" in dev["name"])
+            check(s, "stand_in flag", False, r["run"]["stand_in"])
+        else:
+            check(s, "report written", True, False)
+
+        p, r, d = vrun(f"basic-exit3-{kind}", [b("basic"), "3"])
+        check(s, "exit code passed through", 3, p.returncode)
+
+        # LD_PRELOAD alone, then vramtrace report.
+        d = os.path.join(out, f"preload-{kind}")
+        subprocess.run(["rm", "-rf", d])
+        os.makedirs(d)
+        p, _ = run([b("basic")], env={"LD_PRELOAD": lib}, cwd=d)
+        traces = glob.glob(os.path.join(d, "*.vtrace"))
+        s2 = f"LD_PRELOAD ({kind} cudart)"
+        check(s2, "stdout unchanged, nothing on stderr", ("basic done", ""),
+              (p.stdout.strip(), p.stderr.strip()))
+        check(s2, "one trace file", 1, len(traces))
+        rp, _ = run([vt, "report", d, "-o", d])
+        if os.path.exists(os.path.join(d, "report.json")):
+            r = load(os.path.join(d, "report.json"))
+            check(s2, "peak bytes via vramtrace report", 13 * MiB, r["devices"][0]["peak"]["bytes"])
+
+        s = f"oom ({kind} cudart)"
+        request_mib = 200000  # more than an H200 has
+        p, r, d = vrun(f"oom-{kind}", [b("oom"), str(request_mib)])
+        check(s, "exit code", 0, p.returncode)
+        if r and r["oom"]:
+            o = r["oom"][0]
+            check(s, "OOM requested bytes", request_mib * MiB, o["requested_bytes"])
+            check(s, "live bytes at OOM", 48 * MiB, o["live_bytes"])
+            check(s, "free bytes at OOM (cuMemGetInfo)", "> 0", o.get("free_bytes", 0),
+                  o.get("free_bytes", 0) > 0)
+            check(s, "device total at OOM", r["devices"][0]["total_bytes"], o.get("total_bytes"))
+        else:
+            check(s, "OOM recorded", True, False)
+
+        s = f"apis ({kind} cudart)"
+        p, r, d = vrun(f"apis-{kind}", [b("apis")])
+        check(s, "exit code", 0, p.returncode)
+        vals = dict(l.split("=") for l in p.stdout.split() if "=" in l)
+        if r and vals:
+            dev = r["devices"][0]
+            pitch, vmm = int(vals["pitch_bytes"]), int(vals["vmm_bytes"])
+            check(s, "cuMemAllocAsync calls/bytes/freed", (1, MiB, 1),
+                  (api(dev, "cuMemAllocAsync"), api(dev, "cuMemAllocAsync", "bytes"),
+                   api(dev, "cuMemAllocAsync", "freed")))
+            check(s, "cuMemAllocManaged bytes", 2 * MiB, api(dev, "cuMemAllocManaged", "bytes"))
+            check(s, "cuMemAllocPitch bytes", pitch, api(dev, "cuMemAllocPitch", "bytes"))
+            check(s, "cuMemCreate bytes", vmm, api(dev, "cuMemCreate", "bytes"))
+            check(s, "cuMemMap/Release/Unmap calls", (1, 1, 1),
+                  (api(dev, "cuMemMap"), api(dev, "cuMemRelease"), api(dev, "cuMemUnmap")))
+            check(s, "peak bytes", 3 * MiB + max(MiB, 2 * MiB, pitch, vmm), dev["peak"]["bytes"])
+            check(s, "final live bytes", 3 * MiB, dev["final_live_bytes"])
+            pools = r["processes"][0]["devices"][0].get("pools", [])
+            check(s, "async pool reserved seen", ">= 1 MiB",
+                  max([pl["peak_reserved_bytes"] for pl in pools] or [0]),
+                  max([pl["peak_reserved_bytes"] for pl in pools] or [0]) >= MiB)
+
+        for how, want in (("abort", -signal.SIGABRT), ("kill", -signal.SIGKILL), ("exit7", 7)):
+            s = f"crash {how} ({kind} cudart)"
+            p, r, d = vrun(f"crash-{how}-{kind}", [b("crash"), how])
+            check(s, "exit status passed through", want, p.returncode)
+            if r:
+                check(s, "peak bytes", 5 * MiB, r["devices"][0]["peak"]["bytes"])
+                check(s, "marked cut short", True, r["processes"][0]["cut_short"])
+            else:
+                check(s, "report written", True, False)
+
+        s = f"threads ({kind} cudart)"
+        p, r, d = vrun(f"threads-{kind}", [b("threads")])
+        if r:
+            dev = r["devices"][0]
+            check(s, "allocs / frees / final live", (1616, 1600, 16 * MiB),
+                  (api(dev, "cuMemAlloc"), api(dev, "cuMemFree"), dev["final_live_bytes"]))
+            check(s, "dropped events", 0, r["run"]["dropped_events"])
+
+        s = f"fork ({kind} cudart)"
+        p, r, d = vrun(f"forker-{kind}", [b("forker")], timeout=120)
+        check(s, "exit code, child ran", (0, True), (p.returncode, "child ran" in p.stdout))
+        check(s, "one trace (parent only)", 1, len(glob.glob(os.path.join(d, "*.vtrace"))))
+        if r:
+            check(s, "peak bytes", 2 * MiB, r["devices"][0]["peak"]["bytes"])
+
+    s = "no CUDA"
+    p, r, d = vrun("nocuda", ["sh", "-c", "echo hi; exit 4"])
+    check(s, "exit code / output", (4, "hi"), (p.returncode, p.stdout.strip()))
+    check(s, "no trace written", 0, len(glob.glob(os.path.join(d, "*.vtrace"))))
+
+    for conf in ("", "expandable_segments:True", "backend:cudaMallocAsync"):
+        s = f"torch {conf or 'default'}"
+        stats_path = os.path.join(out, f"torch-{conf.replace(':', '_') or 'default'}.json")
+        env = {"VT_TORCH_STATS": stats_path, "PYTHONUNBUFFERED": "1"}
+        if conf:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        name = "torch-" + (conf.replace(":", "_") or "default")
+        p, r, d = vrun(name, [sys.executable, a.torch_script], env=env)
+        check(s, "exit code", 0, p.returncode)
+        if not (r and os.path.exists(stats_path)):
+            check(s, "report and torch stats written", True, False)
+            print(p.stderr[-3000:])
+            continue
+        t = load(stats_path)
+        dev = r["devices"][0]
+        pdev = r["processes"][0]["devices"][0]
+        reserved = pdev["reserved"]["peak_bytes"]
+        check(s, "vramtrace reserved peak >= torch max_memory_reserved",
+              f">= {t['max_memory_reserved']}", reserved, reserved >= t["max_memory_reserved"])
+        check(s, "vramtrace in-use peak >= torch max_memory_allocated",
+              f">= {t['max_memory_allocated']}", dev["peak"]["bytes"],
+              dev["peak"]["bytes"] >= t["max_memory_allocated"])
+        outside = reserved - t["max_memory_reserved"]
+        apis = ", ".join(f"{k}={v['bytes']}" for k, v in pdev["apis"].items() if v.get("bytes"))
+        check(s, "outside PyTorch's allocator (listed)", "reported",
+              f"{outside} B; by api: {apis}", True)
+
+    with open(os.path.join(out, "gpu-results.md"), "w") as f:
+        f.write("| scenario | check | expected | got | |\n|---|---|---|---|---|\n")
+        for sc, what, exp, got, ok in results:
+            f.write(f"| {sc} | {what} | {exp} | {got} | {'PASS' if ok else 'FAIL'} |\n")
+    failed = sum(1 for x in results if not x[4])
+    print(f"\n{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
