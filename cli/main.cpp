@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "collector/live_collector.h"
 #include "collector/model.h"
+#include "report/html_report.h"
 #include "report/json_report.h"
 
 namespace fs = std::filesystem;
@@ -66,6 +67,13 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     return 2;
   }
   if (!ensure_output_dir(out_dir)) return 2;
+  // Traces of an earlier run into the same directory would be merged by `vramtrace report DIR`.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("vramtrace.", 0) == 0 && entry.path().extension() == ".vtrace")
+      fs::remove(entry.path(), ec);
+  }
 
   std::unique_ptr<collector::LiveCollector> live;
   try {
@@ -199,8 +207,10 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   std::string path = out_dir + "/report.json";
   bool ok = write_private_file(
       path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  std::string html = out_dir + "/report.html";
+  ok = write_private_file(html, report::to_html(j)) && ok;
   std::cerr << report::summary_text(j);
-  if (ok) std::cerr << "vramtrace: report: " << path << "\n";
+  if (ok) std::cerr << "vramtrace: report: " << html << " (and report.json)\n";
   return ok ? 0 : 2;
 }
 

@@ -1,0 +1,203 @@
+// The behaviour of report.html (embedded at build time, runs offline). It reads the report's
+// JSON from the page and builds every view from it. Strings from the traced program (kernel
+// names, paths, the command line) are only ever set as textContent, never parsed as HTML.
+(function () {
+  "use strict";
+  const R = JSON.parse(document.getElementById("vt-data").textContent);
+  const $ = (tag, attrs, ...kids) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const k of kids) if (k != null) e.append(k);
+    return e;
+  };
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const bytes = (b) => {
+    if (b == null) return "–";
+    let v = Number(b), u = 0;
+    while (v >= 1024 && u < 4) { v /= 1024; u++; }
+    return u === 0 ? `${v} B` : `${v.toFixed(2)} ${units[u]}`;
+  };
+  // Times adapt to their size: 850 µs, 12.5 ms, 3.250 s.
+  const secs = (ns) => {
+    if (ns == null) return "–";
+    const s = ns / 1e9;
+    if (Math.abs(s) >= 1) return `${s.toFixed(3)} s`;
+    if (Math.abs(s) >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
+    return `${(s * 1e6).toFixed(1)} µs`;
+  };
+  const stat = (label, value, cls, id) =>
+    $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
+      $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
+
+  // ---- theme and keyboard -------------------------------------------------------------------
+  const root = document.documentElement;
+  const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+  root.dataset.theme = dark ? "dark" : "light";
+  const toggle = () => { root.dataset.theme = root.dataset.theme === "dark" ? "light" : "dark"; };
+  document.getElementById("theme").addEventListener("click", toggle);
+  const charts = [];
+  document.addEventListener("keydown", (ev) => {
+    if (ev.target.tagName === "INPUT") return;
+    if (ev.key === "t") toggle();
+    for (const c of charts) {
+      const { min, max } = c.scales.x;
+      if (min == null) continue;
+      const w = max - min;
+      if (ev.key === "ArrowLeft") c.setScale("x", { min: min - w / 4, max: max - w / 4 });
+      if (ev.key === "ArrowRight") c.setScale("x", { min: min + w / 4, max: max + w / 4 });
+      if (ev.key === "+" || ev.key === "=") c.setScale("x", { min: min + w / 4, max: max - w / 4 });
+      if (ev.key === "-") c.setScale("x", { min: min - w / 2, max: max + w / 2 });
+      if (ev.key === "0") c.setScale("x", { min: c.data[0][0], max: c.data[0][c.data[0].length - 1] });
+    }
+  });
+
+  // ---- sortable tables ----------------------------------------------------------------------
+  function table(columns, rows, id) {
+    const t = $("table", id ? { "data-table": id } : {});
+    const head = $("tr");
+    const body = $("tbody");
+    const render = () => {
+      body.replaceChildren(...rows.map((r) => $("tr", {}, ...columns.map((c) =>
+        $("td", { class: c.num ? "num" : (c.code ? "code" : ""), text: c.fmt ? c.fmt(r[c.key], r) : String(r[c.key] ?? "") })))));
+    };
+    columns.forEach((c, i) => {
+      const th = $("th", { tabindex: "0", scope: "col", text: c.label });
+      const sort = () => {
+        const dir = th.getAttribute("aria-sort") === "descending" ? 1 : -1;
+        head.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
+        th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+        rows.sort((a, b) => {
+          const x = a[c.key], y = b[c.key];
+          return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+        });
+        render();
+      };
+      th.addEventListener("click", sort);
+      th.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(); } });
+      head.append(th);
+      void i;
+    });
+    t.append($("thead", {}, head), body);
+    render();
+    return t;
+  }
+
+  // ---- the page -----------------------------------------------------------------------------
+  const run = R.run || {};
+  document.getElementById("cmd").textContent = (run.command || []).join(" ");
+  const main = document.getElementById("main");
+  if (run.stand_in) main.append($("div", { class: "banner warn", id: "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
+  if (run.complete === false) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
+  for (const p of run.problems || []) main.append($("div", { class: "banner bad", text: p }));
+  if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
+  if (!(R.devices || []).length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
+
+  const procDevice = (host, index) => {
+    for (const p of R.processes || []) if (p.host === host) for (const d of p.devices || []) if (d.index === index) return [p, d];
+    return [null, null];
+  };
+
+  for (const d of R.devices || []) {
+    const [proc, pd] = procDevice(d.host, d.index);
+    const card = $("section", { class: "card", "data-device": String(d.index) });
+    card.append($("h2", { text: `Device ${d.index}: ${d.name}${d.host ? " on " + d.host : ""}` }));
+    const frac = d.total_bytes ? d.peak.bytes / d.total_bytes : 0;
+    const ooms = (R.oom || []).filter((o) => o.device === d.index);
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
+    const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
+    const head = $("div", { class: "headline" },
+      stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
+      stat("Peak at", secs(d.peak.time_ns), "", "peak-time"),
+      stat("Capacity", bytes(d.total_bytes), "", "capacity"),
+      stat("Headroom at peak", d.total_bytes ? `${bytes(d.total_bytes - d.peak.bytes)} (${(100 * (1 - frac)).toFixed(1)}%)` : "–", frac > 0.8 ? "warn" : "ok", "headroom"),
+      stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
+      stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
+      stat("Reserved, not in use, at peak", bytes(Math.max(0, reserved - d.peak.bytes)), "", "slack"));
+    card.append(head);
+    if (frac > 0.8) card.append($("div", { class: "banner warn", text: `The peak used ${(100 * frac).toFixed(1)}% of the device: above 80% of capacity.` }));
+
+    // Timeline.
+    card.append($("h3", { text: "Live device memory over time" }));
+    const chartBox = $("div", { class: "chart", "data-chart": String(d.index) });
+    card.append(chartBox, $("div", { class: "chart-help", text: "Drag to zoom, double-click to reset; keys: ← → pan, + − zoom, 0 reset, t theme. Markers: peak (P), out of memory (OOM), end." }));
+    main.append(card);
+    const pts = (d.timeline && d.timeline.points) || [];
+    const xs = pts.map((p) => p[0] / 1e9), ys = pts.map((p) => p[1]);
+    if (xs.length && typeof uPlot !== "undefined") {
+      const marks = [{ x: d.peak.time_ns / 1e9, label: "P" }, ...ooms.map((o) => ({ x: o.time_ns / 1e9, label: "OOM" })), { x: (run.duration_ns || 0) / 1e9, label: "end" }];
+      const css = getComputedStyle(root);
+      const opts = {
+        width: Math.max(320, chartBox.clientWidth || 900), height: 320,
+        scales: { x: { time: false } },
+        axes: [{ label: "time since start", values: (u, v) => v.map((x) => secs(x * 1e9)), stroke: css.getPropertyValue("--muted") },
+               { values: (u, v) => v.map(bytes), size: 80, stroke: css.getPropertyValue("--muted") }],
+        series: [{ label: "time (s)" }, { label: "in use (max per bucket)", stroke: "#2563eb", fill: "rgba(37,99,235,0.12)", width: 1.5, value: (u, v) => bytes(v) }],
+        hooks: { draw: [(u) => {
+          const ctx = u.ctx;
+          ctx.save();
+          for (const m of marks) {
+            const x = Math.round(u.valToPos(m.x, "x", true));
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+            ctx.strokeStyle = m.label === "OOM" ? "#dc2626" : (m.label === "P" ? "#d97706" : "#6b7280");
+            ctx.setLineDash([4, 3]);
+            ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+            ctx.fillStyle = ctx.strokeStyle; ctx.font = "12px sans-serif"; ctx.fillText(m.label, x + 3, u.bbox.top + 12);
+          }
+          ctx.restore();
+        }] },
+      };
+      charts.push(new uPlot(opts, [xs, ys], chartBox));
+    }
+
+    if (pd) {
+      card.append($("h3", { text: "Live at the peak, by site" }));
+      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pd.peak.by_site || []).slice(), "peak-sites"));
+      card.append($("h3", { text: "Largest allocations live at the peak" }));
+      card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
+        { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true }, { key: "last_kernel", label: "last kernel before it", code: true }],
+        (pd.peak.largest || []).slice(), "peak-largest"));
+      if ((pd.pools || []).length) {
+        card.append($("h3", { text: "Stream-ordered pools (reserved vs in use)" }));
+        card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+          { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
+      }
+      card.append($("h3", { text: "Kernels launched" }));
+      card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], (pd.launches.top || []).slice(), "kernels"));
+    }
+
+    for (const o of ooms) {
+      const box = $("div", { class: "finding", "data-oom": "1" });
+      const free = o.free_bytes, total = o.total_bytes;
+      box.append($("div", { text: `Out of memory at ${secs(o.time_ns)}: ${o.api} asked for ${bytes(o.requested_bytes)} (pid ${o.pid}, thread ${o.thread}).` }));
+      if (free != null) {
+        const other = Math.max(0, total - free - o.live_bytes);
+        box.append($("div", { text: `The driver reported ${bytes(free)} free of ${bytes(total)}; this process held ${bytes(o.live_bytes)}; other processes, contexts and the driver held ${bytes(other)}.` }));
+        box.append($("div", { class: "muted", text: o.requested_bytes > free
+          ? `The request was ${bytes(o.requested_bytes - free)} larger than all free memory: reduce what is live (largest below) or the request itself.`
+          : `The request fitted in free memory but no contiguous block was large enough: fragmentation.` }));
+      }
+      if (o.last_kernel) box.append($("div", { class: "muted", text: `Last kernel launched before it: ${o.last_kernel}` }));
+      card.append($("h3", { text: "Out of memory" }), box);
+      card.append(table([{ key: "site", label: "live then, by site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (o.live_by_site || []).slice(), "oom-sites"));
+    }
+
+    if (leaks.length) {
+      card.append($("h3", { text: "Leak suspects: still live when the process ended" }));
+      const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
+      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true },
+        { key: "pid", label: "pid", num: true }, { key: "sizes_text", label: "sizes" }], rows, "leaks"));
+    }
+    void proc;
+  }
+
+  const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
+  procs.append(table([{ key: "pid", label: "pid", num: true }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
+    { key: "status", label: "ended" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
+    (R.processes || []).map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: p.clean_exit ? "exit()" : "cut short" })), "processes"));
+  main.append(procs);
+  document.body.dataset.ready = "1";
+})();

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test vramtrace, then configures and
+# builds it in ./build. Safe to run again: it installs only what is missing.
+#   scripts/setup.sh            (as root, or a user with sudo)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO=sudo
+
+packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
+          chromium)
+command -v npm >/dev/null || packages+=(nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [[ ! -x $CUDA_HOME/bin/nvcc || ! -f $CUDA_HOME/include/cupti.h ]]; then
+  echo "setup: the CUDA Toolkit 13 (nvcc, headers and CUPTI) was not found in $CUDA_HOME." >&2
+  echo "       Install cuda-toolkit-13-0 from NVIDIA's repository, or set CUDA_HOME." >&2
+  exit 1
+fi
+
+# The HTML report embeds uPlot; the HTML tests drive chromium with playwright-core.
+(cd report/web && npm ci --no-audit --no-fund --loglevel=error)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$CUDA_HOME" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/bin/vramtrace and build/lib/libvramtrace.so"

@@ -1,0 +1,100 @@
+// HTML report tests: reports made from stand-in runs are opened from file:// in headless
+// Chromium (Debian's, driven by playwright-core). Asserts the headline figures on the page, no
+// console errors, no network requests, and that strings from the traced program render as text.
+// Saves screenshots in BUILD/tests/html/ (one is copied into docs/ for the README).
+//   node tests/html/html_test.mjs BUILD_DIR
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(join(here, "../../report/web/package.json"));
+const { chromium } = require("playwright-core");
+
+const build = resolve(process.argv[2] || "build");
+const shots = join(build, "tests/html");
+mkdirSync(shots, { recursive: true });
+let failures = 0;
+const check = (what, ok, detail = "") => {
+  console.log(`${ok ? "PASS" : "FAIL"}  ${what}${ok ? "" : "  " + detail}`);
+  if (!ok) failures++;
+};
+
+function profile(name, argv, env = {}) {
+  const out = mkdtempSync(join(tmpdir(), `vt-html-${name}-`));
+  try {
+    execFileSync(join(build, "bin/vramtrace"), ["run", "-o", out, "--", ...argv], {
+      env: { ...process.env, LD_LIBRARY_PATH: join(build, "standin"), ...env }, stdio: "pipe" });
+  } catch (e) { /* the command's own exit code is passed through; the report is what we test */ }
+  return join(out, "report.html");
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+
+async function open(path, theme) {
+  const page = await browser.newPage({ viewport: { width: 1366, height: 900 }, colorScheme: theme });
+  const errors = [], requests = [], dialogs = [];
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("request", (r) => { if (!r.url().startsWith("file://")) requests.push(r.url()); });
+  page.on("dialog", (d) => { dialogs.push(d.message()); d.dismiss(); });
+  await page.goto("file://" + path);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10000 });
+  return { page, errors, requests, dialogs };
+}
+
+const stat = (page, id) => page.locator(`[data-stat='${id}'] .value`).first().textContent();
+
+// 1. The bundled example: leak, OOM, pool, 2 GiB stand-in device.
+const demo = profile("demo", [join(build, "examples/train_sim")],
+                     { VRAMTRACE_STANDIN_DEVICE_BYTES: String(2 * 1024 ** 3) });
+check("demo report written", existsSync(demo));
+{
+  const { page, errors, requests } = await open(demo, "light");
+  check("peak shown", (await stat(page, "peak")) === "780.00 MiB", await stat(page, "peak"));
+  check("capacity shown", (await stat(page, "capacity")) === "2.00 GiB", await stat(page, "capacity"));
+  check("OOM shown with its request", (await stat(page, "oom")).startsWith("1× ("), await stat(page, "oom"));
+  check("leak suspects shown", (await stat(page, "leaks")) === "20 (80.00 MiB)", await stat(page, "leaks"));
+  check("stand-in labelled", await page.locator("#standin").isVisible());
+  check("timeline drawn", (await page.locator("[data-chart='0'] canvas").count()) === 1);
+  check("OOM panel", (await page.locator("[data-oom]").count()) === 1);
+  // Sorting: click "bytes" in the largest-allocations table twice -> ascending.
+  const th = page.locator("[data-table='peak-largest'] th").first();
+  await th.click(); await th.click();
+  const first = await page.locator("[data-table='peak-largest'] tbody tr td").first().textContent();
+  check("table sorts ascending on second click", first === "4.00 MiB", first);
+  await page.keyboard.press("t");
+  check("theme toggles with t", (await page.evaluate(() => document.documentElement.dataset.theme)) === "dark");
+  await page.screenshot({ path: join(shots, "demo-dark.png"), fullPage: false });
+  await page.keyboard.press("t");
+  await page.screenshot({ path: join(shots, "demo-light.png"), fullPage: true });
+  check("no console errors", errors.length === 0, errors.join("; "));
+  check("no network requests", requests.length === 0, requests.join(", "));
+  await page.close();
+}
+
+// 2. Hostile strings: a kernel named render<script>, a command-line argument that is a tag.
+const evil = profile("evil", [join(build, "tests/programs/evil_names"), "<img src=x onerror=alert(1)>"]);
+{
+  const { page, errors, requests, dialogs } = await open(evil, "dark");
+  const kernel = await page.locator("[data-table='kernels'] tbody td").first().textContent();
+  check("kernel name rendered as text", kernel === "void render<script>(int*)", kernel);
+  check("command line rendered as text", (await page.locator("#cmd").textContent()).includes("<img src=x onerror=alert(1)>"));
+  check("no element injected", (await page.locator("main img, main script").count()) === 0);
+  check("the page holds exactly its own three scripts", (await page.locator("script").count()) === 3);
+  check("no dialog opened", dialogs.length === 0, dialogs.join("; "));
+  check("no console errors (evil)", errors.length === 0, errors.join("; "));
+  check("no network requests (evil)", requests.length === 0, requests.join(", "));
+  await page.close();
+}
+
+await browser.close();
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);
