@@ -13,8 +13,9 @@ bool ensure_output_dir(const std::string& dir);
 bool write_private_file(const std::string& path, const std::string& content);
 
 // Reads the traces and writes OUT_DIR/report.json; prints the summary on stderr.
+// The report's JSON is handed back through `report_out` when it is not null.
 int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
-                  const vramtrace::report::RunInfo& info);
+                  const vramtrace::report::RunInfo& info, nlohmann::json* report_out);
 
 // Trace files named directly or found in directories (*.vtrace). Sets *ok=false on a missing one.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok);

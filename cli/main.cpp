@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "collector/live_collector.h"
 #include "collector/model.h"
+#include "report/check.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
 
@@ -55,8 +57,73 @@ std::string find_library(const std::string& given) {
   return {};
 }
 
+struct CheckOptions {
+  std::string baseline;
+  std::vector<std::string> max_increase, max_peak;
+  std::optional<uint32_t> device;
+  std::string markdown, junit;
+};
+
+// Parses the budgets; throws report::CheckError.
+report::Budgets budgets_of(const CheckOptions& o) {
+  report::Budgets b;
+  for (const auto& v : o.max_increase) report::add_increase_option(b, v);
+  for (const auto& v : o.max_peak) report::add_peak_option(b, v);
+  b.only_device = o.device;
+  return b;
+}
+
+// Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 2 when
+// a file cannot be written.
+int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o) {
+  report::CheckResult r = report::compare(baseline, candidate, budgets_of(o));
+  std::cout << report::check_text(r) << std::flush;
+  if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r))) return 2;
+  if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r))) return 2;
+  return r.regression() ? 1 : 0;
+}
+
+int check_command(const std::string& candidate, const CheckOptions& o) {
+  try {
+    budgets_of(o);
+    nlohmann::json base = report::load_report(o.baseline, "baseline");
+    nlohmann::json cand = report::load_report(candidate, "candidate");
+    return gate(base, cand, o);
+  } catch (const report::CheckError& e) {
+    std::cerr << "vramtrace check: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int diff_command(const std::string& a, const std::string& b, const std::string& html) {
+  try {
+    nlohmann::json ja = report::load_report(a, "A");
+    nlohmann::json jb = report::load_report(b, "B");
+    report::Budgets none;
+    none.max_increase = report::Budget{0.0, std::nullopt};
+    report::CheckResult r = report::compare(ja, jb, none);
+    std::cout << report::diff_text(ja, jb, r) << std::flush;
+    if (!html.empty() && !write_private_file(html, report::diff_html(ja, jb, r))) return 2;
+    return 0;
+  } catch (const report::CheckError& e) {
+    std::cerr << "vramtrace diff: " << e.what() << "\n";
+    return 2;
+  }
+}
+
 int run_command(const std::string& out_dir, const std::string& lib_opt, int grace_ms,
-                const std::vector<std::string>& cmd) {
+                const std::vector<std::string>& cmd, const CheckOptions& check) {
+  // With --baseline, bad budgets or a bad baseline are found before the command runs.
+  nlohmann::json baseline;
+  if (!check.baseline.empty()) {
+    try {
+      budgets_of(check);
+      baseline = report::load_report(check.baseline, "baseline");
+    } catch (const report::CheckError& e) {
+      std::cerr << "vramtrace run: " << e.what() << "\n";
+      return 2;
+    }
+  }
   if (cmd.empty()) {
     std::cerr << "vramtrace run: no command given (usage: vramtrace run -o DIR -- CMD...)\n";
     return 2;
@@ -135,7 +202,10 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
 
   if (traces.empty())
     std::cerr << "vramtrace: no process of the command used CUDA; no device memory to report\n";
-  write_reports(traces, out_dir, info);
+  nlohmann::json report_json;
+  write_reports(traces, out_dir, info, &report_json);
+  const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!check.baseline.empty() && command_ok) return gate(baseline, report_json, check);
 
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
@@ -190,7 +260,7 @@ bool write_private_file(const std::string& path, const std::string& content) {
 }
 
 int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
-                  const report::RunInfo& info) {
+                  const report::RunInfo& info, nlohmann::json* report_out) {
   collector::Run run;
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   std::vector<std::string> unreadable;
@@ -211,6 +281,7 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   ok = write_private_file(html, report::to_html(j)) && ok;
   std::cerr << report::summary_text(j);
   if (ok) std::cerr << "vramtrace: report: " << html << " (and report.json)\n";
+  if (report_out) *report_out = std::move(j);
   return ok ? 0 : 2;
 }
 
@@ -257,6 +328,33 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("command", cmd, "The command to run, after --")->required();
   run->prefix_command();
+  CheckOptions run_check;
+  auto add_budget_options = [](CLI::App* app, CheckOptions& o) {
+    app->add_option("--max-increase", o.max_increase,
+                    "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
+                    "for one device (default 5%)");
+    app->add_option("--max-peak", o.max_peak, "Largest allowed peak, e.g. 40GiB; or DEVICE:SIZE");
+    app->add_option("--device", o.device, "Check this device only");
+    app->add_option("--markdown", o.markdown, "Write a Markdown summary for a CI job page");
+    app->add_option("--junit", o.junit, "Write a JUnit XML result");
+  };
+  run->add_option("--baseline", run_check.baseline,
+                  "Check the run against this baseline (report.json, trace or run directory)");
+  add_budget_options(run, run_check);
+
+  CheckOptions check_opts;
+  std::string candidate;
+  auto* chk = app.add_subcommand("check", "CI gate: exit 1 when the peak grew past its budget");
+  chk->add_option("candidate", candidate, "report.json, trace or run directory")->required();
+  chk->add_option("--baseline", check_opts.baseline, "report.json, trace or run directory")
+      ->required();
+  add_budget_options(chk, check_opts);
+
+  std::string diff_a, diff_b, diff_html;
+  auto* dif = app.add_subcommand("diff", "Compare two runs: peaks and what was live at them");
+  dif->add_option("a", diff_a, "The earlier run (report.json, trace or run directory)")->required();
+  dif->add_option("b", diff_b, "The later run")->required();
+  dif->add_option("--html", diff_html, "Also write the comparison as an HTML file");
 
   std::vector<std::string> inputs;
   std::string report_out = ".";
@@ -271,7 +369,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (*run) return run_command(run_out, lib, grace_ms, cmd);
+  if (*run) return run_command(run_out, lib, grace_ms, cmd, run_check);
+  if (*chk) return check_command(candidate, check_opts);
+  if (*dif) return diff_command(diff_a, diff_b, diff_html);
   if (*rep) {
     bool ok = true;
     std::vector<std::string> traces = expand_inputs(inputs, &ok);
@@ -286,7 +386,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    return write_reports(traces, report_out, {});
+    return write_reports(traces, report_out, {}, nullptr);
   }
   return 2;
 }

@@ -70,7 +70,14 @@ void LiveCollector::serve() {
   std::map<int, Connection> conns;
   std::vector<char> buf(1 << 20);
   for (;;) {
-    if (finishing_.load() && (conns.empty() || now_ms() >= deadline_ms_.load())) break;
+    if (finishing_.load() && (conns.empty() || now_ms() >= deadline_ms_.load())) {
+      // A process that connected and exited just before the command ended may still wait in
+      // the listen backlog, its stream in the socket buffer: accept it before stopping.
+      pollfd pending{listen_fd_, POLLIN, 0};
+      if (now_ms() >= deadline_ms_.load() || poll(&pending, 1, 0) <= 0 ||
+          !(pending.revents & POLLIN))
+        break;
+    }
     std::vector<pollfd> fds;
     fds.push_back({listen_fd_, POLLIN, 0});
     fds.push_back({wake_pipe_[0], POLLIN, 0});

@@ -95,3 +95,31 @@ TEST_CASE("a corrupt record ends the stream with a message, not a crash") {
   REQUIRE(r->partial());
   REQUIRE_THAT(r->problem(), Catch::Contains("corrupt record"));
 }
+
+#include "report/check.h"
+
+TEST_CASE("budgets and sizes parse as CI users write them") {
+  using report::parse_increase;
+  using report::parse_size;
+  REQUIRE(parse_size("256MiB") == 256ull << 20);
+  REQUIRE(parse_size("40GiB") == 40ull << 30);
+  REQUIRE(parse_size("1.5GiB") == 3ull << 29);
+  REQUIRE(parse_size("2GB") == 2000000000ull);
+  REQUIRE(parse_size("1048576") == 1048576ull);
+  REQUIRE(*parse_increase("5%").percent == 5.0);
+  REQUIRE(*parse_increase("256MiB").bytes == 256ull << 20);
+  REQUIRE_THROWS_AS(parse_size("lots"), report::CheckError);
+  REQUIRE_THROWS_WITH(parse_size("5parsecs"), Catch::Contains("unknown unit 'parsecs'"));
+  REQUIRE_THROWS_AS(parse_increase("-3%"), report::CheckError);
+  report::Budgets b;
+  report::add_increase_option(b, "1:10%");
+  report::add_peak_option(b, "0:40GiB");
+  REQUIRE(*b.max_increase_by_device.at(1).percent == 10.0);
+  REQUIRE(b.max_peak_by_device.at(0) == 40ull << 30);
+  REQUIRE(*b.max_increase.percent == 5.0);  // the default
+}
+
+TEST_CASE("strings from the traced program are escaped for Markdown and XML") {
+  REQUIRE(report::escape_xml("<a href=\"x\">&'") == "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+  REQUIRE(report::escape_markdown("a|b<script>`x`\n") == "a\\|b\\<script\\>\\`x\\` ");
+}

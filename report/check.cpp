@@ -1,0 +1,499 @@
+// The CI gate and the run diff (see check.h).
+#include "report/check.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "collector/model.h"
+#include "common/format.h"
+#include "report/json_report.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace vramtrace::report {
+
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+std::string signed_bytes(int64_t d) {
+  return (d < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(d < 0 ? -d : d));
+}
+
+std::string percent(uint64_t base, uint64_t cand) {
+  if (base == 0) return cand ? "new" : "0%";
+  char buf[32];
+  double p = 100.0 * (static_cast<double>(cand) - static_cast<double>(base)) /
+             static_cast<double>(base);
+  std::snprintf(buf, sizeof buf, "%+.1f%%", p);
+  return buf;
+}
+
+json report_from_traces(const std::vector<std::string>& traces) {
+  collector::Run run = collector::analyze(traces);
+  return to_json(run);
+}
+
+bool is_trace_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, sizeof magic);
+  return in.gcount() == 8 && std::memcmp(magic, format::kMagic, 8) == 0;
+}
+
+// The devices of a report by index (several hosts: the first host's index wins; documented).
+std::map<uint32_t, const json*> devices_of(const json& r) {
+  std::map<uint32_t, const json*> out;
+  for (const auto& d : r["devices"]) out.emplace(d["index"].get<uint32_t>(), &d);
+  return out;
+}
+
+// Site -> (bytes, count) live at the peak, from a device entry (or its process's entry).
+std::map<std::string, std::pair<int64_t, int64_t>> sites_of(const json& report, const json& dev) {
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  const json* sites = nullptr;
+  if (dev.contains("peak") && dev["peak"].contains("by_site")) sites = &dev["peak"]["by_site"];
+  if (!sites) {
+    for (const auto& p : report["processes"])
+      for (const auto& pd : p["devices"])
+        if (pd["index"] == dev["index"]) sites = &pd["peak"]["by_site"];
+  }
+  if (sites)
+    for (const auto& s : *sites) {
+      auto& slot = out[s["site"].get<std::string>()];
+      slot.first += s["bytes"].get<int64_t>();
+      slot.second += s["count"].get<int64_t>();
+    }
+  return out;
+}
+
+std::vector<SiteChange> site_changes(const json& a, const json* da, const json& b, const json* db) {
+  std::map<std::string, std::pair<int64_t, int64_t>> sa, sb;
+  if (da) sa = sites_of(a, *da);
+  if (db) sb = sites_of(b, *db);
+  std::set<std::string> names;
+  for (auto& [k, v] : sa) names.insert(k);
+  for (auto& [k, v] : sb) names.insert(k);
+  std::vector<SiteChange> out;
+  for (const auto& n : names) {
+    SiteChange c;
+    c.site = n;
+    if (sa.count(n)) std::tie(c.baseline_bytes, c.baseline_count) = sa[n];
+    if (sb.count(n)) std::tie(c.candidate_bytes, c.candidate_count) = sb[n];
+    if (c.diff() != 0 || c.baseline_count != c.candidate_count) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](const SiteChange& x, const SiteChange& y) {
+    return std::llabs(x.diff()) > std::llabs(y.diff());
+  });
+  return out;
+}
+
+const Budget& budget_for(const Budgets& b, uint32_t device) {
+  auto it = b.max_increase_by_device.find(device);
+  return it == b.max_increase_by_device.end() ? b.max_increase : it->second;
+}
+
+std::optional<uint64_t> cap_for(const Budgets& b, uint32_t device) {
+  auto it = b.max_peak_by_device.find(device);
+  if (it != b.max_peak_by_device.end()) return it->second;
+  return b.max_peak;
+}
+
+Comparison compare_one(const std::string& scope, uint32_t device, const json* bd, const json* cd,
+                       const Budgets& budgets) {
+  Comparison c;
+  c.scope = scope;
+  c.device = device;
+  const Budget& inc = budget_for(budgets, device);
+  std::optional<uint64_t> cap = cap_for(budgets, device);
+  if (bd) c.baseline_peak = (*bd)["peak"]["bytes"].get<uint64_t>();
+  if (cd) c.candidate_peak = (*cd)["peak"]["bytes"].get<uint64_t>();
+  std::string text;
+  if (c.baseline_peak) {
+    uint64_t b = *c.baseline_peak;
+    uint64_t slack = inc.percent ? static_cast<uint64_t>(std::floor(static_cast<double>(b) *
+                                                                    *inc.percent / 100.0))
+                                 : inc.bytes.value_or(0);
+    c.allowed_peak = b + slack;
+    text = inc.text() + " (up to " + human_bytes(c.allowed_peak) + ")";
+  } else {
+    c.allowed_peak = cap.value_or(0);
+  }
+  if (cap) {
+    c.allowed_peak = c.baseline_peak ? std::min(c.allowed_peak, *cap) : *cap;
+    text += std::string(text.empty() ? "" : ", ") + "at most " + human_bytes(*cap);
+  }
+  c.budget_text = text.empty() ? "none" : text;
+  if (!c.candidate_peak) {
+    c.note = "not used by the candidate";
+    return c;
+  }
+  if (!c.baseline_peak) {
+    c.note = "new in the candidate: no baseline for it";
+    c.regression = !cap || *c.candidate_peak > *cap;
+    return c;
+  }
+  c.regression = *c.candidate_peak > c.allowed_peak;
+  return c;
+}
+
+std::string rank_of(const json& proc) {
+  if (!proc.contains("ranks")) return {};
+  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (proc["ranks"].contains(key)) return proc["ranks"][key].get<std::string>();
+  return {};
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Budget::text() const {
+  char buf[48];
+  if (percent) {
+    std::snprintf(buf, sizeof buf, "+%g%%", *percent);
+    return buf;
+  }
+  return "+" + human_bytes(bytes.value_or(0));
+}
+
+uint64_t parse_size(const std::string& raw) {
+  std::string s = trim(raw);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
+  double v = std::stod(s.substr(0, i));
+  std::string unit = trim(s.substr(i));
+  std::string u;
+  for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  static const std::map<std::string, double> units = {
+      {"", 1},          {"b", 1},          {"k", 1024.0},      {"kib", 1024.0},
+      {"m", 1048576.0}, {"mib", 1048576.0}, {"g", 1073741824.0}, {"gib", 1073741824.0},
+      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6},
+      {"gb", 1e9},      {"tb", 1e12}};
+  auto it = units.find(u);
+  if (it == units.end())
+    throw CheckError("'" + raw + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB)");
+  return static_cast<uint64_t>(std::llround(v * it->second));
+}
+
+Budget parse_increase(const std::string& raw) {
+  std::string s = trim(raw);
+  Budget b;
+  if (!s.empty() && s.back() == '%') {
+    std::string num = trim(s.substr(0, s.size() - 1));
+    char* end = nullptr;
+    double p = std::strtod(num.c_str(), &end);
+    if (num.empty() || !end || *end != '\0' || p < 0)
+      throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
+    b.percent = p;
+  } else {
+    b.bytes = parse_size(s);
+  }
+  return b;
+}
+
+namespace {
+// "1:10%" -> device 1, "10%". A plain value has no device.
+std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& v) {
+  size_t colon = v.find(':');
+  if (colon == std::string::npos) return {std::nullopt, v};
+  std::string dev = trim(v.substr(0, colon));
+  if (dev.empty() || !std::all_of(dev.begin(), dev.end(), ::isdigit))
+    throw CheckError("'" + v + "': expected DEVICE:BUDGET, e.g. 1:10%");
+  return {static_cast<uint32_t>(std::stoul(dev)), v.substr(colon + 1)};
+}
+}  // namespace
+
+void add_increase_option(Budgets& b, const std::string& value) {
+  auto [dev, rest] = split_device(value);
+  if (dev)
+    b.max_increase_by_device[*dev] = parse_increase(rest);
+  else
+    b.max_increase = parse_increase(rest);
+}
+
+void add_peak_option(Budgets& b, const std::string& value) {
+  auto [dev, rest] = split_device(value);
+  if (dev)
+    b.max_peak_by_device[*dev] = parse_size(rest);
+  else
+    b.max_peak = parse_size(rest);
+}
+
+json load_report(const std::string& path, const std::string& role) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw CheckError(role + " " + path + ": no such file or directory");
+  json r;
+  try {
+    if (fs::is_directory(path, ec)) {
+      if (fs::exists(fs::path(path) / "report.json", ec)) {
+        std::ifstream in(fs::path(path) / "report.json");
+        r = json::parse(in);
+      } else {
+        std::vector<std::string> traces;
+        for (const auto& e : fs::directory_iterator(path, ec))
+          if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
+        std::sort(traces.begin(), traces.end());
+        if (traces.empty())
+          throw CheckError(role + " " + path + ": a directory with neither report.json nor traces");
+        r = report_from_traces(traces);
+      }
+    } else if (is_trace_file(path)) {
+      r = report_from_traces({path});
+    } else {
+      std::ifstream in(path);
+      r = json::parse(in);
+    }
+  } catch (const json::exception& e) {
+    throw CheckError(role + " " + path + ": not a vramtrace report (" + e.what() + ")");
+  } catch (const collector::TraceError& e) {
+    throw CheckError(role + " " + path + ": " + e.what());
+  }
+  if (!r.is_object() || !r.contains("schema"))
+    throw CheckError(role + " " + path + ": not a vramtrace report (no \"schema\" key)");
+  if (r["schema"] != kSchema)
+    throw CheckError(role + " " + path + ": report schema " + r["schema"].dump() +
+                     ", this vramtrace reads \"" + kSchema + "\"");
+  try {
+    for (const auto& d : r.at("devices")) {
+      d.at("index").get<uint32_t>();
+      d.at("peak").at("bytes").get<uint64_t>();
+    }
+    r.at("processes");
+  } catch (const json::exception& e) {
+    throw CheckError(role + " " + path + ": malformed report (" + e.what() + ")");
+  }
+  return r;
+}
+
+bool CheckResult::regression() const {
+  return std::any_of(rows.begin(), rows.end(), [](const Comparison& c) { return c.regression; });
+}
+
+CheckResult compare(const json& baseline, const json& candidate, const Budgets& budgets) {
+  CheckResult result;
+  auto bdev = devices_of(baseline), cdev = devices_of(candidate);
+  std::set<uint32_t> indices;
+  for (auto& [i, d] : bdev) indices.insert(i);
+  for (auto& [i, d] : cdev) indices.insert(i);
+  for (uint32_t i : indices) {
+    if (budgets.only_device && *budgets.only_device != i) continue;
+    const json* b = bdev.count(i) ? bdev[i] : nullptr;
+    const json* c = cdev.count(i) ? cdev[i] : nullptr;
+    const json* any = c ? c : b;
+    std::string scope = "device " + std::to_string(i) + " (" + (*any)["name"].get<std::string>() + ")";
+    Comparison row = compare_one(scope, i, b, c, budgets);
+    row.changes = site_changes(baseline, b, candidate, c);
+    result.rows.push_back(std::move(row));
+  }
+
+  // Ranks: when the runs have several processes with a rank, each rank's devices too.
+  auto ranked = [](const json& r) {
+    std::map<std::pair<std::string, uint32_t>, const json*> out;
+    if (r["processes"].size() < 2) return out;
+    for (const auto& p : r["processes"]) {
+      std::string rank = rank_of(p);
+      if (rank.empty()) continue;
+      for (const auto& d : p["devices"]) out[{rank, d["index"].get<uint32_t>()}] = &d;
+    }
+    return out;
+  };
+  auto br = ranked(baseline), cr = ranked(candidate);
+  std::set<std::pair<std::string, uint32_t>> keys;
+  for (auto& [k, v] : br) keys.insert(k);
+  for (auto& [k, v] : cr) keys.insert(k);
+  for (const auto& k : keys) {
+    if (budgets.only_device && *budgets.only_device != k.second) continue;
+    const json* b = br.count(k) ? br[k] : nullptr;
+    const json* c = cr.count(k) ? cr[k] : nullptr;
+    std::string scope = "rank " + k.first + ", device " + std::to_string(k.second);
+    Comparison row = compare_one(scope, k.second, b, c, budgets);
+    row.changes = site_changes(baseline, b, candidate, c);
+    result.rows.push_back(std::move(row));
+  }
+  return result;
+}
+
+std::string check_text(const CheckResult& r) {
+  std::string out;
+  int failed = 0;
+  for (const auto& c : r.rows) {
+    std::string line = "vramtrace check: " + c.scope + ": baseline " +
+                       (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + ", candidate " +
+                       (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
+    if (c.baseline_peak && c.candidate_peak) {
+      int64_t d = static_cast<int64_t>(*c.candidate_peak) - static_cast<int64_t>(*c.baseline_peak);
+      line += ", " + signed_bytes(d) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+    }
+    line += ", budget " + c.budget_text + ": " + (c.regression ? "REGRESSION" : "ok");
+    if (!c.note.empty()) line += " (" + c.note + ")";
+    out += line + "\n";
+    if (c.regression) ++failed;
+    size_t shown = 0;
+    for (const auto& s : c.changes) {
+      if (shown++ == 5) break;
+      out += "  " + std::string(s.diff() >= 0 ? "grew" : "shrank") + ": " + s.site + " " +
+             signed_bytes(s.diff()) + " at the peak (" + std::to_string(s.baseline_count) +
+             " -> " + std::to_string(s.candidate_count) + " allocations)\n";
+    }
+  }
+  if (r.rows.empty()) out += "vramtrace check: neither run used a CUDA device\n";
+  out += failed ? "vramtrace check: FAILED: " + std::to_string(failed) + " of " +
+                      std::to_string(r.rows.size()) + " over budget\n"
+                : "vramtrace check: PASSED: " + std::to_string(r.rows.size()) +
+                      " within budget\n";
+  return out;
+}
+
+std::string escape_markdown(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (std::strchr("\\`*_{}[]()<>#+-!|~", ch)) out += '\\';
+    if (ch == '\n' || ch == '\r') {
+      out += ' ';
+      continue;
+    }
+    out += ch;
+  }
+  return out;
+}
+
+std::string escape_xml(const std::string& s) { return html_escape(s); }
+
+std::string check_markdown(const CheckResult& r) {
+  std::string out = std::string("### vramtrace: peak device memory ") +
+                    (r.regression() ? "regressed" : "within budget") + "\n\n";
+  out += "| scope | baseline | candidate | change | budget | verdict |\n|---|---|---|---|---|---|\n";
+  for (const auto& c : r.rows) {
+    std::string change = "-";
+    if (c.baseline_peak && c.candidate_peak)
+      change = signed_bytes(static_cast<int64_t>(*c.candidate_peak) -
+                            static_cast<int64_t>(*c.baseline_peak)) +
+               " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+    out += "| " + escape_markdown(c.scope) + " | " +
+           (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " | " +
+           (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " | " +
+           escape_markdown(change) + " | " + escape_markdown(c.budget_text) + " | " +
+           (c.regression ? "**regression**" : "ok") +
+           (c.note.empty() ? "" : " (" + escape_markdown(c.note) + ")") + " |\n";
+  }
+  for (const auto& c : r.rows) {
+    if (c.changes.empty()) continue;
+    out += "\nWhat changed at the peak, " + escape_markdown(c.scope) + ":\n\n";
+    for (size_t i = 0; i < c.changes.size() && i < 10; ++i)
+      out += "- " + escape_markdown(c.changes[i].site) + " " +
+             escape_markdown(signed_bytes(c.changes[i].diff())) +
+             " (" + std::to_string(c.changes[i].baseline_count) + " \\-> " +
+             std::to_string(c.changes[i].candidate_count) + " allocations)\n";
+  }
+  return out;
+}
+
+std::string check_junit(const CheckResult& r) {
+  int failures = 0;
+  for (const auto& c : r.rows) failures += c.regression;
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"" +
+         std::to_string(r.rows.size()) + "\" failures=\"" + std::to_string(failures) + "\">\n";
+  for (const auto& c : r.rows) {
+    out += "  <testcase classname=\"vramtrace.peak\" name=\"" + escape_xml(c.scope) + "\">";
+    if (c.regression) {
+      std::string msg = "peak " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") +
+                        " over budget " + c.budget_text +
+                        (c.baseline_peak ? " (baseline " + human_bytes(*c.baseline_peak) + ")"
+                                         : "");
+      std::string detail;
+      for (const auto& s : c.changes)
+        detail += s.site + " " + signed_bytes(s.diff()) + "\n";
+      out += "<failure message=\"" + escape_xml(msg) + "\">" + escape_xml(detail) + "</failure>";
+    }
+    out += "</testcase>\n";
+  }
+  out += "</testsuite></testsuites>\n";
+  return out;
+}
+
+std::string diff_text(const json& a, const json& b, const CheckResult& r) {
+  std::string out = "vramtrace diff: A has " + std::to_string(a["devices"].size()) +
+                    " device(s), " + std::to_string(a["processes"].size()) +
+                    " process(es); B has " + std::to_string(b["devices"].size()) + " device(s), " +
+                    std::to_string(b["processes"].size()) + " process(es)\n";
+  for (const auto& c : r.rows) {
+    out += c.scope + ": peak " + (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") +
+           " -> " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
+    if (c.baseline_peak && c.candidate_peak)
+      out += " (" + signed_bytes(static_cast<int64_t>(*c.candidate_peak) -
+                                 static_cast<int64_t>(*c.baseline_peak)) +
+             ", " + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+    if (!c.note.empty()) out += " [" + c.note + "]";
+    out += "\n";
+    if (c.changes.empty()) out += "  live at the peak: no difference by site\n";
+    for (const auto& s : c.changes)
+      out += "  " + s.site + ": " + human_bytes(static_cast<uint64_t>(s.baseline_bytes)) + " in " +
+             std::to_string(s.baseline_count) + " -> " +
+             human_bytes(static_cast<uint64_t>(s.candidate_bytes)) + " in " +
+             std::to_string(s.candidate_count) + " allocations (" + signed_bytes(s.diff()) + ")\n";
+  }
+  auto final_bytes = [](const json& r) {
+    uint64_t t = 0;
+    for (const auto& l : r["leaks"]) t += l["bytes"].get<uint64_t>();
+    return t;
+  };
+  out += "leak suspects: " + human_bytes(final_bytes(a)) + " -> " + human_bytes(final_bytes(b)) +
+         "\n";
+  out += "out-of-memory events: " + std::to_string(a["oom"].size()) + " -> " +
+         std::to_string(b["oom"].size()) + "\n";
+  return out;
+}
+
+std::string diff_html(const json& a, const json& b, const CheckResult& r) {
+  std::string out =
+      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'\"><title>vramtrace diff</title><style>body{font:14px system-ui,sans-serif;"
+      "margin:24px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px "
+      "8px;text-align:left}.bad{color:#b91c1c}</style></head><body><h1>vramtrace diff</h1><pre>";
+  out += html_escape(diff_text(a, b, r));
+  out += "</pre><table><tr><th>scope</th><th>A peak</th><th>B peak</th><th>site</th><th>A</th>"
+         "<th>B</th><th>change</th></tr>";
+  for (const auto& c : r.rows) {
+    for (const auto& s : c.changes)
+      out += "<tr><td>" + html_escape(c.scope) + "</td><td>" +
+             (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + "</td><td>" +
+             (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + "</td><td>" +
+             html_escape(s.site) + "</td><td>" +
+             human_bytes(static_cast<uint64_t>(s.baseline_bytes)) + "</td><td>" +
+             human_bytes(static_cast<uint64_t>(s.candidate_bytes)) + "</td><td class=\"" +
+             (s.diff() > 0 ? "bad" : "") + "\">" + signed_bytes(s.diff()) + "</td></tr>";
+  }
+  out += "</table></body></html>\n";
+  return out;
+}
+
+}  // namespace vramtrace::report

@@ -1,0 +1,82 @@
+// The CI gate and the run diff: compare a candidate run's peaks with a baseline's.
+//
+// `vramtrace check` passes (exit 0) when every device's peak, and every rank's when the run has
+// ranks, is within its budget; fails (exit 1) on a regression, naming what grew at the peak;
+// and answers bad input (missing, corrupt, wrong schema) with exit 2 and a message.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace vramtrace::report {
+
+// Bad input or usage: the message says which; the command exits 2.
+struct CheckError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "5%" or "256MiB" (also KiB, GiB, KB, MB, GB, B or a plain number of bytes).
+struct Budget {
+  std::optional<double> percent;
+  std::optional<uint64_t> bytes;
+  std::string text() const;
+};
+Budget parse_increase(const std::string& s);  // throws CheckError
+uint64_t parse_size(const std::string& s);    // throws CheckError
+
+struct Budgets {
+  Budget max_increase{5.0, std::nullopt};  // default: 5%
+  std::map<uint32_t, Budget> max_increase_by_device;
+  std::optional<uint64_t> max_peak;
+  std::map<uint32_t, uint64_t> max_peak_by_device;
+  std::optional<uint32_t> only_device;
+};
+// Parses "5%", "256MiB", "1:10%" (device 1 only) into `b`. Throws CheckError.
+void add_increase_option(Budgets& b, const std::string& value);
+void add_peak_option(Budgets& b, const std::string& value);
+
+struct SiteChange {
+  std::string site;
+  int64_t baseline_bytes = 0, candidate_bytes = 0;
+  int64_t baseline_count = 0, candidate_count = 0;
+  int64_t diff() const { return candidate_bytes - baseline_bytes; }
+};
+
+struct Comparison {
+  std::string scope;  // "device 0 (NVIDIA H200)", "rank 1, device 1 (...)"
+  uint32_t device = 0;
+  std::optional<uint64_t> baseline_peak, candidate_peak;
+  std::string budget_text;
+  uint64_t allowed_peak = 0;  // the largest candidate peak within budget
+  bool regression = false;
+  std::string note;  // "new device", "device no longer used", ...
+  std::vector<SiteChange> changes;  // largest absolute change first
+};
+
+struct CheckResult {
+  std::vector<Comparison> rows;
+  bool regression() const;
+};
+
+// A report.json, a run directory (its report.json, or its traces), or a trace file, read into a
+// report of schema vramtrace.report/1. Throws CheckError saying what is wrong with it.
+nlohmann::json load_report(const std::string& path, const std::string& role);
+
+CheckResult compare(const nlohmann::json& baseline, const nlohmann::json& candidate,
+                    const Budgets& budgets);
+
+std::string check_text(const CheckResult& r);
+std::string check_markdown(const CheckResult& r);
+std::string check_junit(const CheckResult& r);
+std::string diff_text(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
+std::string diff_html(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
+
+// Escaping for the outputs that carry strings from the traced program.
+std::string escape_xml(const std::string& s);
+std::string escape_markdown(const std::string& s);
+
+}  // namespace vramtrace::report

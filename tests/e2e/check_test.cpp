@@ -1,0 +1,153 @@
+// End-to-end tests of the CI gate: `vramtrace check`, `vramtrace diff` and `run --baseline`,
+// on stand-in runs of tests/programs/grow that differ by one known allocation (8 MiB).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Runs {
+  std::string dir, base, cand;
+};
+
+const Runs& runs() {
+  static Runs r = [] {
+    Runs x;
+    x.dir = temp_dir();
+    x.base = x.dir + "/base";
+    x.cand = x.dir + "/cand";
+    REQUIRE(sh(kEnv + kVramtrace + " run -o " + x.base + " -- " + prog("grow")).code() == 0);
+    REQUIRE(sh(kEnv + kVramtrace + " run -o " + x.cand + " -- " + prog("grow") + " 8").code() == 0);
+    return x;
+  }();
+  return r;
+}
+
+std::string check(const std::string& args) { return kVramtrace + " check " + args; }
+
+void write_json(const std::string& path, const json& j) { std::ofstream(path) << j.dump(); }
+
+}  // namespace
+
+TEST_CASE("check fails a regression, naming what grew, and passes within budget") {
+  const Runs& r = runs();
+  Result bad = sh(check(r.cand + " --baseline " + r.base + "/report.json"));
+  INFO(bad.out);
+  REQUIRE(bad.code() == 1);
+  REQUIRE(contains(bad.out, "baseline 64.00 MiB, candidate 72.00 MiB, +8.00 MiB (+12.5%), "
+                            "budget +5% (up to 67.20 MiB): REGRESSION"));
+  REQUIRE(contains(bad.out, "grew: cuMemAllocAsync +8.00 MiB at the peak (0 -> 1 allocations)"));
+  REQUIRE(contains(bad.out, "FAILED: 1 of 1 over budget"));
+
+  Result ok = sh(check(r.cand + " --baseline " + r.base + " --max-increase 8MiB"));
+  INFO(ok.out);
+  REQUIRE(ok.code() == 0);
+  REQUIRE(contains(ok.out, "budget +8.00 MiB (up to 72.00 MiB): ok"));
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 12.5%")).code() == 0);
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 12.4%")).code() == 1);
+  // An absolute cap on top of the relative budget, and a per-device budget.
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 20% --max-peak 70MiB"))
+              .code() == 1);
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 0:20%")).code() == 0);
+  // A trace file as the candidate works like its report.
+  std::string trace;
+  for (auto& e : fs::directory_iterator(r.cand))
+    if (e.path().extension() == ".vtrace") trace = e.path().string();
+  REQUIRE(sh(check(trace + " --baseline " + r.base)).code() == 1);
+}
+
+TEST_CASE("check writes a Markdown summary and a JUnit result") {
+  const Runs& r = runs();
+  std::string md = r.dir + "/summary.md", xml = r.dir + "/junit.xml";
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --markdown " + md + " --junit " + xml))
+              .code() == 1);
+  std::string m = slurp(md), x = slurp(xml);
+  REQUIRE(contains(m, "### vramtrace: peak device memory regressed"));
+  REQUIRE(contains(m, "| 64.00 MiB | 72.00 MiB |"));
+  REQUIRE(contains(m, "**regression**"));
+  REQUIRE(contains(x, "<testsuite name=\"vramtrace peak memory\" tests=\"1\" failures=\"1\">"));
+  REQUIRE(contains(x, "<failure message=\"peak 72.00 MiB over budget +5% (up to 67.20 MiB) "
+                      "(baseline 64.00 MiB)\">"));
+}
+
+TEST_CASE("check answers bad input with exit 2 and says which") {
+  const Runs& r = runs();
+  Result missing = sh(check(r.cand + " --baseline " + r.dir + "/none.json"));
+  REQUIRE(missing.code() == 2);
+  REQUIRE(contains(missing.out, "baseline " + r.dir + "/none.json: no such file or directory"));
+
+  std::ofstream(r.dir + "/corrupt.json") << "{\"schema\": \"vramtrace.rep";
+  Result corrupt = sh(check(r.cand + " --baseline " + r.dir + "/corrupt.json"));
+  REQUIRE(corrupt.code() == 2);
+  REQUIRE(contains(corrupt.out, "not a vramtrace report"));
+
+  json j = json::parse(slurp(r.base + "/report.json"));
+  j["schema"] = "vramtrace.report/9";
+  write_json(r.dir + "/future.json", j);
+  Result schema = sh(check(r.cand + " --baseline " + r.dir + "/future.json"));
+  REQUIRE(schema.code() == 2);
+  REQUIRE(contains(schema.out, "report schema \"vramtrace.report/9\", this vramtrace reads "
+                               "\"vramtrace.report/1\""));
+
+  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 5 percent")).code() == 2);
+  REQUIRE(sh(check(r.cand)).code() == 2);  // --baseline is required
+}
+
+TEST_CASE("a device present on one side only") {
+  const Runs& r = runs();
+  json base = json::parse(slurp(r.base + "/report.json"));
+  json two = base;
+  json extra = two["devices"][0];
+  extra["index"] = 1;
+  two["devices"].push_back(extra);
+  write_json(r.dir + "/two.json", two);
+  // New in the candidate: no baseline to hold it to, so it fails unless a cap allows it.
+  Result added = sh(check(r.dir + "/two.json --baseline " + r.base));
+  INFO(added.out);
+  REQUIRE(added.code() == 1);
+  REQUIRE(contains(added.out, "device 1 (vramtrace stand-in (CPU)): baseline -, candidate "
+                              "64.00 MiB, budget none: REGRESSION"));
+  REQUIRE(contains(added.out, "new in the candidate: no baseline for it"));
+  REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --max-peak 1:64MiB")).code() == 0);
+  REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --device 0")).code() == 0);
+  // Gone from the candidate: noted, not a regression.
+  Result gone = sh(check(r.base + " --baseline " + r.dir + "/two.json"));
+  INFO(gone.out);
+  REQUIRE(gone.code() == 0);
+  REQUIRE(contains(gone.out, "(not used by the candidate)"));
+}
+
+TEST_CASE("diff shows the known allocation that differs") {
+  const Runs& r = runs();
+  Result d = sh(kVramtrace + " diff " + r.base + " " + r.cand + " --html " + r.dir + "/diff.html");
+  INFO(d.out);
+  REQUIRE(d.code() == 0);
+  REQUIRE(contains(d.out, "peak 64.00 MiB -> 72.00 MiB (+8.00 MiB, +12.5%)"));
+  REQUIRE(contains(d.out, "cuMemAllocAsync: 0 B in 0 -> 8.00 MiB in 1 allocations (+8.00 MiB)"));
+  REQUIRE(contains(slurp(r.dir + "/diff.html"), "<td>cuMemAllocAsync</td>"));
+}
+
+TEST_CASE("run --baseline checks in one step and passes the command's failure through") {
+  const Runs& r = runs();
+  Result reg = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --max-increase 1% -o " +
+                  r.dir + "/one -- " + prog("grow") + " 1");
+  INFO(reg.out);
+  REQUIRE(reg.code() == 1);
+  REQUIRE(contains(reg.out, "+1.00 MiB (+1.6%), budget +1% (up to 64.64 MiB): REGRESSION"));
+  Result ok = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --max-increase 2% -o " +
+                 r.dir + "/two -- " + prog("grow") + " 1");
+  REQUIRE(ok.code() == 0);
+  Result fails = sh(kEnv + kVramtrace + " run --baseline " + r.base + " -o " + r.dir +
+                    "/three -- sh -c 'exit 3'");
+  REQUIRE(fails.code() == 3);
+  Result nobase = sh(kEnv + kVramtrace + " run --baseline " + r.dir + "/none.json -o " + r.dir +
+                     "/four -- " + prog("grow"));
+  REQUIRE(nobase.code() == 2);
+  REQUIRE_FALSE(fs::exists(r.dir + "/four/report.json"));  // refused before running anything
+}

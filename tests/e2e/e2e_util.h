@@ -1,0 +1,63 @@
+// Helpers of the end-to-end tests: run a shell command, make a temporary directory, find the
+// built programs. Paths come from the build (VT_BUILD_DIR).
+#pragma once
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+
+inline constexpr uint64_t MiB = 1 << 20;
+inline const std::string kBuild = VT_BUILD_DIR;
+inline const std::string kVramtrace = kBuild + "/bin/vramtrace";
+inline const std::string kLib = kBuild + "/lib/libvramtrace.so";
+inline const std::string kEnv = "LD_LIBRARY_PATH=" + kBuild + "/standin ";
+
+inline std::string prog(const std::string& name) { return kBuild + "/tests/programs/" + name; }
+
+struct Result {
+  int status;  // as from waitpid
+  std::string out;
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  // Whether the command died of `sig` (the shell may report that as exit code 128+sig).
+  bool died_of(int sig) const {
+    return (WIFSIGNALED(status) && WTERMSIG(status) == sig) || code() == 128 + sig;
+  }
+};
+
+// Runs a shell command, stdout and stderr together into `out`.
+inline Result sh(const std::string& cmd) {
+  std::string full = "(" + cmd + ") 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  Result r{0, {}};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  r.status = pclose(p);
+  return r;
+}
+
+inline std::string temp_dir() {
+  namespace fs = std::filesystem;
+  std::string t = (fs::temp_directory_path() / "vt-e2e-XXXXXX").string();
+  REQUIRE(mkdtemp(t.data()) != nullptr);
+  return t;
+}
+
+inline bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
