@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A ready CI job, plain shell: run a program under vramtrace and fail when its peak device
+# memory grew past the baseline kept in the repository.
+#
+#   scripts/ci/memory-gate.sh BASELINE.json -- python train.py --steps 20
+#
+# Environment: VRAMTRACE (path of the vramtrace binary, default: on PATH or ./build/bin),
+# MAX_INCREASE (default 5%), MAX_PEAK (optional, e.g. 40GiB), OUT (default vramtrace-ci).
+# Exit: 0 within budget, 1 regression, 2 bad baseline or usage, else the program's own failure.
+# Writes OUT/summary.md (append it to $GITHUB_STEP_SUMMARY) and OUT/junit.xml.
+# To create or update the baseline: UPDATE_BASELINE=1 scripts/ci/memory-gate.sh BASELINE.json -- CMD
+set -uo pipefail
+if [[ $# -lt 3 || $2 != "--" ]]; then
+  echo "usage: $0 BASELINE.json -- COMMAND..." >&2
+  exit 2
+fi
+baseline=$1
+shift 2
+VRAMTRACE=${VRAMTRACE:-$(command -v vramtrace || echo ./build/bin/vramtrace)}
+OUT=${OUT:-vramtrace-ci}
+MAX_INCREASE=${MAX_INCREASE:-5%}
+
+if [[ ${UPDATE_BASELINE:-0} == 1 || ! -f $baseline ]]; then
+  [[ -f $baseline ]] || echo "memory-gate: no baseline at $baseline yet: recording one" >&2
+  "$VRAMTRACE" run -o "$OUT" -- "$@" || exit $?
+  mkdir -p "$(dirname "$baseline")"
+  cp "$OUT/report.json" "$baseline"
+  echo "memory-gate: baseline written to $baseline; commit it" >&2
+  exit 0
+fi
+
+args=(--baseline "$baseline" --max-increase "$MAX_INCREASE"
+      --markdown "$OUT/summary.md" --junit "$OUT/junit.xml")
+[[ -n ${MAX_PEAK:-} ]] && args+=(--max-peak "$MAX_PEAK")
+mkdir -p "$OUT"
+"$VRAMTRACE" run "${args[@]}" -o "$OUT" -- "$@"
+rc=$?
+if [[ -n ${GITHUB_STEP_SUMMARY:-} && -f $OUT/summary.md ]]; then
+  cat "$OUT/summary.md" >> "$GITHUB_STEP_SUMMARY"
+fi
+exit $rc
