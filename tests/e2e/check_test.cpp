@@ -151,3 +151,21 @@ TEST_CASE("run --baseline checks in one step and passes the command's failure th
   REQUIRE(nobase.code() == 2);
   REQUIRE_FALSE(fs::exists(r.dir + "/four/report.json"));  // refused before running anything
 }
+
+TEST_CASE("the ready CI job records a baseline, then fails a regression") {
+  std::string d = temp_dir();
+  std::string job = "cd " + d + " && " + kEnv + "VRAMTRACE=" + kVramtrace + " " + VT_SOURCE_DIR +
+                    "/scripts/ci/memory-gate.sh ci/base.json -- " + prog("grow");
+  Result first = sh(job);
+  INFO(first.out);
+  REQUIRE(first.code() == 0);
+  REQUIRE(contains(first.out, "baseline written to ci/base.json"));
+  REQUIRE(json::parse(slurp(d + "/ci/base.json"))["devices"][0]["peak"]["bytes"] == 64 * MiB);
+  Result same = sh(job);
+  REQUIRE(same.code() == 0);
+  Result grown = sh(job + " 8");
+  INFO(grown.out);
+  REQUIRE(grown.code() == 1);
+  REQUIRE(contains(slurp(d + "/vramtrace-ci/summary.md"), "**regression**"));
+  REQUIRE(contains(slurp(d + "/vramtrace-ci/junit.xml"), "failures=\"1\""));
+}
