@@ -324,6 +324,15 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     }
     return out;
   };
+  // The worst rank of each run, whichever rank that is.
+  if (baseline.contains("worst_rank") && candidate.contains("worst_rank") && !budgets.only_device) {
+    json bw = {{"peak", {{"bytes", baseline["worst_rank"]["peak_bytes"]}}}};
+    json cw = {{"peak", {{"bytes", candidate["worst_rank"]["peak_bytes"]}}}};
+    std::string scope = "worst rank (rank " + baseline["worst_rank"]["rank"].dump() + " -> rank " +
+                        candidate["worst_rank"]["rank"].dump() + ")";
+    uint32_t dev = candidate["worst_rank"]["device"].get<uint32_t>();
+    result.rows.push_back(compare_one(scope, dev, &bw, &cw, budgets));
+  }
   auto br = ranked(baseline), cr = ranked(candidate);
   std::set<std::pair<std::string, uint32_t>> keys;
   for (auto& [k, v] : br) keys.insert(k);

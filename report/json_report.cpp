@@ -102,6 +102,58 @@ json pools_json(const collector::DeviceModel& d) {
   return out;
 }
 
+// The rank of a process from its launcher's environment (torchrun, Slurm, Open MPI, PMI).
+std::optional<std::string> rank_of(const ProcessModel& p) {
+  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    for (const auto& [k, v] : p.ranks)
+      if (k == key) return v;
+  return std::nullopt;
+}
+
+json rank_value(const std::string& r) {
+  char* end = nullptr;
+  long v = std::strtol(r.c_str(), &end, 10);
+  if (!r.empty() && end && *end == '\0') return v;
+  return r;
+}
+
+// One entry per ranked process, in rank order: its peak on each device and the largest.
+json ranks_json(const Run& run, uint64_t origin) {
+  json out = json::array();
+  for (const auto& p : run.processes) {
+    auto rank = rank_of(p);
+    if (!rank) continue;
+    json devices = json::array();
+    uint64_t peak = 0;
+    uint32_t peak_device = 0;
+    for (const auto& [index, d] : p.devices) {
+      uint64_t b = d.memory.peak_bytes();
+      devices.push_back({{"index", index},
+                         {"peak_bytes", b},
+                         {"peak_time_ns",
+                          d.memory.peak_time() >= origin ? d.memory.peak_time() - origin : 0}});
+      if (b > peak) {
+        peak = b;
+        peak_device = index;
+      }
+    }
+    json r = {{"rank", rank_value(*rank)}, {"pid", p.pid},     {"host", p.host},
+              {"peak_bytes", peak},        {"peak_device", peak_device},
+              {"devices", devices},        {"oom", p.ooms.size()},
+              {"clean_exit", p.clean_exit}};
+    for (const auto& [k, v] : p.ranks) {
+      if (k == "LOCAL_RANK") r["local_rank"] = rank_value(v);
+      if (k == "WORLD_SIZE") r["world_size"] = rank_value(v);
+    }
+    out.push_back(r);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    if (a["rank"].is_number() && b["rank"].is_number()) return a["rank"] < b["rank"];
+    return a["rank"].dump() < b["rank"].dump();
+  });
+  return out;
+}
+
 std::string iso_time_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -296,6 +348,12 @@ json to_json(const Run& run, const RunInfo& info) {
                  {"largest_live", largest}};
       if (o.free_bytes) oj["free_bytes"] = *o.free_bytes;
       if (o.total_bytes) oj["total_bytes"] = *o.total_bytes;
+      // What the device had in use that this process did not hold: other processes, other
+      // contexts, the driver itself.
+      if (o.free_bytes && o.total_bytes && *o.total_bytes >= *o.free_bytes + o.live_bytes)
+        oj["held_by_others_bytes"] = *o.total_bytes - *o.free_bytes - o.live_bytes;
+      else if (o.free_bytes && o.total_bytes)
+        oj["held_by_others_bytes"] = 0;
       if (!o.last_kernel.empty()) oj["last_kernel"] = demangle(o.last_kernel);
       pooms.push_back(oj);
       ooms.push_back(oj);
@@ -338,6 +396,30 @@ json to_json(const Run& run, const RunInfo& info) {
   }
   report["devices"] = devices;
   report["processes"] = processes;
+  json ranks = ranks_json(run, origin);
+  if (!ranks.empty()) {
+    report["ranks"] = ranks;
+    const json* worst = &ranks[0];
+    uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+    for (const auto& r : ranks) {
+      uint64_t b = r["peak_bytes"].get<uint64_t>();
+      if (b > (*worst)["peak_bytes"].get<uint64_t>()) worst = &r;
+      lo = std::min(lo, b);
+      hi = std::max(hi, b);
+      sum += b;
+    }
+    double mean = static_cast<double>(sum) / static_cast<double>(ranks.size());
+    report["worst_rank"] = {{"rank", (*worst)["rank"]},
+                            {"pid", (*worst)["pid"]},
+                            {"host", (*worst)["host"]},
+                            {"device", (*worst)["peak_device"]},
+                            {"peak_bytes", (*worst)["peak_bytes"]}};
+    report["rank_imbalance"] = {{"min_peak_bytes", lo},
+                                {"max_peak_bytes", hi},
+                                {"mean_peak_bytes", mean},
+                                {"spread_bytes", hi - lo},
+                                {"max_over_mean", mean > 0 ? static_cast<double>(hi) / mean : 0.0}};
+  }
   report["oom"] = ooms;
   std::stable_sort(leaks.begin(), leaks.end(), [](const json& a, const json& b) {
     return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
@@ -375,6 +457,15 @@ std::string summary_text(const json& r) {
                   human_bytes(o["requested_bytes"].get<uint64_t>()).c_str(),
                   human_bytes(o["live_bytes"].get<uint64_t>()).c_str(),
                   static_cast<unsigned long long>(o["pid"].get<uint64_t>()));
+    out += line;
+  }
+  if (r.contains("worst_rank")) {
+    const json& w = r["worst_rank"];
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
+                  r["ranks"].size(), w["rank"].dump().c_str(),
+                  human_bytes(w["peak_bytes"].get<uint64_t>()).c_str(), w["device"].get<unsigned>(),
+                  r["rank_imbalance"]["max_over_mean"].get<double>());
     out += line;
   }
   uint64_t leak_bytes = 0, leak_count = 0;

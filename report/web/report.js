@@ -194,6 +194,20 @@
     void proc;
   }
 
+  if ((R.ranks || []).length) {
+    const w = R.worst_rank, im = R.rank_imbalance;
+    const card = $("section", { class: "card", "data-ranks": String(R.ranks.length) }, $("h2", { text: `Ranks: ${R.ranks.length}` }));
+    card.append($("div", { class: "headline" },
+      stat("Worst rank", `rank ${w.rank}: ${bytes(w.peak_bytes)}`, "", "worst-rank"),
+      stat("Smallest rank peak", bytes(im.min_peak_bytes), "", "min-rank"),
+      stat("Spread", bytes(im.spread_bytes), im.max_over_mean > 1.2 ? "warn" : "ok", "spread"),
+      stat("Max / mean", im.max_over_mean.toFixed(2), im.max_over_mean > 1.2 ? "warn" : "ok", "imbalance")));
+    card.append(table([{ key: "rank", label: "rank", num: true }, { key: "host", label: "host" }, { key: "pid", label: "pid", num: true },
+      { key: "peak_device", label: "device", num: true }, { key: "peak_bytes", label: "peak", num: true, fmt: bytes }, { key: "oom", label: "OOMs", num: true }],
+      R.ranks.slice(), "ranks"));
+    main.append(card);
+  }
+
   const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
   procs.append(table([{ key: "pid", label: "pid", num: true }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
     { key: "status", label: "ended" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],

@@ -1,0 +1,90 @@
+// End-to-end tests of process trees on the stand-in: forked workers, ranks started by a
+// launcher script, and one report merged from several run directories.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+
+namespace {
+json load_json(const std::string& path) { return json::parse(slurp(path)); }
+std::string launcher() { return std::string(VT_SOURCE_DIR) + "/tests/programs/launch_ranks.sh"; }
+}  // namespace
+
+TEST_CASE("forked workers that use CUDA each stream on their own; the parent writes nothing") {
+  std::string d = temp_dir();
+  Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- " + prog("workers"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "workers done, 0 failed"));
+  json j = load_json(d + "/report.json");
+  REQUIRE(j["processes"].size() == 3);
+  REQUIRE(j["devices"].size() == 1);
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 48 * MiB);  // all three live at once
+  REQUIRE(j["devices"][0]["peak"]["by_process"].size() == 3);
+  std::vector<uint64_t> peaks;
+  for (const auto& p : j["processes"]) {
+    peaks.push_back(p["devices"][0]["peak"]["bytes"]);
+    REQUIRE(p["clean_exit"] == true);
+  }
+  std::sort(peaks.begin(), peaks.end());
+  REQUIRE(peaks == std::vector<uint64_t>{8 * MiB, 16 * MiB, 24 * MiB});
+  REQUIRE(j["leaks"].empty());
+  REQUIRE_FALSE(j.contains("ranks"));  // no launcher environment: no ranks
+}
+
+TEST_CASE("ranks started by a launcher are recognised: each rank's peak, the worst, the spread") {
+  for (int n : {2, 4}) {
+    std::string d = temp_dir();
+    Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- " + launcher() + " " +
+                  std::to_string(n) + " " + prog("rank_alloc"));
+    INFO(r.out);
+    REQUIRE(r.code() == 0);
+    json j = load_json(d + "/report.json");
+    REQUIRE(j["ranks"].size() == static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(j["ranks"][i]["rank"] == i);
+      REQUIRE(j["ranks"][i]["world_size"] == n);
+      REQUIRE(j["ranks"][i]["peak_bytes"] == static_cast<uint64_t>(i + 1) * 16 * MiB);
+    }
+    REQUIRE(j["worst_rank"]["rank"] == n - 1);
+    REQUIRE(j["worst_rank"]["peak_bytes"] == static_cast<uint64_t>(n) * 16 * MiB);
+    REQUIRE(j["rank_imbalance"]["spread_bytes"] == static_cast<uint64_t>(n - 1) * 16 * MiB);
+    double mean = (n + 1) / 2.0 * 16 * MiB;
+    REQUIRE(j["rank_imbalance"]["max_over_mean"].get<double>() ==
+            Approx(n * 16.0 * MiB / mean));
+    REQUIRE(contains(r.out, std::to_string(n) + " ranks; worst rank " + std::to_string(n - 1)));
+  }
+}
+
+TEST_CASE("one report merged from two run directories, checked per rank") {
+  std::string a = temp_dir(), b = temp_dir(), merged = temp_dir();
+  REQUIRE(sh(kEnv + "RANK=0 WORLD_SIZE=2 " + kVramtrace + " run -o " + a + " -- " +
+             prog("rank_alloc")).code() == 0);
+  REQUIRE(sh(kEnv + "RANK=1 WORLD_SIZE=2 " + kVramtrace + " run -o " + b + " -- " +
+             prog("rank_alloc")).code() == 0);
+  Result r = sh(kVramtrace + " report " + a + " " + b + " -o " + merged);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load_json(merged + "/report.json");
+  REQUIRE(j["processes"].size() == 2);
+  REQUIRE(j["ranks"].size() == 2);
+  REQUIRE(j["worst_rank"]["rank"] == 1);
+  REQUIRE(j["worst_rank"]["peak_bytes"] == 32 * MiB);
+
+  // The merged run against itself with rank 1 doubled: the rank rows and the worst rank fail.
+  json grown = j;
+  for (auto& p : grown["processes"])
+    if (p["ranks"]["RANK"] == "1") p["devices"][0]["peak"]["bytes"] = 64 * MiB;
+  grown["worst_rank"]["peak_bytes"] = 64 * MiB;
+  std::ofstream(merged + "/grown.json") << grown.dump();
+  Result c = sh(kVramtrace + " check " + merged + "/grown.json --baseline " + merged +
+                "/report.json --max-increase 10%");
+  INFO(c.out);
+  REQUIRE(c.code() == 1);
+  REQUIRE(contains(c.out, "rank 1, device 0: baseline 32.00 MiB, candidate 64.00 MiB"));
+  REQUIRE(contains(c.out, "rank 0, device 0: baseline 16.00 MiB, candidate 16.00 MiB, +0 B "
+                          "(+0.0%), budget +10% (up to 17.60 MiB): ok"));
+  REQUIRE(contains(c.out, "worst rank (rank 1 -> rank 1): baseline 32.00 MiB, candidate 64.00 MiB"));
+}
