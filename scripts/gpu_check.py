@@ -168,6 +168,44 @@ def main():
         if r:
             check(s, "peak bytes", 2 * MiB, r["devices"][0]["peak"]["bytes"])
 
+    # Process trees on one GPU: forked workers, ranks from a launcher, two processes sharing.
+    s = "forked workers"
+    p, r, d = vrun("workers", [os.path.join(a.bin, "workers-shared")])
+    if r:
+        peaks = sorted(pp["devices"][0]["peak"]["bytes"] for pp in r["processes"])
+        check(s, "3 processes, peaks 8/16/24 MiB", [8 * MiB, 16 * MiB, 24 * MiB], peaks)
+        check(s, "device peak: all live at once", 48 * MiB, r["devices"][0]["peak"]["bytes"])
+    s = "4 ranks (launcher)"
+    launcher = os.path.join(os.path.dirname(a.torch_script), "..", "programs", "launch_ranks.sh")
+    p, r, d = vrun("ranks4", ["sh", launcher, "4", os.path.join(a.bin, "rank_alloc-static")])
+    if r and "ranks" in r:
+        check(s, "rank peaks", [16 * MiB * (i + 1) for i in range(4)],
+              [x["peak_bytes"] for x in r["ranks"]])
+        check(s, "worst rank", 3, r["worst_rank"]["rank"])
+    else:
+        check(s, "ranks recognised", True, False)
+    s = "two processes share the GPU"
+    flag = os.path.join(out, "share.flag")
+    if os.path.exists(flag):
+        os.remove(flag)
+    sg = os.path.join(a.bin, "share_gpu-static")
+    p, r, d = vrun("share", ["sh", "-c", f"{sg} hold 40960 {flag} 8 & {sg} oom 20480 {flag}; wait"])
+    check(s, "exit code", 0, p.returncode)
+    if r and len(r["processes"]) == 2:
+        by = {pp["pid"]: pp for pp in r["processes"]}
+        peaks = sorted(pp["devices"][0]["peak"]["bytes"] for pp in r["processes"])
+        check(s, "each process's own peak (20 GiB, 40 GiB)", [20480 * MiB, 40960 * MiB], peaks)
+        check(s, "one OOM", 1, len(r["oom"]))
+        if r["oom"]:
+            o = r["oom"][0]
+            check(s, "OOM: this process held 20 GiB", 20480 * MiB, o["live_bytes"])
+            other = o.get("held_by_others_bytes", 0)
+            check(s, "OOM: held by others >= the other's 40 GiB", f">= {40960 * MiB}", other,
+                  other >= 40960 * MiB)
+        check(s, "device peak: both at once", 61440 * MiB, r["devices"][0]["peak"]["bytes"])
+    else:
+        check(s, "two processes in one report", True, False)
+
     s = "no CUDA"
     p, r, d = vrun("nocuda", ["sh", "-c", "echo hi; exit 4"])
     check(s, "exit code / output", (4, "hi"), (p.returncode, p.stdout.strip()))
