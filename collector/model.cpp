@@ -123,6 +123,7 @@ class Builder {
         ++d.launches;
         uint32_t id = static_cast<uint32_t>(e.a);
         ++d.launches_by_kernel[id];
+        d.launch_timeline.add(e.time_ns, d.launches);
         d.last_kernel = id;
         ++p_.host_apis[idx(e.api)].calls;
         break;

@@ -122,8 +122,14 @@ struct DeviceModel {
     uint64_t other = memory.live_bytes() - std::min(memory.live_bytes(), async_live);
     return other + std::max(pool_reserved, async_live);
   }
+  // The footprint over time (drawn beside the in-use timeline when the two differ) and the
+  // kernel launches over time (their count per bucket: the rhythm of the run).
+  Timeline footprint_timeline;
+  Timeline launch_timeline;
+  uint64_t launches_in_bucket = 0;
   void update_footprint(uint64_t now) {
     uint64_t f = footprint();
+    footprint_timeline.add(now, f);
     if (f > footprint_peak) {
       footprint_peak = f;
       footprint_peak_time = now;

@@ -304,6 +304,10 @@ json to_json(const Run& run, const RunInfo& info) {
                         {"top", kernels}}},
           {"timeline", timeline_json(d.memory.timeline, origin)},
       };
+      if (d.footprint_peak != d.memory.peak_bytes())
+        dj["reserved"]["timeline"] = timeline_json(d.footprint_timeline, origin);
+      // Cumulative launch count per bucket: the page draws launches per bucket from it.
+      dj["launches"]["timeline"] = timeline_json(d.launch_timeline, origin);
       devices.push_back(dj);
       auto key = std::make_pair(p.host, index);
       final_by_device[key] += d.memory.live_bytes();

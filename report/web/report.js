@@ -85,6 +85,56 @@
     return t;
   }
 
+  // ---- icicle graph ---------------------------------------------------------------------------
+  // The live set at the peak as a tree: by owning library, then site, when the report has
+  // libraries; by memory kind and site otherwise. Widths are bytes; every label is textContent.
+  function peakTree(peak) {
+    const rootNode = { name: "live at peak", value: 0, children: new Map() };
+    const add = (path, value) => {
+      let n = rootNode;
+      n.value += value;
+      for (const name of path) {
+        if (!n.children.has(name)) n.children.set(name, { name, value: 0, children: new Map() });
+        n = n.children.get(name);
+        n.value += value;
+      }
+    };
+    const groups = peak.by_stack || peak.by_site || [];
+    for (const g of groups) {
+      const frames = (g.stack || []).map((f) => f.function || f.module || "?").reverse();
+      const path = frames.length ? frames : (g.library ? [g.library, g.site] : [g.site]);
+      add(path, g.bytes);
+    }
+    return rootNode;
+  }
+  function icicle(tree, total) {
+    const box = $("div", { class: "icicle", role: "img", "aria-label": "icicle graph of the live set at the peak" });
+    const palette = ["#93c5fd", "#a5b4fc", "#c4b5fd", "#f9a8d4", "#fcd34d", "#86efac", "#67e8f9"];
+    const row = (nodes, depth) => {
+      if (!nodes.length || depth > 12) return;
+      const r = $("div", { class: "icicle-row" });
+      const next = [];
+      let offset = 0;
+      for (const { node, left } of nodes) {
+        if (left > offset) r.append($("div", { class: "icicle-gap", style: `width:${(100 * (left - offset) / total).toFixed(4)}%` }));
+        const cell = $("div", { class: "icicle-cell", title: `${node.name}: ${bytes(node.value)}`,
+          style: `width:${(100 * node.value / total).toFixed(4)}%;background:${palette[depth % palette.length]}` });
+        cell.append($("span", { text: `${node.name} ${bytes(node.value)}` }));
+        r.append(cell);
+        let childLeft = left;
+        for (const c of [...node.children.values()].sort((a, b) => b.value - a.value)) {
+          next.push({ node: c, left: childLeft });
+          childLeft += c.value;
+        }
+        offset = left + node.value;
+      }
+      box.append(r);
+      row(next, depth + 1);
+    };
+    if (total > 0) row([{ node: tree, left: 0 }], 0);
+    return box;
+  }
+
   // ---- the page -----------------------------------------------------------------------------
   const run = R.run || {};
   document.getElementById("cmd").textContent = (run.command || []).join(" ");
@@ -125,17 +175,38 @@
     const chartBox = $("div", { class: "chart", "data-chart": String(d.index) });
     card.append(chartBox, $("div", { class: "chart-help", text: "Drag to zoom, double-click to reset; keys: ← → pan, + − zoom, 0 reset, t theme. Markers: peak (P), out of memory (OOM), end." }));
     main.append(card);
-    const pts = (d.timeline && d.timeline.points) || [];
-    const xs = pts.map((p) => p[0] / 1e9), ys = pts.map((p) => p[1]);
-    if (xs.length && typeof uPlot !== "undefined") {
+    // In use (max per bucket), the footprint where pools reserve more, and launches per bucket:
+    // three series of different bucketing, aligned on one time axis with uPlot.join.
+    const series2 = (tl, col) => {
+      const pts = (tl && tl.points) || [];
+      return [pts.map((p) => p[0] / 1e9), pts.map((p) => p[col])];
+    };
+    const sets = [series2(d.timeline, 1)];
+    const labels = [{ label: "in use (max per bucket)", stroke: "#2563eb", fill: "rgba(37,99,235,0.12)", width: 1.5, value: (u, v) => bytes(v), spanGaps: true }];
+    const reservedTl = pd && pd.reserved && pd.reserved.timeline;
+    if (reservedTl) {
+      sets.push(series2(reservedTl, 1));
+      labels.push({ label: "reserved (pools)", stroke: "#9333ea", width: 1.5, dash: [6, 3], value: (u, v) => bytes(v), spanGaps: true });
+    }
+    const launchTl = pd && pd.launches && pd.launches.timeline;
+    if (launchTl && launchTl.points.length) {
+      const lp = launchTl.points;
+      sets.push([lp.map((p) => p[0] / 1e9), lp.map((p, i) => p[2] - (i ? lp[i - 1][2] : 0))]);
+      labels.push({ label: "kernel launches per bucket", stroke: "rgba(107,114,128,0.7)", width: 1, scale: "launches", paths: typeof uPlot.paths?.bars === "function" ? uPlot.paths.bars({ size: [0.9, 6] }) : undefined, fill: "rgba(107,114,128,0.25)", value: (u, v) => v == null ? "–" : String(v) });
+    }
+    const hasData = sets[0][0].length > 0;
+    if (hasData && typeof uPlot !== "undefined") {
+      const data = sets.length > 1 && uPlot.join ? uPlot.join(sets) : sets[0];
       const marks = [{ x: d.peak.time_ns / 1e9, label: "P" }, ...ooms.map((o) => ({ x: o.time_ns / 1e9, label: "OOM" })), { x: (run.duration_ns || 0) / 1e9, label: "end" }];
       const css = getComputedStyle(root);
+      const axes = [{ label: "time since start", space: 90, values: (u, v) => v.map((x) => secs(x * 1e9)), stroke: css.getPropertyValue("--muted") },
+                    { values: (u, v) => v.map(bytes), size: 90, space: 40, stroke: css.getPropertyValue("--muted") }];
+      if (launchTl) axes.push({ scale: "launches", side: 1, grid: { show: false }, size: 50, stroke: css.getPropertyValue("--muted") });
       const opts = {
         width: Math.max(320, chartBox.clientWidth || 900), height: 320,
-        scales: { x: { time: false } },
-        axes: [{ label: "time since start", values: (u, v) => v.map((x) => secs(x * 1e9)), stroke: css.getPropertyValue("--muted") },
-               { values: (u, v) => v.map(bytes), size: 80, stroke: css.getPropertyValue("--muted") }],
-        series: [{ label: "time (s)" }, { label: "in use (max per bucket)", stroke: "#2563eb", fill: "rgba(37,99,235,0.12)", width: 1.5, value: (u, v) => bytes(v) }],
+        scales: { x: { time: false }, launches: { range: (u, mn, mx) => [0, Math.max(1, mx) * 4] } },
+        axes,
+        series: [{ label: "time" }, ...labels],
         hooks: { draw: [(u) => {
           const ctx = u.ctx;
           ctx.save();
@@ -150,18 +221,22 @@
           ctx.restore();
         }] },
       };
-      charts.push(new uPlot(opts, [xs, ys], chartBox));
+      charts.push(new uPlot(opts, data, chartBox));
     }
 
     if (pd) {
       card.append($("h3", { text: "Live at the peak, by site" }));
       card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pd.peak.by_site || []).slice(), "peak-sites"));
+      card.append($("h3", { text: "Live at the peak, as an icicle graph" }));
+      card.append(icicle(peakTree(pd.peak), d.peak.bytes));
       card.append($("h3", { text: "Largest allocations live at the peak" }));
       card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
         { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true }, { key: "last_kernel", label: "last kernel before it", code: true }],
         (pd.peak.largest || []).slice(), "peak-largest"));
       if ((pd.pools || []).length) {
-        card.append($("h3", { text: "Stream-ordered pools (reserved vs in use)" }));
+        card.append($("h3", { text: "Fragmentation: stream-ordered pools, reserved vs in use" }));
+        const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
+        card.append($("div", { class: "muted", "data-fragmentation": "1", text: `At the reserved peak the pools held ${bytes(slack)} more than was allocated from them: freed memory the pools keep for reuse, unavailable to other processes.` }));
         card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
           { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
       }

@@ -65,6 +65,10 @@ check("demo report written", existsSync(demo));
   check("stand-in labelled", await page.locator("#standin").isVisible());
   check("timeline drawn", (await page.locator("[data-chart='0'] canvas").count()) === 1);
   check("OOM panel", (await page.locator("[data-oom]").count()) === 1);
+  check("OOM panel names the free memory", (await page.locator("[data-oom]").textContent()).includes("The driver reported 1.42 GiB free of 2.00 GiB; this process held 592.00 MiB"));
+  const cells = await page.locator(".icicle-cell").allTextContents();
+  check("icicle graph of the live set at the peak", cells.includes("live at peak 780.00 MiB") && cells.includes("cuMemAllocAsync 192.00 MiB"), cells.join(" | "));
+  check("kernel launches drawn on the time axis", (await page.locator(".u-legend").textContent()).includes("kernel launches per bucket"));
   // Sorting: click "bytes" in the largest-allocations table twice -> ascending.
   const th = page.locator("[data-table='peak-largest'] th").first();
   await th.click(); await th.click();
