@@ -4,7 +4,7 @@
 // Saves screenshots in BUILD/tests/html/ (one is copied into docs/ for the README).
 //   node tests/html/html_test.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, existsSync } from "node:fs";
+import { mkdirSync, mkdtempSync, existsSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -96,6 +96,25 @@ const evil = profile("evil", [join(build, "tests/programs/evil_names"), "<img sr
   check("no dialog opened", dialogs.length === 0, dialogs.join("; "));
   check("no console errors (evil)", errors.length === 0, errors.join("; "));
   check("no network requests (evil)", requests.length === 0, requests.join(", "));
+  await page.close();
+}
+
+// 3. Ten million events: the report is downsampled in the collector (the exact peak kept) and
+// opens in under 2 s.
+{
+  const dir = mkdtempSync(join(tmpdir(), "vt-html-10m-"));
+  execFileSync(join(build, "bin/vt_synth_trace"), [join(dir, "t.vtrace"), "10000000"]);
+  execFileSync(join(build, "bin/vramtrace"), ["report", join(dir, "t.vtrace"), "-o", dir], { stdio: "pipe" });
+  const t0 = Date.now();
+  const { page, errors } = await open(join(dir, "report.html"), "light");
+  const ms = Date.now() - t0;
+  check(`10M-event report opens in under 2 s (${ms} ms)`, ms < 2000, `${ms} ms`);
+  check("10M-event report keeps the exact peak", (await stat(page, "peak")) === "15.85 GiB", await stat(page, "peak"));
+  const rep = JSON.parse(readFileSync(join(dir, "report.json"), "utf8"));
+  check("10M-event peak in bytes: 1000 x 16 MiB + 6 x 38 MiB", rep.devices[0].peak.bytes === (1000 * 16 + 6 * 38) * 1048576, String(rep.devices[0].peak.bytes));
+  check("10M-event timeline downsampled to at most 2048 points", rep.devices[0].timeline.points.length <= 2048, String(rep.devices[0].timeline.points.length));
+  rmSync(dir, { recursive: true, force: true });
+  check("no console errors (10M)", errors.length === 0, errors.join("; "));
   await page.close();
 }
 

@@ -1,0 +1,150 @@
+// Writes a synthetic vramtrace trace of N events (a training-like rhythm: persistent weights,
+// then iterations of 6 activation allocations, 20 kernel launches and 6 frees), for benchmarks
+// of the collector and the HTML report at 1, 10 and 100 million events.
+//   vt_synth_trace OUT.vtrace EVENTS
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/format.h"
+
+using namespace vramtrace::format;
+
+namespace {
+
+struct Writer {
+  FILE* f;
+  std::vector<uint8_t> frame;
+  uint32_t records = 0;
+  uint64_t base = 0, last = 0, written = 0;
+
+  void flush() {
+    if (frame.empty()) return;
+    FrameHeader h{};
+    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(frame.size());
+    h.record_count = records;
+    h.base_time_ns = base;
+    fwrite(&h, sizeof h, 1, f);
+    fwrite(frame.data(), 1, frame.size(), f);
+    frame.clear();
+    records = 0;
+    base = last;
+  }
+  uint8_t* room(size_t n) {
+    size_t at = frame.size();
+    frame.resize(at + n);
+    return frame.data() + at;
+  }
+  void done(uint8_t* end) {
+    frame.resize(static_cast<size_t>(end - frame.data()));
+    ++records;
+    ++written;
+    if (frame.size() > (1u << 20)) flush();
+  }
+  uint64_t dt(uint64_t now) {
+    uint64_t d = now - last;
+    last = now;
+    return d;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT.vtrace EVENTS\n", argv[0]);
+    return 2;
+  }
+  uint64_t target = std::strtoull(argv[2], nullptr, 10);
+  Writer w;
+  w.f = std::fopen(argv[1], "wb");
+  if (!w.f) return 1;
+  FileHeader fh{};
+  std::memcpy(fh.magic, kMagic, sizeof fh.magic);
+  fh.version = kFormatVersion;
+  fh.header_bytes = sizeof fh;
+  fwrite(&fh, sizeof fh, 1, w.f);
+
+  uint64_t t = 1'000'000'000;
+  w.base = w.last = t;
+  const std::string host = "synth", exe = "/bin/synth", cmd = "synth";
+  uint8_t* p = w.room(256);
+  p = put_u8(p, static_cast<uint8_t>(RecordType::Process));
+  p = put_varint(p, 4242);
+  p = put_varint(p, 1);
+  p = put_varint(p, 1'700'000'000'000'000'000ull);
+  p = put_varint(p, t);
+  p = put_bytes(p, host.data(), host.size());
+  p = put_bytes(p, exe.data(), exe.size());
+  p = put_bytes(p, cmd.data(), cmd.size());
+  p = put_bytes(p, "", 0);
+  w.done(p);
+  const std::string gpu = "synthetic GPU";
+  p = w.room(128);
+  p = put_u8(p, static_cast<uint8_t>(RecordType::ContextCreate));
+  p = put_varint(p, w.dt(t += 1000));
+  p = put_varint(p, 0x1000);
+  p = put_varint(p, 0);
+  p = put_varint(p, 80ull << 30);
+  p = put_bytes(p, gpu.data(), gpu.size());
+  p = put_bytes(p, "0123456789abcdef", 16);
+  w.done(p);
+  for (uint32_t k = 1; k <= 8; ++k) {
+    std::string name = "_Z6kernelILi" + std::to_string(k) + "EEvPf";
+    p = w.room(16 + name.size());
+    p = put_u8(p, static_cast<uint8_t>(RecordType::String));
+    p = put_varint(p, k);
+    p = put_bytes(p, name.data(), name.size());
+    w.done(p);
+  }
+  auto alloc = [&](uint64_t addr, uint64_t bytes, Api api) {
+    uint8_t* q = w.room(kMaxFixedRecordBytes);
+    q = put_u8(q, static_cast<uint8_t>(RecordType::Alloc));
+    q = put_varint(q, w.dt(t += 700));
+    q = put_u8(q, static_cast<uint8_t>(api));
+    q = put_varint(q, 0);
+    q = put_varint(q, addr);
+    q = put_varint(q, bytes);
+    q = put_varint(q, 0x5000);
+    q = put_varint(q, 77);
+    w.done(q);
+  };
+  auto free_ = [&](uint64_t addr, Api api) {
+    uint8_t* q = w.room(kMaxFixedRecordBytes);
+    q = put_u8(q, static_cast<uint8_t>(RecordType::Free));
+    q = put_varint(q, w.dt(t += 300));
+    q = put_u8(q, static_cast<uint8_t>(api));
+    q = put_varint(q, 0);
+    q = put_varint(q, addr);
+    q = put_varint(q, 0x5000);
+    q = put_varint(q, 77);
+    w.done(q);
+  };
+  for (uint64_t i = 0; i < 1000; ++i) alloc(0x7f0000000000ull + i * (64 << 20), 16 << 20, Api::cuMemAlloc);
+  for (uint64_t it = 0; w.written < target; ++it) {
+    for (uint64_t a = 0; a < 6; ++a) alloc(0x7e0000000000ull + a * (1 << 28), (32 + it % 7) << 20, Api::cuMemAllocAsync);
+    for (uint32_t k = 0; k < 20; ++k) {
+      uint8_t* q = w.room(kMaxFixedRecordBytes);
+      q = put_u8(q, static_cast<uint8_t>(RecordType::Launch));
+      q = put_varint(q, w.dt(t += 5000));
+      q = put_u8(q, static_cast<uint8_t>(Api::cuLaunchKernel));
+      q = put_varint(q, 0);
+      q = put_varint(q, 0x5000);
+      q = put_varint(q, 1 + k % 8);
+      w.done(q);
+    }
+    for (uint64_t a = 0; a < 6; ++a) free_(0x7e0000000000ull + a * (1 << 28), Api::cuMemFreeAsync);
+  }
+  p = w.room(32);
+  p = put_u8(p, static_cast<uint8_t>(RecordType::ProcessExit));
+  p = put_varint(p, w.dt(t += 1000));
+  p = put_varint(p, w.written + 1);
+  p = put_varint(p, 0);
+  w.done(p);
+  w.flush();
+  std::fclose(w.f);
+  std::printf("%llu events\n", static_cast<unsigned long long>(w.written));
+  return 0;
+}
