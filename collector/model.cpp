@@ -217,9 +217,12 @@ class Builder {
   }
 
  private:
+  // Most events name the device of the event before: remember it (std::map nodes are stable).
   DeviceModel& device(uint32_t index) {
+    if (last_device_ && last_device_->index == index) return *last_device_;
     auto [it, inserted] = p_.devices.try_emplace(index);
     if (inserted) it->second.index = index;
+    last_device_ = &it->second;
     return it->second;
   }
 
@@ -261,7 +264,14 @@ class Builder {
   }
 
   void run_delta(uint32_t index, uint64_t now, int64_t delta) {
-    RunDevice& rd = run_device(run_, p_.host, index);
+    if (run_slot_index_ != index || run_slot_ >= run_.devices.size() ||
+        run_.devices[run_slot_].index != index || run_.devices[run_slot_].host != p_.host) {
+      run_device(run_, p_.host, index);
+      for (size_t i = 0; i < run_.devices.size(); ++i)
+        if (run_.devices[i].index == index && run_.devices[i].host == p_.host) run_slot_ = i;
+      run_slot_index_ = index;
+    }
+    RunDevice& rd = run_.devices[run_slot_];
     rd.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rd.live_bytes) + delta);
     uint64_t& mine = rd.live_by_pid[p_.pid];
     mine = static_cast<uint64_t>(static_cast<int64_t>(mine) + delta);
@@ -351,6 +361,9 @@ class Builder {
   Run& run_;
   ProcessModel& p_;
   uint64_t seq_ = 0;
+  DeviceModel* last_device_ = nullptr;
+  size_t run_slot_ = SIZE_MAX;
+  uint32_t run_slot_index_ = UINT32_MAX;
 };
 
 }  // namespace
@@ -447,20 +460,23 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
       return time != o.time ? time > o.time : reader > o.reader;
     }
   };
-  std::vector<std::optional<Event>> pending(readers.size());
+  std::vector<Event> pending(readers.size());
   std::vector<uint64_t> last_time(readers.size(), 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
   auto pull = [&](size_t i) {
-    pending[i] = readers[i]->next();
-    if (!pending[i]) return;
-    if (pending[i]->time_ns) last_time[i] = pending[i]->time_ns;
+    if (!readers[i]->next(pending[i])) return;
+    if (pending[i].time_ns) last_time[i] = pending[i].time_ns;
     heads.push({last_time[i], i});
   };
-  for (size_t i = 0; i < readers.size(); ++i) pull(i);
+  if (readers.size() == 1) {
+    while (readers[0]->next(pending[0])) builders[0].apply(pending[0]);
+  } else {
+    for (size_t i = 0; i < readers.size(); ++i) pull(i);
+  }
   while (!heads.empty()) {
     Head h = heads.top();
     heads.pop();
-    builders[h.reader].apply(*pending[h.reader]);
+    builders[h.reader].apply(pending[h.reader]);
     pull(h.reader);
   }
 

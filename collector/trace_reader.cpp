@@ -114,7 +114,14 @@ bool TraceReader::load_frame() {
 
 bool TraceReader::decode(format::ByteReader& r, Event& e) {
   auto type = static_cast<RecordType>(r.u8());
+  // `e` is reused from the record before: clear what this record may not set (the strings are
+  // assigned by the records that carry them).
   e.type = type;
+  e.time_ns = 0;
+  e.api = format::Api::Unknown;
+  e.device = 0;
+  e.address = e.bytes = e.stream = e.a = e.b = e.c = 0;
+  e.thread = 0;
   auto time = [&] {
     frame_time_ += r.varint();
     e.time_ns = frame_time_;
@@ -237,6 +244,12 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
 }
 
 std::optional<Event> TraceReader::next() {
+  Event e;
+  if (!next(e)) return std::nullopt;
+  return e;
+}
+
+bool TraceReader::next(Event& e) {
   while (!done_) {
     if (!cursor_ || cursor_->at_end()) {
       if (cursor_ && frame_records_left_ != 0) {
@@ -251,7 +264,6 @@ std::optional<Event> TraceReader::next() {
       }
       continue;
     }
-    Event e;
     if (!decode(*cursor_, e)) {
       problem_ = "corrupt record in frame " + std::to_string(frames_) +
                  " (type " + std::to_string(static_cast<int>(e.type)) + ")";
@@ -264,9 +276,9 @@ std::optional<Event> TraceReader::next() {
       break;
     }
     --frame_records_left_;
-    return e;
+    return true;
   }
-  return std::nullopt;
+  return false;
 }
 
 }  // namespace vramtrace::collector

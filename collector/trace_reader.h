@@ -47,6 +47,8 @@ class TraceReader {
 
   // The next event, or nullopt at the end of the stream (clean or not: see partial()).
   std::optional<Event> next();
+  // The same into `e`, reusing its storage (the collector's hot loop); false at the end.
+  bool next(Event& e);
 
   const std::string& name() const { return name_; }
   bool partial() const { return !problem_.empty(); }
