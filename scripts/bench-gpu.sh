@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Overhead of vramtrace on a GPU, as ratios to the uninstrumented run in the same invocation:
+# a GPU-bound transformer step, a launch-bound step, allocation-bound loops (PyTorch with
+# backend:cudaMallocAsync, and raw cudaMallocAsync/cudaFreeAsync), and kernel launches; PyTorch's
+# own torch.cuda.memory._record_memory_history on the same workloads as the peer.
+#   scripts/bench-gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3)
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+OUT_DIR=${OUT_DIR:-$ROOT/gpu-out}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+mkdir -p "$OUT_DIR/bin"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+"$NVCC" -O2 -arch=${ARCH:-native} -o "$OUT_DIR/bin/bench_native" "$ROOT/tests/gpu/bench_native.cu" || exit 2
+python3 "$ROOT/scripts/bench_gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
+  --repeats "${REPEATS:-3}"

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Runs the overhead benchmarks (see bench-gpu.sh): each workload without vramtrace, under
+`vramtrace run`, and (for PyTorch) with torch.cuda.memory._record_memory_history, interleaved,
+REPEATS times each; prints the median of each variant and its ratio to the uninstrumented run,
+and writes OUT/bench-gpu.md."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def run(cmd, env):
+    e = dict(os.environ)
+    e.update(env)
+    p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        print("FAILED:", " ".join(cmd), p.stderr[-2000:], file=sys.stderr)
+        return None
+    line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
+    return json.loads(line)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    vt = os.path.join(a.build, "bin", "vramtrace")
+    here = os.path.dirname(os.path.abspath(__file__))
+    torch_bench = os.path.join(here, "..", "tests", "gpu", "bench_torch.py")
+    native = os.path.join(a.bin, "bench_native")
+    workloads = [
+        ("GPU-bound transformer step (8 layers, 1024 wide)", [sys.executable, torch_bench, "gpu_bound"], {}, True),
+        ("launch-bound step (200 tiny layers, ~1000 launches)", [sys.executable, torch_bench, "launch_bound"], {}, True),
+        ("PyTorch alloc+free, backend:cudaMallocAsync", [sys.executable, torch_bench, "alloc_bound"],
+         {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, True),
+        ("native cudaMallocAsync+cudaFreeAsync pair", [native, "async"], {}, False),
+        ("native empty kernel launch", [native, "launch"], {}, False),
+    ]
+    rows = []
+    for name, cmd, env, is_torch in workloads:
+        variants = {"none": [], "vramtrace": []}
+        if is_torch:
+            variants["torch _record_memory_history"] = []
+        for rep in range(a.repeats):
+            for v in variants:
+                c = list(cmd)
+                if v == "vramtrace":
+                    c = [vt, "run", "-o", os.path.join(a.out, "bench-run"), "--"] + c
+                if v.startswith("torch"):
+                    c = c + ["--record-history"]
+                res = run(c, env)
+                if res:
+                    val = [x for k, x in res.items() if k.startswith("seconds_per") or k == "ns_per_op"][0]
+                    variants[v].append(val * (1e9 if "ns_per_op" not in res else 1))
+        med = {v: statistics.median(x) if x else float("nan") for v, x in variants.items()}
+        base = med["none"]
+        for v, m in med.items():
+            rows.append((name, v, m, m / base if base else float("nan"), m - base, variants[v]))
+            print(f"{name:55s} {v:32s} {m:14.1f} ns  x{m / base:.4f}  (+{m - base:.1f} ns)  runs={[round(x, 1) for x in variants[v]]}", flush=True)
+    with open(os.path.join(a.out, "bench-gpu.md"), "w") as f:
+        f.write("| workload | variant | median ns per step/op | ratio to none | added ns |\n|---|---|---|---|---|\n")
+        for name, v, m, ratio, added, runs in rows:
+            f.write(f"| {name} | {v} | {m:.1f} | {ratio:.4f} | {added:+.1f} |\n")
+
+
+if __name__ == "__main__":
+    main()

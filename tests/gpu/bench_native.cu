@@ -1,0 +1,39 @@
+// Native GPU workloads for scripts/bench-gpu.sh; prints the median ns per operation as JSON.
+//   bench_native launch   200,000 launches of an empty kernel (ns per launch)
+//   bench_native async    200,000 cudaMallocAsync(1 MiB)/cudaFreeAsync pairs (ns per pair)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include <cuda_runtime.h>
+
+__global__ void empty_kernel() {}
+
+int main(int argc, char** argv) {
+  const bool launch = argc > 1 && !std::strcmp(argv[1], "launch");
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  const int n = 200000, rounds = 7;
+  std::vector<double> ns;
+  for (int r = 0; r < rounds + 1; ++r) {
+    cudaStreamSynchronize(s);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      if (launch) {
+        empty_kernel<<<1, 1, 0, s>>>();
+      } else {
+        void* p;
+        cudaMallocAsync(&p, 1 << 20, s);
+        cudaFreeAsync(p, s);
+      }
+    }
+    cudaStreamSynchronize(s);
+    auto t1 = std::chrono::steady_clock::now();
+    if (r > 0) ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / n);
+  }
+  std::sort(ns.begin(), ns.end());
+  if (cudaGetLastError() != cudaSuccess) return 1;
+  std::printf("{\"mode\": \"%s\", \"ns_per_op\": %.1f}\n", launch ? "launch" : "async", ns[ns.size() / 2]);
+  return 0;
+}
