@@ -50,7 +50,6 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--torch-script", required=True)
     ap.add_argument("--torch-peak-script", help="tests/gpu/torch_peak.py (stacks checks)")
-    ap.add_argument("--src", help="the repository root (for callchain.cu's path)")
     a = ap.parse_args()
     vt = os.path.join(a.build, "bin", "vramtrace")
     lib = os.path.join(a.build, "lib", "libvramtrace.so")
