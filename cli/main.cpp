@@ -111,8 +111,15 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
   }
 }
 
+// What `run` asks the library to record at each allocation (VRAMTRACE_STACKS, _MAX_DEPTH).
+struct StackOptions {
+  std::string mode;  // none|native|python|all; empty: the library's default (all)
+  int max_depth = 0;  // 0: the library's default (64)
+};
+
 int run_command(const std::string& out_dir, const std::string& lib_opt, int grace_ms,
-                const std::vector<std::string>& cmd, const CheckOptions& check) {
+                const std::vector<std::string>& cmd, const CheckOptions& check,
+                const StackOptions& stacks) {
   // With --baseline, bad budgets or a bad baseline are found before the command runs.
   nlohmann::json baseline;
   if (!check.baseline.empty()) {
@@ -176,6 +183,9 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     setenv("VRAMTRACE_SOCKET", live->socket_path().c_str(), 1);
     unsetenv("VRAMTRACE_OUTPUT");
+    if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
+    if (stacks.max_depth > 0)
+      setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -326,6 +336,13 @@ int main(int argc, char** argv) {
   run->add_option("--grace-ms", grace_ms,
                   "How long to wait for other processes' streams after the command ends")
       ->capture_default_str();
+  StackOptions stacks;
+  run->add_option("--stacks", stacks.mode,
+                  "Stacks at each allocation: none, native, python or all (default all: native, "
+                  "plus Python frames when the allocating thread holds the GIL)")
+      ->check(CLI::IsMember({"none", "native", "python", "all"}));
+  run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
+      ->check(CLI::Range(1, 128));
   run->add_option("command", cmd, "The command to run, after --")->required();
   run->prefix_command();
   CheckOptions run_check;
@@ -369,7 +386,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (*run) return run_command(run_out, lib, grace_ms, cmd, run_check);
+  if (*run) return run_command(run_out, lib, grace_ms, cmd, run_check, stacks);
   if (*chk) return check_command(candidate, check_opts);
   if (*dif) return diff_command(diff_a, diff_b, diff_html);
   if (*rep) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <tuple>
 
 namespace vramtrace::collector {
 
@@ -71,6 +72,10 @@ class Builder {
     ++p_.events;
     ++seq_;
     if (e.time_ns) p_.end_ns = std::max(p_.end_ns, e.time_ns);
+    // An AllocStack belongs to the allocation record right after it, and to nothing else.
+    if (e.type != RecordType::AllocStack && e.type != RecordType::Alloc &&
+        e.type != RecordType::AllocFailed && e.type != RecordType::VmmCreate)
+      pending_stack_ = pending_py_stack_ = 0;
     switch (e.type) {
       case RecordType::Process:
         p_.has_process_record = true;
@@ -131,6 +136,46 @@ class Builder {
       case RecordType::String:
         p_.kernel_names[static_cast<uint32_t>(e.a)] = e.text;
         break;
+      case RecordType::StackNode: {
+        StackNode n;
+        n.parent = static_cast<uint32_t>(e.b);
+        n.ip = e.address;
+        auto it = p_.module_map.upper_bound(e.address);
+        if (it != p_.module_map.begin()) {
+          --it;
+          if (e.address < p_.modules[it->second].end) n.module = static_cast<int64_t>(it->second);
+        }
+        p_.stack_nodes[static_cast<uint32_t>(e.a)] = n;
+        break;
+      }
+      case RecordType::PyStackNode: {
+        StackNode n;
+        n.parent = static_cast<uint32_t>(e.b);
+        n.python = true;
+        n.code = static_cast<uint32_t>(e.c);
+        n.line = static_cast<uint32_t>(e.bytes);
+        p_.stack_nodes[static_cast<uint32_t>(e.a)] = n;
+        break;
+      }
+      case RecordType::PyCode:
+        p_.py_codes[static_cast<uint32_t>(e.a)] = {e.text, e.text2};
+        break;
+      case RecordType::AllocStack:
+        pending_stack_ = static_cast<uint32_t>(e.a);
+        pending_py_stack_ = static_cast<uint32_t>(e.b);
+        break;
+      case RecordType::Module: {
+        if (e.a != p_.module_generation) {
+          p_.module_generation = e.a;
+          p_.module_map.clear();
+        }
+        ModuleInfo m{e.text, e.text2, e.address, e.b, e.c};
+        auto key = std::make_tuple(m.path, m.bias, m.start);
+        auto [it, inserted] = module_index_.try_emplace(key, p_.modules.size());
+        if (inserted) p_.modules.push_back(m);
+        p_.module_map[m.start] = it->second;
+        break;
+      }
       case RecordType::VmmCreate: {
         Allocation a = make(e, Api::cuMemCreate);
         VmmHandle& h = p_.vmm_handles[e.address];
@@ -237,6 +282,9 @@ class Builder {
     a.stream = e.stream;
     a.thread = e.thread;
     a.last_kernel = device(e.device).last_kernel;
+    a.stack = pending_stack_;
+    a.py_stack = pending_py_stack_;
+    pending_stack_ = pending_py_stack_ = 0;
     return a;
   }
 
@@ -331,6 +379,8 @@ class Builder {
   }
 
   void on_failed(const Event& e) {
+    const uint32_t stack = pending_stack_, py_stack = pending_py_stack_;
+    pending_stack_ = pending_py_stack_ = 0;
     DeviceModel& d = device(e.device);
     ++d.apis[idx(e.api)].failed;
     constexpr uint64_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
@@ -348,6 +398,8 @@ class Builder {
     o.thread = e.thread;
     o.live_bytes = d.memory.live_bytes();
     o.last_kernel = p_.kernel_name(d.last_kernel);
+    o.stack = stack;
+    o.py_stack = py_stack;
     for (auto& [k, a] : p_.live)
       if (a.device == e.device) o.live.push_back(a);
     for (auto& [k, h] : p_.vmm_handles)
@@ -364,6 +416,8 @@ class Builder {
   DeviceModel* last_device_ = nullptr;
   size_t run_slot_ = SIZE_MAX;
   uint32_t run_slot_index_ = UINT32_MAX;
+  uint32_t pending_stack_ = 0, pending_py_stack_ = 0;
+  std::map<std::tuple<std::string, uint64_t, uint64_t>, size_t> module_index_;
 };
 
 }  // namespace

@@ -32,6 +32,8 @@ struct Allocation {
   uint64_t stream = 0;
   uint32_t thread = 0;
   uint32_t last_kernel = 0;  // name id of the kernel launched last before it on its device
+  uint32_t stack = 0;        // leaf of its native stack in the process's trace tree (0: none)
+  uint32_t py_stack = 0;     // leaf of its Python stack (0: none)
 };
 
 struct ApiStats {
@@ -92,6 +94,7 @@ struct OomEvent {
   uint64_t live_bytes = 0;  // this process's live device bytes on that device then
   std::optional<uint64_t> free_bytes, total_bytes;  // the driver's cuMemGetInfo then
   std::string last_kernel;
+  uint32_t stack = 0, py_stack = 0;  // the failed request's own stack
   std::vector<Allocation> live;  // the live set then, largest first (capped)
 };
 
@@ -143,6 +146,23 @@ struct VmmHandle {
   uint32_t mappings = 0;
 };
 
+// A loaded module of a traced process, as its Module records described it.
+struct ModuleInfo {
+  std::string path;
+  std::string build_id;  // raw bytes (empty when the module had none)
+  uint64_t bias = 0, start = 0, end = 0;
+};
+
+// A node of a process's trace tree: a native return address (with the module that held it when
+// the node was written) or a Python frame.
+struct StackNode {
+  uint32_t parent = 0;
+  bool python = false;
+  uint64_t ip = 0;
+  int64_t module = -1;  // index into ProcessModel::modules; -1: in no known module
+  uint32_t code = 0, line = 0;  // Python frames
+};
+
 struct ProcessModel {
   uint64_t pid = 0, ppid = 0;
   std::string host, exe, trace_path;
@@ -160,6 +180,14 @@ struct ProcessModel {
   std::vector<OomEvent> ooms;
   std::map<uint64_t, uint64_t> failures_by_result;  // non-OOM failed allocations
   std::unordered_map<uint32_t, std::string> kernel_names;
+
+  // Stacks: every module seen (the current map indexes it by start address), the trace tree,
+  // Python code locations (file, function).
+  std::vector<ModuleInfo> modules;
+  std::map<uint64_t, size_t> module_map;
+  uint64_t module_generation = UINT64_MAX;
+  std::unordered_map<uint32_t, StackNode> stack_nodes;
+  std::unordered_map<uint32_t, std::pair<std::string, std::string>> py_codes;
 
   // Live allocations, keyed by (space, id).
   std::unordered_map<uint64_t, Allocation> live;  // device pointers and array handles

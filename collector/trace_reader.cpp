@@ -237,6 +237,34 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
       e.a = r.varint();        // reserved
       e.b = r.varint();        // used
       break;
+    case RecordType::StackNode:
+      e.a = r.varint();        // node id
+      e.b = r.varint();        // parent id
+      e.address = r.varint();  // return address
+      break;
+    case RecordType::PyStackNode:
+      e.a = r.varint();  // node id
+      e.b = r.varint();  // parent id
+      e.c = r.varint();  // code id
+      e.bytes = r.varint();  // line
+      break;
+    case RecordType::PyCode:
+      e.a = r.varint();  // code id
+      str(e.text);       // file
+      str(e.text2);      // function
+      break;
+    case RecordType::AllocStack:
+      e.a = r.varint();  // native leaf
+      e.b = r.varint();  // Python leaf
+      break;
+    case RecordType::Module:
+      e.a = r.varint();        // generation
+      e.address = r.varint();  // load bias
+      e.b = r.varint();        // lowest address
+      e.c = r.varint();        // end address
+      str(e.text);             // path
+      str(e.text2);            // build-id bytes
+      break;
     default:
       return false;
   }

@@ -82,6 +82,21 @@ enum class RecordType : uint8_t {
   // dt, device, pool handle, reserved bytes, used bytes: a stream-ordered pool's footprint,
   // written after an async allocation or free when the pool's reserved size changed
   PoolUsage = 17,
+  // ---- stacks (trace tree, interned in the target; see interpose/stacks.cpp) ----
+  // node id, parent node id (0: the root), return address: a native frame, written once
+  StackNode = 18,
+  // node id, parent node id, Python code id (a PyCode record), line: a Python frame
+  PyStackNode = 19,
+  // code id, file name, function name: a Python code location, written once
+  PyCode = 20,
+  // native leaf node id, Python leaf node id (0: none): the stack of the Alloc, AllocFailed or
+  // VmmCreate record that immediately follows it (same frame, no time of its own)
+  AllocStack = 21,
+  // generation, load bias, lowest address, end address, path, GNU build-id (raw bytes): one
+  // loaded module. A generation different from the previous Module record's starts a new map
+  // (sent at start and again after dlopen/dlclose); stack nodes are resolved against the map
+  // current when they were written.
+  Module = 22,
 };
 
 // The CUDA driver entry point a record came from. Append only.

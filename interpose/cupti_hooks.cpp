@@ -20,6 +20,7 @@
 #include "interpose/hooks.h"
 #include "interpose/notice.h"
 #include "interpose/recorder.h"
+#include "interpose/stacks.h"
 
 #ifndef VRAMTRACE_CUPTI_DIR
 #define VRAMTRACE_CUPTI_DIR "/usr/local/cuda/lib64"
@@ -161,10 +162,16 @@ constexpr size_t kMaxNameBytes = 4096;
 
 uint64_t stream_id(CUstream s) { return reinterpret_cast<uintptr_t>(s); }
 
-void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream) {
-  RecordSlot slot(format::kMaxFixedRecordBytes);
+// The stack of an allocation is captured before the slot is taken (unwinding is the slow part)
+// and written in the same slot, just before the allocation record it belongs to.
+void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream,
+                  const CapturedStack& stack) {
+  const bool with_stack = stack.depth || stack.py_depth;
+  RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
+  uint32_t records = 1;
+  if (with_stack) p = write_stack(p, stack, &records);
   p = format::put_u8(p, static_cast<uint8_t>(RecordType::Alloc));
   p = format::put_varint(p, slot.delta_ns());
   p = format::put_u8(p, static_cast<uint8_t>(api));
@@ -173,7 +180,7 @@ void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstrea
   p = format::put_varint(p, bytes);
   p = format::put_varint(p, stream_id(stream));
   p = format::put_varint(p, thread_id());
-  slot.commit(p);
+  slot.commit(p, records);
 }
 
 void record_free(Api api, int device, uint64_t address, CUstream stream) {
@@ -204,11 +211,15 @@ void record_meminfo(int device) {
   slot.commit(p);
 }
 
-void record_failed(Api api, int device, uint64_t bytes, CUresult result) {
+void record_failed(Api api, int device, uint64_t bytes, CUresult result,
+                   const CapturedStack& stack) {
   {
-    RecordSlot slot(format::kMaxFixedRecordBytes);
+    const bool with_stack = stack.depth || stack.py_depth;
+    RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
     if (!slot.ok()) return;
     uint8_t* p = slot.begin();
+    uint32_t records = 1;
+    if (with_stack) p = write_stack(p, stack, &records);
     p = format::put_u8(p, static_cast<uint8_t>(RecordType::AllocFailed));
     p = format::put_varint(p, slot.delta_ns());
     p = format::put_u8(p, static_cast<uint8_t>(api));
@@ -216,7 +227,7 @@ void record_failed(Api api, int device, uint64_t bytes, CUresult result) {
     p = format::put_varint(p, bytes);
     p = format::put_varint(p, static_cast<uint64_t>(result));
     p = format::put_varint(p, thread_id());
-    slot.commit(p);
+    slot.commit(p, records);
   }
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
   if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
@@ -262,6 +273,21 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
   p = format::put_varint(p, static_cast<uint64_t>(device));
   p = format::put_varint(p, stream_id(stream));
   p = format::put_varint(p, id);
+  slot.commit(p, records);
+}
+
+void record_vmm_create(int device, uint64_t handle, uint64_t bytes, const CapturedStack& stack) {
+  const bool with_stack = stack.depth || stack.py_depth;
+  RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
+  if (!slot.ok()) return;
+  uint8_t* p = slot.begin();
+  uint32_t records = 1;
+  if (with_stack) p = write_stack(p, stack, &records);
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::VmmCreate));
+  p = format::put_varint(p, slot.delta_ns());
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, handle);
+  p = format::put_varint(p, bytes);
   slot.commit(p, records);
 }
 
@@ -359,10 +385,12 @@ CUresult result_of(const CUpti_CallbackData* cb) {
 // An allocation's exit: the record if it worked, an AllocFailed (the OOM moment) if not.
 void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, uint64_t address,
                    uint64_t bytes, CUstream stream) {
+  CapturedStack stack;
+  capture_stack(&stack);
   if (succeeded(cb))
-    record_alloc(api, device, address, bytes, stream);
+    record_alloc(api, device, address, bytes, stream, stack);
   else
-    record_failed(api, device, bytes, result_of(cb));
+    record_failed(api, device, bytes, result_of(cb), stack);
 }
 
 void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
@@ -483,10 +511,12 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         int dev = device;
         if (a->prop && a->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
           dev = a->prop->location.id;
+        CapturedStack stack;
+        capture_stack(&stack);
         if (succeeded(cb))
-          record_fields(RecordType::VmmCreate, static_cast<uint64_t>(dev), *a->handle, a->size, 0, 3);
+          record_vmm_create(dev, *a->handle, a->size, stack);
         else
-          record_failed(Api::cuMemCreate, dev, a->size, result_of(cb));
+          record_failed(Api::cuMemCreate, dev, a->size, result_of(cb), stack);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:

@@ -21,6 +21,7 @@
 #include "interpose/hooks.h"
 #include "interpose/notice.h"
 #include "interpose/recorder.h"
+#include "interpose/stacks.h"
 
 namespace vramtrace::interpose {
 namespace {
@@ -120,6 +121,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   if (g_disabled || g_injected.exchange(true)) return 1;
   if (!recorder_start()) return 1;
   record_process();
+  stacks_init();  // the module map goes out before any stack that refers to it
   subscribe_cupti();
   return 1;
 }

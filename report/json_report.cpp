@@ -10,6 +10,7 @@
 #include <ctime>
 #include <map>
 
+#include "collector/stacks.h"
 #include "common/format.h"
 
 namespace vramtrace::report {
@@ -30,8 +31,42 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-// Until native and Python stacks exist, a site is the driver entry point that made it.
-std::string site_of(const Allocation& a) { return format::api_name(a.api); }
+constexpr size_t kTopStacks = 20;
+
+// Where an allocation came from: its stack's site, or the driver entry point that made it when
+// the trace has no stack for it (stacks off, or an older trace).
+struct Site {
+  std::string text;
+  std::string library;
+  const collector::Attribution* stack = nullptr;
+};
+
+Site site_of(const Allocation& a, collector::StackResolver& stacks) {
+  Site s;
+  if (a.stack || a.py_stack) {
+    s.stack = &stacks.attribute(a.stack, a.py_stack);
+    s.text = s.stack->site;
+    s.library = s.stack->library;
+  }
+  if (s.text.empty()) s.text = format::api_name(a.api);
+  return s;
+}
+
+json frames_json(const collector::Attribution* a) {
+  json out = json::array();
+  if (!a) return out;
+  for (const auto& f : a->frames) {
+    json j = {{"function", f.function}, {"file", f.file}, {"line", f.line}};
+    if (f.python) {
+      j["python"] = true;
+    } else {
+      j["module"] = f.module;
+      j["offset"] = hex(f.offset);
+    }
+    out.push_back(j);
+  }
+  return out;
+}
 
 json api_table(const std::array<collector::ApiStats, static_cast<size_t>(format::Api::kCount)>& t) {
   json out = json::object();
@@ -44,32 +79,43 @@ json api_table(const std::array<collector::ApiStats, static_cast<size_t>(format:
   return out;
 }
 
-json allocation_json(const Allocation& a, const ProcessModel& p, uint64_t origin) {
+json allocation_json(const Allocation& a, const ProcessModel& p, uint64_t origin,
+                     collector::StackResolver& stacks) {
+  Site site = site_of(a, stacks);
   json j = {{"address", hex(a.id)},
             {"bytes", a.bytes},
             {"api", format::api_name(a.api)},
             {"kind", format::memory_kind_name(format::memory_kind(a.api))},
             {"time_ns", a.time_ns >= origin ? a.time_ns - origin : 0},
             {"thread", a.thread},
-            {"site", site_of(a)}};
+            {"site", site.text},
+            {"library", site.library},
+            {"stack", frames_json(site.stack)}};
   if (a.stream) j["stream"] = hex(a.stream);
   const std::string& k = p.kernel_name(a.last_kernel);
   if (!k.empty()) j["last_kernel"] = demangle(k);
   return j;
 }
 
-// Groups allocations by site: bytes, count and the distinct sizes, largest site first.
-json by_site(const std::vector<Allocation>& allocs) {
+// Groups allocations by site: bytes, count and the distinct sizes, largest site first, with
+// the owning library and the stack of the group's largest allocation.
+json by_site(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
   struct Group {
-    uint64_t bytes = 0, count = 0;
+    uint64_t bytes = 0, count = 0, largest = 0;
     std::map<uint64_t, uint64_t> sizes;
+    Site site;
   };
   std::map<std::string, Group> groups;
   for (const auto& a : allocs) {
-    Group& g = groups[site_of(a)];
+    Site site = site_of(a, stacks);
+    Group& g = groups[site.text];
     g.bytes += a.bytes;
     ++g.count;
     ++g.sizes[a.bytes];
+    if (a.bytes > g.largest || g.count == 1) {
+      g.largest = a.bytes;
+      g.site = site;
+    }
   }
   std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
   std::sort(sorted.begin(), sorted.end(),
@@ -79,7 +125,56 @@ json by_site(const std::vector<Allocation>& allocs) {
     json sizes = json::array();
     for (auto it = g.sizes.rbegin(); it != g.sizes.rend(); ++it)
       sizes.push_back({{"bytes", it->first}, {"count", it->second}});
-    out.push_back({{"site", site}, {"bytes", g.bytes}, {"count", g.count}, {"sizes", sizes}});
+    out.push_back({{"site", site},
+                   {"bytes", g.bytes},
+                   {"count", g.count},
+                   {"sizes", sizes},
+                   {"library", g.site.library},
+                   {"stack", frames_json(g.site.stack)}});
+  }
+  return out;
+}
+
+// Groups allocations by owning library ("(unknown)" without a stack), largest first.
+json by_library(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> groups;
+  for (const auto& a : allocs) {
+    std::string lib = site_of(a, stacks).library;
+    auto& g = groups[lib.empty() ? "(unknown)" : lib];
+    g.first += a.bytes;
+    ++g.second;
+  }
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> sorted(groups.begin(),
+                                                                           groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  json out = json::array();
+  for (auto& [lib, g] : sorted)
+    out.push_back({{"library", lib}, {"bytes", g.first}, {"count", g.second}});
+  return out;
+}
+
+// Groups allocations by whole stack (the same site may be reached by several), largest first.
+json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> groups;
+  for (const auto& a : allocs) {
+    if (!a.stack && !a.py_stack) continue;
+    auto& g = groups[{a.stack, a.py_stack}];
+    g.first += a.bytes;
+    ++g.second;
+  }
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>>> sorted(
+      groups.begin(), groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  json out = json::array();
+  for (size_t i = 0; i < sorted.size() && i < kTopStacks; ++i) {
+    const auto& at = stacks.attribute(sorted[i].first.first, sorted[i].first.second);
+    out.push_back({{"site", at.site.empty() ? "(unknown)" : at.site},
+                   {"library", at.library},
+                   {"bytes", sorted[i].second.first},
+                   {"count", sorted[i].second.second},
+                   {"stack", frames_json(&at)}});
   }
   return out;
 }
@@ -227,7 +322,9 @@ json to_json(const Run& run, const RunInfo& info) {
   std::map<std::pair<std::string, uint32_t>, json> peak_allocs_by_device;
   std::map<std::pair<std::string, uint32_t>, json> apis_by_device;
   std::map<std::pair<std::string, uint32_t>, json> reserved_by_device;
+  collector::Symbolizer symbols;
   for (const auto& p : run.processes) {
+    collector::StackResolver stacks(p, symbols);
     json pj;
     pj["pid"] = p.pid;
     pj["ppid"] = p.ppid;
@@ -260,7 +357,7 @@ json to_json(const Run& run, const RunInfo& info) {
 
       json top = json::array();
       for (size_t i = 0; i < d.live_at_peak.size() && i < kTopAllocations; ++i)
-        top.push_back(allocation_json(d.live_at_peak[i], p, origin));
+        top.push_back(allocation_json(d.live_at_peak[i], p, origin, stacks));
 
       json kernels = json::array();
       std::vector<std::pair<uint32_t, uint64_t>> ks(d.launches_by_kernel.begin(),
@@ -284,7 +381,9 @@ json to_json(const Run& run, const RunInfo& info) {
            {{"bytes", d.memory.peak_bytes()},
             {"time_ns", d.memory.peak_time() >= origin ? d.memory.peak_time() - origin : 0},
             {"live_allocations", d.live_at_peak.size()},
-            {"by_site", by_site(d.live_at_peak)},
+            {"by_site", by_site(d.live_at_peak, stacks)},
+            {"by_library", by_library(d.live_at_peak, stacks)},
+            {"by_stack", by_stack(d.live_at_peak, stacks)},
             {"largest", top},
             {"last_kernel", demangle(p.kernel_name(d.kernel_at_peak))}}},
           {"reserved",
@@ -316,7 +415,7 @@ json to_json(const Run& run, const RunInfo& info) {
       reserved_by_device[key] = dj["reserved"];
 
       // Leak suspects: device memory still live when the process ended, grouped by site.
-      for (json& g : by_site(still)) {
+      for (json& g : by_site(still, stacks)) {
         g["device"] = index;
         g["pid"] = p.pid;
         leaks.push_back(g);
@@ -339,7 +438,12 @@ json to_json(const Run& run, const RunInfo& info) {
       std::vector<Allocation> live = o.live;
       json largest = json::array();
       for (size_t i = 0; i < live.size() && i < 10; ++i)
-        largest.push_back(allocation_json(live[i], p, origin));
+        largest.push_back(allocation_json(live[i], p, origin, stacks));
+      Allocation request;
+      request.api = o.api;
+      request.stack = o.stack;
+      request.py_stack = o.py_stack;
+      Site request_site = site_of(request, stacks);
       json oj = {{"device", o.device},
                  {"pid", o.pid},
                  {"requested_bytes", o.requested_bytes},
@@ -348,7 +452,11 @@ json to_json(const Run& run, const RunInfo& info) {
                  {"error", "CUDA_ERROR_OUT_OF_MEMORY"},
                  {"thread", o.thread},
                  {"live_bytes", o.live_bytes},
-                 {"live_by_site", by_site(live)},
+                 {"site", request_site.text},
+                 {"library", request_site.library},
+                 {"stack", frames_json(request_site.stack)},
+                 {"live_by_site", by_site(live, stacks)},
+                 {"live_by_library", by_library(live, stacks)},
                  {"largest_live", largest}};
       if (o.free_bytes) oj["free_bytes"] = *o.free_bytes;
       if (o.total_bytes) oj["total_bytes"] = *o.total_bytes;
@@ -391,6 +499,8 @@ json to_json(const Run& run, const RunInfo& info) {
       const json& pp = peak_allocs_by_device[key];
       dj["peak"]["live_allocations"] = pp["live_allocations"];
       dj["peak"]["by_site"] = pp["by_site"];
+      dj["peak"]["by_library"] = pp["by_library"];
+      dj["peak"]["by_stack"] = pp["by_stack"];
       dj["peak"]["largest"] = pp["largest"];
       dj["peak"]["last_kernel"] = pp["last_kernel"];
       dj["apis"] = apis_by_device[key];

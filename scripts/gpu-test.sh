@@ -26,5 +26,12 @@ for p in basic oom apis crash threads forker workers rank_alloc share_gpu; do
     "$ROOT/tests/programs/$p.cu" $extra || exit 2
 done
 
+# The stacks checks name functions, files and lines: callchain with debug information.
+"$NVCC" -g -O0 -arch="$ARCH" -I"$ROOT/tests/programs" -o "$OUT_DIR/bin/callchain-static" \
+  "$ROOT/tests/programs/callchain.cu" || exit 2
+"$NVCC" -g -O0 -arch="$ARCH" -cudart shared -I"$ROOT/tests/programs" \
+  -o "$OUT_DIR/bin/callchain-shared" "$ROOT/tests/programs/callchain.cu" || exit 2
+
 python3 "$ROOT/scripts/gpu_check.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
-  --torch-script "$ROOT/tests/gpu/torch_train.py"
+  --torch-script "$ROOT/tests/gpu/torch_train.py" \
+  --torch-peak-script "$ROOT/tests/gpu/torch_peak.py"

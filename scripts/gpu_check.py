@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--torch-script", required=True)
+    ap.add_argument("--torch-peak-script", help="tests/gpu/torch_peak.py (stacks checks)")
     a = ap.parse_args()
     vt = os.path.join(a.build, "bin", "vramtrace")
     lib = os.path.join(a.build, "lib", "libvramtrace.so")
@@ -205,6 +206,60 @@ def main():
         check(s, "device peak: both at once", 61440 * MiB, r["devices"][0]["peak"]["bytes"])
     else:
         check(s, "two processes in one report", True, False)
+    # Stacks: the site of a known allocation, by function, file and line, and its library.
+    for kind in ("static", "shared"):
+        exe = os.path.join(a.bin, f"callchain-{kind}")
+        if not os.path.exists(exe):
+            continue
+        s = f"stacks: callchain ({kind} cudart)"
+        p, r, d = vrun(f"callchain-{kind}", [exe])
+        check(s, "exit code", 0, p.returncode)
+        if not r:
+            check(s, "report written", True, False)
+            continue
+        peak = r["devices"][0]["peak"]
+        top = (peak.get("by_site") or [{}])[0]
+        want_site = "allocate_weights(unsigned long) ("
+        want_line = "callchain.cu:8)"
+        check(s, "peak site names allocate_weights at callchain.cu:8",
+              want_site + "...", top.get("site"),
+              str(top.get("site", "")).startswith(want_site) and
+              str(top.get("site", "")).endswith(want_line))
+        check(s, "library of the peak's allocations", f"callchain-{kind}",
+              [x["library"] for x in peak.get("by_library", [])],
+              [x["library"] for x in peak.get("by_library", [])] == [f"callchain-{kind}"])
+        leak = (r.get("leaks") or [{}])[0]
+        check(s, "leak site names allocate_scratch at callchain.cu:14", "allocate_scratch() (...)",
+              leak.get("site"), str(leak.get("site", "")).endswith("callchain.cu:14)"))
+
+    if a.torch_peak_script:
+        s = "stacks: torch peak line"
+        with open(a.torch_peak_script) as f:
+            marked = [i + 1 for i, line in enumerate(f) if "# VT-PEAK" in line][0]
+        p, r, d = vrun("torch-peak", [sys.executable, a.torch_peak_script],
+                       env={"PYTHONUNBUFFERED": "1"})
+        check(s, "exit code", 0, p.returncode)
+        if r:
+            pdev = r["processes"][0]["devices"][0]
+            largest = (pdev["peak"].get("largest") or [{}])[0]
+            want = f"make_activations ({os.path.abspath(a.torch_peak_script)}:{marked})"
+            check(s, "largest allocation at the peak: its site", want, largest.get("site"),
+                  largest.get("site") == want)
+            check(s, "largest allocation at the peak: >= 4 GiB", ">= 4 GiB", largest.get("bytes"),
+                  (largest.get("bytes") or 0) >= 4 << 30)
+            check(s, "by_site at the peak names the marked line first", want,
+                  (pdev["peak"].get("by_site") or [{}])[0].get("site"),
+                  (pdev["peak"].get("by_site") or [{}])[0].get("site") == want)
+            lib = largest.get("library", "")
+            check(s, "owning library of PyTorch's segment", "libc10_cuda.so / libtorch_cuda.so",
+                  lib, lib.startswith("libc10_cuda") or lib.startswith("libtorch_cuda"))
+            libs = [x["library"] for x in pdev["peak"].get("by_library", [])]
+            check(s, "peak.by_library led by PyTorch's CUDA library", "libc10_cuda / libtorch_cuda",
+                  libs, bool(libs) and (libs[0].startswith("libc10_cuda") or
+                                        libs[0].startswith("libtorch_cuda")))
+        else:
+            check(s, "report written", True, False)
+            print(p.stderr[-3000:])
 
     s = "no CUDA"
     p, r, d = vrun("nocuda", ["sh", "-c", "echo hi; exit 4"])

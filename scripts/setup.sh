@@ -9,6 +9,7 @@ SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO=sudo
 
 packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
+  libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev
           chromium)
 command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()

@@ -28,6 +28,21 @@
     if (Math.abs(s) >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
     return `${(s * 1e6).toFixed(1)} µs`;
   };
+  // A stack as a list of frames, innermost first; every string goes in as textContent.
+  const frameText = (f) => {
+    const where = f.file ? ` (${f.file}:${f.line})` : "";
+    if (f.function) return f.function + where + (f.python ? "  [python]" : "");
+    const mod = (f.module || "??").split("/").pop();
+    return `${mod}+${f.offset || "0x0"}`;
+  };
+  const stackView = (a) => {
+    const d = $("details", { class: "stack" });
+    d.append($("summary", { text: `${bytes(a.bytes)}${a.count ? ` in ${a.count}` : ""} — ${a.site || "?"}${a.library ? "  [" + a.library + "]" : ""}` }));
+    const ol = $("ol", { class: "frames" });
+    for (const f of a.stack || []) ol.append($("li", { class: f.python ? "code py" : "code", text: frameText(f) }));
+    d.append(ol);
+    return d;
+  };
   const stat = (label, value, cls, id) =>
     $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
       $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
@@ -227,10 +242,21 @@
     if (pd) {
       card.append($("h3", { text: "Live at the peak, by site" }));
       card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pd.peak.by_site || []).slice(), "peak-sites"));
+      if ((pd.peak.by_library || []).length) {
+        card.append($("h3", { text: "Live at the peak, by library (who holds the memory)" }));
+        card.append(table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], pd.peak.by_library.slice(), "peak-libraries"));
+      }
+      const withStacks = (pd.peak.largest || []).filter((a) => (a.stack || []).length).slice(0, 10);
+      if (withStacks.length) {
+        card.append($("h3", { text: "Stacks of the largest allocations live at the peak" }));
+        const box = $("div", { "data-stacks": "peak" });
+        for (const a of withStacks) box.append(stackView(a));
+        card.append(box);
+      }
       card.append($("h3", { text: "Live at the peak, as an icicle graph" }));
       card.append(icicle(peakTree(pd.peak), d.peak.bytes));
       card.append($("h3", { text: "Largest allocations live at the peak" }));
-      card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
+      card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
         { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true }, { key: "last_kernel", label: "last kernel before it", code: true }],
         (pd.peak.largest || []).slice(), "peak-largest"));
       if ((pd.pools || []).length) {
@@ -257,14 +283,23 @@
       }
       if (o.last_kernel) box.append($("div", { class: "muted", text: `Last kernel launched before it: ${o.last_kernel}` }));
       card.append($("h3", { text: "Out of memory" }), box);
+      if (o.site && (o.stack || []).length) box.append(stackView({ bytes: o.requested_bytes, site: "requested by " + o.site, library: o.library, stack: o.stack }));
       card.append(table([{ key: "site", label: "live then, by site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (o.live_by_site || []).slice(), "oom-sites"));
+      if ((o.live_by_library || []).length)
+        card.append(table([{ key: "library", label: "live then, by library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], o.live_by_library.slice(), "oom-libraries"));
     }
 
     if (leaks.length) {
       card.append($("h3", { text: "Leak suspects: still live when the process ended" }));
       const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
-      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true },
+      card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true },
         { key: "pid", label: "pid", num: true }, { key: "sizes_text", label: "sizes" }], rows, "leaks"));
+      const leakStacks = leaks.filter((l) => (l.stack || []).length).slice(0, 10);
+      if (leakStacks.length) {
+        const box = $("div", { "data-stacks": "leaks" });
+        for (const l of leakStacks) box.append(stackView(l));
+        card.append(box);
+      }
     }
     void proc;
   }

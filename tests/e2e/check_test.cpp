@@ -42,7 +42,7 @@ TEST_CASE("check fails a regression, naming what grew, and passes within budget"
   REQUIRE(bad.code() == 1);
   REQUIRE(contains(bad.out, "baseline 64.00 MiB, candidate 72.00 MiB, +8.00 MiB (+12.5%), "
                             "budget +5% (up to 67.20 MiB): REGRESSION"));
-  REQUIRE(contains(bad.out, "grew: cuMemAllocAsync +8.00 MiB at the peak (0 -> 1 allocations)"));
+  REQUIRE(contains(bad.out, "grew: grow_activations +8.00 MiB at the peak (0 -> 1 allocations)"));
   REQUIRE(contains(bad.out, "FAILED: 1 of 1 over budget"));
 
   Result ok = sh(check(r.cand + " --baseline " + r.base + " --max-increase 8MiB"));
@@ -129,8 +129,8 @@ TEST_CASE("diff shows the known allocation that differs") {
   INFO(d.out);
   REQUIRE(d.code() == 0);
   REQUIRE(contains(d.out, "peak 64.00 MiB -> 72.00 MiB (+8.00 MiB, +12.5%)"));
-  REQUIRE(contains(d.out, "cuMemAllocAsync: 0 B in 0 -> 8.00 MiB in 1 allocations (+8.00 MiB)"));
-  REQUIRE(contains(slurp(r.dir + "/diff.html"), "<td>cuMemAllocAsync</td>"));
+  REQUIRE(contains(d.out, "grow_activations: 0 B in 0 -> 8.00 MiB in 1 allocations (+8.00 MiB)"));
+  REQUIRE(contains(slurp(r.dir + "/diff.html"), "<td>grow_activations</td>"));
 }
 
 TEST_CASE("run --baseline checks in one step and passes the command's failure through") {

@@ -118,6 +118,20 @@ const evil = profile("evil", [join(build, "tests/programs/evil_names"), "<img sr
   await page.close();
 }
 
+// 4. Stacks: who holds the memory (library table) and the stack of the largest allocation.
+const chain = profile("stacks", [join(build, "tests/programs/callchain")]);
+{
+  const { page, errors } = await open(chain, "light");
+  const lib = await page.locator("[data-table='peak-libraries'] tbody td").first().textContent();
+  check("library breakdown shown", lib === "callchain", lib);
+  const summary = await page.locator("[data-stacks='peak'] summary").first().textContent();
+  check("largest allocation's stack summarised by its site", summary.includes("allocate_weights(unsigned long)") && summary.includes("callchain.cu:8"), summary);
+  const frames = await page.locator("[data-stacks='peak'] details").first().locator("li").allTextContents();
+  check("stack frames listed", frames.some((f) => f.startsWith("main (") && f.endsWith("callchain.cu:19)")), frames.join(" | "));
+  check("no console errors (stacks)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 await browser.close();
 console.log(failures ? `${failures} failed` : "all passed");
 process.exit(failures ? 1 : 0);

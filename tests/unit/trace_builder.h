@@ -115,6 +115,46 @@ class TraceBuilder {
     v(bytes);
     return *this;
   }
+  // Stacks: the module map, trace-tree nodes, and the AllocStack that precedes an allocation.
+  TraceBuilder& module(uint64_t generation, uint64_t bias, uint64_t start, uint64_t end,
+                       const std::string& path, const std::string& build_id = "") {
+    u8(RecordType::Module);
+    v(generation);
+    v(bias);
+    v(start);
+    v(end);
+    s(path);
+    s(build_id);
+    return *this;
+  }
+  TraceBuilder& stack_node(uint32_t id, uint32_t parent, uint64_t ip) {
+    u8(RecordType::StackNode);
+    v(id);
+    v(parent);
+    v(ip);
+    return *this;
+  }
+  TraceBuilder& py_code(uint32_t id, const std::string& file, const std::string& function) {
+    u8(RecordType::PyCode);
+    v(id);
+    s(file);
+    s(function);
+    return *this;
+  }
+  TraceBuilder& py_node(uint32_t id, uint32_t parent, uint32_t code, uint32_t line) {
+    u8(RecordType::PyStackNode);
+    v(id);
+    v(parent);
+    v(code);
+    v(line);
+    return *this;
+  }
+  TraceBuilder& alloc_stack(uint32_t native_leaf, uint32_t py_leaf = 0) {
+    u8(RecordType::AllocStack);
+    v(native_leaf);
+    v(py_leaf);
+    return *this;
+  }
   TraceBuilder& exit_clean() {
     at(RecordType::ProcessExit);
     v(count_ + 1);

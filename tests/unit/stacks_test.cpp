@@ -1,0 +1,160 @@
+// Unit tests of stacks in the collector: the trace tree (StackNode, PyStackNode, PyCode), the
+// AllocStack that names an allocation's leaves, the module map across dlopen/dlclose, and the
+// site and owning library derived from them (no symbols: the module files do not exist).
+#include <catch2/catch.hpp>
+
+#include "collector/model.h"
+#include "collector/stacks.h"
+#include "report/json_report.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+using vt_test::Api;
+using vt_test::TraceBuilder;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+collector::Run run_of(std::vector<uint8_t> stream) {
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(std::move(stream)));
+  return collector::analyze(std::move(readers));
+}
+
+// app (main) -> libfoo.so -> libcudart.so.13: nodes 1 <- 2 <- 3.
+TraceBuilder traced() {
+  TraceBuilder b;
+  b.context(0, 1024 * MiB)
+      .module(1, 0, 0x400000, 0x500000, "/nonexistent/app")
+      .module(1, 0x10000, 0x10000, 0x20000, "/nonexistent/libfoo.so")
+      .module(1, 0x7f0000, 0x7f0000, 0x800000, "/nonexistent/libcudart.so.13")
+      .stack_node(1, 0, 0x400100)
+      .stack_node(2, 1, 0x10200)
+      .stack_node(3, 2, 0x7f0040)
+      .alloc_stack(3)
+      .alloc(0xa, 1 * MiB)
+      .alloc_stack(2)  // a shorter stack reuses the tree's nodes
+      .alloc(0xb, 2 * MiB);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("the trace tree: an allocation names its leaf, resolved against the module map") {
+  TraceBuilder b = traced();
+  // dlclose(libfoo), dlopen(libbar): a new generation of the map.
+  b.module(2, 0, 0x400000, 0x500000, "/nonexistent/app")
+      .module(2, 0x30000, 0x30000, 0x40000, "/nonexistent/libbar.so")
+      .stack_node(4, 1, 0x30010)
+      .stack_node(5, 1, 0x10200)  // where libfoo was: in no module any more
+      .alloc_stack(4)
+      .alloc(0xc, 4 * MiB)
+      .alloc_stack(5)
+      .alloc(0xd, 8 * MiB)
+      .alloc(0xe, 16 * MiB);  // no AllocStack: no stack
+  collector::Run run = run_of(b.bytes());
+  REQUIRE(run.problems.empty());
+  const collector::ProcessModel& p = run.processes[0];
+  REQUIRE(p.modules.size() == 4);  // app once, libfoo, libcudart, libbar
+  REQUIRE(p.stack_nodes.size() == 5);
+  REQUIRE(p.stack_nodes.at(3).parent == 2);
+  REQUIRE(p.stack_nodes.at(5).module == -1);
+  REQUIRE(p.live.at(0xa).stack == 3);
+  REQUIRE(p.live.at(0xb).stack == 2);
+  REQUIRE(p.live.at(0xc).stack == 4);
+  REQUIRE(p.live.at(0xe).stack == 0);
+
+  collector::Symbolizer symbols;
+  collector::StackResolver stacks(p, symbols);
+  const collector::Attribution& a = stacks.attribute(3, 0);
+  REQUIRE(a.frames.size() == 3);
+  REQUIRE(a.frames[0].module == "/nonexistent/libcudart.so.13");
+  REQUIRE(a.frames[0].offset == 0x40);
+  REQUIRE(a.frames[0].internal);
+  REQUIRE(a.frames[1].offset == 0x200);  // relative to the load bias
+  REQUIRE(a.frames[2].offset == 0x400100);
+  REQUIRE(a.site == "libfoo.so+0x200");  // the first frame outside the CUDA runtime
+  REQUIRE(a.library == "libfoo.so");
+  REQUIRE(stacks.attribute(4, 0).site == "libbar.so+0x10");
+  REQUIRE(stacks.attribute(4, 0).library == "libbar.so");
+  REQUIRE(stacks.attribute(5, 0).site == "??+0x10200");
+  REQUIRE(stacks.attribute(5, 0).library == "app");  // the next frame with a module
+
+  nlohmann::json j = report::to_json(run);
+  const auto& peak = j["devices"][0]["peak"];
+  REQUIRE(peak["bytes"] == 31 * MiB);
+  REQUIRE(peak["by_library"] == nlohmann::json::parse(R"J([
+      {"library": "(unknown)", "bytes": 16777216, "count": 1},
+      {"library": "app", "bytes": 8388608, "count": 1},
+      {"library": "libbar.so", "bytes": 4194304, "count": 1},
+      {"library": "libfoo.so", "bytes": 3145728, "count": 2}])J"));
+  REQUIRE(peak["largest"][0]["site"] == "cuMemAlloc");
+  REQUIRE(peak["largest"][0]["stack"].empty());
+  REQUIRE(peak["largest"][2]["site"] == "libbar.so+0x10");
+  REQUIRE(peak["largest"][2]["stack"].size() == 2);
+  REQUIRE(peak["largest"][2]["stack"][1]["module"] == "/nonexistent/app");
+  REQUIRE(peak["by_stack"].size() == 4);
+}
+
+TEST_CASE("Python frames: interned codes, the innermost frame is the site") {
+  TraceBuilder b = traced();
+  b.py_code(1, "train.py", "<module>")
+      .py_code(2, "model.py", "build")
+      .py_node(6, 0, 1, 90)
+      .py_node(7, 6, 2, 12)
+      .alloc_stack(3, 7)
+      .alloc(0xc, 4 * MiB)
+      .alloc_stack(0, 6)
+      .alloc(0xd, 8 * MiB);
+  collector::Run run = run_of(b.bytes());
+  const collector::ProcessModel& p = run.processes[0];
+  collector::Symbolizer symbols;
+  collector::StackResolver stacks(p, symbols);
+  const collector::Attribution& a = stacks.attribute(3, 7);
+  REQUIRE(a.site == "build (model.py:12)");
+  REQUIRE(a.library == "libfoo.so");
+  // Without the interpreter's frames (no symbols), Python frames follow the native ones.
+  REQUIRE(a.frames.size() == 5);
+  REQUIRE(a.frames[3].python);
+  REQUIRE(a.frames[3].function == "build");
+  REQUIRE(a.frames[4].line == 90);
+  const collector::Attribution& only = stacks.attribute(0, 6);
+  REQUIRE(only.site == "<module> (train.py:90)");
+  REQUIRE(only.library == "");
+  nlohmann::json j = report::to_json(run);
+  REQUIRE(j["devices"][0]["peak"]["by_site"][0]["site"] == "<module> (train.py:90)");
+  REQUIRE(j["devices"][0]["peak"]["by_site"][1]["site"] == "build (model.py:12)");
+}
+
+TEST_CASE("an AllocStack applies only to the allocation record right after it") {
+  TraceBuilder b = traced();
+  b.alloc_stack(3).free(0xa).alloc(0xc, 4 * MiB);  // a stray AllocStack before a Free
+  b.alloc_stack(2).failed(64 * MiB).meminfo(1 * MiB, 1024 * MiB).alloc(0xd, 1 * MiB);
+  collector::Run run = run_of(b.bytes());
+  const collector::ProcessModel& p = run.processes[0];
+  REQUIRE(p.live.at(0xc).stack == 0);
+  REQUIRE(p.live.at(0xd).stack == 0);
+  REQUIRE(p.ooms.size() == 1);
+  REQUIRE(p.ooms[0].stack == 2);
+  nlohmann::json j = report::to_json(run);
+  REQUIRE(j["oom"][0]["site"] == "libfoo.so+0x200");
+  REQUIRE(j["oom"][0]["library"] == "libfoo.so");
+}
+
+TEST_CASE("a trace tree that points at itself cannot make the collector loop") {
+  TraceBuilder b;
+  b.context(0, 1024 * MiB)
+      .stack_node(1, 1, 0x1000)  // its own parent
+      .stack_node(2, 3, 0x2000)  // a parent that comes later
+      .alloc_stack(1)
+      .alloc(0xa, 1 * MiB)
+      .alloc_stack(2)
+      .alloc(0xb, 1 * MiB);
+  collector::Run run = run_of(b.bytes());
+  collector::Symbolizer symbols;
+  collector::StackResolver stacks(run.processes[0], symbols);
+  REQUIRE(stacks.attribute(1, 0).frames.size() == 1);
+  REQUIRE(stacks.attribute(2, 0).frames.size() == 1);
+  REQUIRE(stacks.attribute(2, 0).site == "??+0x2000");
+}
