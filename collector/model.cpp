@@ -239,8 +239,14 @@ class Builder {
         d.pool_reserved = d.pool_reserved - pool.reserved + e.a;
         pool.reserved = e.a;
         pool.used = e.b;
-        pool.peak_reserved = std::max(pool.peak_reserved, e.a);
+        pool.peak_reserved = std::max({pool.peak_reserved, e.a, e.c});
         d.update_footprint(e.time_ns);
+        // Between two (throttled) answers the pool may have reserved more than either showed:
+        // the driver's high-water mark says how much, so the footprint's peak stays exact.
+        if (e.c > e.a) {
+          uint64_t at_high = d.footprint() - std::min(d.footprint(), e.a) + e.c;
+          if (at_high > d.footprint_peak) d.footprint_peak = at_high;
+        }
         break;
       }
     }

@@ -236,6 +236,7 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
       e.address = r.varint();  // pool handle
       e.a = r.varint();        // reserved
       e.b = r.varint();        // used
+      e.c = r.varint();        // reserved high-water mark
       break;
     case RecordType::StackNode:
       e.a = r.varint();        // node id

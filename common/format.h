@@ -79,8 +79,9 @@ enum class RecordType : uint8_t {
   Notice = 15,
   // dt, device, free bytes, total bytes (cuMemGetInfo, taken at context creation and at an OOM)
   MemInfo = 16,
-  // dt, device, pool handle, reserved bytes, used bytes: a stream-ordered pool's footprint,
-  // written after an async allocation or free when the pool's reserved size changed
+  // dt, device, pool handle, reserved bytes, used bytes, reserved high-water mark: a
+  // stream-ordered pool's footprint, sent after async allocations and frees (throttled) when
+  // it changed
   PoolUsage = 17,
   // ---- stacks (trace tree, interned in the target; see interpose/stacks.cpp) ----
   // node id, parent node id (0: the root), return address: a native frame, written once

@@ -324,35 +324,64 @@ void record_context(CUcontext ctx, int device) {
 }
 
 // Stream-ordered pools keep freed memory reserved: their footprint is the reserved size, which
-// only the driver knows. It is asked after each async allocation and free (two cheap queries)
-// and written only when it changed.
+// only the driver knows. Asking it costs three driver calls, so it is asked when a pool is first
+// seen and then at most once a millisecond (or every 256 async calls); the driver's high-water
+// mark (RESERVED_MEM_HIGH), sent with each answer, keeps the pool's peak exact in between.
 constexpr int kMaxPools = 64;
+constexpr uint64_t kPoolQueryIntervalNs = 1'000'000;
 struct PoolSlot {
   std::atomic<CUmemoryPool> pool{nullptr};
   std::atomic<uint64_t> reserved{UINT64_MAX};
+  std::atomic<uint64_t> high{UINT64_MAX};
+  std::atomic<uint64_t> last_query_ns{0};
+  std::atomic<uint32_t> calls{0};
 };
 PoolSlot g_pools[kMaxPools];
+std::atomic<CUmemoryPool> g_default_pool[kMaxContexts];
 
 void record_pool(int device, CUmemoryPool pool) {
   if (!g_drv.pool_get_attribute) return;
+  if (!pool && device >= 0 && device < kMaxContexts) pool = g_default_pool[device].load();
   if (!pool) {
     if (!g_drv.device_get_mempool || g_drv.device_get_mempool(&pool, device) != CUDA_SUCCESS)
       return;
+    if (device >= 0 && device < kMaxContexts) g_default_pool[device].store(pool);
   }
-  cuuint64_t reserved = 0, used = 0;
+  PoolSlot* slot = nullptr;
+  for (auto& s : g_pools) {
+    CUmemoryPool expected = nullptr;
+    if (s.pool.load() == pool || s.pool.compare_exchange_strong(expected, pool)) {
+      slot = &s;
+      break;
+    }
+  }
+  uint64_t now = now_ns();
+  if (slot && slot->reserved.load() != UINT64_MAX) {
+    bool due = now - slot->last_query_ns.load() >= kPoolQueryIntervalNs ||
+               (slot->calls.fetch_add(1) & 255) == 255;
+    if (!due) return;
+  }
+  if (slot) slot->last_query_ns.store(now);
+  cuuint64_t reserved = 0, used = 0, high = 0;
   if (g_drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
           CUDA_SUCCESS ||
       g_drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
     return;
-  for (auto& slot : g_pools) {
-    CUmemoryPool expected = nullptr;
-    if (slot.pool.load() == pool || slot.pool.compare_exchange_strong(expected, pool)) {
-      if (slot.reserved.exchange(reserved) == reserved) return;  // unchanged
-      break;
-    }
-  }
-  record_fields(RecordType::PoolUsage, static_cast<uint64_t>(device),
-             reinterpret_cast<uintptr_t>(pool), reserved, used, 4);
+  if (g_drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
+    high = reserved;
+  if (slot && slot->reserved.exchange(reserved) == reserved && slot->high.exchange(high) == high)
+    return;  // unchanged
+  RecordSlot rec(format::kMaxFixedRecordBytes);
+  if (!rec.ok()) return;
+  uint8_t* p = rec.begin();
+  p = format::put_u8(p, static_cast<uint8_t>(RecordType::PoolUsage));
+  p = format::put_varint(p, rec.delta_ns());
+  p = format::put_varint(p, static_cast<uint64_t>(device));
+  p = format::put_varint(p, reinterpret_cast<uintptr_t>(pool));
+  p = format::put_varint(p, reserved);
+  p = format::put_varint(p, used);
+  p = format::put_varint(p, high);
+  rec.commit(p);
 }
 
 size_t array_element_bytes(CUarray_format f) {

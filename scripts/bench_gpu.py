@@ -37,20 +37,23 @@ def main():
         ("GPU-bound transformer step (8 layers, 1024 wide)", [sys.executable, torch_bench, "gpu_bound"], {}, True),
         ("launch-bound step (200 tiny layers, ~1000 launches)", [sys.executable, torch_bench, "launch_bound"], {}, True),
         ("PyTorch alloc+free, backend:cudaMallocAsync", [sys.executable, torch_bench, "alloc_bound"],
-         {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, True),
+         {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, False),
+        ("PyTorch alloc+free, default caching allocator", [sys.executable, torch_bench, "alloc_bound"],
+         {}, True),
         ("native cudaMallocAsync+cudaFreeAsync pair", [native, "async"], {}, False),
         ("native empty kernel launch", [native, "launch"], {}, False),
     ]
     rows = []
     for name, cmd, env, is_torch in workloads:
-        variants = {"none": [], "vramtrace": []}
+        variants = {"none": [], "vramtrace": [], "vramtrace --stacks=native": [],
+                    "vramtrace --stacks=none": []}
         if is_torch:
             variants["torch _record_memory_history"] = []
         for rep in range(a.repeats):
             for v in variants:
                 c = list(cmd)
-                if v == "vramtrace":
-                    c = [vt, "run", "-o", os.path.join(a.out, "bench-run"), "--"] + c
+                if v.startswith("vramtrace"):
+                    c = [vt, "run", "-o", os.path.join(a.out, "bench-run")] + v.split()[1:] + ["--"] + c
                 if v.startswith("torch"):
                     c = c + ["--record-history"]
                 res = run(c, env)

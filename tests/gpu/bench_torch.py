@@ -58,7 +58,7 @@ def main():
             opt.zero_grad(set_to_none=True)
             model(x).sum().backward()
             opt.step()
-        sec = timed(step, 20, 200)
+        sec = timed(step, 50, 400)
         per = "step"
     elif mode == "alloc_bound":
         def step():

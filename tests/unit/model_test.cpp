@@ -177,3 +177,21 @@ TEST_CASE("kernel launches are counted by name and the last kernel before the pe
   REQUIRE(k["launches"] == 3);
   REQUIRE(j["devices"][0]["peak"]["last_kernel"] == "other");
 }
+
+TEST_CASE("a stream-ordered pool's footprint: reserved beyond its allocations, peak from the high-water mark") {
+  TraceBuilder b;
+  b.alloc(0xa, 10 * MiB)                                 // a plain allocation
+      .alloc(0xb, 1 * MiB, Api::cuMemAllocAsync)         // from the pool
+      .pool(0x77, 32 * MiB, 1 * MiB, 32 * MiB)           // the pool reserved 32 MiB for it
+      .free(0xb, Api::cuMemFreeAsync)
+      .pool(0x77, 32 * MiB, 0, 48 * MiB);                // between answers it had reached 48 MiB
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.memory.peak_bytes() == 11 * MiB);            // in use
+  REQUIRE(d.pools.at(0x77).peak_reserved == 48 * MiB);
+  REQUIRE(d.footprint() == 10 * MiB + 32 * MiB);         // now: plain + what the pool keeps
+  REQUIRE(d.footprint_peak == 10 * MiB + 48 * MiB);
+  auto j = report::to_json(run);
+  REQUIRE(j["processes"][0]["devices"][0]["reserved"]["peak_bytes"] == 58 * MiB);
+  REQUIRE(j["processes"][0]["devices"][0]["pools"][0]["peak_reserved_bytes"] == 48 * MiB);
+}

@@ -155,6 +155,16 @@ class TraceBuilder {
     v(py_leaf);
     return *this;
   }
+  TraceBuilder& pool(uint64_t handle, uint64_t reserved, uint64_t used, uint64_t high,
+                     uint32_t dev = 0) {
+    at(RecordType::PoolUsage);
+    v(dev);
+    v(handle);
+    v(reserved);
+    v(used);
+    v(high);
+    return *this;
+  }
   TraceBuilder& exit_clean() {
     at(RecordType::ProcessExit);
     v(count_ + 1);
