@@ -37,7 +37,9 @@ bool is_internal_function(const Frame& f) {
   const std::string& n = f.function;
   auto upper_after = [&](size_t i) { return n.size() > i && n[i] >= 'A' && n[i] <= 'Z'; };
   if ((starts_with(n, "cuda") && upper_after(4)) || (starts_with(n, "cu") && upper_after(2)) ||
-      starts_with(n, "__cudart") || starts_with(n, "cudart::"))
+      starts_with(n, "__cudart") || starts_with(n, "cudart::") ||
+      // The static CUDA runtime linked into an executable names its local functions so.
+      starts_with(n, "libcudart_static_"))
     return true;
   std::string file = basename_of(f.file);
   return file == "cuda_runtime.h" || file == "cuda_runtime_api.h" ||
