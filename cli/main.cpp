@@ -338,9 +338,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   StackOptions stacks;
   run->add_option("--stacks", stacks.mode,
-                  "Stacks at each allocation: none, native, python or all (default all: native, "
-                  "plus Python frames when the allocating thread holds the GIL)")
-      ->check(CLI::IsMember({"none", "native", "python", "all"}));
+                  "Stacks at allocations: auto (the default: native, plus Python frames when the "
+                  "allocating thread holds the GIL; stream-ordered allocations only when they fail "
+                  "or are >= VRAMTRACE_ASYNC_STACK_MIN_BYTES, 64 MiB), native, python, all (every "
+                  "allocation), none")
+      ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));
   run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
       ->check(CLI::Range(1, 128));
   run->add_option("command", cmd, "The command to run, after --")->required();

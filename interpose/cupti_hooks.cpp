@@ -415,7 +415,11 @@ CUresult result_of(const CUpti_CallbackData* cb) {
 void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, uint64_t address,
                    uint64_t bytes, CUstream stream) {
   CapturedStack stack;
-  capture_stack(&stack);
+  const bool async = api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
+  if (!async || async_stack_wanted(bytes, !succeeded(cb)))
+    capture_stack(&stack);
+  else
+    stack.depth = stack.py_depth = 0;
   if (succeeded(cb))
     record_alloc(api, device, address, bytes, stream, stack);
   else

@@ -342,10 +342,24 @@ void send_module_map() {
   pthread_mutex_unlock(&g_module_lock);
 }
 
+namespace {
+bool g_async_all = false;
+uint64_t g_async_min_bytes = 64ull << 20;
+}  // namespace
+
+bool async_stack_wanted(uint64_t bytes, bool failed) {
+  return g_async_all || failed || bytes >= g_async_min_bytes;
+}
+
 void stacks_init() {
   const char* mode = getenv("VRAMTRACE_STACKS");
-  if (!mode || !*mode || strcmp(mode, "all") == 0) {
+  const char* min_async = getenv("VRAMTRACE_ASYNC_STACK_MIN_BYTES");
+  if (min_async && *min_async) g_async_min_bytes = strtoull(min_async, nullptr, 10);
+  if (!mode || !*mode || strcmp(mode, "auto") == 0) {
     g_native = g_python = true;
+  } else if (strcmp(mode, "all") == 0) {
+    g_native = g_python = true;
+    g_async_all = true;
   } else if (strcmp(mode, "native") == 0) {
     g_native = true;
   } else if (strcmp(mode, "python") == 0) {

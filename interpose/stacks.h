@@ -34,6 +34,13 @@ struct CapturedStack {
 void stacks_init();
 bool stacks_enabled();
 
+// Whether an allocation of `bytes` through a stream-ordered pool gets a stack. In the default
+// mode ("auto") those per-tensor allocations (PyTorch's backend:cudaMallocAsync makes one per
+// tensor) get one only when they fail or are at least VRAMTRACE_ASYNC_STACK_MIN_BYTES (default
+// 64 MiB): unwinding a deep framework stack costs microseconds, thousands of times a step.
+// `all` gives every allocation a stack.
+bool async_stack_wanted(uint64_t bytes, bool failed);
+
 // Fills `s` for the calling thread (s->depth == s->py_depth == 0 when stacks are off). Sends
 // the module map first when modules were loaded or unloaded since it was last sent.
 void capture_stack(CapturedStack* s);

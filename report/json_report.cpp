@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <tuple>
 
 #include "collector/stacks.h"
 #include "common/format.h"
@@ -57,6 +58,7 @@ json frames_json(const collector::Attribution* a) {
   if (!a) return out;
   for (const auto& f : a->frames) {
     json j = {{"function", f.function}, {"file", f.file}, {"line", f.line}};
+    if (f.internal) j["internal"] = true;  // CUDA runtime, driver, CUPTI or vramtrace itself
     if (f.python) {
       j["python"] = true;
     } else {
@@ -155,27 +157,47 @@ json by_library(const std::vector<Allocation>& allocs, collector::StackResolver&
 }
 
 // Groups allocations by whole stack (the same site may be reached by several), largest first.
+// Allocations recorded without a stack are grouped by api; what falls past the first kTopStacks
+// groups is summed into one "(other stacks)" entry, so that the groups add up to the whole.
 json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
-  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> groups;
+  using Key = std::tuple<uint32_t, uint32_t, int>;
+  std::map<Key, std::pair<uint64_t, uint64_t>> groups;
   for (const auto& a : allocs) {
-    if (!a.stack && !a.py_stack) continue;
-    auto& g = groups[{a.stack, a.py_stack}];
+    bool has = a.stack || a.py_stack;
+    auto& g = groups[Key{a.stack, a.py_stack, has ? -1 : static_cast<int>(a.api)}];
     g.first += a.bytes;
     ++g.second;
   }
-  std::vector<std::pair<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>>> sorted(
-      groups.begin(), groups.end());
+  std::vector<std::pair<Key, std::pair<uint64_t, uint64_t>>> sorted(groups.begin(), groups.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](auto& a, auto& b) { return a.second.first > b.second.first; });
   json out = json::array();
-  for (size_t i = 0; i < sorted.size() && i < kTopStacks; ++i) {
-    const auto& at = stacks.attribute(sorted[i].first.first, sorted[i].first.second);
+  uint64_t rest_bytes = 0, rest_count = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const auto& [key, totals] = sorted[i];
+    if (i >= kTopStacks) {
+      rest_bytes += totals.first;
+      rest_count += totals.second;
+      continue;
+    }
+    if (std::get<2>(key) >= 0) {
+      out.push_back({{"site", format::api_name(static_cast<format::Api>(std::get<2>(key)))},
+                     {"library", ""},
+                     {"bytes", totals.first},
+                     {"count", totals.second},
+                     {"stack", json::array()}});
+      continue;
+    }
+    const auto& at = stacks.attribute(std::get<0>(key), std::get<1>(key));
     out.push_back({{"site", at.site.empty() ? "(unknown)" : at.site},
                    {"library", at.library},
-                   {"bytes", sorted[i].second.first},
-                   {"count", sorted[i].second.second},
+                   {"bytes", totals.first},
+                   {"count", totals.second},
                    {"stack", frames_json(&at)}});
   }
+  if (rest_count)
+    out.push_back({{"site", "(other stacks)"}, {"library", ""}, {"bytes", rest_bytes},
+                   {"count", rest_count}, {"stack", json::array()}});
   return out;
 }
 

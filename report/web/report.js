@@ -116,7 +116,7 @@
     };
     const groups = peak.by_stack || peak.by_site || [];
     for (const g of groups) {
-      const frames = (g.stack || []).map((f) => f.function || f.module || "?").reverse();
+      const frames = (g.stack || []).filter((f) => !f.internal).map((f) => f.function || f.module || "?").reverse();
       const path = frames.length ? frames : (g.library ? [g.library, g.site] : [g.site]);
       add(path, g.bytes);
     }

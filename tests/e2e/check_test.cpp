@@ -22,8 +22,10 @@ const Runs& runs() {
     x.dir = temp_dir();
     x.base = x.dir + "/base";
     x.cand = x.dir + "/cand";
-    REQUIRE(sh(kEnv + kVramtrace + " run -o " + x.base + " -- " + prog("grow")).code() == 0);
-    REQUIRE(sh(kEnv + kVramtrace + " run -o " + x.cand + " -- " + prog("grow") + " 8").code() == 0);
+    // Every allocation with its stack, so that "what grew" names the function.
+    const std::string env = kEnv + "VRAMTRACE_STACKS=all ";
+    REQUIRE(sh(env + kVramtrace + " run -o " + x.base + " -- " + prog("grow")).code() == 0);
+    REQUIRE(sh(env + kVramtrace + " run -o " + x.cand + " -- " + prog("grow") + " 8").code() == 0);
     return x;
   }();
   return r;

@@ -179,3 +179,19 @@ TEST_CASE("stacks: an out-of-memory request names its own site and the live set 
   check_stack_shape(o["stack"], "_start");
   REQUIRE(o["live_by_library"] == json::parse(R"([{"library":"oom","bytes":50331648,"count":1}])"));
 }
+
+TEST_CASE("stream-ordered allocations get stacks when large or in mode all, not per tensor") {
+  // grow 8 makes one 8 MiB cudaMallocAsync from grow_activations().
+  auto site_of_async = [](const std::string& env) {
+    std::string d = temp_dir();
+    Result r = sh(kEnv + env + " " + kVramtrace + " run -o " + d + " -- " + prog("grow") + " 8");
+    REQUIRE(r.code() == 0);
+    json j = json::parse(slurp(d + "/report.json"));
+    for (const auto& a : j["processes"][0]["devices"][0]["peak"]["largest"])
+      if (a["api"] == "cuMemAllocAsync") return a["site"].get<std::string>();
+    return std::string("(none)");
+  };
+  REQUIRE(site_of_async("") == "cuMemAllocAsync");  // auto: 8 MiB is below the 64 MiB default
+  REQUIRE(contains(site_of_async("VRAMTRACE_STACKS=all"), "grow_activations"));
+  REQUIRE(contains(site_of_async("VRAMTRACE_ASYNC_STACK_MIN_BYTES=8388608"), "grow_activations"));
+}

@@ -94,7 +94,14 @@ TEST_CASE("the trace tree: an allocation names its leaf, resolved against the mo
   REQUIRE(peak["largest"][2]["site"] == "libbar.so+0x10");
   REQUIRE(peak["largest"][2]["stack"].size() == 2);
   REQUIRE(peak["largest"][2]["stack"][1]["module"] == "/nonexistent/app");
-  REQUIRE(peak["by_stack"].size() == 4);
+  // Four stacks, plus the allocation recorded without one (grouped by its api): the groups add
+  // up to the whole peak.
+  REQUIRE(peak["by_stack"].size() == 5);
+  REQUIRE(peak["by_stack"][0]["site"] == "cuMemAlloc");
+  REQUIRE(peak["by_stack"][0]["stack"].empty());
+  uint64_t sum = 0;
+  for (const auto& g : peak["by_stack"]) sum += g["bytes"].get<uint64_t>();
+  REQUIRE(sum == 31 * MiB);
 }
 
 TEST_CASE("Python frames: interned codes, the innermost frame is the site") {
