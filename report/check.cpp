@@ -60,29 +60,32 @@ std::map<uint32_t, const json*> devices_of(const json& r) {
   return out;
 }
 
-// Site -> (bytes, count) live at the peak, from a device entry (or its process's entry).
-std::map<std::string, std::pair<int64_t, int64_t>> sites_of(const json& report, const json& dev) {
+// Name -> (bytes, count) live at the peak, from a device entry (or its process's entry):
+// `list` is "by_site" (named by "site") or "by_library" (named by "library").
+std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report, const json& dev,
+                                                              const char* list, const char* name) {
   std::map<std::string, std::pair<int64_t, int64_t>> out;
   const json* sites = nullptr;
-  if (dev.contains("peak") && dev["peak"].contains("by_site")) sites = &dev["peak"]["by_site"];
+  if (dev.contains("peak") && dev["peak"].contains(list)) sites = &dev["peak"][list];
   if (!sites) {
     for (const auto& p : report["processes"])
       for (const auto& pd : p["devices"])
-        if (pd["index"] == dev["index"]) sites = &pd["peak"]["by_site"];
+        if (pd["index"] == dev["index"] && pd["peak"].contains(list)) sites = &pd["peak"][list];
   }
   if (sites)
     for (const auto& s : *sites) {
-      auto& slot = out[s["site"].get<std::string>()];
+      auto& slot = out[s[name].get<std::string>()];
       slot.first += s["bytes"].get<int64_t>();
       slot.second += s["count"].get<int64_t>();
     }
   return out;
 }
 
-std::vector<SiteChange> site_changes(const json& a, const json* da, const json& b, const json* db) {
+std::vector<SiteChange> group_changes(const json& a, const json* da, const json& b,
+                                      const json* db, const char* list, const char* name) {
   std::map<std::string, std::pair<int64_t, int64_t>> sa, sb;
-  if (da) sa = sites_of(a, *da);
-  if (db) sb = sites_of(b, *db);
+  if (da) sa = groups_of(a, *da, list, name);
+  if (db) sb = groups_of(b, *db, list, name);
   std::set<std::string> names;
   for (auto& [k, v] : sa) names.insert(k);
   for (auto& [k, v] : sb) names.insert(k);
@@ -309,7 +312,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* any = c ? c : b;
     std::string scope = "device " + std::to_string(i) + " (" + (*any)["name"].get<std::string>() + ")";
     Comparison row = compare_one(scope, i, b, c, budgets);
-    row.changes = site_changes(baseline, b, candidate, c);
+    row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
+    row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
     result.rows.push_back(std::move(row));
   }
 
@@ -343,7 +347,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* c = cr.count(k) ? cr[k] : nullptr;
     std::string scope = "rank " + k.first + ", device " + std::to_string(k.second);
     Comparison row = compare_one(scope, k.second, b, c, budgets);
-    row.changes = site_changes(baseline, b, candidate, c);
+    row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
+    row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
     result.rows.push_back(std::move(row));
   }
   return result;
@@ -364,6 +369,11 @@ std::string check_text(const CheckResult& r) {
     if (!c.note.empty()) line += " (" + c.note + ")";
     out += line + "\n";
     if (c.regression) ++failed;
+    for (size_t i = 0; i < c.library_changes.size() && i < 3; ++i) {
+      const SiteChange& l = c.library_changes[i];
+      out += "  library " + std::string(l.diff() >= 0 ? "grew" : "shrank") + ": " + l.site + " " +
+             signed_bytes(l.diff()) + " at the peak\n";
+    }
     size_t shown = 0;
     for (const auto& s : c.changes) {
       if (shown++ == 5) break;

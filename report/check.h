@@ -54,7 +54,8 @@ struct Comparison {
   uint64_t allowed_peak = 0;  // the largest candidate peak within budget
   bool regression = false;
   std::string note;  // "new device", "device no longer used", ...
-  std::vector<SiteChange> changes;  // largest absolute change first
+  std::vector<SiteChange> changes;          // by site, largest absolute change first
+  std::vector<SiteChange> library_changes;  // by owning library, likewise
 };
 
 struct CheckResult {

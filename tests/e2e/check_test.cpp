@@ -45,6 +45,7 @@ TEST_CASE("check fails a regression, naming what grew, and passes within budget"
   REQUIRE(contains(bad.out, "baseline 64.00 MiB, candidate 72.00 MiB, +8.00 MiB (+12.5%), "
                             "budget +5% (up to 67.20 MiB): REGRESSION"));
   REQUIRE(contains(bad.out, "grew: grow_activations +8.00 MiB at the peak (0 -> 1 allocations)"));
+  REQUIRE(contains(bad.out, "library grew: grow +8.00 MiB at the peak"));
   REQUIRE(contains(bad.out, "FAILED: 1 of 1 over budget"));
 
   Result ok = sh(check(r.cand + " --baseline " + r.base + " --max-increase 8MiB"));
