@@ -276,3 +276,17 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
   REQUIRE(k["run"]["complete"] == false);
   REQUIRE(contains(k["run"]["problems"][0].get<std::string>(), "ends inside a frame"));
 }
+
+TEST_CASE("CUDA arrays are device memory of their descriptor's size") {
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("arrays"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load(dir + "/report.json");
+  const json& d = j["devices"][0];
+  REQUIRE(api(d, "cuArrayCreate")["calls"] == 1);
+  REQUIRE(api(d, "cuArrayCreate")["bytes"] == 256 * 256 * 4);
+  REQUIRE(api(d, "cuArrayCreate")["freed"] == 1);
+  REQUIRE(d["peak"]["bytes"] == 1 * MiB + 256 * 256 * 4);
+  REQUIRE(d["final_live_bytes"] == 1 * MiB);
+}
