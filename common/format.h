@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 namespace vramtrace::format {
 
@@ -183,6 +184,14 @@ inline uint8_t* put_varint(uint8_t* p, uint64_t v) {
     v >>= 7;
   }
   *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+// A record of fixed fields: its type, then each field as a varint. An Api or any value below 128
+// is one byte either way, so the fields of every fixed record can be written by this one helper.
+inline uint8_t* put_record(uint8_t* p, RecordType type, std::initializer_list<uint64_t> fields) {
+  p = put_u8(p, static_cast<uint8_t>(type));
+  for (uint64_t f : fields) p = put_varint(p, f);
   return p;
 }
 

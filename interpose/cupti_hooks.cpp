@@ -172,43 +172,30 @@ void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstrea
   uint8_t* p = slot.begin();
   uint32_t records = 1;
   if (with_stack) p = write_stack(p, stack, &records);
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Alloc));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_u8(p, static_cast<uint8_t>(api));
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, address);
-  p = format::put_varint(p, bytes);
-  p = format::put_varint(p, stream_id(stream));
-  p = format::put_varint(p, thread_id());
+  p = format::put_record(p, RecordType::Alloc,
+                         {slot.delta_ns(), static_cast<uint64_t>(api), static_cast<uint64_t>(device),
+                          address, bytes, stream_id(stream), thread_id()});
   slot.commit(p, records);
 }
 
-void record_free(Api api, int device, uint64_t address, CUstream stream) {
+// A record of fixed fields that starts with its time: `fields` are the ones after it.
+void record_timed(RecordType type, std::initializer_list<uint64_t> fields) {
   RecordSlot slot(format::kMaxFixedRecordBytes);
   if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Free));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_u8(p, static_cast<uint8_t>(api));
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, address);
-  p = format::put_varint(p, stream_id(stream));
-  p = format::put_varint(p, thread_id());
+  uint8_t* p = format::put_record(slot.begin(), type, {slot.delta_ns()});
+  for (uint64_t f : fields) p = format::put_varint(p, f);
   slot.commit(p);
+}
+
+void record_free(Api api, int device, uint64_t address, CUstream stream) {
+  record_timed(RecordType::Free, {static_cast<uint64_t>(api), static_cast<uint64_t>(device),
+                                  address, stream_id(stream), thread_id()});
 }
 
 void record_meminfo(int device) {
   size_t free_b = 0, total_b = 0;
   if (!g_drv.mem_get_info || g_drv.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) return;
-  RecordSlot slot(format::kMaxFixedRecordBytes);
-  if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::MemInfo));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, free_b);
-  p = format::put_varint(p, total_b);
-  slot.commit(p);
+  record_timed(RecordType::MemInfo, {static_cast<uint64_t>(device), free_b, total_b});
 }
 
 void record_failed(Api api, int device, uint64_t bytes, CUresult result,
@@ -220,13 +207,10 @@ void record_failed(Api api, int device, uint64_t bytes, CUresult result,
     uint8_t* p = slot.begin();
     uint32_t records = 1;
     if (with_stack) p = write_stack(p, stack, &records);
-    p = format::put_u8(p, static_cast<uint8_t>(RecordType::AllocFailed));
-    p = format::put_varint(p, slot.delta_ns());
-    p = format::put_u8(p, static_cast<uint8_t>(api));
-    p = format::put_varint(p, static_cast<uint64_t>(device));
-    p = format::put_varint(p, bytes);
-    p = format::put_varint(p, static_cast<uint64_t>(result));
-    p = format::put_varint(p, thread_id());
+    p = format::put_record(p, RecordType::AllocFailed,
+                           {slot.delta_ns(), static_cast<uint64_t>(api),
+                            static_cast<uint64_t>(device), bytes, static_cast<uint64_t>(result),
+                            thread_id()});
     slot.commit(p, records);
   }
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
@@ -291,16 +275,6 @@ void record_vmm_create(int device, uint64_t handle, uint64_t bytes, const Captur
   slot.commit(p, records);
 }
 
-void record_fields(RecordType type, uint64_t a, uint64_t b, uint64_t c, uint64_t d, int nfields) {
-  RecordSlot slot(format::kMaxFixedRecordBytes);
-  if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(type));
-  p = format::put_varint(p, slot.delta_ns());
-  uint64_t v[4] = {a, b, c, d};
-  for (int i = 0; i < nfields; ++i) p = format::put_varint(p, v[i]);
-  slot.commit(p);
-}
 
 void record_context(CUcontext ctx, int device) {
   char name[256] = "unknown";
@@ -371,17 +345,8 @@ void record_pool(int device, CUmemoryPool pool) {
     high = reserved;
   if (slot && slot->reserved.exchange(reserved) == reserved && slot->high.exchange(high) == high)
     return;  // unchanged
-  RecordSlot rec(format::kMaxFixedRecordBytes);
-  if (!rec.ok()) return;
-  uint8_t* p = rec.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::PoolUsage));
-  p = format::put_varint(p, rec.delta_ns());
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, reinterpret_cast<uintptr_t>(pool));
-  p = format::put_varint(p, reserved);
-  p = format::put_varint(p, used);
-  p = format::put_varint(p, high);
-  rec.commit(p);
+  record_timed(RecordType::PoolUsage, {static_cast<uint64_t>(device),
+                                       reinterpret_cast<uintptr_t>(pool), reserved, used, high});
 }
 
 size_t array_element_bytes(CUarray_format f) {
@@ -555,19 +520,19 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
       if (enter) {
         auto* a = static_cast<const cuMemRelease_params*>(params);
-        record_fields(RecordType::VmmRelease, a->handle, 0, 0, 0, 1);
+        record_timed(RecordType::VmmRelease, {a->handle});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
       if (!enter && succeeded(cb)) {
         auto* a = static_cast<const cuMemMap_params*>(params);
-        record_fields(RecordType::VmmMap, a->ptr, a->size, a->offset, a->handle, 4);
+        record_timed(RecordType::VmmMap, {a->ptr, a->size, a->offset, a->handle});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
       if (enter) {
         auto* a = static_cast<const cuMemUnmap_params*>(params);
-        record_fields(RecordType::VmmUnmap, a->ptr, a->size, 0, 0, 2);
+        record_timed(RecordType::VmmUnmap, {a->ptr, a->size});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
@@ -616,7 +581,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       int device = remember_context(r->context, query_device(r->context));
       record_context(r->context, device);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-      record_fields(RecordType::ContextDestroy, reinterpret_cast<uintptr_t>(r->context), 0, 0, 0, 1);
+      record_timed(RecordType::ContextDestroy, {reinterpret_cast<uintptr_t>(r->context)});
       forget_context(r->context);
     }
   }
