@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
   StackOptions stacks;
   run->add_option("--stacks", stacks.mode,
                   "Stacks at allocations: auto (the default: native, plus Python frames when the "
-                  "allocating thread holds the GIL; stream-ordered allocations only when they fail "
+                  "allocating thread's Python frames, GIL held or not; stream-ordered allocations only when they fail "
                   "or are >= VRAMTRACE_ASYNC_STACK_MIN_BYTES, 64 MiB), native, python, all (every "
                   "allocation), none")
       ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));

@@ -17,9 +17,11 @@
 // stops at the first module); after a dlopen or dlclose the whole map is sent again, before any
 // node that may point into the new module.
 //
-// Python frames: when the allocating thread holds the GIL, CPython's own C API (found with dlsym,
-// stable-ABI functions only, so 3.10 to 3.13 alike) walks its frames. The pending exception, if
-// any, is saved and restored around the walk.
+// Python frames: on CPython 3.10 to 3.13 (Py_GetVersion, once) the direct reader walks the
+// calling thread's frames from its PyThreadState (PyGILState_GetThisThreadState: a TSS read),
+// GIL held or not, with per-version struct offsets hardcoded below. On any other version, and
+// only when the thread holds the GIL, CPython's own C API walks them (stable-ABI functions); the
+// pending exception, if any, is saved and restored around that walk.
 #include "interpose/stacks.h"
 
 #include <dlfcn.h>
@@ -214,7 +216,36 @@ struct PyApi {
   void (*err_restore)(void*, void*, void*) = nullptr;
   void* co_filename = nullptr;
   void* co_name = nullptr;
+  // The direct reader (no GIL needed).
+  const char* (*get_version)() = nullptr;
+  int (*addr2line)(void*, int) = nullptr;
+  void* code_type = nullptr;
 };
+
+// Struct offsets of each CPython version, from probes compiled against its internal headers
+// (Py_BUILD_CORE + internal/pycore_frame.h) on x86-64 Linux. Layout per version:
+//   3.10: tstate->frame (PyFrameObject*): f_back, f_code, f_lasti (int, in code units)
+//   3.11/3.12: tstate->cframe->current_frame (_PyInterpreterFrame*): f_code, previous, prev_instr
+//   3.13: tstate->current_frame: f_executable, previous, instr_ptr
+struct PyLayout {
+  int minor;
+  uint32_t ts_frame;        // 3.10: frame; 3.11/12: cframe; 3.13: current_frame
+  int32_t cf_current;       // offset of current_frame in _PyCFrame, -1 when no cframe
+  uint32_t fr_code, fr_previous, fr_instr;
+  int32_t fr_owner;         // -1: no owner field
+  bool lasti_int;           // 3.10: int f_lasti; else an instruction pointer
+  uint32_t co_filename, co_name, co_firstlineno;
+  uint32_t co_code;         // co_code_adaptive (3.11+)
+  uint32_t str_state, str_ascii_data, str_utf8_len, str_utf8;
+};
+constexpr PyLayout kLayouts[] = {
+    {10, 24, -1, 32, 24, 96, -1, true, 104, 112, 40, 0, 32, 48, 48, 56},
+    {11, 56, 8, 32, 48, 56, 69, false, 112, 120, 72, 184, 32, 48, 48, 56},
+    {12, 56, 0, 0, 8, 56, 70, false, 112, 120, 68, 192, 32, 40, 40, 48},
+    {13, 72, -1, 0, 8, 56, 70, false, 112, 120, 68, 200, 32, 40, 40, 48},
+};
+constexpr int kFrameOwnedByCStack = 3;  // 3.12 and 3.13
+const PyLayout* g_layout = nullptr;
 PyApi g_py;
 std::atomic<bool> g_py_ready{false};
 
@@ -238,6 +269,14 @@ void resolve_python() {
             find(a.dec_ref, "Py_DecRef") && find(a.intern, "PyUnicode_InternFromString") &&
             find(a.err_fetch, "PyErr_Fetch") && find(a.err_restore, "PyErr_Restore");
   if (!ok) return;
+  if (find(a.get_version, "Py_GetVersion") && find(a.addr2line, "PyCode_Addr2Line") &&
+      (a.code_type = dlsym(RTLD_DEFAULT, "PyCode_Type"))) {
+    const char* v = a.get_version();  // "3.12.1 (main, ...": a static string
+    if (v && v[0] == '3' && v[1] == '.' && v[2] == '1' && v[3] >= '0' && v[3] <= '3' &&
+        (v[4] < '0' || v[4] > '9'))
+      for (const PyLayout& l : kLayouts)
+        if (l.minor == 10 + (v[3] - '0')) g_layout = &l;
+  }
   g_py = a;  // the attribute names are made at the first walk, with the GIL held
   g_py_ready.store(true);
 }
@@ -263,9 +302,97 @@ const char* utf8_attr(void* obj, void* name, uint32_t* len) {
   return s;
 }
 
+// ---- direct reader: the calling thread's own frames, read from the interpreter's structs.
+// The thread is inside our callback, so its frame stack cannot change under us; other threads
+// never free a running frame's code object. Nothing here takes a reference, allocates or needs
+// the GIL. Every pointer is checked before it is followed, and a code object must have
+// PyCode_Type as its type, so a wrong layout gives no Python frames rather than a crash.
+
+bool plausible(uintptr_t p) { return p >= 4096 && p < (1ull << 47) && (p & 7) == 0; }
+
+template <typename T>
+T read_at(uintptr_t base, uint32_t off) {
+  T v;
+  memcpy(&v, reinterpret_cast<const void*>(base + off), sizeof v);
+  return v;
+}
+
+// UTF-8 of a str object held by a code object: compact ASCII directly, otherwise its cached
+// UTF-8 copy when there is one; nullptr when neither.
+const char* read_str(uintptr_t str, uint32_t* len) {
+  *len = 0;
+  if (!plausible(str)) return nullptr;
+  const PyLayout& l = *g_layout;
+  int64_t length = read_at<int64_t>(str, 16);  // PyASCIIObject.length, after the object header
+  uint32_t state = read_at<uint32_t>(str, l.str_state);
+  bool compact = state & (1u << 5), ascii = state & (1u << 6);  // interned:2, kind:3, compact, ascii
+  if (!compact || length < 0) return nullptr;
+  const char* data;
+  if (ascii) {
+    data = reinterpret_cast<const char*>(str + l.str_ascii_data);
+  } else {
+    uintptr_t u = read_at<uintptr_t>(str, l.str_utf8);
+    length = read_at<int64_t>(str, l.str_utf8_len);
+    if (!u || length < 0) return nullptr;
+    data = reinterpret_cast<const char*>(u);
+  }
+  *len = static_cast<uint32_t>(length < kMaxStringBytes ? length : kMaxStringBytes);
+  return data;
+}
+
+bool add_code_frame(CapturedStack* s, uintptr_t code, int64_t byte_offset) {
+  const PyLayout& l = *g_layout;
+  if (!plausible(code) || read_at<void*>(code, 8) != g_py.code_type) return false;  // ob_type
+  PyFrameRef& f = s->py[s->py_depth];
+  f.file = read_str(read_at<uintptr_t>(code, l.co_filename), &f.file_len);
+  f.function = read_str(read_at<uintptr_t>(code, l.co_name), &f.function_len);
+  if (!f.file) f.file = "?", f.file_len = 1;
+  if (!f.function) f.function = "?", f.function_len = 1;
+  int line = byte_offset >= 0 && byte_offset < (1ll << 30)
+                 ? g_py.addr2line(reinterpret_cast<void*>(code), static_cast<int>(byte_offset))
+                 : -1;
+  if (line <= 0) line = read_at<int>(code, l.co_firstlineno);
+  f.line = line > 0 ? static_cast<uint32_t>(line) : 0;
+  f.code_hash = hash_code(f.file, f.file_len, f.function, f.function_len);
+  ++s->py_depth;
+  return true;
+}
+
+void read_python(CapturedStack* s, uintptr_t tstate) {
+  const PyLayout& l = *g_layout;
+  if (!plausible(tstate)) return;
+  uintptr_t frame = read_at<uintptr_t>(tstate, l.ts_frame);
+  if (l.cf_current >= 0) frame = plausible(frame) ? read_at<uintptr_t>(frame, l.cf_current) : 0;
+  for (int steps = 0; frame && steps < 4096 && s->py_depth < g_max_depth; ++steps) {
+    if (!plausible(frame)) return;
+    uintptr_t code = read_at<uintptr_t>(frame, l.fr_code);
+    uintptr_t previous = read_at<uintptr_t>(frame, l.fr_previous);
+    if (l.lasti_int) {  // 3.10: f_lasti counts code units, -1 before the first
+      add_code_frame(s, code, static_cast<int64_t>(read_at<int>(frame, l.fr_instr)) * 2);
+    } else {
+      bool c_stack = l.fr_owner >= 0 && l.minor >= 12 &&
+                     read_at<uint8_t>(frame, l.fr_owner) == kFrameOwnedByCStack;
+      if (!c_stack && plausible(code)) {
+        intptr_t first = static_cast<intptr_t>(code + l.co_code);
+        intptr_t instr = static_cast<intptr_t>(read_at<uintptr_t>(frame, l.fr_instr));
+        if (instr >= first)  // else incomplete: not started yet
+          add_code_frame(s, code, instr - first);
+      }
+    }
+    frame = previous;
+  }
+}
+
 void capture_python(CapturedStack* s) {
   if (!g_py_ready.load(std::memory_order_acquire)) return;
-  if (!g_py.is_initialized() || !g_py.this_thread_state() || g_py.gil_check() != 1) return;
+  if (!g_py.is_initialized()) return;
+  void* tstate = g_py.this_thread_state();  // a TSS read: no GIL needed
+  if (!tstate) return;                      // a thread Python never ran on
+  if (g_layout) {
+    read_python(s, reinterpret_cast<uintptr_t>(tstate));
+    return;
+  }
+  if (g_py.gil_check() != 1) return;  // unknown version: the C API, with the GIL held only
   void *et, *ev, *tb;
   g_py.err_fetch(&et, &ev, &tb);
   if (!g_py.co_filename) {

@@ -29,7 +29,7 @@ struct CapturedStack {
 };
 
 // Reads VRAMTRACE_STACKS (none|native|python|all, default all: native, and Python frames when
-// the allocating thread holds the GIL) and VRAMTRACE_MAX_DEPTH (default 64); maps the intern
+// the allocating thread has Python frames, GIL held or not) and VRAMTRACE_MAX_DEPTH (default 64); maps the intern
 // tables. Called once, before CUPTI is subscribed.
 void stacks_init();
 bool stacks_enabled();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cost of stacks, on the CPU stand-in: ns per cudaMalloc/cudaFree pair without vramtrace and
 # under it with VRAMTRACE_STACKS=none|native|python|all, from C++ (bench_alloc.cu) and from
-# Python (bench_alloc.py through ctypes with the GIL held), all in this one invocation. Each
+# Python (bench_alloc.py through ctypes.PyDLL, the GIL held, and ctypes.CDLL, the GIL released), all in this one invocation. Each
 # figure is the median of 5 runs; ratios are against the same loop without vramtrace.
 #   scripts/bench-stacks.sh [BUILD]       (default ./build)
 set -euo pipefail
@@ -27,14 +27,15 @@ measure() {
 }
 
 echo "date: $(date -u +%Y-%m-%d), host: $(nproc) cores, $(uname -m), $(python3 --version)"
-for lang in C++ Python; do
+for lang in C++ Python Python-CDLL; do
   if [[ $lang == C++ ]]; then cmd=("$BUILD/tests/programs/bench_alloc" 200000)
-  else cmd=(python3 "$ROOT/tests/programs/bench_alloc.py" "$CUDART" 50000); fi
+  elif [[ $lang == Python ]]; then cmd=(python3 "$ROOT/tests/programs/bench_alloc.py" "$CUDART" 50000)
+  else cmd=(python3 "$ROOT/tests/programs/bench_alloc.py" "$CUDART" 50000 cdll); fi
   base=$(measure off "${cmd[@]}")
-  printf '%-7s %-22s %8s ns/pair\n' "$lang" "without vramtrace" "$base"
+  printf '%-11s %-22s %8s ns/pair\n' "$lang" "without vramtrace" "$base"
   for mode in none native python all; do
     ns=$(measure "$mode" "${cmd[@]}")
-    printf '%-7s %-22s %8s ns/pair  x%s  (+%s ns)\n' "$lang" "VRAMTRACE_STACKS=$mode" "$ns" \
+    printf '%-11s %-22s %8s ns/pair  x%s  (+%s ns)\n' "$lang" "VRAMTRACE_STACKS=$mode" "$ns" \
       "$(awk -v a="$ns" -v b="$base" 'BEGIN {printf "%.2f", a / b}')" "$((ns - base))"
   done
 done

@@ -142,6 +142,43 @@ TEST_CASE("stacks: a Python caller's own file and line, with the GIL held") {
   REQUIRE(p["leaks"][0]["library"] == "");
 }
 
+TEST_CASE("stacks: Python frames without the GIL (ctypes.CDLL), on each CPython 3.10-3.13") {
+  // The direct frame reader: the allocating thread released the GIL before cudaMalloc, as
+  // PyTorch does. Every pyenv CPython found here runs; a native thread gets no Python frames.
+  std::string ran;
+  for (const char* v : {"3.10", "3.11", "3.12", "3.13"}) {
+    Result found = sh("ls -d /root/.pyenv/versions/" + std::string(v) + ".*/bin/python3 2>/dev/null"
+                      " | head -1");
+    std::string py = found.out.substr(0, found.out.find('\n'));
+    if (found.code() != 0 || py.empty()) continue;
+    INFO("python " << py);
+    std::string dir = temp_dir();
+    json j = run_json("-- " + py + " " + kSrc + "py_nogil.py " + kBuild +
+                          "/standin/libcudart.so.13 " + kBuild +
+                          "/tests/programs/libnative_thread.so",
+                      dir);
+    const json& peak = j["devices"][0]["peak"];
+    REQUIRE(peak["bytes"] == 6 * MiB);
+    REQUIRE(peak["by_site"].size() == 2);
+    REQUIRE(peak["by_site"][0]["site"] == "load_model (" + kSrc + "py_nogil.py:17)");
+    REQUIRE(peak["by_site"][1]["site"] == "main (" + kSrc + "py_nogil.py:24)");
+    REQUIRE(j["leaks"].size() == 2);
+    REQUIRE(j["leaks"][0]["site"] == "load_model (" + kSrc + "py_nogil.py:17)");
+    std::vector<std::string> frames;
+    for (const json& f : j["leaks"][0]["stack"])
+      if (f.value("python", false))
+        frames.push_back(f["function"].get<std::string>() + ":" +
+                         std::to_string(f["line"].get<int>()));
+    REQUIRE(frames == std::vector<std::string>{"load_model:17", "main:22", "<module>:32"});
+    // The plain native thread: its own native site, and no Python frame at all.
+    const json& native = j["leaks"][1];
+    REQUIRE(contains(native["site"].get<std::string>(), "libnative_thread.cu:9"));
+    for (const json& f : native["stack"]) REQUIRE(!f.value("python", false));
+    ran += std::string(ran.empty() ? "" : ", ") + v;
+  }
+  WARN("Python versions run without the GIL: " + (ran.empty() ? std::string("none") : ran));
+}
+
 TEST_CASE("stacks: --stacks=none keeps the API as the site, --max-depth bounds the stack") {
   std::string dir = temp_dir();
   json none = run_json("--stacks=none -- " + prog("callchain"), dir);
