@@ -338,10 +338,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   StackOptions stacks;
   run->add_option("--stacks", stacks.mode,
-                  "Stacks at allocations: auto (the default: native, plus Python frames when the "
-                  "allocating thread's Python frames, GIL held or not; stream-ordered allocations only when they fail "
-                  "or are >= VRAMTRACE_ASYNC_STACK_MIN_BYTES, 64 MiB), native, python, all (every "
-                  "allocation), none")
+                  "Stacks at allocations: auto (the default: native frames and the allocating "
+                  "thread's Python frames, GIL held or not; stream-ordered allocations only when "
+                  "they fail or are >= VRAMTRACE_ASYNC_STACK_MIN_BYTES, 64 MiB), native, python, "
+                  "all (every allocation), none")
       ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));
   run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
       ->check(CLI::Range(1, 128));
