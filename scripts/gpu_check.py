@@ -261,6 +261,16 @@ def main():
             check(s, "report written", True, False)
             print(p.stderr[-3000:])
 
+    # One process on two devices (issue 10), where the machine has two.
+    n_gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+    if n_gpus >= 2:
+        s = "one process, two devices"
+        p, r, d = vrun("two-devices", [os.path.join(a.bin, "two_devices-static")])
+        check(s, "exit code", 0, p.returncode)
+        if r:
+            check(s, "peak per device (10 MiB, 20 MiB)", [10 * MiB, 20 * MiB],
+                  [dv["peak"]["bytes"] for dv in r["devices"]])
+
     s = "no CUDA"
     p, r, d = vrun("nocuda", ["sh", "-c", "echo hi; exit 4"])
     check(s, "exit code / output", (4, "hi"), (p.returncode, p.stdout.strip()))

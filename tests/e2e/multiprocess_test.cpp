@@ -88,3 +88,26 @@ TEST_CASE("one report merged from two run directories, checked per rank") {
                           "(+0.0%), budget +10% (up to 17.60 MiB): ok"));
   REQUIRE(contains(c.out, "worst rank (rank 1 -> rank 1): baseline 32.00 MiB, candidate 64.00 MiB"));
 }
+
+TEST_CASE("one process on two devices: a peak per device, and a budget per device") {
+  std::string base = temp_dir(), cand = temp_dir();
+  const std::string env = kEnv + "VRAMTRACE_STANDIN_DEVICES=2 ";
+  Result r = sh(env + kVramtrace + " run -o " + base + " -- " + prog("two_devices"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load_json(base + "/report.json");
+  REQUIRE(j["devices"].size() == 2);
+  REQUIRE(j["devices"][0]["index"] == 0);
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 10 * MiB);
+  REQUIRE(j["devices"][1]["index"] == 1);
+  REQUIRE(j["devices"][1]["peak"]["bytes"] == 20 * MiB);
+  REQUIRE(j["processes"][0]["devices"].size() == 2);
+
+  REQUIRE(sh(env + kVramtrace + " run -o " + cand + " -- " + prog("two_devices") + " 4").code() == 0);
+  Result c = sh(kVramtrace + " check " + cand + " --baseline " + base);
+  INFO(c.out);
+  REQUIRE(c.code() == 1);
+  REQUIRE(contains(c.out, "device 0 (vramtrace stand-in (CPU)): baseline 10.00 MiB, candidate 10.00 MiB"));
+  REQUIRE(contains(c.out, "device 1 (vramtrace stand-in (CPU)): baseline 20.00 MiB, candidate 24.00 MiB, +4.00 MiB (+20.0%), budget +5% (up to 21.00 MiB): REGRESSION"));
+  REQUIRE(sh(kVramtrace + " check " + cand + " --baseline " + base + " --max-increase 1:20%").code() == 0);
+}
