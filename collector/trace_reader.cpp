@@ -39,7 +39,7 @@ bool TraceReader::read_exact(void* dst, size_t n, size_t* got) {
   if (from_memory_) {
     size_t avail = memory_.size() - memory_pos_;
     *got = n < avail ? n : avail;
-    std::memcpy(dst, memory_.data() + memory_pos_, *got);
+    if (*got) std::memcpy(dst, memory_.data() + memory_pos_, *got);  // data() may be null
     memory_pos_ += *got;
   } else {
     *got = std::fread(dst, 1, n, file_);

@@ -151,7 +151,7 @@ json to_json(const Run& run, const RunInfo& info) {
   if (!info.command.empty()) run_j["command"] = info.command;
   if (info.exit_code) run_j["exit_code"] = *info.exit_code;
   if (info.signal) run_j["signal"] = *info.signal;
-  bool complete = true;
+  bool complete = !info.signal;  // a command killed by a signal did not run to its end
   for (const auto& p : run.processes)
     if (!p.clean_exit || !p.problem.empty()) complete = false;
   run_j["complete"] = complete;

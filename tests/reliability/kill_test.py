@@ -9,6 +9,7 @@ and as many times in plain LD_PRELOAD file mode. Every run must give:
   - a report consistent with what the program did: allocs <= pairs completed + 1, the frees
     one behind the allocs at most, final live bytes = (allocs - frees) * 4096, nothing dropped;
   - every pair completed 200 ms (two flush periods) before the kill is in the report;
+  - also when the command is killed before any process used CUDA (no trace at all);
   - socket mode: the report holds every event that reached the collector: its figures equal
     those of `vramtrace report` on the raw trace the collector wrote.
 Usage: kill_test.py BUILD_DIR   (VT_KILL_SEED, VT_KILL_RUNS to change the seed and count)"""
@@ -168,7 +169,20 @@ def file_checks(i, delay, log, d):
     consistent(tag, fig, done, before)
 
 
+def killed_before_cuda():
+    """The command killed before any process used CUDA: still a report, and not complete."""
+    d = vtrel.temp_dir("vt-kill-early-")
+    r = subprocess.run([vtrel.VRAMTRACE, "run", "-o", d, "--", "sh", "-c", "kill -9 $$"],
+                       env=vtrel.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    check(r.returncode == -signal.SIGKILL, "early kill: vramtrace exit %d" % r.returncode)
+    rep = vtrel.load(os.path.join(d, "report.json"))
+    check(rep["run"]["complete"] is False and rep["run"]["signal"] == 9 and not rep["devices"],
+          "early kill: run %s" % rep["run"])
+    shutil.rmtree(d)
+
+
 def main():
+    killed_before_cuda()
     rng = random.Random(SEED)
     log = []
     for run in (socket_run, file_run):

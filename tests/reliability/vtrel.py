@@ -39,16 +39,17 @@ def env(**extra):
     e["LD_LIBRARY_PATH"] = os.path.join(BUILD, "standin")
     for k in ("VRAMTRACE_OUTPUT", "VRAMTRACE_SOCKET", "LD_PRELOAD", "CUDA_INJECTION64_PATH"):
         e.pop(k, None)
-    if SAN_RT:
-        e["ASAN_OPTIONS"] = "detect_leaks=0"  # the target's leaks are not ours
     e.update({k: str(v) for k, v in extra.items()})
     return e
 
 
 def preload_env(**extra):
     """Plain LD_PRELOAD file mode."""
-    pre = (SAN_RT + ":" if SAN_RT else "") + LIB
-    return env(LD_PRELOAD=pre, **extra)
+    if not SAN_RT:
+        return env(LD_PRELOAD=LIB, **extra)
+    # A sanitizer build: its runtime first; the target's own leaks and SIGSEGV are its own.
+    return env(LD_PRELOAD=SAN_RT + ":" + LIB, ASAN_OPTIONS="detect_leaks=0:handle_segv=0",
+               **extra)
 
 
 def temp_dir(prefix):
