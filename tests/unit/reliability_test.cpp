@@ -1,8 +1,12 @@
 // Unit tests reproducing the bugs found by the reliability work (fuzzing, sanitizers, the kill
 // tests of tests/reliability): each case failed before its fix. See docs/RELIABILITY.md.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
 
 #include "collector/model.h"
+#include "report/check.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
 
@@ -19,4 +23,99 @@ TEST_CASE("a command killed before any process used CUDA gives a report that is 
   report::RunInfo exited;
   exited.exit_code = 0;
   REQUIRE(report::to_json(empty, exited)["run"]["complete"] == true);
+}
+
+TEST_CASE("budgets that are not numbers, or too large, are bad input, not a crash") {
+  // Each of these escaped as std::invalid_argument / std::out_of_range (abort, exit 134).
+  REQUIRE_THROWS_AS(report::parse_size("."), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_size(std::string(400, '9')), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_size("99999999999TiB"), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_increase("1e999%"), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_increase("nan%"), report::CheckError);
+  report::Budgets b;
+  REQUIRE_THROWS_AS(report::add_increase_option(b, "99999999999999999999:5%"),
+                    report::CheckError);
+  // The edges that are fine stay exact.
+  REQUIRE(report::parse_size("15TiB") == 15ull << 40);
+  REQUIRE(report::parse_size("18446744073709547520") == 18446744073709547520ull);
+  REQUIRE(report::parse_increase("0.5%").percent == 0.5);
+}
+
+TEST_CASE("a budget too large to add saturates instead of wrapping into a regression") {
+  nlohmann::json r = {
+      {"schema", report::kSchema},
+      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", UINT64_MAX - 10}}}}}},
+      {"processes", nlohmann::json::array()},
+      {"leaks", nlohmann::json::array()},
+      {"oom", nlohmann::json::array()}};
+  report::Budgets b;  // +5% of a peak near 2^64: more than 2^64 in all
+  report::CheckResult same = report::compare(r, r, b);
+  REQUIRE(same.rows.size() == 1);
+  REQUIRE(same.rows[0].allowed_peak == UINT64_MAX);
+  REQUIRE_FALSE(same.regression());
+  report::add_increase_option(b, "1e300%");
+  REQUIRE(report::compare(r, r, b).rows[0].allowed_peak == UINT64_MAX);
+}
+
+namespace {
+std::string write_temp(const std::string& text) {
+  char path[] = "/tmp/vt-unit-report-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+// Loads `text` as a report; returns the CheckError message ("" when it loaded).
+std::string load_error(const std::string& text) {
+  std::string path = write_temp(text);
+  std::string error;
+  try {
+    report::load_report(path, "candidate");
+  } catch (const report::CheckError& e) {
+    error = e.what();
+  }
+  unlink(path.c_str());
+  return error;
+}
+}  // namespace
+
+TEST_CASE("a report missing what check and diff read is refused, not a crash") {
+  // Each of these loaded, then made compare/diff throw json::type_error out of main (abort) or
+  // read through a missing key of a const json (undefined behaviour).
+  const std::string head = R"({"schema":"vramtrace.report/1",)";
+  REQUIRE_THAT(load_error(head + R"("devices":[{"index":0,"peak":{"bytes":5}}],"processes":[],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a device without index, name or peak.bytes)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[{"devices":[{"index":0}]}],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a process's device without index or peak)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[]})"),
+               Catch::Contains("malformed report (no \"leaks\" array)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[{"index":0,"name":"x","peak":{"bytes":1,
+                                   "by_site":[{"site":"a","bytes":9007199254740993,"count":1}]}}],
+                                   "processes":[],"leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a device without index, name or peak.bytes)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[{"devices":[],"ranks":{"RANK":0}}],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a rank that is not a string)"));
+  REQUIRE(load_error(head + R"("devices":[],"processes":[],"leaks":[],"oom":[]})").empty());
+}
+
+TEST_CASE("peaks near 2^64 are compared without a signed overflow") {
+  nlohmann::json a = {{"schema", report::kSchema},
+                      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", 0}}}}}},
+                      {"processes", nlohmann::json::array()},
+                      {"leaks", nlohmann::json::array()},
+                      {"oom", nlohmann::json::array()}};
+  nlohmann::json b = a;
+  b["devices"][0]["peak"]["bytes"] = UINT64_MAX;
+  report::Budgets budgets;
+  report::CheckResult r = report::compare(a, b, budgets);
+  REQUIRE(r.regression());
+  REQUIRE_THAT(report::check_text(r), Catch::Contains("+16777216.00 TiB (new)"));
+  REQUIRE_THAT(report::diff_text(a, b, r), Catch::Contains("peak 0 B -> 16777216.00 TiB (+"));
+  REQUIRE_THAT(report::diff_text(b, a, report::compare(b, a, budgets)),
+               Catch::Contains("peak 16777216.00 TiB -> 0 B (-16777216.00 TiB, -100.0%)"));
 }
