@@ -1,8 +1,10 @@
 // Decoding of vramtrace streams (see trace_reader.h and common/format.h).
 #include "collector/trace_reader.h"
 
+#include <sys/stat.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace vramtrace::collector {
@@ -48,6 +50,13 @@ bool TraceReader::read_exact(void* dst, size_t n, size_t* got) {
   return *got == n;
 }
 
+uint64_t TraceReader::remaining_input() const {
+  if (from_memory_) return memory_.size() - memory_pos_;
+  struct stat st {};
+  if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return UINT64_MAX;  // a pipe
+  return static_cast<uint64_t>(st.st_size) > offset_ ? st.st_size - offset_ : 0;
+}
+
 void TraceReader::read_header() {
   format::FileHeader h{};
   size_t got = 0;
@@ -84,14 +93,24 @@ bool TraceReader::load_frame() {
     problem_ = "corrupt frame header at byte " + std::to_string(at);
     return false;
   }
-  std::vector<uint8_t> stored(h.stored_bytes);
-  if (!read_exact(stored.data(), stored.size(), &got)) {
+  // A header may claim up to kMaxFrameBytes: allocate only what the input can still hold, so
+  // that a few corrupt bytes cannot make us allocate (and zero) 64 MiB.
+  const uint64_t left = remaining_input();
+  std::vector<uint8_t> stored(std::min<uint64_t>(left, h.stored_bytes));
+  read_exact(stored.data(), stored.size(), &got);
+  if (got < h.stored_bytes) {
     problem_ = "trace ends inside a frame at byte " + std::to_string(at) + " (" +
                std::to_string(got) + " of " + std::to_string(h.stored_bytes) +
                " bytes; the process was cut off while writing)";
     return false;
   }
   if (h.codec == static_cast<uint8_t>(format::Codec::Zstd)) {
+    // The size the compressed frame says it decodes to must be the header's, before we
+    // allocate that much.
+    if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != h.raw_bytes) {
+      problem_ = "corrupt compressed frame at byte " + std::to_string(at);
+      return false;
+    }
     frame_.resize(h.raw_bytes);
     size_t n = ZSTD_decompress(frame_.data(), frame_.size(), stored.data(), stored.size());
     if (ZSTD_isError(n) || n != h.raw_bytes) {
