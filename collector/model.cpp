@@ -12,6 +12,7 @@ using format::RecordType;
 namespace {
 
 constexpr size_t kOomLiveCap = 256;
+constexpr size_t kOomsWithLiveSet = 64;  // per process (see on_failed)
 
 size_t idx(Api api) {
   auto i = static_cast<size_t>(api);
@@ -53,10 +54,12 @@ std::vector<std::string> split_nul(const std::string& s) {
   return out;
 }
 
-// Keys a RunDevice by (host, index).
-RunDevice& run_device(Run& run, const std::string& host, uint32_t index) {
-  for (auto& d : run.devices)
-    if (d.host == host && d.index == index) return d;
+// Keys a RunDevice by (host, index). `where` indexes run.devices (a linear search per event
+// made a trace with many device ordinals take quadratic time: 40k devices, 1 minute).
+RunDevice& run_device(Run& run, std::map<std::pair<std::string, uint32_t>, size_t>& where,
+                      const std::string& host, uint32_t index) {
+  auto [it, added] = where.try_emplace({host, index}, run.devices.size());
+  if (!added) return run.devices[it->second];
   run.devices.emplace_back();
   run.devices.back().host = host;
   run.devices.back().index = index;
@@ -65,7 +68,8 @@ RunDevice& run_device(Run& run, const std::string& host, uint32_t index) {
 
 class Builder {
  public:
-  Builder(Run& run, ProcessModel& p) : run_(run), p_(p) {}
+  using DeviceIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
+  Builder(Run& run, ProcessModel& p, DeviceIndex& where) : run_(run), p_(p), where_(where) {}
 
   void apply(const Event& e) {
     ++p_.events;
@@ -95,7 +99,7 @@ class Builder {
         d.name = e.text;
         d.uuid = hex_uuid(e.text2);
         d.total_bytes = e.bytes;
-        RunDevice& rd = run_device(run_, p_.host, e.device);
+        RunDevice& rd = run_device(run_, where_, p_.host, e.device);
         rd.name = d.name;
         rd.uuid = d.uuid;
         rd.total_bytes = d.total_bytes;
@@ -201,13 +205,12 @@ class Builder {
   }
 
   void finish() {
+    // Grouped once: a scan of every live allocation per device was quadratic.
+    std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
+    for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
+    for (auto& [k, h] : p_.vmm_handles) still_by_device[h.alloc.device].push_back(&h.alloc);
     for (auto& [index, d] : p_.devices) {
-      std::vector<const Allocation*> still;
-      for (auto& [k, a] : p_.live)
-        if (a.device == index) still.push_back(&a);
-      for (auto& [k, h] : p_.vmm_handles)
-        if (h.alloc.device == index) still.push_back(&h.alloc);
-      d.live_at_peak = d.memory.live_at_peak(still);
+      d.live_at_peak = d.memory.live_at_peak(still_by_device[index]);
       std::sort(d.live_at_peak.begin(), d.live_at_peak.end(),
                 [](const Allocation& a, const Allocation& b) {
                   return a.bytes != b.bytes ? a.bytes > b.bytes : a.seq < b.seq;
@@ -260,7 +263,7 @@ class Builder {
   }
 
   void run_delta(uint32_t index, uint64_t now, int64_t delta) {
-    RunDevice& rd = run_device(run_, p_.host, index);
+    RunDevice& rd = run_device(run_, where_, p_.host, index);
     rd.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rd.live_bytes) + delta);
     uint64_t& mine = rd.live_by_pid[p_.pid];
     mine = static_cast<uint64_t>(static_cast<int64_t>(mine) + delta);
@@ -337,18 +340,23 @@ class Builder {
     o.thread = e.thread;
     o.live_bytes = d.memory.live_bytes();
     o.last_kernel = p_.kernel_name(d.last_kernel);
-    for (auto& [k, a] : p_.live)
-      if (a.device == e.device) o.live.push_back(a);
-    for (auto& [k, h] : p_.vmm_handles)
-      if (h.alloc.device == e.device) o.live.push_back(h.alloc);
-    std::sort(o.live.begin(), o.live.end(),
-              [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
-    if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
+    // Only the first OOMs keep their live set: a trace of many OOMs (a retry loop, a corrupt
+    // or crafted file) must not cost OOMs x live allocations (250 KB of trace took 2 GiB).
+    if (p_.ooms.size() < kOomsWithLiveSet) {
+      for (auto& [k, a] : p_.live)
+        if (a.device == e.device) o.live.push_back(a);
+      for (auto& [k, h] : p_.vmm_handles)
+        if (h.alloc.device == e.device) o.live.push_back(h.alloc);
+      std::sort(o.live.begin(), o.live.end(),
+                [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
+      if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
+    }
     p_.ooms.push_back(std::move(o));
   }
 
   Run& run_;
   ProcessModel& p_;
+  DeviceIndex& where_;  // run_.devices by (host, index), shared by the builders of a run
   uint64_t seq_ = 0;
 };
 
@@ -432,9 +440,10 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
   run.processes.resize(readers.size());
   std::vector<Builder> builders;
   builders.reserve(readers.size());
+  Builder::DeviceIndex where;
   for (size_t i = 0; i < readers.size(); ++i) {
     run.processes[i].trace_path = readers[i]->name();
-    builders.emplace_back(run, run.processes[i]);
+    builders.emplace_back(run, run.processes[i], where);
   }
 
   // k-way merge by time, so that the run-wide device totals see every process in order.

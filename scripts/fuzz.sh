@@ -25,7 +25,9 @@ for target in trace_reader report_json; do
   work=build-fuzz/corpus/$target
   mkdir -p "$work"
   echo "== fuzz $target for ${SECONDS_EACH}s (seeds: $(ls tests/fuzz/corpus/$target | wc -l))"
-  if ! build-fuzz/bin/vt_fuzz_$target -max_total_time="$SECONDS_EACH" -timeout=10 \
+  dict=()
+  [[ -f tests/fuzz/$target.dict ]] && dict=(-dict=tests/fuzz/$target.dict)
+  if ! build-fuzz/bin/vt_fuzz_$target "${dict[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
        -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build-fuzz/artifacts/$target- "$work" tests/fuzz/corpus/$target \
        2>&1 | tee build-fuzz/fuzz-$target.log | grep -E "^(#[0-9]+ +(DONE|INITED)|stat::|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)"; then
