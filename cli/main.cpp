@@ -176,9 +176,10 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     // Sanitizer builds (cmake/Sanitize.cmake): the runtime must be loaded first; the leaks of
     // an unsanitized target are not ours to report, and its SIGSEGV stays its own.
     preload = std::string(VRAMTRACE_SANITIZER_PRELOAD) + " " + preload;
-    const char* asan = getenv("ASAN_OPTIONS");
-    setenv("ASAN_OPTIONS",
-           (std::string(asan ? asan : "") + ":detect_leaks=0:handle_segv=0").c_str(), 1);
+    for (const char* var : {"ASAN_OPTIONS", "TSAN_OPTIONS"}) {
+      const char* old = getenv(var);
+      setenv(var, (std::string(old ? old : "") + ":detect_leaks=0:handle_segv=0").c_str(), 1);
+    }
 #endif
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);

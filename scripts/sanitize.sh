@@ -15,7 +15,7 @@ for kind in "${which[@]}"; do
   case $kind in
     asan) san=address,undefined; tests=() ;;
     # The tests with threads, fork, crashes, signals; the HTML and stand-in tests add nothing here.
-    tsan) san=thread; tests=(-R "unit:|e2e: (16 threads|a fork|a target that crashes|vramtrace run|LD_PRELOAD alone)|reliability:|fuzz: replay") ;;
+    tsan) san=thread; tests=(-R "unit:|e2e:(16 threads|a fork|a target that crashes|vramtrace run|LD_PRELOAD alone)|reliability:|fuzz: replay") ;;
     *) echo "usage: $0 [asan|tsan]..." >&2; exit 2 ;;
   esac
   dir=build-$kind

@@ -23,7 +23,8 @@ inline const std::string kVramtrace = kBuild + "/bin/vramtrace";
 inline const std::string kLib = kBuild + "/lib/libvramtrace.so";
 #else
 inline const std::string kLib = VT_SANITIZER_PRELOAD + kBuild +
-                                "/lib/libvramtrace.so ASAN_OPTIONS=detect_leaks=0:handle_segv=0";
+                                "/lib/libvramtrace.so ASAN_OPTIONS=detect_leaks=0:handle_segv=0 "
+                                "TSAN_OPTIONS=handle_segv=0";
 #endif
 inline const std::string kEnv = "LD_LIBRARY_PATH=" + kBuild + "/standin ";
 

@@ -49,7 +49,7 @@ def preload_env(**extra):
         return env(LD_PRELOAD=LIB, **extra)
     # A sanitizer build: its runtime first; the target's own leaks and SIGSEGV are its own.
     return env(LD_PRELOAD=SAN_RT + ":" + LIB, ASAN_OPTIONS="detect_leaks=0:handle_segv=0",
-               **extra)
+               TSAN_OPTIONS="handle_segv=0", **extra)
 
 
 def temp_dir(prefix):
