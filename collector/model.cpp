@@ -264,9 +264,10 @@ class Builder {
 
   void run_delta(uint32_t index, uint64_t now, int64_t delta) {
     RunDevice& rd = run_device(run_, where_, p_.host, index);
-    rd.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rd.live_bytes) + delta);
+    // Unsigned arithmetic: sizes from a trace can reach 2^63, where int64_t overflows (UB).
+    rd.live_bytes += static_cast<uint64_t>(delta);
     uint64_t& mine = rd.live_by_pid[p_.pid];
-    mine = static_cast<uint64_t>(static_cast<int64_t>(mine) + delta);
+    mine += static_cast<uint64_t>(delta);
     if (rd.live_bytes > rd.peak_bytes) {
       rd.peak_bytes = rd.live_bytes;
       rd.peak_time_ns = now;

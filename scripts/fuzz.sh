@@ -33,7 +33,8 @@ for target in trace_reader report_json; do
        2>&1 | tee build-fuzz/fuzz-$target.log | grep -E "^(#[0-9]+ +(DONE|INITED)|stat::|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)"; then
     :
   fi
-  if ! grep -q "Done [0-9]* runs" build-fuzz/fuzz-$target.log; then
+  if ! grep -q "Done [0-9]* runs" build-fuzz/fuzz-$target.log ||
+     grep -q "runtime error:" build-fuzz/fuzz-$target.log; then
     echo "fuzz $target: FAILED (see build-fuzz/fuzz-$target.log and build-fuzz/artifacts/)" >&2
     status=1
   fi

@@ -223,3 +223,13 @@ TEST_CASE("a device ordinal of 4096 or more is a corrupt record, not one more de
   REQUIRE(devices == std::vector<uint32_t>{4095});
   REQUIRE(r->problem() == "corrupt record in frame 1 (type 4)");
 }
+
+TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
+  // Found by fuzz_report_json (a trace given to load_report): run_delta added int64_t deltas.
+  TraceBuilder t;
+  t.context(0, 1ull << 30).alloc(0x1000, 9223372036854759424ull).alloc(0x2000, 4194304);
+  collector::Run run = run_of(t.free(0x2000).exit_clean().bytes());
+  REQUIRE(run.devices.size() == 1);
+  REQUIRE(run.devices[0].peak_bytes == 9223372036858953728ull);
+  REQUIRE(run.devices[0].live_bytes == 9223372036854759424ull);
+}
