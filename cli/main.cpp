@@ -179,6 +179,15 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     signal(SIGHUP, SIG_DFL);
     const char* pre = getenv("LD_PRELOAD");
     std::string preload = lib + (pre && *pre ? std::string(" ") + pre : std::string());
+#ifdef VRAMTRACE_SANITIZER_PRELOAD
+    // Sanitizer builds (cmake/Sanitize.cmake): the runtime must be loaded first; the leaks of
+    // an unsanitized target are not ours to report, and its SIGSEGV stays its own.
+    preload = std::string(VRAMTRACE_SANITIZER_PRELOAD) + " " + preload;
+    for (const char* var : {"ASAN_OPTIONS", "TSAN_OPTIONS"}) {
+      const char* old = getenv(var);
+      setenv(var, (std::string(old ? old : "") + ":detect_leaks=0:handle_segv=0").c_str(), 1);
+    }
+#endif
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     setenv("VRAMTRACE_SOCKET", live->socket_path().c_str(), 1);

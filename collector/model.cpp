@@ -13,6 +13,7 @@ using format::RecordType;
 namespace {
 
 constexpr size_t kOomLiveCap = 256;
+constexpr size_t kOomsWithLiveSet = 64;  // per process (see on_failed)
 
 size_t idx(Api api) {
   auto i = static_cast<size_t>(api);
@@ -54,10 +55,12 @@ std::vector<std::string> split_nul(const std::string& s) {
   return out;
 }
 
-// Keys a RunDevice by (host, index).
-RunDevice& run_device(Run& run, const std::string& host, uint32_t index) {
-  for (auto& d : run.devices)
-    if (d.host == host && d.index == index) return d;
+// Keys a RunDevice by (host, index). `where` indexes run.devices (a linear search per event
+// made a trace with many device ordinals take quadratic time: 40k devices, 1 minute).
+RunDevice& run_device(Run& run, std::map<std::pair<std::string, uint32_t>, size_t>& where,
+                      const std::string& host, uint32_t index) {
+  auto [it, added] = where.try_emplace({host, index}, run.devices.size());
+  if (!added) return run.devices[it->second];
   run.devices.emplace_back();
   run.devices.back().host = host;
   run.devices.back().index = index;
@@ -66,7 +69,8 @@ RunDevice& run_device(Run& run, const std::string& host, uint32_t index) {
 
 class Builder {
  public:
-  Builder(Run& run, ProcessModel& p) : run_(run), p_(p) {}
+  using DeviceIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
+  Builder(Run& run, ProcessModel& p, DeviceIndex& where) : run_(run), p_(p), where_(where) {}
 
   void apply(const Event& e) {
     ++p_.events;
@@ -100,7 +104,7 @@ class Builder {
         d.name = e.text;
         d.uuid = hex_uuid(e.text2);
         d.total_bytes = e.bytes;
-        RunDevice& rd = run_device(run_, p_.host, e.device);
+        RunDevice& rd = run_device(run_, where_, p_.host, e.device);
         rd.name = d.name;
         rd.uuid = d.uuid;
         rd.total_bytes = d.total_bytes;
@@ -253,13 +257,12 @@ class Builder {
   }
 
   void finish() {
+    // Grouped once: a scan of every live allocation per device was quadratic.
+    std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
+    for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
+    for (auto& [k, h] : p_.vmm_handles) still_by_device[h.alloc.device].push_back(&h.alloc);
     for (auto& [index, d] : p_.devices) {
-      std::vector<const Allocation*> still;
-      for (auto& [k, a] : p_.live)
-        if (a.device == index) still.push_back(&a);
-      for (auto& [k, h] : p_.vmm_handles)
-        if (h.alloc.device == index) still.push_back(&h.alloc);
-      d.live_at_peak = d.memory.live_at_peak(still);
+      d.live_at_peak = d.memory.live_at_peak(still_by_device[index]);
       std::sort(d.live_at_peak.begin(), d.live_at_peak.end(),
                 [](const Allocation& a, const Allocation& b) {
                   return a.bytes != b.bytes ? a.bytes > b.bytes : a.seq < b.seq;
@@ -318,17 +321,11 @@ class Builder {
   }
 
   void run_delta(uint32_t index, uint64_t now, int64_t delta) {
-    if (run_slot_index_ != index || run_slot_ >= run_.devices.size() ||
-        run_.devices[run_slot_].index != index || run_.devices[run_slot_].host != p_.host) {
-      run_device(run_, p_.host, index);
-      for (size_t i = 0; i < run_.devices.size(); ++i)
-        if (run_.devices[i].index == index && run_.devices[i].host == p_.host) run_slot_ = i;
-      run_slot_index_ = index;
-    }
-    RunDevice& rd = run_.devices[run_slot_];
-    rd.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rd.live_bytes) + delta);
+    RunDevice& rd = run_device(run_, where_, p_.host, index);
+    // Unsigned arithmetic: sizes from a trace can reach 2^63, where int64_t overflows (UB).
+    rd.live_bytes += static_cast<uint64_t>(delta);
     uint64_t& mine = rd.live_by_pid[p_.pid];
-    mine = static_cast<uint64_t>(static_cast<int64_t>(mine) + delta);
+    mine += static_cast<uint64_t>(delta);
     if (rd.live_bytes > rd.peak_bytes) {
       rd.peak_bytes = rd.live_bytes;
       rd.peak_time_ns = now;
@@ -406,22 +403,25 @@ class Builder {
     o.last_kernel = p_.kernel_name(d.last_kernel);
     o.stack = stack;
     o.py_stack = py_stack;
-    for (auto& [k, a] : p_.live)
-      if (a.device == e.device) o.live.push_back(a);
-    for (auto& [k, h] : p_.vmm_handles)
-      if (h.alloc.device == e.device) o.live.push_back(h.alloc);
-    std::sort(o.live.begin(), o.live.end(),
-              [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
-    if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
+    // Only the first OOMs keep their live set: a trace of many OOMs (a retry loop, a corrupt
+    // or crafted file) must not cost OOMs x live allocations (250 KB of trace took 2 GiB).
+    if (p_.ooms.size() < kOomsWithLiveSet) {
+      for (auto& [k, a] : p_.live)
+        if (a.device == e.device) o.live.push_back(a);
+      for (auto& [k, h] : p_.vmm_handles)
+        if (h.alloc.device == e.device) o.live.push_back(h.alloc);
+      std::sort(o.live.begin(), o.live.end(),
+                [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
+      if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
+    }
     p_.ooms.push_back(std::move(o));
   }
 
   Run& run_;
   ProcessModel& p_;
+  DeviceIndex& where_;  // run_.devices by (host, index), shared by the builders of a run
   uint64_t seq_ = 0;
   DeviceModel* last_device_ = nullptr;
-  size_t run_slot_ = SIZE_MAX;
-  uint32_t run_slot_index_ = UINT32_MAX;
   uint32_t pending_stack_ = 0, pending_py_stack_ = 0;
   std::map<std::tuple<std::string, uint64_t, uint64_t>, size_t> module_index_;
 };
@@ -506,9 +506,10 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
   run.processes.resize(readers.size());
   std::vector<Builder> builders;
   builders.reserve(readers.size());
+  Builder::DeviceIndex where;
   for (size_t i = 0; i < readers.size(); ++i) {
     run.processes[i].trace_path = readers[i]->name();
-    builders.emplace_back(run, run.processes[i]);
+    builders.emplace_back(run, run.processes[i], where);
   }
 
   // k-way merge by time, so that the run-wide device totals see every process in order.

@@ -1,13 +1,19 @@
 // Decoding of vramtrace streams (see trace_reader.h and common/format.h).
 #include "collector/trace_reader.h"
 
+#include <sys/stat.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace vramtrace::collector {
 
 using format::RecordType;
+
+namespace {
+constexpr uint32_t kMaxDeviceOrdinals = 4096;
+}  // namespace
 
 TraceReader::TraceReader(const std::string& path) : name_(path) {
   file_ = std::fopen(path.c_str(), "rbe");
@@ -39,13 +45,20 @@ bool TraceReader::read_exact(void* dst, size_t n, size_t* got) {
   if (from_memory_) {
     size_t avail = memory_.size() - memory_pos_;
     *got = n < avail ? n : avail;
-    std::memcpy(dst, memory_.data() + memory_pos_, *got);
+    if (*got) std::memcpy(dst, memory_.data() + memory_pos_, *got);  // data() may be null
     memory_pos_ += *got;
   } else {
     *got = std::fread(dst, 1, n, file_);
   }
   offset_ += *got;
   return *got == n;
+}
+
+uint64_t TraceReader::remaining_input() const {
+  if (from_memory_) return memory_.size() - memory_pos_;
+  struct stat st {};
+  if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return UINT64_MAX;  // a pipe
+  return static_cast<uint64_t>(st.st_size) > offset_ ? st.st_size - offset_ : 0;
 }
 
 void TraceReader::read_header() {
@@ -84,14 +97,24 @@ bool TraceReader::load_frame() {
     problem_ = "corrupt frame header at byte " + std::to_string(at);
     return false;
   }
-  std::vector<uint8_t> stored(h.stored_bytes);
-  if (!read_exact(stored.data(), stored.size(), &got)) {
+  // A header may claim up to kMaxFrameBytes: allocate only what the input can still hold, so
+  // that a few corrupt bytes cannot make us allocate (and zero) 64 MiB.
+  const uint64_t left = remaining_input();
+  std::vector<uint8_t> stored(std::min<uint64_t>(left, h.stored_bytes));
+  read_exact(stored.data(), stored.size(), &got);
+  if (got < h.stored_bytes) {
     problem_ = "trace ends inside a frame at byte " + std::to_string(at) + " (" +
                std::to_string(got) + " of " + std::to_string(h.stored_bytes) +
                " bytes; the process was cut off while writing)";
     return false;
   }
   if (h.codec == static_cast<uint8_t>(format::Codec::Zstd)) {
+    // The size the compressed frame says it decodes to must be the header's, before we
+    // allocate that much.
+    if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != h.raw_bytes) {
+      problem_ = "corrupt compressed frame at byte " + std::to_string(at);
+      return false;
+    }
     frame_.resize(h.raw_bytes);
     size_t n = ZSTD_decompress(frame_.data(), frame_.size(), stored.data(), stored.size());
     if (ZSTD_isError(n) || n != h.raw_bytes) {
@@ -269,6 +292,10 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
     default:
       return false;
   }
+  // A CUDA device ordinal is below cuDeviceGetCount(); one this large is corruption, and each
+  // distinct one costs a device in the model and the report (a crafted 0.5 MB trace of 40k
+  // ordinals made a 150 MB report.json and 1.4 GiB of memory).
+  if (e.device >= kMaxDeviceOrdinals) return false;
   return r.ok();
 }
 

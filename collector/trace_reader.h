@@ -61,6 +61,7 @@ class TraceReader {
   void read_header();
   bool load_frame();
   bool read_exact(void* dst, size_t n, size_t* got);
+  uint64_t remaining_input() const;  // bytes left to read, UINT64_MAX when unknown
   bool decode(format::ByteReader& r, Event& e);
 
   std::string name_;

@@ -29,7 +29,13 @@ std::string trim(std::string s) {
 }
 
 std::string signed_bytes(int64_t d) {
-  return (d < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(d < 0 ? -d : d));
+  uint64_t magnitude = d < 0 ? 0 - static_cast<uint64_t>(d) : static_cast<uint64_t>(d);
+  return (d < 0 ? "-" : "+") + human_bytes(magnitude);
+}
+
+// cand - base of two peaks (each up to 2^64 - 1), without a signed overflow.
+std::string change_bytes(uint64_t base, uint64_t cand) {
+  return cand >= base ? "+" + human_bytes(cand - base) : "-" + human_bytes(base - cand);
 }
 
 std::string percent(uint64_t base, uint64_t cand) {
@@ -75,8 +81,10 @@ std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report,
   if (sites)
     for (const auto& s : *sites) {
       auto& slot = out[s[name].get<std::string>()];
-      slot.first += s["bytes"].get<int64_t>();
-      slot.second += s["count"].get<int64_t>();
+      // Saturating at 2^62 (each term is below 2^53: load_report): differences cannot overflow.
+      constexpr int64_t kCap = int64_t{1} << 62;
+      slot.first = std::min(kCap, slot.first + s["bytes"].get<int64_t>());
+      slot.second = std::min(kCap, slot.second + s["count"].get<int64_t>());
     }
   return out;
 }
@@ -126,10 +134,12 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
   std::string text;
   if (c.baseline_peak) {
     uint64_t b = *c.baseline_peak;
-    uint64_t slack = inc.percent ? static_cast<uint64_t>(std::floor(static_cast<double>(b) *
-                                                                    *inc.percent / 100.0))
-                                 : inc.bytes.value_or(0);
-    c.allowed_peak = b + slack;
+    // Saturating: a budget of 1e300% or a peak near 2^64 allows everything, it does not wrap.
+    double pct_slack = inc.percent ? std::floor(static_cast<double>(b) * *inc.percent / 100.0) : 0;
+    uint64_t slack = !inc.percent                     ? inc.bytes.value_or(0)
+                     : pct_slack >= 18446744073709549568.0 ? UINT64_MAX
+                                                           : static_cast<uint64_t>(pct_slack);
+    c.allowed_peak = slack > UINT64_MAX - b ? UINT64_MAX : b + slack;
     text = inc.text() + " (up to " + human_bytes(c.allowed_peak) + ")";
   } else {
     c.allowed_peak = cap.value_or(0);
@@ -190,7 +200,11 @@ uint64_t parse_size(const std::string& raw) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   if (i == 0) throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
-  double v = std::stod(s.substr(0, i));
+  char* end = nullptr;
+  const std::string num = s.substr(0, i);
+  double v = std::strtod(num.c_str(), &end);  // not stod: "." and 400 digits must not throw
+  if (!end || *end != '\0' || !std::isfinite(v))
+    throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string unit = trim(s.substr(i));
   std::string u;
   for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -202,7 +216,9 @@ uint64_t parse_size(const std::string& raw) {
   auto it = units.find(u);
   if (it == units.end())
     throw CheckError("'" + raw + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB)");
-  return static_cast<uint64_t>(std::llround(v * it->second));
+  if (v * it->second >= 18446744073709549568.0)  // the largest double below 2^64
+    throw CheckError("'" + raw + "': too large");
+  return static_cast<uint64_t>(std::round(v * it->second));  // llround stops at 2^63
 }
 
 Budget parse_increase(const std::string& raw) {
@@ -212,7 +228,7 @@ Budget parse_increase(const std::string& raw) {
     std::string num = trim(s.substr(0, s.size() - 1));
     char* end = nullptr;
     double p = std::strtod(num.c_str(), &end);
-    if (num.empty() || !end || *end != '\0' || p < 0)
+    if (num.empty() || !end || *end != '\0' || !(p >= 0) || !std::isfinite(p))
       throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
     b.percent = p;
   } else {
@@ -227,7 +243,7 @@ std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& 
   size_t colon = v.find(':');
   if (colon == std::string::npos) return {std::nullopt, v};
   std::string dev = trim(v.substr(0, colon));
-  if (dev.empty() || !std::all_of(dev.begin(), dev.end(), ::isdigit))
+  if (dev.empty() || dev.size() > 9 || !std::all_of(dev.begin(), dev.end(), ::isdigit))
     throw CheckError("'" + v + "': expected DEVICE:BUDGET, e.g. 1:10%");
   return {static_cast<uint32_t>(std::stoul(dev)), v.substr(colon + 1)};
 }
@@ -248,6 +264,55 @@ void add_peak_option(Budgets& b, const std::string& value) {
   else
     b.max_peak = parse_size(rest);
 }
+
+namespace {
+
+// What is wrong with a report for compare(), check_*() and diff_*(), which read these keys
+// without looking (a missing key there would be undefined behaviour, a wrong type a
+// json::exception): "" when nothing is. Sizes and counts of sites stay below 2^53 (the integers
+// JSON keeps exact), so that their sums and differences cannot overflow.
+std::string malformed(const json& r) {
+  constexpr uint64_t kMaxExact = 1ull << 53;
+  auto uint_at = [](const json& j, const char* key, uint64_t max) {
+    return j.is_object() && j.contains(key) && j[key].is_number_unsigned() &&
+           j[key].get<uint64_t>() <= max;
+  };
+  auto sites_ok = [&](const json& peak) {
+    if (!peak.contains("by_site")) return true;
+    if (!peak["by_site"].is_array()) return false;
+    for (const auto& s : peak["by_site"])
+      if (!s.is_object() || !s.contains("site") || !s["site"].is_string() ||
+          !uint_at(s, "bytes", kMaxExact) || !uint_at(s, "count", kMaxExact))
+        return false;
+    return true;
+  };
+  auto device_ok = [&](const json& d) {
+    return uint_at(d, "index", UINT32_MAX) && d.contains("peak") &&
+           uint_at(d["peak"], "bytes", UINT64_MAX) && sites_ok(d["peak"]);
+  };
+  for (const char* key : {"devices", "processes", "leaks", "oom"})
+    if (!r.contains(key) || !r[key].is_array()) return std::string("no \"") + key + "\" array";
+  for (const auto& d : r["devices"])
+    if (!device_ok(d) || !d.contains("name") || !d["name"].is_string())
+      return "a device without index, name or peak.bytes";
+  for (const auto& p : r["processes"]) {
+    if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array())
+      return "a process without devices";
+    for (const auto& d : p["devices"])
+      if (!device_ok(d) || !d["peak"].contains("by_site"))
+        return "a process's device without index or peak";
+    if (p.contains("ranks")) {
+      if (!p["ranks"].is_object()) return "ranks that are not an object";
+      for (const auto& [k, v] : p["ranks"].items())
+        if (!v.is_string()) return "a rank that is not a string";
+    }
+  }
+  for (const auto& l : r["leaks"])
+    if (!uint_at(l, "bytes", kMaxExact)) return "a leak without bytes";
+  return {};
+}
+
+}  // namespace
 
 json load_report(const std::string& path, const std::string& role) {
   std::error_code ec;
@@ -283,15 +348,8 @@ json load_report(const std::string& path, const std::string& role) {
   if (r["schema"] != kSchema)
     throw CheckError(role + " " + path + ": report schema " + r["schema"].dump() +
                      ", this vramtrace reads \"" + kSchema + "\"");
-  try {
-    for (const auto& d : r.at("devices")) {
-      d.at("index").get<uint32_t>();
-      d.at("peak").at("bytes").get<uint64_t>();
-    }
-    r.at("processes");
-  } catch (const json::exception& e) {
-    throw CheckError(role + " " + path + ": malformed report (" + e.what() + ")");
-  }
+  std::string problem = malformed(r);
+  if (!problem.empty()) throw CheckError(role + " " + path + ": malformed report (" + problem + ")");
   return r;
 }
 
@@ -362,8 +420,7 @@ std::string check_text(const CheckResult& r) {
                        (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + ", candidate " +
                        (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
     if (c.baseline_peak && c.candidate_peak) {
-      int64_t d = static_cast<int64_t>(*c.candidate_peak) - static_cast<int64_t>(*c.baseline_peak);
-      line += ", " + signed_bytes(d) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      line += ", " + change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
     }
     line += ", budget " + c.budget_text + ": " + (c.regression ? "REGRESSION" : "ok");
     if (!c.note.empty()) line += " (" + c.note + ")";
@@ -412,9 +469,7 @@ std::string check_markdown(const CheckResult& r) {
   for (const auto& c : r.rows) {
     std::string change = "-";
     if (c.baseline_peak && c.candidate_peak)
-      change = signed_bytes(static_cast<int64_t>(*c.candidate_peak) -
-                            static_cast<int64_t>(*c.baseline_peak)) +
-               " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      change = change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
     out += "| " + escape_markdown(c.scope) + " | " +
            (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " | " +
            (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " | " +
@@ -467,9 +522,7 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
     out += c.scope + ": peak " + (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") +
            " -> " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
     if (c.baseline_peak && c.candidate_peak)
-      out += " (" + signed_bytes(static_cast<int64_t>(*c.candidate_peak) -
-                                 static_cast<int64_t>(*c.baseline_peak)) +
-             ", " + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      out += " (" + change_bytes(*c.baseline_peak, *c.candidate_peak) + ", " + percent(*c.baseline_peak, *c.candidate_peak) + ")";
     if (!c.note.empty()) out += " [" + c.note + "]";
     out += "\n";
     if (c.changes.empty()) out += "  live at the peak: no difference by site\n";

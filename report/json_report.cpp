@@ -320,7 +320,7 @@ json to_json(const Run& run, const RunInfo& info) {
   if (!info.command.empty()) run_j["command"] = info.command;
   if (info.exit_code) run_j["exit_code"] = *info.exit_code;
   if (info.signal) run_j["signal"] = *info.signal;
-  bool complete = true;
+  bool complete = !info.signal;  // a command killed by a signal did not run to its end
   for (const auto& p : run.processes)
     if (!p.clean_exit || !p.problem.empty()) complete = false;
   run_j["complete"] = complete;
@@ -368,12 +368,11 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["notices"] = p.notices;
 
     json devices = json::array();
+    std::map<uint32_t, std::vector<Allocation>> still_by_device;  // once, not once per device
+    for (const auto& [k, a] : p.live) still_by_device[a.device].push_back(a);
+    for (const auto& [k, h] : p.vmm_handles) still_by_device[h.alloc.device].push_back(h.alloc);
     for (const auto& [index, d] : p.devices) {
-      std::vector<Allocation> still;
-      for (const auto& [k, a] : p.live)
-        if (a.device == index) still.push_back(a);
-      for (const auto& [k, h] : p.vmm_handles)
-        if (h.alloc.device == index) still.push_back(h.alloc);
+      std::vector<Allocation>& still = still_by_device[index];
       std::sort(still.begin(), still.end(),
                 [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
 
@@ -480,6 +479,7 @@ json to_json(const Run& run, const RunInfo& info) {
                  {"live_by_site", by_site(live, stacks)},
                  {"live_by_library", by_library(live, stacks)},
                  {"largest_live", largest}};
+      if (o.live.empty() && o.live_bytes) oj["live_set_omitted"] = true;  // after 64 OOMs
       if (o.free_bytes) oj["free_bytes"] = *o.free_bytes;
       if (o.total_bytes) oj["total_bytes"] = *o.total_bytes;
       // What the device had in use that this process did not hold: other processes, other

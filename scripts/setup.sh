@@ -12,6 +12,7 @@ packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev li
   libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev
           chromium)
 command -v npm >/dev/null || packages+=(nodejs npm)
+command -v python3 >/dev/null || packages+=(python3)  # the reliability tests are Python scripts
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

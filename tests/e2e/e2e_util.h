@@ -17,7 +17,15 @@
 inline constexpr uint64_t MiB = 1 << 20;
 inline const std::string kBuild = VT_BUILD_DIR;
 inline const std::string kVramtrace = kBuild + "/bin/vramtrace";
+// What LD_PRELOAD holds for a target. Sanitizer builds put the sanitizer runtime first
+// (cmake/Sanitize.cmake), and leave the unsanitized target's own leaks and SIGSEGV to it.
+#ifndef VT_SANITIZER_PRELOAD
 inline const std::string kLib = kBuild + "/lib/libvramtrace.so";
+#else
+inline const std::string kLib = VT_SANITIZER_PRELOAD + kBuild +
+                                "/lib/libvramtrace.so ASAN_OPTIONS=detect_leaks=0:handle_segv=0 "
+                                "TSAN_OPTIONS=handle_segv=0";
+#endif
 inline const std::string kEnv = "LD_LIBRARY_PATH=" + kBuild + "/standin ";
 
 inline std::string prog(const std::string& name) { return kBuild + "/tests/programs/" + name; }

@@ -1,0 +1,88 @@
+// Writes the TraceBuilder part of the trace_reader seed corpus (tests/fuzz/corpus/trace_reader/
+// tb-*.vtrace): small traces that reach every record type, a zstd frame, several frames, and a
+// trace cut off inside a frame. Usage: vt_fuzz_make_seeds DIR
+#include <zstd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "unit/trace_builder.h"
+
+using vt_test::Api;
+using vt_test::TraceBuilder;
+
+namespace {
+
+void write(const std::string& dir, const std::string& name, const std::vector<uint8_t>& b) {
+  std::ofstream out(dir + "/tb-" + name + ".vtrace", std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+// The same stream with every frame's payload zstd-compressed.
+std::vector<uint8_t> compress_frames(const std::vector<uint8_t>& raw) {
+  using vramtrace::format::FrameHeader;
+  std::vector<uint8_t> out(raw.begin(), raw.begin() + sizeof(vramtrace::format::FileHeader));
+  size_t at = out.size();
+  while (at + sizeof(FrameHeader) <= raw.size()) {
+    FrameHeader h;
+    std::memcpy(&h, raw.data() + at, sizeof h);
+    const uint8_t* payload = raw.data() + at + sizeof h;
+    std::vector<uint8_t> z(ZSTD_compressBound(h.raw_bytes));
+    size_t n = ZSTD_compress(z.data(), z.size(), payload, h.raw_bytes, 3);
+    h.codec = static_cast<uint8_t>(vramtrace::format::Codec::Zstd);
+    h.stored_bytes = static_cast<uint32_t>(n);
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    out.insert(out.end(), hp, hp + sizeof h);
+    out.insert(out.end(), z.begin(), z.begin() + static_cast<long>(n));
+    at += sizeof h + h.raw_bytes;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+
+  TraceBuilder basic;
+  basic.context(0, 80ull << 30, "Test GPU").kernel(1, "_Z4fillPffi").launch(1)
+      .alloc(0x1000, 4 << 20).alloc(0x2000, 8 << 20).free(0x1000).alloc(0x3000, 1 << 20)
+      .failed(1ull << 40).meminfo(1 << 20, 80ull << 30).free(0x2000).exit_clean();
+  auto basic_bytes = basic.bytes();
+  write(dir, "basic", basic_bytes);
+  write(dir, "basic-zstd", compress_frames(basic_bytes));
+
+  TraceBuilder apis;
+  apis.context(0, 1ull << 30).context(1, 2ull << 30, "Second GPU")
+      .alloc(0x10, 4096, Api::cuMemAllocAsync).alloc(0x20, 4096, Api::cuMemAllocManaged, 1)
+      .alloc(0x30, 4096, Api::cuArrayCreate).alloc(0x40, 65536, Api::cuMemHostAlloc)
+      .flush()
+      .vmm_create(7, 2 << 20).vmm_map(0x7000000, 2 << 20, 7).vmm_release(7)
+      .vmm_unmap(0x7000000, 2 << 20).free(0x10, Api::cuMemFreeAsync)
+      .free(0x40, Api::cuMemFreeHost).free(0x30, Api::cuArrayDestroy).flush()
+      .failed(512, 1).exit_clean();
+  write(dir, "apis", apis.bytes());
+
+  TraceBuilder cut;
+  cut.context(0, 1ull << 30).alloc(0x1000, 1 << 20).flush().alloc(0x2000, 2 << 20)
+      .alloc(0x3000, 3 << 20);
+  auto cut_bytes = cut.bytes();
+  cut_bytes.resize(cut_bytes.size() - 5);  // cut off inside the last frame, as by SIGKILL
+  write(dir, "cut", cut_bytes);
+
+  TraceBuilder many(200, "otherhost");
+  many.context(0, 1ull << 30).step(1'000'000);
+  for (uint64_t i = 0; i < 64; ++i) {
+    many.alloc(0x100000 + i * 0x1000, (i + 1) * 4096);
+    if (i % 3 == 0) many.free(0x100000 + (i / 2) * 0x1000);
+    if (i % 16 == 15) many.flush();
+  }
+  write(dir, "many-frames", many.bytes());
+  return 0;
+}

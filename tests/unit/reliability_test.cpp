@@ -1,0 +1,235 @@
+// Unit tests reproducing the bugs found by the reliability work (fuzzing, sanitizers, the kill
+// tests of tests/reliability): each case failed before its fix. See docs/RELIABILITY.md.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "collector/model.h"
+#include "collector/trace_reader.h"
+#include "common/format.h"
+#include "report/check.h"
+#include "report/json_report.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+using vt_test::Api;
+using vt_test::TraceBuilder;
+
+TEST_CASE("a command killed before any process used CUDA gives a report that is not complete") {
+  collector::Run empty;  // no trace reached the collector
+  report::RunInfo killed;
+  killed.signal = 9;
+  nlohmann::json j = report::to_json(empty, killed);
+  REQUIRE(j["run"]["complete"] == false);
+  REQUIRE(j["run"]["signal"] == 9);
+  report::RunInfo exited;
+  exited.exit_code = 0;
+  REQUIRE(report::to_json(empty, exited)["run"]["complete"] == true);
+}
+
+TEST_CASE("budgets that are not numbers, or too large, are bad input, not a crash") {
+  // Each of these escaped as std::invalid_argument / std::out_of_range (abort, exit 134).
+  REQUIRE_THROWS_AS(report::parse_size("."), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_size(std::string(400, '9')), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_size("99999999999TiB"), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_increase("1e999%"), report::CheckError);
+  REQUIRE_THROWS_AS(report::parse_increase("nan%"), report::CheckError);
+  report::Budgets b;
+  REQUIRE_THROWS_AS(report::add_increase_option(b, "99999999999999999999:5%"),
+                    report::CheckError);
+  // The edges that are fine stay exact.
+  REQUIRE(report::parse_size("15TiB") == 15ull << 40);
+  REQUIRE(report::parse_size("18446744073709547520") == 18446744073709547520ull);
+  REQUIRE(report::parse_increase("0.5%").percent == 0.5);
+}
+
+TEST_CASE("a budget too large to add saturates instead of wrapping into a regression") {
+  nlohmann::json r = {
+      {"schema", report::kSchema},
+      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", UINT64_MAX - 10}}}}}},
+      {"processes", nlohmann::json::array()},
+      {"leaks", nlohmann::json::array()},
+      {"oom", nlohmann::json::array()}};
+  report::Budgets b;  // +5% of a peak near 2^64: more than 2^64 in all
+  report::CheckResult same = report::compare(r, r, b);
+  REQUIRE(same.rows.size() == 1);
+  REQUIRE(same.rows[0].allowed_peak == UINT64_MAX);
+  REQUIRE_FALSE(same.regression());
+  report::add_increase_option(b, "1e300%");
+  REQUIRE(report::compare(r, r, b).rows[0].allowed_peak == UINT64_MAX);
+}
+
+namespace {
+std::string write_temp(const std::string& text) {
+  char path[] = "/tmp/vt-unit-report-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+// Loads `text` as a report; returns the CheckError message ("" when it loaded).
+std::string load_error(const std::string& text) {
+  std::string path = write_temp(text);
+  std::string error;
+  try {
+    report::load_report(path, "candidate");
+  } catch (const report::CheckError& e) {
+    error = e.what();
+  }
+  unlink(path.c_str());
+  return error;
+}
+}  // namespace
+
+TEST_CASE("a report missing what check and diff read is refused, not a crash") {
+  // Each of these loaded, then made compare/diff throw json::type_error out of main (abort) or
+  // read through a missing key of a const json (undefined behaviour).
+  const std::string head = R"({"schema":"vramtrace.report/1",)";
+  REQUIRE_THAT(load_error(head + R"("devices":[{"index":0,"peak":{"bytes":5}}],"processes":[],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a device without index, name or peak.bytes)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[{"devices":[{"index":0}]}],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a process's device without index or peak)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[]})"),
+               Catch::Contains("malformed report (no \"leaks\" array)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[{"index":0,"name":"x","peak":{"bytes":1,
+                                   "by_site":[{"site":"a","bytes":9007199254740993,"count":1}]}}],
+                                   "processes":[],"leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a device without index, name or peak.bytes)"));
+  REQUIRE_THAT(load_error(head + R"("devices":[],"processes":[{"devices":[],"ranks":{"RANK":0}}],
+                                   "leaks":[],"oom":[]})"),
+               Catch::Contains("malformed report (a rank that is not a string)"));
+  REQUIRE(load_error(head + R"("devices":[],"processes":[],"leaks":[],"oom":[]})").empty());
+}
+
+TEST_CASE("peaks near 2^64 are compared without a signed overflow") {
+  nlohmann::json a = {{"schema", report::kSchema},
+                      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", 0}}}}}},
+                      {"processes", nlohmann::json::array()},
+                      {"leaks", nlohmann::json::array()},
+                      {"oom", nlohmann::json::array()}};
+  nlohmann::json b = a;
+  b["devices"][0]["peak"]["bytes"] = UINT64_MAX;
+  report::Budgets budgets;
+  report::CheckResult r = report::compare(a, b, budgets);
+  REQUIRE(r.regression());
+  REQUIRE_THAT(report::check_text(r), Catch::Contains("+16777216.00 TiB (new)"));
+  REQUIRE_THAT(report::diff_text(a, b, r), Catch::Contains("peak 0 B -> 16777216.00 TiB (+"));
+  REQUIRE_THAT(report::diff_text(b, a, report::compare(b, a, budgets)),
+               Catch::Contains("peak 16777216.00 TiB -> 0 B (-16777216.00 TiB, -100.0%)"));
+}
+
+namespace {
+// Peak resident set, in KiB, of a child process that reads `bytes` as a trace to its end.
+long child_peak_kb(const std::vector<uint8_t>& bytes) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    try {
+      auto r = collector::TraceReader::from_bytes(bytes);
+      while (r->next()) {
+      }
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  int status = 0;
+  rusage usage{};
+  REQUIRE(wait4(pid, &status, 0, &usage) == pid);
+  REQUIRE(WIFEXITED(status));
+  return usage.ru_maxrss;
+}
+}  // namespace
+
+TEST_CASE("a frame header claiming 64 MiB in a short trace does not allocate 64 MiB") {
+  // Found by fuzzing (peak RSS of the trace fuzzer): 40 bytes of input made the reader zero a
+  // 64 MiB buffer before finding that the frame is not there.
+  std::vector<uint8_t> t = TraceBuilder().context(0, 1 << 30).bytes();
+  const std::vector<uint8_t> good = t;
+  format::FrameHeader h{};
+  h.stored_bytes = h.raw_bytes = format::kMaxFrameBytes;
+  h.record_count = 1;
+  const auto* p = reinterpret_cast<const uint8_t*>(&h);
+  t.insert(t.end(), p, p + sizeof h);
+  t.insert(t.end(), 16, 0x42);
+  auto r = collector::TraceReader::from_bytes(t);
+  while (r->next()) {
+  }
+  REQUIRE(r->problem() == "trace ends inside a frame at byte " +
+                              std::to_string(good.size()) +
+                              " (16 of 67108864 bytes; the process was cut off while writing)");
+  REQUIRE(child_peak_kb(t) < child_peak_kb(good) + 16 * 1024);
+
+  // A zstd frame whose header claims 64 MiB but whose data says otherwise.
+  std::vector<uint8_t> z = TraceBuilder().bytes();
+  h.codec = static_cast<uint8_t>(format::Codec::Zstd);
+  h.stored_bytes = 16;
+  z.insert(z.end(), p, p + sizeof h);
+  const uint8_t zstd_frame[16] = {0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x01, 0x09, 0x00, 0x00, 0x41};
+  z.insert(z.end(), zstd_frame, zstd_frame + 16);
+  auto rz = collector::TraceReader::from_bytes(z);
+  while (rz->next()) {
+  }
+  REQUIRE_THAT(rz->problem(), Catch::StartsWith("corrupt compressed frame at byte"));
+  REQUIRE(child_peak_kb(z) < child_peak_kb(good) + 16 * 1024);
+}
+
+namespace {
+collector::Run run_of(std::vector<uint8_t> bytes) {
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(std::move(bytes)));
+  return collector::analyze(std::move(readers));
+}
+}  // namespace
+
+TEST_CASE("many OOMs keep the live set of the first 64 only: memory does not grow as OOMs x live") {
+  // Before: every OOM copied up to 256 live allocations; 250 KB of trace (1000 live, 20000
+  // OOMs) took 2.1 GiB and 5 s in `vramtrace report`, now 137 MiB and 0.6 s.
+  TraceBuilder t;
+  t.context(0, 1ull << 30);
+  for (uint64_t i = 0; i < 10; ++i) t.alloc(0x1000 * (i + 1), 4096);
+  for (int i = 0; i < 100; ++i) t.failed(1ull << 40);
+  collector::Run run = run_of(t.exit_clean().bytes());
+  const auto& ooms = run.processes.at(0).ooms;
+  REQUIRE(ooms.size() == 100);
+  REQUIRE(ooms[0].live.size() == 10);
+  REQUIRE(ooms[63].live.size() == 10);
+  REQUIRE(ooms[64].live.empty());
+  REQUIRE(ooms[99].live.empty());
+  REQUIRE(ooms[99].live_bytes == 10 * 4096);
+  nlohmann::json j = report::to_json(run);
+  REQUIRE(j["oom"].size() == 100);
+  REQUIRE_FALSE(j["oom"][63].contains("live_set_omitted"));
+  REQUIRE(j["oom"][63]["largest_live"].size() == 10);
+  REQUIRE(j["oom"][64]["live_set_omitted"] == true);
+  REQUIRE(j["oom"][64]["live_bytes"] == 10 * 4096);
+}
+
+TEST_CASE("a device ordinal of 4096 or more is a corrupt record, not one more device") {
+  // Before: each distinct ordinal was a device of the model and the report: a 0.5 MB trace of
+  // 40000 ordinals gave a 150 MB report.json, 1.4 GiB and (before run_device was indexed) 1 min.
+  TraceBuilder t;
+  t.context(0, 1ull << 30).alloc(0x1000, 4096, Api::cuMemAlloc, 4095);
+  t.alloc(0x2000, 4096, Api::cuMemAlloc, 4096).alloc(0x3000, 4096);
+  auto r = collector::TraceReader::from_bytes(t.bytes());
+  std::vector<uint32_t> devices;
+  while (auto e = r->next())
+    if (e->type == format::RecordType::Alloc) devices.push_back(e->device);
+  REQUIRE(devices == std::vector<uint32_t>{4095});
+  REQUIRE(r->problem() == "corrupt record in frame 1 (type 4)");
+}
+
+TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
+  // Found by fuzz_report_json (a trace given to load_report): run_delta added int64_t deltas.
+  TraceBuilder t;
+  t.context(0, 1ull << 30).alloc(0x1000, 9223372036854759424ull).alloc(0x2000, 4194304);
+  collector::Run run = run_of(t.free(0x2000).exit_clean().bytes());
+  REQUIRE(run.devices.size() == 1);
+  REQUIRE(run.devices[0].peak_bytes == 9223372036858953728ull);
+  REQUIRE(run.devices[0].live_bytes == 9223372036854759424ull);
+}
