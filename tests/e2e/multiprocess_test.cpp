@@ -2,6 +2,7 @@
 // launcher script, and one report merged from several run directories.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "e2e/e2e_util.h"
 
@@ -110,4 +111,21 @@ TEST_CASE("one process on two devices: a peak per device, and a budget per devic
   REQUIRE(contains(c.out, "device 0 (vramtrace stand-in (CPU)): baseline 10.00 MiB, candidate 10.00 MiB"));
   REQUIRE(contains(c.out, "device 1 (vramtrace stand-in (CPU)): baseline 20.00 MiB, candidate 24.00 MiB, +4.00 MiB (+20.0%), budget +5% (up to 21.00 MiB): REGRESSION"));
   REQUIRE(sh(kVramtrace + " check " + cand + " --baseline " + base + " --max-increase 1:20%").code() == 0);
+}
+
+TEST_CASE("forks while another thread allocates: no hang, no events from the children") {
+  std::string d = temp_dir();
+  Result r = sh(kEnv + "timeout 120 " + kVramtrace + " run -o " + d + " -- " + prog("fork_storm"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("pairs=(\\d+)")));
+  uint64_t pairs = std::stoull(m[1]);
+  json j = load_json(d + "/report.json");
+  REQUIRE(j["processes"].size() == 1);  // the children never wrote a stream
+  const json& dev = j["devices"][0];
+  REQUIRE(dev["apis"]["cuMemAlloc"]["calls"] == pairs);
+  REQUIRE(dev["apis"]["cuMemFree"]["calls"] == pairs);
+  REQUIRE(dev["final_live_bytes"] == 0);
+  REQUIRE(j["run"]["dropped_events"] == 0);
 }
