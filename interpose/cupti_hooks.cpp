@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "common/format.h"
 #include "interpose/hooks.h"
@@ -163,19 +164,28 @@ constexpr size_t kMaxNameBytes = 4096;
 uint64_t stream_id(CUstream s) { return reinterpret_cast<uintptr_t>(s); }
 
 // The stack of an allocation is captured before the slot is taken (unwinding is the slow part)
-// and written in the same slot, just before the allocation record it belongs to.
-void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream,
-                  const CapturedStack& stack) {
+// and written in the same slot, just before the record it belongs to: the tree nodes it adds
+// and an AllocStack naming its leaves, then the record of fixed fields that starts with its
+// time. Returns false when the record was dropped.
+bool record_timed_with_stack(RecordType type, const CapturedStack& stack,
+                             std::initializer_list<uint64_t> fields) {
   const bool with_stack = stack.depth || stack.py_depth;
   RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
-  if (!slot.ok()) return;
+  if (!slot.ok()) return false;
   uint8_t* p = slot.begin();
   uint32_t records = 1;
   if (with_stack) p = write_stack(p, stack, &records);
-  p = format::put_record(p, RecordType::Alloc,
-                         {slot.delta_ns(), static_cast<uint64_t>(api), static_cast<uint64_t>(device),
-                          address, bytes, stream_id(stream), thread_id()});
+  p = format::put_record(p, type, {slot.delta_ns()});
+  for (uint64_t f : fields) p = format::put_varint(p, f);
   slot.commit(p, records);
+  return true;
+}
+
+void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream,
+                  const CapturedStack& stack) {
+  record_timed_with_stack(RecordType::Alloc, stack,
+                          {static_cast<uint64_t>(api), static_cast<uint64_t>(device), address,
+                           bytes, stream_id(stream), thread_id()});
 }
 
 // A record of fixed fields that starts with its time: `fields` are the ones after it.
@@ -200,19 +210,10 @@ void record_meminfo(int device) {
 
 void record_failed(Api api, int device, uint64_t bytes, CUresult result,
                    const CapturedStack& stack) {
-  {
-    const bool with_stack = stack.depth || stack.py_depth;
-    RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
-    if (!slot.ok()) return;
-    uint8_t* p = slot.begin();
-    uint32_t records = 1;
-    if (with_stack) p = write_stack(p, stack, &records);
-    p = format::put_record(p, RecordType::AllocFailed,
-                           {slot.delta_ns(), static_cast<uint64_t>(api),
-                            static_cast<uint64_t>(device), bytes, static_cast<uint64_t>(result),
-                            thread_id()});
-    slot.commit(p, records);
-  }
+  if (!record_timed_with_stack(RecordType::AllocFailed, stack,
+                               {static_cast<uint64_t>(api), static_cast<uint64_t>(device), bytes,
+                                static_cast<uint64_t>(result), thread_id()}))
+    return;
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
   if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
 }
@@ -261,18 +262,8 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
 }
 
 void record_vmm_create(int device, uint64_t handle, uint64_t bytes, const CapturedStack& stack) {
-  const bool with_stack = stack.depth || stack.py_depth;
-  RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
-  if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  uint32_t records = 1;
-  if (with_stack) p = write_stack(p, stack, &records);
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::VmmCreate));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, handle);
-  p = format::put_varint(p, bytes);
-  slot.commit(p, records);
+  record_timed_with_stack(RecordType::VmmCreate, stack,
+                          {static_cast<uint64_t>(device), handle, bytes});
 }
 
 
@@ -376,16 +367,28 @@ CUresult result_of(const CUpti_CallbackData* cb) {
                                  : CUDA_SUCCESS;
 }
 
+// What an allocation call wrote through its out-parameter (a device pointer, a host pointer or
+// an array handle), as the id the records carry; 0 when the call failed and wrote nothing.
+template <typename T>
+uint64_t allocated_id(const CUpti_CallbackData* cb, const T* out) {
+  if (!out || !succeeded(cb)) return 0;
+  if constexpr (std::is_pointer_v<T>)
+    return reinterpret_cast<uintptr_t>(*out);
+  else
+    return static_cast<uint64_t>(*out);
+}
+
 // An allocation's exit: the record if it worked, an AllocFailed (the OOM moment) if not.
-void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, uint64_t address,
+template <typename T>
+void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, const T* out,
                    uint64_t bytes, CUstream stream) {
+  const uint64_t address = allocated_id(cb, out);
+  const bool ok = succeeded(cb);
   CapturedStack stack;
   const bool async = api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
-  if (!async || async_stack_wanted(bytes, !succeeded(cb)))
+  if (!async || async_stack_wanted(bytes, !ok))
     capture_stack(&stack);
-  else
-    stack.depth = stack.py_depth = 0;
-  if (succeeded(cb))
+  if (ok)
     record_alloc(api, device, address, bytes, stream, stack);
   else
     record_failed(api, device, bytes, result_of(cb), stack);
@@ -399,7 +402,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
       if (!enter) {
         auto* a = static_cast<const cuMemAlloc_v2_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAlloc, device, succeeded(cb) ? *a->dptr : 0, a->bytesize,
+        on_alloc_exit(cb, Api::cuMemAlloc, device, a->dptr, a->bytesize,
                       nullptr);
       }
       break;
@@ -408,13 +411,13 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         auto* a = static_cast<const cuMemAllocPitch_v2_params*>(params);
         bool ok = succeeded(cb);
         uint64_t bytes = (ok ? *a->pPitch : a->WidthInBytes) * a->Height;
-        on_alloc_exit(cb, Api::cuMemAllocPitch, device, ok ? *a->dptr : 0, bytes, nullptr);
+        on_alloc_exit(cb, Api::cuMemAllocPitch, device, a->dptr, bytes, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocManaged_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocManaged, device, succeeded(cb) ? *a->dptr : 0,
+        on_alloc_exit(cb, Api::cuMemAllocManaged, device, a->dptr,
                       a->bytesize, nullptr);
       }
       break;
@@ -422,7 +425,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocAsync, device, succeeded(cb) ? *a->dptr : 0, a->bytesize,
+        on_alloc_exit(cb, Api::cuMemAllocAsync, device, a->dptr, a->bytesize,
                       a->hStream);
         if (succeeded(cb)) record_pool(device, nullptr);
       }
@@ -431,7 +434,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, succeeded(cb) ? *a->dptr : 0,
+        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, a->dptr,
                       a->bytesize, a->hStream);
         if (succeeded(cb)) record_pool(device, a->pool);
       }
@@ -439,17 +442,13 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
       if (!enter) {
         auto* a = static_cast<const cuMemHostAlloc_params*>(params);
-        on_alloc_exit(cb, Api::cuMemHostAlloc, device,
-                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pp) : 0, a->bytesize,
-                      nullptr);
+        on_alloc_exit(cb, Api::cuMemHostAlloc, device, a->pp, a->bytesize, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocHost_v2_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocHost, device,
-                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pp) : 0, a->bytesize,
-                      nullptr);
+        on_alloc_exit(cb, Api::cuMemAllocHost, device, a->pp, a->bytesize, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
@@ -457,9 +456,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         auto* a = static_cast<const cuArrayCreate_v2_params*>(params);
         const CUDA_ARRAY_DESCRIPTOR* d = a->pAllocateArray;
         uint64_t bytes = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
-        on_alloc_exit(cb, Api::cuArrayCreate, device,
-                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pHandle) : 0, bytes,
-                      nullptr);
+        on_alloc_exit(cb, Api::cuArrayCreate, device, a->pHandle, bytes, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
@@ -468,9 +465,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         const CUDA_ARRAY3D_DESCRIPTOR* d = a->pAllocateArray;
         uint64_t bytes =
             d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
-        on_alloc_exit(cb, Api::cuArray3DCreate, device,
-                      succeeded(cb) ? reinterpret_cast<uintptr_t>(*a->pHandle) : 0, bytes,
-                      nullptr);
+        on_alloc_exit(cb, Api::cuArray3DCreate, device, a->pHandle, bytes, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
