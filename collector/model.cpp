@@ -1,6 +1,8 @@
 // Rebuilding the allocation timeline from events (see model.h).
 #include "collector/model.h"
 
+#include "collector/torch_trace.h"
+
 #include <algorithm>
 #include <queue>
 #include <tuple>
@@ -14,6 +16,11 @@ namespace {
 
 constexpr size_t kOomLiveCap = 256;
 constexpr size_t kOomsWithLiveSet = 64;  // per process (see on_failed)
+constexpr size_t kOomsWithSurvivors = 4;  // per process: their whole live set, for growth
+constexpr size_t kMaxPhases = 20000;      // completed NVTX ranges kept per process
+constexpr size_t kMaxRangeStarts = 1u << 20;
+constexpr uint64_t kMaxRhythmTimes = 4u << 20;  // launch times kept for the rhythm, in all
+constexpr uint64_t kPeakSettleNs = 1000000;     // allocator records of a peak come within 1 ms
 
 size_t idx(Api api) {
   auto i = static_cast<size_t>(api);
@@ -78,7 +85,9 @@ class Builder {
     if (e.time_ns) p_.end_ns = std::max(p_.end_ns, e.time_ns);
     // An AllocStack belongs to the allocation record right after it, and to nothing else.
     if (e.type != RecordType::AllocStack && e.type != RecordType::Alloc &&
-        e.type != RecordType::AllocFailed && e.type != RecordType::VmmCreate)
+        e.type != RecordType::AllocFailed && e.type != RecordType::VmmCreate &&
+        e.type != RecordType::UserBlock && e.type != RecordType::UserOom &&
+        e.type != RecordType::PyStackNode)
       pending_stack_ = pending_py_stack_ = 0;
     switch (e.type) {
       case RecordType::Process:
@@ -135,10 +144,82 @@ class Builder {
         d.launch_timeline.add(e.time_ns, d.launches);
         d.last_kernel = id;
         ++p_.host_apis[idx(e.api)].calls;
+        on_rhythm(id, e.time_ns);
         break;
       }
+      case RecordType::RangePush: {
+        auto& open = p_.open_ranges[e.thread];
+        open.emplace_back(static_cast<uint32_t>(e.a), e.time_ns);
+        if (open.size() == 1) {
+          auto& starts = p_.top_range_starts[static_cast<uint32_t>(e.a)];
+          if (starts.size() < kMaxRangeStarts) starts.push_back(e.time_ns);
+        }
+        ranges_seen_ = true;
+        break;
+      }
+      case RecordType::RangePop: {
+        auto it = p_.open_ranges.find(e.thread);
+        if (it == p_.open_ranges.end() || it->second.empty()) break;  // pushed before we started
+        auto [name, start] = it->second.back();
+        it->second.pop_back();
+        auto& st = p_.range_stats[name];
+        ++st.count;
+        st.total_ns += e.time_ns - std::min(e.time_ns, start);
+        ++p_.phases_total;
+        if (p_.phases.size() < kMaxPhases)
+          p_.phases.push_back({name, e.thread, static_cast<uint32_t>(it->second.size()), start,
+                               e.time_ns});
+        break;
+      }
+      case RecordType::Step:
+        if (p_.steps.size() < kMaxRangeStarts) p_.steps.push_back(e.time_ns);
+        break;
+      case RecordType::UserPool: {
+        UserPool& pool = p_.user_pools[e.a];
+        pool.device = e.device;
+        pool.name = !e.text.empty() ? e.text : p_.kernel_name(static_cast<uint32_t>(e.b));
+        if (pool.name.empty()) pool.name = "pool " + std::to_string(e.a);
+        pool.torch = e.a >= kTorchPoolBase;
+        device(e.device).has_allocator_view = true;
+        break;
+      }
+      case RecordType::UserSegment: {
+        UserPool* pool = user_pool(e.a);
+        if (!pool) break;
+        auto op = static_cast<format::SegmentOp>(e.b);
+        bool joined = op == format::SegmentOp::Map || op == format::SegmentOp::Unmap;
+        if (op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map)
+          pool->view.add_segment(e.address, e.bytes, joined);
+        else
+          pool->view.remove_segment(e.address, e.bytes, joined);
+        pool->peak_reserved = std::max(pool->peak_reserved, pool->view.state().reserved);
+        on_allocator_change(pool->device, e.time_ns, op == format::SegmentOp::AddSegment ||
+                                                         op == format::SegmentOp::Map);
+        break;
+      }
+      case RecordType::UserBlock: {
+        UserPool* pool = user_pool(e.a);
+        if (!pool) {
+          pending_stack_ = pending_py_stack_ = 0;
+          break;
+        }
+        if (e.bytes) {
+          Allocation b = make(e, Api::Unknown);
+          b.device = pool->device;
+          b.space = 1;  // a block
+          pool->view.alloc_block(b);
+          pool->peak_in_use = std::max(pool->peak_in_use, pool->view.state().in_use);
+        } else {
+          pool->view.free_block(e.address);
+        }
+        on_allocator_change(pool->device, e.time_ns, e.bytes != 0);
+        break;
+      }
+      case RecordType::UserOom:
+        on_allocator_oom(e);
+        break;
       case RecordType::String:
-        p_.kernel_names[static_cast<uint32_t>(e.a)] = e.text;
+        p_.kernel_names[static_cast<uint32_t>(e.a)] = e.text;  // kernel, range and pool names
         break;
       case RecordType::StackNode: {
         StackNode n;
@@ -257,6 +338,7 @@ class Builder {
   }
 
   void finish() {
+    find_iterations();
     // Grouped once: a scan of every live allocation per device was quadratic.
     std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
     for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
@@ -294,7 +376,172 @@ class Builder {
     a.stack = pending_stack_;
     a.py_stack = pending_py_stack_;
     pending_stack_ = pending_py_stack_ = 0;
+    if (ranges_seen_) {
+      auto it = p_.open_ranges.find(e.thread);
+      if (it != p_.open_ranges.end() && !it->second.empty()) a.phase = it->second.back().first;
+    }
     return a;
+  }
+
+  UserPool* user_pool(uint64_t id) {
+    auto it = p_.user_pools.find(id);
+    return it == p_.user_pools.end() ? nullptr : &it->second;
+  }
+
+  FragmentationState allocator_state(uint32_t device_index, uint64_t now) const {
+    FragmentationState sum;
+    for (auto& [id, pool] : p_.user_pools)
+      if (pool.device == device_index) sum.add(pool.view.state());
+    sum.time_ns = now;
+    return sum;
+  }
+
+  // A pool of `device_index` changed: the device's sums, their timelines, the state at the
+  // in-use peak while it settles, and the moments of most in use and most free.
+  void on_allocator_change(uint32_t device_index, uint64_t now, bool grew) {
+    DeviceModel& d = device(device_index);
+    d.has_allocator_view = true;
+    d.frag = allocator_state(device_index, now);
+    d.frag_free_timeline.add(now, d.frag.free_bytes());
+    d.frag_largest_timeline.add(now, d.frag.largest_free);
+    if (grew && d.frag_at_peak && now <= d.frag_peak_until) d.frag_at_peak = d.frag;
+    if (d.frag.in_use > d.allocator_peak_in_use) {
+      d.allocator_peak_in_use = d.frag.in_use;
+      d.allocator_peak_time = now;
+    }
+    if (d.frag.free_bytes() > d.frag_most_free.free_bytes()) d.frag_most_free = d.frag;
+  }
+
+  // Everything of a device live now: driver allocations (not the segments a pool carves
+  // blocks from: those are the pool's) and the pools' blocks.
+  std::vector<Allocation> survivors(uint32_t device_index) const {
+    std::vector<Allocation> out;
+    for (auto& [k, a] : p_.live)
+      if (a.device == device_index && !held_by_pool(a)) out.push_back(a);
+    for (auto& [k, h] : p_.vmm_handles)
+      if (h.alloc.device == device_index && !held_by_pool(h.alloc)) out.push_back(h.alloc);
+    for (auto& [id, pool] : p_.user_pools)
+      if (pool.device == device_index)
+        for (auto& [addr, b] : pool.view.blocks()) out.push_back(b);
+    return out;
+  }
+
+  bool held_by_pool(const Allocation& a) const {
+    for (auto& [id, pool] : p_.user_pools) {
+      if (pool.device != a.device) continue;
+      if (a.api == Api::cuMemCreate ? pool.torch : pool.view.covers(a.id, a.bytes)) return true;
+    }
+    return false;
+  }
+
+  // The pool could not serve a request. PyTorch reports its OOM after the driver's failed
+  // cuMemAlloc (and its retry after freeing cached blocks): that OOM gets the pool's view;
+  // otherwise (a pool that never asked the driver) it is an OOM of its own.
+  void on_allocator_oom(const Event& e) {
+    const uint32_t stack = pending_stack_, py_stack = pending_py_stack_;
+    pending_stack_ = pending_py_stack_ = 0;
+    UserPool* pool = user_pool(e.a);
+    if (!pool) return;
+    ++pool->ooms;
+    constexpr uint64_t kSameEpisodeNs = 2000000000;
+    OomEvent* o = nullptr;
+    if (!p_.ooms.empty()) {
+      OomEvent& last = p_.ooms.back();
+      if (last.device == pool->device && !last.allocator &&
+          e.time_ns - std::min(e.time_ns, last.time_ns) <= kSameEpisodeNs)
+        o = &last;
+    }
+    if (!o) {
+      p_.ooms.emplace_back();
+      o = &p_.ooms.back();
+      o->device = pool->device;
+      o->pid = p_.pid;
+      o->requested_bytes = e.bytes;
+      o->time_ns = e.time_ns;
+      o->thread = e.thread;
+      o->live_bytes = device(pool->device).memory.live_bytes();
+      o->last_kernel = p_.kernel_name(device(pool->device).last_kernel);
+      o->stack = stack;
+      if (e.b) o->free_bytes = e.b - 1;
+    }
+    if (py_stack && !o->py_stack) o->py_stack = py_stack;
+    if (stack && !o->stack) o->stack = stack;
+    o->allocator = true;
+    o->pool = pool->name;
+    o->allocator_request = e.bytes;
+    o->fragmentation = allocator_state(pool->device, e.time_ns);
+    if (p_.ooms.size() <= kOomsWithSurvivors) o->survivors = survivors(pool->device);
+  }
+
+  // Per kernel name, whether its launches come at a constant distance (in launches): such a
+  // kernel marks the iterations of a loop. Times are kept while the name may still be one.
+  void on_rhythm(uint32_t id, uint64_t now) {
+    ++p_.launch_index;
+    auto& r = p_.rhythm[id];
+    if (r.count) {
+      uint64_t gap = p_.launch_index - r.last_index;
+      if (r.count == 1 || gap != r.gap) {
+        if (r.count == 1 || r.gap_matches == 0) r.gap = gap;
+      }
+      if (gap == r.gap) ++r.gap_matches;
+    }
+    r.last_index = p_.launch_index;
+    ++r.count;
+    if (r.dropped) return;
+    r.times.push_back(now);
+    if (++p_.rhythm_times > kMaxRhythmTimes) {
+      // Drop the most frequent name's times: a kernel that marks iterations runs least often.
+      auto worst = p_.rhythm.end();
+      for (auto it = p_.rhythm.begin(); it != p_.rhythm.end(); ++it)
+        if (!it->second.dropped && (worst == p_.rhythm.end() || it->second.count > worst->second.count))
+          worst = it;
+      if (worst != p_.rhythm.end()) {
+        p_.rhythm_times -= worst->second.times.size();
+        worst->second.dropped = true;
+        std::vector<uint64_t>().swap(worst->second.times);
+      }
+    }
+  }
+
+  // Iterations, best source first: vramtrace_step() calls; the depth-0 NVTX range that repeats
+  // most; the kernel that repeats at a constant distance with the longest period.
+  void find_iterations() {
+    if (p_.steps.size() >= 2) {
+      p_.iterations = p_.steps;
+      p_.iteration_source = "vramtrace_step()";
+      return;
+    }
+    uint32_t best = 0;
+    size_t best_n = 0;
+    for (auto& [name, starts] : p_.top_range_starts)
+      if (starts.size() > best_n) {
+        best = name;
+        best_n = starts.size();
+      }
+    if (best_n >= 3) {
+      p_.iterations = p_.top_range_starts[best];
+      p_.iteration_source = "NVTX range '" + p_.kernel_name(best) + "'";
+      return;
+    }
+    const ProcessModel::Rhythm* anchor = nullptr;
+    uint32_t anchor_id = 0;
+    for (auto& [id, r] : p_.rhythm) {
+      if (r.dropped || r.count < 3 || r.gap < 2) continue;
+      // At most one in ten gaps may differ (a warm-up iteration, a checkpoint step).
+      if (r.gap_matches * 10 < (r.count - 1) * 9) continue;
+      // ... and it spans at least half of the run's launches (not a burst at start-up).
+      if (r.count * r.gap * 2 < p_.launch_index) continue;
+      if (!anchor || r.gap > anchor->gap ||
+          (r.gap == anchor->gap && r.times.front() < anchor->times.front())) {
+        anchor = &r;
+        anchor_id = id;
+      }
+    }
+    if (anchor) {
+      p_.iterations = anchor->times;
+      p_.iteration_source = "kernel " + p_.kernel_name(anchor_id) + " (every " +
+                            std::to_string(anchor->gap) + " launches)";
+    }
   }
 
   void add_device(const Allocation& a, uint64_t now) {
@@ -303,7 +550,19 @@ class Builder {
     d.memory.add(a, now);
     if (is_async(a.api)) d.async_live += a.bytes;
     d.update_footprint(now);
-    if (d.memory.peak_bytes() > before) d.kernel_at_peak = d.last_kernel;
+    if (d.memory.peak_bytes() > before) {
+      d.kernel_at_peak = d.last_kernel;
+      if (d.has_allocator_view) {
+        d.frag_at_peak = allocator_state(a.device, now);
+        d.frag_peak_until = now + kPeakSettleNs;
+      }
+      if (ranges_seen_) {
+        d.phase_at_peak.clear();
+        auto it = p_.open_ranges.find(a.thread);
+        if (it != p_.open_ranges.end())
+          for (auto& [name, start] : it->second) d.phase_at_peak.push_back(name);
+      }
+    }
     ++d.allocations;
     ApiStats& s = d.apis[idx(a.api)];
     ++s.calls;
@@ -403,6 +662,8 @@ class Builder {
     o.last_kernel = p_.kernel_name(d.last_kernel);
     o.stack = stack;
     o.py_stack = py_stack;
+    if (d.has_allocator_view) o.fragmentation = allocator_state(e.device, e.time_ns);
+    if (p_.ooms.size() < kOomsWithSurvivors) o.survivors = survivors(e.device);
     // Only the first OOMs keep their live set: a trace of many OOMs (a retry loop, a corrupt
     // or crafted file) must not cost OOMs x live allocations (250 KB of trace took 2 GiB).
     if (p_.ooms.size() < kOomsWithLiveSet) {
@@ -423,6 +684,7 @@ class Builder {
   uint64_t seq_ = 0;
   DeviceModel* last_device_ = nullptr;
   uint32_t pending_stack_ = 0, pending_py_stack_ = 0;
+  bool ranges_seen_ = false;
   std::map<std::tuple<std::string, uint64_t, uint64_t>, size_t> module_index_;
 };
 
@@ -497,11 +759,18 @@ std::vector<Allocation> PeakTracker::live_at_peak(
 
 Run analyze(const std::vector<std::string>& trace_paths) {
   std::vector<std::unique_ptr<TraceReader>> readers;
-  for (const auto& path : trace_paths) readers.push_back(std::make_unique<TraceReader>(path));
-  return analyze(std::move(readers));
+  std::vector<std::string> torch_paths;
+  for (const auto& path : trace_paths) {
+    if (path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0)
+      torch_paths.push_back(path);
+    else
+      readers.push_back(std::make_unique<TraceReader>(path));
+  }
+  return analyze(std::move(readers), torch_paths);
 }
 
-Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
+Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
+            const std::vector<std::string>& torch_paths) {
   Run run;
   run.processes.resize(readers.size());
   std::vector<Builder> builders;
@@ -511,34 +780,75 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers) {
     run.processes[i].trace_path = readers[i]->name();
     builders.emplace_back(run, run.processes[i], where);
   }
+  std::vector<TorchTrace> torch;
+  for (const auto& path : torch_paths) {
+    try {
+      torch.push_back(read_torch_trace(path));
+      if (!torch.back().problem.empty())
+        run.problems.push_back(path + ": " + torch.back().problem);
+    } catch (const TraceError& e) {
+      run.problems.push_back(e.what());
+    }
+  }
 
   // k-way merge by time, so that the run-wide device totals see every process in order.
   // Records without a time (strings, notices) take the time of the record before them.
+  // Sources: the traces (one per process), then PyTorch's traces, each fed to the builder of
+  // its process.
   struct Head {
     uint64_t time;
-    size_t reader;
+    size_t source;
     bool operator>(const Head& o) const {
-      return time != o.time ? time > o.time : reader > o.reader;
+      return time != o.time ? time > o.time : source > o.source;
     }
   };
+  const size_t n_sources = readers.size() + torch.size();
   std::vector<Event> pending(readers.size());
-  std::vector<uint64_t> last_time(readers.size(), 0);
+  std::vector<size_t> torch_pos(torch.size(), 0);
+  std::vector<size_t> builder_of(n_sources, SIZE_MAX);
+  std::vector<uint64_t> last_time(n_sources, 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+  auto event_of = [&](size_t i) -> const Event& {
+    return i < readers.size() ? pending[i] : torch[i - readers.size()].events[torch_pos[i - readers.size()]];
+  };
   auto pull = [&](size_t i) {
-    if (!readers[i]->next(pending[i])) return;
-    if (pending[i].time_ns) last_time[i] = pending[i].time_ns;
+    if (i < readers.size()) {
+      if (!readers[i]->next(pending[i])) return;
+    } else if (torch_pos[i - readers.size()] >= torch[i - readers.size()].events.size()) {
+      return;
+    }
+    const Event& e = event_of(i);
+    if (e.time_ns) last_time[i] = e.time_ns;
     heads.push({last_time[i], i});
   };
-  if (readers.size() == 1) {
+  if (torch.empty() && readers.size() == 1) {
     while (readers[0]->next(pending[0])) builders[0].apply(pending[0]);
   } else {
-    for (size_t i = 0; i < readers.size(); ++i) pull(i);
+    for (size_t i = 0; i < readers.size(); ++i) {
+      builder_of[i] = i;
+      pull(i);
+    }
+    // A trace starts with its Process record: PyTorch's trace goes to the process of its pid.
+    for (size_t t = 0; t < torch.size(); ++t) {
+      for (size_t i = 0; i < readers.size(); ++i)
+        if (pending[i].type == RecordType::Process && pending[i].a == torch[t].pid)
+          builder_of[readers.size() + t] = i;
+      if (builder_of[readers.size() + t] == SIZE_MAX) {
+        run.problems.push_back("PyTorch allocator trace of pid " + std::to_string(torch[t].pid) +
+                               " has no CUDA trace of that process: not merged");
+        continue;
+      }
+      run.processes[builder_of[readers.size() + t]].torch_trace = true;
+      run.processes[builder_of[readers.size() + t]].torch_trace_problem = torch[t].problem;
+      pull(readers.size() + t);
+    }
   }
   while (!heads.empty()) {
     Head h = heads.top();
     heads.pop();
-    builders[h.reader].apply(pending[h.reader]);
-    pull(h.reader);
+    builders[builder_of[h.source]].apply(event_of(h.source));
+    if (h.source >= readers.size()) ++torch_pos[h.source - readers.size()];
+    pull(h.source);
   }
 
   for (size_t i = 0; i < readers.size(); ++i) {

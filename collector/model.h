@@ -16,25 +16,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collector/allocation.h"
+#include "collector/allocator_view.h"
 #include "collector/trace_reader.h"
 #include "common/format.h"
 
 namespace vramtrace::collector {
-
-struct Allocation {
-  uint64_t id = 0;  // device address, array handle or VMM handle
-  uint8_t space = 0;  // which id space `id` lives in (see model.cpp)
-  format::Api api = format::Api::Unknown;
-  uint32_t device = 0;
-  uint64_t bytes = 0;
-  uint64_t time_ns = 0;
-  uint64_t seq = 0;
-  uint64_t stream = 0;
-  uint32_t thread = 0;
-  uint32_t last_kernel = 0;  // name id of the kernel launched last before it on its device
-  uint32_t stack = 0;        // leaf of its native stack in the process's trace tree (0: none)
-  uint32_t py_stack = 0;     // leaf of its Python stack (0: none)
-};
 
 struct ApiStats {
   uint64_t calls = 0;
@@ -96,6 +83,14 @@ struct OomEvent {
   std::string last_kernel;
   uint32_t stack = 0, py_stack = 0;  // the failed request's own stack
   std::vector<Allocation> live;  // the live set then, largest first (capped)
+  // A sub-allocator's view of the moment (PyTorch's caching allocator, a vramtrace.h pool):
+  // the request as the pool saw it and its segments' free blocks then.
+  bool allocator = false;  // reported by the allocator (a driver failure may have come first)
+  std::string pool;
+  uint64_t allocator_request = 0;
+  std::optional<FragmentationState> fragmentation;
+  // Everything live then, allocations and blocks, for growth by iteration (first OOMs only).
+  std::vector<Allocation> survivors;
 };
 
 struct DeviceModel {
@@ -130,6 +125,19 @@ struct DeviceModel {
   Timeline footprint_timeline;
   Timeline launch_timeline;
   uint64_t launches_in_bucket = 0;
+
+  // The sub-allocators' pools on this device, summed: now, at the in-use peak (taken within
+  // 1 ms after it: the allocator's records of the segment that made the peak come just after
+  // the driver's), when the most reserved memory was free, and over time.
+  bool has_allocator_view = false;
+  FragmentationState frag;
+  std::optional<FragmentationState> frag_at_peak;
+  uint64_t frag_peak_until = 0;
+  FragmentationState frag_most_free;
+  uint64_t allocator_peak_in_use = 0, allocator_peak_time = 0;
+  Timeline frag_free_timeline;     // reserved but free bytes
+  Timeline frag_largest_timeline;  // largest free block
+  std::vector<uint32_t> phase_at_peak;  // NVTX ranges open on the thread that made the peak
   void update_footprint(uint64_t now) {
     uint64_t f = footprint();
     footprint_timeline.add(now, f);
@@ -161,6 +169,22 @@ struct StackNode {
   uint64_t ip = 0;
   int64_t module = -1;  // index into ProcessModel::modules; -1: in no known module
   uint32_t code = 0, line = 0;  // Python frames
+};
+
+// A sub-allocator's pool (vramtrace.h, or PyTorch's caching allocator on one device).
+struct UserPool {
+  std::string name;
+  uint32_t device = 0;
+  bool torch = false;
+  PoolView view;
+  uint64_t peak_in_use = 0, peak_reserved = 0, ooms = 0;
+};
+
+// A completed NVTX range.
+struct Phase {
+  uint32_t name = 0;  // String id
+  uint32_t thread = 0, depth = 0;
+  uint64_t start_ns = 0, end_ns = 0;
 };
 
 struct ProcessModel {
@@ -195,7 +219,37 @@ struct ProcessModel {
   std::unordered_map<uint64_t, VmmHandle> vmm_handles;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> vmm_mappings;  // va -> (bytes, handle)
 
+  // Sub-allocators, phases and iterations.
+  std::map<uint64_t, UserPool> user_pools;
+  bool torch_trace = false;           // PyTorch's allocator trace was merged in
+  std::string torch_trace_problem;    // why it is incomplete, if it is
+  std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges;
+  std::vector<Phase> phases;          // the first kMaxPhases completed ranges
+  uint64_t phases_total = 0;
+  struct RangeStats {
+    uint64_t count = 0, total_ns = 0;
+  };
+  std::map<uint32_t, RangeStats> range_stats;  // by name id
+  std::map<uint32_t, std::vector<uint64_t>> top_range_starts;  // depth-0 ranges by name id
+  std::vector<uint64_t> steps;                 // vramtrace_step() times
+  // The launch rhythm: per kernel name, its launches' times while it may mark iterations.
+  struct Rhythm {
+    uint64_t count = 0, last_index = 0, gap = 0, gap_matches = 0;
+    bool dropped = false;
+    std::vector<uint64_t> times;
+  };
+  std::unordered_map<uint32_t, Rhythm> rhythm;
+  uint64_t launch_index = 0, rhythm_times = 0;
+  // Iteration starts (finish()), and what they were found from.
+  std::vector<uint64_t> iterations;
+  std::string iteration_source;
+
   const std::string& kernel_name(uint32_t id) const;
+  // The iteration an event at `t` belongs to: -1 before the first.
+  int64_t iteration_of(uint64_t t) const {
+    auto it = std::upper_bound(iterations.begin(), iterations.end(), t);
+    return static_cast<int64_t>(it - iterations.begin()) - 1;
+  }
 };
 
 // A device as the whole run saw it: the sum of every process's use of it (same host).
@@ -217,11 +271,14 @@ struct Run {
   bool stand_in = false;
 };
 
-// Builds the model from one or more trace files (each a process), merged in time order.
-// Throws TraceError when a file is not a readable trace; a truncated trace is kept as partial.
+// Builds the model from one or more trace files (each a process), merged in time order, with
+// PyTorch allocator traces (files ending in .torch, see collector/torch_trace.h) merged into
+// the process they belong to. Throws TraceError when a file is not a readable trace; a
+// truncated trace is kept as partial.
 Run analyze(const std::vector<std::string>& trace_paths);
 
-// Same, from already-open readers (tests).
-Run analyze(std::vector<std::unique_ptr<TraceReader>> readers);
+// Same, from already-open readers (tests), with PyTorch traces' paths.
+Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
+            const std::vector<std::string>& torch_paths = {});
 
 }  // namespace vramtrace::collector

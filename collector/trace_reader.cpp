@@ -289,6 +289,46 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
       str(e.text);             // path
       str(e.text2);            // build-id bytes
       break;
+    case RecordType::RangePush:
+      time();
+      e.thread = static_cast<uint32_t>(r.varint());
+      e.a = r.varint();  // name string id
+      break;
+    case RecordType::RangePop:
+      time();
+      e.thread = static_cast<uint32_t>(r.varint());
+      break;
+    case RecordType::UserPool:
+      e.a = r.varint();  // pool id
+      e.device = static_cast<uint32_t>(r.varint());
+      e.b = r.varint();  // name string id
+      break;
+    case RecordType::UserSegment:
+      time();
+      e.a = r.varint();  // pool id
+      e.address = r.varint();
+      e.bytes = r.varint();
+      e.b = r.varint();  // SegmentOp
+      if (e.b > static_cast<uint64_t>(format::SegmentOp::Unmap)) return false;
+      break;
+    case RecordType::UserBlock:
+      time();
+      e.a = r.varint();  // pool id
+      e.address = r.varint();
+      e.bytes = r.varint();
+      e.thread = static_cast<uint32_t>(r.varint());
+      break;
+    case RecordType::UserOom:
+      time();
+      e.a = r.varint();  // pool id
+      e.bytes = r.varint();
+      e.thread = static_cast<uint32_t>(r.varint());
+      e.b = r.varint();  // device free bytes + 1
+      break;
+    case RecordType::Step:
+      time();
+      e.a = r.varint();  // step number
+      break;
     default:
       return false;
   }

@@ -99,7 +99,28 @@ enum class RecordType : uint8_t {
   // (sent at start and again after dlopen/dlclose); stack nodes are resolved against the map
   // current when they were written.
   Module = 22,
+  // ---- phases and sub-allocators (interpose/annotate.cpp; vramtrace.h; PyTorch's trace) ----
+  // dt, thread id, name string id (a String record): an NVTX range pushed on that thread
+  RangePush = 23,
+  // dt, thread id: the innermost NVTX range of that thread ends
+  RangePop = 24,
+  // pool id, device ordinal, name string id: a sub-allocator's pool (vramtrace_pool_create)
+  UserPool = 25,
+  // dt, pool id, address, bytes, op (SegmentOp): memory the pool carves blocks from
+  UserSegment = 26,
+  // dt, pool id, address, bytes, thread id: a block handed out by the pool (bytes 0: freed)
+  UserBlock = 27,
+  // dt, pool id, requested bytes, thread id, device free bytes + 1 (0: unknown): the pool could
+  // not satisfy a request
+  UserOom = 28,
+  // dt, step number: the program starts an iteration (vramtrace_step)
+  Step = 29,
 };
+
+// What a UserSegment record does. A segment is separate from its neighbours (cudaMalloc'd
+// memory: a free block never spans two); a mapping joins the mappings next to it (expandable
+// segments: mapped pieces of one reserved range).
+enum class SegmentOp : uint8_t { RemoveSegment = 0, AddSegment = 1, Map = 2, Unmap = 3 };
 
 // The CUDA driver entry point a record came from. Append only.
 enum class Api : uint8_t {

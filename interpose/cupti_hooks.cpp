@@ -631,6 +631,15 @@ void give_up(const char* why) {
 
 }  // namespace
 
+bool emit_with_stack(RecordType type, const CapturedStack& stack,
+                     std::initializer_list<uint64_t> fields) {
+  return record_timed_with_stack(type, stack, fields);
+}
+
+void emit(RecordType type, std::initializer_list<uint64_t> fields) { record_timed(type, fields); }
+
+uint32_t allocate_string_id() { return g_next_name_id++; }
+
 bool subscribe_cupti() {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!cuda) cuda = RTLD_DEFAULT;

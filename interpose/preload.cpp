@@ -105,6 +105,10 @@ __attribute__((constructor)) void arm() {
   } else {
     setenv("CUDA_INJECTION64_PATH", self, 1);
   }
+  // NVTX ranges become phases. Another NVTX tool (Nsight Systems) keeps its place; vramtrace
+  // then records no ranges but works otherwise.
+  const char* nvtx = getenv("NVTX_INJECTION64_PATH");
+  if (!nvtx || !*nvtx) setenv("NVTX_INJECTION64_PATH", self, 1);
   pthread_atfork(nullptr, nullptr, on_fork_child);
 }
 

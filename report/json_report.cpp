@@ -49,7 +49,7 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.text = s.stack->site;
     s.library = s.stack->library;
   }
-  if (s.text.empty()) s.text = format::api_name(a.api);
+  if (s.text.empty()) s.text = a.space == 1 ? "(pool block, no stack)" : format::api_name(a.api);
   return s;
 }
 
@@ -96,7 +96,180 @@ json allocation_json(const Allocation& a, const ProcessModel& p, uint64_t origin
   if (a.stream) j["stream"] = hex(a.stream);
   const std::string& k = p.kernel_name(a.last_kernel);
   if (!k.empty()) j["last_kernel"] = demangle(k);
+  if (a.phase) j["phase"] = p.kernel_name(a.phase);
+  if (a.space == 1) j["kind"] = "pool block";
   return j;
+}
+
+json fragmentation_json(const collector::FragmentationState& f, uint64_t origin) {
+  return {{"reserved_bytes", f.reserved},
+          {"in_use_bytes", f.in_use},
+          {"free_bytes", f.free_bytes()},
+          {"free_blocks", f.free_blocks},
+          {"largest_free_block_bytes", f.largest_free},
+          {"external_fragmentation", f.external()},
+          {"blocks", f.blocks},
+          {"segments", f.segments},
+          {"time_ns", f.time_ns >= origin ? f.time_ns - origin : 0}};
+}
+
+// Sites whose memory accumulates across iterations: of what is live at a moment (the end, an
+// OOM), what each site allocated in each iteration. A site grows when what it allocated in at
+// least 3 iterations, and in at least half of the iterations since its first, is still live,
+// up to the last iterations before the moment. Largest rate first.
+json growth_by_site(const std::vector<Allocation>& live, const ProcessModel& p,
+                    collector::StackResolver& stacks, uint64_t until, uint64_t origin) {
+  json out = json::array();
+  if (p.iterations.size() < 3) return out;
+  const int64_t last = p.iteration_of(until);
+  if (last < 2) return out;
+  struct Group {
+    std::map<int64_t, uint64_t> by_iteration;
+    Site site;
+  };
+  std::map<std::string, Group> groups;
+  for (const Allocation& a : live) {
+    int64_t it = p.iteration_of(a.time_ns);
+    if (it < 0) continue;  // before the first iteration: set-up, not growth
+    Site site = site_of(a, stacks);
+    Group& g = groups[site.text];
+    if (!g.site.stack) g.site = site;
+    g.by_iteration[it] += a.bytes;
+  }
+  for (auto& [text, g] : groups) {
+    const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
+    const int64_t span = last - first + 1;
+    const auto k = static_cast<int64_t>(g.by_iteration.size());
+    if (k < 3 || 2 * k < span) continue;
+    if (latest < last - std::max<int64_t>(1, span / 10)) continue;  // stopped growing
+    uint64_t bytes = 0;
+    for (auto& [it, b] : g.by_iteration) bytes += b;
+    const int64_t grown = latest - first + 1;
+    json j = {{"site", text},
+              {"library", g.site.library},
+              {"bytes", bytes},
+              {"bytes_per_iteration", bytes / static_cast<uint64_t>(grown)},
+              {"iterations", k},
+              {"first_iteration", first},
+              {"last_iteration", latest},
+              {"since_ns", p.iterations[static_cast<size_t>(first)] >= origin
+                               ? p.iterations[static_cast<size_t>(first)] - origin
+                               : 0},
+              {"stack", frames_json(g.site.stack)}};
+    out.push_back(j);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    return a["bytes_per_iteration"].get<uint64_t>() > b["bytes_per_iteration"].get<uint64_t>();
+  });
+  return out;
+}
+
+// The ranked findings of an OOM: each a cause that the run's own figures support, with them
+// as evidence and what to try. `oj` is the OOM's JSON so far.
+json oom_findings(const collector::OomEvent& o, const json& oj, const json& growth,
+                  bool torch_pool) {
+  json out = json::array();
+  auto add = [&](double score, const char* kind, std::string title, json evidence,
+                 std::string suggestion) {
+    out.push_back({{"kind", kind},
+                   {"score", score},
+                   {"title", std::move(title)},
+                   {"evidence", std::move(evidence)},
+                   {"suggestion", std::move(suggestion)}});
+  };
+  const uint64_t request = o.allocator && o.allocator_request ? o.allocator_request
+                                                              : o.requested_bytes;
+  const uint64_t total = o.total_bytes.value_or(0);
+  const uint64_t free_b = o.free_bytes.value_or(0);
+  if (total && request > total)
+    add(1.0, "request_too_large",
+        "The request alone (" + human_bytes(request) + ") is larger than the GPU (" +
+            human_bytes(total) + ")",
+        {{"requested_bytes", request}, {"total_bytes", total}},
+        "Split the tensor or buffer (shard it, or process it in chunks).");
+  if (o.fragmentation) {
+    const auto& f = *o.fragmentation;
+    json ev = {{"requested_bytes", request},
+               {"free_reserved_bytes", f.free_bytes()},
+               {"largest_free_block_bytes", f.largest_free},
+               {"free_blocks", f.free_blocks},
+               {"external_fragmentation", f.external()}};
+    std::string fix = torch_pool
+        ? "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that PyTorch maps free "
+          "pieces into one range instead of leaving them stranded in fixed segments; or "
+          "allocate the largest long-lived tensors first."
+        : "The pool's free memory is split into blocks smaller than the request: size its "
+          "segments for the largest request, allocate long-lived buffers first, or let it "
+          "release empty segments.";
+    if (f.free_bytes() >= request && f.largest_free < request)
+      add(0.9, "fragmentation",
+          human_bytes(f.free_bytes()) + " reserved by " + o.pool + (o.pool.empty() ? "the allocator" : "") +
+              " was free, in " + std::to_string(f.free_blocks) +
+              " blocks, but the largest (" + human_bytes(f.largest_free) +
+              ") is smaller than the request (" + human_bytes(request) + ")",
+          ev, fix);
+    else if (f.free_bytes() < request && f.free_bytes() + free_b >= request &&
+             f.largest_free < request && f.free_bytes() > request / 4)
+      add(0.6, "fragmentation",
+          human_bytes(f.free_bytes()) + " reserved but free and " + human_bytes(free_b) +
+              " free on the device would together have served the request, but neither does "
+              "alone",
+          ev, fix);
+  }
+  if (oj.contains("held_by_others_bytes")) {
+    const uint64_t others = oj["held_by_others_bytes"].get<uint64_t>();
+    const bool decisive = others + free_b >= request;
+    if (others > 0 && (decisive || (total && others * 10 >= total)))
+      add(decisive ? 0.95 : 0.4, "held_by_others",
+          human_bytes(others) + " of the GPU was held by other processes (or the driver) "
+          "when it ran out" + std::string(decisive ? "; without them the request would fit" : ""),
+          {{"held_by_others_bytes", others},
+           {"free_bytes", free_b},
+           {"this_process_bytes", o.live_bytes},
+           {"requested_bytes", request}},
+          "Another process uses this GPU (see nvidia-smi): run the job alone on it, or give "
+          "each job its own GPU with CUDA_VISIBLE_DEVICES.");
+  }
+  if (!growth.empty()) {
+    uint64_t rate = 0, grown = 0;
+    for (const auto& g : growth) {
+      rate += g["bytes_per_iteration"].get<uint64_t>();
+      grown += g["bytes"].get<uint64_t>();
+    }
+    const json& top = growth[0];
+    add(grown * 4 >= o.live_bytes ? 0.85 : 0.5, "growth",
+        "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
+            std::to_string(top["first_iteration"].get<int64_t>()) + ", led by " +
+            top["site"].get<std::string>(),
+        {{"bytes_per_iteration", rate},
+         {"grown_bytes", grown},
+         {"iterations", top["iterations"]},
+         {"since_ns", top["since_ns"]},
+         {"sites", growth.size() > 5 ? json(std::vector<json>(growth.begin(), growth.begin() + 5))
+                                     : growth}},
+        "Memory is kept across iterations: keep Python numbers rather than tensors "
+        "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
+  }
+  if (total && (o.live_bytes + request) * 10 > total * 8) {
+    json sites = json::array();
+    for (size_t i = 0; i < oj["live_by_site"].size() && i < 3; ++i)
+      sites.push_back({{"site", oj["live_by_site"][i]["site"]},
+                       {"bytes", oj["live_by_site"][i]["bytes"]}});
+    std::string lead = sites.empty() ? "" : ", led by " + sites[0]["site"].get<std::string>();
+    add(0.6, "near_capacity",
+        "This process held " + human_bytes(o.live_bytes) + " (" +
+            std::to_string(o.live_bytes * 100 / total) + "% of the GPU) when it asked for " +
+            human_bytes(request) + lead,
+        {{"live_bytes", o.live_bytes}, {"total_bytes", total}, {"requested_bytes", request},
+         {"top_sites", sites}},
+        "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
+        "accumulation), or mixed precision (bf16/fp16).");
+  }
+  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    return a["score"].get<double>() > b["score"].get<double>();
+  });
+  for (size_t i = 0; i < out.size(); ++i) out[i]["rank"] = i + 1;
+  return out;
 }
 
 // Groups allocations by site: bytes, count and the distinct sizes, largest site first, with
@@ -340,10 +513,13 @@ json to_json(const Run& run, const RunInfo& info) {
   json processes = json::array();
   json ooms = json::array();
   json leaks = json::array();
+  json growth = json::array();
+  json retained = json::array();
   std::map<std::pair<std::string, uint32_t>, uint64_t> final_by_device;
   std::map<std::pair<std::string, uint32_t>, json> peak_allocs_by_device;
   std::map<std::pair<std::string, uint32_t>, json> apis_by_device;
   std::map<std::pair<std::string, uint32_t>, json> reserved_by_device;
+  std::map<std::pair<std::string, uint32_t>, json> allocator_by_device;
   collector::Symbolizer symbols;
   for (const auto& p : run.processes) {
     collector::StackResolver stacks(p, symbols);
@@ -435,11 +611,73 @@ json to_json(const Run& run, const RunInfo& info) {
       apis_by_device[key] = dj["apis"];
       reserved_by_device[key] = dj["reserved"];
 
-      // Leak suspects: device memory still live when the process ended, grouped by site.
-      for (json& g : by_site(still, stacks)) {
+      // Leak suspects: device memory still live when the process ended, grouped by site. What
+      // a sub-allocator only caches (its segments) is retained, not leaked: its blocks still
+      // handed out are the suspects.
+      std::vector<Allocation> suspects;
+      uint64_t retained_segments = 0;
+      for (const Allocation& a : still) {
+        bool held = false;
+        for (auto& [id, pool] : p.user_pools)
+          if (pool.device == index &&
+              (a.api == format::Api::cuMemCreate ? pool.torch : pool.view.covers(a.id, a.bytes)))
+            held = true;
+        if (held)
+          retained_segments += a.bytes;
+        else
+          suspects.push_back(a);
+      }
+      for (auto& [id, pool] : p.user_pools) {
+        if (pool.device != index) continue;
+        for (auto& [addr, b] : pool.view.blocks()) suspects.push_back(b);
+        auto st = pool.view.state();
+        if (st.reserved)
+          retained.push_back({{"pid", p.pid},
+                              {"device", index},
+                              {"pool", pool.name},
+                              {"reserved_bytes", st.reserved},
+                              {"free_bytes", st.free_bytes()},
+                              {"blocks_in_use", st.blocks},
+                              {"note", "reserved by the allocator at exit and free: cached, "
+                                       "not leaked"}});
+      }
+      for (json& g : by_site(suspects, stacks)) {
         g["device"] = index;
         g["pid"] = p.pid;
         leaks.push_back(g);
+      }
+      for (json& g : growth_by_site(suspects, p, stacks, p.end_ns, origin)) {
+        g["device"] = index;
+        g["pid"] = p.pid;
+        growth.push_back(g);
+      }
+      if (d.has_allocator_view) {
+        json av = {{"now", fragmentation_json(d.frag, origin)},
+                   {"most_free", fragmentation_json(d.frag_most_free, origin)},
+                   {"peak_in_use_bytes", d.allocator_peak_in_use},
+                   {"peak_in_use_time_ns",
+                    d.allocator_peak_time >= origin ? d.allocator_peak_time - origin : 0},
+                   {"free_timeline", timeline_json(d.frag_free_timeline, origin)},
+                   {"largest_free_timeline", timeline_json(d.frag_largest_timeline, origin)}};
+        if (d.frag_at_peak) av["at_peak"] = fragmentation_json(*d.frag_at_peak, origin);
+        json pools = json::array();
+        for (auto& [id, pool] : p.user_pools)
+          if (pool.device == index)
+            pools.push_back({{"name", pool.name},
+                             {"peak_reserved_bytes", pool.peak_reserved},
+                             {"peak_in_use_bytes", pool.peak_in_use},
+                             {"ooms", pool.ooms},
+                             {"final", fragmentation_json(pool.view.state(), origin)}});
+        av["pools"] = pools;
+        devices.back()["allocator"] = av;
+        allocator_by_device[key] = av;
+        if (retained_segments) devices.back()["retained_segment_bytes"] = retained_segments;
+      }
+      if (!d.phase_at_peak.empty()) {
+        std::string path;
+        for (uint32_t n : d.phase_at_peak) path += (path.empty() ? "" : " > ") + p.kernel_name(n);
+        devices.back()["peak"]["phase"] = path;
+        peak_allocs_by_device[key]["phase"] = path;
       }
     }
     pj["devices"] = devices;
@@ -453,6 +691,36 @@ json to_json(const Run& run, const RunInfo& info) {
     for (auto& [result, count] : p.failures_by_result)
       failures.push_back({{"error", result}, {"count", count}});
     pj["failed_allocations"] = failures;
+
+    // Iterations and NVTX phases.
+    json iter = {{"count", p.iterations.size()}, {"source", p.iteration_source}};
+    if (!p.iterations.empty())
+      iter["first_ns"] = p.iterations.front() >= origin ? p.iterations.front() - origin : 0;
+    pj["iterations"] = iter;
+    if (p.phases_total) {
+      json phases = json::array();
+      for (auto& [name, st] : p.range_stats)
+        phases.push_back({{"name", p.kernel_name(name)}, {"count", st.count},
+                          {"total_ns", st.total_ns}});
+      std::stable_sort(phases.begin(), phases.end(), [](const json& a, const json& b) {
+        return a["total_ns"].get<uint64_t>() > b["total_ns"].get<uint64_t>();
+      });
+      json ranges = json::array();
+      for (size_t i = 0; i < p.phases.size() && i < 2000; ++i) {
+        const auto& ph = p.phases[i];
+        ranges.push_back({{"name", p.kernel_name(ph.name)},
+                          {"thread", ph.thread},
+                          {"depth", ph.depth},
+                          {"start_ns", ph.start_ns >= origin ? ph.start_ns - origin : 0},
+                          {"end_ns", ph.end_ns >= origin ? ph.end_ns - origin : 0}});
+      }
+      pj["phases"] = {{"by_name", phases}, {"ranges", ranges}, {"total", p.phases_total}};
+    }
+    if (p.torch_trace) {
+      pj["torch_allocator_trace"] = {{"merged", true}};
+      if (!p.torch_trace_problem.empty())
+        pj["torch_allocator_trace"]["problem"] = p.torch_trace_problem;
+    }
 
     json pooms = json::array();
     for (const auto& o : p.ooms) {
@@ -489,6 +757,16 @@ json to_json(const Run& run, const RunInfo& info) {
       else if (o.free_bytes && o.total_bytes)
         oj["held_by_others_bytes"] = 0;
       if (!o.last_kernel.empty()) oj["last_kernel"] = demangle(o.last_kernel);
+      bool torch_pool = false;
+      if (o.allocator) {
+        oj["allocator"] = {{"pool", o.pool}, {"requested_bytes", o.allocator_request}};
+        for (auto& [id, pool] : p.user_pools)
+          if (pool.name == o.pool && pool.torch) torch_pool = true;
+      }
+      if (o.fragmentation) oj["fragmentation"] = fragmentation_json(*o.fragmentation, origin);
+      json growth_then = growth_by_site(o.survivors, p, stacks, o.time_ns, origin);
+      if (!growth_then.empty()) oj["growth"] = growth_then;
+      oj["findings"] = oom_findings(o, oj, growth_then, torch_pool);
       pooms.push_back(oj);
       ooms.push_back(oj);
     }
@@ -527,6 +805,8 @@ json to_json(const Run& run, const RunInfo& info) {
       dj["peak"]["last_kernel"] = pp["last_kernel"];
       dj["apis"] = apis_by_device[key];
       dj["reserved"] = reserved_by_device[key];
+      if (allocator_by_device.count(key)) dj["allocator"] = allocator_by_device[key];
+      if (pp.contains("phase")) dj["peak"]["phase"] = pp["phase"];
     }
     devices.push_back(dj);
   }
@@ -561,6 +841,8 @@ json to_json(const Run& run, const RunInfo& info) {
     return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
   });
   report["leaks"] = leaks;
+  report["growth"] = growth;
+  report["retained"] = retained;
   return report;
 }
 

@@ -1,0 +1,27 @@
+// One allocation as the collector keeps it: a driver allocation, or a block a sub-allocator
+// handed out (collector/allocator_view.h).
+#pragma once
+
+#include <cstdint>
+
+#include "common/format.h"
+
+namespace vramtrace::collector {
+
+struct Allocation {
+  uint64_t id = 0;  // device address, array handle or VMM handle
+  uint8_t space = 0;  // which id space `id` lives in (see model.cpp)
+  format::Api api = format::Api::Unknown;
+  uint32_t device = 0;
+  uint64_t bytes = 0;
+  uint64_t time_ns = 0;
+  uint64_t seq = 0;
+  uint64_t stream = 0;
+  uint32_t thread = 0;
+  uint32_t last_kernel = 0;  // name id of the kernel launched last before it on its device
+  uint32_t stack = 0;        // leaf of its native stack in the process's trace tree (0: none)
+  uint32_t py_stack = 0;     // leaf of its Python stack (0: none)
+  uint32_t phase = 0;        // name id of the innermost NVTX range open on its thread (0: none)
+};
+
+}  // namespace vramtrace::collector

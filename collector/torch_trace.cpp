@@ -1,0 +1,206 @@
+// Reading PyTorch's allocator trace files (see torch_trace.h). Never trusts the input: every
+// field is parsed with bounds, a bad line stops the reading there and says which.
+#include "collector/torch_trace.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <unordered_map>
+
+namespace vramtrace::collector {
+namespace {
+
+using format::RecordType;
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t tab = line.find('\t', start);
+    out.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  return out;
+}
+
+bool to_u64(const std::string& s, uint64_t* v) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+struct Frame {
+  uint32_t code = 0, line = 0;
+};
+
+}  // namespace
+
+TorchTrace read_torch_trace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TraceError(path + ": cannot open");
+  TorchTrace t;
+  std::string line;
+  constexpr size_t kMaxLine = 1 << 16;
+  if (!std::getline(in, line) || line.rfind("vramtrace.torch/", 0) != 0)
+    throw TraceError(path + ": not a PyTorch allocator trace (no vramtrace.torch header)");
+  auto head = split_tabs(line);
+  uint64_t realtime = 0, mono = 0;
+  if (head[0] != "vramtrace.torch/1")
+    throw TraceError(path + ": PyTorch allocator trace of an unknown version (" + head[0] + ")");
+  if (head.size() < 5 || !to_u64(head[1], &t.pid) || !to_u64(head[2], &realtime) ||
+      !to_u64(head[3], &mono))
+    throw TraceError(path + ": bad header line");
+  t.torch_version = head[4].substr(0, 64);
+  const int64_t offset = static_cast<int64_t>(realtime - mono);  // epoch - monotonic, ns
+
+  std::unordered_map<uint64_t, Frame> frames;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> nodes;  // (parent, code, line)
+  uint32_t next_id = kTorchNodeBase;
+  std::map<uint32_t, bool> pools;  // device -> pool record sent
+  std::vector<Event> events;
+  bool complete = false;
+  uint64_t lineno = 1, entries = 0;
+  auto fail = [&](const std::string& why) {
+    t.problem = "line " + std::to_string(lineno) + ": " + why;
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.size() > kMaxLine) {
+      fail("line too long");
+      break;
+    }
+    auto f = split_tabs(line);
+    if (f[0] == "F") {
+      uint64_t id = 0, ln = 0;
+      if (f.size() < 5 || !to_u64(f[1], &id) || !to_u64(f[3], &ln)) {
+        fail("bad frame");
+        break;
+      }
+      Frame fr{next_id++, static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))};
+      frames[id] = fr;
+      Event code;
+      code.type = RecordType::PyCode;
+      code.a = fr.code;
+      code.text = f[2].substr(0, 4096);
+      code.text2 = f[4].substr(0, 4096);
+      events.push_back(std::move(code));
+    } else if (f[0] == "E") {
+      uint64_t device = 0, addr = 0, bytes = 0, stream = 0, time_us = 0;
+      if (f.size() < 9 || !to_u64(f[1], &device) || device >= 4096 || !to_u64(f[3], &addr) ||
+          !to_u64(f[4], &bytes) || !to_u64(f[5], &stream) || !to_u64(f[6], &time_us)) {
+        fail("bad event");
+        break;
+      }
+      ++entries;
+      const std::string& action = f[2];
+      Event e;
+      e.device = static_cast<uint32_t>(device);
+      e.time_ns = static_cast<uint64_t>(static_cast<int64_t>(time_us * 1000) - offset);
+      e.a = kTorchPoolBase + device;
+      e.address = addr;
+      e.bytes = bytes;
+      e.stream = stream;
+      if (action == "segment_alloc" || action == "segment_free" || action == "segment_map" ||
+          action == "segment_unmap") {
+        e.type = RecordType::UserSegment;
+        format::SegmentOp op = action == "segment_alloc" ? format::SegmentOp::AddSegment
+                               : action == "segment_free" ? format::SegmentOp::RemoveSegment
+                               : action == "segment_map"  ? format::SegmentOp::Map
+                                                          : format::SegmentOp::Unmap;
+        e.b = static_cast<uint64_t>(op);
+      } else if (action == "alloc" || action == "free_completed") {
+        e.type = RecordType::UserBlock;
+        if (action == "free_completed") e.bytes = 0;
+      } else if (action == "oom") {
+        e.type = RecordType::UserOom;
+        uint64_t free_b = 0;
+        e.b = to_u64(f[8], &free_b) ? free_b + 1 : 0;
+      } else {
+        continue;  // free_requested, snapshot, ...: nothing changes hands
+      }
+      if (!pools[e.device]) {
+        pools[e.device] = true;
+        Event pool;
+        pool.type = RecordType::UserPool;
+        pool.a = e.a;
+        pool.device = e.device;
+        pool.text = "PyTorch caching allocator";
+        events.push_back(std::move(pool));
+      }
+      // The frames become a Python stack (outermost first in the tree), named just before
+      // the block or OOM it belongs to.
+      if ((e.type == RecordType::UserBlock && e.bytes) || e.type == RecordType::UserOom) {
+        std::vector<uint32_t> ids;
+        size_t start = 0;
+        const std::string& list = f[7];
+        while (start < list.size() && ids.size() < 256) {
+          size_t comma = list.find(',', start);
+          uint64_t id = 0;
+          if (to_u64(list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                   : comma - start), &id)) {
+            auto fr = frames.find(id);
+            if (fr != frames.end()) ids.push_back(static_cast<uint32_t>(id));
+          }
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        uint32_t parent = 0;
+        for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+          const Frame& fr = frames[*it];
+          auto [n, added] = nodes.try_emplace({parent, fr.code, fr.line}, 0);
+          if (added) {
+            n->second = next_id++;
+            Event node;
+            node.type = RecordType::PyStackNode;
+            node.a = n->second;
+            node.b = parent;
+            node.c = fr.code;
+            node.bytes = fr.line;
+            node.time_ns = e.time_ns;
+            events.push_back(std::move(node));
+          }
+          parent = n->second;
+        }
+        if (parent) {
+          Event stack;
+          stack.type = RecordType::AllocStack;
+          stack.b = parent;
+          stack.time_ns = e.time_ns;
+          events.push_back(std::move(stack));
+        }
+      }
+      events.push_back(std::move(e));
+    } else if (f[0] == "W") {
+      uint64_t device = 0, n = 0;
+      if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n))
+        t.problem = "PyTorch's trace buffer of device " + std::to_string(device) + " was full (" +
+                    std::to_string(n) + " entries): its earliest events are missing";
+    } else if (f[0] == "END") {
+      complete = true;
+      break;
+    } else if (!line.empty()) {
+      fail("unknown record '" + f[0].substr(0, 16) + "'");
+      break;
+    }
+  }
+  if (!complete && t.problem.empty())
+    t.problem = "cut short after " + std::to_string(entries) + " entries (no END line)";
+  // Each device's entries are in time order; devices interleave. Records without a time of
+  // their own (codes, pools) must stay before what refers to them: a stable sort by the time
+  // of the next timed record keeps each group together.
+  uint64_t next_time = UINT64_MAX;
+  std::vector<std::pair<uint64_t, size_t>> order(events.size());
+  for (size_t i = events.size(); i-- > 0;) {
+    if (events[i].time_ns) next_time = events[i].time_ns;
+    order[i] = {events[i].time_ns ? events[i].time_ns : next_time, i};
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  t.events.reserve(events.size());
+  for (auto& [time, i] : order) t.events.push_back(std::move(events[i]));
+  return t;
+}
+
+}  // namespace vramtrace::collector
