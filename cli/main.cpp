@@ -25,6 +25,7 @@
 #include "collector/live_collector.h"
 #include "collector/model.h"
 #include "report/check.h"
+#include "report/html_assets.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
 
@@ -115,7 +116,22 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
 struct StackOptions {
   std::string mode;  // none|native|python|all; empty: the library's default (all)
   int max_depth = 0;  // 0: the library's default (64)
+  std::string torch = "auto";  // auto: PyTorch's allocator trace when the program imports torch
 };
+
+bool is_torch_trace(const fs::path& p) {
+  return p.filename().string().rfind("vramtrace.", 0) == 0 && p.extension() == ".torch";
+}
+
+// Writes the Python start-up hook into DIR/.python (private) and returns that folder.
+std::string write_torch_hook(const std::string& out_dir) {
+  std::string dir = out_dir + "/.python";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) return {};
+  return fs::absolute(dir).string();
+}
 
 int run_command(const std::string& out_dir, const std::string& lib_opt, int grace_ms,
                 const std::vector<std::string>& cmd, const CheckOptions& check,
@@ -145,9 +161,13 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("vramtrace.", 0) == 0 && entry.path().extension() == ".vtrace")
+    if ((name.rfind("vramtrace.", 0) == 0 && entry.path().extension() == ".vtrace") ||
+        is_torch_trace(entry.path()))
       fs::remove(entry.path(), ec);
   }
+
+  std::string hook_dir;
+  if (stacks.torch != "off") hook_dir = write_torch_hook(out_dir);
 
   std::unique_ptr<collector::LiveCollector> live;
   try {
@@ -195,6 +215,11 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
     if (stacks.max_depth > 0)
       setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
+    if (!hook_dir.empty()) {
+      const char* py = getenv("PYTHONPATH");
+      setenv("PYTHONPATH", (hook_dir + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
+      setenv("VRAMTRACE_TORCH_DIR", fs::absolute(out_dir).c_str(), 1);
+    }
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -213,6 +238,8 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
 
   std::vector<std::string> traces = live->finish(grace_ms);
   live.reset();
+  for (const auto& entry : fs::directory_iterator(out_dir, ec))
+    if (is_torch_trace(entry.path())) traces.push_back(entry.path().string());
 
   report::RunInfo info;
   info.command = cmd;
@@ -283,14 +310,19 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   collector::Run run;
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   std::vector<std::string> unreadable;
+  std::vector<std::string> torch;
   for (const auto& t : traces) {
+    if (is_torch_trace(t)) {
+      torch.push_back(t);
+      continue;
+    }
     try {
       readers.push_back(std::make_unique<collector::TraceReader>(t));
     } catch (const collector::TraceError& e) {
       unreadable.push_back(e.what());
     }
   }
-  run = collector::analyze(std::move(readers));
+  run = collector::analyze(std::move(readers), torch);
   for (auto& u : unreadable) run.problems.push_back(u);
   nlohmann::json j = report::to_json(run, info);
   std::string path = out_dir + "/report.json";
@@ -312,7 +344,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
     if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& entry : fs::directory_iterator(in, ec))
-        if (entry.path().extension() == ".vtrace") found.push_back(entry.path().string());
+        if (entry.path().extension() == ".vtrace" || is_torch_trace(entry.path()))
+          found.push_back(entry.path().string());
       std::sort(found.begin(), found.end());
       if (found.empty()) {
         std::cerr << "vramtrace: " << in << ": no .vtrace files in this directory\n";
@@ -354,6 +387,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));
   run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
       ->check(CLI::Range(1, 128));
+  run->add_option("--torch", stacks.torch,
+                  "PyTorch's allocator trace (blocks inside its segments, its OOMs): auto (on "
+                  "when the program imports torch) or off")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
   run->add_option("command", cmd, "The command to run, after --")->required();
   run->prefix_command();
   CheckOptions run_check;

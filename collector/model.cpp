@@ -463,6 +463,7 @@ class Builder {
       o->last_kernel = p_.kernel_name(device(pool->device).last_kernel);
       o->stack = stack;
       if (e.b) o->free_bytes = e.b - 1;
+      fill_live_set(*o);
     }
     if (py_stack && !o->py_stack) o->py_stack = py_stack;
     if (stack && !o->stack) o->stack = stack;
@@ -539,8 +540,9 @@ class Builder {
     }
     if (anchor) {
       p_.iterations = anchor->times;
-      p_.iteration_source = "kernel " + p_.kernel_name(anchor_id) + " (every " +
-                            std::to_string(anchor->gap) + " launches)";
+      p_.iteration_kernel = anchor_id;
+      p_.iteration_period = anchor->gap;
+      p_.iteration_source = "kernel";
     }
   }
 
@@ -664,18 +666,21 @@ class Builder {
     o.py_stack = py_stack;
     if (d.has_allocator_view) o.fragmentation = allocator_state(e.device, e.time_ns);
     if (p_.ooms.size() < kOomsWithSurvivors) o.survivors = survivors(e.device);
-    // Only the first OOMs keep their live set: a trace of many OOMs (a retry loop, a corrupt
-    // or crafted file) must not cost OOMs x live allocations (250 KB of trace took 2 GiB).
-    if (p_.ooms.size() < kOomsWithLiveSet) {
-      for (auto& [k, a] : p_.live)
-        if (a.device == e.device) o.live.push_back(a);
-      for (auto& [k, h] : p_.vmm_handles)
-        if (h.alloc.device == e.device) o.live.push_back(h.alloc);
-      std::sort(o.live.begin(), o.live.end(),
-                [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
-      if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
-    }
+    fill_live_set(o);
     p_.ooms.push_back(std::move(o));
+  }
+
+  // Only the first OOMs keep their live set: a trace of many OOMs (a retry loop, a corrupt
+  // or crafted file) must not cost OOMs x live allocations (250 KB of trace took 2 GiB).
+  void fill_live_set(OomEvent& o) {
+    if (p_.ooms.size() >= kOomsWithLiveSet) return;
+    for (auto& [k, a] : p_.live)
+      if (a.device == o.device) o.live.push_back(a);
+    for (auto& [k, h] : p_.vmm_handles)
+      if (h.alloc.device == o.device) o.live.push_back(h.alloc);
+    std::sort(o.live.begin(), o.live.end(),
+              [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
+    if (o.live.size() > kOomLiveCap) o.live.resize(kOomLiveCap);
   }
 
   Run& run_;

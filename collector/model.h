@@ -242,7 +242,9 @@ struct ProcessModel {
   uint64_t launch_index = 0, rhythm_times = 0;
   // Iteration starts (finish()), and what they were found from.
   std::vector<uint64_t> iterations;
-  std::string iteration_source;
+  std::string iteration_source;  // "vramtrace_step()", "NVTX range 'NAME'", "kernel"
+  uint32_t iteration_kernel = 0;  // the kernel that marks them (source "kernel")
+  uint64_t iteration_period = 0;  // in launches
 
   const std::string& kernel_name(uint32_t id) const;
   // The iteration an event at `t` belongs to: -1 before the first.

@@ -155,6 +155,13 @@ const Frame& StackResolver::native_frame(uint32_t id) {
   return f;
 }
 
+// Python files of frameworks rather than of the program: installed packages and PyTorch.
+static bool is_framework_file(const std::string& file) {
+  return file.find("/site-packages/") != std::string::npos ||
+         file.find("/dist-packages/") != std::string::npos ||
+         file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
+}
+
 const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_leaf) {
   auto key = std::make_pair(native_leaf, py_leaf);
   auto [it, inserted] = cache_.try_emplace(key);
@@ -194,9 +201,16 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
   }
   if (!py_placed) a.frames.insert(a.frames.end(), py.begin(), py.end());
 
+  // The innermost Python frame of the program's own code; a framework's (PyTorch's modules,
+  // installed packages) only when no frame is the program's.
   const Frame* site = nullptr;
   for (const Frame& f : a.frames)
-    if (f.python) {
+    if (f.python && !is_framework_file(f.file)) {
+      site = &f;
+      break;
+    }
+  for (const Frame& f : a.frames)
+    if (!site && f.python) {
       site = &f;
       break;
     }

@@ -5,7 +5,8 @@
 // used only when the file's build-id matches the one the target recorded. Python frames stand in
 // for the interpreter's own _PyEval_EvalFrameDefault frames.
 //
-// The "site" of an allocation is the innermost Python frame if there is one, else the first
+// The "site" of an allocation is the innermost Python frame of the program's own code (not of
+// an installed package or PyTorch; theirs only when no frame is the program's), else the first
 // native frame outside the CUDA runtime and driver, CUPTI and vramtrace (and outside the
 // toolkit's inline wrappers such as the cudaMalloc<T> template of cuda_runtime.h). Its "library"
 // is the module of the first native frame outside those libraries: who holds the memory, even

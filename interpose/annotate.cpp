@@ -171,8 +171,9 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(
   ReentryGuard guard;
   if (!guard.entered_first) return;
   CapturedStack stack;
-  // Blocks are as frequent as PyTorch's per-tensor allocations: the same stack policy.
-  if (bytes && async_stack_wanted(bytes, false)) capture_stack(&stack);
+  // The program asked for its blocks to be seen: each gets a stack, like a cudaMalloc (unless
+  // VRAMTRACE_STACKS=none).
+  if (bytes) capture_stack(&stack);
   emit_with_stack(RecordType::UserBlock, stack,
                   {pool, reinterpret_cast<uintptr_t>(ptr), bytes, thread_id()});
 }

@@ -631,15 +631,16 @@ json to_json(const Run& run, const RunInfo& info) {
         if (pool.device != index) continue;
         for (auto& [addr, b] : pool.view.blocks()) suspects.push_back(b);
         auto st = pool.view.state();
-        if (st.reserved)
+        if (st.free_bytes())
           retained.push_back({{"pid", p.pid},
                               {"device", index},
                               {"pool", pool.name},
+                              {"retained_bytes", st.free_bytes()},
                               {"reserved_bytes", st.reserved},
-                              {"free_bytes", st.free_bytes()},
+                              {"in_use_bytes", st.in_use},
                               {"blocks_in_use", st.blocks},
-                              {"note", "reserved by the allocator at exit and free: cached, "
-                                       "not leaked"}});
+                              {"note", "reserved by the allocator and free at exit: cached, not "
+                                       "leaked (its blocks still in use are in leaks)"}});
       }
       for (json& g : by_site(suspects, stacks)) {
         g["device"] = index;
@@ -693,7 +694,11 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["failed_allocations"] = failures;
 
     // Iterations and NVTX phases.
-    json iter = {{"count", p.iterations.size()}, {"source", p.iteration_source}};
+    std::string source = p.iteration_source;
+    if (source == "kernel")
+      source = "kernel " + demangle(p.kernel_name(p.iteration_kernel)) + " (every " +
+               std::to_string(p.iteration_period) + " launches)";
+    json iter = {{"count", p.iterations.size()}, {"source", source}};
     if (!p.iterations.empty())
       iter["first_ns"] = p.iterations.front() >= origin ? p.iterations.front() - origin : 0;
     pj["iterations"] = iter;
@@ -760,6 +765,7 @@ json to_json(const Run& run, const RunInfo& info) {
       bool torch_pool = false;
       if (o.allocator) {
         oj["allocator"] = {{"pool", o.pool}, {"requested_bytes", o.allocator_request}};
+        if (o.api == format::Api::Unknown) oj["api"] = "pool " + o.pool;
         for (auto& [id, pool] : p.user_pools)
           if (pool.name == o.pool && pool.torch) torch_pool = true;
       }
@@ -876,6 +882,8 @@ std::string summary_text(const json& r) {
                   human_bytes(o["live_bytes"].get<uint64_t>()).c_str(),
                   static_cast<unsigned long long>(o["pid"].get<uint64_t>()));
     out += line;
+    if (o.contains("findings") && !o["findings"].empty())
+      out += "vramtrace:   likely cause: " + o["findings"][0]["title"].get<std::string>() + "\n";
   }
   if (r.contains("worst_rank")) {
     const json& w = r["worst_rank"];
@@ -897,6 +905,15 @@ std::string summary_text(const json& r) {
                   static_cast<unsigned long long>(leak_count), human_bytes(leak_bytes).c_str());
     out += line;
   }
+  if (r.contains("growth"))
+    for (const auto& g : r["growth"]) {
+      std::snprintf(line, sizeof line,
+                    "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
+                    human_bytes(g["bytes_per_iteration"].get<uint64_t>()).c_str(),
+                    static_cast<long long>(g["iterations"].get<int64_t>()),
+                    g["site"].get<std::string>().substr(0, 300).c_str());
+      out += line;
+    }
   if (r["run"]["dropped_events"].get<uint64_t>()) {
     std::snprintf(line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
                   static_cast<unsigned long long>(r["run"]["dropped_events"].get<uint64_t>()));
