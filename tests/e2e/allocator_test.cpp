@@ -1,0 +1,230 @@
+// End-to-end tests of the allocator's view: a sub-allocator annotated through vramtrace.h that
+// fragments and fails, PyTorch's allocator trace through the start-up hook (on the stand-in
+// PyTorch of tests/programs/fake_torch), growth per iteration found from vramtrace_step(), NVTX
+// ranges and the launch rhythm, and the ranked findings of an OOM.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+const std::string kSrc = std::string(VT_SOURCE_DIR) + "/tests/programs/";
+
+json run_json(const std::string& env, const std::string& args, const std::string& dir,
+              std::string* out = nullptr) {
+  Result r = sh(kEnv + env + " " + kVramtrace + " run -o " + dir + " " + args);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  if (out) *out = r.out;
+  std::ifstream in(dir + "/report.json");
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+void check_fragmented(const json& f, uint64_t reserved) {
+  REQUIRE(f["reserved_bytes"] == reserved);
+  REQUIRE(f["in_use_bytes"] == 32 * MiB);
+  REQUIRE(f["free_bytes"] == reserved - 32 * MiB);
+  REQUIRE(f["free_blocks"] == 8);
+  REQUIRE(f["largest_free_block_bytes"] == 4 * MiB);
+  REQUIRE(f["blocks"] == 8);
+}
+
+std::string torch_env() {
+  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + kSrc +
+         "fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
+}
+
+}  // namespace
+
+TEST_CASE("a pool annotated through vramtrace.h: fragmentation and its OOM, exactly") {
+  std::string dir = temp_dir(), out;
+  json j = run_json("", "-- " + prog("frag_pool"), dir, &out);
+  REQUIRE(contains(out, "frag_pool done (pool annotated)"));
+  const json& pools = j["processes"][0]["devices"][0]["allocator"]["pools"];
+  REQUIRE(pools.size() == 2);
+  REQUIRE(pools[0]["name"] == "arena");
+  REQUIRE(pools[0]["peak_in_use_bytes"] == 64 * MiB);
+  REQUIRE(pools[0]["ooms"] == 1);
+  check_fragmented(pools[0]["final"], 64 * MiB);
+  REQUIRE(pools[0]["final"]["external_fragmentation"] == Approx(0.875).margin(1e-12));
+
+  REQUIRE(j["oom"].size() == 1);  // the pool's; the driver never failed
+  const json& o = j["oom"][0];
+  REQUIRE(o["api"] == "pool arena");
+  REQUIRE(o["requested_bytes"] == 8 * MiB);
+  REQUIRE(o["allocator"]["pool"] == "arena");
+  check_fragmented(o["fragmentation"], 64 * MiB);
+  REQUIRE(o["live_bytes"] == 64 * MiB);  // the segment, as the driver sees it
+  REQUIRE(o["findings"][0]["rank"] == 1);
+  REQUIRE(o["findings"][0]["kind"] == "fragmentation");
+  REQUIRE(o["findings"][0]["title"] ==
+          "32.00 MiB reserved by arena was free, in 8 blocks, but the largest (4.00 MiB) is "
+          "smaller than the request (8.00 MiB)");
+  REQUIRE(o["findings"][0]["evidence"]["largest_free_block_bytes"] == 4 * MiB);
+  REQUIRE(o["findings"][0]["evidence"]["free_reserved_bytes"] == 32 * MiB);
+  REQUIRE(contains(out, "likely cause: 32.00 MiB reserved by arena was free, in 8 blocks"));
+
+  // At exit: the arena's 8 blocks in use are the leak suspects, not its segment; what both
+  // pools hold free is retained (cached), not leaked.
+  REQUIRE(j["leaks"].size() == 1);
+  REQUIRE(j["leaks"][0]["bytes"] == 32 * MiB);
+  REQUIRE(j["leaks"][0]["count"] == 8);
+  REQUIRE(j["retained"].size() == 2);
+  REQUIRE(j["retained"][0]["pool"] == "arena");
+  REQUIRE(j["retained"][0]["retained_bytes"] == 32 * MiB);
+  REQUIRE(j["retained"][1]["pool"] == "cache");
+  REQUIRE(j["retained"][1]["retained_bytes"] == 16 * MiB);
+  REQUIRE(j["processes"][0]["devices"][0]["retained_segment_bytes"] == 80 * MiB);
+}
+
+TEST_CASE("vramtrace.h is a no-op without vramtrace") {
+  Result r = sh(kEnv + prog("frag_pool"));
+  REQUIRE(r.code() == 0);
+  REQUIRE(r.out == "frag_pool done (pool absent)\n");
+}
+
+TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or kernels") {
+  const std::string keep = "keep_history() (" + kSrc + "leak_steps.cu:19)";
+  struct Mode {
+    const char* arg;
+    std::string source;
+  };
+  for (const Mode& m : {Mode{"step", "vramtrace_step()"}, Mode{"nvtx", "NVTX range 'train_step'"},
+                        Mode{"kernel", "kernel step_begin(float*) (every 3 launches)"}}) {
+    SECTION(m.arg) {
+      std::string dir = temp_dir(), out;
+      json j = run_json("", "-- " + prog("leak_steps") + " " + m.arg, dir, &out);
+      const json& it = j["processes"][0]["iterations"];
+      REQUIRE(it["count"] == 10);
+      REQUIRE(it["source"] == m.source);
+      REQUIRE(j["growth"].size() == 1);
+      const json& g = j["growth"][0];
+      REQUIRE(g["site"] == keep);
+      REQUIRE(g["bytes_per_iteration"] == 1 * MiB);
+      REQUIRE(g["iterations"] == 10);
+      REQUIRE(g["first_iteration"] == 0);
+      REQUIRE(g["last_iteration"] == 9);
+      REQUIRE(g["bytes"] == 10 * MiB);
+      REQUIRE(contains(out, "grows by 1.00 MiB per iteration over 10 iterations: " + keep));
+      // The 4 MiB of weights made before the first iteration are live at exit too, but do not
+      // grow: a leak suspect, not growth.
+      REQUIRE(j["leaks"].size() == 2);
+      if (std::string(m.arg) == "nvtx") {
+        const json& ph = j["processes"][0]["phases"];
+        REQUIRE(ph["total"] == 10);
+        REQUIRE(ph["by_name"][0]["name"] == "train_step");
+        REQUIRE(ph["by_name"][0]["count"] == 10);
+        REQUIRE(ph["ranges"].size() == 10);
+        REQUIRE(j["devices"][0]["peak"]["phase"] == "train_step");
+        // Every allocation in an iteration was made inside the range.
+        for (const auto& a : j["devices"][0]["peak"]["largest"])
+          if (a["bytes"] != 4 * MiB) REQUIRE(a["phase"] == "train_step");
+      } else {
+        REQUIRE_FALSE(j["processes"][0].contains("phases"));
+      }
+    }
+  }
+}
+
+TEST_CASE("PyTorch's allocator trace through the start-up hook: fragmentation OOM") {
+  std::string dir = temp_dir(), out;
+  json j = run_json(torch_env(), "-- python3 " + kSrc + "py_torch_frag.py", dir, &out);
+  REQUIRE(contains(out, "caught: CUDA out of memory"));
+  REQUIRE(contains(out, "py_torch_frag done 0.0+standin"));
+  const json& p = j["processes"][0];
+  REQUIRE(p["torch_allocator_trace"]["merged"] == true);
+  REQUIRE_FALSE(p["torch_allocator_trace"].contains("problem"));
+  REQUIRE(j["run"]["problems"].empty());
+  const json& pools = p["devices"][0]["allocator"]["pools"];
+  REQUIRE(pools.size() == 1);
+  REQUIRE(pools[0]["name"] == "PyTorch caching allocator");
+  REQUIRE(pools[0]["peak_reserved_bytes"] == 64 * MiB);
+  REQUIRE(pools[0]["peak_in_use_bytes"] == 64 * MiB);
+  // The driver's failed cuMemAlloc of the new 20 MiB segment and PyTorch's OOM are one OOM.
+  REQUIRE(j["oom"].size() == 1);
+  const json& o = j["oom"][0];
+  REQUIRE(o["api"] == "cuMemAlloc");
+  REQUIRE(o["requested_bytes"] == 20 * MiB);
+  REQUIRE(o["allocator"]["requested_bytes"] == 8 * MiB);
+  REQUIRE(o["allocator"]["pool"] == "PyTorch caching allocator");
+  check_fragmented(o["fragmentation"], 64 * MiB);
+  REQUIRE(o["findings"][0]["kind"] == "fragmentation");
+  REQUIRE(contains(o["findings"][0]["suggestion"].get<std::string>(),
+                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+  REQUIRE(o["findings"][1]["kind"] == "near_capacity");  // 64 + 20 MiB of an 80 MiB device
+  // The blocks still in use at exit are the suspects, at the script's line; PyTorch's segment
+  // is retained.
+  REQUIRE(j["leaks"].size() == 1);
+  REQUIRE(j["leaks"][0]["bytes"] == 32 * MiB);
+  REQUIRE(contains(j["leaks"][0]["site"].get<std::string>(), "py_torch_frag.py:13)"));
+  REQUIRE(j["retained"][0]["retained_bytes"] == 32 * MiB);
+  // The trace file is the user's only.
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".torch") {
+      found = true;
+      auto perms = std::filesystem::status(e.path()).permissions();
+      REQUIRE((perms & std::filesystem::perms::all) ==
+              (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+    }
+  REQUIRE(found);
+  // `vramtrace report DIR` merges it again from the directory.
+  std::string again = temp_dir();
+  Result r = sh(kVramtrace + " report -o " + again + " " + dir);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json k = json::parse(slurp(again + "/report.json"));
+  REQUIRE(k["oom"][0]["fragmentation"]["largest_free_block_bytes"] == 4 * MiB);
+}
+
+TEST_CASE("run --torch=off leaves PyTorch alone") {
+  std::string dir = temp_dir();
+  json j = run_json(torch_env(), "--torch=off -- python3 " + kSrc + "py_torch_frag.py", dir);
+  REQUIRE_FALSE(j["processes"][0].contains("torch_allocator_trace"));
+  REQUIRE_FALSE(j["processes"][0]["devices"][0].contains("allocator"));
+  REQUIRE(j["oom"].size() == 1);
+  REQUIRE_FALSE(j["oom"][0].contains("fragmentation"));
+  REQUIRE(j["oom"][0]["findings"][0]["kind"] == "near_capacity");
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    REQUIRE(e.path().extension() != ".torch");
+}
+
+TEST_CASE("a corrupt PyTorch allocator trace is reported, the rest of the report stands") {
+  std::string dir = temp_dir();
+  json j = run_json(torch_env(), "-- python3 " + kSrc + "py_torch_frag.py", dir);
+  std::string torch_file;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".torch") torch_file = e.path().string();
+  REQUIRE(!torch_file.empty());
+  // Cut it in the middle of its events: what came before is merged, the problem is named.
+  std::string text = slurp(torch_file);
+  size_t cut = text.find("\nE\t", text.find("\nE\t", text.find("\nE\t") + 1) + 1);
+  {
+    std::ofstream f(torch_file, std::ios::trunc);
+    f << text.substr(0, cut + 1) << "E\t0\talloc\tnot-a-number\n";
+  }
+  std::string again = temp_dir();
+  Result r = sh(kVramtrace + " report -o " + again + " " + dir);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "bad event"));
+  json k = json::parse(slurp(again + "/report.json"));
+  REQUIRE(k["devices"][0]["peak"]["bytes"] == 64 * MiB);
+  REQUIRE(k["processes"][0]["torch_allocator_trace"]["problem"].get<std::string>().find(
+              "bad event") != std::string::npos);
+  // Not a PyTorch trace at all: refused with its name, the CUDA trace still reported.
+  {
+    std::ofstream f(torch_file, std::ios::trunc);
+    f << "hello\n";
+  }
+  r = sh(kVramtrace + " report -o " + again + " " + dir);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "not a PyTorch allocator trace"));
+}

@@ -1,0 +1,180 @@
+// Unit tests of the allocator's view (collector/allocator_view.h) and of reading PyTorch's
+// allocator trace (collector/torch_trace.h): free blocks, the largest, joined mappings of
+// expandable segments, inconsistent input, and the trace file's clock and bad lines.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+#include <string>
+
+#include "collector/allocator_view.h"
+#include "collector/model.h"
+#include "collector/torch_trace.h"
+
+using namespace vramtrace::collector;
+
+namespace {
+constexpr uint64_t MiB = 1 << 20;
+
+Allocation block(uint64_t addr, uint64_t bytes) {
+  Allocation a;
+  a.id = addr;
+  a.bytes = bytes;
+  return a;
+}
+
+std::string write_temp(const std::string& text) {
+  char path[] = "/tmp/vt-torch-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::string p = std::string(path) + ".torch";
+  std::rename(path, p.c_str());
+  std::ofstream(p) << text;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("free blocks of a segment follow allocations and frees") {
+  PoolView v;
+  const uint64_t base = 0x10000000;
+  v.add_segment(base, 64 * MiB, false);
+  REQUIRE(v.state().free_blocks == 1);
+  REQUIRE(v.state().largest_free == 64 * MiB);
+  for (int i = 0; i < 16; ++i) v.alloc_block(block(base + i * 4 * MiB, 4 * MiB));
+  REQUIRE(v.state().free_blocks == 0);
+  REQUIRE(v.state().in_use == 64 * MiB);
+  for (int i = 0; i < 16; i += 2) REQUIRE(v.free_block(base + i * 4 * MiB));
+  auto s = v.state();
+  REQUIRE(s.free_blocks == 8);
+  REQUIRE(s.largest_free == 4 * MiB);
+  REQUIRE(s.free_bytes() == 32 * MiB);
+  REQUIRE(s.external() == Approx(0.875));
+  // Freeing a neighbour merges three free blocks into one of 12 MiB.
+  REQUIRE(v.free_block(base + 1 * 4 * MiB));
+  s = v.state();
+  REQUIRE(s.free_blocks == 7);
+  REQUIRE(s.largest_free == 12 * MiB);
+  REQUIRE_FALSE(v.free_block(base + 1));  // no block starts there
+}
+
+TEST_CASE("a free block never spans two segments, even adjacent ones") {
+  PoolView v;
+  v.add_segment(0, 2 * MiB, false);
+  v.add_segment(2 * MiB, 2 * MiB, false);
+  auto s = v.state();
+  REQUIRE(s.free_blocks == 2);
+  REQUIRE(s.largest_free == 2 * MiB);
+  REQUIRE(s.segments == 2);
+  v.remove_segment(0, 2 * MiB, false);
+  REQUIRE(v.state().reserved == 2 * MiB);
+  REQUIRE(v.state().free_blocks == 1);
+}
+
+TEST_CASE("mapped pieces of an expandable segment join, and unmapping splits them") {
+  PoolView v;
+  v.add_segment(0, 20 * MiB, true);
+  v.add_segment(20 * MiB, 20 * MiB, true);
+  auto s = v.state();
+  REQUIRE(s.segments == 1);
+  REQUIRE(s.largest_free == 40 * MiB);
+  // A block across the join.
+  v.alloc_block(block(18 * MiB, 4 * MiB));
+  s = v.state();
+  REQUIRE(s.free_blocks == 2);
+  REQUIRE(s.largest_free == 18 * MiB);
+  REQUIRE(s.in_use == 4 * MiB);
+  // Unmap the top 10 MiB: the upper free block shrinks from 18 to 8 MiB.
+  v.remove_segment(30 * MiB, 10 * MiB, true);
+  s = v.state();
+  REQUIRE(s.reserved == 30 * MiB);
+  REQUIRE(s.largest_free == 18 * MiB);
+  REQUIRE(s.free_blocks == 2);
+  v.remove_segment(0, 10 * MiB, true);  // and the bottom 10: 8 and 8 MiB free
+  s = v.state();
+  REQUIRE(s.reserved == 20 * MiB);
+  REQUIRE(s.segments == 1);
+  REQUIRE(s.largest_free == 8 * MiB);
+  REQUIRE(s.free_blocks == 2);
+}
+
+TEST_CASE("inconsistent input keeps the counts consistent") {
+  PoolView v;
+  v.add_segment(0, 8 * MiB, false);
+  v.alloc_block(block(0, 4 * MiB));
+  v.alloc_block(block(2 * MiB, 4 * MiB));  // overlaps the first: counted, free blocks recounted
+  auto s = v.state();
+  REQUIRE(s.in_use == 8 * MiB);
+  REQUIRE(s.free_blocks == 1);
+  REQUIRE(s.largest_free == 2 * MiB);
+  v.alloc_block(block(0, 1 * MiB));  // same address again: replaces the lost free
+  REQUIRE(v.state().blocks == 2);
+  v.alloc_block(block(100 * MiB, 1 * MiB));  // outside every segment
+  REQUIRE(v.state().blocks == 3);
+  REQUIRE(v.free_block(100 * MiB));
+  REQUIRE(v.free_block(0));
+  REQUIRE(v.free_block(2 * MiB));
+  s = v.state();
+  REQUIRE(s.in_use == 0);
+  REQUIRE(s.free_blocks == 1);
+  REQUIRE(s.largest_free == 8 * MiB);
+  // A segment that overlaps a known one replaces it.
+  v.add_segment(4 * MiB, 8 * MiB, false);
+  REQUIRE(v.state().reserved == 8 * MiB);
+}
+
+TEST_CASE("a PyTorch trace file: clock, pools, stacks and the order of records") {
+  // Epoch 1000 s = monotonic 10 s: an event at epoch 1000.5 s is at monotonic 10.5 s.
+  std::string path = write_temp(
+      "vramtrace.torch/1\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "F\t1\t/w/train.py\t7\tforward\n"
+      "F\t2\t/w/train.py\t20\tmain\n"
+      "E\t0\tsegment_map\t4096\t2097152\t0\t1000500000\t2\t\n"
+      "E\t0\talloc\t4096\t512\t0\t1000500001\t1,2\t\n"
+      "E\t0\tfree_requested\t4096\t512\t0\t1000500002\t\t\n"
+      "E\t0\tfree_completed\t4096\t512\t0\t1000500003\t\t\n"
+      "E\t0\toom\t0\t99\t0\t1000500004\t2\t777\n"
+      "END\t5\n");
+  TorchTrace t = read_torch_trace(path);
+  REQUIRE(t.pid == 42);
+  REQUIRE(t.problem.empty());
+  REQUIRE(t.torch_version == "2.11.0");
+  std::vector<vramtrace::format::RecordType> types;
+  for (auto& e : t.events) types.push_back(e.type);
+  using R = vramtrace::format::RecordType;
+  REQUIRE(types == std::vector<R>{R::PyCode, R::PyCode, R::UserPool, R::UserSegment,
+                                  R::PyStackNode, R::PyStackNode, R::AllocStack, R::UserBlock,
+                                  R::UserBlock, R::AllocStack, R::UserOom});
+  const Event& seg = t.events[3];
+  REQUIRE(seg.time_ns == 10500000000ull);
+  REQUIRE(seg.b == static_cast<uint64_t>(vramtrace::format::SegmentOp::Map));
+  REQUIRE(seg.a == kTorchPoolBase);
+  REQUIRE(t.events[8].bytes == 0);  // free_completed
+  REQUIRE(t.events[10].bytes == 99);
+  REQUIRE(t.events[10].b == 778);  // device free + 1
+  REQUIRE(t.events[9].b == t.events[4].a);  // the OOM's stack is main alone: a node made before
+  // The stack of the block: main (outermost) then forward (innermost, the leaf).
+  REQUIRE(t.events[4].b == 0);
+  REQUIRE(t.events[5].b == t.events[4].a);
+  REQUIRE(t.events[6].b == t.events[5].a);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("PyTorch trace files that are cut, corrupt or not one at all") {
+  std::string cut = write_temp("vramtrace.torch/1\t42\t1\t1\tx\nE\t0\talloc\t1\t2\t0\t3\t\t\n");
+  REQUIRE(read_torch_trace(cut).problem == "cut short after 1 entries (no END line)");
+  std::string bad = write_temp("vramtrace.torch/1\t42\t1\t1\tx\nE\t0\talloc\tzz\t2\t0\t3\t\t\nEND\t1\n");
+  TorchTrace b = read_torch_trace(bad);
+  REQUIRE(b.problem == "line 2: bad event");
+  REQUIRE(b.events.empty());
+  std::string wrapped = write_temp("vramtrace.torch/1\t42\t1\t1\tx\nW\t0\t1000000\nEND\t0\n");
+  REQUIRE(read_torch_trace(wrapped).problem ==
+          "PyTorch's trace buffer of device 0 was full (1000000 entries): its earliest events "
+          "are missing");
+  std::string other = write_temp("vramtrace.torch/9\t42\t1\t1\tx\n");
+  REQUIRE_THROWS_WITH(read_torch_trace(other), Catch::Contains("unknown version"));
+  std::string junk = write_temp("\x01\x02garbage");
+  REQUIRE_THROWS_WITH(read_torch_trace(junk), Catch::Contains("not a PyTorch allocator trace"));
+  REQUIRE_THROWS_WITH(read_torch_trace("/nonexistent.torch"), Catch::Contains("cannot open"));
+  for (auto* p : {&cut, &bad, &wrapped, &other, &junk}) std::remove(p->c_str());
+}
