@@ -339,6 +339,11 @@ class Builder {
 
   void finish() {
     find_iterations();
+    // With PyTorch's trace, a driver failure that PyTorch never reported as its OOM was
+    // recovered from (it freed cached blocks and the retry worked): not the user's OOM.
+    if (p_.torch_trace)
+      for (OomEvent& o : p_.ooms)
+        if (!o.allocator) o.recovered = true;
     // Grouped once: a scan of every live allocation per device was quadratic.
     std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
     for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
@@ -445,15 +450,25 @@ class Builder {
     ++pool->ooms;
     constexpr uint64_t kSameEpisodeNs = 2000000000;
     OomEvent* o = nullptr;
-    if (!p_.ooms.empty()) {
-      OomEvent& last = p_.ooms.back();
-      if (last.device == pool->device && !last.allocator &&
-          e.time_ns - std::min(e.time_ns, last.time_ns) <= kSameEpisodeNs)
-        o = &last;
+    auto same_episode = [&](const OomEvent& x) {
+      return x.device == pool->device && !x.allocator &&
+             e.time_ns - std::min(e.time_ns, x.time_ns) <= kSameEpisodeNs;
+    };
+    if (!p_.ooms.empty() && same_episode(p_.ooms.back())) {
+      // The driver's failures of this episode (PyTorch's first try and its retry after
+      // freeing cached blocks) are one OOM: the last, which keeps the count.
+      size_t first = p_.ooms.size() - 1;
+      while (first > 0 && same_episode(p_.ooms[first - 1])) --first;
+      uint64_t attempts = 0;
+      for (size_t i = first; i < p_.ooms.size(); ++i) attempts += p_.ooms[i].driver_attempts;
+      p_.ooms.erase(p_.ooms.begin() + static_cast<std::ptrdiff_t>(first), p_.ooms.end() - 1);
+      o = &p_.ooms.back();
+      o->driver_attempts = attempts;
     }
     if (!o) {
       p_.ooms.emplace_back();
       o = &p_.ooms.back();
+      o->driver_attempts = 0;
       o->device = pool->device;
       o->pid = p_.pid;
       o->requested_bytes = e.bytes;

@@ -86,6 +86,8 @@ struct OomEvent {
   // A sub-allocator's view of the moment (PyTorch's caching allocator, a vramtrace.h pool):
   // the request as the pool saw it and its segments' free blocks then.
   bool allocator = false;  // reported by the allocator (a driver failure may have come first)
+  uint64_t driver_attempts = 1;  // failed driver calls of this OOM (0: the allocator's alone)
+  bool recovered = false;  // the allocator freed its cache and its retry worked
   std::string pool;
   uint64_t allocator_request = 0;
   std::optional<FragmentationState> fragmentation;

@@ -218,9 +218,13 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
   }
   if (oj.contains("held_by_others_bytes")) {
     const uint64_t others = oj["held_by_others_bytes"].get<uint64_t>();
-    const bool decisive = others + free_b >= request;
+    // Decisive when, without them, the request would have fit and they are more than a CUDA
+    // context's own overhead (which the driver counts here too).
+    constexpr uint64_t kContextOverhead = 1ull << 30;
+    const bool decisive = others + free_b >= request &&
+                          others >= std::max(kContextOverhead, request / 2);
     if (others > 0 && (decisive || (total && others * 10 >= total)))
-      add(decisive ? 0.95 : 0.4, "held_by_others",
+      add(decisive ? 0.85 : 0.4, "held_by_others",
           human_bytes(others) + " of the GPU was held by other processes (or the driver) "
           "when it ran out" + std::string(decisive ? "; without them the request would fit" : ""),
           {{"held_by_others_bytes", others},
@@ -770,6 +774,8 @@ json to_json(const Run& run, const RunInfo& info) {
           if (pool.name == o.pool && pool.torch) torch_pool = true;
       }
       if (o.fragmentation) oj["fragmentation"] = fragmentation_json(*o.fragmentation, origin);
+      oj["driver_attempts"] = o.driver_attempts;
+      if (o.recovered) oj["recovered"] = true;
       json growth_then = growth_by_site(o.survivors, p, stacks, o.time_ns, origin);
       if (!growth_then.empty()) oj["growth"] = growth_then;
       oj["findings"] = oom_findings(o, oj, growth_then, torch_pool);
@@ -881,6 +887,15 @@ std::string summary_text(const json& r) {
                   human_bytes(o["requested_bytes"].get<uint64_t>()).c_str(),
                   human_bytes(o["live_bytes"].get<uint64_t>()).c_str(),
                   static_cast<unsigned long long>(o["pid"].get<uint64_t>()));
+    if (o.value("recovered", false)) {
+      std::snprintf(line, sizeof line,
+                    "vramtrace: device %u: a %s request failed and was retried after the "
+                    "allocator freed its cache (not an OOM of the program)\n",
+                    o["device"].get<unsigned>(),
+                    human_bytes(o["requested_bytes"].get<uint64_t>()).c_str());
+      out += line;
+      continue;
+    }
     out += line;
     if (o.contains("findings") && !o["findings"].empty())
       out += "vramtrace:   likely cause: " + o["findings"][0]["title"].get<std::string>() + "\n";

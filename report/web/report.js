@@ -170,7 +170,11 @@
     const card = $("section", { class: "card", "data-device": String(d.index) });
     card.append($("h2", { text: `Device ${d.index}: ${d.name}${d.host ? " on " + d.host : ""}` }));
     const frac = d.total_bytes ? d.peak.bytes / d.total_bytes : 0;
-    const ooms = (R.oom || []).filter((o) => o.device === d.index);
+    const allOoms = (R.oom || []).filter((o) => o.device === d.index);
+    const ooms = allOoms.filter((o) => !o.recovered);
+    const recovered = allOoms.filter((o) => o.recovered);
+    const growth = (R.growth || []).filter((g) => g.device === d.index);
+    const alloc = pd && pd.allocator;
     const leaks = (R.leaks || []).filter((l) => l.device === d.index);
     const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
     const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
@@ -182,7 +186,14 @@
       stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
       stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
       stat("Reserved, not in use, at peak", bytes(Math.max(0, reserved - d.peak.bytes)), "", "slack"));
+    if (growth.length)
+      head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
+    if (alloc && alloc.at_peak)
+      head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
+    if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
     card.append(head);
+    if (recovered.length)
+      card.append($("div", { class: "muted", "data-recovered": String(recovered.length), text: `${recovered.length} failed driver allocation(s) were retried after the allocator freed its cache, and then worked: not out-of-memory errors of the program.` }));
     if (frac > 0.8) card.append($("div", { class: "banner warn", text: `The peak used ${(100 * frac).toFixed(1)}% of the device: above 80% of capacity.` }));
 
     // Timeline.
@@ -202,6 +213,10 @@
     if (reservedTl) {
       sets.push(series2(reservedTl, 1));
       labels.push({ label: "reserved (pools)", stroke: "#9333ea", width: 1.5, dash: [6, 3], value: (u, v) => bytes(v), spanGaps: true });
+    }
+    if (alloc && alloc.free_timeline && alloc.free_timeline.points.length) {
+      sets.push(series2(alloc.free_timeline, 1));
+      labels.push({ label: "reserved by the allocator but free", stroke: "#059669", width: 1.5, dash: [2, 2], value: (u, v) => v == null ? "–" : bytes(v), spanGaps: true });
     }
     const launchTl = pd && pd.launches && pd.launches.timeline;
     if (launchTl && launchTl.points.length) {
@@ -266,6 +281,24 @@
         card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
           { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
       }
+      if (alloc) {
+        card.append($("h3", { text: "Fragmentation: the allocator's view (blocks inside its segments)" }));
+        const rows = [["at the in-use peak", alloc.at_peak], ["when most was free", alloc.most_free], ["at the end", alloc.now]]
+          .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
+        card.append(table([{ key: "when", label: "when" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
+          { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
+          { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
+        card.append($("div", { class: "muted", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
+        card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+          { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
+      }
+      if (growth.length) {
+        card.append($("h3", { text: "Growing across iterations" }));
+        card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "?"}. What each site allocated in an iteration and still held at the end.` }));
+        card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
+          { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
+          { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth"));
+      }
       card.append($("h3", { text: "Kernels launched" }));
       card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], (pd.launches.top || []).slice(), "kernels"));
     }
@@ -274,10 +307,24 @@
       const box = $("div", { class: "finding", "data-oom": "1" });
       const free = o.free_bytes, total = o.total_bytes;
       box.append($("div", { text: `Out of memory at ${secs(o.time_ns)}: ${o.api} asked for ${bytes(o.requested_bytes)} (pid ${o.pid}, thread ${o.thread}).` }));
+      if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
+      if ((o.findings || []).length) {
+        const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
+        for (const f of o.findings) {
+          const li = $("li", { "data-kind": f.kind });
+          li.append($("div", { class: "finding-title", text: f.title }));
+          const ev = Object.entries(f.evidence || {}).filter(([, v]) => typeof v !== "object")
+            .map(([k, v]) => `${k.replace(/_/g, " ")}: ${/bytes$/.test(k) ? bytes(v) : (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : v)}`).join("; ");
+          if (ev) li.append($("div", { class: "muted", text: "Evidence: " + ev }));
+          li.append($("div", { text: "Try: " + f.suggestion }));
+          list.append(li);
+        }
+        box.append($("div", { text: "Likely causes, most likely first:" }), list);
+      }
       if (free != null) {
         const other = Math.max(0, total - free - o.live_bytes);
         box.append($("div", { text: `The driver reported ${bytes(free)} free of ${bytes(total)}; this process held ${bytes(o.live_bytes)}; other processes, contexts and the driver held ${bytes(other)}.` }));
-        box.append($("div", { class: "muted", text: o.requested_bytes > free
+        if (!(o.findings || []).length) box.append($("div", { class: "muted", text: o.requested_bytes > free
           ? `The request was ${bytes(o.requested_bytes - free)} larger than all free memory: reduce what is live (largest below) or the request itself.`
           : `The request fitted in free memory but no contiguous block was large enough: fragmentation.` }));
       }
@@ -289,6 +336,12 @@
         card.append(table([{ key: "library", label: "live then, by library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], o.live_by_library.slice(), "oom-libraries"));
     }
 
+    const retained = (R.retained || []).filter((x) => x.device === d.index);
+    if (retained.length) {
+      card.append($("h3", { text: "Retained by allocators at exit (cached, not leaked)" }));
+      card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
+        { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
+    }
     if (leaks.length) {
       card.append($("h3", { text: "Leak suspects: still live when the process ended" }));
       const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));

@@ -118,6 +118,34 @@ const evil = profile("evil", [join(build, "tests/programs/evil_names"), "<img sr
   await page.close();
 }
 
+// 5. The allocator's view: a fragmenting pool (vramtrace.h) and its OOM's ranked findings; growth.
+const frag = profile("frag", [join(build, "tests/programs/frag_pool")]);
+{
+  const { page, errors } = await open(frag, "light");
+  const kinds = await page.locator("[data-findings] li").evaluateAll((els) => els.map((e) => e.dataset.kind));
+  check("OOM findings listed, fragmentation first", kinds[0] === "fragmentation", kinds.join(","));
+  const title = await page.locator("[data-findings] li .finding-title").first().textContent();
+  check("finding title with its figures", title === "32.00 MiB reserved by arena was free, in 8 blocks, but the largest (4.00 MiB) is smaller than the request (8.00 MiB)", title);
+  const rows = await page.locator("[data-table='allocator'] tbody tr").allTextContents();
+  // Both pools of the device summed: 80 MiB reserved, 32 in use, 9 free blocks (8 x 4 MiB in
+  // the arena, 16 MiB in the cache), 1 - 16/48 = 66.7 %.
+  check("allocator table at the end", rows.includes("at the end80.00 MiB32.00 MiB48.00 MiB916.00 MiB66.7%"), rows.join(" | "));
+  const ret = await page.locator("[data-table='retained'] tbody td").first().textContent();
+  check("retained pool listed", ret === "arena", ret);
+  check("no console errors (frag)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+const grow = profile("growth", [join(build, "tests/programs/leak_steps"), "nvtx"]);
+{
+  const { page, errors } = await open(grow, "light");
+  check("growth per iteration in the headline", (await stat(page, "growth")) === "1.00 MiB", await stat(page, "growth"));
+  check("phase at the peak", (await stat(page, "phase")) === "train_step", await stat(page, "phase"));
+  const site = await page.locator("[data-table='growth'] tbody td").first().textContent();
+  check("growing site listed", site.startsWith("keep_history() (") && site.endsWith("leak_steps.cu:19)"), site);
+  check("no console errors (growth)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 // 4. Stacks: who holds the memory (library table) and the stack of the largest allocation.
 const chain = profile("stacks", [join(build, "tests/programs/callchain")]);
 {
