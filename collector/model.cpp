@@ -79,7 +79,9 @@ class Builder {
   using DeviceIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
   Builder(Run& run, ProcessModel& p, DeviceIndex& where) : run_(run), p_(p), where_(where) {}
 
-  void apply(const Event& e) {
+  // `secondary`: the event comes from PyTorch's trace of this process, not from its own trace.
+  void apply(const Event& e, bool secondary = false) {
+    pend_ = &pending_[secondary ? 1 : 0];
     ++p_.events;
     ++seq_;
     if (e.time_ns) p_.end_ns = std::max(p_.end_ns, e.time_ns);
@@ -88,7 +90,7 @@ class Builder {
         e.type != RecordType::AllocFailed && e.type != RecordType::VmmCreate &&
         e.type != RecordType::UserBlock && e.type != RecordType::UserOom &&
         e.type != RecordType::PyStackNode)
-      pending_stack_ = pending_py_stack_ = 0;
+      pend_->stack = pend_->py = 0;
     switch (e.type) {
       case RecordType::Process:
         p_.has_process_record = true;
@@ -200,7 +202,7 @@ class Builder {
       case RecordType::UserBlock: {
         UserPool* pool = user_pool(e.a);
         if (!pool) {
-          pending_stack_ = pending_py_stack_ = 0;
+          pend_->stack = pend_->py = 0;
           break;
         }
         if (e.bytes) {
@@ -209,8 +211,9 @@ class Builder {
           b.space = 1;  // a block
           pool->view.alloc_block(b);
           pool->peak_in_use = std::max(pool->peak_in_use, pool->view.state().in_use);
-        } else {
-          pool->view.free_block(e.address);
+          device(pool->device).blocks.add(b, e.time_ns);
+        } else if (auto freed = pool->view.free_block(e.address)) {
+          device(pool->device).blocks.remove(*freed, e.time_ns);
         }
         on_allocator_change(pool->device, e.time_ns, e.bytes != 0);
         break;
@@ -246,8 +249,8 @@ class Builder {
         p_.py_codes[static_cast<uint32_t>(e.a)] = {e.text, e.text2};
         break;
       case RecordType::AllocStack:
-        pending_stack_ = static_cast<uint32_t>(e.a);
-        pending_py_stack_ = static_cast<uint32_t>(e.b);
+        pend_->stack = static_cast<uint32_t>(e.a);
+        pend_->py = static_cast<uint32_t>(e.b);
         break;
       case RecordType::Module: {
         if (e.a != p_.module_generation) {
@@ -348,7 +351,11 @@ class Builder {
     std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
     for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
     for (auto& [k, h] : p_.vmm_handles) still_by_device[h.alloc.device].push_back(&h.alloc);
+    std::map<uint32_t, std::vector<const Allocation*>> blocks_by_device;
+    for (auto& [id, pool] : p_.user_pools)
+      for (auto& [addr, b] : pool.view.blocks()) blocks_by_device[pool.device].push_back(&b);
     for (auto& [index, d] : p_.devices) {
+      if (d.has_allocator_view) d.blocks_at_peak = d.blocks.live_at_peak(blocks_by_device[index]);
       d.live_at_peak = d.memory.live_at_peak(still_by_device[index]);
       std::sort(d.live_at_peak.begin(), d.live_at_peak.end(),
                 [](const Allocation& a, const Allocation& b) {
@@ -378,9 +385,9 @@ class Builder {
     a.stream = e.stream;
     a.thread = e.thread;
     a.last_kernel = device(e.device).last_kernel;
-    a.stack = pending_stack_;
-    a.py_stack = pending_py_stack_;
-    pending_stack_ = pending_py_stack_ = 0;
+    a.stack = pend_->stack;
+    a.py_stack = pend_->py;
+    pend_->stack = pend_->py = 0;
     if (ranges_seen_) {
       auto it = p_.open_ranges.find(e.thread);
       if (it != p_.open_ranges.end() && !it->second.empty()) a.phase = it->second.back().first;
@@ -443,8 +450,8 @@ class Builder {
   // cuMemAlloc (and its retry after freeing cached blocks): that OOM gets the pool's view;
   // otherwise (a pool that never asked the driver) it is an OOM of its own.
   void on_allocator_oom(const Event& e) {
-    const uint32_t stack = pending_stack_, py_stack = pending_py_stack_;
-    pending_stack_ = pending_py_stack_ = 0;
+    const uint32_t stack = pend_->stack, py_stack = pend_->py;
+    pend_->stack = pend_->py = 0;
     UserPool* pool = user_pool(e.a);
     if (!pool) return;
     ++pool->ooms;
@@ -658,8 +665,8 @@ class Builder {
   }
 
   void on_failed(const Event& e) {
-    const uint32_t stack = pending_stack_, py_stack = pending_py_stack_;
-    pending_stack_ = pending_py_stack_ = 0;
+    const uint32_t stack = pend_->stack, py_stack = pend_->py;
+    pend_->stack = pend_->py = 0;
     DeviceModel& d = device(e.device);
     ++d.apis[idx(e.api)].failed;
     constexpr uint64_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
@@ -703,7 +710,13 @@ class Builder {
   DeviceIndex& where_;  // run_.devices by (host, index), shared by the builders of a run
   uint64_t seq_ = 0;
   DeviceModel* last_device_ = nullptr;
-  uint32_t pending_stack_ = 0, pending_py_stack_ = 0;
+  // The stack named by the last AllocStack, per source: PyTorch's trace is merged by time
+  // between a trace's AllocStack and the record it belongs to.
+  struct Pending {
+    uint32_t stack = 0, py = 0;
+  };
+  Pending pending_[2];
+  Pending* pend_ = &pending_[0];
   bool ranges_seen_ = false;
   std::map<std::tuple<std::string, uint64_t, uint64_t>, size_t> module_index_;
 };
@@ -866,7 +879,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   while (!heads.empty()) {
     Head h = heads.top();
     heads.pop();
-    builders[builder_of[h.source]].apply(event_of(h.source));
+    builders[builder_of[h.source]].apply(event_of(h.source), h.source >= readers.size());
     if (h.source >= readers.size()) ++torch_pos[h.source - readers.size()];
     pull(h.source);
   }

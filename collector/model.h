@@ -140,6 +140,10 @@ struct DeviceModel {
   Timeline frag_free_timeline;     // reserved but free bytes
   Timeline frag_largest_timeline;  // largest free block
   std::vector<uint32_t> phase_at_peak;  // NVTX ranges open on the thread that made the peak
+  // The pools' blocks: their own in-use peak and the blocks live at it (filled by finish()),
+  // where memory kept across iterations is seen even when the program frees it at the end.
+  PeakTracker blocks;
+  std::vector<Allocation> blocks_at_peak;
   void update_footprint(uint64_t now) {
     uint64_t f = footprint();
     footprint_timeline.add(now, f);

@@ -49,7 +49,9 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.text = s.stack->site;
     s.library = s.stack->library;
   }
-  if (s.text.empty()) s.text = a.space == 1 ? "(pool block, no stack)" : format::api_name(a.api);
+  if (s.text.empty())
+    s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
+                          : format::api_name(a.api);
   return s;
 }
 
@@ -651,10 +653,44 @@ json to_json(const Run& run, const RunInfo& info) {
         g["pid"] = p.pid;
         leaks.push_back(g);
       }
-      for (json& g : growth_by_site(suspects, p, stacks, p.end_ns, origin)) {
-        g["device"] = index;
-        g["pid"] = p.pid;
-        growth.push_back(g);
+      // Growth, seen at three moments: the end, the in-use peak of the driver's allocations
+      // and that of the pools' blocks (a program that frees what it kept only at its end still
+      // held it at its peak). Per site, the moment that shows the most.
+      {
+        std::map<std::string, json> by_site_growth;
+        auto take = [&](json list, const char* moment) {
+          for (json& g : list) {
+            g["seen_at"] = moment;
+            auto& slot = by_site_growth[g["site"].get<std::string>()];
+            if (slot.is_null() || g["bytes"].get<uint64_t>() > slot["bytes"].get<uint64_t>())
+              slot = g;
+          }
+        };
+        take(growth_by_site(suspects, p, stacks, p.end_ns, origin), "exit");
+        std::vector<Allocation> driver_at_peak;
+        for (const Allocation& a : d.live_at_peak) {
+          bool held = false;
+          for (auto& [id, pool] : p.user_pools)
+            if (pool.device == index && (a.api == format::Api::cuMemCreate
+                                             ? pool.torch
+                                             : pool.view.covers(a.id, a.bytes)))
+              held = true;
+          if (!held) driver_at_peak.push_back(a);
+        }
+        take(growth_by_site(driver_at_peak, p, stacks, d.memory.peak_time(), origin), "peak");
+        if (!d.blocks_at_peak.empty())
+          take(growth_by_site(d.blocks_at_peak, p, stacks, d.blocks.peak_time(), origin),
+               "allocator peak");
+        json list = json::array();
+        for (auto& [site, g] : by_site_growth) list.push_back(g);
+        std::stable_sort(list.begin(), list.end(), [](const json& a, const json& b) {
+          return a["bytes_per_iteration"].get<uint64_t>() > b["bytes_per_iteration"].get<uint64_t>();
+        });
+        for (json& g : list) {
+          g["device"] = index;
+          g["pid"] = p.pid;
+          growth.push_back(g);
+        }
       }
       if (d.has_allocator_view) {
         json av = {{"now", fragmentation_json(d.frag, origin)},

@@ -3,7 +3,8 @@
 # a GPU-bound transformer step, a launch-bound step, allocation-bound loops (PyTorch with
 # backend:cudaMallocAsync, and raw cudaMallocAsync/cudaFreeAsync), and kernel launches; PyTorch's
 # own torch.cuda.memory._record_memory_history on the same workloads as the peer.
-#   scripts/bench-gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3)
+#   scripts/bench-gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3; ONLY=words of
+#                                    workload names, VARIANTS=variants: subsets, comma-separated)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -13,4 +14,4 @@ mkdir -p "$OUT_DIR/bin"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" -O2 -arch=${ARCH:-native} -o "$OUT_DIR/bin/bench_native" "$ROOT/tests/gpu/bench_native.cu" || exit 2
 python3 "$ROOT/scripts/bench_gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
-  --repeats "${REPEATS:-3}"
+  --repeats "${REPEATS:-3}" --only "${ONLY:-}" --variants "${VARIANTS:-}"

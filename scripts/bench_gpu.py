@@ -28,6 +28,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated words: run the workloads whose name has one")
+    ap.add_argument("--variants", default="", help="comma-separated variants to run (default: all)")
     a = ap.parse_args()
     vt = os.path.join(a.build, "bin", "vramtrace")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -43,12 +45,19 @@ def main():
         ("native cudaMallocAsync+cudaFreeAsync pair", [native, "async"], {}, False),
         ("native empty kernel launch", [native, "launch"], {}, False),
     ]
+    if a.only:
+        workloads = [w for w in workloads if any(word in w[0] for word in a.only.split(","))]
     rows = []
     for name, cmd, env, is_torch in workloads:
         variants = {"none": [], "vramtrace": [], "vramtrace --stacks=native": [],
                     "vramtrace --stacks=none": []}
         if is_torch:
+            # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
+            variants["vramtrace --torch=off"] = []
             variants["torch _record_memory_history"] = []
+        if a.variants:
+            keep = set(a.variants.split(","))
+            variants = {k: v for k, v in variants.items() if k == "none" or k in keep}
         for rep in range(a.repeats):
             for v in variants:
                 c = list(cmd)

@@ -18,7 +18,7 @@ MiB = 1 << 20
 
 def marked(path, tag):
     with open(path) as f:
-        return [i + 1 for i, line in enumerate(f) if tag in line][0]
+        return [i + 1 for i, line in enumerate(f) if "# " + tag in line][0]
 
 
 def main():
@@ -84,7 +84,8 @@ def main():
     want = f"main ({os.path.abspath(script)}:{marked(script, 'VT-LEAK')})"
     for mode, source in (("kernels", "kernel"), ("nvtx", "NVTX range 'step'")):
         s = f"torch: tensors kept ({mode})"
-        p, r = vrun(f"torch-leak-{mode}", [py, script] + (["nvtx"] if mode == "nvtx" else []))
+        p, r = vrun(f"torch-leak-{mode}", [py, script] + (["nvtx"] if mode == "nvtx" else []),
+                    extra=("--torch=stacks",))
         g.check(s, "exit code", 0, p.returncode)
         if not r:
             g.check(s, "report written", True, False)

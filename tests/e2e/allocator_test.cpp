@@ -91,7 +91,7 @@ TEST_CASE("vramtrace.h is a no-op without vramtrace") {
 }
 
 TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or kernels") {
-  const std::string keep = "keep_history() (" + kSrc + "leak_steps.cu:19)";
+  const std::string keep = "keep_history() (" + kSrc + "leak_steps.cu:20)";
   struct Mode {
     const char* arg;
     std::string source;
@@ -133,9 +133,21 @@ TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or ke
   }
 }
 
+TEST_CASE("growth that the program frees at its end is seen at the peak") {
+  std::string dir = temp_dir();
+  json j = run_json("", "-- " + prog("leak_steps") + " step free", dir);
+  REQUIRE(j["growth"].size() == 1);
+  REQUIRE(j["growth"][0]["seen_at"] == "peak");
+  REQUIRE(j["growth"][0]["bytes_per_iteration"] == 1 * MiB);
+  REQUIRE(j["growth"][0]["iterations"] == 10);
+  REQUIRE(j["leaks"].size() == 1);  // the weights alone are still live at exit
+  REQUIRE(j["leaks"][0]["bytes"] == 4 * MiB);
+}
+
 TEST_CASE("PyTorch's allocator trace through the start-up hook: fragmentation OOM") {
   std::string dir = temp_dir(), out;
-  json j = run_json(torch_env(), "-- python3 " + kSrc + "py_torch_frag.py", dir, &out);
+  json j = run_json(torch_env(), "--torch=stacks -- python3 " + kSrc + "py_torch_frag.py", dir,
+                    &out);
   REQUIRE(contains(out, "caught: CUDA out of memory"));
   REQUIRE(contains(out, "py_torch_frag done 0.0+standin"));
   const json& p = j["processes"][0];
@@ -182,6 +194,16 @@ TEST_CASE("PyTorch's allocator trace through the start-up hook: fragmentation OO
   REQUIRE(r.code() == 0);
   json k = json::parse(slurp(again + "/report.json"));
   REQUIRE(k["oom"][0]["fragmentation"]["largest_free_block_bytes"] == 4 * MiB);
+}
+
+TEST_CASE("PyTorch's allocator trace by default: exact figures, blocks without their lines") {
+  std::string dir = temp_dir();
+  json j = run_json(torch_env(), "-- python3 " + kSrc + "py_torch_frag.py", dir);
+  check_fragmented(j["oom"][0]["fragmentation"], 64 * MiB);
+  REQUIRE(j["oom"][0]["findings"][0]["kind"] == "fragmentation");
+  REQUIRE(j["leaks"][0]["bytes"] == 32 * MiB);
+  REQUIRE(j["leaks"][0]["site"] ==
+          "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)");
 }
 
 TEST_CASE("run --torch=off leaves PyTorch alone") {

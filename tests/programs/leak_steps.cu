@@ -2,7 +2,8 @@
 // (keep_history, a leak that grows), next to 8 MiB of scratch allocated and freed each
 // iteration and a kernel launched 3 times per iteration. How iterations are marked is the
 // argument: "step" (vramtrace_step), "nvtx" (an NVTX range "train_step" per iteration) or
-// "kernel" (nothing: the launch rhythm, one launch of step_begin per iteration).
+// "kernel" (nothing: the launch rhythm, one launch of step_begin per iteration). A second
+// argument "free" frees what was kept after the loop (growth then shows at the peak only).
 #include <cstring>
 #include <vector>
 
@@ -16,7 +17,7 @@ __global__ void work(float* p, int n) { if (p && n) p[0] = 1; }
 
 __attribute__((noinline)) void* keep_history() {
   void* p = nullptr;
-  CHECK(cudaMalloc(&p, 1 * MiB));  // leak_steps.cu:19
+  CHECK(cudaMalloc(&p, 1 * MiB));  // leak_steps.cu:20
   return p;
 }
 
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(mode, "nvtx")) nvtxRangePop();
   }
   CHECK(cudaDeviceSynchronize());
+  if (argc > 2 && !std::strcmp(argv[2], "free"))
+    for (void* p : history) CHECK(cudaFree(p));
   std::printf("leak_steps done (%s)\n", mode);
   return 0;
 }

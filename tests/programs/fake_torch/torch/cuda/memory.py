@@ -12,13 +12,15 @@ _cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 _cudart.cudaMemGetInfo.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
 _trace = []
 _recording = False
+_context = None
 _observers = []
 _sizes = {}
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0, **kw):
-    global _recording
+    global _recording, _context
     _recording = bool(enabled)
+    _context = context
 
 
 def _snapshot():
@@ -37,7 +39,7 @@ def _frames():
 def _entry(action, addr, size, **extra):
     if _recording:
         e = {"action": action, "addr": addr, "size": size, "stream": 0,
-             "time_us": time.time_ns() // 1000, "frames": _frames()}
+             "time_us": time.time_ns() // 1000, "frames": _frames() if _context else []}
         e.update(extra)
         _trace.append(e)
 
