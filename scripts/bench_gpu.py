@@ -54,6 +54,7 @@ def main():
         if is_torch:
             # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
             variants["vramtrace --torch=off"] = []
+            variants["vramtrace --torch=stacks"] = []
             variants["torch _record_memory_history"] = []
         if a.variants:
             keep = set(a.variants.split(","))
