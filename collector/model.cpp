@@ -19,7 +19,8 @@ constexpr size_t kOomsWithLiveSet = 64;  // per process (see on_failed)
 constexpr size_t kOomsWithSurvivors = 4;  // per process: their whole live set, for growth
 constexpr size_t kMaxPhases = 20000;      // completed NVTX ranges kept per process
 constexpr size_t kMaxRangeStarts = 1u << 20;
-constexpr uint64_t kMaxRhythmTimes = 4u << 20;  // launch times kept for the rhythm, in all
+constexpr uint64_t kMaxRhythmTimes = 1u << 20;  // launch times kept for the rhythm, in all
+constexpr uint32_t kMaxRhythmNames = 1u << 20;
 constexpr uint64_t kPeakSettleNs = 1000000;     // allocator records of a peak come within 1 ms
 
 size_t idx(Api api) {
@@ -500,28 +501,34 @@ class Builder {
   // kernel marks the iterations of a loop. Times are kept while the name may still be one.
   void on_rhythm(uint32_t id, uint64_t now) {
     ++p_.launch_index;
+    if (id >= kMaxRhythmNames) return;  // corrupt or crafted: no rhythm for it
+    if (id >= p_.rhythm.size()) p_.rhythm.resize(id + 1);
     auto& r = p_.rhythm[id];
     if (r.count) {
       uint64_t gap = p_.launch_index - r.last_index;
-      if (r.count == 1 || gap != r.gap) {
-        if (r.count == 1 || r.gap_matches == 0) r.gap = gap;
-      }
+      if (r.count == 1 || (gap != r.gap && r.gap_matches == 0)) r.gap = gap;
       if (gap == r.gap) ++r.gap_matches;
     }
     r.last_index = p_.launch_index;
     ++r.count;
     if (r.dropped) return;
+    // A name whose launches do not come at one distance cannot mark iterations: its times go.
+    if (r.count >= 16 && r.gap_matches * 4 < (r.count - 1) * 3) {
+      p_.rhythm_times -= r.times.size();
+      r.dropped = true;
+      std::vector<uint64_t>().swap(r.times);
+      return;
+    }
     r.times.push_back(now);
     if (++p_.rhythm_times > kMaxRhythmTimes) {
       // Drop the most frequent name's times: a kernel that marks iterations runs least often.
-      auto worst = p_.rhythm.end();
-      for (auto it = p_.rhythm.begin(); it != p_.rhythm.end(); ++it)
-        if (!it->second.dropped && (worst == p_.rhythm.end() || it->second.count > worst->second.count))
-          worst = it;
-      if (worst != p_.rhythm.end()) {
-        p_.rhythm_times -= worst->second.times.size();
-        worst->second.dropped = true;
-        std::vector<uint64_t>().swap(worst->second.times);
+      ProcessModel::Rhythm* worst = nullptr;
+      for (auto& x : p_.rhythm)
+        if (!x.dropped && !x.times.empty() && (!worst || x.count > worst->count)) worst = &x;
+      if (worst) {
+        p_.rhythm_times -= worst->times.size();
+        worst->dropped = true;
+        std::vector<uint64_t>().swap(worst->times);
       }
     }
   }
@@ -548,7 +555,8 @@ class Builder {
     }
     const ProcessModel::Rhythm* anchor = nullptr;
     uint32_t anchor_id = 0;
-    for (auto& [id, r] : p_.rhythm) {
+    for (uint32_t id = 0; id < p_.rhythm.size(); ++id) {
+      const auto& r = p_.rhythm[id];
       if (r.dropped || r.count < 3 || r.gap < 2) continue;
       // At most one in ten gaps may differ (a warm-up iteration, a checkpoint step).
       if (r.gap_matches * 10 < (r.count - 1) * 9) continue;

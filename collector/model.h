@@ -244,7 +244,7 @@ struct ProcessModel {
     bool dropped = false;
     std::vector<uint64_t> times;
   };
-  std::unordered_map<uint32_t, Rhythm> rhythm;
+  std::vector<Rhythm> rhythm;  // by kernel name id (ids are small: the library counts them)
   uint64_t launch_index = 0, rhythm_times = 0;
   // Iteration starts (finish()), and what they were found from.
   std::vector<uint64_t> iterations;
