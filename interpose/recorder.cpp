@@ -282,6 +282,8 @@ bool recorder_start() {
 
   s.capacity = env_size("VRAMTRACE_BUFFER_KB", 4096) * 1024;
   if (s.capacity < 64 * 1024) s.capacity = 64 * 1024;
+  // A buffer is written as one frame, and the reader refuses frames larger than this.
+  if (s.capacity > format::kMaxFrameBytes) s.capacity = format::kMaxFrameBytes;
   s.flush_interval_ns = env_size("VRAMTRACE_FLUSH_MS", 100) * 1'000'000ull;
   for (Buffer& b : s.bufs) {
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
