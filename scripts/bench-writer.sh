@@ -4,7 +4,8 @@
 # in one invocation, runs interleaved. The workload is tests/programs/bench_mix.cu on the CPU
 # stand-in: a training-like mix (per iteration 6 cudaMallocAsync, 20 launches, 6 cudaFreeAsync;
 # weights and a workspace by cudaMalloc, with stacks), SPIN_NS of busy waiting after each launch
-# for a GPU's launch spacing. Each figure is the median of REPEATS runs (default 3).
+# for a GPU's launch spacing. Each figure is the median of REPEATS runs (default 3), per event:
+# the writer thread's CPU time, the application (allocating) thread's, the whole process's.
 #   scripts/bench-writer.sh [ITERATIONS]     (default 20000: 640,000 events a run)
 # Last, the wall time of a tiny program, raw against zstd (median of 40 runs each).
 # BASELINE_LIB=path/libvramtrace.so adds a "before" row: that library (an earlier build) with
@@ -40,12 +41,12 @@ python3 - "$WORK/runs" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    spin, stacks, mode, size, events, w, p = line.split()
-    w, p = int(w.split("=")[1]), int(p.split("=")[1])
-    rows.setdefault((spin, stacks), {}).setdefault(mode, []).append((int(size), int(events), w, p))
+    spin, stacks, mode, size, events, w, p, m = line.split()
+    w, p, m = (int(x.split("=")[1]) for x in (w, p, m))
+    rows.setdefault((spin, stacks), {}).setdefault(mode, []).append((int(size), int(events), w, p, m))
 med = lambda xs: statistics.median(xs)
-print("%-8s %-6s %-6s %10s %9s %8s %13s %14s" % ("spin ns", "stacks", "frames", "events", "trace MB",
-      "B/event", "writer ns/ev", "process ns/ev"))
+print("%-8s %-6s %-6s %10s %9s %8s %13s %12s %14s" % ("spin ns", "stacks", "frames", "events",
+      "trace MB", "B/event", "writer ns/ev", "app ns/ev", "process ns/ev"))
 for (spin, stacks), modes in rows.items():
     base = None
     for mode in ("before", "off", "auto"):
@@ -56,16 +57,17 @@ for (spin, stacks), modes in rows.items():
         b = med([r[0] / r[1] for r in rs])
         w = med([r[2] / r[1] for r in rs])
         p = med([r[3] / r[1] for r in rs])
+        m = med([r[4] / r[1] for r in rs])
         name = {"before": "before", "off": "raw", "auto": "zstd"}[mode]
         extra = ""
         if mode == "auto":
-            extra = "   B/event x%.3f, writer +%.1f ns/event, process %+.1f ns/event" % (
-                b / base[0], w - base[1], p - base[2])
+            extra = "   B/event x%.3f, writer %+.1f, app %+.1f, process %+.1f ns/event" % (
+                b / base[0], w - base[1], m - base[3], p - base[2])
         wtext = "n/a" if w < 0 else "%.1f" % w  # an unnamed writer thread: not found
-        print("%-8s %-6s %-6s %10d %9.2f %8.2f %13s %14.1f%s" % (spin, stacks, name, ev,
-              med([r[0] for r in rs]) / 1e6, b, wtext, p, extra))
+        print("%-8s %-6s %-6s %10d %9.2f %8.2f %13s %12.1f %14.1f%s" % (spin, stacks, name, ev,
+              med([r[0] for r in rs]) / 1e6, b, wtext, m, p, extra))
         if mode == "off":
-            base = (b, w, p)
+            base = (b, w, p, m)
 PY
 # Start-up and exit of a tiny CUDA program (tests/programs/basic, 12 events): what loading
 # libzstd, making the context and compressing the last frame at exit add to a process's life.

@@ -9,7 +9,8 @@
 // 64 + 6 * ITERATIONS + ceil(ITERATIONS / 100), launches 20 * ITERATIONS.
 //   bench_mix [ITERATIONS=1000] [SPIN_NS=0]
 // Prints "bench_mix: N iterations", then, after waiting 300 ms for the writer to drain,
-// "writer_cpu_ns=W process_cpu_ns=P" (W: CPU time of the library's writer thread, -1 without it).
+// "writer_cpu_ns=W process_cpu_ns=P main_cpu_ns=M" (W: CPU time of the library's writer thread,
+// -1 without it; M: this, the allocating thread's).
 #include <dirent.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
   std::printf("bench_mix: %ld iterations\n", iterations);
   std::fflush(stdout);
   usleep(300 * 1000);  // three flush periods: the writer has written all but what follows
-  std::printf("writer_cpu_ns=%lld process_cpu_ns=%lld\n", thread_cpu_ns("vramtrace-write"),
-              cpu_ns(CLOCK_PROCESS_CPUTIME_ID));
+  std::printf("writer_cpu_ns=%lld process_cpu_ns=%lld main_cpu_ns=%lld\n",
+              thread_cpu_ns("vramtrace-write"), cpu_ns(CLOCK_PROCESS_CPUTIME_ID),
+              cpu_ns(CLOCK_THREAD_CPUTIME_ID));
   return 0;
 }
