@@ -1,7 +1,12 @@
 // Writes a synthetic vramtrace trace of N events (a training-like rhythm: persistent weights,
 // then iterations of 6 activation allocations, 20 kernel launches and 6 frees), for benchmarks
 // of the collector and the HTML report at 1, 10 and 100 million events.
-//   vt_synth_trace OUT.vtrace EVENTS
+//   vt_synth_trace OUT.vtrace EVENTS [zstd]
+// With `zstd`, every frame is compressed as the library's writer does it (level 1), to measure
+// the report on compressed traces; the perfectly regular times here compress far better than a
+// real process's (scripts/bench-writer.sh has those).
+#include <zstd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +21,8 @@ namespace {
 
 struct Writer {
   FILE* f;
-  std::vector<uint8_t> frame;
+  bool zstd = false;
+  std::vector<uint8_t> frame, packed;
   uint32_t records = 0;
   uint64_t base = 0, last = 0, written = 0;
 
@@ -26,8 +32,18 @@ struct Writer {
     h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(frame.size());
     h.record_count = records;
     h.base_time_ns = base;
+    const uint8_t* payload = frame.data();
+    if (zstd) {
+      packed.resize(ZSTD_compressBound(frame.size()));
+      size_t n = ZSTD_compress(packed.data(), packed.size(), frame.data(), frame.size(), 1);
+      if (!ZSTD_isError(n) && n < frame.size()) {
+        h.codec = static_cast<uint8_t>(Codec::Zstd);
+        h.stored_bytes = static_cast<uint32_t>(n);
+        payload = packed.data();
+      }
+    }
     fwrite(&h, sizeof h, 1, f);
-    fwrite(frame.data(), 1, frame.size(), f);
+    fwrite(payload, 1, h.stored_bytes, f);
     frame.clear();
     records = 0;
     base = last;
@@ -53,12 +69,13 @@ struct Writer {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s OUT.vtrace EVENTS\n", argv[0]);
+  if (argc != 3 && !(argc == 4 && std::strcmp(argv[3], "zstd") == 0)) {
+    std::fprintf(stderr, "usage: %s OUT.vtrace EVENTS [zstd]\n", argv[0]);
     return 2;
   }
   uint64_t target = std::strtoull(argv[2], nullptr, 10);
   Writer w;
+  w.zstd = argc == 4;
   w.f = std::fopen(argv[1], "wb");
   if (!w.f) return 1;
   FileHeader fh{};

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "collector/live_collector.h"
 #include "collector/model.h"
 #include "report/check.h"
@@ -137,7 +138,7 @@ std::string write_torch_hook(const std::string& out_dir) {
 
 int run_command(const std::string& out_dir, const std::string& lib_opt, int grace_ms,
                 const std::vector<std::string>& cmd, const CheckOptions& check,
-                const StackOptions& stacks) {
+                const StackOptions& stacks, bool no_progress) {
   // With --baseline, bad budgets or a bad baseline are found before the command runs.
   nlohmann::json baseline;
   if (!check.baseline.empty()) {
@@ -252,7 +253,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
   if (traces.empty())
     std::cerr << "vramtrace: no process of the command used CUDA; no device memory to report\n";
   nlohmann::json report_json;
-  write_reports(traces, out_dir, info, &report_json);
+  write_reports(traces, out_dir, info, &report_json, no_progress);
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!check.baseline.empty() && command_ok) return gate(baseline, report_json, check);
 
@@ -309,11 +310,12 @@ bool write_private_file(const std::string& path, const std::string& content) {
 }
 
 int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
-                  const report::RunInfo& info, nlohmann::json* report_out) {
+                  const report::RunInfo& info, nlohmann::json* report_out, bool no_progress) {
   collector::Run run;
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   std::vector<std::string> unreadable;
   std::vector<std::string> torch;
+  uint64_t total_bytes = 0;
   for (const auto& t : traces) {
     if (is_torch_trace(t)) {
       torch.push_back(t);
@@ -321,11 +323,19 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
     }
     try {
       readers.push_back(std::make_unique<collector::TraceReader>(t));
+      std::error_code ec;
+      uintmax_t size = fs::file_size(t, ec);
+      if (!ec) total_bytes += size;
     } catch (const collector::TraceError& e) {
       unreadable.push_back(e.what());
     }
   }
-  run = collector::analyze(std::move(readers), torch);
+  {
+    cli::ReadProgress progress(total_bytes, cli::ReadProgress::mode_from_env(no_progress));
+    if (progress.shown())
+      for (auto& r : readers) r->on_progress([&progress](uint64_t n) { progress.add(n); });
+    run = collector::analyze(std::move(readers), torch);
+  }  // the bar is cleared before the summary
   for (auto& u : unreadable) run.problems.push_back(u);
   nlohmann::json j = report::to_json(run, info);
   std::string path = out_dir + "/report.json";
@@ -396,6 +406,11 @@ int main(int argc, char** argv) {
                   "growth by line; costs ~1.7 us per allocation) or off")
       ->check(CLI::IsMember({"auto", "stacks", "off"}))
       ->capture_default_str();
+  bool no_progress = false;
+  const char* progress_help =
+      "No progress bar while reading traces (drawn on a terminal only, for traces of 64 MiB or "
+      "more; VRAMTRACE_PROGRESS=auto|on|off)";
+  run->add_flag("--no-progress", no_progress, progress_help);
   run->add_option("command", cmd, "The command to run, after --")->required();
   run->prefix_command();
   CheckOptions run_check;
@@ -431,6 +446,7 @@ int main(int argc, char** argv) {
   auto* rep = app.add_subcommand("report", "Turn traces (files or directories) into reports");
   rep->add_option("traces", inputs, "Trace files or directories of them")->required();
   rep->add_option("-o,--output", report_out, "Directory for report.json")->capture_default_str();
+  rep->add_flag("--no-progress", no_progress, progress_help);
 
   try {
     app.parse(argc, argv);
@@ -439,7 +455,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (*run) return run_command(run_out, lib, grace_ms, cmd, run_check, stacks);
+  if (*run) return run_command(run_out, lib, grace_ms, cmd, run_check, stacks, no_progress);
   if (*chk) return check_command(candidate, check_opts);
   if (*dif) return diff_command(diff_a, diff_b, diff_html);
   if (*rep) {
@@ -459,7 +475,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    return write_reports(traces, report_out, {}, nullptr);
+    return write_reports(traces, report_out, {}, nullptr, no_progress);
   }
   return 2;
 }

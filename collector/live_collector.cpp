@@ -152,6 +152,17 @@ std::vector<std::string> LiveCollector::finish(int grace_ms) {
     (void)ignored;
   }
   if (thread_.joinable()) thread_.join();
+  // A process killed between connecting and sending its stream header left an empty file: it is
+  // no trace (`vramtrace report DIR` would refuse it) and held no event.
+  std::vector<std::string> traces;
+  for (const auto& path : files_) {
+    struct stat st{};
+    if (stat(path.c_str(), &st) == 0 && st.st_size == 0)
+      unlink(path.c_str());
+    else
+      traces.push_back(path);
+  }
+  files_ = traces;
   return files_;
 }
 

@@ -22,7 +22,7 @@ class LiveCollector {
   const std::string& socket_path() const { return socket_path_; }
 
   // Stops accepting once every open connection has closed, or when `grace_ms` have passed
-  // since this call; then returns the trace files written.
+  // since this call; then returns the trace files written (empty ones are removed).
   std::vector<std::string> finish(int grace_ms);
 
   int connections_seen() const { return connections_.load(); }

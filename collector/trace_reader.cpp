@@ -354,7 +354,12 @@ bool TraceReader::next(Event& e) {
         break;
       }
       cursor_.reset();
-      if (!load_frame()) {
+      const bool loaded = load_frame();
+      if (progress_) {
+        progress_(offset_ - progress_reported_);
+        progress_reported_ = offset_;
+      }
+      if (!loaded) {
         done_ = true;
         break;
       }

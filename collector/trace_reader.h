@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -55,6 +56,8 @@ class TraceReader {
   const std::string& problem() const { return problem_; }
   uint64_t frames() const { return frames_; }
   uint64_t bytes_read() const { return offset_; }
+  // Called after each frame is read with the bytes read since the call before (a progress bar).
+  void on_progress(std::function<void(uint64_t bytes)> f) { progress_ = std::move(f); }
 
  private:
   TraceReader() = default;
@@ -78,6 +81,8 @@ class TraceReader {
   uint64_t offset_ = 0;
   std::string problem_;
   bool done_ = false;
+  std::function<void(uint64_t)> progress_;
+  uint64_t progress_reported_ = 0;
 };
 
 }  // namespace vramtrace::collector

@@ -6,6 +6,9 @@
 // total order than per-thread buffers merged by sequence number afterwards.
 // The buffers are mmap'd once (no general heap on the hot path), are never freed (frees from late
 // destructors are still recorded), and the writer thread is born with every signal blocked.
+// Frames are zstd-compressed by the writer thread when libzstd can be loaded (compress.h), also
+// the last one at exit, which is handed to the writer; frames written by any other thread (no
+// writer, or after exit) are raw.
 #include "interpose/recorder.h"
 
 #include <errno.h>
@@ -25,6 +28,7 @@
 
 #include <atomic>
 
+#include "interpose/compress.h"
 #include "interpose/notice.h"
 
 namespace vramtrace::interpose {
@@ -47,6 +51,7 @@ struct State {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;     // the active buffer
   pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;  // the output fd: one frame at a time
   pthread_cond_t wake;
+  pthread_cond_t writer_gone;  // the writer wrote the last frame (recorder_finish waits for it)
   Buffer bufs[2];
   int active = 0;
   size_t capacity = 0;
@@ -55,6 +60,10 @@ struct State {
   std::atomic<int> phase{kOff};
   bool wake_requested = false;
   bool stop = false;
+  bool writer_alive = false;      // the writer thread was started
+  bool writer_done = false;       // it wrote the frame recorder_finish handed it, and returned
+  bool finish_abandoned = false;  // recorder_finish stopped waiting: the writer writes no more
+  FrameCompressor zstd;           // loaded at start; used by the writer thread only
   uint64_t dropped_pending = 0;
   uint64_t dropped_total = 0;
   uint64_t recorded_total = 0;
@@ -67,10 +76,15 @@ State& state() {
   return *s;
 }
 
-bool timed_lock(pthread_mutex_t* m, int seconds) {
+timespec deadline_in(int seconds) {
   timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += seconds;
+  return deadline;
+}
+
+bool timed_lock(pthread_mutex_t* m, int seconds) {
+  timespec deadline = deadline_in(seconds);
   return pthread_mutex_timedlock(m, &deadline) == 0;
 }
 
@@ -103,16 +117,26 @@ bool write_all(int fd, bool is_socket, iovec* iov, int iovcnt) {
   return true;
 }
 
-// Caller holds io_lock. Writes one frame; on failure recording stops, with one notice.
-void write_frame(State& s, Buffer& b) {
+// Caller holds io_lock. Writes one frame, compressed when `compress` (the writer thread only)
+// and it makes the frame smaller; on failure recording stops, with one notice.
+void write_frame(State& s, Buffer& b, bool compress) {
   if (b.used == 0) return;
   format::FrameHeader h{};
-  h.stored_bytes = static_cast<uint32_t>(b.used);
-  h.raw_bytes = static_cast<uint32_t>(b.used);
+  void* payload = b.data;
+  size_t stored = b.used;
   h.codec = static_cast<uint8_t>(format::Codec::Raw);
+  if (compress) {
+    if (size_t z = s.zstd.compress(b.data, b.used)) {
+      payload = const_cast<uint8_t*>(s.zstd.output());
+      stored = z;
+      h.codec = static_cast<uint8_t>(format::Codec::Zstd);
+    }
+  }
+  h.stored_bytes = static_cast<uint32_t>(stored);
+  h.raw_bytes = static_cast<uint32_t>(b.used);
   h.record_count = b.count;
   h.base_time_ns = b.base_time;
-  iovec iov[2] = {{&h, sizeof h}, {b.data, b.used}};
+  iovec iov[2] = {{&h, sizeof h}, {payload, stored}};
   if (!write_all(s.fd, s.is_socket, iov, 2)) {
     int err = errno;
     s.phase.store(kStopped);
@@ -124,7 +148,9 @@ void write_frame(State& s, Buffer& b) {
 
 void* writer_main(void*) {
   ++t_depth;  // our own thread: never traced
+  pthread_setname_np(pthread_self(), "vramtrace-write");
   State& s = state();
+  s.zstd.prepare(s.capacity);  // the context is allocated here, never in a traced thread
   for (;;) {
     pthread_mutex_lock(&s.lock);
     if (!s.stop && !s.wake_requested) {
@@ -135,7 +161,10 @@ void* writer_main(void*) {
       deadline.tv_nsec = static_cast<long>(ns % 1'000'000'000);
       pthread_cond_timedwait(&s.wake, &s.lock, &deadline);
     }
-    if (s.stop) {
+    // At stop, the active buffer is the last frame, written here (compressed) for
+    // recorder_finish, unless it gave up waiting and writes what is left itself.
+    const bool last = s.stop;
+    if (last && s.finish_abandoned) {
       pthread_mutex_unlock(&s.lock);
       return nullptr;
     }
@@ -148,10 +177,17 @@ void* writer_main(void*) {
     pthread_mutex_unlock(&s.lock);
     if (full) {
       pthread_mutex_lock(&s.io_lock);
-      if (s.phase.load() == kRunning) write_frame(s, *full);
+      if (s.phase.load() == kRunning) write_frame(s, *full, true);
       full->used = 0;
       full->count = 0;
       pthread_mutex_unlock(&s.io_lock);
+    }
+    if (last) {
+      pthread_mutex_lock(&s.lock);
+      s.writer_done = true;
+      pthread_cond_broadcast(&s.writer_gone);
+      pthread_mutex_unlock(&s.lock);
+      return nullptr;
     }
   }
 }
@@ -246,6 +282,8 @@ bool recorder_start() {
 
   s.capacity = env_size("VRAMTRACE_BUFFER_KB", 4096) * 1024;
   if (s.capacity < 64 * 1024) s.capacity = 64 * 1024;
+  // A buffer is written as one frame, and the reader refuses frames larger than this.
+  if (s.capacity > format::kMaxFrameBytes) s.capacity = format::kMaxFrameBytes;
   s.flush_interval_ns = env_size("VRAMTRACE_FLUSH_MS", 100) * 1'000'000ull;
   for (Buffer& b : s.bufs) {
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -270,9 +308,14 @@ bool recorder_start() {
     return false;
   }
 
+  // After the header (a stream is a trace as soon as it exists), in the thread that runs cuInit
+  // (where CUPTI is dlopen'd next), not in the writer: the codec is known before the first frame,
+  // and the module map sent next already holds libzstd.
+  s.zstd.load(getenv("VRAMTRACE_COMPRESS"), getenv("VRAMTRACE_ZSTD_LIB"));
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_cond_init(&s.wake, &ca);
+  pthread_cond_init(&s.writer_gone, &ca);
   s.phase.store(kRunning);
 
   sigset_t all, old;
@@ -285,6 +328,7 @@ bool recorder_start() {
   int rc = pthread_create(&tid, &attr, writer_main, nullptr);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  s.writer_alive = rc == 0;
   if (rc != 0) {
     // Without a writer the buffers are flushed at exit (and when full, synchronously).
     notice_errno("cannot start the writer thread; events are written at exit", rc);
@@ -304,7 +348,7 @@ RecordSlot::RecordSlot(size_t max_bytes) {
   if (b->used + need > s.capacity && s.phase.load() == kFinished) {
     // No writer at this point: make room by writing synchronously.
     if (timed_lock(&s.io_lock, 2)) {
-      write_frame(s, *b);
+      write_frame(s, *b, false);
       pthread_mutex_unlock(&s.io_lock);
     }
   }
@@ -343,7 +387,7 @@ RecordSlot::~RecordSlot() {
     s.recorded_total += records_;
     if (s.phase.load() == kFinished) {
       if (timed_lock(&s.io_lock, 2)) {
-        write_frame(s, b);
+        write_frame(s, b, false);
         pthread_mutex_unlock(&s.io_lock);
       }
     } else if (b.used > s.capacity / 4 && !s.wake_requested) {
@@ -368,11 +412,20 @@ void recorder_finish() {
       slot.commit(p);
     }
   }
-  if (!timed_lock(&s.lock, 2)) return;
+  // One deadline for all of it: a writer stuck on a full socket delays exit by 2 s at most.
+  timespec deadline = deadline_in(2);
+  if (pthread_mutex_timedlock(&s.lock, &deadline) != 0) return;
   s.stop = true;
   pthread_cond_signal(&s.wake);
-  if (timed_lock(&s.io_lock, 2)) {
-    if (s.phase.load() != kStopped) write_frame(s, s.bufs[s.active]);
+  if (s.writer_alive && s.phase.load() == kRunning) {
+    // The writer compresses and writes the last frame; the exiting thread only waits.
+    while (!s.writer_done)
+      if (pthread_cond_timedwait(&s.writer_gone, &s.lock, &deadline) == ETIMEDOUT) break;
+    if (!s.writer_done) s.finish_abandoned = true;
+  }
+  // What is left: records made while we waited, or everything when the writer did not answer.
+  if (pthread_mutex_timedlock(&s.io_lock, &deadline) == 0) {
+    if (s.phase.load() != kStopped) write_frame(s, s.bufs[s.active], false);
     pthread_mutex_unlock(&s.io_lock);
   }
   if (s.phase.load() == kRunning) s.phase.store(kFinished);
