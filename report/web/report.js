@@ -371,6 +371,16 @@
     main.append(card);
   }
 
+  // NVTX ranges as phases: by name, and the iterations found.
+  for (const p of R.processes || []) {
+    if (!p.phases) continue;
+    const card = $("section", { class: "card", "data-phases": String(p.pid) }, $("h2", { text: `Phases (NVTX ranges) of pid ${p.pid}` }));
+    if (p.iterations && p.iterations.count) card.append($("div", { class: "muted", text: `Iterations: ${p.iterations.count}, from ${p.iterations.source}.` }));
+    card.append(table([{ key: "name", label: "range", code: true }, { key: "count", label: "times", num: true }, { key: "total_ns", label: "total time", num: true, fmt: secs }],
+      (p.phases.by_name || []).slice(), "phases"));
+    main.append(card);
+  }
+
   const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
   procs.append(table([{ key: "pid", label: "pid", num: true }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
     { key: "status", label: "ended" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
