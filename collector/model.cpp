@@ -439,13 +439,7 @@ class Builder {
     return out;
   }
 
-  bool held_by_pool(const Allocation& a) const {
-    for (auto& [id, pool] : p_.user_pools) {
-      if (pool.device != a.device) continue;
-      if (a.api == Api::cuMemCreate ? pool.torch : pool.view.covers(a.id, a.bytes)) return true;
-    }
-    return false;
-  }
+  bool held_by_pool(const Allocation& a) const { return collector::held_by_pool(p_, a); }
 
   // The pool could not serve a request. PyTorch reports its OOM after the driver's failed
   // cuMemAlloc (and its retry after freeing cached blocks): that OOM gets the pool's view;
@@ -730,6 +724,14 @@ class Builder {
 };
 
 }  // namespace
+
+bool held_by_pool(const ProcessModel& p, const Allocation& a) {
+  for (auto& [id, pool] : p.user_pools) {
+    if (pool.device != a.device) continue;
+    if (a.api == Api::cuMemCreate ? pool.torch : pool.view.covers(a.id, a.bytes)) return true;
+  }
+  return false;
+}
 
 const std::string& ProcessModel::kernel_name(uint32_t id) const {
   static const std::string graph = "(graph launch)";

@@ -260,6 +260,10 @@ struct ProcessModel {
   }
 };
 
+// Whether a driver allocation is a segment that one of the process's sub-allocator pools
+// carves blocks from (PyTorch's expandable segments: its VMM handles), i.e. the pool's memory.
+bool held_by_pool(const ProcessModel& p, const Allocation& a);
+
 // A device as the whole run saw it: the sum of every process's use of it (same host).
 struct RunDevice {
   std::string host;

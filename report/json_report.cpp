@@ -623,12 +623,7 @@ json to_json(const Run& run, const RunInfo& info) {
       std::vector<Allocation> suspects;
       uint64_t retained_segments = 0;
       for (const Allocation& a : still) {
-        bool held = false;
-        for (auto& [id, pool] : p.user_pools)
-          if (pool.device == index &&
-              (a.api == format::Api::cuMemCreate ? pool.torch : pool.view.covers(a.id, a.bytes)))
-            held = true;
-        if (held)
+        if (collector::held_by_pool(p, a))
           retained_segments += a.bytes;
         else
           suspects.push_back(a);
@@ -668,15 +663,8 @@ json to_json(const Run& run, const RunInfo& info) {
         };
         take(growth_by_site(suspects, p, stacks, p.end_ns, origin), "exit");
         std::vector<Allocation> driver_at_peak;
-        for (const Allocation& a : d.live_at_peak) {
-          bool held = false;
-          for (auto& [id, pool] : p.user_pools)
-            if (pool.device == index && (a.api == format::Api::cuMemCreate
-                                             ? pool.torch
-                                             : pool.view.covers(a.id, a.bytes)))
-              held = true;
-          if (!held) driver_at_peak.push_back(a);
-        }
+        for (const Allocation& a : d.live_at_peak)
+          if (!collector::held_by_pool(p, a)) driver_at_peak.push_back(a);
         take(growth_by_site(driver_at_peak, p, stacks, d.memory.peak_time(), origin), "peak");
         if (!d.blocks_at_peak.empty())
           take(growth_by_site(d.blocks_at_peak, p, stacks, d.blocks.peak_time(), origin),
