@@ -104,7 +104,9 @@ def one_way(tag, prefix, libdir, shim, out0, err0, work):
     # Plain LD_PRELOAD: the trace goes to the working directory (default name).
     d = os.path.join(work, tag + "-preload")
     os.mkdir(d)
-    preload = ((vtrel.SAN_RT + ":") if vtrel.SAN_RT else "") + vtrel.LIB + (":" + shim if shim else "")
+    preload = (vtrel.SAN_RT + ":" if vtrel.SAN_RT else "") + vtrel.LIB
+    if shim:
+        preload += ":" + shim
     p = subprocess.run(prefix + [CHATTY, str(CODE)], cwd=d, env=base_env(libdir, preload),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     t = tag + ", preload"
