@@ -423,9 +423,13 @@ int main(int argc, char** argv) {
     app->add_option("--markdown", o.markdown, "Write a Markdown summary for a CI job page");
     app->add_option("--junit", o.junit, "Write a JUnit XML result");
   };
-  run->add_option("--baseline", run_check.baseline,
-                  "Check the run against this baseline (report.json, trace or run directory)");
+  auto* run_baseline = run->add_option(
+      "--baseline", run_check.baseline,
+      "Check the run against this baseline (report.json, trace or run directory)");
   add_budget_options(run, run_check);
+  // Without --baseline these would be ignored, and a CI job would pass without its gate.
+  for (const char* name : {"--max-increase", "--max-peak", "--device", "--markdown", "--junit"})
+    run->get_option(name)->needs(run_baseline);
 
   CheckOptions check_opts;
   std::string candidate;

@@ -277,30 +277,36 @@ std::string malformed(const json& r) {
     return j.is_object() && j.contains(key) && j[key].is_number_unsigned() &&
            j[key].get<uint64_t>() <= max;
   };
-  auto sites_ok = [&](const json& peak) {
-    if (!peak.contains("by_site")) return true;
-    if (!peak["by_site"].is_array()) return false;
-    for (const auto& s : peak["by_site"])
-      if (!s.is_object() || !s.contains("site") || !s["site"].is_string() ||
+  // peak.by_site (named by "site") and peak.by_library (by "library"), when there.
+  auto groups_ok = [&](const json& peak, const char* list, const char* name) {
+    if (!peak.contains(list)) return true;
+    if (!peak[list].is_array()) return false;
+    for (const auto& s : peak[list])
+      if (!s.is_object() || !s.contains(name) || !s[name].is_string() ||
           !uint_at(s, "bytes", kMaxExact) || !uint_at(s, "count", kMaxExact))
         return false;
     return true;
   };
   auto device_ok = [&](const json& d) {
     return uint_at(d, "index", UINT32_MAX) && d.contains("peak") &&
-           uint_at(d["peak"], "bytes", UINT64_MAX) && sites_ok(d["peak"]);
+           uint_at(d["peak"], "bytes", UINT64_MAX) && groups_ok(d["peak"], "by_site", "site");
   };
+  const char* bad_libraries = "a peak.by_library entry without library, bytes or count";
   for (const char* key : {"devices", "processes", "leaks", "oom"})
     if (!r.contains(key) || !r[key].is_array()) return std::string("no \"") + key + "\" array";
-  for (const auto& d : r["devices"])
+  for (const auto& d : r["devices"]) {
     if (!device_ok(d) || !d.contains("name") || !d["name"].is_string())
       return "a device without index, name or peak.bytes";
+    if (!groups_ok(d["peak"], "by_library", "library")) return bad_libraries;
+  }
   for (const auto& p : r["processes"]) {
     if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array())
       return "a process without devices";
-    for (const auto& d : p["devices"])
+    for (const auto& d : p["devices"]) {
       if (!device_ok(d) || !d["peak"].contains("by_site"))
         return "a process's device without index or peak";
+      if (!groups_ok(d["peak"], "by_library", "library")) return bad_libraries;
+    }
     if (p.contains("ranks")) {
       if (!p["ranks"].is_object()) return "ranks that are not an object";
       for (const auto& [k, v] : p["ranks"].items())
@@ -309,6 +315,13 @@ std::string malformed(const json& r) {
   }
   for (const auto& l : r["leaks"])
     if (!uint_at(l, "bytes", kMaxExact)) return "a leak without bytes";
+  // compare() reads these three when both runs have a worst rank.
+  if (r.contains("worst_rank")) {
+    const json& w = r["worst_rank"];
+    if (!w.is_object() || !w.contains("rank") || !uint_at(w, "peak_bytes", UINT64_MAX) ||
+        !uint_at(w, "device", UINT32_MAX))
+      return "a worst_rank without rank, peak_bytes or device";
+  }
   return {};
 }
 
@@ -390,8 +403,11 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   if (baseline.contains("worst_rank") && candidate.contains("worst_rank") && !budgets.only_device) {
     json bw = {{"peak", {{"bytes", baseline["worst_rank"]["peak_bytes"]}}}};
     json cw = {{"peak", {{"bytes", candidate["worst_rank"]["peak_bytes"]}}}};
-    std::string scope = "worst rank (rank " + baseline["worst_rank"]["rank"].dump() + " -> rank " +
-                        candidate["worst_rank"]["rank"].dump() + ")";
+    // A rank from a trace is the process's environment: any bytes, not always UTF-8.
+    auto rank = [](const json& r) {
+      return r["worst_rank"]["rank"].dump(-1, ' ', false, json::error_handler_t::replace);
+    };
+    std::string scope = "worst rank (rank " + rank(baseline) + " -> rank " + rank(candidate) + ")";
     uint32_t dev = candidate["worst_rank"]["device"].get<uint32_t>();
     result.rows.push_back(compare_one(scope, dev, &bw, &cw, budgets));
   }

@@ -445,7 +445,9 @@ json ranks_json(const Run& run, uint64_t origin) {
   }
   std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
     if (a["rank"].is_number() && b["rank"].is_number()) return a["rank"] < b["rank"];
-    return a["rank"].dump() < b["rank"].dump();
+    // A rank is the process's environment: any bytes, not always UTF-8 (strict dump throws).
+    const auto err = json::error_handler_t::replace;
+    return a["rank"].dump(-1, ' ', false, err) < b["rank"].dump(-1, ' ', false, err);
   });
   return out;
 }
@@ -928,7 +930,8 @@ std::string summary_text(const json& r) {
     const json& w = r["worst_rank"];
     std::snprintf(line, sizeof line,
                   "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
-                  r["ranks"].size(), w["rank"].dump().c_str(),
+                  r["ranks"].size(),
+                  w["rank"].dump(-1, ' ', false, json::error_handler_t::replace).c_str(),
                   human_bytes(w["peak_bytes"].get<uint64_t>()).c_str(), w["device"].get<unsigned>(),
                   r["rank_imbalance"]["max_over_mean"].get<double>());
     out += line;

@@ -1,7 +1,9 @@
 // libFuzzer target: a report.json (or a trace) given to `vramtrace check` / `vramtrace diff`.
 // The input is written to a temporary file and read with report::load_report, as the CLI does;
-// what loads is compared both ways with a fixed, real report (report::compare) and rendered the
-// ways check and diff render it. The only exception allowed out is CheckError (the CLI's exit 2);
+// what loads is compared both ways with each of two fixed, real reports (report::compare) and
+// rendered the ways check and diff render it: baseline.json (one process, the stand-in `basic`)
+// and baseline-ranks.json (two ranks: worst_rank, ranks, by_library), so that the keys compare
+// reads only when both runs have them are reached too. The only exception allowed out is CheckError (the CLI's exit 2);
 // anything else (a json::exception escaping, a crash, a sanitizer finding) is a bug.
 #include <fcntl.h>
 #include <stdlib.h>
@@ -21,14 +23,15 @@ namespace {
 
 struct Fixture {
   std::string path;
-  json baseline;
+  json baselines[2];
   Fixture() {
     char templ[] = "/tmp/vt-fuzz-report-XXXXXX";
     int fd = mkstemp(templ);  // 0600
     if (fd < 0) abort();
     close(fd);
     path = templ;
-    baseline = report::load_report(VT_FUZZ_BASELINE, "baseline");
+    baselines[0] = report::load_report(VT_FUZZ_BASELINE, "baseline");
+    baselines[1] = report::load_report(VT_FUZZ_BASELINE_RANKS, "baseline");
   }
   ~Fixture() { unlink(path.c_str()); }
 };
@@ -53,16 +56,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   report::Budgets budgets;
-  try {
-    report::CheckResult a = report::compare(f.baseline, candidate, budgets);
-    std::string s = report::check_text(a) + report::check_markdown(a) + report::check_junit(a) +
-                    report::diff_text(f.baseline, candidate, a) +
-                    report::diff_html(f.baseline, candidate, a);
-    report::CheckResult b = report::compare(candidate, f.baseline, budgets);
-    s += report::check_text(b) + report::diff_text(candidate, f.baseline, b);
-    (void)s;
-    return 0;
-  } catch (const report::CheckError&) {
-    return 0;
+  for (const json& baseline : f.baselines) {
+    try {
+      report::CheckResult a = report::compare(baseline, candidate, budgets);
+      std::string s = report::check_text(a) + report::check_markdown(a) +
+                      report::check_junit(a) + report::diff_text(baseline, candidate, a) +
+                      report::diff_html(baseline, candidate, a);
+      report::CheckResult b = report::compare(candidate, baseline, budgets);
+      s += report::check_text(b) + report::diff_text(candidate, baseline, b);
+      (void)s;
+    } catch (const report::CheckError&) {
+    }
   }
+  return 0;
 }

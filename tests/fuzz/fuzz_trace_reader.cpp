@@ -1,26 +1,44 @@
-// libFuzzer target: a trace as the collector gets it from a file or a socket (never trusted).
-// Decodes it (TraceReader::from_bytes), rebuilds the model (collector::analyze) and renders it
+// libFuzzer target: traces as the collector gets them from files or sockets (never trusted).
+// The input is one trace, or several concatenated (split where a trace's 8-byte magic starts
+// again, at most 8): the processes of one run, so that what needs two processes (ranks sorted,
+// the worst rank, devices shared by processes) is reached too. Decodes them
+// (TraceReader::from_bytes), rebuilds the model (collector::analyze) and renders it
 // (report::to_json, summary_text, to_html). Any crash, hang, sanitizer finding or exception other
 // than TraceError (what the reader throws for input that is not a trace) is a bug.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "collector/model.h"
 #include "collector/trace_reader.h"
+#include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
 
 using namespace vramtrace;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  constexpr size_t kMagicBytes = sizeof format::kMagic;
+  std::vector<size_t> starts{0};
+  for (size_t at = 1; starts.size() < 8 && at + kMagicBytes <= size; ++at) {
+    const uint8_t* p = std::search(data + at, data + size, format::kMagic,
+                                   format::kMagic + kMagicBytes);
+    if (p == data + size) break;
+    at = static_cast<size_t>(p - data);
+    starts.push_back(at);
+  }
+  starts.push_back(size);
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
-  try {
-    readers.push_back(
-        collector::TraceReader::from_bytes(std::vector<uint8_t>(data, data + size), "fuzz"));
-  } catch (const collector::TraceError&) {
-    return 0;
+  for (size_t i = 0; i + 1 < starts.size(); ++i) {
+    try {
+      readers.push_back(collector::TraceReader::from_bytes(
+          std::vector<uint8_t>(data + starts[i], data + starts[i + 1]), "fuzz"));
+    } catch (const collector::TraceError&) {
+      if (i == 0) return 0;  // not a trace at all
+    }
   }
   collector::Run run = collector::analyze(std::move(readers));
   nlohmann::json j = report::to_json(run);

@@ -233,3 +233,53 @@ TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
   REQUIRE(run.devices[0].peak_bytes == 9223372036858953728ull);
   REQUIRE(run.devices[0].live_bytes == 9223372036854759424ull);
 }
+
+TEST_CASE("a peak.by_library or worst_rank that compare cannot read is refused, not a crash") {
+  // Found by the bad-input survey of issue 7 (the fuzz seeds predated both keys): each of these
+  // loaded, then compare() threw json::type_error out of main (exit 134) or read a missing key
+  // of a const json (a worst_rank without peak_bytes: SIGSEGV in `vramtrace check`).
+  const std::string head = R"({"schema":"vramtrace.report/1","processes":[],"leaks":[],"oom":[],)";
+  const std::string dev = R"("devices":[{"index":0,"name":"x","peak":{"bytes":1,"by_library":)";
+  const std::string libs =
+      "malformed report (a peak.by_library entry without library, bytes or count)";
+  REQUIRE_THAT(load_error(head + dev + R"([{"bytes":"many"}]}}]})"), Catch::Contains(libs));
+  REQUIRE_THAT(load_error(head + dev + R"([5]}}]})"), Catch::Contains(libs));
+  REQUIRE_THAT(load_error(head + dev + R"({"a":1}}}]})"), Catch::Contains(libs));
+  REQUIRE_THAT(load_error(head + dev + R"([{"library":"x","bytes":1}]}}]})"),
+               Catch::Contains(libs));
+  REQUIRE(load_error(head + dev + R"([{"library":"x","bytes":1,"count":1}]}}]})").empty());
+  const std::string ranks = R"({"schema":"vramtrace.report/1","devices":[],"leaks":[],"oom":[],
+      "processes":[{"devices":[{"index":0,"peak":{"bytes":1,"by_site":[],"by_library":[{}]}}]}]})";
+  REQUIRE_THAT(load_error(ranks), Catch::Contains(libs));
+  const std::string worst = "malformed report (a worst_rank without rank, peak_bytes or device)";
+  const std::string none = R"("devices":[],"worst_rank":)";
+  REQUIRE_THAT(load_error(head + none + "{}}"), Catch::Contains(worst));
+  REQUIRE_THAT(load_error(head + none + "7}"), Catch::Contains(worst));
+  REQUIRE_THAT(load_error(head + none + R"({"rank":1,"peak_bytes":5}})"), Catch::Contains(worst));
+  REQUIRE_THAT(load_error(head + none + R"({"rank":1,"peak_bytes":"x","device":0}})"),
+               Catch::Contains(worst));
+  REQUIRE_THAT(load_error(head + none + R"({"rank":1,"peak_bytes":5,"device":-1}})"),
+               Catch::Contains(worst));
+  REQUIRE(load_error(head + none + R"({"rank":1,"peak_bytes":5,"device":0}})").empty());
+}
+
+TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a crash") {
+  // Found by fuzz_trace_reader (300 s run): a rank is the process's environment, any bytes;
+  // sorting the ranks, the summary and compare() dumped it strictly (json::type_error 316,
+  // exit 134 of `vramtrace run` and `vramtrace report` before report.json was written).
+  TraceBuilder a(100, "testhost", "RANK=0\n"), b(101, "testhost", "RANK=\xca\n");
+  a.context(0, 1ull << 30).alloc(0x1000, 4096).exit_clean();
+  b.context(0, 1ull << 30).alloc(0x1000, 8192).exit_clean();
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
+  readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
+  nlohmann::json j = report::to_json(collector::analyze(std::move(readers)));
+  REQUIRE(j["worst_rank"]["rank"] == "\xca");
+  REQUIRE(j["worst_rank"]["peak_bytes"] == 8192);
+  REQUIRE_THAT(report::summary_text(j),
+               Catch::Contains("vramtrace: 2 ranks; worst rank \"\xef\xbf\xbd\": peak 8.00 KiB"));
+  report::CheckResult r = report::compare(j, j, report::Budgets{});
+  REQUIRE_FALSE(r.regression());
+  REQUIRE_THAT(report::check_text(r),
+               Catch::Contains("worst rank (rank \"\xef\xbf\xbd\" -> rank \"\xef\xbf\xbd\")"));
+}

@@ -14,7 +14,9 @@ using vramtrace::format::RecordType;
 
 class TraceBuilder {
  public:
-  explicit TraceBuilder(uint64_t pid = 100, std::string host = "testhost") {
+  // `ranks`: the process's rank variables, NAME=VALUE lines, as the library records them.
+  explicit TraceBuilder(uint64_t pid = 100, std::string host = "testhost",
+                        std::string ranks = "RANK=0\n") {
     vramtrace::format::FileHeader h{};
     std::memcpy(h.magic, vramtrace::format::kMagic, sizeof h.magic);
     h.version = vramtrace::format::kFormatVersion;
@@ -28,7 +30,7 @@ class TraceBuilder {
     s(host);
     s("/bin/test");
     s(std::string("test\0--flag", 11));
-    s("RANK=0\n");
+    s(ranks);
   }
 
   TraceBuilder& context(uint32_t device, uint64_t total, const std::string& name = "Test GPU") {

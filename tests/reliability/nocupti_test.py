@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""A machine where libcupti cannot be loaded at all. The chatty program (stdout and stderr lines
+before and after CUDA starts, 1 MiB through device memory, exit code 7) runs on the stand-in's
+libcuda and libcudart from a directory without libcupti, and the toolkit's CUPTI (which
+ld.so.cache and the library's fallback directories find) is hidden too, in two ways:
+  - "shim": libno_cupti.so, preloaded after libvramtrace.so, fails every dlopen of libcupti*
+    (runs everywhere);
+  - "namespace": a private mount namespace (unshare -rm) where every libcupti.so* file on the
+    library's search path is an empty file (runs where unshare is permitted, skipped elsewhere).
+Each way, in plain LD_PRELOAD mode and under `vramtrace run`, asserts:
+  - the target's stdout and exit code (7) are what they are without vramtrace;
+  - its stderr is its own plus exactly one line, NOTICE below, and nothing else from the library;
+  - preload mode: one trace, and `vramtrace report` of it exits 0 with a report without devices
+    whose process carries the notice;
+  - `vramtrace run` exits 7, prints exactly NO_DATA and the report line after the target's
+    output, and writes a report.json without devices, exit_code 7, complete, one process with
+    the notice."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the source tree
+import vtrel  # noqa: E402
+from vtrel import check
+
+CHATTY = os.path.join(vtrel.BUILD, "tests", "programs", "chatty")
+SHIM = os.path.join(vtrel.BUILD, "tests", "programs", "libno_cupti.so")
+STANDIN = os.path.join(vtrel.BUILD, "standin")
+CODE = 7
+# interpose/cupti_hooks.cpp, subscribe_cupti(), when open_cupti() finds nothing.
+NOTICE_TEXT = ("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
+               "(set VRAMTRACE_CUPTI to its path)")
+NOTICE = b"vramtrace: " + NOTICE_TEXT.encode() + b"\n"
+# report/json_report.cpp, summary_text(), for a report without devices.
+NO_DATA = b"vramtrace: no CUDA device memory was used\n"
+
+
+def base_env(libdir, preload=None):
+    """The stand-in's libcuda and libcudart only; nothing that points at a CUPTI."""
+    e = vtrel.env()
+    e["LD_LIBRARY_PATH"] = libdir
+    for k in ("VRAMTRACE_CUPTI", "CUDA_HOME", "VRAMTRACE_DISABLE", "VRAMTRACE_STACKS"):
+        e.pop(k, None)
+    if preload is not None:
+        e["LD_PRELOAD"] = preload
+        if vtrel.SAN_RT:
+            e["ASAN_OPTIONS"] = "detect_leaks=0:handle_segv=0"
+            e["TSAN_OPTIONS"] = "handle_segv=0"
+    return e
+
+
+def cupti_files():
+    """Every libcupti.so* the library could reach: the directories of open_cupti()
+    (interpose/cupti_hooks.cpp), ld.so.cache, and the loader's default directories."""
+    dirs = [os.environ.get("VT_CUDA_LIBDIR", ""), "/usr/local/cuda/lib64",
+            "/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+            "/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu"]
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], stdout=subprocess.PIPE, text=True).stdout
+    except OSError:
+        cache = ""
+    for line in cache.splitlines():
+        if "libcupti" in line and "=>" in line:
+            dirs.append(os.path.dirname(line.split("=>")[1].strip()))
+    files = set()
+    for d in dirs:
+        if d:
+            for f in glob.glob(os.path.join(d, "libcupti.so*")):
+                if os.path.isfile(f):
+                    files.add(os.path.realpath(f))
+    return sorted(files)
+
+
+def namespace_prefix(work):
+    """The command prefix that runs a command with every CUPTI file replaced by an empty one,
+    or None where mount namespaces are not permitted."""
+    empty = os.path.join(work, "empty")
+    open(empty, "w").close()
+    script = ('e=$1; shift; while [ "$1" != -- ]; do mount --bind "$e" "$1" || exit 97; shift; '
+              'done; shift; exec "$@"')
+    prefix = ["unshare", "-rm", "--", "sh", "-c", script, "sh", empty] + cupti_files() + ["--"]
+    try:
+        probe = subprocess.run(prefix + ["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        print("namespace: skipped (%s)" % e)
+        return None
+    if probe.returncode != 0:
+        print("namespace: skipped, unshare -rm / mount not permitted here: %r" % probe.stderr)
+        return None
+    return prefix
+
+
+def split_stderr(err):
+    lines = err.splitlines(True)
+    notices = [l for l in lines if l == NOTICE]
+    others = [l for l in lines if l != NOTICE]
+    return notices, others
+
+
+def one_way(tag, prefix, libdir, shim, out0, err0, work):
+    # Plain LD_PRELOAD: the trace goes to the working directory (default name).
+    d = os.path.join(work, tag + "-preload")
+    os.mkdir(d)
+    preload = (vtrel.SAN_RT + ":" if vtrel.SAN_RT else "") + vtrel.LIB
+    if shim:
+        preload += ":" + shim
+    p = subprocess.run(prefix + [CHATTY, str(CODE)], cwd=d, env=base_env(libdir, preload),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t = tag + ", preload"
+    check(p.returncode == CODE, "%s: exit %d, not %d" % (t, p.returncode, CODE))
+    check(p.stdout == out0, "%s: stdout %r, without vramtrace %r" % (t, p.stdout, out0))
+    notices, own = split_stderr(p.stderr)
+    check(len(notices) == 1, "%s: %d notices in stderr %r" % (t, len(notices), p.stderr))
+    check(b"".join(own) == err0, "%s: stderr %r, without vramtrace %r" % (t, p.stderr, err0))
+    traces = sorted(glob.glob(os.path.join(d, "*.vtrace")))
+    if check(len(traces) == 1, "%s: traces %r" % (t, os.listdir(d))):
+        rc, text = vtrel.report_traces(traces, os.path.join(d, "rep"))
+        want = (NO_DATA.decode() + "vramtrace: report: %s/rep/report.html (and report.json)\n" % d)
+        check(rc == 0 and text == want, "%s: vramtrace report exit %d: %r" % (t, rc, text))
+        if rc == 0:
+            no_data(t, vtrel.load(os.path.join(d, "rep", "report.json")), None)
+    print("%s: exit %d, stdout as without vramtrace, stderr + %d notice" % (t, p.returncode,
+                                                                           len(notices)))
+
+    # Under the launcher. The shim way adds the shim to the child's LD_PRELOAD (after the
+    # launcher's libvramtrace.so), through a shell that then execs the target.
+    out = os.path.join(work, tag + "-run")
+    target = [CHATTY, str(CODE)]
+    if shim:
+        target = ["sh", "-c", 'LD_PRELOAD="$LD_PRELOAD %s" exec "$0" "$@"' % shim] + target
+    r = subprocess.run(prefix + [vtrel.VRAMTRACE, "run", "-o", out, "--"] + target,
+                       env=base_env(libdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t = tag + ", run"
+    check(r.returncode == CODE, "%s: vramtrace exit %d, not %d: %r" % (t, r.returncode, CODE,
+                                                                     r.stderr))
+    check(r.stdout == out0, "%s: stdout %r, without vramtrace %r" % (t, r.stdout, out0))
+    notices, own = split_stderr(r.stderr)
+    tail = [NO_DATA, b"vramtrace: report: %s/report.html (and report.json)\n" % out.encode()]
+    check(len(notices) == 1, "%s: %d notices in stderr %r" % (t, len(notices), r.stderr))
+    check(own == err0.splitlines(True) + tail,
+          "%s: stderr %r, expected the target's %r, the notice and %r" % (t, r.stderr, err0, tail))
+    if check(os.path.exists(os.path.join(out, "report.json")), t + ": no report.json"):
+        no_data(t, vtrel.load(os.path.join(out, "report.json")), CODE)
+        check(len(glob.glob(os.path.join(out, "*.vtrace"))) == 1,
+              "%s: traces %r" % (t, os.listdir(out)))
+    print("%s: vramtrace exit %d, stdout as without vramtrace, stderr + %d notice + %d lines"
+          % (t, r.returncode, len(notices), len(tail)))
+
+
+def no_data(tag, rep, code):
+    """A report of the chatty process that recorded nothing, for the reason the notice gives."""
+    check(rep["devices"] == [] and rep["oom"] == [] and rep["leaks"] == [],
+          "%s: devices %r, oom %r, leaks %r" % (tag, rep["devices"], rep["oom"], rep["leaks"]))
+    procs = rep["processes"]
+    if check(len(procs) == 1, "%s: %d processes" % (tag, len(procs))):
+        check(procs[0]["notices"] == [NOTICE_TEXT], "%s: notices %r" % (tag, procs[0]["notices"]))
+        check(procs[0]["devices"] == [], "%s: process devices %r" % (tag, procs[0]["devices"]))
+        check(procs[0]["exe"] == os.path.realpath(CHATTY), "%s: exe %r" % (tag, procs[0]["exe"]))
+    check(rep["run"]["dropped_events"] == 0, "%s: dropped %r" % (tag, rep["run"]["dropped_events"]))
+    if code is not None:
+        check(rep["run"].get("exit_code") == code and rep["run"]["complete"] is True,
+              "%s: run %r" % (tag, rep["run"]))
+
+
+def main():
+    work = vtrel.temp_dir("vt-nocupti-")
+    libdir = os.path.join(work, "lib")
+    os.mkdir(libdir)
+    for name in ("libcuda.so.1", "libcudart.so.13"):
+        os.symlink(os.path.join(STANDIN, name), os.path.join(libdir, name))
+
+    base = subprocess.run([CHATTY, str(CODE)], env=base_env(libdir), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    check(base.returncode == CODE, "without vramtrace: exit %d" % base.returncode)
+    check(b"262144 of 262144 words came back" in base.stdout,
+          "without vramtrace: stdout %r" % base.stdout)
+    check(base.stderr == b"chatty: on stderr before CUDA\nchatty: on stderr after CUDA\n",
+          "without vramtrace: stderr %r" % base.stderr)
+
+    one_way("shim", [], libdir, SHIM, base.stdout, base.stderr, work)
+    prefix = namespace_prefix(work)
+    if prefix is not None:
+        print("namespace: CUPTI files hidden: %s" % prefix[8:-1])
+        one_way("namespace", prefix, libdir, None, base.stdout, base.stderr, work)
+    if not vtrel.failures:
+        shutil.rmtree(work)
+    vtrel.finish("nocupti")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Bad options and bad input files, each with its exact message and exit code.
+  - the command line (CLI11 and report/check.cpp's budget parsing): every subcommand's
+    options with values that are not numbers, out of range, unknown, missing, or not writable;
+    budgets given to `run` without --baseline (they would be ignored, and a CI job would pass
+    without its gate);
+  - the readers of report.json / baselines / run directories (report::load_report) as
+    `check` candidate and baseline, `diff` and `run --baseline` read them: not JSON, not a
+    report, another schema, keys missing or of the wrong type, empty files, empty directories;
+    and traces given to `report`;
+  - the library's own environment options (VRAMTRACE_*) with bad values: the chatty program
+    (exit code 7) runs untouched every time, stdout and stderr its own plus the one notice the
+    case expects, and a trace that `vramtrace report` reads with the 1 MiB peak when the
+    process is profiled.
+Every case runs; the failures are listed at the end."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the source tree
+import vtrel  # noqa: E402
+from vtrel import check
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASE = os.path.join(SRC, "tests", "fuzz", "baseline.json")
+RANKS = os.path.join(SRC, "tests", "fuzz", "baseline-ranks.json")
+CHATTY = os.path.join(vtrel.BUILD, "tests", "programs", "chatty")
+HELP = "Run with --help for more information.\n"
+NOT_PROFILED = "; this process is not profiled"
+
+
+def cli(work, args, code, err, out=""):
+    """`vramtrace ARGS` in WORK: exit CODE, exactly ERR on stderr, and on stdout exactly OUT
+    (or, when OUT ends with "...", what starts with the rest)."""
+    r = subprocess.run([vtrel.VRAMTRACE] + args, cwd=work, env=vtrel.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tag = "vramtrace " + " ".join(args)
+    check(r.returncode == code, "%s: exit %d, not %d (%r)" % (tag, r.returncode, code, r.stderr))
+    check(r.stderr == err, "%s: stderr %r, not %r" % (tag, r.stderr, err))
+    if out.endswith("..."):
+        check(r.stdout.startswith(out[:-3]), "%s: stdout %r" % (tag, r.stdout))
+    else:
+        check(r.stdout == out, "%s: stdout %r" % (tag, r.stdout))
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def bad_files(work):
+    """Report files that load_report must refuse, and the problem it names."""
+    base = json.load(open(BASE))
+    ranks = json.load(open(RANKS))
+
+    def variant(name, report, edit):
+        r = json.loads(json.dumps(report))
+        edit(r)
+        write(os.path.join(work, name), json.dumps(r))
+
+    write(os.path.join(work, "corrupt.json"), '{"schema": "vramtrace.rep')
+    write(os.path.join(work, "future.json"), '{"schema": "vramtrace.report/9"}')
+    write(os.path.join(work, "array.json"), "[1, 2]")
+    write(os.path.join(work, "empty.json"), "")
+    os.mkdir(os.path.join(work, "emptydir"))
+    os.mkdir(os.path.join(work, "emptytrace"))
+    write(os.path.join(work, "emptytrace", "vramtrace.1.vtrace"), "")
+    variant("noleaks.json", base, lambda r: r.pop("leaks"))
+    variant("devices-object.json", base, lambda r: r.update(devices={}))
+    variant("noname.json", base, lambda r: r["devices"][0].pop("name"))
+    variant("peak-string.json", base, lambda r: r["devices"][0]["peak"].update(bytes="13 MiB"))
+    variant("index-negative.json", base, lambda r: r["devices"][0].update(index=-1))
+    variant("site-2p53.json", base,
+            lambda r: r["devices"][0]["peak"]["by_site"][0].update(bytes=2**53 + 1))
+    variant("library-number.json", ranks,
+            lambda r: r["devices"][0]["peak"].update(by_library=[5]))
+    variant("library-nocount.json", ranks,
+            lambda r: r["processes"][0]["devices"][0]["peak"].update(
+                by_library=[{"library": "x", "bytes": 1}]))
+    variant("worst-nodevice.json", ranks, lambda r: r["worst_rank"].pop("device"))
+    variant("worst-number.json", ranks, lambda r: r.update(worst_rank=7))
+    variant("rank-number.json", ranks, lambda r: r["processes"][0].update(ranks={"RANK": 0}))
+    variant("process-nodevices.json", base, lambda r: r["processes"][0].pop("devices"))
+    parse = ("not a vramtrace report ([json.exception.parse_error.101] parse error at line 1, "
+             "column %d: syntax error while parsing value - %s)")
+    malformed = "malformed report (%s)"
+    return [
+        ("/nonexistent.json", "no such file or directory"),
+        ("corrupt.json", parse % (26, "invalid string: missing closing quote; last read: "
+                                      "'\"vramtrace.rep'")),
+        ("empty.json", parse % (1, "unexpected end of input; expected '[', '{', or a literal")),
+        ("array.json", 'not a vramtrace report (no "schema" key)'),
+        ("future.json", 'report schema "vramtrace.report/9", this vramtrace reads '
+                        '"vramtrace.report/1"'),
+        ("emptydir", "a directory with neither report.json nor traces"),
+        ("emptytrace", "emptytrace/vramtrace.1.vtrace: empty file, not a vramtrace trace"),
+        ("noleaks.json", malformed % 'no "leaks" array'),
+        ("devices-object.json", malformed % 'no "devices" array'),
+        ("noname.json", malformed % "a device without index, name or peak.bytes"),
+        ("peak-string.json", malformed % "a device without index, name or peak.bytes"),
+        ("index-negative.json", malformed % "a device without index, name or peak.bytes"),
+        ("site-2p53.json", malformed % "a device without index, name or peak.bytes"),
+        ("library-number.json",
+         malformed % "a peak.by_library entry without library, bytes or count"),
+        ("library-nocount.json",
+         malformed % "a peak.by_library entry without library, bytes or count"),
+        ("worst-nodevice.json", malformed % "a worst_rank without rank, peak_bytes or device"),
+        ("worst-number.json", malformed % "a worst_rank without rank, peak_bytes or device"),
+        ("rank-number.json", malformed % "a rank that is not a string"),
+        ("process-nodevices.json", malformed % "a process without devices"),
+    ]
+
+
+def command_line(work):
+    B = BASE
+    open(os.path.join(work, "afile"), "w").close()
+    with open(os.path.join(work, "junk.vtrace"), "w") as f:
+        f.write("junk\n")
+    open(os.path.join(work, "empty.vtrace"), "w").close()
+    os.mkdir(os.path.join(work, "notraces"))
+    usage = [
+        ([], "A subcommand is required\n" + HELP),
+        (["frobnicate"], "A subcommand is required\n" + HELP),
+        (["--bogus"], "A subcommand is required\n" + HELP),
+        (["run"], "command is required\n" + HELP),
+        (["run", "-o", "out"], "command is required\n" + HELP),
+        (["run", "--grace-ms", "abc", "--", "true"],
+         "Could not convert: --grace-ms = abc\n" + HELP),
+        (["run", "--stacks", "bogus", "--", "true"],
+         "--stacks: bogus not in {auto,none,native,python,all}\n" + HELP),
+        (["run", "--max-depth", "0", "--", "true"],
+         "--max-depth: Value 0 not in range 1 to 128\n" + HELP),
+        (["run", "--max-depth", "129", "--", "true"],
+         "--max-depth: Value 129 not in range 1 to 128\n" + HELP),
+        (["run", "--max-depth", "abc", "--", "true"],
+         "--max-depth: Value abc not in range 1 to 128\n" + HELP),
+        (["run", "-o", "afile", "--", "true"], "vramtrace: afile exists and is not a directory\n"),
+        (["run", "--lib", "/nonexistent.so", "--", "true"],
+         "vramtrace run: cannot find libvramtrace.so (use --lib or VRAMTRACE_LIB)\n"),
+        (["run", "--baseline", B, "--device", "abc", "--", "true"],
+         "Could not convert: --device = abc\n" + HELP),
+        (["run", "--baseline", B, "--max-increase", "5parsecs", "--", "true"],
+         "vramtrace run: '5parsecs': unknown unit 'parsecs' (use B, KiB, MiB, GiB, TiB)\n"),
+        (["check", B], "--baseline is required\n" + HELP),
+        (["check", "--baseline", B], "candidate is required\n" + HELP),
+        (["check", B, "--baseline", B, "--device", "-1"],
+         "Could not convert: --device = -1\n" + HELP),
+        (["check", B, "--baseline", B, "--device", "4294967296"],
+         "Could not convert: --device = 4294967296\n" + HELP),
+        (["check", B, "--baseline", B, "--markdown", "/nonexistent/x.md"],
+         "vramtrace: cannot write /nonexistent/x.md: No such file or directory\n"),
+        (["check", B, "--baseline", B, "--junit", "/nonexistent/x.xml"],
+         "vramtrace: cannot write /nonexistent/x.xml: No such file or directory\n"),
+        (["diff", B], "b is required\n" + HELP),
+        (["diff", B, B, "--html", "/nonexistent/d.html"],
+         "vramtrace: cannot write /nonexistent/d.html: No such file or directory\n"),
+        (["report"], "traces is required\n" + HELP),
+        (["report", "/nonexistent.vtrace"],
+         "vramtrace: /nonexistent.vtrace: no such file or directory\n"),
+        (["report", "notraces"], "vramtrace: notraces: no .vtrace files in this directory\n"),
+        (["report", "junk.vtrace"],
+         "vramtrace report: junk.vtrace: too short to be a vramtrace trace (5 bytes)\n"),
+        (["report", "empty.vtrace"],
+         "vramtrace report: empty.vtrace: empty file, not a vramtrace trace\n"),
+        (["report", B, "-o", "afile"], "vramtrace: afile exists and is not a directory\n"),
+    ]
+    # Budgets for `run` without --baseline: refused, not ignored.
+    for opt, val in (("--max-increase", "5%"), ("--max-peak", "1GiB"), ("--device", "0"),
+                     ("--markdown", "m.md"), ("--junit", "j.xml")):
+        usage.append((["run", opt, val, "--", "true"], "%s requires --baseline\n%s" % (opt, HELP)))
+    # Budget values (report/check.cpp parse_increase / parse_size / split_device).
+    not_size = "'%s' is not a size (examples: 256MiB, 40GiB, 1048576)"
+    not_pct = "'%s' is not a percentage (example: 5%%)"
+    device = "'%s': expected DEVICE:BUDGET, e.g. 1:10%%"
+    budgets = [
+        ("--max-increase", "5 percent", "'5 percent': unknown unit 'percent' (use B, KiB, MiB, "
+                                        "GiB, TiB)"),
+        ("--max-increase", ".", not_size % "."),
+        ("--max-increase", "9" * 400, not_size % ("9" * 400)),
+        ("--max-increase", "1e999%", not_pct % "1e999%"),
+        ("--max-increase", "nan%", not_pct % "nan%"),
+        ("--max-increase", "inf%", not_pct % "inf%"),
+        ("--max-increase", "-3%", not_pct % "-3%"),
+        ("--max-increase", "%", not_pct % "%"),
+        ("--max-increase", "99999999999999999999:5%", device % "99999999999999999999:5%"),
+        ("--max-increase", ":5%", device % ":5%"),
+        ("--max-increase", "a:5%", device % "a:5%"),
+        ("--max-increase", "1:", not_size % ""),
+        ("--max-increase", "1:2:3%", not_pct % "2:3%"),
+        ("--max-increase", "18446744073709551616", "'18446744073709551616': too large"),
+        ("--max-increase", "99999999999TiB", "'99999999999TiB': too large"),
+        ("--max-peak", "40GiB%", "'40GiB%': unknown unit 'GiB%' (use B, KiB, MiB, GiB, TiB)"),
+        ("--max-peak", "-1", not_size % "-1"),
+        ("--max-peak", "", not_size % ""),
+        ("--max-peak", "0:", not_size % ""),
+    ]
+    for opt, val, msg in budgets:
+        usage.append((["check", B, "--baseline", B, opt, val], "vramtrace check: %s\n" % msg))
+    for args, err in usage:
+        # check and diff print their verdict before they find the file they cannot write.
+        out = ""
+        if args[:1] == ["run"]:
+            pass
+        elif "--markdown" in args or "--junit" in args:
+            out = "vramtrace check: device 0 (vramtrace stand-in (CPU)): baseline 13.00 MiB..."
+        elif "--html" in args:
+            out = "vramtrace diff: A has 1 device(s), 1 process(es); B has 1 device(s)..."
+        cli(work, args, 2, err, out)
+
+    # The readers: each bad file as check's candidate and baseline, diff's A and B, and the
+    # baseline of `run` (refused before the command runs).
+    bad = bad_files(work)
+    for name, problem in bad:
+        cli(work, ["check", name, "--baseline", B], 2,
+            "vramtrace check: candidate %s: %s\n" % (name, problem))
+        cli(work, ["check", B, "--baseline", name], 2,
+            "vramtrace check: baseline %s: %s\n" % (name, problem))
+        cli(work, ["diff", name, B], 2, "vramtrace diff: A %s: %s\n" % (name, problem))
+        cli(work, ["diff", B, name], 2, "vramtrace diff: B %s: %s\n" % (name, problem))
+        cli(work, ["run", "--baseline", name, "-o", "out", "--", "false"], 2,
+            "vramtrace run: baseline %s: %s\n" % (name, problem))
+    check(not os.path.exists(os.path.join(work, "out")), "run with a bad baseline wrote out/")
+    print("command line: %d usage and budget cases, %d bad report files x 5 readers"
+          % (len(usage), len(bad)))
+
+
+def environment(work):
+    """The library's VRAMTRACE_* options: (variable, value, the notice expected or None,
+    whether the process is profiled)."""
+    long_socket = "/tmp/" + "s" * 200
+    cases = [
+        ("VRAMTRACE_BUFFER_KB", "abc", None, True),
+        ("VRAMTRACE_BUFFER_KB", "0", None, True),
+        ("VRAMTRACE_BUFFER_KB", "18014398509481984", None, True),  # x 1024 wraps to 0: 64 KiB
+        # strtoull: "-5" is 2^64 - 5, and a number too large is 2^64 - 1: a buffer of nearly
+        # 2^64 bytes, which no mmap gives (docs/RELIABILITY.md, known limits).
+        ("VRAMTRACE_BUFFER_KB", "-5", "cannot map the event buffer" + NOT_PROFILED +
+         " (Cannot allocate memory)", False),
+        ("VRAMTRACE_BUFFER_KB", "99999999999999999999", "cannot map the event buffer" +
+         NOT_PROFILED + " (Cannot allocate memory)", False),
+        ("VRAMTRACE_FLUSH_MS", "abc", None, True),
+        ("VRAMTRACE_FLUSH_MS", "0", None, True),
+        ("VRAMTRACE_FLUSH_MS", "99999999999999", None, True),
+        ("VRAMTRACE_FLUSH_MS", "288230376151711744", None, True),  # x 10^6 wraps to 0
+        ("VRAMTRACE_MAX_DEPTH", "-1", None, True),
+        ("VRAMTRACE_MAX_DEPTH", "0", None, True),
+        ("VRAMTRACE_MAX_DEPTH", "abc", None, True),
+        ("VRAMTRACE_MAX_DEPTH", "99999999999999999999", None, True),
+        ("VRAMTRACE_STACKS", "bogus", None, True),
+        ("VRAMTRACE_ASYNC_STACK_MIN_BYTES", "abc", None, True),
+        ("VRAMTRACE_ASYNC_STACK_MIN_BYTES", "-1", None, True),
+        ("VRAMTRACE_CUPTI", "/nonexistent/libcupti.so.13", None, True),  # then the usual places
+        ("VRAMTRACE_DISABLE", "0", None, True),
+        ("VRAMTRACE_DISABLE", "yes", None, False),
+        ("VRAMTRACE_OUTPUT", "", None, True),  # the default name in the working directory
+        ("VRAMTRACE_OUTPUT", "%p%p%", None, True),
+        ("VRAMTRACE_OUTPUT", "/nonexistent/t.vtrace",
+         "cannot create the trace file" + NOT_PROFILED + " (No such file or directory)", False),
+        ("VRAMTRACE_OUTPUT", ".", "cannot create the trace file" + NOT_PROFILED +
+         " (Is a directory)", False),
+        ("VRAMTRACE_SOCKET", "/nonexistent/sock", "cannot connect to the vramtrace collector" +
+         NOT_PROFILED + " (No such file or directory)", False),
+        ("VRAMTRACE_SOCKET", long_socket, "cannot connect to the vramtrace collector" +
+         NOT_PROFILED + " (File name too long)", False),
+    ]
+    base = subprocess.run([CHATTY, "7"], env=vtrel.env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    check(base.returncode == 7, "chatty without vramtrace: exit %d" % base.returncode)
+    for i, (var, value, notice, profiled) in enumerate(cases):
+        d = os.path.join(work, "env%d" % i)
+        os.mkdir(d)
+        tag = "%s=%r" % (var, value)
+        p = subprocess.run([CHATTY, "7"], cwd=d, env=vtrel.preload_env(**{var: value}),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = p.stderr.decode(errors="replace").splitlines(True)
+        ours = [l for l in lines if l.startswith("vramtrace:")]
+        own = "".join(l for l in lines if not l.startswith("vramtrace:"))
+        check(p.returncode == 7, "%s: exit %d" % (tag, p.returncode))
+        check(p.stdout == base.stdout, "%s: stdout %r" % (tag, p.stdout))
+        check(own == base.stderr.decode(), "%s: stderr %r" % (tag, p.stderr))
+        want = ["vramtrace: %s\n" % notice] if notice else []
+        check(ours == want, "%s: library lines %r, not %r" % (tag, ours, want))
+        traces = sorted(f for f in os.listdir(d))
+        if not profiled:
+            # A buffer that cannot be mapped leaves the trace file it had opened, empty.
+            empty_ok = var == "VRAMTRACE_BUFFER_KB"
+            check(traces == [] or (empty_ok and len(traces) == 1 and
+                                   os.path.getsize(os.path.join(d, traces[0])) == 0),
+                  "%s: files %r" % (tag, traces))
+            continue
+        if var == "VRAMTRACE_OUTPUT" and value == "%p%p%":
+            check(len(traces) == 1 and traces[0].endswith("%") and traces[0][:-1].isdigit(),
+                  "%s: files %r" % (tag, traces))
+        else:
+            check(len(traces) == 1 and traces[0].startswith("vramtrace.") and
+                  traces[0].endswith(".vtrace"), "%s: files %r" % (tag, traces))
+        if len(traces) != 1:
+            continue
+        rc, text = vtrel.report_traces([os.path.join(d, traces[0])], os.path.join(d, "rep"))
+        if check(rc == 0, "%s: vramtrace report exit %d: %s" % (tag, rc, text)):
+            rep = vtrel.load(os.path.join(d, "rep", "report.json"))
+            peak = rep["devices"][0]["peak"]["bytes"] if rep["devices"] else None
+            check(peak == 1 << 20 and rep["run"]["dropped_events"] == 0,
+                  "%s: peak %r, dropped %r" % (tag, peak, rep["run"]["dropped_events"]))
+    print("environment: %d cases" % len(cases))
+
+
+def main():
+    work = vtrel.temp_dir("vt-options-")
+    command_line(work)
+    environment(work)
+    if not vtrel.failures:
+        shutil.rmtree(work)
+    vtrel.finish("options")
+
+
+if __name__ == "__main__":
+    main()
