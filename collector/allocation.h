@@ -10,7 +10,7 @@ namespace vramtrace::collector {
 
 struct Allocation {
   uint64_t id = 0;  // device address, array handle or VMM handle
-  uint8_t space = 0;  // which id space `id` lives in (see model.cpp)
+  uint8_t space = 0;  // 0: a driver allocation; 1: a block a sub-allocator pool handed out
   format::Api api = format::Api::Unknown;
   uint32_t device = 0;
   uint64_t bytes = 0;
