@@ -27,7 +27,7 @@ CC=${FUZZ_CC:-clang-14}
 CXX=${FUZZ_CXX:-clang++-14}
 TARGETS=(trace_reader report_json)
 # --ci: runs per target (fixed, so that every CI run does the same amount of work) and the seed.
-declare -A CI_RUNS=([trace_reader]=4000 [report_json]=10000)
+declare -A CI_RUNS=([trace_reader]=3000 [report_json]=10000)
 CI_SEED=20261202
 CI_CAP_S=60
 
