@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common/format.h"
+#include "interpose/driver_callbacks.h"
 #include "interpose/hooks.h"
 #include "interpose/notice.h"
 #include "interpose/recorder.h"
@@ -564,8 +565,50 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   }
 }
 
+#ifdef VRAMTRACE_SELF_TIME
+// Benchmark build only (target vt_bench_selftime, scripts/bench-gpu.sh): the TSC cycles spent
+// inside our callback, per driver callback id and site, printed on stderr at exit with the
+// TSC's rate measured against CLOCK_MONOTONIC over the process's life.
+struct SelfTime {
+  std::atomic<uint64_t> calls{0}, cycles{0};
+};
+constexpr uint32_t kSelfTimeIds = 1024;
+SelfTime g_self_time[kSelfTimeIds][2];
+uint64_t g_self_tsc0 = __builtin_ia32_rdtsc(), g_self_ns0 = now_ns();
+
+struct SelfTimer {
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+  const void* data;
+  uint64_t t0 = __builtin_ia32_rdtsc();
+  ~SelfTimer() {
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cbid >= kSelfTimeIds) return;
+    auto* cb = static_cast<const CUpti_CallbackData*>(data);
+    SelfTime& t = g_self_time[cbid][cb->callbackSite == CUPTI_API_ENTER ? 0 : 1];
+    t.calls.fetch_add(1, std::memory_order_relaxed);
+    t.cycles.fetch_add(__builtin_ia32_rdtsc() - t0, std::memory_order_relaxed);
+  }
+};
+
+__attribute__((destructor)) void print_self_time() {
+  const double ns_per_cycle = static_cast<double>(now_ns() - g_self_ns0) /
+                              static_cast<double>(__builtin_ia32_rdtsc() - g_self_tsc0);
+  for (uint32_t id = 0; id < kSelfTimeIds; ++id)
+    for (int site = 0; site < 2; ++site) {
+      const SelfTime& t = g_self_time[id][site];
+      if (uint64_t n = t.calls.load())
+        fprintf(stderr, "vramtrace-selftime cbid=%u site=%s calls=%llu ns_per_call=%.1f\n", id,
+                site ? "exit" : "enter", static_cast<unsigned long long>(n),
+                static_cast<double>(t.cycles.load()) * ns_per_cycle / static_cast<double>(n));
+    }
+}
+#endif
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data) {
+#ifdef VRAMTRACE_SELF_TIME
+  SelfTimer self_timer{domain, cbid, data};
+#endif
   ReentryGuard guard;
   if (!guard.entered_first || !recorder_running()) return;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
@@ -582,40 +625,10 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
 }
 
-constexpr CUpti_CallbackId kDriverCallbacks[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
-    CUPTI_DRIVER_TRACE_CBID_cuMemCreate,
-    CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
-    CUPTI_DRIVER_TRACE_CBID_cuMemMap,
-    CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
-    CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-};
 
 void record_notice(const char* text) {
   size_t n = strnlen(text, 1024);
-  RecordSlot slot(16 + n);
+  RecordSlot slot(16 + n, Timing::Untimed);
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
   p = format::put_u8(p, static_cast<uint8_t>(RecordType::Notice));

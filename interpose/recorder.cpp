@@ -337,7 +337,7 @@ bool recorder_start() {
   return true;
 }
 
-RecordSlot::RecordSlot(size_t max_bytes) {
+RecordSlot::RecordSlot(size_t max_bytes, Timing timing) : timed_(timing == Timing::Timed) {
   State& s = state();
   int phase = s.phase.load(std::memory_order_acquire);
   if (phase != kRunning && phase != kFinished) return;
@@ -383,7 +383,7 @@ RecordSlot::~RecordSlot() {
     Buffer& b = s.bufs[s.active];
     b.used = static_cast<size_t>(end_ - b.data);
     b.count += records_;
-    b.last_time = now_;
+    if (timed_) b.last_time = now_;
     s.recorded_total += records_;
     if (s.phase.load() == kFinished) {
       if (timed_lock(&s.io_lock, 2)) {

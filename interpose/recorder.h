@@ -31,11 +31,16 @@ uint32_t thread_id();
 bool recorder_start();
 bool recorder_running();
 
-// Append one record. `max_bytes` bounds what `encode` writes; encode gets the write pointer and
-// the delta time to put first, and returns the end pointer. Returns false when dropped.
+// Whether the records of a slot carry a time. The reader's clock moves only with the deltas it
+// reads, so a slot whose records carry none (Process, Module, Notice, UserPool) must not move
+// the writer's clock either, or every later delta in the frame would be short by its age.
+enum class Timing { Timed, Untimed };
+
+// Append records. `max_bytes` bounds what is written at begin(); a timed slot's first timed
+// record puts delta_ns() first. ok() is false when the records were dropped.
 class RecordSlot {
  public:
-  explicit RecordSlot(size_t max_bytes);  // takes the lock and reserves room
+  explicit RecordSlot(size_t max_bytes, Timing timing = Timing::Timed);  // takes the lock
   ~RecordSlot();                          // commits and releases the lock
   RecordSlot(const RecordSlot&) = delete;
   RecordSlot& operator=(const RecordSlot&) = delete;
@@ -51,6 +56,7 @@ class RecordSlot {
 
  private:
   bool locked_ = false;
+  bool timed_ = true;
   uint8_t* p_ = nullptr;
   uint8_t* end_ = nullptr;
   uint32_t records_ = 1;

@@ -19,7 +19,9 @@ def run(cmd, env):
         print("FAILED:", " ".join(cmd), p.stderr[-2000:], file=sys.stderr)
         return None
     line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
-    return json.loads(line)
+    res = json.loads(line)
+    res["_stderr"] = p.stderr
+    return res
 
 
 def main():
@@ -47,10 +49,15 @@ def main():
     ]
     if a.only:
         workloads = [w for w in workloads if any(word in w[0] for word in a.only.split(","))]
+    floor_lib = os.path.join(a.build, "lib", "libvt_cupti_floor.so")
+    selftime_lib = os.path.join(a.build, "lib", "libvramtrace_selftime.so")
     rows = []
     for name, cmd, env, is_torch in workloads:
-        variants = {"none": [], "vramtrace": [], "vramtrace --stacks=native": [],
+        variants = {"none": [], "cupti floor": [], "vramtrace": [], "vramtrace --stacks=native": [],
                     "vramtrace --stacks=none": []}
+        if not is_torch:
+            # The same library timing its own callbacks (TSC), printed per callback id and site.
+            variants["vramtrace selftime --stacks=none"] = []
         if is_torch:
             # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
             variants["vramtrace --torch=off"] = []
@@ -59,26 +66,57 @@ def main():
         if a.variants:
             keep = set(a.variants.split(","))
             variants = {k: v for k, v in variants.items() if k == "none" or k in keep}
+        if not os.path.exists(floor_lib):
+            variants.pop("cupti floor", None)
+        if not os.path.exists(selftime_lib):
+            variants.pop("vramtrace selftime --stacks=none", None)
+        selftime = {}
+        launches_per_step = None
         for rep in range(a.repeats):
             for v in variants:
                 c = list(cmd)
-                if v.startswith("vramtrace"):
-                    c = [vt, "run", "-o", os.path.join(a.out, "bench-run")] + v.split()[1:] + ["--"] + c
+                e = dict(env)
+                run_dir = os.path.join(a.out, "bench-run")
+                if v.startswith("vramtrace selftime"):
+                    c = [vt, "run", "-o", run_dir, "--lib", selftime_lib] + v.split()[2:] + ["--"] + c
+                elif v.startswith("vramtrace"):
+                    c = [vt, "run", "-o", run_dir] + v.split()[1:] + ["--"] + c
+                if v == "cupti floor":
+                    e["CUDA_INJECTION64_PATH"] = floor_lib
                 if v.startswith("torch"):
                     c = c + ["--record-history"]
-                res = run(c, env)
+                res = run(c, e)
                 if res:
                     val = [x for k, x in res.items() if k.startswith("seconds_per") or k == "ns_per_op"][0]
                     variants[v].append(val * (1e9 if "ns_per_op" not in res else 1))
+                    for line in res.get("_stderr", "").splitlines():
+                        if line.startswith("vramtrace-selftime"):
+                            f = dict(kv.split("=") for kv in line.split()[1:])
+                            selftime.setdefault((f["cbid"], f["site"]), []).append(float(f["ns_per_call"]))
+                    if v == "vramtrace" and "steps" in res:
+                        try:
+                            with open(os.path.join(run_dir, "report.json")) as rf:
+                                count = json.load(rf)["devices"][0]["launches"]["count"]
+                            launches_per_step = count / res["steps"]
+                        except (OSError, KeyError, IndexError, ValueError):
+                            pass
         med = {v: statistics.median(x) if x else float("nan") for v, x in variants.items()}
         base = med["none"]
         for v, m in med.items():
-            rows.append((name, v, m, m / base if base else float("nan"), m - base, variants[v]))
-            print(f"{name:55s} {v:32s} {m:14.1f} ns  x{m / base:.4f}  (+{m - base:.1f} ns)  runs={[round(x, 1) for x in variants[v]]}", flush=True)
+            # Ratios of runs made next to each other (same repeat), then their median: drift of
+            # the machine between repeats cancels.
+            paired = [x / b for x, b in zip(variants[v], variants["none"]) if b]
+            pr = statistics.median(paired) if paired else float("nan")
+            rows.append((name, v, m, m / base if base else float("nan"), m - base, pr, variants[v]))
+            print(f"{name:55s} {v:34s} {m:14.1f} ns  x{m / base:.4f}  (+{m - base:.1f} ns)  paired x{pr:.4f}  runs={[round(x, 1) for x in variants[v]]}", flush=True)
+        for (cbid, site), xs in sorted(selftime.items()):
+            print(f"{name:55s}   selftime cbid={cbid} {site:5s} median {statistics.median(xs):8.1f} ns per call  runs={xs}", flush=True)
+        if launches_per_step:
+            print(f"{name:55s}   launches per step (vramtrace's count / steps run): {launches_per_step:.1f}", flush=True)
     with open(os.path.join(a.out, "bench-gpu.md"), "w") as f:
-        f.write("| workload | variant | median ns per step/op | ratio to none | added ns |\n|---|---|---|---|---|\n")
-        for name, v, m, ratio, added, runs in rows:
-            f.write(f"| {name} | {v} | {m:.1f} | {ratio:.4f} | {added:+.1f} |\n")
+        f.write("| workload | variant | median ns per step/op | ratio to none | added ns | median paired ratio |\n|---|---|---|---|---|---|\n")
+        for name, v, m, ratio, added, pr, runs in rows:
+            f.write(f"| {name} | {v} | {m:.1f} | {ratio:.4f} | {added:+.1f} | {pr:.4f} |\n")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ def timed(step, warmup, reps):
 
 def main():
     mode = sys.argv[1]
+    steps = None
     if "--record-history" in sys.argv:
         torch.cuda.memory._record_memory_history(max_entries=100000)
     torch.manual_seed(0)
@@ -60,6 +61,7 @@ def main():
             opt.step()
         sec = timed(step, 50, 400)
         per = "step"
+        steps = 450  # with the warm-up: what the launch count of the whole run is divided by
     elif mode == "alloc_bound":
         def step():
             for _ in range(20000):
@@ -70,7 +72,10 @@ def main():
         per = "alloc+free"
     else:
         raise SystemExit(f"unknown mode {mode}")
-    print(json.dumps({"mode": mode, "seconds_per_" + per.replace("+", "_"): sec, "per": per}))
+    out = {"mode": mode, "seconds_per_" + per.replace("+", "_"): sec, "per": per}
+    if steps:
+        out["steps"] = steps
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

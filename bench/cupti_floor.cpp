@@ -1,0 +1,40 @@
+// CUPTI's floor, for scripts/bench-gpu.sh: a CUDA injection library (CUDA_INJECTION64_PATH)
+// that subscribes to CUPTI and enables exactly the driver callbacks vramtrace enables, with a
+// callback that does nothing. A program run with it pays what CUPTI's dispatch costs and
+// nothing of vramtrace's own work, so (vramtrace - floor) is what vramtrace itself adds.
+//   CUDA_INJECTION64_PATH=build/lib/libvt_cupti_floor.so PROGRAM
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "interpose/driver_callbacks.h"
+
+namespace {
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "cupti_floor: libcupti.so.13 not found\n");
+    return 1;
+  }
+  using Subscribe = CUptiResult (*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
+  using Enable = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                 CUpti_CallbackId);
+  auto subscribe = reinterpret_cast<Subscribe>(dlsym(lib, "cuptiSubscribe"));
+  auto enable = reinterpret_cast<Enable>(dlsym(lib, "cuptiEnableCallback"));
+  CUpti_SubscriberHandle subscriber = nullptr;
+  if (!subscribe || !enable || subscribe(&subscriber, on_callback, nullptr) != CUPTI_SUCCESS) {
+    fprintf(stderr, "cupti_floor: cannot subscribe to CUPTI\n");
+    return 1;
+  }
+  for (CUpti_CallbackId id : vramtrace::interpose::kDriverCallbacks)
+    enable(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+  enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+  return 1;
+}
