@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -291,8 +292,9 @@ void record_context(CUcontext ctx, int device) {
 
 // Stream-ordered pools keep freed memory reserved: their footprint is the reserved size, which
 // only the driver knows. Asking it costs three driver calls, so it is asked when a pool is first
-// seen and then at most once a millisecond (or every 256 async calls); the driver's high-water
-// mark (RESERVED_MEM_HIGH), sent with each answer, keeps the pool's peak exact in between.
+// seen and then at most once a millisecond by the coarse clock (or every 256 async calls); the
+// driver's high-water mark (RESERVED_MEM_HIGH), sent with each answer, keeps the pool's peak
+// exact in between.
 constexpr int kMaxPools = 64;
 constexpr uint64_t kPoolQueryIntervalNs = 1'000'000;
 struct PoolSlot {
@@ -321,7 +323,11 @@ void record_pool(int device, CUmemoryPool pool) {
       break;
     }
   }
-  uint64_t now = now_ns();
+  // The coarse clock (a few ns, ticks of 1 to 4 ms) is enough to space the queries.
+  timespec coarse;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &coarse);
+  const uint64_t now = static_cast<uint64_t>(coarse.tv_sec) * 1'000'000'000ull +
+                       static_cast<uint64_t>(coarse.tv_nsec);
   if (slot && slot->reserved.load() != UINT64_MAX) {
     bool due = now - slot->last_query_ns.load() >= kPoolQueryIntervalNs ||
                (slot->calls.fetch_add(1) & 255) == 255;
@@ -395,10 +401,21 @@ void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, const T* o
     record_failed(api, device, bytes, result_of(cb), stack);
 }
 
+// The device of the call's context, looked up when a case first needs it: CUPTI calls us at
+// both sites of every enabled call, and most cases use one site only.
+struct LazyDevice {
+  CUcontext ctx;
+  int value = -1;
+  operator int() {
+    if (value < 0) value = device_of(ctx);
+    return value;
+  }
+};
+
 void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   const void* params = cb->functionParams;
-  int device = device_of(cb->context);
+  LazyDevice device{cb->context};
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
       if (!enter) {
