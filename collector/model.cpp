@@ -100,6 +100,7 @@ class Builder {
         p_.start_realtime_ns = e.c;
         p_.start_ns = e.time_ns;
         p_.host = e.text;
+        run_slot_ = SIZE_MAX;  // run-wide devices are keyed by host
         p_.exe = e.text2;
         p_.cmdline = split_nul(e.text3);
         for (size_t start = 0; start < e.text4.size();) {
@@ -116,7 +117,7 @@ class Builder {
         d.name = e.text;
         d.uuid = hex_uuid(e.text2);
         d.total_bytes = e.bytes;
-        RunDevice& rd = run_device(run_, where_, p_.host, e.device);
+        RunDevice& rd = run_dev(e.device);
         rd.name = d.name;
         rd.uuid = d.uuid;
         rd.total_bytes = d.total_bytes;
@@ -367,12 +368,30 @@ class Builder {
 
  private:
   // Most events name the device of the event before: remember it (std::map nodes are stable).
+  // The check is inline and the lookup is not: with the lookup in it, GCC stopped inlining
+  // device() into apply(), a call per use on the hot path.
   DeviceModel& device(uint32_t index) {
-    if (last_device_ && last_device_->index == index) return *last_device_;
+    if (last_device_ && last_device_->index == index) [[likely]] return *last_device_;
+    return find_device(index);
+  }
+  [[gnu::noinline]] DeviceModel& find_device(uint32_t index) {
     auto [it, inserted] = p_.devices.try_emplace(index);
     if (inserted) it->second.index = index;
     last_device_ = &it->second;
     return it->second;
+  }
+
+  // The run-wide device of this process's device `index`, remembered like device(): finding
+  // it builds a (host, index) key, a string copy and compare per allocation and free. Slots of
+  // run_.devices do not move until analyze() sorts them after the last event; the host is the
+  // Process record's, so that record forgets the slot.
+  RunDevice& run_dev(uint32_t index) {
+    if (run_slot_ != SIZE_MAX && run_slot_device_ == index) [[likely]]
+      return run_.devices[run_slot_];
+    RunDevice& rd = run_device(run_, where_, p_.host, index);
+    run_slot_ = static_cast<size_t>(&rd - run_.devices.data());
+    run_slot_device_ = index;
+    return rd;
   }
 
   Allocation make(const Event& e, Api api) {
@@ -606,7 +625,7 @@ class Builder {
   }
 
   void run_delta(uint32_t index, uint64_t now, int64_t delta) {
-    RunDevice& rd = run_device(run_, where_, p_.host, index);
+    RunDevice& rd = run_dev(index);
     // Unsigned arithmetic: sizes from a trace can reach 2^63, where int64_t overflows (UB).
     rd.live_bytes += static_cast<uint64_t>(delta);
     uint64_t& mine = rd.live_by_pid[p_.pid];
@@ -712,6 +731,8 @@ class Builder {
   DeviceIndex& where_;  // run_.devices by (host, index), shared by the builders of a run
   uint64_t seq_ = 0;
   DeviceModel* last_device_ = nullptr;
+  size_t run_slot_ = SIZE_MAX;  // run_.devices slot of device run_slot_device_ (run_dev())
+  uint32_t run_slot_device_ = 0;
   // The stack named by the last AllocStack, per source: PyTorch's trace is merged by time
   // between a trace's AllocStack and the record it belongs to.
   struct Pending {
