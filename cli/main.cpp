@@ -3,7 +3,8 @@
 // `vramtrace run -o DIR -- CMD...` starts a collector on a private Unix socket, runs CMD with the
 // preload library in its environment, and when CMD ends, however it ends, writes DIR/report.json
 // from every stream that reached it, then exits as CMD did (same exit code, same signal).
-// Exit codes of vramtrace itself: 2 for bad usage or unreadable input.
+// Exit codes of vramtrace itself: 2 for bad usage or unreadable input; the gate (`check`,
+// `run --baseline`): 1 regression, 3 a candidate process that was not profiled (report/check.h).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -75,20 +76,22 @@ report::Budgets budgets_of(const CheckOptions& o) {
   return b;
 }
 
-// Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 2 when
-// a file cannot be written.
+// Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
+// the candidate has a process that was not profiled (report::gate_exit_code), 2 when a file
+// cannot be written.
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o) {
   report::CheckResult r = report::compare(baseline, candidate, budgets_of(o));
   std::cout << report::check_text(r) << std::flush;
   if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r))) return 2;
   if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r))) return 2;
-  return r.regression() ? 1 : 0;
+  return report::gate_exit_code(r);
 }
 
 int check_command(const std::string& candidate, const CheckOptions& o) {
   try {
     budgets_of(o);
     nlohmann::json base = report::load_report(o.baseline, "baseline");
+    report::require_profiled_baseline(base, o.baseline);
     nlohmann::json cand = report::load_report(candidate, "candidate");
     return gate(base, cand, o);
   } catch (const report::CheckError& e) {
@@ -145,6 +148,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     try {
       budgets_of(check);
       baseline = report::load_report(check.baseline, "baseline");
+      report::require_profiled_baseline(baseline, check.baseline);
     } catch (const report::CheckError& e) {
       std::cerr << "vramtrace run: " << e.what() << "\n";
       return 2;
