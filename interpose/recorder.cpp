@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -235,6 +236,24 @@ void output_path(char* out, size_t n) {
   out[o < n ? o : n - 1] = '\0';
 }
 
+// When recorder_start fails after opening the output: closes it, unmaps the buffers, and removes
+// the trace file when this process created it and `created` still names that file, so that no
+// empty or header-only trace is left (a directory of traces with one would be refused by
+// `vramtrace report DIR`). A file that existed before (or /dev/full) is never removed.
+void discard_output(State& s, const char* created) {
+  struct stat ours, now;
+  if (created && fstat(s.fd, &ours) == 0 && lstat(created, &now) == 0 &&
+      ours.st_dev == now.st_dev && ours.st_ino == now.st_ino)
+    unlink(created);
+  close(s.fd);
+  s.fd = -1;
+  for (Buffer& b : s.bufs) {
+    if (b.data) munmap(b.data, s.capacity);
+    b.data = nullptr;
+  }
+  s.phase.store(kStopped);
+}
+
 }  // namespace
 
 ReentryGuard::ReentryGuard() : entered_first(t_depth++ == 0) {}
@@ -262,6 +281,7 @@ bool recorder_start() {
 
   const char* sock = getenv("VRAMTRACE_SOCKET");
   char path[4096];
+  const char* created = nullptr;  // the trace file this process created, removed on failure
   if (sock && *sock) {
     s.fd = open_socket(sock);
     s.is_socket = true;
@@ -272,7 +292,12 @@ bool recorder_start() {
     }
   } else {
     output_path(path, sizeof path);
-    s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    // O_EXCL first, to know whether the file is ours to remove if what follows fails.
+    s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (s.fd >= 0)
+      created = path;
+    else if (errno == EEXIST)
+      s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s.fd < 0) {
       notice_errno("cannot create the trace file; this process is not profiled", errno);
       s.phase.store(kStopped);
@@ -289,8 +314,7 @@ bool recorder_start() {
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
       notice_errno("cannot map the event buffer; this process is not profiled", errno);
-      close(s.fd);
-      s.phase.store(kStopped);
+      discard_output(s, created);
       return false;
     }
     b.data = static_cast<uint8_t*>(m);
@@ -303,8 +327,7 @@ bool recorder_start() {
   iovec iov{&fh, sizeof fh};
   if (!write_all(s.fd, s.is_socket, &iov, 1)) {
     notice_errno("cannot write the trace; this process is not profiled", errno);
-    close(s.fd);
-    s.phase.store(kStopped);
+    discard_output(s, created);
     return false;
   }
 

@@ -16,6 +16,7 @@ Every case runs; the failures are listed at the end."""
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 BASE = os.path.join(SRC, "tests", "fuzz", "baseline.json")
 RANKS = os.path.join(SRC, "tests", "fuzz", "baseline-ranks.json")
 CHATTY = os.path.join(vtrel.BUILD, "tests", "programs", "chatty")
+FAIL_IO = os.path.join(vtrel.BUILD, "tests", "programs", "libfail_io.so")
 HELP = "Run with --help for more information.\n"
 NOT_PROFILED = "; this process is not profiled"
 
@@ -228,7 +230,8 @@ def command_line(work):
 
 def environment(work):
     """The library's VRAMTRACE_* options: (variable, value, the notice expected or None,
-    whether the process is profiled)."""
+    whether the process is profiled[, the environment of libfail_io.so, preloaded too]).
+    A process that is not profiled leaves no file behind: not an empty trace, not a header."""
     long_socket = "/tmp/" + "s" * 200
     cases = [
         ("VRAMTRACE_BUFFER_KB", "abc", None, True),
@@ -262,16 +265,37 @@ def environment(work):
          NOT_PROFILED + " (No such file or directory)", False),
         ("VRAMTRACE_SOCKET", long_socket, "cannot connect to the vramtrace collector" +
          NOT_PROFILED + " (File name too long)", False),
+        # Failures after the trace file was created (libfail_io.so): the file is removed.
+        # The first of the two 64 MiB event buffers cannot be mapped, then the second; the
+        # control (both mapped) is profiled.
+        ("VRAMTRACE_BUFFER_KB", "65536", "cannot map the event buffer" + NOT_PROFILED +
+         " (Cannot allocate memory)", False, {"VT_FAIL_MMAP_BYTES": 64 << 20}),
+        ("VRAMTRACE_BUFFER_KB", "65536", "cannot map the event buffer" + NOT_PROFILED +
+         " (Cannot allocate memory)", False,
+         {"VT_FAIL_MMAP_BYTES": 64 << 20, "VT_FAIL_MMAP_AFTER": 1}),
+        ("VRAMTRACE_BUFFER_KB", "65536", None, True,
+         {"VT_FAIL_MMAP_BYTES": 64 << 20, "VT_FAIL_MMAP_AFTER": 2}),
+        # The header cannot be written: into a file it created (removed), or into /dev/full,
+        # which it did not create (left alone).
+        ("VRAMTRACE_OUTPUT", "t.vtrace", "cannot write the trace" + NOT_PROFILED +
+         " (No space left on device)", False, {"VT_FAIL_WRITEV": 1}),
+        ("VRAMTRACE_OUTPUT", "/dev/full", "cannot write the trace" + NOT_PROFILED +
+         " (No space left on device)", False),
     ]
     base = subprocess.run([CHATTY, "7"], env=vtrel.env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
     check(base.returncode == 7, "chatty without vramtrace: exit %d" % base.returncode)
-    for i, (var, value, notice, profiled) in enumerate(cases):
+    for i, (var, value, notice, profiled, *shim) in enumerate(cases):
         d = os.path.join(work, "env%d" % i)
         os.mkdir(d)
         tag = "%s=%r" % (var, value)
-        p = subprocess.run([CHATTY, "7"], cwd=d, env=vtrel.preload_env(**{var: value}),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        e = vtrel.preload_env(**{var: value})
+        if shim:
+            tag += " %r" % shim[0]
+            e.update({k: str(v) for k, v in shim[0].items()})
+            e["LD_PRELOAD"] += ":" + FAIL_IO
+        p = subprocess.run([CHATTY, "7"], cwd=d, env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
         lines = p.stderr.decode(errors="replace").splitlines(True)
         ours = [l for l in lines if l.startswith("vramtrace:")]
         own = "".join(l for l in lines if not l.startswith("vramtrace:"))
@@ -282,11 +306,7 @@ def environment(work):
         check(ours == want, "%s: library lines %r, not %r" % (tag, ours, want))
         traces = sorted(f for f in os.listdir(d))
         if not profiled:
-            # A buffer that cannot be mapped leaves the trace file it had opened, empty.
-            empty_ok = var == "VRAMTRACE_BUFFER_KB"
-            check(traces == [] or (empty_ok and len(traces) == 1 and
-                                   os.path.getsize(os.path.join(d, traces[0])) == 0),
-                  "%s: files %r" % (tag, traces))
+            check(traces == [], "%s: files %r" % (tag, traces))
             continue
         if var == "VRAMTRACE_OUTPUT" and value == "%p%p%":
             check(len(traces) == 1 and traces[0].endswith("%") and traces[0][:-1].isdigit(),
@@ -302,6 +322,7 @@ def environment(work):
             peak = rep["devices"][0]["peak"]["bytes"] if rep["devices"] else None
             check(peak == 1 << 20 and rep["run"]["dropped_events"] == 0,
                   "%s: peak %r, dropped %r" % (tag, peak, rep["run"]["dropped_events"]))
+    check(stat.S_ISCHR(os.stat("/dev/full").st_mode), "/dev/full is no longer a device")
     print("environment: %d cases" % len(cases))
 
 
