@@ -31,6 +31,7 @@
 
 #include "interpose/compress.h"
 #include "interpose/notice.h"
+#include "interpose/options.h"
 
 namespace vramtrace::interpose {
 namespace {
@@ -193,14 +194,6 @@ void* writer_main(void*) {
   }
 }
 
-size_t env_size(const char* name, size_t fallback) {
-  const char* v = getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  unsigned long long x = strtoull(v, &end, 10);
-  return (end && *end == '\0' && x > 0) ? static_cast<size_t>(x) : fallback;
-}
-
 int open_socket(const char* path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -305,11 +298,9 @@ bool recorder_start() {
     }
   }
 
-  s.capacity = env_size("VRAMTRACE_BUFFER_KB", 4096) * 1024;
-  if (s.capacity < 64 * 1024) s.capacity = 64 * 1024;
-  // A buffer is written as one frame, and the reader refuses frames larger than this.
-  if (s.capacity > format::kMaxFrameBytes) s.capacity = format::kMaxFrameBytes;
-  s.flush_interval_ns = env_size("VRAMTRACE_FLUSH_MS", 100) * 1'000'000ull;
+  // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
+  s.capacity = buffer_bytes(getenv("VRAMTRACE_BUFFER_KB"), format::kMaxFrameBytes);
+  s.flush_interval_ns = flush_interval_ns(getenv("VRAMTRACE_FLUSH_MS"));
   for (Buffer& b : s.bufs) {
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {

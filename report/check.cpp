@@ -195,6 +195,17 @@ std::string Budget::text() const {
   return "+" + human_bytes(bytes.value_or(0));
 }
 
+namespace {
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Digits with at most one '.', at least one digit: what a budget's number may be. strtod alone
+// also reads "0x10" (16), "1e3", "+5", "inf" and leading spaces.
+bool plain_decimal(const std::string& s) {
+  return std::count(s.begin(), s.end(), '.') <= 1 && std::any_of(s.begin(), s.end(), is_digit) &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c == '.' || is_digit(c); });
+}
+}  // namespace
+
 uint64_t parse_size(const std::string& raw) {
   std::string s = trim(raw);
   size_t i = 0;
@@ -206,6 +217,9 @@ uint64_t parse_size(const std::string& raw) {
   if (!end || *end != '\0' || !std::isfinite(v))
     throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string unit = trim(s.substr(i));
+  // "0x10", "1e3", "1 2": what follows the number is more number, not a unit.
+  if (std::any_of(unit.begin(), unit.end(), [](char c) { return c == '.' || is_digit(c); }))
+    throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string u;
   for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   static const std::map<std::string, double> units = {
@@ -227,7 +241,7 @@ Budget parse_increase(const std::string& raw) {
   if (!s.empty() && s.back() == '%') {
     std::string num = trim(s.substr(0, s.size() - 1));
     char* end = nullptr;
-    double p = std::strtod(num.c_str(), &end);
+    double p = plain_decimal(num) ? std::strtod(num.c_str(), &end) : -1;
     if (num.empty() || !end || *end != '\0' || !(p >= 0) || !std::isfinite(p))
       throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
     b.percent = p;

@@ -7,7 +7,8 @@
 # Environment: VRAMTRACE (path of the vramtrace binary, default: on PATH or ./build/bin),
 # MAX_INCREASE (default 5%), MAX_PEAK (optional, e.g. 40GiB), OUT (default vramtrace-ci).
 # Exit: 0 within budget, 1 regression, 2 bad baseline or usage, 3 a process of the run was not
-# profiled (no CUPTI, or held by another tool: its memory is unknown), else the program's own failure.
+# profiled (no CUPTI, or held by another tool: its memory is unknown), else the program's own
+# failure.
 # Writes OUT/summary.md (append it to $GITHUB_STEP_SUMMARY) and OUT/junit.xml.
 # To create or update the baseline: UPDATE_BASELINE=1 scripts/ci/memory-gate.sh BASELINE.json -- CMD
 set -uo pipefail

@@ -203,7 +203,8 @@ def one_way(tag, prefix, libdir, shim, out0, err0, work):
     _, gown = split_stderr(g.stderr)
     check(gown[-3:-1] == summary(gpid), "%s: stderr %r" % (t, g.stderr))
     check_ci_files(t, md, xml, gpid)
-    print("%s: vramtrace exit %d, the verdict says the process was not profiled" % (t, g.returncode))
+    print("%s: vramtrace exit %d, the verdict says the process was not profiled"
+          % (t, g.returncode))
     # The same report as the baseline of `run`: refused before the command runs.
     refused = os.path.join(work, tag + "-refused")
     b = subprocess.run(prefix + [vtrel.VRAMTRACE, "run", "--baseline", out, "-o", refused, "--"]
