@@ -19,7 +19,8 @@ Each way, in plain LD_PRELOAD mode and under `vramtrace run`, asserts:
   - the CI gate refuses it: `vramtrace check` of it as the candidate exits 3 (not profiled)
     with exactly the verdict gate_text() gives, Markdown and JUnit saying so; `run --baseline`
     of chatty exiting 0 likewise; as a baseline (check, run --baseline) it is bad input, exit 2
-    with exactly the message baseline_refused() gives, before the command runs."""
+    with exactly the message baseline_refused() gives, before the command runs; and the ready
+    CI job (scripts/ci/memory-gate.sh) does not record it as a baseline (exit 2)."""
 import glob
 import os
 import shutil
@@ -38,9 +39,9 @@ CODE = 7
 NOTICE_TEXT = ("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
                "(set VRAMTRACE_CUPTI to its path)")
 NOTICE = b"vramtrace: " + NOTICE_TEXT.encode() + b"\n"
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # tests/fuzz/baseline.json: a real report of the stand-in's basic program (device 0, 13 MiB).
-BASELINE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tests", "fuzz", "baseline.json")
+BASELINE = os.path.join(SRC, "tests", "fuzz", "baseline.json")
 EXIT_NOT_PROFILED = 3  # report/check.h kExitNotProfiled
 
 
@@ -214,6 +215,20 @@ def one_way(tag, prefix, libdir, shim, out0, err0, work):
           b.stderr == baseline_refused("run", out, pid) and not os.path.exists(refused),
           "%s: unprofiled baseline: exit %d, stdout %r, stderr %r"
           % (t, b.returncode, b.stdout, b.stderr))
+    # The ready CI job (scripts/ci/memory-gate.sh) does not record such a run as its baseline.
+    jd = os.path.join(work, tag + "-job")
+    os.mkdir(jd)
+    e = base_env(libdir)
+    e["VRAMTRACE"] = vtrel.VRAMTRACE
+    j = subprocess.run(prefix + [os.path.join(SRC, "scripts", "ci", "memory-gate.sh"),
+                                 "ci/base.json", "--"] + target0, cwd=jd, env=e,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jtraces = glob.glob(os.path.join(jd, "vramtrace-ci", "*.vtrace"))
+    jpid = int(os.path.basename(jtraces[0]).split(".")[1]) if len(jtraces) == 1 else -1
+    check(j.returncode == 2 and not os.path.exists(os.path.join(jd, "ci")) and
+          j.stderr.endswith(baseline_refused("check", "vramtrace-ci", jpid)),
+          "%s: memory-gate.sh recording a baseline: exit %d, stderr %r"
+          % (t, j.returncode, j.stderr))
 
 
 def check_ci_files(t, md, xml, pid):
