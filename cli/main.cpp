@@ -3,7 +3,8 @@
 // `vramtrace run -o DIR -- CMD...` starts a collector on a private Unix socket, runs CMD with the
 // preload library in its environment, and when CMD ends, however it ends, writes DIR/report.json
 // from every stream that reached it, then exits as CMD did (same exit code, same signal).
-// Exit codes of vramtrace itself: 2 for bad usage or unreadable input.
+// Exit codes of vramtrace itself: 2 for bad usage or unreadable input; the gate (`check`,
+// `run --baseline`): 1 regression, 3 a candidate process that was not profiled (report/check.h).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +61,26 @@ std::string find_library(const std::string& given) {
   return {};
 }
 
+// A whole number in decimal digits only, from lo to hi, with CLI::Range's message. CLI11 alone
+// reads "0x10" as 16 and "010" as 8 (octal), and takes "-5" for --grace-ms; the value is handed
+// on without its leading zeros, so that CLI11 does not read it as octal either.
+CLI::Validator decimal_range(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        if (!v.empty() && v.size() <= 18 &&
+            std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          long long x = std::stoll(v);
+          if (x >= lo && x <= hi) {
+            v = std::to_string(x);
+            return {};
+          }
+        }
+        return "Value " + v + " not in range " + range;
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
 struct CheckOptions {
   std::string baseline;
   std::vector<std::string> max_increase, max_peak;
@@ -75,20 +97,22 @@ report::Budgets budgets_of(const CheckOptions& o) {
   return b;
 }
 
-// Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 2 when
-// a file cannot be written.
+// Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
+// the candidate has a process that was not profiled (report::gate_exit_code), 2 when a file
+// cannot be written.
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o) {
   report::CheckResult r = report::compare(baseline, candidate, budgets_of(o));
   std::cout << report::check_text(r) << std::flush;
   if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r))) return 2;
   if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r))) return 2;
-  return r.regression() ? 1 : 0;
+  return report::gate_exit_code(r);
 }
 
 int check_command(const std::string& candidate, const CheckOptions& o) {
   try {
     budgets_of(o);
     nlohmann::json base = report::load_report(o.baseline, "baseline");
+    report::require_profiled_baseline(base, o.baseline);
     nlohmann::json cand = report::load_report(candidate, "candidate");
     return gate(base, cand, o);
   } catch (const report::CheckError& e) {
@@ -145,6 +169,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     try {
       budgets_of(check);
       baseline = report::load_report(check.baseline, "baseline");
+      report::require_profiled_baseline(baseline, check.baseline);
     } catch (const report::CheckError& e) {
       std::cerr << "vramtrace run: " << e.what() << "\n";
       return 2;
@@ -390,7 +415,8 @@ int main(int argc, char** argv) {
   run->add_option("--lib", lib, "Path of libvramtrace.so (default: next to this program)");
   run->add_option("--grace-ms", grace_ms,
                   "How long to wait for other processes' streams after the command ends")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(decimal_range(0, 3'600'000));
   StackOptions stacks;
   run->add_option("--stacks", stacks.mode,
                   "Stacks at allocations: auto (the default: native frames and the allocating "
@@ -399,7 +425,7 @@ int main(int argc, char** argv) {
                   "all (every allocation), none")
       ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));
   run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
-      ->check(CLI::Range(1, 128));
+      ->transform(decimal_range(1, 128));
   run->add_option("--torch", stacks.torch,
                   "PyTorch's allocator trace (blocks inside its segments, its OOMs): auto (on "
                   "when the program imports torch), stacks (also the Python line of each block: "
@@ -419,7 +445,8 @@ int main(int argc, char** argv) {
                     "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
                     "for one device (default 5%)");
     app->add_option("--max-peak", o.max_peak, "Largest allowed peak, e.g. 40GiB; or DEVICE:SIZE");
-    app->add_option("--device", o.device, "Check this device only");
+    app->add_option("--device", o.device, "Check this device only")
+        ->transform(decimal_range(0, 4095));  // a larger ordinal is a corrupt record
     app->add_option("--markdown", o.markdown, "Write a Markdown summary for a CI job page");
     app->add_option("--junit", o.junit, "Write a JUnit XML result");
   };

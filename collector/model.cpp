@@ -320,6 +320,8 @@ class Builder {
         break;
       case RecordType::Notice:
         p_.notices.push_back(e.text);
+        if (p_.not_profiled.empty())
+          p_.not_profiled = e.text.empty() ? "(no reason given)" : e.text;
         break;
       case RecordType::ContextDestroy:
         break;

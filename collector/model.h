@@ -204,6 +204,10 @@ struct ProcessModel {
   std::string problem;      // why the stream ended early, if it did
   uint64_t events = 0, dropped_events = 0;
   std::vector<std::string> notices;
+  // Why the library gave up on this process (its first Notice record): empty when profiled. A
+  // process that was not profiled used device memory that no record shows.
+  std::string not_profiled;
+  bool profiled() const { return not_profiled.empty(); }
   std::map<uint32_t, DeviceModel> devices;
   PeakTracker pinned_host;
   std::array<ApiStats, static_cast<size_t>(format::Api::kCount)> host_apis{};

@@ -76,7 +76,9 @@ enum class RecordType : uint8_t {
   Dropped = 13,
   // dt, events recorded in total, events dropped in total: the process reached exit() cleanly
   ProcessExit = 14,
-  // text: a one-line notice from the library (e.g. CUPTI held by another tool)
+  // text: the library gave up on this process (no CUPTI, CUPTI held by another tool): it is not
+  // profiled, and the one-line text says why. Only give_up() (interpose/cupti_hooks.cpp) writes
+  // it; a notice that does not mean "not profiled" would need a record type of its own.
   Notice = 15,
   // dt, device, free bytes, total bytes (cuMemGetInfo, taken at context creation and at an OOM)
   MemInfo = 16,

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -30,6 +31,7 @@
 
 #include "interpose/compress.h"
 #include "interpose/notice.h"
+#include "interpose/options.h"
 
 namespace vramtrace::interpose {
 namespace {
@@ -192,14 +194,6 @@ void* writer_main(void*) {
   }
 }
 
-size_t env_size(const char* name, size_t fallback) {
-  const char* v = getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  unsigned long long x = strtoull(v, &end, 10);
-  return (end && *end == '\0' && x > 0) ? static_cast<size_t>(x) : fallback;
-}
-
 int open_socket(const char* path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -235,6 +229,24 @@ void output_path(char* out, size_t n) {
   out[o < n ? o : n - 1] = '\0';
 }
 
+// When recorder_start fails after opening the output: closes it, unmaps the buffers, and removes
+// the trace file when this process created it and `created` still names that file, so that no
+// empty or header-only trace is left (a directory of traces with one would be refused by
+// `vramtrace report DIR`). A file that existed before (or /dev/full) is never removed.
+void discard_output(State& s, const char* created) {
+  struct stat ours, now;
+  if (created && fstat(s.fd, &ours) == 0 && lstat(created, &now) == 0 &&
+      ours.st_dev == now.st_dev && ours.st_ino == now.st_ino)
+    unlink(created);
+  close(s.fd);
+  s.fd = -1;
+  for (Buffer& b : s.bufs) {
+    if (b.data) munmap(b.data, s.capacity);
+    b.data = nullptr;
+  }
+  s.phase.store(kStopped);
+}
+
 }  // namespace
 
 ReentryGuard::ReentryGuard() : entered_first(t_depth++ == 0) {}
@@ -262,6 +274,7 @@ bool recorder_start() {
 
   const char* sock = getenv("VRAMTRACE_SOCKET");
   char path[4096];
+  const char* created = nullptr;  // the trace file this process created, removed on failure
   if (sock && *sock) {
     s.fd = open_socket(sock);
     s.is_socket = true;
@@ -272,7 +285,12 @@ bool recorder_start() {
     }
   } else {
     output_path(path, sizeof path);
-    s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    // O_EXCL first, to know whether the file is ours to remove if what follows fails.
+    s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (s.fd >= 0)
+      created = path;
+    else if (errno == EEXIST)
+      s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s.fd < 0) {
       notice_errno("cannot create the trace file; this process is not profiled", errno);
       s.phase.store(kStopped);
@@ -280,17 +298,14 @@ bool recorder_start() {
     }
   }
 
-  s.capacity = env_size("VRAMTRACE_BUFFER_KB", 4096) * 1024;
-  if (s.capacity < 64 * 1024) s.capacity = 64 * 1024;
-  // A buffer is written as one frame, and the reader refuses frames larger than this.
-  if (s.capacity > format::kMaxFrameBytes) s.capacity = format::kMaxFrameBytes;
-  s.flush_interval_ns = env_size("VRAMTRACE_FLUSH_MS", 100) * 1'000'000ull;
+  // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
+  s.capacity = buffer_bytes(getenv("VRAMTRACE_BUFFER_KB"), format::kMaxFrameBytes);
+  s.flush_interval_ns = flush_interval_ns(getenv("VRAMTRACE_FLUSH_MS"));
   for (Buffer& b : s.bufs) {
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
       notice_errno("cannot map the event buffer; this process is not profiled", errno);
-      close(s.fd);
-      s.phase.store(kStopped);
+      discard_output(s, created);
       return false;
     }
     b.data = static_cast<uint8_t*>(m);
@@ -303,8 +318,7 @@ bool recorder_start() {
   iovec iov{&fh, sizeof fh};
   if (!write_all(s.fd, s.is_socket, &iov, 1)) {
     notice_errno("cannot write the trace; this process is not profiled", errno);
-    close(s.fd);
-    s.phase.store(kStopped);
+    discard_output(s, created);
     return false;
   }
 

@@ -195,6 +195,17 @@ std::string Budget::text() const {
   return "+" + human_bytes(bytes.value_or(0));
 }
 
+namespace {
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Digits with at most one '.', at least one digit: what a budget's number may be. strtod alone
+// also reads "0x10" (16), "1e3", "+5", "inf" and leading spaces.
+bool plain_decimal(const std::string& s) {
+  return std::count(s.begin(), s.end(), '.') <= 1 && std::any_of(s.begin(), s.end(), is_digit) &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c == '.' || is_digit(c); });
+}
+}  // namespace
+
 uint64_t parse_size(const std::string& raw) {
   std::string s = trim(raw);
   size_t i = 0;
@@ -206,6 +217,9 @@ uint64_t parse_size(const std::string& raw) {
   if (!end || *end != '\0' || !std::isfinite(v))
     throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string unit = trim(s.substr(i));
+  // "0x10", "1e3", "1 2": what follows the number is more number, not a unit.
+  if (std::any_of(unit.begin(), unit.end(), [](char c) { return c == '.' || is_digit(c); }))
+    throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string u;
   for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   static const std::map<std::string, double> units = {
@@ -227,7 +241,7 @@ Budget parse_increase(const std::string& raw) {
   if (!s.empty() && s.back() == '%') {
     std::string num = trim(s.substr(0, s.size() - 1));
     char* end = nullptr;
-    double p = std::strtod(num.c_str(), &end);
+    double p = plain_decimal(num) ? std::strtod(num.c_str(), &end) : -1;
     if (num.empty() || !end || *end != '\0' || !(p >= 0) || !std::isfinite(p))
       throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
     b.percent = p;
@@ -307,6 +321,17 @@ std::string malformed(const json& r) {
         return "a process's device without index or peak";
       if (!groups_ok(d["peak"], "by_library", "library")) return bad_libraries;
     }
+    // unprofiled_processes() reads these.
+    if ((p.contains("profiled") && !p["profiled"].is_boolean()) ||
+        (p.contains("not_profiled_reason") && !p["not_profiled_reason"].is_string()) ||
+        (p.contains("notices") &&
+         (!p["notices"].is_array() ||
+          !std::all_of(p["notices"].begin(), p["notices"].end(),
+                       [](const json& n) { return n.is_string(); }))) ||
+        (p.contains("pid") && !p["pid"].is_number_unsigned()) ||
+        (p.contains("exe") && !p["exe"].is_string()))
+      return "a process whose pid, exe, profiled, not_profiled_reason or notices are of the "
+             "wrong type";
     if (p.contains("ranks")) {
       if (!p["ranks"].is_object()) return "ranks that are not an object";
       for (const auto& [k, v] : p["ranks"].items())
@@ -366,12 +391,49 @@ json load_report(const std::string& path, const std::string& role) {
   return r;
 }
 
+std::vector<std::string> unprofiled_processes(const json& r) {
+  std::vector<std::string> out;
+  for (const auto& p : r["processes"]) {
+    std::string reason;
+    if (p.contains("profiled")) {
+      if (p["profiled"].get<bool>()) continue;
+      reason = p.value("not_profiled_reason", std::string());
+    } else if (p.contains("notices") && !p["notices"].empty()) {
+      reason = p["notices"][0].get<std::string>();  // a report from before "profiled"
+    } else {
+      continue;
+    }
+    std::string exe = p.value("exe", std::string());
+    exe = exe.substr(exe.find_last_of('/') + 1);
+    std::string pid = p.contains("pid") ? std::to_string(p["pid"].get<uint64_t>()) : "?";
+    out.push_back("pid " + pid + (exe.empty() ? "" : " (" + exe + ")") + ": " +
+                  (reason.empty() ? "no reason given" : reason));
+  }
+  return out;
+}
+
+void require_profiled_baseline(const json& baseline, const std::string& path) {
+  std::vector<std::string> missing = unprofiled_processes(baseline);
+  if (missing.empty()) return;
+  throw CheckError("baseline " + path + ": " + std::to_string(missing.size()) +
+                   " process(es) not profiled, so its peaks are unknown (" + missing[0] +
+                   (missing.size() > 1 ? "; and " + std::to_string(missing.size() - 1) + " more"
+                                       : std::string()) +
+                   "); record the baseline again where vramtrace can profile every process");
+}
+
+int gate_exit_code(const CheckResult& r) {
+  if (r.regression()) return kExitRegression;
+  return r.unprofiled() ? kExitNotProfiled : 0;
+}
+
 bool CheckResult::regression() const {
   return std::any_of(rows.begin(), rows.end(), [](const Comparison& c) { return c.regression; });
 }
 
 CheckResult compare(const json& baseline, const json& candidate, const Budgets& budgets) {
   CheckResult result;
+  result.not_profiled = unprofiled_processes(candidate);
   auto bdev = devices_of(baseline), cdev = devices_of(candidate);
   std::set<uint32_t> indices;
   for (auto& [i, d] : bdev) indices.insert(i);
@@ -425,6 +487,10 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
     result.rows.push_back(std::move(row));
   }
+  // A device or rank the candidate lacks may be one of the processes that were not profiled.
+  if (result.unprofiled())
+    for (auto& row : result.rows)
+      if (!row.candidate_peak) row.note = "not in the candidate, which has a process not profiled";
   return result;
 }
 
@@ -455,11 +521,18 @@ std::string check_text(const CheckResult& r) {
              " -> " + std::to_string(s.candidate_count) + " allocations)\n";
     }
   }
-  if (r.rows.empty()) out += "vramtrace check: neither run used a CUDA device\n";
-  out += failed ? "vramtrace check: FAILED: " + std::to_string(failed) + " of " +
-                      std::to_string(r.rows.size()) + " over budget\n"
-                : "vramtrace check: PASSED: " + std::to_string(r.rows.size()) +
-                      " within budget\n";
+  if (r.rows.empty() && !r.unprofiled())
+    out += "vramtrace check: neither run used a CUDA device\n";
+  for (const auto& p : r.not_profiled)
+    out += "vramtrace check: candidate NOT PROFILED: " + p + "\n";
+  if (failed)
+    out += "vramtrace check: FAILED: " + std::to_string(failed) + " of " +
+           std::to_string(r.rows.size()) + " over budget\n";
+  if (r.unprofiled())
+    out += "vramtrace check: FAILED: " + std::to_string(r.not_profiled.size()) +
+           " process(es) of the candidate not profiled: their device memory is unknown\n";
+  if (!failed && !r.unprofiled())
+    out += "vramtrace check: PASSED: " + std::to_string(r.rows.size()) + " within budget\n";
   return out;
 }
 
@@ -480,7 +553,12 @@ std::string escape_xml(const std::string& s) { return html_escape(s); }
 
 std::string check_markdown(const CheckResult& r) {
   std::string out = std::string("### vramtrace: peak device memory ") +
-                    (r.regression() ? "regressed" : "within budget") + "\n\n";
+                    (r.regression()   ? "regressed"
+                     : r.unprofiled() ? "unknown: a process was not profiled"
+                                      : "within budget") +
+                    "\n\n";
+  for (const auto& p : r.not_profiled)
+    out += "**Not profiled** (its device memory is unknown): " + escape_markdown(p) + "\n\n";
   out += "| scope | baseline | candidate | change | budget | verdict |\n|---|---|---|---|---|---|\n";
   for (const auto& c : r.rows) {
     std::string change = "-";
@@ -506,11 +584,21 @@ std::string check_markdown(const CheckResult& r) {
 }
 
 std::string check_junit(const CheckResult& r) {
-  int failures = 0;
+  int failures = r.unprofiled();
   for (const auto& c : r.rows) failures += c.regression;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"" +
-         std::to_string(r.rows.size()) + "\" failures=\"" + std::to_string(failures) + "\">\n";
+         std::to_string(r.rows.size() + r.unprofiled()) + "\" failures=\"" +
+         std::to_string(failures) + "\">\n";
+  if (r.unprofiled()) {
+    std::string detail;
+    for (const auto& p : r.not_profiled) detail += p + "\n";
+    out += "  <testcase classname=\"vramtrace.profiled\" name=\"every process profiled\">"
+           "<failure message=\"" +
+           escape_xml(std::to_string(r.not_profiled.size()) +
+                      " process(es) not profiled: their device memory is unknown") +
+           "\">" + escape_xml(detail) + "</failure></testcase>\n";
+  }
   for (const auto& c : r.rows) {
     out += "  <testcase classname=\"vramtrace.peak\" name=\"" + escape_xml(c.scope) + "\">";
     if (c.regression) {
@@ -557,6 +645,10 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
          "\n";
   out += "out-of-memory events: " + std::to_string(a["oom"].size()) + " -> " +
          std::to_string(b["oom"].size()) + "\n";
+  for (const auto& p : unprofiled_processes(a))
+    out += "A NOT PROFILED (its device memory is unknown): " + p + "\n";
+  for (const auto& p : unprofiled_processes(b))
+    out += "B NOT PROFILED (its device memory is unknown): " + p + "\n";
   return out;
 }
 

@@ -60,8 +60,29 @@ struct Comparison {
 
 struct CheckResult {
   std::vector<Comparison> rows;
+  // The candidate's processes that vramtrace could not profile (unprofiled_processes()): their
+  // device memory is unknown, so the candidate's peaks are lower bounds and it cannot pass.
+  std::vector<std::string> not_profiled;
   bool regression() const;
+  bool unprofiled() const { return !not_profiled.empty(); }
 };
+
+// The exit code of the gate: 1 on a regression (certain even with processes not profiled: a
+// measured peak is a lower bound of the real one), else 3 when the candidate has a process that
+// was not profiled (its memory is unknown), else 0.
+inline constexpr int kExitRegression = 1;
+inline constexpr int kExitNotProfiled = 3;
+int gate_exit_code(const CheckResult& r);
+
+// The processes of a report that vramtrace could not profile (processes[].profiled false; in a
+// report from before that key, a process with notices: only the library's giving up wrote one),
+// each as "pid P (EXE): REASON".
+std::vector<std::string> unprofiled_processes(const nlohmann::json& report);
+
+// Throws CheckError when a baseline has a process that was not profiled: its peaks are lower
+// bounds of what the baseline run used, and a comparison with them would find regressions that
+// are only memory the baseline did not see.
+void require_profiled_baseline(const nlohmann::json& baseline, const std::string& path);
 
 // A report.json, a run directory (its report.json, or its traces), or a trace file, read into a
 // report of schema vramtrace.report/1. Throws CheckError saying what is wrong with it.

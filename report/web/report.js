@@ -158,7 +158,9 @@
   if (run.complete === false) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
   for (const p of run.problems || []) main.append($("div", { class: "banner bad", text: p }));
   if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
-  if (!(R.devices || []).length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
+  const unprofiled = (R.processes || []).filter((p) => p.profiled === false);
+  for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${(p.exe || "").split("/").pop()}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
+  if (!(R.devices || []).length && !unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
 
   const procDevice = (host, index) => {
     for (const p of R.processes || []) if (p.host === host) for (const d of p.devices || []) if (d.index === index) return [p, d];

@@ -6,7 +6,9 @@
 #
 # Environment: VRAMTRACE (path of the vramtrace binary, default: on PATH or ./build/bin),
 # MAX_INCREASE (default 5%), MAX_PEAK (optional, e.g. 40GiB), OUT (default vramtrace-ci).
-# Exit: 0 within budget, 1 regression, 2 bad baseline or usage, else the program's own failure.
+# Exit: 0 within budget, 1 regression, 2 bad baseline or usage, 3 a process of the run was not
+# profiled (no CUPTI, or held by another tool: its memory is unknown), else the program's own
+# failure.
 # Writes OUT/summary.md (append it to $GITHUB_STEP_SUMMARY) and OUT/junit.xml.
 # To create or update the baseline: UPDATE_BASELINE=1 scripts/ci/memory-gate.sh BASELINE.json -- CMD
 set -uo pipefail
@@ -23,6 +25,8 @@ MAX_INCREASE=${MAX_INCREASE:-5%}
 if [[ ${UPDATE_BASELINE:-0} == 1 || ! -f $baseline ]]; then
   [[ -f $baseline ]] || echo "memory-gate: no baseline at $baseline yet: recording one" >&2
   "$VRAMTRACE" run -o "$OUT" -- "$@" || exit $?
+  # A run with a process that was not profiled cannot be a baseline: check refuses it (exit 2).
+  "$VRAMTRACE" check "$OUT" --baseline "$OUT" > /dev/null || exit $?
   mkdir -p "$(dirname "$baseline")"
   cp "$OUT/report.json" "$baseline"
   echo "memory-gate: baseline written to $baseline; commit it" >&2

@@ -11,10 +11,16 @@ Each way, in plain LD_PRELOAD mode and under `vramtrace run`, asserts:
   - the target's stdout and exit code (7) are what they are without vramtrace;
   - its stderr is its own plus exactly one line, NOTICE below, and nothing else from the library;
   - preload mode: one trace, and `vramtrace report` of it exits 0 with a report without devices
-    whose process carries the notice;
-  - `vramtrace run` exits 7, prints exactly NO_DATA and the report line after the target's
-    output, and writes a report.json without devices, exit_code 7, complete, one process with
-    the notice."""
+    whose process carries the notice and is marked not profiled (profiled false,
+    not_profiled_reason the notice's text, run.processes_not_profiled 1), and prints exactly the
+    NOT PROFILED and WARNING lines (summary()) and the report line;
+  - `vramtrace run` exits 7, prints exactly those lines after the target's output, and writes
+    such a report.json, with exit_code 7 and complete;
+  - the CI gate refuses it: `vramtrace check` of it as the candidate exits 3 (not profiled)
+    with exactly the verdict gate_text() gives, Markdown and JUnit saying so; `run --baseline`
+    of chatty exiting 0 likewise; as a baseline (check, run --baseline) it is bad input, exit 2
+    with exactly the message baseline_refused() gives, before the command runs; and the ready
+    CI job (scripts/ci/memory-gate.sh) does not record it as a baseline (exit 2)."""
 import glob
 import os
 import shutil
@@ -33,8 +39,35 @@ CODE = 7
 NOTICE_TEXT = ("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
                "(set VRAMTRACE_CUPTI to its path)")
 NOTICE = b"vramtrace: " + NOTICE_TEXT.encode() + b"\n"
-# report/json_report.cpp, summary_text(), for a report without devices.
-NO_DATA = b"vramtrace: no CUDA device memory was used\n"
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests/fuzz/baseline.json: a real report of the stand-in's basic program (device 0, 13 MiB).
+BASELINE = os.path.join(SRC, "tests", "fuzz", "baseline.json")
+EXIT_NOT_PROFILED = 3  # report/check.h kExitNotProfiled
+
+
+def summary(pid):
+    """report/json_report.cpp, summary_text(), for the one process that was not profiled."""
+    return [b"vramtrace: NOT PROFILED: pid %d (chatty): %s\n" % (pid, NOTICE_TEXT.encode()),
+            b"vramtrace: WARNING: 1 of 1 process(es) not profiled: the device memory they used "
+            b"is unknown and not in this report\n"]
+
+
+def gate_text(pid):
+    """report/check.cpp, check_text(), of such a candidate against BASELINE."""
+    return ("vramtrace check: device 0 (vramtrace stand-in (CPU)): baseline 13.00 MiB, candidate "
+            "-, budget +5%% (up to 13.65 MiB): ok (not in the candidate, which has a process "
+            "not profiled)\n"
+            "  shrank: cuMemAlloc -13.00 MiB at the peak (3 -> 0 allocations)\n"
+            "vramtrace check: candidate NOT PROFILED: pid %d (chatty): %s\n"
+            "vramtrace check: FAILED: 1 process(es) of the candidate not profiled: their device "
+            "memory is unknown\n" % (pid, NOTICE_TEXT))
+
+
+def baseline_refused(cmd, path, pid):
+    """report/check.cpp, require_profiled_baseline(), through `vramtrace CMD`."""
+    return ("vramtrace %s: baseline %s: 1 process(es) not profiled, so its peaks are unknown "
+            "(pid %d (chatty): %s); record the baseline again where vramtrace can profile every "
+            "process\n" % (cmd, path, pid, NOTICE_TEXT))
 
 
 def base_env(libdir, preload=None):
@@ -117,11 +150,14 @@ def one_way(tag, prefix, libdir, shim, out0, err0, work):
     check(b"".join(own) == err0, "%s: stderr %r, without vramtrace %r" % (t, p.stderr, err0))
     traces = sorted(glob.glob(os.path.join(d, "*.vtrace")))
     if check(len(traces) == 1, "%s: traces %r" % (t, os.listdir(d))):
+        pid = int(os.path.basename(traces[0]).split(".")[1])
         rc, text = vtrel.report_traces(traces, os.path.join(d, "rep"))
-        want = (NO_DATA.decode() + "vramtrace: report: %s/rep/report.html (and report.json)\n" % d)
+        want = (b"".join(summary(pid)).decode() +
+                "vramtrace: report: %s/rep/report.html (and report.json)\n" % d)
         check(rc == 0 and text == want, "%s: vramtrace report exit %d: %r" % (t, rc, text))
         if rc == 0:
-            no_data(t, vtrel.load(os.path.join(d, "rep", "report.json")), None)
+            no_data(t, vtrel.load(os.path.join(d, "rep", "report.json")), None, pid)
+            gate(t, os.path.join(d, "rep"), pid, work)
     print("%s: exit %d, stdout as without vramtrace, stderr + %d notice" % (t, p.returncode,
                                                                            len(notices)))
 
@@ -138,25 +174,114 @@ def one_way(tag, prefix, libdir, shim, out0, err0, work):
                                                                      r.stderr))
     check(r.stdout == out0, "%s: stdout %r, without vramtrace %r" % (t, r.stdout, out0))
     notices, own = split_stderr(r.stderr)
-    tail = [NO_DATA, b"vramtrace: report: %s/report.html (and report.json)\n" % out.encode()]
+    rtraces = glob.glob(os.path.join(out, "*.vtrace"))
+    pid = int(os.path.basename(rtraces[0]).split(".")[1]) if len(rtraces) == 1 else -1
+    tail = summary(pid) + [b"vramtrace: report: %s/report.html (and report.json)\n" %
+                           out.encode()]
     check(len(notices) == 1, "%s: %d notices in stderr %r" % (t, len(notices), r.stderr))
     check(own == err0.splitlines(True) + tail,
           "%s: stderr %r, expected the target's %r, the notice and %r" % (t, r.stderr, err0, tail))
     if check(os.path.exists(os.path.join(out, "report.json")), t + ": no report.json"):
-        no_data(t, vtrel.load(os.path.join(out, "report.json")), CODE)
-        check(len(glob.glob(os.path.join(out, "*.vtrace"))) == 1,
-              "%s: traces %r" % (t, os.listdir(out)))
+        no_data(t, vtrel.load(os.path.join(out, "report.json")), CODE, pid)
+        check(len(rtraces) == 1, "%s: traces %r" % (t, os.listdir(out)))
     print("%s: vramtrace exit %d, stdout as without vramtrace, stderr + %d notice + %d lines"
           % (t, r.returncode, len(notices), len(tail)))
 
+    # `run --baseline`: chatty exits 0, so the gate judges the run, and refuses it (exit 3).
+    gated = os.path.join(work, tag + "-gated")
+    target0 = target[:-1] + ["0"]
+    md, xml = os.path.join(work, tag + "-gate.md"), os.path.join(work, tag + "-gate.xml")
+    g = subprocess.run(prefix + [vtrel.VRAMTRACE, "run", "--baseline", BASELINE, "--markdown",
+                                 md, "--junit", xml, "-o", gated, "--"] + target0,
+                       env=base_env(libdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t = tag + ", run --baseline"
+    gtraces = glob.glob(os.path.join(gated, "*.vtrace"))
+    gpid = int(os.path.basename(gtraces[0]).split(".")[1]) if len(gtraces) == 1 else -1
+    check(g.returncode == EXIT_NOT_PROFILED, "%s: vramtrace exit %d, not %d: %r"
+          % (t, g.returncode, EXIT_NOT_PROFILED, g.stderr))
+    want = out0 + gate_text(gpid).encode()  # chatty prints the same whatever its exit code
+    check(g.stdout == want, "%s: stdout %r, not %r" % (t, g.stdout, want))
+    _, gown = split_stderr(g.stderr)
+    check(gown[-3:-1] == summary(gpid), "%s: stderr %r" % (t, g.stderr))
+    check_ci_files(t, md, xml, gpid)
+    print("%s: vramtrace exit %d, the verdict says the process was not profiled"
+          % (t, g.returncode))
+    # The same report as the baseline of `run`: refused before the command runs.
+    refused = os.path.join(work, tag + "-refused")
+    b = subprocess.run(prefix + [vtrel.VRAMTRACE, "run", "--baseline", out, "-o", refused, "--"]
+                       + target0, env=base_env(libdir), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    check(b.returncode == 2 and b.stdout == "" and
+          b.stderr == baseline_refused("run", out, pid) and not os.path.exists(refused),
+          "%s: unprofiled baseline: exit %d, stdout %r, stderr %r"
+          % (t, b.returncode, b.stdout, b.stderr))
+    # The ready CI job (scripts/ci/memory-gate.sh) does not record such a run as its baseline.
+    jd = os.path.join(work, tag + "-job")
+    os.mkdir(jd)
+    e = base_env(libdir)
+    e["VRAMTRACE"] = vtrel.VRAMTRACE
+    j = subprocess.run(prefix + [os.path.join(SRC, "scripts", "ci", "memory-gate.sh"),
+                                 "ci/base.json", "--"] + target0, cwd=jd, env=e,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jtraces = glob.glob(os.path.join(jd, "vramtrace-ci", "*.vtrace"))
+    jpid = int(os.path.basename(jtraces[0]).split(".")[1]) if len(jtraces) == 1 else -1
+    check(j.returncode == 2 and not os.path.exists(os.path.join(jd, "ci")) and
+          j.stderr.endswith(baseline_refused("check", "vramtrace-ci", jpid)),
+          "%s: memory-gate.sh recording a baseline: exit %d, stderr %r"
+          % (t, j.returncode, j.stderr))
 
-def no_data(tag, rep, code):
+
+def check_ci_files(t, md, xml, pid):
+    """The Markdown summary and the JUnit result of a candidate that was not profiled."""
+    try:
+        mtext, xtext = open(md).read(), open(xml).read()
+    except OSError as e:
+        check(False, "%s: CI files: %s" % (t, e))
+        return
+    reason = "".join("\\" + ch if ch in "\\`*_{}[]()<>#+-!|~" else ch for ch in NOTICE_TEXT)
+    want_md = ("### vramtrace: peak device memory unknown: a process was not profiled\n\n"
+               "**Not profiled** (its device memory is unknown): pid %d \\(chatty\\): %s\n\n"
+               % (pid, reason))
+    check(mtext.startswith(want_md), "%s: markdown %r, not starting %r" % (t, mtext, want_md))
+    want_xml = ('<testsuite name="vramtrace peak memory" tests="2" failures="1">\n'
+                '  <testcase classname="vramtrace.profiled" name="every process profiled">'
+                '<failure message="1 process(es) not profiled: their device memory is unknown">'
+                'pid %d (chatty): %s\n</failure></testcase>\n' % (pid, NOTICE_TEXT))
+    check(want_xml in xtext, "%s: junit %r, without %r" % (t, xtext, want_xml))
+
+
+def gate(t, rep, pid, work):
+    """`vramtrace check` of the report of a process that was not profiled: as the candidate,
+    exit 3 with the verdict saying so (never PASSED); as the baseline, bad input (exit 2)."""
+    c = subprocess.run([vtrel.VRAMTRACE, "check", rep, "--baseline", BASELINE], env=vtrel.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check(c.returncode == EXIT_NOT_PROFILED and c.stdout == gate_text(pid) and c.stderr == "",
+          "%s: check as candidate: exit %d, stdout %r, stderr %r"
+          % (t, c.returncode, c.stdout, c.stderr))
+    b = subprocess.run([vtrel.VRAMTRACE, "check", BASELINE, "--baseline", rep], env=vtrel.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check(b.returncode == 2 and b.stdout == "" and
+          b.stderr == baseline_refused("check", rep, pid),
+          "%s: check as baseline: exit %d, stdout %r, stderr %r"
+          % (t, b.returncode, b.stdout, b.stderr))
+    print("%s: check exits %d as the candidate, %d as the baseline" % (t, c.returncode,
+                                                                       b.returncode))
+
+
+def no_data(tag, rep, code, pid):
     """A report of the chatty process that recorded nothing, for the reason the notice gives."""
     check(rep["devices"] == [] and rep["oom"] == [] and rep["leaks"] == [],
           "%s: devices %r, oom %r, leaks %r" % (tag, rep["devices"], rep["oom"], rep["leaks"]))
+    check(rep["run"]["processes_not_profiled"] == 1,
+          "%s: processes_not_profiled %r" % (tag, rep["run"].get("processes_not_profiled")))
     procs = rep["processes"]
     if check(len(procs) == 1, "%s: %d processes" % (tag, len(procs))):
         check(procs[0]["notices"] == [NOTICE_TEXT], "%s: notices %r" % (tag, procs[0]["notices"]))
+        check(procs[0]["pid"] == pid and procs[0]["profiled"] is False and
+              procs[0]["not_profiled_reason"] == NOTICE_TEXT,
+              "%s: pid %r, profiled %r, not_profiled_reason %r"
+              % (tag, procs[0]["pid"], procs[0].get("profiled"),
+                 procs[0].get("not_profiled_reason")))
         check(procs[0]["devices"] == [], "%s: process devices %r" % (tag, procs[0]["devices"]))
         check(procs[0]["exe"] == os.path.realpath(CHATTY), "%s: exe %r" % (tag, procs[0]["exe"]))
     check(rep["run"]["dropped_events"] == 0, "%s: dropped %r" % (tag, rep["run"]["dropped_events"]))

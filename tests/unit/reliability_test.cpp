@@ -10,6 +10,7 @@
 #include "collector/model.h"
 #include "collector/trace_reader.h"
 #include "common/format.h"
+#include "interpose/options.h"
 #include "report/check.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
@@ -37,6 +38,10 @@ TEST_CASE("budgets that are not numbers, or too large, are bad input, not a cras
   REQUIRE_THROWS_AS(report::parse_size("99999999999TiB"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("1e999%"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("nan%"), report::CheckError);
+  // strtod's hexadecimal: 0x10% was 16% (rel3); 0x10 bytes a unit "x10".
+  REQUIRE_THROWS_WITH(report::parse_increase("0x10%"), "'0x10%' is not a percentage (example: 5%)");
+  REQUIRE_THROWS_WITH(report::parse_size("0x10"),
+                      "'0x10' is not a size (examples: 256MiB, 40GiB, 1048576)");
   report::Budgets b;
   REQUIRE_THROWS_AS(report::add_increase_option(b, "99999999999999999999:5%"),
                     report::CheckError);
@@ -58,7 +63,7 @@ TEST_CASE("a budget too large to add saturates instead of wrapping into a regres
   REQUIRE(same.rows.size() == 1);
   REQUIRE(same.rows[0].allowed_peak == UINT64_MAX);
   REQUIRE_FALSE(same.regression());
-  report::add_increase_option(b, "1e300%");
+  report::add_increase_option(b, "1" + std::string(300, '0') + "%");  // 1e300%, in digits
   REQUIRE(report::compare(r, r, b).rows[0].allowed_peak == UINT64_MAX);
 }
 
@@ -282,4 +287,107 @@ TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a 
   REQUIRE_FALSE(r.regression());
   REQUIRE_THAT(report::check_text(r),
                Catch::Contains("worst rank (rank \"\xef\xbf\xbd\" -> rank \"\xef\xbf\xbd\")"));
+}
+
+TEST_CASE("a process that was not profiled is marked so, summarised, and fails the gate") {
+  // Found by the no-CUPTI test: such a run said "no CUDA device memory was used", and
+  // `vramtrace check` of it passed (exit 0) with nothing measured.
+  const std::string why = "CUPTI is already held by another tool (nsys); this process runs "
+                          "without memory profiling";
+  TraceBuilder a(100, "testhost", ""), b(101, "testhost", "");  // no ranks: one row, device 0
+  a.context(0, 1ull << 30).alloc(0x1000, 4096).exit_clean();
+  b.notice(why).exit_clean();
+  auto both = [&] {
+    std::vector<std::unique_ptr<collector::TraceReader>> readers;
+    readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
+    readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
+    return report::to_json(collector::analyze(std::move(readers)));
+  };
+  nlohmann::json j = both();
+  nlohmann::json only_a = report::to_json(run_of(a.bytes()));
+  REQUIRE(j["run"]["processes_not_profiled"] == 1);
+  REQUIRE(only_a["run"]["processes_not_profiled"] == 0);
+  REQUIRE(only_a["processes"][0]["profiled"] == true);
+  REQUIRE_FALSE(only_a["processes"][0].contains("not_profiled_reason"));
+  const nlohmann::json& pb =
+      j["processes"][0]["pid"] == 101 ? j["processes"][0] : j["processes"][1];
+  REQUIRE(pb["profiled"] == false);
+  REQUIRE(pb["not_profiled_reason"] == why);
+  REQUIRE(pb["notices"] == nlohmann::json::array({why}));
+  std::string summary = report::summary_text(j);
+  REQUIRE_THAT(summary, Catch::Contains("vramtrace: NOT PROFILED: pid 101 (test): " + why + "\n"
+                                        "vramtrace: WARNING: 1 of 2 process(es) not profiled: the "
+                                        "device memory they used is unknown and not in this "
+                                        "report\n"));
+  REQUIRE_THAT(summary, !Catch::Contains("no CUDA device memory was used"));
+
+  // As the candidate: exit 3, also with every device within budget; a regression stays 1.
+  report::CheckResult r = report::compare(only_a, j, report::Budgets{});
+  REQUIRE(r.not_profiled == std::vector<std::string>{"pid 101 (test): " + why});
+  REQUIRE_FALSE(r.regression());
+  REQUIRE(report::gate_exit_code(r) == report::kExitNotProfiled);
+  REQUIRE(report::gate_exit_code(report::compare(j, only_a, report::Budgets{})) == 0);
+  report::Budgets none;
+  none.max_increase = report::Budget{std::nullopt, 0};
+  nlohmann::json smaller = j;
+  smaller["devices"][0]["peak"]["bytes"] = 1024;
+  REQUIRE(report::gate_exit_code(report::compare(smaller, j, none)) == report::kExitRegression);
+  REQUIRE_THAT(report::check_text(r),
+               Catch::EndsWith("vramtrace check: candidate NOT PROFILED: pid 101 (test): " + why +
+                               "\nvramtrace check: FAILED: 1 process(es) of the candidate not "
+                               "profiled: their device memory is unknown\n"));
+  REQUIRE_THAT(report::diff_text(only_a, j, r),
+               Catch::EndsWith("out-of-memory events: 0 -> 0\nB NOT PROFILED (its device memory "
+                               "is unknown): pid 101 (test): " + why + "\n"));
+  // A report from before "profiled": a process with a notice was not profiled either.
+  nlohmann::json old = j;
+  for (auto& p : old["processes"]) {
+    p.erase("profiled");
+    p.erase("not_profiled_reason");
+  }
+  REQUIRE(report::unprofiled_processes(old) == r.not_profiled);
+  // As the baseline: bad input.
+  REQUIRE_THROWS_WITH(report::require_profiled_baseline(old, "b.json"),
+                      "baseline b.json: 1 process(es) not profiled, so its peaks are unknown (pid "
+                      "101 (test): " + why + "); record the baseline again where vramtrace can "
+                      "profile every process");
+  REQUIRE_NOTHROW(report::require_profiled_baseline(only_a, "a.json"));
+  // What unprofiled_processes() reads is checked by load_report.
+  const std::string head = R"({"schema":"vramtrace.report/1","devices":[],"leaks":[],"oom":[],
+      "processes":[{"devices":[],)";
+  const std::string bad = "malformed report (a process whose pid, exe, profiled, "
+                          "not_profiled_reason or notices are of the wrong type)";
+  REQUIRE_THAT(load_error(head + R"("profiled":"no"}]})"), Catch::Contains(bad));
+  REQUIRE_THAT(load_error(head + R"("profiled":false,"not_profiled_reason":5}]})"),
+               Catch::Contains(bad));
+  REQUIRE_THAT(load_error(head + R"("notices":[5]}]})"), Catch::Contains(bad));
+  REQUIRE_THAT(load_error(head + R"("notices":"x"}]})"), Catch::Contains(bad));
+  REQUIRE_THAT(load_error(head + R"("pid":-1,"notices":["x"]}]})"), Catch::Contains(bad));
+  REQUIRE(load_error(head + R"("pid":7,"exe":"/x","profiled":false}]})").empty());
+}
+
+TEST_CASE("the library's flush period and buffer size are capped, never wrapped around") {
+  // VRAMTRACE_FLUSH_MS=288230376151711744 (2^58) x 10^6 wrapped to a period of 0 ns: the writer
+  // thread woke without pause. VRAMTRACE_BUFFER_KB=18014398509481984 (2^54) x 1024 wrapped to 0
+  // bytes, then the 64 KiB floor.
+  using vramtrace::interpose::buffer_bytes;
+  using vramtrace::interpose::flush_interval_ns;
+  const uint64_t minute = 60'000'000'000ull, max_frame = 64ull << 20;
+  for (const char* huge : {"288230376151711744", "99999999999999", "18446744073709551615",
+                           "99999999999999999999", "60001", "60000"})
+    REQUIRE(flush_interval_ns(huge) == minute);
+  REQUIRE(flush_interval_ns("59999") == 59'999'000'000ull);
+  REQUIRE(flush_interval_ns("1") == 1'000'000ull);
+  // Not a positive decimal number: the default, 100 ms ("-5" was 2^64 - 5 to strtoull).
+  for (const char* bad : {static_cast<const char*>(nullptr), "", "0", "abc", "-5", "+5", " 5",
+                          "5ms", "0x10", "1e3"})
+    REQUIRE(flush_interval_ns(bad) == 100'000'000ull);
+  REQUIRE(buffer_bytes("18014398509481984", max_frame) == max_frame);
+  REQUIRE(buffer_bytes("99999999999999999999", max_frame) == max_frame);
+  REQUIRE(buffer_bytes("65537", max_frame) == max_frame);
+  REQUIRE(buffer_bytes("65536", max_frame) == max_frame);
+  REQUIRE(buffer_bytes("1000", max_frame) == 1000 * 1024);
+  REQUIRE(buffer_bytes("1", max_frame) == 64 * 1024);
+  REQUIRE(buffer_bytes("-5", max_frame) == 4096 * 1024);
+  REQUIRE(buffer_bytes("abc", max_frame) == 4096 * 1024);
 }

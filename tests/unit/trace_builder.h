@@ -167,6 +167,12 @@ class TraceBuilder {
     v(high);
     return *this;
   }
+  // The library gave up on this process (a Notice record has no time).
+  TraceBuilder& notice(const std::string& text) {
+    u8(RecordType::Notice);
+    s(text);
+    return *this;
+  }
   TraceBuilder& exit_clean() {
     at(RecordType::ProcessExit);
     v(count_ + 1);
