@@ -7,7 +7,8 @@
 # floor (the same callbacks, an empty callback) and, for the native loops, the library timing
 # its own callbacks, so that the cost splits into CUPTI's part and vramtrace's.
 #   scripts/bench-gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3; ONLY=words of
-#                                    workload names, VARIANTS=variants: subsets, comma-separated)
+#                                    workload names, VARIANTS=variants: subsets, comma-separated;
+#                                    PIN=CPU list: every run under taskset -c on those cores)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -20,4 +21,4 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
 "$OUT_DIR/bin/bench_native" clock
 python3 "$ROOT/scripts/bench_gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
-  --repeats "${REPEATS:-3}" --only "${ONLY:-}" --variants "${VARIANTS:-}"
+  --repeats "${REPEATS:-3}" --only "${ONLY:-}" --variants "${VARIANTS:-}" --pin "${PIN:-}"

@@ -6,6 +6,7 @@ and writes OUT/bench-gpu.md."""
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated words: run the workloads whose name has one")
     ap.add_argument("--variants", default="", help="comma-separated variants to run (default: all)")
+    ap.add_argument("--pin", default="", help="CPU list for taskset: every run on the same cores")
     a = ap.parse_args()
     vt = os.path.join(a.build, "bin", "vramtrace")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -85,6 +87,8 @@ def main():
                     e["CUDA_INJECTION64_PATH"] = floor_lib
                 if v.startswith("torch"):
                     c = c + ["--record-history"]
+                if a.pin and shutil.which("taskset"):
+                    c = ["taskset", "-c", a.pin] + c
                 res = run(c, e)
                 if res:
                     val = [x for k, x in res.items() if k.startswith("seconds_per") or k == "ns_per_op"][0]
@@ -96,7 +100,9 @@ def main():
                     if v == "vramtrace" and "steps" in res:
                         try:
                             with open(os.path.join(run_dir, "report.json")) as rf:
-                                count = json.load(rf)["devices"][0]["launches"]["count"]
+                                rep_json = json.load(rf)
+                            count = sum(d.get("launches", {}).get("count", 0)
+                                        for pr in rep_json["processes"] for d in pr["devices"])
                             launches_per_step = count / res["steps"]
                         except (OSError, KeyError, IndexError, ValueError):
                             pass
