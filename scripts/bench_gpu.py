@@ -63,6 +63,9 @@ def main():
         if is_torch:
             # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
             variants["vramtrace --torch=off"] = []
+            # Without vramtrace as the NVTX tool (libraries such as cuBLAS range their calls
+            # through NVTX when a tool is attached): what recording ranges costs.
+            variants["vramtrace no-nvtx"] = []
             variants["vramtrace --torch=stacks"] = []
             variants["torch _record_memory_history"] = []
         if a.variants:
@@ -83,6 +86,9 @@ def main():
                     c = [vt, "run", "-o", run_dir, "--lib", selftime_lib] + v.split()[2:] + ["--"] + c
                 elif v.startswith("vramtrace"):
                     c = [vt, "run", "-o", run_dir] + v.split()[1:] + ["--"] + c
+                if v == "vramtrace no-nvtx":
+                    c = [vt, "run", "-o", run_dir, "--"] + list(cmd)
+                    e["NVTX_INJECTION64_PATH"] = "/nonexistent/no-nvtx-tool.so"
                 if v == "cupti floor":
                     e["CUDA_INJECTION64_PATH"] = floor_lib
                 if v.startswith("torch"):
@@ -104,6 +110,11 @@ def main():
                             count = sum(d.get("launches", {}).get("count", 0)
                                         for pr in rep_json["processes"] for d in pr["devices"])
                             launches_per_step = count / res["steps"]
+                            for pr in rep_json["processes"]:
+                                ph = pr.get("phases", {})
+                                print(f"{name:55s}   NVTX ranges recorded: {ph.get('total', 0)}; by name: "
+                                      f"{[(x['name'], x['count']) for x in ph.get('by_name', [])[:6]]}; "
+                                      f"iterations: {pr.get('iterations')}", flush=True)
                         except (OSError, KeyError, IndexError, ValueError):
                             pass
         med = {v: statistics.median(x) if x else float("nan") for v, x in variants.items()}
