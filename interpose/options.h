@@ -1,4 +1,5 @@
-// The library's numeric options from the environment (VRAMTRACE_BUFFER_KB, VRAMTRACE_FLUSH_MS).
+// The library's numeric options from the environment (VRAMTRACE_BUFFER_KB, VRAMTRACE_FLUSH_MS,
+// VRAMTRACE_ASYNC_STACK_MIN_BYTES).
 //
 // The library cannot refuse a bad value (the target must run as it would without it), so a value
 // that is not a positive decimal number gives the default, and one past its cap gives the cap:
@@ -24,6 +25,15 @@ inline uint64_t scaled_option(const char* value, uint64_t fallback, uint64_t uni
   unsigned long long x = strtoull(value, &end, 10);  // a number too large: 2^64 - 1
   if (x == 0) return fallback;
   return x > cap / unit ? cap : x * unit;
+}
+
+// A byte count where 0 is a value (VRAMTRACE_ASYNC_STACK_MIN_BYTES=0: every stream-ordered
+// allocation gets a stack); not a decimal number gives `fallback` ("abc" was 0, "-1" 2^64 - 1).
+inline uint64_t byte_count_option(const char* value, uint64_t fallback) {
+  if (!value || !*value) return fallback;
+  for (const char* c = value; *c; ++c)
+    if (*c < '0' || *c > '9') return fallback;
+  return strtoull(value, nullptr, 10);  // too large: 2^64 - 1, no allocation is that large
 }
 
 inline uint64_t flush_interval_ns(const char* value) {

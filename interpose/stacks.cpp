@@ -37,6 +37,7 @@
 #include <atomic>
 
 #include "common/format.h"
+#include "interpose/options.h"
 #include "interpose/recorder.h"
 
 namespace vramtrace::interpose {
@@ -481,7 +482,7 @@ bool async_stack_wanted(uint64_t bytes, bool failed) {
 void stacks_init() {
   const char* mode = getenv("VRAMTRACE_STACKS");
   const char* min_async = getenv("VRAMTRACE_ASYNC_STACK_MIN_BYTES");
-  if (min_async && *min_async) g_async_min_bytes = strtoull(min_async, nullptr, 10);
+  g_async_min_bytes = byte_count_option(min_async, g_async_min_bytes);
   if (!mode || !*mode || strcmp(mode, "auto") == 0) {
     g_native = g_python = true;
   } else if (strcmp(mode, "all") == 0) {

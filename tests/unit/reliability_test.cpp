@@ -390,4 +390,13 @@ TEST_CASE("the library's flush period and buffer size are capped, never wrapped 
   REQUIRE(buffer_bytes("1", max_frame) == 64 * 1024);
   REQUIRE(buffer_bytes("-5", max_frame) == 4096 * 1024);
   REQUIRE(buffer_bytes("abc", max_frame) == 4096 * 1024);
+  // VRAMTRACE_ASYNC_STACK_MIN_BYTES: 0 is a value (a stack at every stream-ordered allocation);
+  // what is not a decimal number keeps the default (64 MiB), where "abc" was 0 and "-1" 2^64-1.
+  using vramtrace::interpose::byte_count_option;
+  const uint64_t def = 64ull << 20;
+  REQUIRE(byte_count_option("0", def) == 0);
+  REQUIRE(byte_count_option("8388608", def) == 8388608);
+  REQUIRE(byte_count_option("99999999999999999999", def) == UINT64_MAX);
+  for (const char* bad : {static_cast<const char*>(nullptr), "", "abc", "-1", "+5", "8M", "0x10"})
+    REQUIRE(byte_count_option(bad, def) == def);
 }
