@@ -100,8 +100,15 @@ report::Budgets budgets_of(const CheckOptions& o) {
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
 // the candidate has a process that was not profiled (report::gate_exit_code), 2 when a file
 // cannot be written.
-int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o) {
-  report::CheckResult r = report::compare(baseline, candidate, budgets_of(o));
+int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
+         const char* who) {
+  report::CheckResult r;
+  try {
+    r = report::compare(baseline, candidate, budgets_of(o));
+  } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
+    std::cerr << who << ": " << e.what() << "\n";
+    return 2;
+  }
   std::cout << report::check_text(r) << std::flush;
   if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r))) return 2;
   if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r))) return 2;
@@ -114,7 +121,7 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     nlohmann::json base = report::load_report(o.baseline, "baseline");
     report::require_profiled_baseline(base, o.baseline);
     nlohmann::json cand = report::load_report(candidate, "candidate");
-    return gate(base, cand, o);
+    return gate(base, cand, o, "vramtrace check");
   } catch (const report::CheckError& e) {
     std::cerr << "vramtrace check: " << e.what() << "\n";
     return 2;
@@ -280,7 +287,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
   nlohmann::json report_json;
   write_reports(traces, out_dir, info, &report_json, no_progress);
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!check.baseline.empty() && command_ok) return gate(baseline, report_json, check);
+  if (!check.baseline.empty() && command_ok) return gate(baseline, report_json, check, "vramtrace run");
 
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);

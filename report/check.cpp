@@ -438,6 +438,20 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   std::set<uint32_t> indices;
   for (auto& [i, d] : bdev) indices.insert(i);
   for (auto& [i, d] : cdev) indices.insert(i);
+  // A device that --device or a per-device budget names but neither run has would be checked
+  // by nothing and pass: a typo in a CI job must fail instead.
+  auto require_device = [&](uint32_t device, const std::string& what) {
+    if (indices.count(device)) return;
+    std::string have;
+    for (uint32_t i : indices) have += (have.empty() ? "" : ", ") + std::to_string(i);
+    throw CheckError(what + " names device " + std::to_string(device) +
+                     ", which neither report has (" +
+                     (have.empty() ? std::string("no devices") : "devices: " + have) + ")");
+  };
+  if (budgets.only_device) require_device(*budgets.only_device, "--device");
+  for (const auto& [device, budget] : budgets.max_increase_by_device)
+    require_device(device, "--max-increase");
+  for (const auto& [device, cap] : budgets.max_peak_by_device) require_device(device, "--max-peak");
   for (uint32_t i : indices) {
     if (budgets.only_device && *budgets.only_device != i) continue;
     const json* b = bdev.count(i) ? bdev[i] : nullptr;

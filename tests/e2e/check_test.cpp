@@ -121,6 +121,11 @@ TEST_CASE("a device present on one side only") {
   REQUIRE(contains(added.out, "new in the candidate: no baseline for it"));
   REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --max-peak 1:64MiB")).code() == 0);
   REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --device 0")).code() == 0);
+  // A device neither run has: an error, not a pass that checked nothing.
+  Result typo = sh(check(r.dir + "/two.json --baseline " + r.base + " --device 7"));
+  REQUIRE(typo.code() == 2);
+  REQUIRE(contains(typo.out, "vramtrace check: --device names device 7, which neither report "
+                             "has (devices: 0, 1)"));
   // Gone from the candidate: noted, not a regression.
   Result gone = sh(check(r.base + " --baseline " + r.dir + "/two.json"));
   INFO(gone.out);

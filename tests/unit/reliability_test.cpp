@@ -67,6 +67,34 @@ TEST_CASE("a budget too large to add saturates instead of wrapping into a regres
   REQUIRE(report::compare(r, r, b).rows[0].allowed_peak == UINT64_MAX);
 }
 
+TEST_CASE("check: a device named by --device or a budget that neither report has is an error") {
+  nlohmann::json r = {
+      {"schema", report::kSchema},
+      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", 100}}}},
+                   {{"index", 2}, {"name", "y"}, {"peak", {{"bytes", 100}}}}}},
+      {"processes", nlohmann::json::array()},
+      {"leaks", nlohmann::json::array()},
+      {"oom", nlohmann::json::array()}};
+  report::Budgets b;
+  b.only_device = 1;  // a typo for 0 or 2: it checked nothing and passed
+  REQUIRE_THROWS_WITH(report::compare(r, r, b),
+                      "--device names device 1, which neither report has (devices: 0, 2)");
+  b.only_device = 2;
+  REQUIRE(report::compare(r, r, b).rows.size() == 1);
+  report::Budgets inc;
+  report::add_increase_option(inc, "3:10%");
+  REQUIRE_THROWS_WITH(report::compare(r, r, inc),
+                      "--max-increase names device 3, which neither report has (devices: 0, 2)");
+  report::Budgets cap;
+  report::add_peak_option(cap, "1:1GiB");
+  REQUIRE_THROWS_WITH(report::compare(r, r, cap),
+                      "--max-peak names device 1, which neither report has (devices: 0, 2)");
+  nlohmann::json none = r;
+  none["devices"] = nlohmann::json::array();
+  REQUIRE_THROWS_WITH(report::compare(none, none, b),
+                      "--device names device 2, which neither report has (no devices)");
+}
+
 namespace {
 std::string write_temp(const std::string& text) {
   char path[] = "/tmp/vt-unit-report-XXXXXX";
