@@ -769,6 +769,13 @@ void Timeline::add(uint64_t t, uint64_t bytes) {
     origin_ = t;
     started_ = true;
   }
+  // Most events fall in the last bucket: no division for them (the same bucket as below).
+  if (!points_.empty() && t >= points_.back().time_ns && t - points_.back().time_ns < width_) {
+    Point& p = points_.back();
+    p.max_bytes = std::max(p.max_bytes, bytes);
+    p.last_bytes = bytes;
+    return;
+  }
   uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
   if (!points_.empty() && points_.back().time_ns == start) {
     Point& p = points_.back();
