@@ -111,9 +111,7 @@ int main(int argc, char** argv) {
   for (uint32_t k = 1; k <= 8; ++k) {
     std::string name = "_Z6kernelILi" + std::to_string(k) + "EEvPf";
     p = w.room(16 + name.size());
-    p = put_u8(p, static_cast<uint8_t>(RecordType::String));
-    p = put_varint(p, k);
-    p = put_bytes(p, name.data(), name.size());
+    p = put_string_record(p, k, name.data(), name.size());
     w.done(p);
   }
   auto alloc = [&](uint64_t addr, uint64_t bytes, Api api) {

@@ -224,6 +224,12 @@ inline uint8_t* put_bytes(uint8_t* p, const void* data, size_t n) {
   return p + n;
 }
 
+// A String record: an id and its text (kernel, range and pool names share the ids). No time.
+inline uint8_t* put_string_record(uint8_t* p, uint64_t id, const char* text, size_t n) {
+  p = put_record(p, RecordType::String, {id});
+  return put_bytes(p, text, n);
+}
+
 // ---- decoding (collector: every read is bounds-checked) --------------------------------------
 
 class ByteReader {

@@ -54,9 +54,7 @@ uint8_t* intern(uint8_t* p, const char* name, size_t n, uint32_t* id, uint32_t* 
     }
   }
   if (*id == 0) *id = allocate_string_id();  // table full: send the name again, fresh id
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::String));
-  p = format::put_varint(p, *id);
-  p = format::put_bytes(p, name, n);
+  p = format::put_string_record(p, *id, name, n);
   ++*records;
   return p;
 }

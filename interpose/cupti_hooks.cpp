@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -228,6 +227,7 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
   uint32_t id = 0;
   uint32_t records = 1;
   if (name) {
+    bool fresh = false;  // a name not sent before (or the table is full): its String goes first
     uint32_t h = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(name) >> 4) * 2654435761u);
     for (uint32_t i = 0; i < kNameSlots; ++i) {
       NameSlot& s = g_names[(h + i) % kNameSlots];
@@ -238,18 +238,16 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
       if (s.key == nullptr) {
         s.key = name;
         s.id = id = g_next_name_id++;
-        p = format::put_u8(p, static_cast<uint8_t>(RecordType::String));
-        p = format::put_varint(p, id);
-        p = format::put_bytes(p, name, name_len);
-        ++records;
+        fresh = true;
         break;
       }
     }
     if (id == 0) {  // table full: send the name again under a fresh id
       id = g_next_name_id++;
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::String));
-      p = format::put_varint(p, id);
-      p = format::put_bytes(p, name, name_len);
+      fresh = true;
+    }
+    if (fresh) {
+      p = format::put_string_record(p, id, name, name_len);
       ++records;
     }
   }
@@ -323,11 +321,7 @@ void record_pool(int device, CUmemoryPool pool) {
       break;
     }
   }
-  // The coarse clock (a few ns, ticks of 1 to 4 ms) is enough to space the queries.
-  timespec coarse;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &coarse);
-  const uint64_t now = static_cast<uint64_t>(coarse.tv_sec) * 1'000'000'000ull +
-                       static_cast<uint64_t>(coarse.tv_nsec);
+  const uint64_t now = coarse_now_ns();  // enough to space the queries
   if (slot && slot->reserved.load() != UINT64_MAX) {
     bool due = now - slot->last_query_ns.load() >= kPoolQueryIntervalNs ||
                (slot->calls.fetch_add(1) & 255) == 255;

@@ -16,13 +16,18 @@ namespace vramtrace::interpose {
 // quarter full, whatever the period).
 inline constexpr uint64_t kMaxFlushMs = 60'000;
 
+// Decimal digits only, at least one: strtoull alone would take "-5" as 2^64 - 5 and "abc" as 0.
+inline bool is_decimal(const char* value) {
+  if (!value || !*value) return false;
+  for (const char* c = value; *c; ++c)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
 // `value` x `unit`, at most `cap`; `fallback` when `value` is absent, 0, signed or not a number.
 inline uint64_t scaled_option(const char* value, uint64_t fallback, uint64_t unit, uint64_t cap) {
-  if (!value || !*value) return fallback;
-  for (const char* c = value; *c; ++c)
-    if (*c < '0' || *c > '9') return fallback;  // strtoull would take "-5" as 2^64 - 5
-  char* end = nullptr;
-  unsigned long long x = strtoull(value, &end, 10);  // a number too large: 2^64 - 1
+  if (!is_decimal(value)) return fallback;
+  unsigned long long x = strtoull(value, nullptr, 10);  // a number too large: 2^64 - 1
   if (x == 0) return fallback;
   return x > cap / unit ? cap : x * unit;
 }
@@ -30,9 +35,7 @@ inline uint64_t scaled_option(const char* value, uint64_t fallback, uint64_t uni
 // A byte count where 0 is a value (VRAMTRACE_ASYNC_STACK_MIN_BYTES=0: every stream-ordered
 // allocation gets a stack); not a decimal number gives `fallback` ("abc" was 0, "-1" 2^64 - 1).
 inline uint64_t byte_count_option(const char* value, uint64_t fallback) {
-  if (!value || !*value) return fallback;
-  for (const char* c = value; *c; ++c)
-    if (*c < '0' || *c > '9') return fallback;
+  if (!is_decimal(value)) return fallback;
   return strtoull(value, nullptr, 10);  // too large: 2^64 - 1, no allocation is that large
 }
 

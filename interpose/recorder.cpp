@@ -252,11 +252,14 @@ void discard_output(State& s, const char* created) {
 ReentryGuard::ReentryGuard() : entered_first(t_depth++ == 0) {}
 ReentryGuard::~ReentryGuard() { --t_depth; }
 
-uint64_t now_ns() {
+static inline uint64_t clock_ns(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+uint64_t coarse_now_ns() { return clock_ns(CLOCK_MONOTONIC_COARSE); }
 
 uint32_t thread_id() {
   if (t_tid == 0) t_tid = static_cast<uint32_t>(syscall(SYS_gettid));

@@ -13,19 +13,12 @@ import tempfile
 import time
 import tty
 
-BUILD = os.path.abspath(sys.argv[1])
-VRAMTRACE = os.path.join(BUILD, "bin", "vramtrace")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reliability"))
+from vtrel import BUILD, VRAMTRACE, check, finish  # noqa: E402  (the reliability tests' helpers)
+
 SYNTH = os.path.join(BUILD, "bin", "vt_synth_trace")
 BASIC = os.path.join(BUILD, "tests", "programs", "basic")
 BAR = re.compile(rb"\rvramtrace: reading traces [^\r]*")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what, flush=True)
-    return cond
 
 
 def env(**extra):
@@ -161,10 +154,7 @@ def main():
               "run, not a terminal: no bar")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        print("progress_test: %d failure(s)" % len(failures))
-        sys.exit(1)
-    print("progress_test: all checks passed")
+    finish("progress_test")
 
 
 if __name__ == "__main__":
