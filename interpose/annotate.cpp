@@ -145,7 +145,7 @@ extern "C" __attribute__((visibility("default"))) unsigned long long vramtrace_v
   if (!guard.entered_first) return id;
   if (!name) name = "";
   size_t n = strnlen(name, kMaxRangeName);
-  RecordSlot slot(2 * vramtrace::format::kMaxFixedRecordBytes + n, Timing::Untimed);
+  RecordSlot slot(2 * vramtrace::format::kMaxFixedRecordBytes + n);
   if (!slot.ok()) return id;
   uint8_t* p = slot.begin();
   uint32_t name_id = 0, records = 1;

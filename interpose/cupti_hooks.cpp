@@ -639,7 +639,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 
 void record_notice(const char* text) {
   size_t n = strnlen(text, 1024);
-  RecordSlot slot(16 + n, Timing::Untimed);
+  RecordSlot slot(16 + n);
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
   p = format::put_u8(p, static_cast<uint8_t>(RecordType::Notice));

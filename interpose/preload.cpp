@@ -62,7 +62,7 @@ void record_process() {
   uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull +
                       static_cast<uint64_t>(rt.tv_nsec);
   size_t host_len = strnlen(host, sizeof host);
-  RecordSlot slot(8 * 10 + cmd_len + static_cast<size_t>(exe_len) + host_len + r, Timing::Untimed);
+  RecordSlot slot(8 * 10 + cmd_len + static_cast<size_t>(exe_len) + host_len + r);
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
   p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Process));

@@ -354,7 +354,7 @@ bool recorder_start() {
   return true;
 }
 
-RecordSlot::RecordSlot(size_t max_bytes, Timing timing) : timed_(timing == Timing::Timed) {
+RecordSlot::RecordSlot(size_t max_bytes) {
   State& s = state();
   int phase = s.phase.load(std::memory_order_acquire);
   if (phase != kRunning && phase != kFinished) return;

@@ -33,23 +33,25 @@ uint32_t thread_id();
 bool recorder_start();
 bool recorder_running();
 
-// Whether the records of a slot carry a time. The reader's clock moves only with the deltas it
-// reads, so a slot whose records carry none (Process, Module, Notice, UserPool) must not move
-// the writer's clock either, or every later delta in the frame would be short by its age.
-enum class Timing { Timed, Untimed };
-
-// Append records. `max_bytes` bounds what is written at begin(); a timed slot's first timed
-// record puts delta_ns() first. ok() is false when the records were dropped.
+// Append records. `max_bytes` bounds what is written at begin(); a timed record puts delta_ns()
+// first. ok() is false when the records were dropped.
 class RecordSlot {
  public:
-  explicit RecordSlot(size_t max_bytes, Timing timing = Timing::Timed);  // takes the lock
+  explicit RecordSlot(size_t max_bytes);  // takes the lock and reserves room
   ~RecordSlot();                          // commits and releases the lock
   RecordSlot(const RecordSlot&) = delete;
   RecordSlot& operator=(const RecordSlot&) = delete;
 
   bool ok() const { return p_ != nullptr; }
   uint8_t* begin() const { return p_; }
-  uint64_t delta_ns() const { return delta_; }
+  // The time since the frame's previous timed record. Reading it marks the slot timed: only then
+  // does the slot move the frame's clock. The reader's clock moves only with the deltas it reads,
+  // so a slot whose records carry no time (Process, Module, Notice, UserPool) must not move the
+  // writer's either, or every later delta in the frame would be short by its age.
+  uint64_t delta_ns() {
+    timed_ = true;
+    return delta_;
+  }
   // `records`: how many records were written (a String record may precede a Launch).
   void commit(uint8_t* end, uint32_t records = 1) {
     end_ = end;
@@ -58,7 +60,7 @@ class RecordSlot {
 
  private:
   bool locked_ = false;
-  bool timed_ = true;
+  bool timed_ = false;  // delta_ns() was read
   uint8_t* p_ = nullptr;
   uint8_t* end_ = nullptr;
   uint32_t records_ = 1;

@@ -185,7 +185,7 @@ int write_module(dl_phdr_info* info, size_t, void*) {
   const uint8_t* id = nullptr;
   size_t id_len = build_id(info, &id);
   if (id_len > 64) id_len = 0;
-  RecordSlot slot(1 + 4 * 10 + 10 + path_len + 10 + id_len, Timing::Untimed);
+  RecordSlot slot(1 + 4 * 10 + 10 + path_len + 10 + id_len);
   if (!slot.ok()) return 0;
   uint8_t* p = slot.begin();
   p = format::put_u8(p, static_cast<uint8_t>(RecordType::Module));
