@@ -68,6 +68,8 @@ def main():
             variants["vramtrace no-nvtx"] = []
             variants["vramtrace --torch=stacks"] = []
             variants["torch _record_memory_history"] = []
+            # The default, timing its own driver callbacks: our part of the step, per callback id.
+            variants["vramtrace selftime"] = []
         if a.variants:
             keep = set(a.variants.split(","))
             variants = {k: v for k, v in variants.items() if k == "none" or k in keep}
@@ -75,7 +77,9 @@ def main():
             variants.pop("cupti floor", None)
         if not os.path.exists(selftime_lib):
             variants.pop("vramtrace selftime --stacks=none", None)
+            variants.pop("vramtrace selftime", None)
         selftime = {}
+        steps = None
         launches_per_step = None
         for rep in range(a.repeats):
             for v in variants:
@@ -98,11 +102,15 @@ def main():
                 res = run(c, e)
                 if res:
                     val = [x for k, x in res.items() if k.startswith("seconds_per") or k == "ns_per_op"][0]
+                    steps = res.get("steps", steps)
                     variants[v].append(val * (1e9 if "ns_per_op" not in res else 1))
+                    # Each run as it ends, so that a call cut off by its time limit keeps them.
+                    print(f"{name:55s}   run {rep + 1}/{a.repeats} {v:34s} {variants[v][-1]:14.1f} ns", flush=True)
                     for line in res.get("_stderr", "").splitlines():
                         if line.startswith("vramtrace-selftime"):
                             f = dict(kv.split("=") for kv in line.split()[1:])
-                            selftime.setdefault((f["cbid"], f["site"]), []).append(float(f["ns_per_call"]))
+                            selftime.setdefault((f["cbid"], f["site"]), []).append(
+                                (float(f["ns_per_call"]), int(f.get("calls", 0))))
                     if v == "vramtrace" and "steps" in res:
                         try:
                             with open(os.path.join(run_dir, "report.json")) as rf:
@@ -126,8 +134,19 @@ def main():
             pr = statistics.median(paired) if paired else float("nan")
             rows.append((name, v, m, m / base if base else float("nan"), m - base, pr, variants[v]))
             print(f"{name:55s} {v:34s} {m:14.1f} ns  x{m / base:.4f}  (+{m - base:.1f} ns)  paired x{pr:.4f}  runs={[round(x, 1) for x in variants[v]]}", flush=True)
+        per_step_total = 0.0
         for (cbid, site), xs in sorted(selftime.items()):
-            print(f"{name:55s}   selftime cbid={cbid} {site:5s} median {statistics.median(xs):8.1f} ns per call  runs={xs}", flush=True)
+            ns = [x for x, _ in xs]
+            calls = statistics.median([c for _, c in xs])
+            line = f"{name:55s}   selftime cbid={cbid} {site:5s} median {statistics.median(ns):8.1f} ns per call, {calls:.0f} calls"
+            if steps:
+                # Our time in this callback per step of the workload (the warm-up included in steps).
+                per_step = statistics.median(ns) * calls / steps
+                per_step_total += per_step
+                line += f", {per_step / 1000:.1f} us per step"
+            print(f"{line}  runs={[round(x, 1) for x in ns]}", flush=True)
+        if steps and selftime:
+            print(f"{name:55s}   selftime: our driver callbacks take {per_step_total / 1000:.1f} us per step", flush=True)
         if launches_per_step:
             print(f"{name:55s}   launches per step (vramtrace's count / steps run): {launches_per_step:.1f}", flush=True)
     with open(os.path.join(a.out, "bench-gpu.md"), "w") as f:
