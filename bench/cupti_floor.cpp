@@ -3,6 +3,8 @@
 // callback that does nothing. A program run with it pays what CUPTI's dispatch costs and
 // nothing of vramtrace's own work, so (vramtrace - floor) is what vramtrace itself adds.
 //   CUDA_INJECTION64_PATH=build/lib/libvt_cupti_floor.so PROGRAM
+// vt_cupti_floor_enable(0 or 1), found with dlopen/dlsym (ctypes), turns the driver callbacks
+// off and on inside the process, for the in-process comparison of bench_torch.py launch_bound_ab.
 #include <cupti.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,6 +12,11 @@
 #include "interpose/driver_callbacks.h"
 
 namespace {
+
+using Enable = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                               CUpti_CallbackId);
+CUpti_SubscriberHandle g_subscriber = nullptr;
+Enable g_enable = nullptr;
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 
@@ -23,11 +30,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     return 1;
   }
   using Subscribe = CUptiResult (*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
-  using Enable = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
-                                 CUpti_CallbackId);
   auto subscribe = reinterpret_cast<Subscribe>(dlsym(lib, "cuptiSubscribe"));
-  auto enable = reinterpret_cast<Enable>(dlsym(lib, "cuptiEnableCallback"));
-  CUpti_SubscriberHandle subscriber = nullptr;
+  auto enable = g_enable = reinterpret_cast<Enable>(dlsym(lib, "cuptiEnableCallback"));
+  CUpti_SubscriberHandle& subscriber = g_subscriber;
   if (!subscribe || !enable || subscribe(&subscriber, on_callback, nullptr) != CUPTI_SUCCESS) {
     fprintf(stderr, "cupti_floor: cannot subscribe to CUPTI\n");
     return 1;
@@ -37,4 +42,12 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
   return 1;
+}
+
+extern "C" __attribute__((visibility("default"))) int vt_cupti_floor_enable(int on) {
+  if (!g_subscriber || !g_enable) return 0;
+  int done = 0;
+  for (CUpti_CallbackId id : vramtrace::interpose::kDriverCallbacks)
+    done += g_enable(on ? 1 : 0, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
+  return done;
 }

@@ -1,14 +1,22 @@
 """GPU workloads for scripts/bench-gpu.sh. Prints one JSON line: the median time of a step.
 
-  bench_torch.py gpu_bound|launch_bound|alloc_bound [--record-history]
+  bench_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_bound [--record-history]
 
 gpu_bound:    an 8-layer transformer encoder, 1024 wide, training steps (GPU-bound).
 launch_bound: 100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 1,000 kernel
               launches a step (launch-bound).
 alloc_bound:  torch.empty(1 MiB) and its free, 20,000 times a step, meant to run with
               PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cuMemAllocAsync).
+launch_bound_ab: the launch-bound step, in blocks of steps with something switched on and off
+              inside the one process (scripts/bench_gpu_ab.py): VT_AB=history switches
+              PyTorch's allocator trace as vramtrace's --torch=auto sets it; VT_AB_LIB=PATH and
+              VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
+              vramtrace's benchmark build). Prints the median step on and off, and the median
+              of the ratios of adjacent blocks.
 --record-history turns on torch.cuda.memory._record_memory_history (PyTorch's own peer tool).
 """
+import ctypes
+import os
 import json
 import statistics
 import sys
@@ -29,6 +37,53 @@ def timed(step, warmup, reps):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def switch():
+    """The thing launch_bound_ab turns on and off, as a function of one bool."""
+    if os.environ.get("VT_AB") == "null":
+        return lambda on: None  # the method's own spread: both blocks run the same
+    if os.environ.get("VT_AB") == "history":
+        def history(on):
+            if on:
+                torch.cuda.memory._record_memory_history(
+                    enabled="all", context=None, stacks="python", max_entries=1000000)
+            else:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        return history
+    fn = getattr(ctypes.CDLL(os.environ["VT_AB_LIB"]), os.environ["VT_AB_SYMBOL"])
+    fn.argtypes = [ctypes.c_int]
+
+    def lib(on):
+        if fn(1 if on else 0) <= 0:
+            raise SystemExit(f"{os.environ['VT_AB_SYMBOL']}: no callback switched")
+    return lib
+
+
+def ab_blocks(step, turn, pairs, steps_per_block):
+    """Median step time with `turn(True)` and with `turn(False)`, in adjacent blocks whose order
+    alternates (on-off, off-on, ...), so that drift during the run falls on both."""
+    def block():
+        step()  # one step after the switch, not timed
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(steps_per_block):
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+    on, off, ratios = [], [], []
+    for i in range(pairs):
+        got = {}
+        for state in ((True, False) if i % 2 == 0 else (False, True)):
+            turn(state)
+            got[state] = block()
+        on.append(got[True])
+        off.append(got[False])
+        ratios.append(got[True] / got[False])
+    turn(True)
+    return statistics.median(on), statistics.median(off), statistics.median(ratios)
 
 
 def main():
@@ -62,6 +117,28 @@ def main():
         sec = timed(step, 50, 400)
         per = "step"
         steps = 450  # with the warm-up: what the launch count of the whole run is divided by
+    elif mode == "launch_bound_ab":
+        model = nn.Sequential(*[m for _ in range(100) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+        x = torch.randn(8, 64, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+            opt.step()
+        turn = switch()
+        for _ in range(50):
+            step()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+        for _ in range(10):
+            step()
+        allocs = (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / 10
+        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")), 10)
+        print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
+                          "seconds_per_step_on": on, "seconds_per_step_off": off,
+                          "paired_ratio": ratio, "allocations_per_step": allocs}))
+        return
     elif mode == "alloc_bound":
         def step():
             for _ in range(20000):
