@@ -9,11 +9,12 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
              with libvramtrace_selftime.so, whose callbacks can be switched; its timer, about
              35 ns a callback, is included)
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
+  history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
 
 and prints the median step with it on and off, the median paired ratio (adjacent blocks of one
 process, then the median over processes) and the cost per launch, from LAUNCHES per step.
 Needs `cmake --build build --target vt_bench_libs`.
-  scripts/bench_gpu_ab.py --build build [--repeats 3] [--pin 4-11] [--only floor,vramtrace]"""
+  scripts/bench_gpu_ab.py --build build [--repeats 3] [--pin 4-11] [--only null,floor,vramtrace,history,...]"""
 import argparse
 import json
 import os
@@ -47,6 +48,9 @@ def main():
         "vramtrace": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] + bench,
                       {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_callbacks"}),
         "history": (bench, {"VT_AB": "history"}),
+        # Cheaper settings the default could take, if they keep what the report needs:
+        "history-20k": (bench, {"VT_AB": "history", "VT_AB_MAX_ENTRIES": "20000"}),
+        "history-state": (bench, {"VT_AB": "history", "VT_AB_ENABLED": "state"}),
     }
     if a.only:
         cases = {k: v for k, v in cases.items() if k in a.only.split(",")}

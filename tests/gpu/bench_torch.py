@@ -9,7 +9,8 @@ alloc_bound:  torch.empty(1 MiB) and its free, 20,000 times a step, meant to run
               PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cuMemAllocAsync).
 launch_bound_ab: the launch-bound step, in blocks of steps with something switched on and off
               inside the one process (scripts/bench_gpu_ab.py): VT_AB=history switches
-              PyTorch's allocator trace as vramtrace's --torch=auto sets it; VT_AB_LIB=PATH and
+              PyTorch's allocator trace as vramtrace's --torch=auto sets it (VT_AB_ENABLED,
+              VT_AB_MAX_ENTRIES change its settings); VT_AB_LIB=PATH and
               VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
               vramtrace's benchmark build). Prints the median step on and off, and the median
               of the ratios of adjacent blocks.
@@ -44,10 +45,14 @@ def switch():
     if os.environ.get("VT_AB") == "null":
         return lambda on: None  # the method's own spread: both blocks run the same
     if os.environ.get("VT_AB") == "history":
+        # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
+        enabled = os.environ.get("VT_AB_ENABLED", "all")
+        max_entries = int(os.environ.get("VT_AB_MAX_ENTRIES", "1000000"))
+
         def history(on):
             if on:
                 torch.cuda.memory._record_memory_history(
-                    enabled="all", context=None, stacks="python", max_entries=1000000)
+                    enabled=enabled, context=None, stacks="python", max_entries=max_entries)
             else:
                 torch.cuda.memory._record_memory_history(enabled=None)
         return history
