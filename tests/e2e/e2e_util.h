@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 
 inline constexpr uint64_t MiB = 1 << 20;
@@ -52,10 +53,18 @@ inline Result sh(const std::string& cmd) {
   return r;
 }
 
+// The temporary directories made during the current test case; main.cpp's listener removes
+// them when the case passes and names them when it fails (VT_KEEP_TEMP=1 keeps them all).
+inline std::vector<std::string>& temp_dirs_of_case() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
 inline std::string temp_dir() {
   namespace fs = std::filesystem;
   std::string t = (fs::temp_directory_path() / "vt-e2e-XXXXXX").string();
   REQUIRE(mkdtemp(t.data()) != nullptr);
+  temp_dirs_of_case().push_back(t);
   return t;
 }
 

@@ -23,8 +23,10 @@ const check = (what, ok, detail = "") => {
   if (!ok) failures++;
 };
 
+const temps = [];  // removed at the end when every check passed
 function profile(name, argv, env = {}) {
   const out = mkdtempSync(join(tmpdir(), `vt-html-${name}-`));
+  temps.push(out);
   try {
     execFileSync(join(build, "bin/vramtrace"), ["run", "-o", out, "--", ...argv], {
       env: { ...process.env, LD_LIBRARY_PATH: join(build, "standin"), ...env }, stdio: "pipe" });
@@ -162,6 +164,22 @@ const chain = profile("stacks", [join(build, "tests/programs/callchain")]);
   await page.close();
 }
 
+// 6. A process vramtrace could not profile (CUPTI held by another tool): the page says so in a
+// banner, with the reason, instead of showing an empty device as if nothing was used.
+const unprof = profile("unprofiled", [join(build, "tests/programs/basic")],
+                       { VRAMTRACE_STANDIN_CUPTI_BUSY: "nsys<b>" });
+{
+  const { page, errors } = await open(unprof, "light");
+  const banners = await page.locator(".banner.bad").allTextContents();
+  check("not-profiled banner with the reason", banners.length === 1 &&
+        /^Process \d+ \(basic\) was not profiled: CUPTI is already held by another tool \(nsys<b>\); this process runs without memory profiling\. The device memory it used is unknown and not in this report\.$/.test(banners[0]),
+        banners.join(" | "));
+  check("the holder's name rendered as text", (await page.locator("main b").count()) === 0);
+  check("no console errors (unprofiled)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 await browser.close();
+if (!failures) for (const dir of temps) rmSync(dir, { recursive: true, force: true });
 console.log(failures ? `${failures} failed` : "all passed");
 process.exit(failures ? 1 : 0);

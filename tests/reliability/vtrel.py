@@ -3,6 +3,7 @@ environment that runs a stand-in CUDA program under vramtrace, reading the progr
 the churn program, and the figures of a report.json that the tests compare."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -29,8 +30,11 @@ def check(cond, what):
 
 def finish(name):
     if failures:
-        print("%s: %d failure(s)" % (name, len(failures)))
+        print("%s: %d failure(s); kept for a look: %s" % (name, len(failures), " ".join(_temps)))
         sys.exit(1)
+    if os.environ.get("VT_KEEP_TEMP") != "1":
+        for d in _temps:
+            shutil.rmtree(d, ignore_errors=True)
     print("%s: all checks passed" % name)
 
 
@@ -52,8 +56,13 @@ def preload_env(**extra):
                TSAN_OPTIONS="handle_segv=0", **extra)
 
 
+_temps = []  # removed by finish() when every check passed
+
+
 def temp_dir(prefix):
-    return tempfile.mkdtemp(prefix=prefix)
+    d = tempfile.mkdtemp(prefix=prefix)
+    _temps.append(d)
+    return d
 
 
 def progress(path):
