@@ -220,8 +220,9 @@ void record_failed(Api api, int device, uint64_t bytes, CUresult result,
 }
 
 void record_launch(Api api, int device, CUstream stream, const char* name) {
-  size_t name_len = name ? strnlen(name, kMaxNameBytes) : 0;
-  RecordSlot slot(2 * format::kMaxFixedRecordBytes + name_len);
+  // Room for a name of the longest kind: its length is measured only when it is sent, since a
+  // known kernel is found by its pointer alone and its (often long, cold) text is not touched.
+  RecordSlot slot(2 * format::kMaxFixedRecordBytes + (name ? kMaxNameBytes : 0));
   if (!slot.ok()) return;
   uint8_t* p = slot.begin();
   uint32_t id = 0;
@@ -247,7 +248,7 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
       fresh = true;
     }
     if (fresh) {
-      p = format::put_string_record(p, id, name, name_len);
+      p = format::put_string_record(p, id, name, strnlen(name, kMaxNameBytes));
       ++records;
     }
   }
