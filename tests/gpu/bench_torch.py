@@ -40,6 +40,19 @@ def timed(step, warmup, reps):
     return statistics.median(times)
 
 
+def launch_bound_step(dev):
+    """100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 800 launches a step."""
+    model = nn.Sequential(*[m for _ in range(100) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(8, 64, device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+    return step
+
+
 def switch():
     """The thing launch_bound_ab turns on and off, as a function of one bool."""
     if os.environ.get("VT_AB") == "null":
@@ -111,26 +124,12 @@ def main():
         sec = timed(step, 5, 30)
         per = "step"
     elif mode == "launch_bound":
-        model = nn.Sequential(*[m for _ in range(100) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
-        x = torch.randn(8, 64, device=dev)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            model(x).sum().backward()
-            opt.step()
+        step = launch_bound_step(dev)
         sec = timed(step, 50, 400)
         per = "step"
         steps = 450  # with the warm-up: what the launch count of the whole run is divided by
     elif mode == "launch_bound_ab":
-        model = nn.Sequential(*[m for _ in range(100) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
-        x = torch.randn(8, 64, device=dev)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            model(x).sum().backward()
-            opt.step()
+        step = launch_bound_step(dev)
         turn = switch()
         for _ in range(50):
             step()
