@@ -144,7 +144,7 @@ class Builder {
         DeviceModel& d = device(e.device);
         ++d.launches;
         uint32_t id = static_cast<uint32_t>(e.a);
-        ++d.launches_by_kernel[id];
+        d.launches_by_kernel.add(id);
         d.launch_timeline.add(e.time_ns, d.launches);
         d.last_kernel = id;
         ++p_.host_apis[idx(e.api)].calls;
@@ -756,6 +756,31 @@ bool held_by_pool(const ProcessModel& p, const Allocation& a) {
   return false;
 }
 
+void LaunchCounts::add_new(uint32_t id) {
+  if (id >= kDenseIds) {
+    if (sparse_[id]++ == 0) ++distinct_;
+    return;
+  }
+  dense_.resize(id + 1);
+  dense_[id] = 1;
+  ++distinct_;
+}
+
+uint64_t LaunchCounts::of(uint32_t id) const {
+  if (id < dense_.size()) return dense_[id];
+  auto it = sparse_.find(id);
+  return it == sparse_.end() ? 0 : it->second;
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> LaunchCounts::all() const {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  out.reserve(distinct_);
+  for (uint32_t id = 0; id < dense_.size(); ++id)
+    if (dense_[id]) out.emplace_back(id, dense_[id]);
+  out.insert(out.end(), sparse_.begin(), sparse_.end());
+  return out;
+}
+
 const std::string& ProcessModel::kernel_name(uint32_t id) const {
   static const std::string graph = "(graph launch)";
   static const std::string none;
@@ -764,17 +789,10 @@ const std::string& ProcessModel::kernel_name(uint32_t id) const {
   return it == kernel_names.end() ? none : it->second;
 }
 
-void Timeline::add(uint64_t t, uint64_t bytes) {
+void Timeline::add_bucket(uint64_t t, uint64_t bytes) {
   if (!started_) {
     origin_ = t;
     started_ = true;
-  }
-  // Most events fall in the last bucket: no division for them (the same bucket as below).
-  if (!points_.empty() && t >= points_.back().time_ns && t - points_.back().time_ns < width_) {
-    Point& p = points_.back();
-    p.max_bytes = std::max(p.max_bytes, bytes);
-    p.last_bytes = bytes;
-    return;
   }
   uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
   if (!points_.empty() && points_.back().time_ns == start) {

@@ -39,11 +39,23 @@ class Timeline {
     uint64_t last_bytes;
   };
   explicit Timeline(size_t max_points = 2048) : max_points_(max_points) {}
-  void add(uint64_t time_ns, uint64_t bytes);
+  void add(uint64_t time_ns, uint64_t bytes) {
+    // Most events fall in the last bucket: inline, and no division for them.
+    if (!points_.empty()) {
+      Point& p = points_.back();
+      if (time_ns >= p.time_ns && time_ns - p.time_ns < width_) {
+        p.max_bytes = std::max(p.max_bytes, bytes);
+        p.last_bytes = bytes;
+        return;
+      }
+    }
+    add_bucket(time_ns, bytes);
+  }
   const std::vector<Point>& points() const { return points_; }
   uint64_t bucket_ns() const { return width_; }
 
  private:
+  void add_bucket(uint64_t time_ns, uint64_t bytes);  // the event is past the last bucket
   void coarsen();
   size_t max_points_;
   uint64_t origin_ = 0;
@@ -95,6 +107,30 @@ struct OomEvent {
   std::vector<Allocation> survivors;
 };
 
+// Launches per kernel name id. The library numbers its names from 1, so the ids index a
+// vector; an id from kDenseIds up (a program with very many names, or a corrupt trace) is
+// counted in a map, so that one record cannot make a device allocate megabytes.
+class LaunchCounts {
+ public:
+  void add(uint32_t id) {
+    if (id < dense_.size()) [[likely]] {
+      if (dense_[id]++ == 0) ++distinct_;
+    } else {
+      add_new(id);
+    }
+  }
+  size_t distinct() const { return distinct_; }  // ids launched at least once
+  uint64_t of(uint32_t id) const;
+  std::vector<std::pair<uint32_t, uint64_t>> all() const;  // (id, launches), ids launched
+
+ private:
+  static constexpr uint32_t kDenseIds = 4096;
+  void add_new(uint32_t id);
+  std::vector<uint64_t> dense_;
+  std::unordered_map<uint32_t, uint64_t> sparse_;
+  size_t distinct_ = 0;
+};
+
 struct DeviceModel {
   uint32_t index = 0;
   std::string name;
@@ -104,7 +140,7 @@ struct DeviceModel {
   std::array<ApiStats, static_cast<size_t>(format::Api::kCount)> apis{};
   uint64_t allocations = 0, frees = 0, unmatched_frees = 0, replaced_without_free = 0;
   uint64_t launches = 0;
-  std::unordered_map<uint32_t, uint64_t> launches_by_kernel;
+  LaunchCounts launches_by_kernel;
   uint32_t last_kernel = 0;
   uint32_t kernel_at_peak = 0;
   std::vector<Allocation> live_at_peak;  // filled by finish()

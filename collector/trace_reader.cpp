@@ -98,9 +98,12 @@ bool TraceReader::load_frame() {
     return false;
   }
   // A header may claim up to kMaxFrameBytes: allocate only what the input can still hold, so
-  // that a few corrupt bytes cannot make us allocate (and zero) 64 MiB.
-  const uint64_t left = remaining_input();
-  std::vector<uint8_t> stored(std::min<uint64_t>(left, h.stored_bytes));
+  // that a few corrupt bytes cannot make us allocate (and zero) 64 MiB. The buffers are kept
+  // from frame to frame (a raw frame is read straight into frame_).
+  cursor_ = {};
+  const bool zstd = h.codec == static_cast<uint8_t>(format::Codec::Zstd);
+  std::vector<uint8_t>& stored = zstd ? stored_ : frame_;
+  stored.resize(std::min<uint64_t>(remaining_input(), h.stored_bytes));
   read_exact(stored.data(), stored.size(), &got);
   if (got < h.stored_bytes) {
     problem_ = "trace ends inside a frame at byte " + std::to_string(at) + " (" +
@@ -108,7 +111,7 @@ bool TraceReader::load_frame() {
                " bytes; the process was cut off while writing)";
     return false;
   }
-  if (h.codec == static_cast<uint8_t>(format::Codec::Zstd)) {
+  if (zstd) {
     // The size the compressed frame says it decodes to must be the header's, before we
     // allocate that much.
     if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != h.raw_bytes) {
@@ -121,14 +124,11 @@ bool TraceReader::load_frame() {
       problem_ = "corrupt compressed frame at byte " + std::to_string(at);
       return false;
     }
-  } else {
-    if (h.raw_bytes != h.stored_bytes) {
-      problem_ = "corrupt frame header at byte " + std::to_string(at);
-      return false;
-    }
-    frame_ = std::move(stored);
+  } else if (h.raw_bytes != h.stored_bytes) {
+    problem_ = "corrupt frame header at byte " + std::to_string(at);
+    return false;
   }
-  cursor_ = std::make_unique<format::ByteReader>(frame_.data(), frame_.size());
+  cursor_ = format::ByteReader(frame_.data(), frame_.size());
   frame_time_ = h.base_time_ns;
   frame_records_left_ = h.record_count;
   ++frames_;
@@ -346,40 +346,37 @@ std::optional<Event> TraceReader::next() {
 }
 
 bool TraceReader::next(Event& e) {
-  while (!done_) {
-    if (!cursor_ || cursor_->at_end()) {
-      if (cursor_ && frame_records_left_ != 0) {
-        problem_ = "frame " + std::to_string(frames_) + " holds fewer records than its header says";
-        done_ = true;
-        break;
-      }
-      cursor_.reset();
-      const bool loaded = load_frame();
-      if (progress_) {
-        progress_(offset_ - progress_reported_);
-        progress_reported_ = offset_;
-      }
-      if (!loaded) {
-        done_ = true;
-        break;
-      }
-      continue;
-    }
-    if (!decode(*cursor_, e)) {
-      problem_ = "corrupt record in frame " + std::to_string(frames_) +
-                 " (type " + std::to_string(static_cast<int>(e.type)) + ")";
-      done_ = true;
-      break;
-    }
-    if (frame_records_left_ == 0) {
-      problem_ = "frame " + std::to_string(frames_) + " holds more records than its header says";
-      done_ = true;
-      break;
-    }
-    --frame_records_left_;
-    return true;
-  }
+  if (done_) return false;
+  while (cursor_.at_end())
+    if (!next_frame()) return stop();
+  if (!decode(cursor_, e)) return stop(Stop::CorruptRecord, static_cast<int>(e.type));
+  if (frame_records_left_ == 0) return stop(Stop::TooManyRecords);
+  --frame_records_left_;
+  return true;
+}
+
+// Out of line, so that next() stays small: it runs once a stream.
+bool TraceReader::stop(Stop why, int type) {
+  if (why == Stop::CorruptRecord)
+    problem_ = "corrupt record in frame " + std::to_string(frames_) + " (type " +
+               std::to_string(type) + ")";
+  else if (why == Stop::TooManyRecords)
+    problem_ = "frame " + std::to_string(frames_) + " holds more records than its header says";
+  done_ = true;
   return false;
+}
+
+bool TraceReader::next_frame() {
+  if (frame_records_left_ != 0) {  // 0 before the first frame
+    problem_ = "frame " + std::to_string(frames_) + " holds fewer records than its header says";
+    return false;
+  }
+  const bool loaded = load_frame();
+  if (progress_) {
+    progress_(offset_ - progress_reported_);
+    progress_reported_ = offset_;
+  }
+  return loaded;
 }
 
 }  // namespace vramtrace::collector

@@ -63,9 +63,13 @@ class TraceReader {
   TraceReader() = default;
   void read_header();
   bool load_frame();
+  bool next_frame();  // at the end of a frame: checks it, loads the next; false at the end
+  enum class Stop { End, CorruptRecord, TooManyRecords };
+  [[gnu::noinline]] bool stop(Stop why = Stop::End, int type = 0);  // ends the stream: false
   bool read_exact(void* dst, size_t n, size_t* got);
   uint64_t remaining_input() const;  // bytes left to read, UINT64_MAX when unknown
-  bool decode(format::ByteReader& r, Event& e);
+  // One record into `e`; false when it is corrupt. Inlined into next(), its only caller.
+  [[gnu::always_inline]] inline bool decode(format::ByteReader& r, Event& e);
 
   std::string name_;
   std::FILE* file_ = nullptr;
@@ -73,8 +77,9 @@ class TraceReader {
   size_t memory_pos_ = 0;
   bool from_memory_ = false;
 
-  std::vector<uint8_t> frame_;
-  std::unique_ptr<format::ByteReader> cursor_;
+  std::vector<uint8_t> frame_;   // the current frame's records
+  std::vector<uint8_t> stored_;  // a compressed frame as read
+  format::ByteReader cursor_;    // in frame_
   uint64_t frame_time_ = 0;
   uint32_t frame_records_left_ = 0;
   uint64_t frames_ = 0;

@@ -234,6 +234,7 @@ inline uint8_t* put_string_record(uint8_t* p, uint64_t id, const char* text, siz
 
 class ByteReader {
  public:
+  ByteReader() = default;  // empty: at_end()
   ByteReader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
 
   bool at_end() const { return p_ >= end_; }
@@ -246,14 +247,9 @@ class ByteReader {
   }
 
   uint64_t varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ >= end_) return fail();
-      uint8_t b = *p_++;
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return v;
-    }
-    return fail();  // more than 10 bytes: corrupt
+    // Most fields (ids, devices, threads, apis, small deltas) are below 128: one byte.
+    if (p_ < end_ && *p_ < 0x80) return *p_++;
+    return long_varint();
   }
 
   // Returns a view into the buffer; empty and !ok() when it runs past the end.
@@ -271,13 +267,54 @@ class ByteReader {
   }
 
  private:
+  // Varints of two bytes or more (time deltas, handles, addresses). Here p_[0], if there is
+  // one, has its high bit set.
+  [[gnu::noinline]] uint64_t long_varint() {
+    const size_t left = remaining();
+    if (left >= 3) {  // two or three bytes: most time deltas, sizes of small blocks
+      uint64_t v = (p_[0] & 0x7f) | static_cast<uint64_t>(p_[1] & 0x7f) << 7;
+      if (p_[1] < 0x80) {
+        p_ += 2;
+        return v;
+      }
+      if (p_[2] < 0x80) {
+        p_ += 3;
+        return v | static_cast<uint64_t>(p_[-1]) << 14;
+      }
+    }
+    if (left >= 8) {
+      // Four to eight bytes, as one little-endian word (the trace's headers are little-endian
+      // too): the first byte without its high bit ends the varint; its 7-bit groups are then
+      // packed together in three steps, 8-bit lanes to 7, 16 to 14, 32 to 28.
+      uint64_t x;
+      std::memcpy(&x, p_, 8);
+      const uint64_t stops = ~x & 0x8080808080808080ull;
+      if (stops) {
+        x &= stops ^ (stops - 1);  // the varint's own bytes
+        x = (x & 0x007f007f007f007full) | ((x & 0x7f007f007f007f00ull) >> 1);
+        x = (x & 0x00003fff00003fffull) | ((x & 0x3fff00003fff0000ull) >> 2);
+        x = (x & 0x000000000fffffffull) | ((x & 0x0fffffff00000000ull) >> 4);
+        p_ += (__builtin_ctzll(stops) + 1) / 8;
+        return x;
+      }
+    }
+    // Nine or ten bytes, or the last bytes of the buffer: a byte at a time.
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) return fail();
+      uint8_t b = *p_++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    return fail();  // more than 10 bytes: corrupt
+  }
   uint8_t fail() {
     ok_ = false;
     p_ = end_;
     return 0;
   }
-  const uint8_t* p_;
-  const uint8_t* end_;
+  const uint8_t* p_ = nullptr;
+  const uint8_t* end_ = nullptr;
   bool ok_ = true;
 };
 

@@ -573,8 +573,7 @@ json to_json(const Run& run, const RunInfo& info) {
         top.push_back(allocation_json(d.live_at_peak[i], p, origin, stacks));
 
       json kernels = json::array();
-      std::vector<std::pair<uint32_t, uint64_t>> ks(d.launches_by_kernel.begin(),
-                                                    d.launches_by_kernel.end());
+      std::vector<std::pair<uint32_t, uint64_t>> ks = d.launches_by_kernel.all();
       std::sort(ks.begin(), ks.end(), [](auto& a, auto& b) {
         return a.second != b.second ? a.second > b.second : a.first < b.first;
       });
@@ -612,7 +611,7 @@ json to_json(const Run& run, const RunInfo& info) {
           {"unmatched_frees", d.unmatched_frees},
           {"replaced_without_free", d.replaced_without_free},
           {"apis", api_table(d.apis)},
-          {"launches", {{"count", d.launches}, {"distinct_kernels", d.launches_by_kernel.size()},
+          {"launches", {{"count", d.launches}, {"distinct_kernels", d.launches_by_kernel.distinct()},
                         {"top", kernels}}},
           {"timeline", timeline_json(d.memory.timeline, origin)},
       };

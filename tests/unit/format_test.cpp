@@ -23,6 +23,37 @@ TEST_CASE("varints round-trip at their edges") {
   }
 }
 
+TEST_CASE("varints read the same with and without bytes after them") {
+  // The reader takes a shortcut when the bytes a varint may span are in the buffer (one, two
+  // and three bytes, and a word of eight); every length must read as the byte loop reads it.
+  for (int bits = 0; bits <= 64; ++bits) {
+    for (uint64_t v : {bits == 0 ? 0 : (bits == 64 ? UINT64_MAX : (1ull << bits) - 1),
+                       bits == 0 ? 0 : 1ull << (bits - 1)}) {
+      uint8_t buf[32];
+      std::memset(buf, 0xff, sizeof buf);  // what follows the varint: continuation bits set
+      size_t n = static_cast<size_t>(format::put_varint(buf, v) - buf);
+      for (size_t size : {n, n + 1, n + 7, n + 10, sizeof buf}) {
+        format::ByteReader r(buf, size);
+        REQUIRE(r.varint() == v);
+        REQUIRE(r.ok());
+        REQUIRE(r.remaining() == size - n);
+      }
+      for (size_t size = 0; size < n; ++size) {  // cut off: fails, whatever the length
+        format::ByteReader r(buf, size);
+        REQUIRE(r.varint() == 0);
+        REQUIRE_FALSE(r.ok());
+        REQUIRE(r.at_end());
+      }
+    }
+  }
+  // A tenth byte's bits above the 64th are dropped, as they always were.
+  uint8_t ten[16] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 5};
+  format::ByteReader r(ten, sizeof ten);
+  REQUIRE(r.varint() == 1ull << 63);
+  REQUIRE(r.ok());
+  REQUIRE(r.varint() == 5);
+}
+
 TEST_CASE("the byte reader fails instead of reading past the end") {
   uint8_t buf[] = {0x80, 0x80};  // a varint that never ends
   format::ByteReader r(buf, sizeof buf);

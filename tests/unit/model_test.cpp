@@ -162,6 +162,29 @@ TEST_CASE("the downsampled timeline keeps the exact peak") {
   REQUIRE(t.points().back().last_bytes == 99999 % 1000);
 }
 
+TEST_CASE("launches of kernel ids past the dense range are counted too") {
+  TraceBuilder b;
+  b.kernel(7, "small").kernel(5000, "large").kernel(4000000000u, "huge");
+  b.launch(5000).launch(7).launch(4000000000u).launch(5000).launch(0).launch(5000, 1);
+  auto run = run_of({b.bytes()});
+  const auto& d = run.processes[0].devices.at(0);
+  REQUIRE(d.launches_by_kernel.of(7) == 1);
+  REQUIRE(d.launches_by_kernel.of(5000) == 2);
+  REQUIRE(d.launches_by_kernel.of(4000000000u) == 1);
+  REQUIRE(d.launches_by_kernel.of(0) == 1);
+  REQUIRE(d.launches_by_kernel.of(8) == 0);
+  REQUIRE(d.launches_by_kernel.distinct() == 4);
+  REQUIRE(run.processes[0].devices.at(1).launches_by_kernel.distinct() == 1);
+  auto j = report::to_json(run);
+  auto& l = j["processes"][0]["devices"][0]["launches"];
+  REQUIRE(l["distinct_kernels"] == 4);
+  REQUIRE(l["top"][0]["name"] == "large");
+  REQUIRE(l["top"][0]["launches"] == 2);
+  REQUIRE(l["top"][1]["name"] == "(graph launch)");  // ties by id
+  REQUIRE(l["top"][2]["name"] == "small");
+  REQUIRE(l["top"][3]["name"] == "huge");
+}
+
 TEST_CASE("kernel launches are counted by name and the last kernel before the peak is kept") {
   TraceBuilder b;
   b.kernel(1, "_Z4fillIfEvPT_S0_i").launch(1).launch(1).kernel(2, "other").launch(2)
@@ -169,7 +192,9 @@ TEST_CASE("kernel launches are counted by name and the last kernel before the pe
   auto run = run_of({b.bytes()});
   const auto& d = run.processes[0].devices.at(0);
   REQUIRE(d.launches == 4);
-  REQUIRE(d.launches_by_kernel.at(1) == 3);
+  REQUIRE(d.launches_by_kernel.of(1) == 3);
+  REQUIRE(d.launches_by_kernel.of(2) == 1);
+  REQUIRE(d.launches_by_kernel.distinct() == 2);
   REQUIRE(d.kernel_at_peak == 2);
   auto j = report::to_json(run);
   auto& k = j["processes"][0]["devices"][0]["launches"]["top"][0];
