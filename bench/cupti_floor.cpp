@@ -5,11 +5,14 @@
 //   CUDA_INJECTION64_PATH=build/lib/libvt_cupti_floor.so PROGRAM
 // vt_cupti_floor_enable(0 or 1), found with dlopen/dlsym (ctypes), turns the driver callbacks
 // off and on inside the process, for the in-process comparison of bench_torch.py launch_bound_ab.
+// VRAMTRACE_LAUNCHES=off leaves the launch ids out, as it does in vramtrace.
 #include <cupti.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "interpose/driver_callbacks.h"
+#include "interpose/options.h"
 
 namespace {
 
@@ -17,6 +20,17 @@ using Enable = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackD
                                CUpti_CallbackId);
 CUpti_SubscriberHandle g_subscriber = nullptr;
 Enable g_enable = nullptr;
+bool g_launches = true;
+
+int enable_driver_callbacks(uint32_t on) {
+  int done = 0;
+  for (CUpti_CallbackId id : vramtrace::interpose::kMemoryCallbacks)
+    done += g_enable(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
+  if (g_launches)
+    for (CUpti_CallbackId id : vramtrace::interpose::kLaunchCallbacks)
+      done += g_enable(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
+  return done;
+}
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 
@@ -37,8 +51,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     fprintf(stderr, "cupti_floor: cannot subscribe to CUPTI\n");
     return 1;
   }
-  for (CUpti_CallbackId id : vramtrace::interpose::kDriverCallbacks)
-    enable(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  bool bad = false;
+  g_launches = vramtrace::interpose::launches_recorded(getenv("VRAMTRACE_LAUNCHES"), &bad);
+  enable_driver_callbacks(1);
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
   return 1;
@@ -46,8 +61,5 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 
 extern "C" __attribute__((visibility("default"))) int vt_cupti_floor_enable(int on) {
   if (!g_subscriber || !g_enable) return 0;
-  int done = 0;
-  for (CUpti_CallbackId id : vramtrace::interpose::kDriverCallbacks)
-    done += g_enable(on ? 1 : 0, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
-  return done;
+  return enable_driver_callbacks(on ? 1 : 0);
 }

@@ -144,13 +144,17 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
   }
 }
 
-// What `run` asks the library to record at each allocation (VRAMTRACE_STACKS, _MAX_DEPTH).
+// What `run` asks the library to record: at each allocation (VRAMTRACE_STACKS, _MAX_DEPTH),
+// PyTorch's allocator trace, and kernel launches (VRAMTRACE_LAUNCHES).
 struct StackOptions {
   std::string mode;  // none|native|python|all; empty: the library's default (all)
   int max_depth = 0;  // 0: the library's default (64)
   // auto: PyTorch's allocator trace when the program imports torch; stacks: with the Python
   // frames of each block (costs what PyTorch's own recorder costs); off.
   std::string torch = "auto";
+  // on|off (VRAMTRACE_LAUNCHES); empty: the library's default (on). off: the launch callbacks
+  // are not enabled, for launch-bound jobs.
+  std::string launches;
 };
 
 bool is_torch_trace(const fs::path& p) {
@@ -250,6 +254,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
     if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
     if (stacks.max_depth > 0)
       setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
+    if (!stacks.launches.empty()) setenv("VRAMTRACE_LAUNCHES", stacks.launches.c_str(), 1);
     if (!hook_dir.empty()) {
       const char* py = getenv("PYTHONPATH");
       setenv("PYTHONPATH", (hook_dir + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
@@ -439,6 +444,11 @@ int main(int argc, char** argv) {
                   "growth by line; costs ~1.7 us per allocation) or off")
       ->check(CLI::IsMember({"auto", "stacks", "off"}))
       ->capture_default_str();
+  run->add_option("--launches", stacks.launches,
+                  "Kernel launches: on (the default: counts by kernel, the kernel at the peak, "
+                  "iterations from the launch rhythm) or off (their CUPTI callbacks are not "
+                  "enabled: less overhead on launch-bound jobs, allocations recorded as ever)")
+      ->check(CLI::IsMember({"on", "off"}));
   bool no_progress = false;
   const char* progress_help =
       "No progress bar while reading traces (drawn on a terminal only, for traces of 64 MiB or "

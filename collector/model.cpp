@@ -323,6 +323,9 @@ class Builder {
         if (p_.not_profiled.empty())
           p_.not_profiled = e.text.empty() ? "(no reason given)" : e.text;
         break;
+      case RecordType::Settings:
+        p_.launches_recorded = e.a != 0;
+        break;
       case RecordType::ContextDestroy:
         break;
       case RecordType::PoolUsage: {

@@ -244,6 +244,9 @@ struct ProcessModel {
   // process that was not profiled used device memory that no record shows.
   std::string not_profiled;
   bool profiled() const { return not_profiled.empty(); }
+  // Whether kernel launches were recorded (a Settings record says not: VRAMTRACE_LAUNCHES=off).
+  // When not, launch counts, the kernel at the peak and the launch rhythm are unknown, not 0.
+  bool launches_recorded = true;
   std::map<uint32_t, DeviceModel> devices;
   PeakTracker pinned_host;
   std::array<ApiStats, static_cast<size_t>(format::Api::kCount)> host_apis{};

@@ -329,6 +329,20 @@ bool TraceReader::decode(format::ByteReader& r, Event& e) {
       time();
       e.a = r.varint();  // step number
       break;
+    case RecordType::Settings: {
+      const uint64_t n = r.varint();  // fields
+      if (n > format::kMaxSettings) return false;
+      e.a = 1;  // launches recorded, unless the record says otherwise
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t v = r.varint();
+        if (i == static_cast<uint64_t>(format::Setting::Launches)) {
+          if (v > 1) return false;
+          e.a = v;
+        }  // fields of later settings: skipped
+      }
+      e.b = n;
+      break;
+    }
     default:
       return false;
   }

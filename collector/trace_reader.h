@@ -33,7 +33,9 @@ struct Event {
   uint64_t bytes = 0;
   uint64_t stream = 0;
   uint32_t thread = 0;
-  uint64_t a = 0, b = 0, c = 0;  // record-specific extras (see format.h for each type)
+  // record-specific extras (see format.h for each type; Settings: a launches recorded (1) or
+  // not (0), b the record's field count)
+  uint64_t a = 0, b = 0, c = 0;
   std::string text, text2, text3, text4;  // strings of Process / ContextCreate / String / Notice
 };
 

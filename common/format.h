@@ -117,7 +117,27 @@ enum class RecordType : uint8_t {
   UserOom = 28,
   // dt, step number: the program starts an iteration (vramtrace_step)
   Step = 29,
+  // ---- the recorder's settings ----
+  // field count, then that many varints, one per Setting (below), in their order: what the
+  // library was set to record, written once, right after the Process record, and only when a
+  // setting is not its default (a default trace stays readable by older readers). A reader ignores
+  // the fields after those it knows (a later library appends settings as fields), and a trace
+  // without this record was recorded with every setting at its default. No time.
+  Settings = 30,
 };
+
+// The fields of a Settings record, by position. Append only.
+enum class Setting : uint8_t {
+  // 1: kernel launches recorded (the default); 0: not recorded (VRAMTRACE_LAUNCHES=off,
+  // `vramtrace run --launches=off`): the launch callbacks were never enabled, so the trace has
+  // no Launch record, and launch counts, the kernel at the peak and iterations found by the
+  // launch rhythm are unknown, not zero.
+  Launches = 0,
+  kCount
+};
+
+// More fields than this in a Settings record is corruption.
+inline constexpr uint64_t kMaxSettings = 64;
 
 // What a UserSegment record does. A segment is separate from its neighbours (cudaMalloc'd
 // memory: a free block never spans two); a mapping joins the mappings next to it (expandable

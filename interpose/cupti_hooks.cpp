@@ -4,6 +4,7 @@
 // exactly once, so one driver callback per allocation means no double counting. Allocations are
 // recorded at the callback's exit (when the address and the result exist); frees at its entry,
 // before the real free runs, so that the address cannot be handed out again in between.
+// Launches are recorded at their entry; with VRAMTRACE_LAUNCHES=off their ids are not enabled.
 // CUPTI is loaded with dlopen when the driver calls InitializeInjection: a process without CUPTI,
 // or with CUPTI held by another tool, gets one notice on stderr and runs on untouched.
 #include <cuda.h>
@@ -648,6 +649,21 @@ void record_notice(const char* text) {
   slot.commit(p);
 }
 
+// Enables (1) or disables (0) our driver callbacks: the allocation ids, and the launch ids
+// unless launches are off, which are then never enabled. Returns how many calls succeeded.
+bool g_launches = true;
+int enable_driver_callbacks(uint32_t on) {
+  int done = 0;
+  for (CUpti_CallbackId id : kMemoryCallbacks)
+    done += g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) ==
+            CUPTI_SUCCESS;
+  if (g_launches)
+    for (CUpti_CallbackId id : kLaunchCallbacks)
+      done += g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) ==
+              CUPTI_SUCCESS;
+  return done;
+}
+
 // Says why this process is not profiled, on stderr and (when the output is open) in the trace.
 void give_up(const char* why) {
   notice(why);
@@ -665,7 +681,7 @@ void emit(RecordType type, std::initializer_list<uint64_t> fields) { record_time
 
 uint32_t allocate_string_id() { return g_next_name_id++; }
 
-bool subscribe_cupti() {
+bool subscribe_cupti(bool launches) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!cuda) cuda = RTLD_DEFAULT;
   resolve(cuda, g_drv.ctx_get_device, "cuCtxGetDevice");
@@ -722,8 +738,8 @@ bool subscribe_cupti() {
     give_up(why);
     return false;
   }
-  for (CUpti_CallbackId id : kDriverCallbacks)
-    g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  g_launches = launches;
+  enable_driver_callbacks(1);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                           CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
@@ -737,11 +753,7 @@ bool subscribe_cupti() {
 // the same process (process-to-process spread on the GPU machine is larger than the effect).
 extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_callbacks(int on) {
   if (!g_subscriber || !g_cupti.enable_callback) return 0;
-  int done = 0;
-  for (CUpti_CallbackId id : kDriverCallbacks)
-    done += g_cupti.enable_callback(on ? 1 : 0, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) ==
-            CUPTI_SUCCESS;
-  return done;
+  return enable_driver_callbacks(on ? 1 : 0);
 }
 #endif
 

@@ -1,4 +1,7 @@
-// The driver API callbacks vramtrace enables, by CUPTI id: allocation, free and launch calls.
+// The driver API callbacks vramtrace enables, by CUPTI id: allocation and free calls, always;
+// kernel launches, unless launches are off (VRAMTRACE_LAUNCHES=off). CUPTI calls a subscriber at
+// both sites of every enabled id, so with launches off the launch ids are not enabled at all,
+// rather than enabled and ignored.
 // Shared with bench/cupti_floor.cpp, which enables the same ones with an empty callback to
 // measure what CUPTI's dispatch alone costs.
 #pragma once
@@ -7,7 +10,8 @@
 
 namespace vramtrace::interpose {
 
-inline constexpr CUpti_CallbackId kDriverCallbacks[] = {
+// Allocations and frees: always enabled.
+inline constexpr CUpti_CallbackId kMemoryCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
     CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
@@ -28,6 +32,10 @@ inline constexpr CUpti_CallbackId kDriverCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
     CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+};
+
+// Kernel and graph launches: enabled unless launches are off.
+inline constexpr CUpti_CallbackId kLaunchCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,

@@ -20,8 +20,9 @@ void emit(format::RecordType type, std::initializer_list<uint64_t> fields);
 // inside a RecordSlot: the recorder's lock guards the counter.
 uint32_t allocate_string_id();
 
-// Loads CUPTI, subscribes and enables the driver and resource callbacks. Returns false (after
-// one notice on stderr and a Notice record) when this process cannot be profiled.
-bool subscribe_cupti();
+// Loads CUPTI, subscribes and enables the driver and resource callbacks: the launch callbacks
+// only when `launches` (VRAMTRACE_LAUNCHES). Returns false (after one notice on stderr and a
+// Notice record) when this process cannot be profiled.
+bool subscribe_cupti(bool launches);
 
 }  // namespace vramtrace::interpose

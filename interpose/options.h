@@ -1,5 +1,5 @@
-// The library's numeric options from the environment (VRAMTRACE_BUFFER_KB, VRAMTRACE_FLUSH_MS,
-// VRAMTRACE_ASYNC_STACK_MIN_BYTES).
+// The library's options from the environment: numbers (VRAMTRACE_BUFFER_KB, VRAMTRACE_FLUSH_MS,
+// VRAMTRACE_ASYNC_STACK_MIN_BYTES) and whether launches are recorded (VRAMTRACE_LAUNCHES).
 //
 // The library cannot refuse a bad value (the target must run as it would without it), so a value
 // that is not a positive decimal number gives the default, and one past its cap gives the cap:
@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 namespace vramtrace::interpose {
 
@@ -47,6 +48,17 @@ inline uint64_t flush_interval_ns(const char* value) {
 inline uint64_t buffer_bytes(const char* value, uint64_t max_bytes) {
   uint64_t b = scaled_option(value, 4096 * 1024, 1024, max_bytes);
   return b < 64 * 1024 ? 64 * 1024 : b;
+}
+
+// VRAMTRACE_LAUNCHES: `on` (or unset, or empty) records kernel launches, `off` does not. Any
+// other value is a mistake the library cannot refuse: it keeps the default (on) and sets `*bad`,
+// so that the caller says so once.
+inline bool launches_recorded(const char* value, bool* bad) {
+  *bad = false;
+  if (!value || !*value || strcmp(value, "on") == 0) return true;
+  if (strcmp(value, "off") == 0) return false;
+  *bad = true;
+  return true;
 }
 
 }  // namespace vramtrace::interpose

@@ -20,6 +20,7 @@
 #include "common/format.h"
 #include "interpose/hooks.h"
 #include "interpose/notice.h"
+#include "interpose/options.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
 
@@ -77,6 +78,20 @@ void record_process() {
   slot.commit(p);
 }
 
+// What this library records, written once after the Process record when a setting is not its
+// default: the reader must know that launches were not recorded (rather than that none
+// happened). A trace recorded with the defaults has no Settings record, so that a reader from
+// before the record existed still reads it.
+void record_settings(bool launches) {
+  static_assert(static_cast<int>(format::Setting::kCount) == 1, "write every setting");
+  RecordSlot slot(format::kMaxFixedRecordBytes);
+  if (!slot.ok()) return;
+  uint8_t* p = format::put_record(slot.begin(), format::RecordType::Settings,
+                                  {static_cast<uint64_t>(format::Setting::kCount),
+                                   launches ? 1u : 0u});
+  slot.commit(p);
+}
+
 void on_fork_child() {
   recorder_abandon_in_child();
   // A child of a process that had not yet initialised CUDA may still do so on its own.
@@ -124,8 +139,20 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   ReentryGuard guard;
   if (g_disabled || g_injected.exchange(true)) return 1;
   if (!recorder_start()) return 1;
+  const char* launches_env = getenv("VRAMTRACE_LAUNCHES");
+  bool bad_launches = false;
+  const bool launches = launches_recorded(launches_env, &bad_launches);
+  if (bad_launches) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "VRAMTRACE_LAUNCHES=%.64s is not on or off; kernel launches are recorded (the "
+             "default)",
+             launches_env);
+    notice(why);
+  }
   record_process();
+  if (!launches) record_settings(launches);
   stacks_init();  // the module map goes out before any stack that refers to it
-  subscribe_cupti();
+  subscribe_cupti(launches);
   return 1;
 }

@@ -26,6 +26,9 @@ namespace {
 constexpr size_t kTopAllocations = 50;
 constexpr size_t kTopKernels = 20;
 constexpr size_t kMaxNotProfiledLines = 10;  // of the summary; report.json has them all
+constexpr const char* kLaunchesNotRecorded =
+    "kernel launches were not recorded (--launches=off, VRAMTRACE_LAUNCHES=off): launch counts, "
+    "the kernel at the peak and iterations found by the launch rhythm are unknown";
 
 std::string hex(uint64_t v) {
   char buf[24];
@@ -558,6 +561,8 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["notices"] = p.notices;
     pj["profiled"] = p.profiled();
     if (!p.profiled()) pj["not_profiled_reason"] = p.not_profiled;
+    pj["launches"] = {{"recorded", p.launches_recorded}};
+    if (!p.launches_recorded) pj["launches"]["note"] = kLaunchesNotRecorded;
 
     json devices = json::array();
     std::map<uint32_t, std::vector<Allocation>> still_by_device;  // once, not once per device
@@ -596,8 +601,7 @@ json to_json(const Run& run, const RunInfo& info) {
             {"by_site", by_site(d.live_at_peak, stacks)},
             {"by_library", by_library(d.live_at_peak, stacks)},
             {"by_stack", by_stack(d.live_at_peak, stacks)},
-            {"largest", top},
-            {"last_kernel", demangle(p.kernel_name(d.kernel_at_peak))}}},
+            {"largest", top}}},
           {"reserved",
            {{"peak_bytes", d.footprint_peak},
             {"peak_time_ns", d.footprint_peak_time >= origin ? d.footprint_peak_time - origin : 0},
@@ -611,14 +615,24 @@ json to_json(const Run& run, const RunInfo& info) {
           {"unmatched_frees", d.unmatched_frees},
           {"replaced_without_free", d.replaced_without_free},
           {"apis", api_table(d.apis)},
-          {"launches", {{"count", d.launches}, {"distinct_kernels", d.launches_by_kernel.distinct()},
-                        {"top", kernels}}},
           {"timeline", timeline_json(d.memory.timeline, origin)},
       };
       if (d.footprint_peak != d.memory.peak_bytes())
         dj["reserved"]["timeline"] = timeline_json(d.footprint_timeline, origin);
-      // Cumulative launch count per bucket: the page draws launches per bucket from it.
-      dj["launches"]["timeline"] = timeline_json(d.launch_timeline, origin);
+      // Launches not recorded (--launches=off) are unknown, not 0: no count, no kernel at the
+      // peak.
+      if (p.launches_recorded) {
+        dj["peak"]["last_kernel"] = demangle(p.kernel_name(d.kernel_at_peak));
+        dj["launches"] = {{"recorded", true},
+                          {"count", d.launches},
+                          {"distinct_kernels", d.launches_by_kernel.distinct()},
+                          {"top", kernels},
+                          // Cumulative launch count per bucket: the page draws launches per
+                          // bucket from it.
+                          {"timeline", timeline_json(d.launch_timeline, origin)}};
+      } else {
+        dj["launches"] = {{"recorded", false}};
+      }
       devices.push_back(dj);
       auto key = std::make_pair(p.host, index);
       final_by_device[key] += d.memory.live_bytes();
@@ -847,7 +861,7 @@ json to_json(const Run& run, const RunInfo& info) {
       dj["peak"]["by_library"] = pp["by_library"];
       dj["peak"]["by_stack"] = pp["by_stack"];
       dj["peak"]["largest"] = pp["largest"];
-      dj["peak"]["last_kernel"] = pp["last_kernel"];
+      if (pp.contains("last_kernel")) dj["peak"]["last_kernel"] = pp["last_kernel"];
       dj["apis"] = apis_by_device[key];
       dj["reserved"] = reserved_by_device[key];
       if (allocator_by_device.count(key)) dj["allocator"] = allocator_by_device[key];
@@ -917,6 +931,24 @@ std::string summary_text(const json& r) {
            "report\n";
   else if (r["devices"].empty())
     out += "vramtrace: no CUDA device memory was used\n";
+  // Launches off: say so once, naming the processes when only some of them were.
+  std::vector<std::string> no_launches;
+  for (const auto& p : r["processes"])
+    if (p.contains("launches") && p["launches"].is_object() &&
+        p["launches"].value("recorded", true) == false && p.contains("pid"))
+      no_launches.push_back(p["pid"].dump());
+  if (!no_launches.empty()) {
+    std::string who;
+    if (no_launches.size() < r["processes"].size()) {
+      who = " in pid";
+      for (size_t i = 0; i < no_launches.size() && i < kMaxNotProfiledLines; ++i)
+        who += (i ? ", " : " ") + no_launches[i];
+      if (no_launches.size() > kMaxNotProfiledLines) who += " and others";
+    }
+    out += "vramtrace: NOTE: kernel launches not recorded" + who +
+           " (--launches=off): no launch counts, no kernel at the peak, no iterations from the "
+           "launch rhythm\n";
+  }
   for (const auto& d : r["devices"]) {
     uint64_t peak = d["peak"]["bytes"].get<uint64_t>();
     uint64_t total = d["total_bytes"].get<uint64_t>();

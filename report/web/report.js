@@ -161,6 +161,14 @@
   const unprofiled = (R.processes || []).filter((p) => p.profiled === false);
   for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${(p.exe || "").split("/").pop()}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
   if (!(R.devices || []).length && !unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
+  // Launches off (--launches=off): launch counts, the kernel at the peak and the launch rhythm
+  // are unknown, not zero.
+  const noLaunches = (R.processes || []).filter((p) => p.launches && p.launches.recorded === false);
+  if (noLaunches.length) {
+    const who = noLaunches.length < (R.processes || []).length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
+    main.append($("div", { class: "banner", id: "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
+  }
+  const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
 
   const procDevice = (host, index) => {
     for (const p of R.processes || []) if (p.host === host) for (const d of p.devices || []) if (d.index === index) return [p, d];
@@ -274,7 +282,8 @@
       card.append(icicle(peakTree(pd.peak), d.peak.bytes));
       card.append($("h3", { text: "Largest allocations live at the peak" }));
       card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
-        { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true }, { key: "last_kernel", label: "last kernel before it", code: true }],
+        { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true },
+        { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
         (pd.peak.largest || []).slice(), "peak-largest"));
       if ((pd.pools || []).length) {
         card.append($("h3", { text: "Fragmentation: stream-ordered pools, reserved vs in use" }));
@@ -302,7 +311,10 @@
           { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth"));
       }
       card.append($("h3", { text: "Kernels launched" }));
-      card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], (pd.launches.top || []).slice(), "kernels"));
+      if (launchesOff(proc) || (pd.launches && pd.launches.recorded === false))
+        card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
+      else
+        card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], ((pd.launches || {}).top || []).slice(), "kernels"));
     }
 
     for (const o of ooms) {
@@ -330,7 +342,9 @@
           ? `The request was ${bytes(o.requested_bytes - free)} larger than all free memory: reduce what is live (largest below) or the request itself.`
           : `The request fitted in free memory but no contiguous block was large enough: fragmentation.` }));
       }
-      if (o.last_kernel) box.append($("div", { class: "muted", text: `Last kernel launched before it: ${o.last_kernel}` }));
+      const oomProc = (R.processes || []).find((p) => p.pid === o.pid);
+      if (launchesOff(oomProc)) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
+      else if (o.last_kernel) box.append($("div", { class: "muted", text: `Last kernel launched before it: ${o.last_kernel}` }));
       card.append($("h3", { text: "Out of memory" }), box);
       if (o.site && (o.stack || []).length) box.append(stackView({ bytes: o.requested_bytes, site: "requested by " + o.site, library: o.library, stack: o.stack }));
       card.append(table([{ key: "site", label: "live then, by site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (o.live_by_site || []).slice(), "oom-sites"));
@@ -378,6 +392,7 @@
     if (!p.phases) continue;
     const card = $("section", { class: "card", "data-phases": String(p.pid) }, $("h2", { text: `Phases (NVTX ranges) of pid ${p.pid}` }));
     if (p.iterations && p.iterations.count) card.append($("div", { class: "muted", text: `Iterations: ${p.iterations.count}, from ${p.iterations.source}.` }));
+    else if (launchesOff(p)) card.append($("div", { class: "muted", text: "Iterations: none found; the launch rhythm was not recorded (--launches=off)." }));
     card.append(table([{ key: "name", label: "range", code: true }, { key: "count", label: "times", num: true }, { key: "total_ns", label: "total time", num: true, fmt: secs }],
       (p.phases.by_name || []).slice(), "phases"));
     main.append(card);

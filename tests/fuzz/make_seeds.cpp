@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
       .failed(512, 1).exit_clean();
   write(dir, "apis", apis.bytes());
 
+  // Launches off (a Settings record), with a field from a later library after the known one.
+  TraceBuilder launches_off;
+  launches_off.settings({0, 3}).context(0, 1ull << 30).alloc(0x1000, 2 << 20)
+      .failed(1ull << 40).meminfo(1 << 20, 1ull << 30).free(0x1000).exit_clean();
+  write(dir, "launches-off", launches_off.bytes());
+
   TraceBuilder cut;
   cut.context(0, 1ull << 30).alloc(0x1000, 1 << 20).flush().alloc(0x2000, 2 << 20)
       .alloc(0x3000, 3 << 20);

@@ -24,11 +24,11 @@ const check = (what, ok, detail = "") => {
 };
 
 const temps = [];  // removed at the end when every check passed
-function profile(name, argv, env = {}) {
+function profile(name, argv, env = {}, options = []) {
   const out = mkdtempSync(join(tmpdir(), `vt-html-${name}-`));
   temps.push(out);
   try {
-    execFileSync(join(build, "bin/vramtrace"), ["run", "-o", out, "--", ...argv], {
+    execFileSync(join(build, "bin/vramtrace"), ["run", ...options, "-o", out, "--", ...argv], {
       env: { ...process.env, LD_LIBRARY_PATH: join(build, "standin"), ...env }, stdio: "pipe" });
   } catch (e) { /* the command's own exit code is passed through; the report is what we test */ }
   return join(out, "report.html");
@@ -71,6 +71,7 @@ check("demo report written", existsSync(demo));
   const cells = await page.locator(".icicle-cell").allTextContents();
   check("icicle graph of the live set at the peak", cells.includes("live at peak 780.00 MiB") && cells.some((c) => c.startsWith("main ")) && cells.includes("cuMemAllocAsync 192.00 MiB") && !cells.some((c) => c.startsWith("cuMemAlloc_v2") || c.includes("vramtrace::")), cells.join(" | "));
   check("kernel launches drawn on the time axis", (await page.locator(".u-legend").textContent()).includes("kernel launches per bucket"));
+  check("launches recorded: no not-recorded banner", (await page.locator("#launches-off").count()) === 0);
   // Sorting: click "bytes" in the largest-allocations table twice -> ascending.
   const th = page.locator("[data-table='peak-largest'] th").first();
   await th.click(); await th.click();
@@ -98,6 +99,23 @@ const evil = profile("evil", [join(build, "tests/programs/evil_names"), "<img sr
   check("no dialog opened", dialogs.length === 0, dialogs.join("; "));
   check("no console errors (evil)", errors.length === 0, errors.join("; "));
   check("no network requests (evil)", requests.length === 0, requests.join(", "));
+  await page.close();
+}
+
+// 2b. --launches=off: the page says launches were not recorded where their counts and the kernel
+// at the peak would be; the memory figures are those of the default run.
+const noLaunches = profile("nolaunches", [join(build, "tests/programs/basic")], {}, ["--launches=off"]);
+{
+  const { page, errors } = await open(noLaunches, "light");
+  check("launches off: peak as with launches", (await stat(page, "peak")) === "13.00 MiB", await stat(page, "peak"));
+  const banner = (await page.locator("#launches-off").count()) ? await page.locator("#launches-off").textContent() : "";
+  check("launches off: banner says they were not recorded", banner === "Kernel launches were not recorded (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.", banner);
+  const section = (await page.locator("[data-launches='off']").count()) ? await page.locator("[data-launches='off']").textContent() : "";
+  check("launches off: kernels section says not recorded, no table", section.startsWith("Not recorded: this run had --launches=off") && (await page.locator("[data-table='kernels']").count()) === 0, section);
+  const last = await page.locator("[data-table='peak-largest'] tbody tr").evaluateAll((rows) => rows.map((r) => r.lastElementChild.textContent));
+  check("launches off: last kernel before each allocation is not recorded", last.length === 3 && last.every((t) => t === "not recorded"), last.join(" | "));
+  check("launches off: no launch series on the chart", !(await page.locator(".u-legend").textContent()).includes("kernel launches per bucket"));
+  check("no console errors (launches off)", errors.length === 0, errors.join("; "));
   await page.close();
 }
 

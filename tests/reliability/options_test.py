@@ -151,6 +151,9 @@ def command_line(work):
          "--max-depth: Value 0x10 not in range 1 to 128\n" + HELP),
         (["run", "--stacks", "bogus", "--", "true"],
          "--stacks: bogus not in {auto,none,native,python,all}\n" + HELP),
+        (["run", "--launches", "maybe", "--", "true"],
+         "--launches: maybe not in {on,off}\n" + HELP),
+        (["run", "--launches=OFF", "--", "true"], "--launches: OFF not in {on,off}\n" + HELP),
         (["run", "--max-depth", "0", "--", "true"],
          "--max-depth: Value 0 not in range 1 to 128\n" + HELP),
         (["run", "--max-depth", "129", "--", "true"],
@@ -296,6 +299,13 @@ def environment(work):
         ("VRAMTRACE_MAX_DEPTH", "abc", None, True),
         ("VRAMTRACE_MAX_DEPTH", "99999999999999999999", None, True),
         ("VRAMTRACE_STACKS", "bogus", None, True),
+        ("VRAMTRACE_LAUNCHES", "off", None, True),
+        ("VRAMTRACE_LAUNCHES", "", None, True),
+        # Not on or off: said once, and launches are recorded (the default).
+        ("VRAMTRACE_LAUNCHES", "bogus", "VRAMTRACE_LAUNCHES=bogus is not on or off; kernel "
+         "launches are recorded (the default)", True),
+        ("VRAMTRACE_LAUNCHES", "x" * 100, "VRAMTRACE_LAUNCHES=" + "x" * 64 + " is not on or "
+         "off; kernel launches are recorded (the default)", True),
         ("VRAMTRACE_ASYNC_STACK_MIN_BYTES", "abc", None, True),
         ("VRAMTRACE_ASYNC_STACK_MIN_BYTES", "-1", None, True),
         ("VRAMTRACE_CUPTI", "/nonexistent/libcupti.so.13", None, True),  # then the usual places

@@ -1,6 +1,7 @@
 // Unit tests of the collector's arithmetic: peak, live set at the peak, VMM, OOM, leaks,
 // pinned host memory, multi-process device totals, and the JSON report's contract keys.
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include "collector/model.h"
 #include "report/json_report.h"
@@ -201,6 +202,101 @@ TEST_CASE("kernel launches are counted by name and the last kernel before the pe
   REQUIRE(k["name"] == "void fill<float>(float*, float, int)");
   REQUIRE(k["launches"] == 3);
   REQUIRE(j["devices"][0]["peak"]["last_kernel"] == "other");
+}
+
+TEST_CASE("launches off: a Settings record makes launch counts and the kernel at the peak unknown, not 0") {
+  TraceBuilder b;
+  b.settings({0}).context(0, 1ull << 30).alloc(0xa, 4 * MiB).alloc(0xb, 8 * MiB).free(0xa)
+      .exit_clean();
+  auto run = run_of({b.bytes()});
+  REQUIRE_FALSE(run.processes[0].launches_recorded);
+  auto j = report::to_json(run);
+  const auto& p = j["processes"][0];
+  REQUIRE(p["launches"]["recorded"] == false);
+  REQUIRE(p["launches"]["note"] ==
+          "kernel launches were not recorded (--launches=off, VRAMTRACE_LAUNCHES=off): launch "
+          "counts, the kernel at the peak and iterations found by the launch rhythm are unknown");
+  REQUIRE(p["devices"][0]["launches"] == nlohmann::json{{"recorded", false}});
+  REQUIRE_FALSE(p["devices"][0]["peak"].contains("last_kernel"));
+  REQUIRE_FALSE(j["devices"][0]["peak"].contains("last_kernel"));
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 12 * MiB);  // memory as ever
+  REQUIRE(p["devices"][0]["allocations"] == 2);
+  REQUIRE_THAT(report::summary_text(j),
+               Catch::Contains("vramtrace: NOTE: kernel launches not recorded (--launches=off): "
+                               "no launch counts, no kernel at the peak, no iterations from the "
+                               "launch rhythm\n"));
+
+  // A trace from before Settings existed, {1}, and a record of no fields: launches recorded.
+  TraceBuilder old_trace, on, empty;
+  old_trace.kernel(1, "k").launch(1).alloc(0xa, 100).exit_clean();
+  on.settings({1}).kernel(1, "k").launch(1).alloc(0xa, 100).exit_clean();
+  empty.settings({}).kernel(1, "k").launch(1).alloc(0xa, 100).exit_clean();
+  for (TraceBuilder* t : {&old_trace, &on, &empty}) {
+    auto r = run_of({t->bytes()});
+    REQUIRE(r.processes[0].launches_recorded);
+    REQUIRE(r.processes[0].problem.empty());
+    auto jj = report::to_json(r);
+    REQUIRE(jj["processes"][0]["launches"] == nlohmann::json{{"recorded", true}});
+    REQUIRE(jj["processes"][0]["devices"][0]["launches"]["count"] == 1);
+    REQUIRE(jj["processes"][0]["devices"][0]["launches"]["recorded"] == true);
+    REQUIRE(jj["devices"][0]["peak"]["last_kernel"] == "k");
+    REQUIRE_THAT(report::summary_text(jj), !Catch::Contains("launches not recorded"));
+  }
+}
+
+TEST_CASE("a Settings record: later fields are skipped, a bad value or field count is corrupt") {
+  // Fields a later library appends are read past: the records after it are still decoded.
+  TraceBuilder later;
+  later.settings({0, 7, 1ull << 40}).alloc(0xa, 100).exit_clean();
+  auto r = run_of({later.bytes()});
+  REQUIRE_FALSE(r.processes[0].launches_recorded);
+  REQUIRE(r.processes[0].problem.empty());
+  REQUIRE(r.processes[0].devices.at(0).memory.peak_bytes() == 100);
+  REQUIRE(r.processes[0].clean_exit);
+
+  // Launches is 0 or 1; more than format::kMaxSettings fields is corruption.
+  TraceBuilder two;
+  two.alloc(0xa, 100).settings({2}).alloc(0xb, 100);
+  auto bad = collector::TraceReader::from_bytes(two.bytes());
+  int events = 0;
+  while (bad->next()) ++events;
+  REQUIRE(events == 2);  // Process, the first Alloc
+  REQUIRE(bad->problem() == "corrupt record in frame 1 (type 30)");
+
+  std::vector<uint8_t> many = TraceBuilder().alloc(0xa, 100).bytes();
+  // Append a Settings record of 65 fields to the frame by hand, and count it in the header.
+  std::vector<uint8_t> rec = {static_cast<uint8_t>(format::RecordType::Settings), 65};
+  rec.insert(rec.end(), 65, 1);
+  format::FrameHeader h;
+  const size_t at = sizeof(format::FileHeader);
+  std::memcpy(&h, many.data() + at, sizeof h);
+  h.stored_bytes = h.raw_bytes = h.raw_bytes + static_cast<uint32_t>(rec.size());
+  ++h.record_count;
+  std::memcpy(many.data() + at, &h, sizeof h);
+  many.insert(many.end(), rec.begin(), rec.end());
+  auto r2 = collector::TraceReader::from_bytes(many);
+  events = 0;
+  while (r2->next()) ++events;
+  REQUIRE(events == 2);
+  REQUIRE(r2->problem() == "corrupt record in frame 1 (type 30)");
+}
+
+TEST_CASE("launches off in one process of two: the summary names it") {
+  TraceBuilder a(100, "testhost", ""), b(101, "testhost", "");
+  a.context(0, 1ull << 30).alloc(0x1000, 4096).exit_clean();
+  b.settings({0}).context(0, 1ull << 30).alloc(0x2000, 4096).exit_clean();
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
+  readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
+  auto j = report::to_json(collector::analyze(std::move(readers)));
+  REQUIRE_THAT(report::summary_text(j),
+               Catch::Contains("vramtrace: NOTE: kernel launches not recorded in pid 101 "
+                               "(--launches=off): no launch counts, no kernel at the peak, no "
+                               "iterations from the launch rhythm\n"));
+  // Two processes on one device: the run-wide device has no single process's kernel at the
+  // peak either way.
+  REQUIRE(j["devices"].size() == 1);
+  REQUIRE_FALSE(j["devices"][0]["peak"].contains("last_kernel"));
 }
 
 TEST_CASE("a stream-ordered pool's footprint: reserved beyond its allocations, peak from the high-water mark") {

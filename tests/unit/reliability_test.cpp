@@ -428,3 +428,21 @@ TEST_CASE("the library's flush period and buffer size are capped, never wrapped 
   for (const char* bad : {static_cast<const char*>(nullptr), "", "abc", "-1", "+5", "8M", "0x10"})
     REQUIRE(byte_count_option(bad, def) == def);
 }
+
+TEST_CASE("VRAMTRACE_LAUNCHES: on and off, anything else keeps the default and is said") {
+  using vramtrace::interpose::launches_recorded;
+  bool bad = true;
+  REQUIRE(launches_recorded("off", &bad) == false);
+  REQUIRE_FALSE(bad);
+  for (const char* on : {static_cast<const char*>(nullptr), "", "on"}) {
+    REQUIRE(launches_recorded(on, &bad) == true);
+    REQUIRE_FALSE(bad);
+  }
+  // Not a value the library knows: launches stay recorded (the target runs as it would), and
+  // the caller prints one notice.
+  for (const char* wrong : {"OFF", "Off", "0", "1", "false", "no", " off", "off ", "offf"}) {
+    bad = false;
+    REQUIRE(launches_recorded(wrong, &bad) == true);
+    REQUIRE(bad);
+  }
+}

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,13 @@ class TraceBuilder {
     v(reserved);
     v(used);
     v(high);
+    return *this;
+  }
+  // The recorder's settings, in format::Setting order ({0}: launches off). No time.
+  TraceBuilder& settings(std::initializer_list<uint64_t> fields) {
+    u8(RecordType::Settings);
+    v(fields.size());
+    for (uint64_t f : fields) v(f);
     return *this;
   }
   // The library gave up on this process (a Notice record has no time).
