@@ -8,6 +8,7 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
   vramtrace  vramtrace's driver callbacks, its own work included (`vramtrace run --torch=off`
              with libvramtrace_selftime.so, whose callbacks can be switched; its timer, about
              35 ns a callback, is included)
+  vramtrace-nolaunch   the same with --launches=off (the memory callbacks only)
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
   history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
 
@@ -33,9 +34,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pin", default="")
     ap.add_argument("--only", default="")
+    ap.add_argument("--workload", default="launch_bound_ab", choices=["launch_bound_ab", "alloc_cached_ab"],
+                    help="alloc_cached_ab: 2,000 tensors a step from PyTorch's cache (cost per tensor)")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    bench = [sys.executable, os.path.join(here, "..", "tests", "gpu", "bench_torch.py"), "launch_bound_ab"]
+    bench = [sys.executable, os.path.join(here, "..", "tests", "gpu", "bench_torch.py"), a.workload]
     lib = os.path.abspath(os.path.join(a.build, "lib"))
     floor = os.path.join(lib, "libvt_cupti_floor.so")
     selftime = os.path.join(lib, "libvramtrace_selftime.so")
@@ -47,6 +50,9 @@ def main():
                           "VT_AB_SYMBOL": "vt_cupti_floor_enable"}),
         "vramtrace": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] + bench,
                       {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_callbacks"}),
+        "vramtrace-nolaunch": ([vt, "run", "-o", run_dir, "--torch=off", "--launches=off", "--lib", selftime,
+                                "--"] + bench,
+                               {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_callbacks"}),
         "history": (bench, {"VT_AB": "history"}),
         # Cheaper settings the default could take, if they keep what the report needs:
         "history-20k": (bench, {"VT_AB": "history", "VT_AB_MAX_ENTRIES": "20000"}),
@@ -70,7 +76,10 @@ def main():
             print(f"run {rep + 1}/{a.repeats} {name:10s} on {r['seconds_per_step_on'] * 1e3:8.3f} ms  "
                   f"off {r['seconds_per_step_off'] * 1e3:8.3f} ms  paired x{r['paired_ratio']:.4f}  "
                   f"allocations per step {r['allocations_per_step']:.0f}", flush=True)
-    print("\n| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | added per step | per launch |")
+    unit = "per launch" if a.workload == "launch_bound_ab" else "per alloc+free"
+    per_step = LAUNCHES_PER_STEP if a.workload == "launch_bound_ab" else 2000
+    print(f"\n{a.workload}:")
+    print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | added per step | {unit} |")
     print("|---|---|---|---|---|---|---|")
     for name, rs in got.items():
         if not rs:
@@ -81,7 +90,7 @@ def main():
         pr = statistics.median(ratios)
         added = (pr - 1) * off
         print(f"| {name} | {off * 1e3:.3f} | {on * 1e3:.3f} | x{pr:.4f} | {', '.join(f'x{x:.4f}' for x in ratios)} "
-              f"| {added * 1e6:+.0f} us | {added * 1e9 / LAUNCHES_PER_STEP:+.0f} ns |", flush=True)
+              f"| {added * 1e6:+.0f} us | {added * 1e9 / per_step:+.0f} ns |", flush=True)
 
 
 if __name__ == "__main__":

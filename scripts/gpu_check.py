@@ -55,10 +55,10 @@ def main():
     lib = os.path.join(a.build, "lib", "libvramtrace.so")
     out = a.out
 
-    def vrun(name, argv, env=None, timeout=600):
+    def vrun(name, argv, env=None, timeout=600, options=()):
         d = os.path.join(out, name)
         subprocess.run(["rm", "-rf", d])
-        p, secs = run([vt, "run", "-o", d, "--"] + argv, env=env, timeout=timeout)
+        p, secs = run([vt, "run", *options, "-o", d, "--"] + argv, env=env, timeout=timeout)
         rep = os.path.join(d, "report.json")
         r = load(rep) if os.path.exists(rep) else None
         with open(os.path.join(out, name + ".log"), "w") as f:
@@ -87,6 +87,24 @@ def main():
             check(s, "pinned host peak", 64 * 1024, pr["pinned_host"]["peak_bytes"])
             check(s, "device name", "H200", dev["name"], "H200" in dev["name"])
             check(s, "stand_in flag", False, r["run"]["stand_in"])
+        else:
+            check(s, "report written", True, False)
+
+        # --launches=off: the same memory figures; launches unknown, not 0.
+        s = f"basic --launches=off ({kind} cudart)"
+        p, r, d = vrun(f"basic-nolaunch-{kind}", [b("basic")], options=("--launches=off",))
+        check(s, "exit code / output", (0, "basic done"), (p.returncode, p.stdout.strip()))
+        if r:
+            dev = r["devices"][0]
+            pr = r["processes"][0]
+            check(s, "peak / final live / allocations", (13 * MiB, 1 * MiB, 4),
+                  (dev["peak"]["bytes"], dev["final_live_bytes"], api(dev, "cuMemAlloc")))
+            check(s, "launches recorded: false, no count, no last kernel",
+                  ({"recorded": False}, {"recorded": False}, False),
+                  (pr["devices"][0]["launches"], {"recorded": pr["launches"]["recorded"]},
+                   "last_kernel" in dev["peak"]))
+            check(s, "summary says launches not recorded", True,
+                  "kernel launches not recorded" in p.stdout + p.stderr)
         else:
             check(s, "report written", True, False)
 
@@ -285,6 +303,16 @@ def main():
         name = "torch-" + (conf.replace(":", "_") or "default")
         p, r, d = vrun(name, [sys.executable, a.torch_script], env=env)
         check(s, "exit code", 0, p.returncode)
+        if conf == "" and r:
+            # The same training loop with --launches=off: the same device peak (the loop is
+            # deterministic), launches not recorded.
+            p2, r2, _ = vrun(name + "-nolaunch", [sys.executable, a.torch_script], env=env,
+                             options=("--launches=off",))
+            check(s + " --launches=off", "exit code / device peak as with launches",
+                  (0, r["devices"][0]["peak"]["bytes"]),
+                  (p2.returncode, r2["devices"][0]["peak"]["bytes"] if r2 else None))
+            check(s + " --launches=off", "launches recorded", False,
+                  r2["processes"][0]["launches"]["recorded"] if r2 else None)
         if not (r and os.path.exists(stats_path)):
             check(s, "report and torch stats written", True, False)
             print(p.stderr[-3000:])

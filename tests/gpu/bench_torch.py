@@ -1,6 +1,6 @@
 """GPU workloads for scripts/bench-gpu.sh. Prints one JSON line: the median time of a step.
 
-  bench_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_bound [--record-history]
+  bench_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_cached_ab|alloc_bound [--record-history]
 
 gpu_bound:    an 8-layer transformer encoder, 1024 wide, training steps (GPU-bound).
 launch_bound: 100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 1,000 kernel
@@ -14,6 +14,8 @@ launch_bound_ab: the launch-bound step, in blocks of steps with something switch
               VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
               vramtrace's benchmark build). Prints the median step on and off, and the median
               of the ratios of adjacent blocks.
+alloc_cached_ab: torch.empty(1 MiB) and its free 2,000 times a step from PyTorch's cache, with the
+              same switches as launch_bound_ab: the switched thing's cost per tensor.
 --record-history turns on torch.cuda.memory._record_memory_history (PyTorch's own peer tool).
 """
 import ctypes
@@ -142,6 +144,23 @@ def main():
         print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
                           "seconds_per_step_on": on, "seconds_per_step_off": off,
                           "paired_ratio": ratio, "allocations_per_step": allocs}))
+        return
+    elif mode == "alloc_cached_ab":
+        # PyTorch's caching allocator serving every tensor from its cache (no driver call): what
+        # the switched thing costs per tensor alloc+free, in the same A/B blocks.
+        turn = switch()
+
+        def step():
+            for _ in range(2000):
+                t = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+                del t
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")), 10)
+        print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
+                          "seconds_per_step_on": on, "seconds_per_step_off": off,
+                          "paired_ratio": ratio, "allocations_per_step": 2000}))
         return
     elif mode == "alloc_bound":
         def step():
