@@ -57,12 +57,16 @@ def main():
     for name, cmd, env, is_torch in workloads:
         variants = {"none": [], "cupti floor": [], "vramtrace": [], "vramtrace --stacks=native": [],
                     "vramtrace --stacks=none": []}
+        # Memory only: the launch callbacks never enabled (--launches=off).
+        variants["vramtrace --launches=off"] = []
         if not is_torch:
             # The same library timing its own callbacks (TSC), printed per callback id and site.
             variants["vramtrace selftime --stacks=none"] = []
         if is_torch:
             # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
             variants["vramtrace --torch=off"] = []
+            # The lightest: memory callbacks only, no allocator trace (segments, not blocks).
+            variants["vramtrace --launches=off --torch=off"] = []
             # Without vramtrace as the NVTX tool (libraries such as cuBLAS range their calls
             # through NVTX when a tool is attached): what recording ranges costs.
             variants["vramtrace no-nvtx"] = []

@@ -108,6 +108,7 @@ def main():
         else:
             check(s, "report written", True, False)
 
+        s = f"basic ({kind} cudart)"
         p, r, d = vrun(f"basic-exit3-{kind}", [b("basic"), "3"])
         check(s, "exit code passed through", 3, p.returncode)
 
