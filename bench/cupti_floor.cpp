@@ -22,16 +22,6 @@ CUpti_SubscriberHandle g_subscriber = nullptr;
 Enable g_enable = nullptr;
 bool g_launches = true;
 
-int enable_driver_callbacks(uint32_t on) {
-  int done = 0;
-  for (CUpti_CallbackId id : vramtrace::interpose::kMemoryCallbacks)
-    done += g_enable(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
-  if (g_launches)
-    for (CUpti_CallbackId id : vramtrace::interpose::kLaunchCallbacks)
-      done += g_enable(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
-  return done;
-}
-
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 
 }  // namespace
@@ -53,7 +43,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   }
   bool bad = false;
   g_launches = vramtrace::interpose::launches_recorded(getenv("VRAMTRACE_LAUNCHES"), &bad);
-  enable_driver_callbacks(1);
+  vramtrace::interpose::enable_driver_callbacks(g_enable, g_subscriber, 1, g_launches);
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
   return 1;
@@ -61,5 +51,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 
 extern "C" __attribute__((visibility("default"))) int vt_cupti_floor_enable(int on) {
   if (!g_subscriber || !g_enable) return 0;
-  return enable_driver_callbacks(on ? 1 : 0);
+  return vramtrace::interpose::enable_driver_callbacks(g_enable, g_subscriber, on ? 1 : 0,
+                                                       g_launches);
 }

@@ -649,20 +649,8 @@ void record_notice(const char* text) {
   slot.commit(p);
 }
 
-// Enables (1) or disables (0) our driver callbacks: the allocation ids, and the launch ids
-// unless launches are off, which are then never enabled. Returns how many calls succeeded.
+// Whether the launch ids are enabled (VRAMTRACE_LAUNCHES); with launches off they never are.
 bool g_launches = true;
-int enable_driver_callbacks(uint32_t on) {
-  int done = 0;
-  for (CUpti_CallbackId id : kMemoryCallbacks)
-    done += g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) ==
-            CUPTI_SUCCESS;
-  if (g_launches)
-    for (CUpti_CallbackId id : kLaunchCallbacks)
-      done += g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) ==
-              CUPTI_SUCCESS;
-  return done;
-}
 
 // Says why this process is not profiled, on stderr and (when the output is open) in the trace.
 void give_up(const char* why) {
@@ -739,7 +727,7 @@ bool subscribe_cupti(bool launches) {
     return false;
   }
   g_launches = launches;
-  enable_driver_callbacks(1);
+  enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, 1, g_launches);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                           CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
@@ -753,7 +741,7 @@ bool subscribe_cupti(bool launches) {
 // the same process (process-to-process spread on the GPU machine is larger than the effect).
 extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_callbacks(int on) {
   if (!g_subscriber || !g_cupti.enable_callback) return 0;
-  return enable_driver_callbacks(on ? 1 : 0);
+  return enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, on ? 1 : 0, g_launches);
 }
 #endif
 
