@@ -61,10 +61,9 @@ TEST_CASE("check fails a regression, naming what grew, and passes within budget"
               .code() == 1);
   REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 0:20%")).code() == 0);
   // A trace file as the candidate works like its report.
-  std::string trace;
-  for (auto& e : fs::directory_iterator(r.cand))
-    if (e.path().extension() == ".vtrace") trace = e.path().string();
-  REQUIRE(sh(check(trace + " --baseline " + r.base)).code() == 1);
+  std::vector<std::string> traces = traces_in(r.cand);
+  REQUIRE(traces.size() == 1);
+  REQUIRE(sh(check(traces[0] + " --baseline " + r.base)).code() == 1);
 }
 
 TEST_CASE("check writes a Markdown summary and a JUnit result") {

@@ -175,14 +175,10 @@ TEST_CASE("vramtrace run: the streams over the socket are compressed too, and re
   INFO(r.out);
   REQUIRE(r.code() == 0);
   check_figures(json::parse(slurp(dir + "/report.json")));
-  int traces = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".vtrace") continue;
-    ++traces;
-    Frames f = frames_of(e.path().string());
-    REQUIRE(f.zstd >= 1);
-    Read read = read_trace(e.path().string());
-    REQUIRE(read.records == read.exit_says);
-  }
-  REQUIRE(traces == 1);
+  std::vector<std::string> traces = traces_in(dir);
+  REQUIRE(traces.size() == 1);
+  Frames f = frames_of(traces[0]);
+  REQUIRE(f.zstd >= 1);
+  Read read = read_trace(traces[0]);
+  REQUIRE(read.records == read.exit_says);
 }

@@ -23,19 +23,6 @@ using nlohmann::json;
 
 namespace {
 
-json load(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
-int count_traces(const std::string& dir) {
-  int n = 0;
-  for (auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".vtrace") ++n;
-  return n;
-}
-
 const json& api(const json& device, const char* name) { return device["apis"][name]; }
 
 void check_basic_report(const json& r) {
@@ -77,8 +64,8 @@ TEST_CASE("vramtrace run gives the exact peak, leaks, launches; output and exit 
   REQUIRE(r.code() == 0);
   REQUIRE(r.out.find("basic done") != std::string::npos);
   REQUIRE(r.out.find("peak 13.00 MiB") != std::string::npos);
-  check_basic_report(load(dir + "/report.json"));
-  REQUIRE(count_traces(dir) == 1);
+  check_basic_report(load_json(dir + "/report.json"));
+  REQUIRE(traces_in(dir).size() == 1);
   // Files are the user's alone.
   struct stat st{};
   REQUIRE(stat((dir + "/report.json").c_str(), &st) == 0);
@@ -94,29 +81,29 @@ TEST_CASE("LD_PRELOAD alone writes a trace that vramtrace report turns into the 
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(r.out == "basic done\n");  // nothing of ours on the target's output
-  REQUIRE(count_traces(dir) == 1);
+  REQUIRE(traces_in(dir).size() == 1);
   Result rep = sh(kVramtrace + " report " + dir + " -o " + dir + "/out");
   INFO(rep.out);
   REQUIRE(rep.code() == 0);
-  check_basic_report(load(dir + "/out/report.json"));
+  check_basic_report(load_json(dir + "/out/report.json"));
 
   // VRAMTRACE_OUTPUT names the file, %p the pid.
   std::string named = temp_dir();
   sh("cd /tmp && " + kEnv + "VRAMTRACE_OUTPUT=" + named + "/x.%p.vtrace LD_PRELOAD=" + kLib +
      " " + prog("basic"));
-  REQUIRE(count_traces(named) == 1);
+  REQUIRE(traces_in(named).size() == 1);
 }
 
 TEST_CASE("processes that never use CUDA write nothing") {
   std::string dir = temp_dir();
   Result r = sh("cd " + dir + " && LD_PRELOAD=" + kLib + " sh -c 'echo hello; ls >/dev/null'");
   REQUIRE(r.out == "hello\n");
-  REQUIRE(count_traces(dir) == 0);
+  REQUIRE(traces_in(dir).size() == 0);
   Result run = sh(kEnv + kVramtrace + " run -o " + dir + "/out -- sh -c 'exit 4'");
   INFO(run.out);
   REQUIRE(run.code() == 4);
-  REQUIRE(count_traces(dir + "/out") == 0);
-  REQUIRE(load(dir + "/out/report.json")["devices"].empty());
+  REQUIRE(traces_in(dir + "/out").size() == 0);
+  REQUIRE(load_json(dir + "/out/report.json")["devices"].empty());
 }
 
 TEST_CASE("an OOM is reported with the request, the live bytes and the free memory") {
@@ -126,7 +113,7 @@ TEST_CASE("an OOM is reported with the request, the live bytes and the free memo
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(r.out.find("oom seen") != std::string::npos);
-  json j = load(dir + "/report.json");
+  json j = load_json(dir + "/report.json");
   REQUIRE(j["oom"].size() == 1);
   const json& o = j["oom"][0];
   REQUIRE(o["device"] == 0);
@@ -150,7 +137,7 @@ TEST_CASE("every allocation path is accounted once: async, managed, pitch, VMM")
   uint64_t pitch_bytes = std::stoull(m[1]);
   REQUIRE(std::regex_search(r.out, m, std::regex("vmm_bytes=(\\d+)")));
   uint64_t vmm_bytes = std::stoull(m[1]);
-  json j = load(dir + "/report.json");
+  json j = load_json(dir + "/report.json");
   const json& d = j["devices"][0];
   REQUIRE(api(d, "cuMemAllocAsync")["calls"] == 1);
   REQUIRE(api(d, "cuMemAllocAsync")["bytes"] == 1 * MiB);
@@ -186,7 +173,7 @@ TEST_CASE("a target that crashes still gets its report, marked as cut short") {
     INFO(r.out);
     REQUIRE(r.code() == 7);
   }
-  json j = load(dir + "/report.json");
+  json j = load_json(dir + "/report.json");
   REQUIRE(j["devices"][0]["peak"]["bytes"] == 5 * MiB);
   REQUIRE(j["processes"][0]["cut_short"] == true);
   REQUIRE(j["run"]["complete"] == false);
@@ -198,7 +185,7 @@ TEST_CASE("16 threads allocating at once: every event, in a consistent order") {
   Result r = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("threads"));
   INFO(r.out);
   REQUIRE(r.code() == 0);
-  json j = load(dir + "/report.json");
+  json j = load_json(dir + "/report.json");
   const json& d = j["devices"][0];
   REQUIRE(api(d, "cuMemAlloc")["calls"] == 1616);
   REQUIRE(api(d, "cuMemFree")["calls"] == 1600);
@@ -213,8 +200,8 @@ TEST_CASE("a fork after CUDA started neither hangs nor duplicates events") {
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(r.out.find("child ran") != std::string::npos);
-  REQUIRE(count_traces(dir) == 1);
-  json j = load(dir + "/report.json");
+  REQUIRE(traces_in(dir).size() == 1);
+  json j = load_json(dir + "/report.json");
   REQUIRE(j["devices"][0]["peak"]["bytes"] == 2 * MiB);
   REQUIRE(j["processes"].size() == 1);
   REQUIRE(j["processes"][0]["clean_exit"] == true);
@@ -262,7 +249,7 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
   Result part = sh(kVramtrace + " report " + t + "/a.vtrace -o " + t);
   INFO(part.out);
   REQUIRE(part.code() == 0);
-  json j = load(t + "/report.json");
+  json j = load_json(t + "/report.json");
   REQUIRE(j["run"]["complete"] == false);
   REQUIRE(j["run"]["problems"].size() == 1);
   REQUIRE(contains(j["run"]["problems"][0].get<std::string>(), "ends inside a frame header"));
@@ -272,7 +259,7 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
   fs::resize_file(t + "/a.vtrace", fs::file_size(t + "/a.vtrace") - 9);
   Result cut = sh(kVramtrace + " report " + t + "/a.vtrace -o " + t);
   REQUIRE(cut.code() == 0);
-  json k = load(t + "/report.json");
+  json k = load_json(t + "/report.json");
   REQUIRE(k["run"]["complete"] == false);
   REQUIRE(contains(k["run"]["problems"][0].get<std::string>(), "ends inside a frame"));
 }
@@ -282,7 +269,7 @@ TEST_CASE("CUDA arrays are device memory of their descriptor's size") {
   Result r = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("arrays"));
   INFO(r.out);
   REQUIRE(r.code() == 0);
-  json j = load(dir + "/report.json");
+  json j = load_json(dir + "/report.json");
   const json& d = j["devices"][0];
   REQUIRE(api(d, "cuArrayCreate")["calls"] == 1);
   REQUIRE(api(d, "cuArrayCreate")["bytes"] == 256 * 256 * 4);

@@ -1,5 +1,5 @@
 // Helpers of the end-to-end tests: run a shell command, make a temporary directory, find the
-// built programs. Paths come from the build (VT_BUILD_DIR).
+// built programs, the traces a run wrote and its report. Paths come from the build (VT_BUILD_DIR).
 #pragma once
 
 #include <signal.h>
@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -77,4 +79,20 @@ inline std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A JSON file (a report.json), parsed; the file must exist.
+inline nlohmann::json load_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+// The trace files (*.vtrace) in a directory, sorted by name.
+inline std::vector<std::string> traces_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".vtrace") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }

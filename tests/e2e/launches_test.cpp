@@ -19,22 +19,10 @@ using namespace vramtrace;
 
 namespace {
 
-json load_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
 std::string only_trace(const std::string& dir) {
-  std::string found;
-  int n = 0;
-  for (auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".vtrace") {
-      found = e.path().string();
-      ++n;
-    }
-  REQUIRE(n == 1);
-  return found;
+  std::vector<std::string> traces = traces_in(dir);
+  REQUIRE(traces.size() == 1);
+  return traces[0];
 }
 
 // Records of each type in a trace, and what its Settings record said (-1: none).

@@ -9,7 +9,6 @@
 using nlohmann::json;
 
 namespace {
-json load_json(const std::string& path) { return json::parse(slurp(path)); }
 std::string launcher() { return std::string(VT_SOURCE_DIR) + "/tests/programs/launch_ranks.sh"; }
 }  // namespace
 
