@@ -311,7 +311,7 @@
           { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth"));
       }
       card.append($("h3", { text: "Kernels launched" }));
-      if (launchesOff(proc) || (pd.launches && pd.launches.recorded === false))
+      if (launchesOff(proc))
         card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
       else
         card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], ((pd.launches || {}).top || []).slice(), "kernels"));
