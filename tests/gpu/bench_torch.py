@@ -84,15 +84,7 @@ def ab_blocks(step, turn, pairs, steps_per_block):
     """Median step time with `turn(True)` and with `turn(False)`, in adjacent blocks whose order
     alternates (on-off, off-on, ...), so that drift during the run falls on both."""
     def block():
-        step()  # one step after the switch, not timed
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(steps_per_block):
-            t0 = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
+        return timed(step, 1, steps_per_block)  # one step after the switch, not timed
     on, off, ratios = [], [], []
     for i in range(pairs):
         got = {}
