@@ -354,6 +354,7 @@ class Builder {
     if (p_.torch_trace)
       for (OomEvent& o : p_.ooms)
         if (!o.allocator) o.recovered = true;
+    find_fatal_oom();
     // Grouped once: a scan of every live allocation per device was quadratic.
     std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
     for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
@@ -553,7 +554,36 @@ class Builder {
 
   // Iterations, best source first: vramtrace_step() calls; the depth-0 NVTX range that repeats
   // most; the kernel that repeats at a constant distance with the longest period.
+  // Which OOM ended the job. With the start-up hook's record of the exception that reached
+  // the top: the allocator's last OOM before it, if it was an OutOfMemoryError (none if the
+  // program ended otherwise: every OOM was survived). Without it: the last OOM of a process
+  // that did not reach exit() cleanly.
+  void find_fatal_oom() {
+    OomEvent* last = nullptr;
+    const TorchContext* ctx = p_.torch_memory ? &p_.torch_memory->context() : nullptr;
+    if (ctx && ctx->present) {
+      const auto& x = ctx->exception;
+      if (!x || x->type.find("OutOfMemoryError") == std::string::npos) return;
+      for (OomEvent& o : p_.ooms)
+        if (o.allocator && o.time_ns <= x->time_ns) last = &o;
+    } else {
+      if (p_.clean_exit) return;
+      for (OomEvent& o : p_.ooms)
+        if (!o.recovered) last = &o;
+    }
+    if (last) last->fatal = true;
+  }
+
   void find_iterations() {
+    // The optimizer's steps are exact iterations; so are vramtrace_step() and NVTX ranges;
+    // the forwards of the first model stand in for an evaluation; the launch rhythm is the
+    // last resort, never used for a PyTorch program whose hook saw its forwards.
+    const TorchMemory* tm = p_.torch_memory.get();
+    if (tm && tm->optimizer_steps() > 0) {
+      p_.iterations = tm->iterations();
+      p_.iteration_source = tm->iteration_source();
+      return;
+    }
     if (p_.steps.size() >= 2) {
       p_.iterations = p_.steps;
       p_.iteration_source = "vramtrace_step()";
@@ -569,6 +599,11 @@ class Builder {
     if (best_n >= 3) {
       p_.iterations = p_.top_range_starts[best];
       p_.iteration_source = "NVTX range '" + p_.kernel_name(best) + "'";
+      return;
+    }
+    if (tm && !tm->iterations().empty()) {
+      p_.iterations = tm->iterations();
+      p_.iteration_source = tm->iteration_source();
       return;
     }
     const ProcessModel::Rhythm* anchor = nullptr;
@@ -900,6 +935,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   std::vector<Event> pending(readers.size());
   std::vector<size_t> torch_pos(torch.size(), 0);
   std::vector<size_t> builder_of(n_sources, SIZE_MAX);
+  std::vector<size_t> torch_of(readers.size(), SIZE_MAX);  // process -> its PyTorch trace
   std::vector<uint64_t> last_time(n_sources, 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
   auto event_of = [&](size_t i) -> const Event& {
@@ -934,6 +970,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
       }
       run.processes[builder_of[readers.size() + t]].torch_trace = true;
       run.processes[builder_of[readers.size() + t]].torch_trace_problem = torch[t].problem;
+      torch_of[builder_of[readers.size() + t]] = t;
       pull(readers.size() + t);
     }
   }
@@ -946,6 +983,9 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   }
 
   for (size_t i = 0; i < readers.size(); ++i) {
+    if (torch_of[i] != SIZE_MAX && torch[torch_of[i]].context.present)
+      run.processes[i].torch_memory =
+          std::make_shared<const TorchMemory>(std::move(torch[torch_of[i]].context));
     builders[i].finish();
     ProcessModel& p = run.processes[i];
     if (readers[i]->partial()) {

@@ -1,5 +1,7 @@
 // Rendering the collector's model as report.json (see json_report.h).
 #include "report/json_report.h"
+#include "report/torch_json.h"
+#include "collector/diagnosis.h"
 
 #include <cxxabi.h>
 
@@ -53,6 +55,11 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.text = s.stack->site;
     s.library = s.stack->library;
   }
+  // A PyTorch block without frames: the module that made it and the user's line that ran
+  // the model, backward() or step() (the start-up hook's context).
+  if (s.text.empty() && a.space == 1)
+    if (const auto* tm = stacks.process().torch_memory.get())
+      if (const auto* b = tm->block(a.device, a.id, a.time_ns)) s.text = tm->describe(*b);
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);
@@ -186,7 +193,23 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
   const uint64_t request = o.allocator && o.allocator_request ? o.allocator_request
                                                               : o.requested_bytes;
   const uint64_t total = o.total_bytes.value_or(0);
-  const uint64_t free_b = o.free_bytes.value_or(0);
+  uint64_t free_b = o.free_bytes.value_or(0);
+  // Under a tighter limit than the card (PyTorch's per-process fraction) the device's free
+  // memory beyond the limit was never available to this process.
+  uint64_t limit = total;
+  if (oj.contains("limit")) {
+    limit = oj["limit"]["bytes"].get<uint64_t>();
+    free_b = std::min(free_b, limit > o.live_bytes ? limit - o.live_bytes : 0);
+    if (oj["limit"]["kind"] == "per_process_fraction" && o.live_bytes + request > limit)
+      add(0.95, "limit_reached",
+          "The process reached its limit, " + oj["limit"]["title"].get<std::string>() +
+              ": it held " + human_bytes(o.live_bytes) + " when it asked for " +
+              human_bytes(request) + " more",
+          {{"limit_bytes", limit}, {"live_bytes", o.live_bytes}, {"requested_bytes", request},
+           {"device_free_bytes", o.free_bytes.value_or(0)}},
+          "Use less memory at the peak (the remedies below say how much each saves), or raise "
+          "the fraction (torch.cuda.set_per_process_memory_fraction).");
+  }
   if (total && request > total)
     add(1.0, "request_too_large",
         "The request alone (" + human_bytes(request) + ") is larger than the GPU (" +
@@ -260,7 +283,8 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
         "Memory is kept across iterations: keep Python numbers rather than tensors "
         "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
   }
-  if (total && (o.live_bytes + request) * 10 > total * 8) {
+  if (limit && (o.live_bytes + request) * 10 > limit * 8 &&
+      !(oj.contains("limit") && oj["limit"]["kind"] == "per_process_fraction")) {
     json sites = json::array();
     for (size_t i = 0; i < oj["live_by_site"].size() && i < 3; ++i)
       sites.push_back({{"site", oj["live_by_site"][i]["site"]},
@@ -268,9 +292,9 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
     std::string lead = sites.empty() ? "" : ", led by " + sites[0]["site"].get<std::string>();
     add(0.6, "near_capacity",
         "This process held " + human_bytes(o.live_bytes) + " (" +
-            std::to_string(o.live_bytes * 100 / total) + "% of the GPU) when it asked for " +
+            std::to_string(o.live_bytes * 100 / limit) + "% of its limit) when it asked for " +
             human_bytes(request) + lead,
-        {{"live_bytes", o.live_bytes}, {"total_bytes", total}, {"requested_bytes", request},
+        {{"live_bytes", o.live_bytes}, {"limit_bytes", limit}, {"requested_bytes", request},
          {"top_sites", sites}},
         "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
         "accumulation), or mixed precision (bf16/fp16).");
@@ -530,6 +554,7 @@ json to_json(const Run& run, const RunInfo& info) {
   json processes = json::array();
   json ooms = json::array();
   json leaks = json::array();
+  json live_at_death = json::array();
   json growth = json::array();
   json retained = json::array();
   std::map<std::pair<std::string, uint32_t>, uint64_t> final_by_device;
@@ -633,6 +658,7 @@ json to_json(const Run& run, const RunInfo& info) {
       } else {
         dj["launches"] = {{"recorded", false}};
       }
+      add_torch_device(dj, p, d, stacks, origin);
       devices.push_back(dj);
       auto key = std::make_pair(p.host, index);
       final_by_device[key] += d.memory.live_bytes();
@@ -666,10 +692,15 @@ json to_json(const Run& run, const RunInfo& info) {
                               {"note", "reserved by the allocator and free at exit: cached, not "
                                        "leaked (its blocks still in use are in leaks)"}});
       }
+      // A process that died (a signal, an exception that reached the top, a fatal OOM) did
+      // not free what it held: that is what was live when it died, not a leak.
+      bool died = !p.clean_exit;
+      if (p.torch_memory && p.torch_memory->context().exception) died = true;
+      for (const auto& o : p.ooms) died = died || o.fatal;
       for (json& g : by_site(suspects, stacks)) {
         g["device"] = index;
         g["pid"] = p.pid;
-        leaks.push_back(g);
+        (died ? live_at_death : leaks).push_back(g);
       }
       // Growth, seen at three moments: the end, the in-use peak of the driver's allocations
       // and that of the pools' blocks (a program that frees what it kept only at its end still
@@ -825,6 +856,17 @@ json to_json(const Run& run, const RunInfo& info) {
       if (o.recovered) oj["recovered"] = true;
       json growth_then = growth_by_site(o.survivors, p, stacks, o.time_ns, origin);
       if (!growth_then.empty()) oj["growth"] = growth_then;
+      add_torch_oom(oj, p, o, stacks);
+      {
+        // Headroom against the effective limit (PyTorch's per-process fraction, what other
+        // processes left): the device's free memory beyond it was never this process's.
+        std::optional<uint64_t> others;
+        if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
+        auto lim = collector::effective_limit(o.total_bytes.value_or(0), p.torch_memory.get(),
+                                              o.device, others);
+        if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
+                                                 {"title", lim.title}};
+      }
       oj["findings"] = oom_findings(o, oj, growth_then, torch_pool);
       pooms.push_back(oj);
       ooms.push_back(oj);
@@ -900,8 +942,13 @@ json to_json(const Run& run, const RunInfo& info) {
     return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
   });
   report["leaks"] = leaks;
+  std::stable_sort(live_at_death.begin(), live_at_death.end(), [](const json& a, const json& b) {
+    return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
+  });
+  report["live_at_death"] = live_at_death;
   report["growth"] = growth;
   report["retained"] = retained;
+  report["diagnosis"] = diagnosis_json(report, run);
   return report;
 }
 
