@@ -55,10 +55,11 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   const uint64_t cache = of(in.at, Category::AllocatorCache);
   const uint64_t need = in.total + in.request;  // what the moment asked for in all
 
-  if (act && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
+  if (act + tmp && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
     out.push_back({"mixed_precision",
-                   "Run the forward in bf16 mixed precision (torch.autocast)", act / 2,
-                   "activations are float32 now and bf16 halves what is saved for backward",
+                   "Run the forward in bf16 mixed precision (torch.autocast)", (act + tmp) / 2,
+                   "activations and temporaries (convolution and matmul workspaces among them) "
+                   "are float32 now and bf16 halves them",
                    "with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ..."});
 
   if (act && in.activations_by_module.size() >= 2) {

@@ -156,10 +156,18 @@ void TorchMemory::classify() {
     b.site = in->site;
     if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation))
       b.module = modules.back();
-    const bool outlives = blocks[i].free_ns > in->end_ns;
+    // A phase still open when the trace ended (the program died in it): what it made and
+    // never freed outlives it.
+    const bool outlives = blocks[i].free_ns > in->end_ns || blocks[i].free_ns == UINT64_MAX;
+    // Made in the first iteration, never freed, yet no named storage: a library's workspace
+    // made through PyTorch's allocator on first use (cuBLAS's, per handle and stream).
+    const bool workspace = blocks[i].free_ns == UINT64_MAX && b.iteration <= 0 &&
+                           in->end_ns != UINT64_MAX && steps_ > 0;
     switch (in->phase) {
       case TorchPhase::Forward:
-        b.category = outlives ? Category::Activations : Category::Temporaries;
+        b.category = workspace ? Category::Workspaces
+                     : outlives ? Category::Activations
+                                : Category::Temporaries;
         break;
       case TorchPhase::Evaluation:
         // With grad on, an evaluation forward keeps its graph like a training one.
@@ -168,7 +176,9 @@ void TorchMemory::classify() {
                                 : Category::Inputs;
         break;
       case TorchPhase::Backward:
-        b.category = outlives ? Category::Gradients : Category::Temporaries;
+        b.category = workspace ? Category::Workspaces
+                     : outlives ? Category::Gradients
+                                : Category::Temporaries;
         break;
       case TorchPhase::Optimizer:
         b.category = outlives ? Category::OptimizerState : Category::Temporaries;

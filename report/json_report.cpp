@@ -862,7 +862,9 @@ json to_json(const Run& run, const RunInfo& info) {
         // processes left): the device's free memory beyond it was never this process's.
         std::optional<uint64_t> others;
         if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
-        auto lim = collector::effective_limit(o.total_bytes.value_or(0), p.torch_memory.get(),
+        uint64_t card = o.total_bytes.value_or(0);
+        if (!card && p.devices.count(o.device)) card = p.devices.at(o.device).total_bytes;
+        auto lim = collector::effective_limit(card, p.torch_memory.get(),
                                               o.device, others);
         if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
                                                  {"title", lim.title}};
@@ -1003,7 +1005,18 @@ std::string summary_text(const json& r) {
     std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", d["index"].get<unsigned>(),
                   d["name"].get<std::string>().c_str(), human_bytes(peak).c_str());
     out += line;
-    if (total) {
+    // Against the effective limit when the run had a tighter one than the card.
+    const json* lim = nullptr;
+    if (r.contains("diagnosis") && r["diagnosis"].contains("limit") &&
+        r["diagnosis"]["device"] == d["index"] && r["diagnosis"]["limit"]["kind"] != "device")
+      lim = &r["diagnosis"]["limit"];
+    if (lim) {
+      const uint64_t lb = (*lim)["bytes"].get<uint64_t>();
+      std::snprintf(line, sizeof line, " of its %s limit (%.1f%%; %s)", human_bytes(lb).c_str(),
+                    lb ? 100.0 * static_cast<double>(peak) / static_cast<double>(lb) : 0.0,
+                    (*lim)["title"].get<std::string>().c_str());
+      out += line;
+    } else if (total) {
       std::snprintf(line, sizeof line, " of %s (%.1f%%)", human_bytes(total).c_str(),
                     100.0 * static_cast<double>(peak) / static_cast<double>(total));
       out += line;
@@ -1012,7 +1025,16 @@ std::string summary_text(const json& r) {
                   human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str());
     out += line;
   }
+  // With a fatal OOM known, the failures the job survived are counted on one line and the
+  // fatal one gets the diagnosis: where, why, and what to do.
+  bool any_fatal = false;
+  uint64_t survived = 0;
+  for (const auto& o : r["oom"]) any_fatal = any_fatal || o.value("fatal", false);
   for (const auto& o : r["oom"]) {
+    if (any_fatal && !o.value("fatal", false)) {
+      ++survived;
+      continue;
+    }
     std::snprintf(line, sizeof line,
                   "vramtrace: OUT OF MEMORY on device %u: %s requested with %s live (pid %llu)\n",
                   o["device"].get<unsigned>(),
@@ -1029,8 +1051,32 @@ std::string summary_text(const json& r) {
       continue;
     }
     out += line;
+    if (o.contains("phase")) {
+      std::string where = "vramtrace:   when: " + o["phase"].get<std::string>();
+      if (o.contains("module")) where += " of " + o["module"].get<std::string>();
+      if (o.contains("iteration") && o["iteration"].get<int64_t>() >= 0)
+        where += ", iteration " + std::to_string(o["iteration"].get<int64_t>());
+      if (o.contains("python_site")) where += ", at " + o["python_site"].get<std::string>();
+      out += where + "\n";
+    }
     if (o.contains("findings") && !o["findings"].empty())
       out += "vramtrace:   likely cause: " + o["findings"][0]["title"].get<std::string>() + "\n";
+  }
+  if (survived) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu other allocation failure(s) were survived (a library's "
+                  "workspace attempt that fell back, a caught error): see report.json oom[]\n",
+                  static_cast<unsigned long long>(survived));
+    out += line;
+  }
+  if (r.contains("diagnosis") && r["diagnosis"].contains("remedies")) {
+    const json& dg = r["diagnosis"];
+    size_t n = 0;
+    for (const auto& m : dg["remedies"]) {
+      if (n++ == 3) break;
+      out += "vramtrace:   remedy: " + m["title"].get<std::string>() + ": saves " +
+             human_bytes(m["saves_bytes"].get<uint64_t>()) + " (" + m["how"].get<std::string>() + ")\n";
+    }
   }
   if (r.contains("worst_rank")) {
     const json& w = r["worst_rank"];
@@ -1047,6 +1093,12 @@ std::string summary_text(const json& r) {
     leak_bytes += l["bytes"].get<uint64_t>();
     leak_count += l["count"].get<uint64_t>();
   }
+  uint64_t dead_bytes = 0;
+  if (r.contains("live_at_death"))
+    for (const auto& l : r["live_at_death"]) dead_bytes += l["bytes"].get<uint64_t>();
+  if (dead_bytes)
+    out += "vramtrace: " + human_bytes(dead_bytes) +
+           " was live when the process died (not counted as leaks)\n";
   if (leak_count) {
     std::snprintf(line, sizeof line,
                   "vramtrace: %llu allocation(s), %s, still live at exit (leak suspects)\n",

@@ -75,6 +75,19 @@ std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
   return {};
 }
 
+// The allocator's records of the segment that made the peak trail the driver's by
+// microseconds: its state is read at the first block it handed out after the peak (within
+// 1 ms), which is the block the segment was made for.
+uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+  const uint64_t t = d.memory.peak_time();
+  uint64_t best = t;
+  for (const auto& b : tm.context().blocks)
+    if (b.device == d.index && b.alloc_ns >= t && b.alloc_ns <= t + 1'000'000 &&
+        (best == t || b.alloc_ns < best))
+      best = b.alloc_ns;
+  return best;
+}
+
 std::string optimizer_kind(const TorchMemory& tm, uint64_t* per_param) {
   std::map<std::string, uint64_t> per;
   for (const auto& l : tm.context().labels)
@@ -104,7 +117,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   const uint32_t dev = d.index;
   // The allocator's records of the segment that made the peak trail the driver's by
   // microseconds: its state is read 1 ms after the peak.
-  const uint64_t peak_t = d.memory.peak_time() + 1'000'000;
+  const uint64_t peak_t = peak_moment(*tm, d);
   CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, d.memory.peak_bytes(),
                                                 driver_only(d.live_at_peak), &stacks);
   std::vector<collector::Allocation> still;
@@ -322,7 +335,7 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   in.request = request;
   in.autocast = tm->autocast();
   const uint64_t t = fatal ? (*fatal)["time_ns"].get<uint64_t>() + run.origin_ns
-                           : d.memory.peak_time() + 1'000'000;
+                           : peak_moment(*tm, d);
   if (fatal)
     for (const json& f : (*fatal)["findings"])
       if (f["kind"] == "fragmentation") in.fragmented = true;
