@@ -78,7 +78,7 @@ std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
 // The allocator's records of the segment that made the peak trail the driver's by
 // microseconds: its state is read at the first block it handed out after the peak (within
 // 1 ms), which is the block the segment was made for.
-uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+uint64_t segment_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
   const uint64_t t = d.memory.peak_time();
   uint64_t best = t;
   for (const auto& b : tm.context().blocks)
@@ -86,6 +86,29 @@ uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
         (best == t || b.alloc_ns < best))
       best = b.alloc_ns;
   return best;
+}
+
+// The moment whose memory the categories explain. A caching allocator's reserved memory only
+// grows, so the driver's peak is when its last segment was made (often a small one in the
+// optimizer step, with the cache full of what the backward freed): the allocator's in-use
+// peak is when the memory was most needed, and what it held then is what the remedies cut.
+struct PeakMoment {
+  uint64_t time_ns = 0;
+  uint64_t device_bytes = 0;  // what the process held on the device then
+  std::string moment;
+};
+PeakMoment peak_moment_of(const TorchMemory& tm, const collector::DeviceModel& d) {
+  const uint64_t seg_t = segment_moment(tm, d);
+  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t)
+    return {seg_t, d.memory.peak_bytes(), "the device's peak"};
+  // Memory outside PyTorch's allocator is taken as it was at the device's peak.
+  const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);
+  const uint64_t outside = d.memory.peak_bytes() - std::min(d.memory.peak_bytes(), reserved_then);
+  const uint64_t t = d.allocator_peak_time;
+  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak"};
+}
+uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+  return peak_moment_of(tm, d).time_ns;
 }
 
 std::string optimizer_kind(const TorchMemory& tm, uint64_t* per_param) {
@@ -117,8 +140,9 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   const uint32_t dev = d.index;
   // The allocator's records of the segment that made the peak trail the driver's by
   // microseconds: its state is read 1 ms after the peak.
-  const uint64_t peak_t = peak_moment(*tm, d);
-  CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, d.memory.peak_bytes(),
+  const PeakMoment pm = peak_moment_of(*tm, d);
+  const uint64_t peak_t = pm.time_ns;
+  CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, pm.device_bytes,
                                                 driver_only(d.live_at_peak), &stacks);
   std::vector<collector::Allocation> still;
   for (const auto& [k, a] : p.live)
@@ -131,6 +155,9 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   json cat = {{"order", categories_order()},
               {"titles", titles},
               {"at_peak", bytes_json(at_peak)},
+              {"at_peak_moment", {{"what", pm.moment},
+                                  {"time_ns", peak_t >= origin ? peak_t - origin : 0},
+                                  {"bytes", pm.device_bytes}}},
               {"at_exit", bytes_json(at_exit)},
               {"note", "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
                        "and optimizer hooks); the allocator's cache is its segments less its "
@@ -356,7 +383,10 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   for (const auto& r : collector::pytorch_remedies(in)) {
     json j = {{"kind", r.kind}, {"title", r.title}, {"saves_bytes", r.saves_bytes},
               {"assumption", r.assumption}, {"how", r.how}};
-    j["predicted_peak_bytes"] = in.total + request - std::min(in.total + request, r.saves_bytes);
+    // Against what the moment needed: the held memory and the failed request at an OOM, the
+    // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
+    const uint64_t base = fatal ? in.total + request : d.memory.peak_bytes();
+    j["predicted_peak_bytes"] = base - std::min(base, r.saves_bytes);
     remedies.push_back(j);
   }
   dg["remedies"] = remedies;
