@@ -100,6 +100,9 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
       else
         std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
       r.how = buf;
+      if (in.partial_step)
+        r.how += " at most: the job died in its first step, so a whole step needs more than was "
+                 "measured";
     } else {
       r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
     }

@@ -42,6 +42,7 @@ struct RemedyInput {
   uint64_t eval_activations = 0;  // activations made by evaluation forwards with grad on
   std::vector<std::pair<std::string, uint64_t>> activations_by_module;  // largest first
   bool autocast = false;      // forwards already ran under torch.autocast
+  bool partial_step = false;  // the moment came before the first step ended (a first-step OOM)
   std::string param_dtype;    // the parameters' dtype ("float32")
   uint64_t optimizer_state_per_param = 0;  // tensors of state per parameter (2 for Adam)
 };

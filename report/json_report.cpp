@@ -677,9 +677,19 @@ json to_json(const Run& run, const RunInfo& info) {
         else
           suspects.push_back(a);
       }
+      uint64_t model_state = 0;  // named parameters, buffers, gradients, optimizer state
       for (auto& [id, pool] : p.user_pools) {
         if (pool.device != index) continue;
-        for (auto& [addr, b] : pool.view.blocks()) suspects.push_back(b);
+        for (auto& [addr, b] : pool.view.blocks()) {
+          // A model still referenced at exit (a global) is the model, not a leak.
+          const auto* info = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
+                                            : nullptr;
+          if (info && info->label >= 0) {
+            model_state += b.bytes;
+            continue;
+          }
+          suspects.push_back(b);
+        }
         auto st = pool.view.state();
         if (st.free_bytes())
           retained.push_back({{"pid", p.pid},
@@ -697,6 +707,7 @@ json to_json(const Run& run, const RunInfo& info) {
       bool died = !p.clean_exit;
       if (p.torch_memory && p.torch_memory->context().exception) died = true;
       for (const auto& o : p.ooms) died = died || o.fatal;
+      if (model_state) devices.back()["model_state_at_exit_bytes"] = model_state;
       for (json& g : by_site(suspects, stacks)) {
         g["device"] = index;
         g["pid"] = p.pid;

@@ -361,6 +361,7 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   in.limit = lim.bytes;
   in.request = request;
   in.autocast = tm->autocast();
+  in.partial_step = fatal && tm->optimizer_steps() == 0;
   const uint64_t t = fatal ? (*fatal)["time_ns"].get<uint64_t>() + run.origin_ns
                            : peak_moment(*tm, d);
   if (fatal)
