@@ -216,10 +216,8 @@ class _Context:
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-        nn_module.register_module_forward_pre_hook(self.pre)
-        nn_module.register_module_forward_hook(self.post)
-        optim.register_optimizer_step_pre_hook(self.step_pre)
-        optim.register_optimizer_step_post_hook(self.step_post)
+        self.nn_module, self.optim = nn_module, optim
+        self.handles = []
         import functools
         autograd = torch.autograd
         backward = autograd.backward
@@ -238,7 +236,21 @@ class _Context:
                 ctx.in_backward -= 1
                 ctx.mark(_BWD_END, 0)
 
-        autograd.backward = traced_backward
+        self.backward, self.traced_backward = backward, traced_backward
+        self.set_enabled(True)
+
+    def set_enabled(self, on):
+        """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
+        module calls take their fast path again (the benchmark switches this)."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        if on:
+            self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre),
+                            self.nn_module.register_module_forward_hook(self.post),
+                            self.optim.register_optimizer_step_pre_hook(self.step_pre),
+                            self.optim.register_optimizer_step_post_hook(self.step_post)]
+        self.torch.autograd.backward = self.traced_backward if on else self.backward
 
     def mark(self, kind, ident):
         self.times.append(self.now())
@@ -363,9 +375,8 @@ class _Context:
             lines = self.grad_labels
             if len(lines) >= self.MAX_MARKS // 4:
                 del lines[:len(lines) // 2]
-        lines.append("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
-            self.now(), t.device.index or 0, ptr, nbytes, kind, self.clean(name),
-            "x".join(str(d) for d in t.shape), str(t.dtype).replace("torch.", "")))
+        # Formatted when written: a step labels every gradient, so this stays a tuple append.
+        lines.append((self.now(), t.device.index or 0, ptr, nbytes, kind, name, t.shape, t.dtype))
 
     def label_root(self, params, buffers):
         for n, p in params:
@@ -424,8 +435,12 @@ class _Context:
     def write(self, f):
         f.write("".join(self.module_lines))
         f.write("".join(self.site_lines))
-        f.write("".join(self.labels))
-        f.write("".join(self.grad_labels))
+        clean = self.clean
+        for lines in (self.labels, self.grad_labels):
+            f.write("".join("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
+                t, dev, ptr, nbytes, kind, clean(name), "x".join(str(d) for d in shape),
+                str(dtype).replace("torch.", "")) for t, dev, ptr, nbytes, kind, name, shape, dtype
+                in lines))
         if self.dropped_marks:
             f.write("D\t%d\n" % self.dropped_marks)
         out = []
