@@ -66,6 +66,19 @@ check("oom: no leak suspects for what was live when it died", not r["leaks"] and
 check("oom: no growth over a first step", not r["growth"], "growth %d" % len(r["growth"]))
 print("remedies:", [(m["kind"], gib(m["saves_bytes"])) for m in dg.get("remedies", [])])
 
+# 1b. The same model while another process holds 127 GiB of the GPU.
+rc, r, figs = run("resnet-hog", "resnet_oom.py", BATCH=256, LIMIT_GIB=0, STEPS=2, HOG_GIB=127)
+dg = r.get("diagnosis", {})
+fatal = [o for o in r["oom"] if o.get("fatal")]
+check("hog: one fatal OOM, the rest survived", len(fatal) == 1 and dg.get("recovered_ooms", 0) == len(r["oom"]) - 1,
+      "fatal %d, recovered %s of %d" % (len(fatal), dg.get("recovered_ooms"), len(r["oom"])))
+check("hog: limit is what other processes left", dg.get("limit", {}).get("kind") == "other_processes", dg.get("limit"))
+if fatal:
+    check("hog: first finding is the other process", fatal[0]["findings"][0]["kind"] == "held_by_others",
+          [x["kind"] for x in fatal[0]["findings"]])
+check("hog: no growth over a first step", not r["growth"], "growth %d" % len(r["growth"]))
+print("hog remedies:", [(m["kind"], gib(m["saves_bytes"])) for m in dg.get("remedies", [])])
+
 # 2. The same model unlimited at batch 256: the peak's categories against PyTorch, and the
 #    predictions for mixed precision and half the batch against measured runs.
 rc, r, figs = run("resnet-256", "resnet_oom.py", BATCH=256, LIMIT_GIB=0, STEPS=3)

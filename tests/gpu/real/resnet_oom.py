@@ -1,8 +1,18 @@
 """A real job that dies of CUDA out of memory: torchvision ResNet-50, SGD with momentum,
 batch BATCH (default 256), in a process limited to LIMIT_GIB (default 16) of the GPU with
-torch.cuda.set_per_process_memory_fraction, as on a 16 GB card. Prints PyTorch's own figures."""
-import os, sys, json
+torch.cuda.set_per_process_memory_fraction, as on a 16 GB card; or, with HOG_GIB, while another
+process holds that much of the GPU. Prints PyTorch's own figures."""
+import os, sys, json, subprocess
 import torch, torchvision
+hog = None
+if os.environ.get("HOG_GIB"):
+    hog = subprocess.Popen([sys.executable, "-c",
+        "import sys, torch; t = torch.empty(%d << 30, dtype=torch.uint8, device='cuda'); "
+        "torch.cuda.synchronize(); print('held', flush=True); sys.stdin.readline()" % int(os.environ["HOG_GIB"])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert hog.stdout.readline().startswith("held")
+    import atexit
+    atexit.register(lambda: (hog.stdin.write("done\n"), hog.stdin.flush(), hog.wait()))
 batch = int(os.environ.get("BATCH", "256"))
 limit = float(os.environ.get("LIMIT_GIB", "16"))
 steps = int(os.environ.get("STEPS", "3"))
