@@ -158,7 +158,8 @@ struct StackOptions {
 };
 
 bool is_torch_trace(const fs::path& p) {
-  return p.filename().string().rfind("vramtrace.", 0) == 0 && p.extension() == ".torch";
+  return p.filename().string().rfind("vramtrace.", 0) == 0 &&
+         (p.extension() == ".torch" || p.extension() == ".jax");
 }
 
 // Writes the Python start-up hook into DIR/.python (private) and returns that folder.

@@ -34,6 +34,20 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
       }
     }
   }
+  if (tm) {
+    // JAX: XLA's allocator serves arrays from its pool, whose limit is the program's.
+    auto it = tm->context().xla.find(device);
+    if (it != tm->context().xla.end() && it->second.limit && it->second.limit < l.bytes) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "XLA's memory pool (%s, %.0f%% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION)",
+                    gib(it->second.limit).c_str(),
+                    device_total ? 100.0 * static_cast<double>(it->second.limit) /
+                                       static_cast<double>(device_total)
+                                 : 0.0);
+      l = {it->second.limit, "xla_pool", buf};
+    }
+  }
   if (held_by_others && device_total > *held_by_others &&
       device_total - *held_by_others < l.bytes && *held_by_others >= (1ull << 30)) {
     const uint64_t left = device_total - *held_by_others;

@@ -561,6 +561,30 @@ class Builder {
   void find_fatal_oom() {
     OomEvent* last = nullptr;
     const TorchContext* ctx = p_.torch_memory ? &p_.torch_memory->context() : nullptr;
+    // JAX: an OOM inside XLA's preallocated pool never reaches the driver; the exception that
+    // ended the program ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate N
+    // bytes") is the OOM, measured against the pool.
+    if (ctx && !ctx->xla.empty() && ctx->exception &&
+        ctx->exception->message.find("RESOURCE_EXHAUSTED") != std::string::npos) {
+      const auto& [device, pool] = *ctx->xla.begin();
+      OomEvent o;
+      o.device = device;
+      o.pid = p_.pid;
+      o.time_ns = ctx->exception->time_ns;
+      o.allocator = true;
+      o.pool = "XLA";
+      o.fatal = true;
+      const std::string& m = ctx->exception->message;
+      size_t at = m.find("allocate ");
+      if (at != std::string::npos) o.requested_bytes = std::strtoull(m.c_str() + at + 9, nullptr, 10);
+      o.allocator_request = o.requested_bytes;
+      o.live_bytes = pool.in_use;
+      if (p_.devices.count(device) && p_.devices[device].total_bytes)
+        o.total_bytes = p_.devices[device].total_bytes;
+      o.api = format::Api::Unknown;
+      p_.ooms.push_back(std::move(o));
+      return;
+    }
     if (ctx && ctx->present) {
       const auto& x = ctx->exception;
       if (!x || x->type.find("OutOfMemoryError") == std::string::npos) return;
@@ -890,7 +914,8 @@ Run analyze(const std::vector<std::string>& trace_paths) {
   std::vector<std::unique_ptr<TraceReader>> readers;
   std::vector<std::string> torch_paths;
   for (const auto& path : trace_paths) {
-    if (path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0)
+    if ((path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0) ||
+        (path.size() > 4 && path.compare(path.size() - 4, 4, ".jax") == 0))
       torch_paths.push_back(path);
     else
       readers.push_back(std::make_unique<TraceReader>(path));

@@ -280,6 +280,16 @@ TorchTrace read_torch_trace(const std::string& path) {
         start = bar + 1;
       }
       ctx.exception = std::move(x);
+    } else if (v2 && f[0] == "J" && f.size() >= 7) {
+      uint64_t device = 0;
+      XlaPool x;
+      if (!to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &x.in_use) ||
+          !to_u64(f[3], &x.peak_in_use) || !to_u64(f[4], &x.limit) || !to_u64(f[5], &x.reserved) ||
+          !to_u64(f[6], &x.largest_alloc)) {
+        fail("bad XLA statistics");
+        break;
+      }
+      ctx.xla[static_cast<uint32_t>(device)] = x;
     } else if (v2 && f[0] == "D" && f.size() >= 2) {
       to_u64(f[1], &ctx.dropped_marks);
     } else if (f[0] == "END") {
@@ -292,7 +302,8 @@ TorchTrace read_torch_trace(const std::string& path) {
   }
   // A version 2 file whose hook saw nothing of the program (no module, mark or label) has
   // no context to classify by.
-  ctx.present = v2 && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty());
+  ctx.present = v2 && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty() ||
+                       !ctx.xla.empty());
   std::stable_sort(ctx.marks.begin(), ctx.marks.end(),
                    [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(ctx.labels.begin(), ctx.labels.end(),

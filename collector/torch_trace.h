@@ -17,6 +17,8 @@
 //   Q  device  fraction  total_bytes                    (torch's per-process memory fraction)
 //   X  time_ns  type  message  file:line:function|...   (the exception that ended the program)
 //   D  marks                                           (the oldest marks were dropped)
+//   J  device  in_use  peak_in_use  limit  reserved  largest_alloc   (XLA's pool, from JAX's
+//                               memory_stats() at exit; such files end in .jax)
 //   END  entries                                 (the file is complete)
 // frame_ids: comma-separated, innermost first; time_us and time_ns: the Unix epoch (PyTorch's
 // clock agrees with Python's time.time_ns() to the microsecond: tests/gpu/real/probe_hooks.py).
@@ -82,6 +84,11 @@ struct TorchReserve {
   int64_t delta = 0;
 };
 
+// XLA's allocator on one device, as JAX's memory_stats() read it at exit.
+struct XlaPool {
+  uint64_t in_use = 0, peak_in_use = 0, limit = 0, reserved = 0, largest_alloc = 0;
+};
+
 struct TorchContext {
   bool present = false;  // a version 2 file: the hook recorded the program's context
   std::vector<TorchModule> modules;  // by id - 1
@@ -90,6 +97,7 @@ struct TorchContext {
   std::vector<TorchLabel> labels;    // in time order
   std::map<uint32_t, TorchLimit> limits;  // by device
   std::optional<TorchException> exception;
+  std::map<uint32_t, XlaPool> xla;  // by device (a JAX program)
   uint64_t dropped_marks = 0;
   std::vector<TorchBlock> blocks;      // in allocation order
   std::vector<TorchReserve> reserves;  // in time order

@@ -138,6 +138,18 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   const TorchMemory* tm = p.torch_memory.get();
   if (!tm) return;
   const uint32_t dev = d.index;
+  // JAX: the driver sees XLA's pool as one allocation; what it held comes from XLA itself.
+  if (auto x = tm->context().xla.find(dev); x != tm->context().xla.end()) {
+    dj["xla_pool"] = {{"in_use_at_exit_bytes", x->second.in_use},
+                      {"peak_in_use_bytes", x->second.peak_in_use},
+                      {"limit_bytes", x->second.limit},
+                      {"reserved_bytes", x->second.reserved},
+                      {"largest_allocation_bytes", x->second.largest_alloc},
+                      {"note", "XLA's own allocator (JAX's memory_stats() at exit): the pool it "
+                               "took from the driver is the device figure; its peak in use is "
+                               "what the program's arrays needed"}};
+  }
+  if (tm->context().blocks.empty()) return;  // no PyTorch blocks to classify
   // The allocator's records of the segment that made the peak trail the driver's by
   // microseconds: its state is read 1 ms after the peak.
   const PeakMoment pm = peak_moment_of(*tm, d);
@@ -343,6 +355,23 @@ json diagnosis_json(const json& report, const collector::Run& run) {
     dg["cause"] = {{"kind", f["kind"]}, {"title", f["title"]}, {"evidence", ev}};
   }
   if (!tm) return dg;
+  if (auto x = tm->context().xla.find(device); x != tm->context().xla.end()) {
+    // JAX: the pool's limit, what the arrays needed at their peak, and the knobs that move it.
+    json remedies = json::array();
+    const uint64_t want = std::max(x->second.peak_in_use, x->second.in_use) + request;
+    if (d.total_bytes && x->second.limit < d.total_bytes * 9 / 10 && want > x->second.limit) {
+      const uint64_t room = d.total_bytes * 95 / 100 - x->second.limit;
+      remedies.push_back({{"kind", "xla_fraction"},
+                          {"title", "Give XLA's pool more of the GPU"},
+                          {"saves_bytes", room},
+                          {"assumption", "the GPU is not shared with another process"},
+                          {"how", "XLA_PYTHON_CLIENT_MEM_FRACTION=.95"}});
+    }
+    dg["remedies"] = remedies;
+    dg["xla_pool"] = {{"peak_in_use_bytes", x->second.peak_in_use}, {"limit_bytes", x->second.limit}};
+    return dg;
+  }
+  if (tm->context().blocks.empty()) return dg;
 
   collector::RemedyInput in;
   if (fatal && fatal->contains("categories")) {

@@ -128,5 +128,19 @@ check("eval: growth per batch (all sites) matches PyTorch within 10%", g and abs
 rem = [m["kind"] for m in r.get("diagnosis", {}).get("remedies", [])]
 check("eval: no_grad is a remedy", "no_grad" in rem, rem)
 
+# 5. JAX: an OOM inside XLA's preallocated pool (the driver never fails).
+rc, r, figs = run("jax-oom", "jax_oom.py")
+xf = figs[-1] if figs else {}
+dg = r.get("diagnosis", {})
+fatal = [o for o in r["oom"] if o.get("fatal")]
+check("jax: the pool's OOM is reported, fatal", len(fatal) == 1 and fatal[0].get("requested_bytes") == 8 << 30,
+      "%d fatal, requested %s" % (len(fatal), fatal[0].get("requested_bytes") if fatal else None))
+lim = dg.get("limit", {})
+check("jax: the limit is XLA's pool = bytes_limit", lim.get("kind") == "xla_pool" and lim.get("bytes") == xf.get("bytes_limit"),
+      "%s %s vs %s" % (lim.get("kind"), lim.get("bytes"), xf.get("bytes_limit")))
+pool = [d.get("xla_pool") for pr in r["processes"] for d in pr["devices"] if d.get("xla_pool")]
+check("jax: XLA's peak in use", pool and pool[0]["peak_in_use_bytes"] >= xf.get("bytes_in_use", -1),
+      "%s vs last seen %s" % (pool[0]["peak_in_use_bytes"] if pool else None, xf.get("bytes_in_use")))
+
 print("\n%d/%d checks passed" % (sum(ok for _, ok, _ in results), len(results)))
 sys.exit(0 if all(ok for _, ok, _ in results) else 1)

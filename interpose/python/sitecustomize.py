@@ -148,35 +148,99 @@ def _vramtrace_setup():
 
         atexit.register(at_exit)
 
-    class TorchImportHook(importlib.abc.MetaPathFinder):
-        # Fires once, for `import torch`: wraps its loader so that attach() runs right after
-        # torch's own module code (CUDA need not be initialised: the trace waits for it).
-        def find_spec(self, name, path=None, target=None):
-            if name != "torch":
-                return None
+    def attach_jax(jax):
+        # XLA's own allocator takes a pool at start (75 % of the GPU by default) and serves
+        # every array from it: the driver sees one allocation. What the pool held, its peak and
+        # its limit come from the devices' memory_stats() at exit, read before JAX's own exit
+        # handler (registered while jax was imported, so after this one) tears the backend
+        # down, and only if the program started one: reading them must not start one.
+        import atexit
+        import time
+        realtime_ns, monotonic_ns = time.time_ns(), time.monotonic_ns()
+
+        def at_exit():
             try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-            spec = importlib.util.find_spec("torch")
+                from jax._src import xla_bridge
+                if not getattr(xla_bridge, "_backends", None):
+                    return
+                lines = []
+                for d in jax.local_devices():
+                    if d.platform != "gpu":
+                        continue
+                    st = d.memory_stats() or {}
+                    lines.append("J\t%d\t%d\t%d\t%d\t%d\t%d\n" % (
+                        getattr(d, "local_hardware_id", None) or 0, st.get("bytes_in_use", 0),
+                        st.get("peak_bytes_in_use", 0), st.get("bytes_limit", 0),
+                        st.get("bytes_reserved", 0), st.get("largest_alloc_size", 0)))
+                if not lines:
+                    return
+                exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+                if exc is not None:
+                    lines.append(_exception_line(exc, clean, time.time_ns()))
+                path = os.path.join(out_dir, "vramtrace.%d.jax" % os.getpid())
+                fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                             0o600)
+                with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+                    f.write("vramtrace.torch/2\t%d\t%d\t%d\tjax %s\n" % (
+                        os.getpid(), realtime_ns, monotonic_ns, clean(jax.__version__)))
+                    f.write("".join(lines))
+                    f.write("END\t0\n")
+                os.replace(path + ".tmp", path)
+            except Exception as ex:
+                say("cannot write XLA's memory statistics: %s" % str(ex)[:200])
+
+        atexit.register(at_exit)
+
+    attachers = {"torch": attach, "jax": attach_jax}
+
+    class ImportHook(importlib.abc.MetaPathFinder):
+        # Fires once per framework, at `import torch` / `import jax`: wraps its loader so that
+        # the attacher runs right after the framework's own module code (CUDA need not be
+        # initialised: the trace waits for it).
+        def find_spec(self, name, path=None, target=None):
+            if name not in attachers or name in done:
+                return None
+            done.add(name)
+            if len(done) == len(attachers):
+                try:
+                    sys.meta_path.remove(self)
+                except ValueError:
+                    pass
+            spec = importlib.util.find_spec(name)
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
             run_module = spec.loader.exec_module
+            attacher = attachers[name]
 
             def exec_module(module):
                 run_module(module)
                 try:
-                    attach(module)
+                    attacher(module)
                 except Exception as ex:
-                    say("PyTorch allocator trace off: %s" % str(ex)[:200])
+                    say("%s memory figures off: %s" % (name, str(ex)[:200]))
 
             spec.loader.exec_module = exec_module
             return spec
 
-    if "torch" in sys.modules:
-        attach(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, TorchImportHook())
+    done = set()
+    for name, attacher in attachers.items():
+        if name in sys.modules:
+            done.add(name)
+            attacher(sys.modules[name])
+    if len(done) < len(attachers):
+        sys.meta_path.insert(0, ImportHook())
+
+
+def _exception_line(exc, clean, now_ns):
+    """The X record of the exception that reached the top: type, message, frames."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)[-32:]
+    where = "|".join("%s:%d:%s" % (clean(fr.filename).replace("|", "/"), fr.lineno or 0,
+                                   clean(fr.name).replace("|", "/"))
+                     for fr in reversed(frames))
+    return "X\t%d\t%s\t%s\t%s\n" % (
+        now_ns, clean(type(exc).__module__ + "." + type(exc).__qualname__),
+        clean(str(exc))[:1000], where)
 
 
 class _Context:
@@ -414,14 +478,7 @@ class _Context:
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if exc is None:
             return
-        import traceback
-        frames = traceback.extract_tb(exc.__traceback__)[-32:]
-        where = "|".join("%s:%d:%s" % (self.clean(fr.filename).replace("|", "/"), fr.lineno or 0,
-                                       self.clean(fr.name).replace("|", "/"))
-                         for fr in reversed(frames))
-        self.exception = "X\t%d\t%s\t%s\t%s\n" % (
-            self.now(), self.clean(type(exc).__module__ + "." + type(exc).__qualname__),
-            self.clean(str(exc))[:1000], where)
+        self.exception = _exception_line(exc, self.clean, self.now())
 
     def write_limit(self, f, device):
         try:
