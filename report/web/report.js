@@ -45,6 +45,13 @@
     if (s === 0) return "0 s";
     return `${(s * 1e6).toFixed(1)} µs`;
   };
+  // Axis ticks of time: no trailing zeros (100 ms, 1.2 s).
+  const tickSecs = (s) => {
+    if (s === 0) return "0";
+    if (Math.abs(s) >= 1) return `${+s.toFixed(3)} s`;
+    if (Math.abs(s) >= 1e-3) return `${+(s * 1e3).toFixed(3)} ms`;
+    return `${+(s * 1e6).toFixed(2)} µs`;
+  };
   const pct = (x) => `${(100 * x).toFixed(x < 0.1 ? 1 : 0)} %`;
   const plural = (n, w) => `${n} ${w}${n === 1 ? "" : "s"}`;
 
@@ -55,10 +62,10 @@
   function shortName(name) {
     if (name == null) return "";
     const s0 = String(name);
-    if (s0.length <= 56) return s0;
     let s = s0, loc = "";
     const m = s.match(/ \([^()]*:\d+\)$/);
     if (m) { loc = m[0]; s = s.slice(0, -loc.length); }
+    if (s.length <= 56) return s0;
     if (/\boperator\b/.test(s)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
     let out = "", depth = 0;
     for (const c of s) {
@@ -107,7 +114,14 @@
   // away. Native frames of libraries (torch, cuBLAS, the program's own) are kept.
   const interpFn = /^(_?Py[A-Z_a-z]*_|_?Py[A-Z]|_PyEval|_PyObject|_PyFunction|_PyVectorcall|method_vectorcall|cfunction_|slot_tp_|vectorcall_|builtin_|pymain_|Py_RunMain|Py_BytesMain|_start$|__libc_start|_dl_start|start_thread$|clone3?$|__clone)/;
   const interpMod = /(^|\/)(python[\d.]*|libpython[\d.]*\.so[\d.]*)$/;
-  const isInterpreter = (f) => !f.python && ((f.module && interpMod.test(f.module)) || (f.function && interpFn.test(f.function)));
+  const interpSeen = new Map();  // module + function -> folded?; stacks repeat the same frames
+  const isInterpreter = (f) => {
+    if (f.python) return false;
+    const key = `${f.module}\u0000${f.function}`;
+    let v = interpSeen.get(key);
+    if (v === undefined) interpSeen.set(key, v = !!((f.module && interpMod.test(f.module)) || (f.function && interpFn.test(f.function))));
+    return v;
+  };
   const base = (p) => String(p || "").split("/").pop();
   const frameLabel = (f) => {
     if (f.python) return `${f.function || "?"} (${base(f.file)}:${f.line})`;
@@ -166,7 +180,15 @@
     const t = $("table", { "data-table": id });
     const cg = $("colgroup");
     if (opts.expand) cg.append($("col", { style: "width:2em" }));
-    for (const c of columns) cg.append($("col", { style: c.width ? `width:${c.width}` : (c.num ? "width:8.5em" : (c.code ? "" : "width:9em")) }));
+    // Fixed widths for figures and labels; each name column keeps at least 14em, and a table
+    // that does not fit scrolls sideways instead of squeezing its columns.
+    let minEm = opts.expand ? 2 : 0;
+    for (const c of columns) {
+      const w = c.width || (c.num ? "8.5em" : (c.code ? "" : "9em"));
+      cg.append($("col", { style: w ? `width:${w}` : null }));
+      minEm += w ? parseFloat(w) : 14;
+    }
+    t.style.minWidth = `${minEm}em`;
     const head = $("tr");
     const body = $("tbody");
     const more = $("button", { type: "button", class: "more" });
@@ -285,14 +307,14 @@
     const out = [];
     for (const [k, v] of Object.entries(ev || {})) {
       if (v == null) continue;
-      const label = k.replace(/_(bytes|ns)$/, "").replace(/_/g, " ");
+      const label = k.replace(/_(bytes|ns)$/, "").replace(/^bytes_/, "").replace(/_/g, " ");
       let value;
       if (Array.isArray(v)) {
         const parts = v.filter((x) => x && typeof x === "object" && x.site).slice(0, 3).map((x) => `${shortName(x.site)} (${bytes(x.bytes)})`);
         if (!parts.length) continue;
         value = parts.join("; ");
       } else if (typeof v === "object") continue;
-      else if (/_bytes$/.test(k)) value = bytes(v);
+      else if (/(^|_)bytes(_|$)/.test(k)) value = bytes(v);
       else if (/_ns$/.test(k)) value = `${secs(v)} after the start`;
       else if (/fragmentation|fraction/.test(k) && typeof v === "number") value = pct(v);
       else value = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v);
@@ -442,7 +464,8 @@
       series.push({ label: "total", stroke: "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
       data.push(cum[cum.length - 1]);
     }
-    const box = $("div", { class: "chart", "data-chart": String(d.index) });
+    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-stepped": stepped ? "1" : "0",
+      "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
     const marks = [{ x: (d.peak || {}).time_ns, label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
     ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
     const phases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
@@ -456,8 +479,8 @@
         scales: { x: { time: false, range: () => [0, Math.max(end / 1e9, 1e-9)] }, y: { range: () => [0, ymax] } },
         legend: { live: true },
         cursor: { points: { show: false } },
-        axes: [{ space: 90, values: (u, v) => v.map((x) => secs(x * 1e9)), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
-               { values: (u, v) => v.map(tickBytes), splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
+        axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
+               { values: (u, v) => { const t = v.map(tickBytes); box.dataset.yticks = t.join(","); return t; }, splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
         series,
         hooks: {
           drawAxes: [(u) => {
@@ -558,7 +581,7 @@
         let n = k, name = k.name;
         while (n.children.size === 1 && !n.leaf) { n = [...n.children.values()][0]; name += "." + n.name; }
         const full = path ? path + "." + name : name;
-        const row = $("div", { class: "modrow" }, nameEl("span", name, "code modname"), bar(n.bytes / scale), $("span", { class: "num", text: bytes(n.bytes) }));
+        const row = $("div", { class: "modrow" }, nameEl("span", full, "code modname"), bar(n.bytes / scale), $("span", { class: "num", text: bytes(n.bytes) }));
         if (n.leaf && (n.leaf.category || n.leaf.site)) row.append($("span", { class: "muted small", text: [n.leaf.category && catLabel(n.leaf.category), n.leaf.site].filter(Boolean).join(" · "), title: n.leaf.site || "" }));
         if (n.children.size) {
           const det = $("details", { open: depth < 1 ? "" : null }, $("summary", {}, row));
@@ -851,8 +874,9 @@
         card.append($("h3", { text: "Kernels launched" }));
         if (launchesOff(proc))
           card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
-        else
-          card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], ((pd.launches || {}).top || []).slice(), "kernels"));
+        else if (((pd.launches || {}).top || []).length)
+          card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
+        else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
       }
       const retained = (R.retained || []).filter((x) => x.device === d.index);
       if (retained.length) {
@@ -913,7 +937,7 @@
     }
     const peaks = (changes || []).map((c) => `${c.scope}: A ${bytes(c.a_peak)}, B ${bytes(c.b_peak)} (${known(c.a_peak) && known(c.b_peak) ? (c.b_peak >= c.a_peak ? "+" : "") + bytes(c.b_peak - c.a_peak) : "only in one run"})`);
     for (const p of peaks) sum.append($("div", { class: "diff-peak", text: "Peak of " + p }));
-    sum.append(table([{ key: "scope", label: "scope", width: "9em" }, { key: "site", label: "site", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
+    sum.append(table([{ key: "scope", label: "scope", width: "15em" }, { key: "site", label: "site", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
       { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff"));
     main.append(sum);
     const cols = $("div", { class: "side-by-side" });
@@ -922,7 +946,9 @@
     main.append(cols);
     later = [...renderRun(a, ca, "A"), ...renderRun(b, cb, "B")];
   } else {
-    document.getElementById("cmd").textContent = ((DATA.run || {}).command || []).join(" ");
+    const cmd = ((DATA.run || {}).command || []).join(" ");
+    document.getElementById("cmd").textContent = cmd;
+    document.getElementById("cmd").title = cmd;
     later = renderRun(DATA, main, null);
   }
   if (typeof uPlot !== "undefined") for (const f of later) f();
