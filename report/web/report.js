@@ -511,7 +511,7 @@
               ctx.beginPath(); ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y); ctx.stroke();
               ctx.fillStyle = "#dc2626";
               const t = `limit ${bytes(limit.bytes)}${limit.kind && limit.kind !== "device" ? " (" + limit.kind.replace(/_/g, " ") + ")" : ""}`;
-              ctx.fillText(t, u.bbox.left + u.bbox.width - ctx.measureText(t).width - 4 * dpr, y - 4 * dpr);
+              ctx.fillText(t, u.bbox.left + 6 * dpr, y - 5 * dpr);
             }
             let row = 0;
             for (const m of marks) {
@@ -528,7 +528,15 @@
           }],
         },
       };
-      charts.push(new uPlot(opts, data, box));
+      const u = new uPlot(opts, data, box);
+      charts.push(u);
+      // The legend shows the breakdown at the peak until the pointer moves over the chart.
+      const pt = (d.peak || {}).time_ns;
+      if (known(pt)) {
+        let i = 0;
+        while (i + 1 < xs.length && xs[i + 1] <= pt / 1e9) i++;
+        u.setLegend({ idx: i });
+      }
     };
     return { box, draw, hasData: pts.length > 0 };
   }
@@ -641,7 +649,7 @@
   // The live set at the peak by stack, outermost frame on top; the interpreter's frames folded.
   // Click a frame to zoom into it, the path above to zoom out; search marks the matching frames.
   function peakTree(peak) {
-    const rootNode = { name: "live at peak", full: "live at peak", value: 0, children: new Map(), parent: null };
+    const rootNode = { name: "blocks live at the peak", full: "blocks live at the peak", value: 0, children: new Map(), parent: null };
     const add = (path, value) => {
       let n = rootNode;
       n.value += value;
@@ -803,7 +811,7 @@
         if (o.phase) what.push(`in ${o.phase}${known(o.iteration) ? " of iteration " + o.iteration : ""}`);
         if (o.module) what.push(`in module ${o.module}`);
         box.append($("div", { text: what.join(", ") + "." }));
-        if (o.python_site) box.append(nameEl("div", `Python line: ${o.python_site}`, "code"));
+        if (o.python_site) box.append($("div", { class: "labelled" }, "Python line: ", nameEl("span", o.python_site, "code")));
         if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
         if (known(o.free_bytes)) {
           const others = known(o.held_by_others_bytes) ? o.held_by_others_bytes : (known(total) ? Math.max(0, total - o.free_bytes - o.live_bytes) : null);
@@ -825,9 +833,9 @@
           box.append($("ol", { class: "findings", hidden: "", "data-findings": "1" }, $("li", { "data-kind": o.findings[0].kind }, $("div", { class: "finding-title", text: o.findings[0].title }))));
         }
         if (launchesOff(A.procOf(o.pid))) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
-        else if (o.last_kernel) box.append(nameEl("div", `Last kernel launched before it: ${o.last_kernel}`, "muted code"));
+        else if (o.last_kernel) box.append($("div", { class: "muted labelled" }, "Last kernel launched before it: ", nameEl("span", o.last_kernel, "code")));
         if ((o.stack || []).length) {
-          const det = $("details", { class: "stack" }, $("summary", {}, nameEl("span", `Stack of the request: ${o.site || "?"}${o.library ? "  [" + o.library + "]" : ""}`)));
+          const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
           det.append(stackList(o.stack));
           box.append(det);
         }

@@ -23,31 +23,32 @@ const libtorch = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda
 const libc10 = "/opt/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so";
 const nnmod = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
 
-// Innermost first, as the report lists frames.
-function torchStack(module, line, k) {
-  const frames = [
+// A block's stack, innermost first as the report lists frames: the caching allocator under a
+// convolution of a torchvision Bottleneck, called through nn.Module's machinery and CPython.
+const convLine = { conv1: 146, conv2: 150, conv3: 154, bn3: 155 };
+const resnet = "/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py";
+function torchStack(layer, conv) {
+  return [
     { function: "cuMemAlloc_v2", file: "", line: 0, module: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", offset: "0x2f1c0", internal: true },
     nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
-    nat(`at::native::${k % 2 ? "cudnn_convolution" : "addmm_out_cuda_impl"}(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ArrayRef<long>, long, bool, bool, bool)`, libtorch),
+    nat(conv === "bn3" ? "at::native::cudnn_batch_norm(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, bool, double, double)"
+      : "at::native::cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ArrayRef<long>, long, bool, bool, bool)", libtorch),
     ...cpython(),
-    py("_conv_forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", 549),
-    ...cpython(),
-    py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", 554),
-    ...cpython(),
-    py("_call_impl", nnmod, 1762),
-    ...cpython(),
-    py("forward", "/work/resnet/model.py", line),
-    ...cpython(),
-    py("_call_impl", nnmod, 1762),
-    ...cpython(),
-    py(module, "/work/resnet/train.py", 88),
-    ...cpython(),
-    py("main", "/work/resnet/train.py", 131),
-    ...cpython(),
-    py("<module>", "/work/resnet/train.py", 140),
+    py(conv === "bn3" ? "batch_norm" : "_conv_forward", conv === "bn3" ? "/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py" : "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", conv === "bn3" ? 2812 : 549),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("forward", resnet, convLine[conv]),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/container.py", 250),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("_forward_impl", resnet, 272 + layer),
+    ...cpython(), py("forward", resnet, 285), ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("train_step", "/work/resnet/train.py", 88),
+    ...cpython(), py("main", "/work/resnet/train.py", 131),
+    ...cpython(), py("<module>", "/work/resnet/train.py", 140),
     ...start()];
-  return frames;
 }
+const shortStack = (fn, file, line) => [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+  ...cpython(), py(fn, file, line), ...cpython(), py("main", "/work/resnet/train.py", 131), ...cpython(), py("<module>", "/work/resnet/train.py", 140), ...start()];
 
 const cats = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces",
   "communication", "cuda_graphs", "allocator_cache", "context_other", "unclassified"];
@@ -78,40 +79,63 @@ function trainTimeline(iters, perIter, oom) {
 }
 
 export function torchOom() {
-  const sites = [], stacks = [], largest = [], modules = [];
-  const layers = [["layer1", 3], ["layer2", 4], ["layer3", 6], ["layer4", 3]];
-  let k = 0;
-  for (const [layer, blocks] of layers)
-    for (let b = 0; b < blocks; b++)
-      for (const conv of ["conv1", "conv2", "conv3", "bn3"]) {
-        const bytes = (conv === "bn3" ? 96 : 240 + 37 * (k % 7)) * MiB;
-        const line = 40 + (k % 30);
-        const stack = torchStack(`${layer}.${b}.${conv}`, line, k);
-        modules.push({ module: `${layer}.${b}.${conv}`, bytes, category: "activations", site: `model.py:${line}` });
-        sites.push({ site: `forward (model.py:${line}) ${layer}.${b}.${conv}`, bytes, count: 4 + (k % 3), library: "libtorch_cuda.so", stack, sizes: [{ bytes: bytes / 4, count: 4 }] });
-        stacks.push({ bytes, count: 4, stack });
-        largest.push({ address: "0x7f" + (1000 + k).toString(16), bytes, api: "cudaMalloc", kind: "device", time_ns: 1.5e9 + k * 1e6, thread: 4242, site: `forward (model.py:${line})`, library: "libtorch_cuda.so",
-          last_kernel: longKernel(k), stack, phase: "forward" });
-        k++;
-      }
   const deviceTotal = 143771 * MiB;
   const limit = 16 * GiB;
   const tl = trainTimeline(4, 40, true);
   const oomAt = tl.end + 2.5e6;
   const lastRow = tl.points[tl.points.length - 1];
   const liveAt = lastRow.slice(1).reduce((s, v) => s + v, 0);
-  const peakRow = lastRow;
-  const atPeak = Object.fromEntries(cats.map((c, i) => [c, peakRow[i + 1]]));
+  const atPeak = Object.fromEntries(cats.map((c, i) => [c, lastRow[i + 1]]));
+  // The activations by module (ResNet-50's bottlenecks), summing to the activations at the peak.
+  const layers = [[1, 3], [2, 4], [3, 6], [4, 3]];
+  const units = [];
+  for (const [layer, blocks] of layers)
+    for (let b = 0; b < blocks; b++)
+      for (const conv of ["conv1", "conv2", "conv3", "bn3"]) units.push({ layer, b, conv, w: (conv === "bn3" ? 1 : 2.5) * (layer === 3 ? 1.4 : 1) });
+  const wsum = units.reduce((s, u) => s + u.w, 0);
+  let given = 0;
+  const modules = [], stacks = [], largest = [], bySite = new Map();
+  units.forEach((u, k) => {
+    const bytes = k === units.length - 1 ? atPeak.activations - given : Math.round(atPeak.activations * u.w / wsum / MiB) * MiB;
+    given += bytes;
+    const stack = torchStack(u.layer, u.conv);
+    const site = `forward (resnet.py:${convLine[u.conv]})`;
+    modules.push({ module: `layer${u.layer}.${u.b}.${u.conv}`, bytes, category: "activations", site: `resnet.py:${convLine[u.conv]}` });
+    stacks.push({ bytes, count: 4, stack });
+    const g = bySite.get(site) || { site, bytes: 0, count: 0, library: "libtorch_cuda.so", stack, sizes: [] };
+    g.bytes += bytes; g.count += 4;
+    bySite.set(site, g);
+    largest.push({ address: "0x7f" + (1000 + k).toString(16), bytes, api: "cudaMalloc", kind: "device", time_ns: 1.5e9 + k * 1e6, thread: 4242, site, library: "libtorch_cuda.so",
+      last_kernel: longKernel(k), stack, phase: "forward" });
+  });
+  // The other categories, each at its own Python line.
+  const others = [["inputs", "forward (train.py:80)", "/work/resnet/train.py", 80], ["optimizer_state", "_init_group (adam.py:155)", "/opt/venv/lib/python3.12/site-packages/torch/optim/adam.py", 155],
+    ["parameters", "_apply (module.py:942)", nnmod, 942], ["gradients", "backward (graph.py:825)", "/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py", 825],
+    ["workspaces", "getCUDABlasLtWorkspace (CUDABlas.cpp:212)", null, 0]];
+  for (const [cat, site, file, line] of others) {
+    const stack = file ? shortStack(site.split(" ")[0], file, line) : [nat("at::cuda::getCUDABlasLtWorkspace()", libtorch)];
+    bySite.set(site, { site, bytes: atPeak[cat], count: 2, library: "libtorch_cuda.so", stack });
+    stacks.push({ bytes: atPeak[cat], count: 2, stack });
+  }
+  // Temporaries: many small sites (the long tail of a real run).
+  for (let j = 0; j < 32; j++) {
+    const site = `forward (resnet.py:${160 + j})`, bytes = atPeak.temporaries / 32;
+    const stack = shortStack("forward", resnet, 160 + j);
+    bySite.set(site, { site, bytes, count: 1, library: "libtorch_cuda.so", stack });
+    stacks.push({ bytes, count: 1, stack });
+  }
+  const sites = [...bySite.values()].sort((a, b) => b.bytes - a.bytes);
+  largest.sort((a, b) => b.bytes - a.bytes);
   const atExit = { ...atPeak };
   const totalPoints = tl.points.map((p) => [p[0], p.slice(1).reduce((s, v) => s + v, 0)]);
   const requested = 2 * GiB;
   const oom = {
     device: 0, pid: 31337, thread: 4242, time_ns: oomAt, api: "cudaMalloc", error: "CUDA_ERROR_OUT_OF_MEMORY", requested_bytes: requested,
     live_bytes: liveAt, free_bytes: Math.round(deviceTotal - liveAt - 1.1 * GiB), total_bytes: deviceTotal, held_by_others_bytes: Math.round(1.1 * GiB),
-    fatal: true, phase: "forward", module: "layer4.0.conv2", iteration: 3, python_site: "/work/resnet/model.py:61 in forward",
-    site: "forward (model.py:61)", library: "libtorch_cuda.so", stack: torchStack("layer4.0.conv2", 61, 1),
+    fatal: true, phase: "forward", module: "layer4.0.conv2", iteration: 3, python_site: `${resnet}:150 in forward`,
+    site: "forward (resnet.py:150)", library: "libtorch_cuda.so", stack: torchStack(4, "conv2"),
     allocator: { pool: "PyTorch caching allocator (large pool)", requested_bytes: requested },
-    live_by_site: sites.slice(0, 40), live_by_library: [{ library: "libtorch_cuda.so", bytes: liveAt - 40 * MiB, count: 412 }, { library: "libcublasLt.so.12", bytes: 40 * MiB, count: 3 }],
+    live_by_site: sites, live_by_library: [{ library: "libtorch_cuda.so", bytes: liveAt - atPeak.unclassified - atPeak.allocator_cache, count: 412 }, { library: "libcublasLt.so.12", bytes: atPeak.unclassified, count: 3 }],
     last_kernel: longKernel(3),
     findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
       evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
@@ -191,8 +215,8 @@ export function big(blocks) {
   const d = r.devices[0], pd = r.processes[0].devices[0];
   const sites = [], stacks = [];
   for (let i = 0; i < blocks; i++) {
-    // Deep stacks for the first 300 (the report keeps stacks of its largest groups).
-    const stack = i < 300 ? torchStack(`layer${i % 4 + 1}.${i % 23}.conv${i % 3 + 1}`, 10 + (i % 997), i)
+    // Deep stacks for the first 100 (the report keeps stacks of its largest groups).
+    const stack = i < 100 ? torchStack(i % 4 + 1, ["conv1", "conv2", "conv3", "bn3"][i % 4])
       : [nat(`at::native::kernel_${i}(at::Tensor const&)`, libtorch), py("forward", "/work/resnet/model.py", i % 400)];
     sites.push({ site: `${longKernel(i).slice(0, 200)} (kernels_${i}.cu:${i % 1000})`, bytes: MiB + (i % 4096) * 1024, count: 1 + (i % 5), library: "libtorch_cuda.so", stack });
     stacks.push({ bytes: MiB + (i % 4096) * 1024, count: 1, stack });
