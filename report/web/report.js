@@ -66,6 +66,8 @@
     const m = s.match(/ \([^()]*:\d+\)$/);
     if (m) { loc = m[0]; s = s.slice(0, -loc.length); }
     if (s.length <= 56) return s0;
+    // Not a C++ name (a path, a Python line): only cut in the middle when very long.
+    if (!/[(<]|::/.test(s)) return s0.length > 120 ? s0.slice(0, 50) + "…" + s0.slice(-69) : s0;
     if (/\boperator\b/.test(s)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
     let out = "", depth = 0;
     for (const c of s) {
@@ -486,24 +488,38 @@
           drawAxes: [(u) => {
             if (!phases.length) return;
             const ctx = u.ctx; ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
             const top = u.bbox.top, h = u.bbox.height;
-            let lastLabel = -1e9;
             for (const p of phases) {
               const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
               if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
               ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
               ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
-              if (x1 - x0 > 60 * devicePixelRatio && x0 - lastLabel > 60 * devicePixelRatio) {
-                ctx.fillStyle = muted; ctx.font = `${11 * devicePixelRatio}px sans-serif`;
-                ctx.fillText(`${p.phase}${known(p.iteration) ? " " + p.iteration : ""}`, x0 + 3, top + h - 4 * devicePixelRatio);
-                lastLabel = x0;
-              }
+            }
+            ctx.restore();
+          }],
+          // Phase names over the bands where they fit, under the top edge.
+          drawSeries: [(u, si) => {
+            if (si !== u.series.length - 1 || !phases.length) return;
+            const ctx = u.ctx, dpr = devicePixelRatio;
+            ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "top";
+            ctx.fillStyle = muted; ctx.font = `${11 * dpr}px sans-serif`;
+            let lastEnd = -1e9;
+            for (const p of phases) {
+              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+              const t = `${p.phase}${known(p.iteration) ? " " + p.iteration : ""}`;
+              const w = ctx.measureText(t).width + 6 * dpr;
+              if (x1 - x0 < w || x0 < lastEnd || x0 < u.bbox.left || x1 > u.bbox.left + u.bbox.width) continue;
+              ctx.fillText(t, x0 + 3 * dpr, u.bbox.top + u.bbox.height - 14 * dpr);
+              lastEnd = x0 + w;
             }
             ctx.restore();
           }],
           draw: [(u) => {
             const ctx = u.ctx; const dpr = devicePixelRatio;
             ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
             ctx.font = `${12 * dpr}px sans-serif`;
             if (showLimit) {
               const y = Math.round(u.valToPos(limit.bytes, "y", true));
@@ -528,15 +544,17 @@
           }],
         },
       };
+      // The legend shows the breakdown at the peak while the pointer is not over the chart.
+      const pt = (d.peak || {}).time_ns;
+      let peakIdx = null;
+      if (known(pt)) {
+        peakIdx = 0;
+        while (peakIdx + 1 < xs.length && xs[peakIdx + 1] <= pt / 1e9) peakIdx++;
+        opts.hooks.setCursor = [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: peakIdx }, false); }];
+      }
       const u = new uPlot(opts, data, box);
       charts.push(u);
-      // The legend shows the breakdown at the peak until the pointer moves over the chart.
-      const pt = (d.peak || {}).time_ns;
-      if (known(pt)) {
-        let i = 0;
-        while (i + 1 < xs.length && xs[i + 1] <= pt / 1e9) i++;
-        u.setLegend({ idx: i });
-      }
+      if (peakIdx != null) setTimeout(() => u.setLegend({ idx: peakIdx }, false), 0);
     };
     return { box, draw, hasData: pts.length > 0 };
   }
@@ -849,8 +867,8 @@
         const largest = (pd.peak.largest || []).slice();
         if (largest.length) {
           card.append($("h3", { text: "Largest blocks live at the peak" }));
-          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" },
-            { key: "api", label: "api", width: "10em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
+          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
+            { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
           largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
         }
@@ -960,5 +978,6 @@
     later = renderRun(DATA, main, null);
   }
   if (typeof uPlot !== "undefined") for (const f of later) f();
-  document.body.dataset.ready = "1";
+  // Ready after the charts' first legends (set in timers queued before this one).
+  setTimeout(() => { document.body.dataset.ready = "1"; }, 0);
 })();
