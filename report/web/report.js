@@ -806,7 +806,7 @@
         stat("Peak at", secs(d.peak.time_ns), "", "peak-time"),
         stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
         stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
-          diedHere || (frac != null && frac > 0.9) ? "bad" : (frac != null && frac > 0.8 ? "warn" : "ok"), "headroom"),
+          diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
         stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
         leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
           : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
@@ -963,8 +963,11 @@
     }
     const peaks = (changes || []).map((c) => `${c.scope}: A ${bytes(c.a_peak)}, B ${bytes(c.b_peak)} (${known(c.a_peak) && known(c.b_peak) ? (c.b_peak >= c.a_peak ? "+" : "") + bytes(c.b_peak - c.a_peak) : "only in one run"})`);
     for (const p of peaks) sum.append($("div", { class: "diff-peak", text: "Peak of " + p }));
-    sum.append(table([{ key: "scope", label: "scope", width: "15em" }, { key: "site", label: "site", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
-      { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff"));
+    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
+    // The scope column only when the runs have several devices or ranks.
+    const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
+    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
+      { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
     main.append(sum);
     const cols = $("div", { class: "side-by-side" });
     const ca = $("div", { class: "run-col", "data-run": "A" }), cb = $("div", { class: "run-col", "data-run": "B" });
