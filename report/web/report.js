@@ -348,7 +348,8 @@
     if (A.verdictOom && o) {
       const req = o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
       head = A.died ? `Out of memory: the program died on device ${o.device} at ${secs(o.time_ns)}` : `Out of memory on device ${o.device} at ${secs(o.time_ns)}; the program went on`;
-      sub.push(`It asked for ${bytes(req)} while ${bytes(o.live_bytes)} was live in this process` + (limit ? `, against a limit of ${bytes(limit.bytes)}` : "") + ".");
+      const driverReq = req !== o.requested_bytes ? ` (the allocator asked the driver for ${bytes(o.requested_bytes)})` : "";
+      sub.push(`It asked for ${bytes(req)}${driverReq} while ${bytes(o.live_bytes)} was live in this process` + (limit ? `, against a limit of ${bytes(limit.bytes)}` : "") + ".");
       if (limit && limit.kind && limit.kind !== "device") sub.push(`The limit is ${limitText}.`);
       const n = A.oomsOf(A.dev).length;
       if (n > 1) sub.push(`${n} out-of-memory errors on this device in all.`);
@@ -527,7 +528,9 @@
               ctx.beginPath(); ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y); ctx.stroke();
               ctx.fillStyle = "#dc2626";
               const t = `limit ${bytes(limit.bytes)}${limit.kind && limit.kind !== "device" ? " (" + limit.kind.replace(/_/g, " ") + ")" : ""}`;
-              ctx.fillText(t, u.bbox.left + 6 * dpr, y - 5 * dpr);
+              // At the left, unless a mark's label is there: then at the right.
+              const crowded = marks.some((m) => known(m.x) && u.valToPos(m.x / 1e9, "x", true) < u.bbox.left + u.bbox.width * 0.4);
+              ctx.fillText(t, crowded ? u.bbox.left + u.bbox.width - ctx.measureText(t).width - 6 * dpr : u.bbox.left + 6 * dpr, y - 5 * dpr);
             }
             let row = 0;
             for (const m of marks) {
