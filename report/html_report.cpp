@@ -165,9 +165,20 @@ std::string to_html(const json& report) { return page(report, noscript_summary(r
 std::string diff_to_html(const json& a, const json& b, const json& changes) {
   json data = {{"diff",
                 {{"a", a}, {"b", b}, {"names", {command_of(a), command_of(b)}}, {"changes", changes}}}};
-  std::string ns = "<div class=\"noscript\"><h2>Run A</h2><p>" + escape(command_of(a)) + "</p>" +
-                   noscript_summary(a) + "<h2>Run B</h2><p>" + escape(command_of(b)) + "</p>" +
-                   noscript_summary(b) + "</div>";
+  // Without JavaScript: the peaks and the sites that changed as a plain table, then each run's
+  // summary.
+  std::string ns = "<div class=\"noscript\"><h2>What changed from A to B</h2><table><tr><th>scope"
+                   "</th><th>site</th><th>A</th><th>B</th></tr>";
+  for (const auto& c : changes) {
+    ns += "<tr><td>" + escape(text_of(c, "scope")) + "</td><td>peak</td><td>" +
+          bytes_of(c, "a_peak") + "</td><td>" + bytes_of(c, "b_peak") + "</td></tr>";
+    if (c.contains("changes") && c["changes"].is_array())
+      for (const auto& s : c["changes"])
+        ns += "<tr><td>" + escape(text_of(c, "scope")) + "</td><td>" + escape(text_of(s, "site")) +
+              "</td><td>" + bytes_of(s, "a") + "</td><td>" + bytes_of(s, "b") + "</td></tr>";
+  }
+  ns += "</table><h2>Run A</h2><p>" + escape(command_of(a)) + "</p>" + noscript_summary(a) +
+        "<h2>Run B</h2><p>" + escape(command_of(b)) + "</p>" + noscript_summary(b) + "</div>";
   return page(data, ns);
 }
 

@@ -452,7 +452,7 @@
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
     const showLimit = limit && limit.bytes <= peakB * 4;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
-    const stepped = uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
+    const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
     const data = [xs];
     for (let j = raw.length - 1; j >= 0; j--) {
@@ -637,6 +637,13 @@
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
       cats: catsAt(d, o.time_ns), modules: o.by_module || null, oom: o }));
+    // At the end: what was still live (when the process died of an OOM, what it held then).
+    const atExit = d.categories && d.categories.at_exit;
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    if ((atExit && Object.values(atExit).some((v) => v > 0)) || leaks.length) {
+      const died = leaks.length ? leaks.every((l) => A.diedPids.has(l.pid)) : ooms.some(A.fatal);
+      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null });
+    }
     if (!moments.length) return wrap;
     const tabs = $("div", { class: "tabs", role: "tablist" });
     const panel = $("div", { class: "tabpanel" });
@@ -649,10 +656,10 @@
       if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes)));
       else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.sites.slice(), m.id === "peak" ? "peak-sites" : "oom-sites", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null });
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null });
       grid.append(card("By site", site));
       if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.libs.slice(), m.id === "peak" ? "peak-libraries" : "oom-libraries")));
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"))));
       panel.replaceChildren(grid);
     };
     moments.forEach((m, i) => {

@@ -284,7 +284,7 @@ for (const width of [1400, 1000]) {
   const found = await page.locator(".icicle-tools span").textContent();
   check(`${w}: search marks the frames and sums their memory`, /^\d+\.\d\d GiB \(\d+ %\) under frames matching “conv.py”$/.test(found) && (await page.locator(".icicle-cell.hit").count()) > 0, found);
   const tabs = await page.locator(".tabs button").allTextContents();
-  check(`${w}: breakdown at the peak and at the OOM`, tabs.length === 2 && tabs[0].startsWith("At the peak") && tabs[1].startsWith("At OOM"), tabs.join(" | "));
+  check(`${w}: breakdown at the peak, at the OOM and when it died`, tabs.length === 3 && tabs[0].startsWith("At the peak") && tabs[1].startsWith("At OOM") && tabs[2] === "When it died", tabs.join(" | "));
   const catRows = await page.locator("[data-table='categories'] tbody tr").allTextContents();
   check(`${w}: by category at the peak, largest first`, catRows[0].startsWith("activations"), catRows.join(" | "));
   check(`${w}: by module, a tree sized by bytes`, (await page.locator(".modtree").first().getAttribute("data-modules")) === "64" && (await page.locator(".modtree .modname").first().textContent()) === "layer3");
@@ -311,6 +311,25 @@ for (const width of [1400, 1000]) {
   const text = await page.locator("body").innerText();
   check("JavaScript off: the summary says what happened", text.includes("Out of memory: the program died") && text.includes("Limit: PyTorch's per-process memory fraction (16.00 GiB) (16.00 GiB)") &&
         text.includes("Device 0 (NVIDIA H200): peak ") && text.includes("asked for 2.00 GiB") && text.includes("Likely cause: Activations of the forward pass") && text.includes("Train in bf16 with autocast (saves about"), text.slice(0, 600));
+  await page.close();
+}
+
+// 7b. The same job with a batch that fits: the verdict is the peak against the effective limit.
+{
+  const r = torchOom();
+  r.oom = []; r.leaks = [];
+  r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
+  r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
+  const { page, errors } = await open(render("torch-peak", r), "light", 1400, 900);
+  const verdict = await page.locator("#verdict").textContent();
+  check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 2.561 s", verdict);
+  const sub = await page.locator(".verdict-sub").textContent();
+  check("torch peak: the headroom under the limit and the retried allocations", sub === "790.34 MiB headroom left under PyTorch's per-process memory fraction (16.00 GiB). 2 allocations failed and worked when retried after the allocator freed its cache.", sub);
+  check("torch peak: the remedies without a cause", (await page.locator("#cause").count()) === 0 && (await page.locator("#remedies > ol > li").count()) === 3);
+  check("torch peak: no OOM mark on the chart", (await page.locator("[data-chart='0']").getAttribute("data-marks")) === "1");
+  check("torch peak: headroom in red at 95 %", (await stat(page, "headroom")) === "790.34 MiB (4.8 %)" && (await page.locator("[data-stat='headroom']").getAttribute("class")).includes("bad"), await stat(page, "headroom"));
+  await layout(page, "torch peak");
+  check("no console errors (torch peak)", errors.length === 0, errors.join("; "));
   await page.close();
 }
 
@@ -382,6 +401,12 @@ for (const width of [1400, 1000]) {
   await page.screenshot({ path: join(shots, "diff.png") });
   check("no console errors (diff)", errors.length === 0, errors.join("; "));
   await page.close();
+  const plain = await browser.newPage({ javaScriptEnabled: false });
+  await plain.goto("file://" + join(dir, "diff.html"));
+  const text = await plain.locator("body").innerText();
+  check("diff, JavaScript off: the peaks, the changed sites and both runs' summaries", text.includes("What changed from A to B") && text.includes("forward (resnet.py:146)\t3.59 GiB\t1.80 GiB") &&
+        text.includes("Run A") && text.includes("Out of memory: the program died") && text.includes("Run B") && text.includes("No out-of-memory error"), text.slice(0, 400));
+  await plain.close();
 }
 
 await browser.close();
