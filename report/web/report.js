@@ -464,7 +464,7 @@
       data.push(cum[j]);
     }
     if (cat && raw.length > 1) {
-      series.push({ label: "total", stroke: "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
+      series.push({ label: "total", stroke: () => getComputedStyle(root).getPropertyValue("--fg").trim() || "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
       data.push(cum[cum.length - 1]);
     }
     const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-stepped": stepped ? "1" : "0",
