@@ -475,8 +475,8 @@
     const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
     const draw = () => {
       const width = Math.max(320, box.clientWidth || host_width(box));
-      const css = getComputedStyle(root);
-      const muted = css.getPropertyValue("--muted").trim() || "#666";
+      // Colours from the theme at each draw: the theme toggle redraws the chart.
+      const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
       const opts = {
         width, height: height || 300,
         scales: { x: { time: false, range: () => [0, Math.max(end / 1e9, 1e-9)] }, y: { range: () => [0, ymax] } },
@@ -505,7 +505,7 @@
             const ctx = u.ctx, dpr = devicePixelRatio;
             ctx.save();
             ctx.textAlign = "left"; ctx.textBaseline = "top";
-            ctx.fillStyle = muted; ctx.font = `${11 * dpr}px sans-serif`;
+            ctx.fillStyle = muted(); ctx.font = `${11 * dpr}px sans-serif`;
             let lastEnd = -1e9;
             for (const p of phases) {
               const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
