@@ -1,6 +1,8 @@
 // The CI gate and the run diff (see check.h).
 #include "report/check.h"
 
+#include "report/html_report.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "collector/model.h"
 #include "common/format.h"
+#include "report/html_report.h"
 #include "report/json_report.h"
 
 namespace fs = std::filesystem;
@@ -666,28 +669,22 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
   return out;
 }
 
+// The HTML diff: both runs in report.html's own views, side by side, and the sites whose live
+// memory at the peak changed (html_report.cpp).
 std::string diff_html(const json& a, const json& b, const CheckResult& r) {
-  std::string out =
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
-      "'unsafe-inline'\"><title>vramtrace diff</title><style>body{font:14px system-ui,sans-serif;"
-      "margin:24px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px "
-      "8px;text-align:left}.bad{color:#b91c1c}</style></head><body><h1>vramtrace diff</h1><pre>";
-  out += html_escape(diff_text(a, b, r));
-  out += "</pre><table><tr><th>scope</th><th>A peak</th><th>B peak</th><th>site</th><th>A</th>"
-         "<th>B</th><th>change</th></tr>";
+  json changes = json::array();
   for (const auto& c : r.rows) {
+    json rows = json::array();
     for (const auto& s : c.changes)
-      out += "<tr><td>" + html_escape(c.scope) + "</td><td>" +
-             (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + "</td><td>" +
-             (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + "</td><td>" +
-             html_escape(s.site) + "</td><td>" +
-             human_bytes(static_cast<uint64_t>(s.baseline_bytes)) + "</td><td>" +
-             human_bytes(static_cast<uint64_t>(s.candidate_bytes)) + "</td><td class=\"" +
-             (s.diff() > 0 ? "bad" : "") + "\">" + signed_bytes(s.diff()) + "</td></tr>";
+      rows.push_back({{"site", s.site}, {"a", s.baseline_bytes}, {"b", s.candidate_bytes},
+                      {"a_count", s.baseline_count}, {"b_count", s.candidate_count}});
+    json row = {{"scope", c.scope}, {"device", c.device}, {"changes", rows}};
+    row["a_peak"] = c.baseline_peak ? json(*c.baseline_peak) : json(nullptr);
+    row["b_peak"] = c.candidate_peak ? json(*c.candidate_peak) : json(nullptr);
+    if (!c.note.empty()) row["note"] = c.note;
+    changes.push_back(row);
   }
-  out += "</table></body></html>\n";
-  return out;
+  return diff_to_html(a, b, changes);
 }
 
 }  // namespace vramtrace::report
