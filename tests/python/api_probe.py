@@ -1,0 +1,56 @@
+# The Python API in a stand-in CUDA process (tests/python/package_test.py): known allocations
+# through the stand-in's cudaMalloc, then what the API reads back. With an argument, it also
+# writes a report of the process so far into that folder.
+import ctypes
+import sys
+
+import vramtrace
+
+MiB = 1 << 20
+rt = ctypes.CDLL("libcudart.so.13")
+rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.cudaFree.argtypes = [ctypes.c_void_p]
+
+
+def cuda_malloc(n):
+    p = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(p), n) == 0
+    return p
+
+
+def allocate_weights():
+    return cuda_malloc(16 * MiB)
+
+
+def grow():
+    return cuda_malloc(8 * MiB)
+
+
+if not vramtrace.enabled():
+    step = vramtrace.step()
+    with vramtrace.region("eval"):
+        live = vramtrace.live()
+    print("step=%r live=%r mark=%r sites=%r report=%r" % (
+        step, live, vramtrace.mark(), vramtrace.sites(), vramtrace.report("unused")))
+    sys.exit(0)
+
+weights = allocate_weights()
+for i in range(2):
+    vramtrace.step()
+    with vramtrace.region("eval"):
+        activations = cuda_malloc(24 * MiB if i else 8 * MiB)
+        rt.cudaFree(activations)
+f = vramtrace.live(0)
+since = vramtrace.mark()
+kept = grow()
+temp = cuda_malloc(8 * MiB)
+rt.cudaFree(temp)
+f = vramtrace.live(0)
+print("live 0 live=%d in_use=%d peak=%d" % (f["live_bytes"], f["in_use_bytes"], f["peak_bytes"]))
+print("mark peak_since_mark=%d" % f["in_use_peak_since_mark"])
+for size, count, site in vramtrace.sites(0, "peak", top=1):
+    print("site %d %d %s" % (size, count, site))
+for size, count, site in vramtrace.sites(0, "new", since=since):
+    print("new %d %d %s" % (size, count, site))
+if len(sys.argv) > 1:
+    vramtrace.report(sys.argv[1])
