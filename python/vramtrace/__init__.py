@@ -149,7 +149,7 @@ def cupti_path():
     if lib is None or not hasattr(lib, "vramtrace_v1_cupti_path"):
         return None
     p = lib.vramtrace_v1_cupti_path()
-    return p.decode("utf-8", "surrogateescape") if p else None
+    return os.path.normpath(p.decode("utf-8", "surrogateescape")) if p else None
 
 
 def command_path():
@@ -222,8 +222,12 @@ def report(out_dir):
         shutil.copyfile(trace, copy)
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)  # the reader is not a CUDA program
-        subprocess.run([exe, "report", copy, "-o", out_dir, "--no-progress"], env=env,
-                       stdout=subprocess.DEVNULL, check=True)
+        # Its summary stays out of the program's output; a failure says why.
+        p = subprocess.run([exe, "report", copy, "-o", out_dir, "--no-progress"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("vramtrace report failed (exit %d): %s"
+                               % (p.returncode, p.stderr.strip()[-2000:]))
     return os.path.join(out_dir, "report.html")
 
 

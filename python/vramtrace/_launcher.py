@@ -17,12 +17,13 @@ _WHEEL_DIRS = (("nvidia", "cu13", "lib"), ("nvidia", "cuda_cupti", "lib"))
 CUPTI = "libcupti.so.13"
 
 
-def toolkit_cupti():
-    """The CUDA Toolkit's CUPTI that the library would find itself, or None."""
+def toolkit_cupti(env):
+    """The CUDA Toolkit's CUPTI that the library would find itself in environment `env`, or
+    None."""
     dirs = list(_TOOLKIT_DIRS)
-    if os.environ.get("CUDA_HOME"):
-        dirs.append(os.path.join(os.environ["CUDA_HOME"], "lib64"))
-    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    if env.get("CUDA_HOME"):
+        dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))
+    dirs += [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
     for d in dirs:
         p = os.path.join(d, CUPTI)
         if os.path.isfile(p):
@@ -45,7 +46,7 @@ def environment(env):
     """`env` with VRAMTRACE_CUPTI set to a pip wheel's CUPTI when neither the user nor a CUDA
     Toolkit provides one."""
     env = dict(env)
-    if not env.get("VRAMTRACE_CUPTI") and not toolkit_cupti():
+    if not env.get("VRAMTRACE_CUPTI") and not toolkit_cupti(env):
         found = wheel_cupti()
         if found:
             env["VRAMTRACE_CUPTI"] = found
