@@ -81,6 +81,13 @@ struct Lock {
   ~Lock() { pthread_mutex_unlock(&g_lock); }
 };
 
+// A child forked while another thread held the lock would wait on it forever: the child starts
+// with a fresh one (its figures are its parent's at the fork).
+void reset_lock_in_child() { pthread_mutex_init(&g_lock, nullptr); }
+struct AtFork {
+  AtFork() { pthread_atfork(nullptr, nullptr, reset_lock_in_child); }
+} g_at_fork;
+
 uint64_t mix(uint64_t h) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
@@ -174,9 +181,19 @@ uint64_t site_hash(const CapturedStack& s) {
 // Outside the lock: dladdr takes the loader's.
 void site_name(const CapturedStack& s, char* out, size_t n) {
   if (s.py_depth) {
+    // A long file name keeps its end (the file itself, and room for the line number).
     const PyFrameRef& f = s.py[0];
-    snprintf(out, n, "%.*s (%.*s:%u)", static_cast<int>(f.function_len), f.function,
-             static_cast<int>(f.file_len), f.file, f.line);
+    constexpr uint32_t kMaxFile = 120;
+    const char* file = f.file;
+    uint32_t file_len = f.file_len;
+    const char* cut = "";
+    if (file_len > kMaxFile) {
+      file += file_len - kMaxFile;
+      file_len = kMaxFile;
+      cut = "...";
+    }
+    snprintf(out, n, "%.*s (%s%.*s:%u)", static_cast<int>(std::min<uint32_t>(f.function_len, 48)),
+             f.function, cut, static_cast<int>(file_len), file, f.line);
   } else if (!s.depth) {
     snprintf(out, n, "(no stack recorded)");
   } else {

@@ -6,8 +6,9 @@ virtual environment, then the installed `vramtrace` command, the Python API, the
 
 By default the wheel packages BUILD_DIR's bin/vramtrace and lib/libvramtrace.so (the backend's
 `prebuilt` setting: what the wheel holds and how it is installed are tested, the compile is the
-one the other tests already cover). --compile has pip run the package's own CMake build, in
-BUILD_DIR/pip-build (kept, so a second run is incremental).
+one the other tests already cover). --compile has pip run the package's own CMake build
+(-DVRAMTRACE_PACKAGE=ON) in BUILD_DIR/pip-build (kept, so a second run is incremental) and
+checks the installed command only: the API and the plugin are the same Python code.
 
 The virtual environment sees the system's site-packages (pytest and pytest-xdist from Debian's
 python3-pytest and python3-pytest-xdist, which scripts/setup.sh installs); pip installs only the
@@ -99,6 +100,9 @@ def main():
           "the report has the program's device peak")
     check(os.stat(os.path.join(out, "report.json")).st_mode & 0o077 == 0,
           "report.json is the user's only")
+
+    if COMPILE:  # the rest is the same Python code over the same native parts
+        return finish(tmp)
 
     # ---- CUPTI from NVIDIA's pip wheels, when the toolkit's cannot be loaded -------------------
     # The shim fails every dlopen of libcupti* except from an nvidia/cu13/lib folder; the
