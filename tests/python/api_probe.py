@@ -59,3 +59,17 @@ for size, count, site in vramtrace.sites(0, "new", since=since):
     print("new %d %d %s" % (size, count, site))
 if len(sys.argv) > 1:
     vramtrace.report(sys.argv[1])
+    # Many small allocations, freed in a shuffled order: the library's table grows twice (from
+    # 16384 slots, half full at most) and moves entries back on deletion; every free must
+    # still find its allocation.
+    import random
+
+    blocks = [(cuda_malloc(256 * (1 + i % 5)), 256 * (1 + i % 5)) for i in range(20000)]
+    random.Random(1).shuffle(blocks)
+    for p, _ in blocks[:13000]:
+        rt.cudaFree(p)
+    left = sum(n for _, n in blocks[13000:])
+    print("stress live=%d expected=%d" % (vramtrace.live(0)["live_bytes"], 24 * MiB + left))
+    for p, _ in blocks[13000:]:
+        rt.cudaFree(p)
+    print("stress after=%d" % vramtrace.live(0)["live_bytes"])

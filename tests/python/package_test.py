@@ -156,6 +156,11 @@ def main():
     check(any(re.fullmatch(r"new %d 1 grow \(.*api_probe\.py:\d+\)" % (8 * MiB), l)
               for l in lines), "an allocation made after the mark: %r" % lines)
     check(p.stderr.count("vramtrace") == 0, "no warning with the library: %r" % p.stderr)
+    stress = [l for l in lines if l.startswith("stress ")]
+    m = re.fullmatch(r"stress live=(\d+) expected=(\d+)", stress[0]) if stress else None
+    check(m is not None and m.group(1) == m.group(2) and len(stress) == 2 and
+          stress[1] == "stress after=%d" % (24 * MiB),
+          "20000 allocations freed in a shuffled order: live bytes exact: %r" % stress)
     now = os.path.join(api_dir, "now", "report.json")
     if check(os.path.isfile(now), "vramtrace.report() wrote report.json"):
         with open(now) as f:
