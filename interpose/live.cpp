@@ -275,20 +275,17 @@ int pool_device(uint64_t pool) { return pool < kMaxPools ? g_pool_device[pool] -
 
 void live_alloc(LiveKind kind, int device, uint64_t id, uint64_t bytes, const CapturedStack& stack,
                 uint64_t pool) {
-  if (kind == LiveKind::Block) {
-    Lock lock;
-    device = pool_device(pool);
-  }
-  if (!valid_device(device)) return;
   const uint64_t hash = site_hash(stack);
-  char name[kSiteName] = "(site)";
-  bool known;
-  {
-    Lock lock;
-    known = site_known(hash, device);
-  }
-  if (!known) site_name(stack, name, sizeof name);  // once per site, outside the lock
   Lock lock;
+  if (kind == LiveKind::Block) device = pool_device(pool);
+  if (!valid_device(device)) return;
+  char name[kSiteName] = "(site)";
+  if (!site_known(hash, device)) {
+    // A new site: named once, outside the lock (dladdr takes the loader's lock).
+    pthread_mutex_unlock(&g_lock);
+    site_name(stack, name, sizeof name);
+    pthread_mutex_lock(&g_lock);
+  }
   const auto k = static_cast<uint8_t>(kind);
   if (Entry* old = find(k, id, pool)) {  // a free we did not see (e.g. during a fork)
     Device& od = g_dev[old->device];
