@@ -206,6 +206,10 @@ class Plugin:
                 if lines:
                     messages.append("allocated during the test and still held%s:" % segments)
                     messages += lines
+                elif measure.lib:
+                    messages.append("no driver allocation made during the test is still held: "
+                                    "the leaked memory is inside segments the allocator "
+                                    "obtained before the test")
         return "\n".join(messages)
 
     @pytest.hookimpl(hookwrapper=True)

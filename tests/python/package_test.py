@@ -209,6 +209,29 @@ def main():
               rows.get("test_leaks") == ("8.00 MiB", "8.00 MiB") and
               rows.get("test_cached_block_is_not_a_leak") == ("32.00 MiB", "0 B"),
               "the summary's figures per test%s: %r" % (tag, rows))
+
+    # ---- the plugin with PyTorch (a stand-in with a caching allocator) ---------------------
+    p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+             "--vramtrace-output", os.path.join(tmp, "pytest-torch"),
+             os.path.join(cases, "test_torch_budgets.py")],
+            env=clean_env(PYTHONPATH=os.path.join(HERE, "fake_torch")), cwd=tmp, expect=1)
+    out = p.stdout
+    check(re.search(r"^2 failed, 1 passed", out, re.M) is not None, "torch: two fail, one passes")
+    check("the test leaked 4.00 MiB of device memory (still in use after it; 12.00 MiB cached "
+          "by allocators not counted)" in out, "torch: the leak inside a cached segment")
+    check("no driver allocation made during the test is still held" in out,
+          "torch: and no new segment to show for it")
+    check("peaked at 36.00 MiB above its start, over the limit of 20.00 MiB" in out,
+          "torch: over budget by PyTorch's allocated bytes")
+    check(re.search(r"40\.00 MiB  _segment_malloc \(.*torch/cuda/__init__\.py:\d+\)", out)
+          is not None, "torch: the segments' site at the peak")
+    rows = {}
+    for m in re.finditer(r"^\s*(\S+ \S+)\s+(\S+ \S+)\s+(\d+)\s+(\S+::\S+)$", out, re.M):
+        rows[m.group(4).split("::")[-1]] = (m.group(1), m.group(2))
+    check(rows.get("test_cached_segment_is_not_a_leak") == ("16.00 MiB", "0 B") and
+          rows.get("test_leak_inside_a_cached_segment") == ("4.00 MiB", "4.00 MiB") and
+          rows.get("test_over_budget") == ("36.00 MiB", "0 B"),
+          "torch: the summary's figures per test: %r" % rows)
     return finish(tmp)
 
 
