@@ -94,9 +94,13 @@ def _limit(item, name):
     marker = item.get_closest_marker(name)
     if marker is None:
         return None
-    if len(marker.args) != 1:
-        raise pytest.UsageError("%s takes one size, e.g. %s(\"2 GiB\")" % (name, name))
-    return vramtrace.parse_size(marker.args[0])
+    try:
+        if len(marker.args) != 1:
+            raise ValueError("one size expected")
+        return vramtrace.parse_size(marker.args[0])
+    except ValueError as ex:
+        raise pytest.UsageError("%s takes one size, e.g. %s(\"2 GiB\"): %s"
+                                % (name, name, ex)) from None
 
 
 def _torch():
@@ -162,14 +166,21 @@ class Plugin:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
+        # A bad marker fails here, before the test runs; nothing after the yield raises, so
+        # that the other plugins' wrappers around the call always finish.
+        limits = (_limit(item, "limit_gpu_memory"), _limit(item, "limit_gpu_leaks"))
         measure = _Measure()
         yield
-        devices = measure.finish()
-        if not devices and not measure.lib and _torch() is None:
-            return
-        item.user_properties.append((_PROPERTY, json.dumps(
-            {str(d): v for d, v in devices.items()}, sort_keys=True)))
-        failure = self._over_budget(item, devices, measure)
+        try:
+            devices = measure.finish()
+            if not devices and not measure.lib and _torch() is None:
+                return
+            item.user_properties.append((_PROPERTY, json.dumps(
+                {str(d): v for d, v in devices.items()}, sort_keys=True)))
+            failure = self._over_budget(devices, measure, *limits)
+        except Exception as ex:  # the test's own outcome stands
+            failure = None
+            sys.stderr.write("vramtrace: %s: could not measure: %s\n" % (item.nodeid, ex))
         if failure:
             item.stash[_FAILURE] = failure
 
@@ -181,10 +192,8 @@ class Plugin:
             lines.append("  %10s  %s%s" % (vramtrace.format_bytes(size), site, extra))
         return lines
 
-    def _over_budget(self, item, devices, measure):
+    def _over_budget(self, devices, measure, memory, leaks):
         messages = []
-        memory = _limit(item, "limit_gpu_memory")
-        leaks = _limit(item, "limit_gpu_leaks")
         for d, f in sorted(devices.items()):
             segments = " (driver allocations: PyTorch's segments)" if f["source"] == "torch" else ""
             if memory is not None and f["peak"] > memory:
@@ -222,6 +231,8 @@ class Plugin:
         if failure and report.passed:
             report.outcome = "failed"
             report.longrepr = "vramtrace: " + failure
+        elif failure:  # failed on its own too: the budget is one more section of its report
+            report.sections.append(("vramtrace", failure))
 
     def pytest_runtest_logreport(self, report):
         if report.when != "call":
@@ -234,8 +245,8 @@ class Plugin:
         tr = terminalreporter
         tr.write_sep("=", "vramtrace: device memory per test")
         if not self.results:
-            tr.write_line("no test was measured (libvramtrace.so is not loaded, and PyTorch "
-                          "did not use CUDA)")
+            tr.write_line("no device memory measured: no test used CUDA under "
+                          "libvramtrace.so or through PyTorch")
             return
         rows = []
         for nodeid, devices in self.results.items():
