@@ -1,5 +1,6 @@
 // Test program: allocates 5 MiB, launches once, then dies the way argv[1] says:
-// "abort" (SIGABRT), "kill" (SIGKILL to itself), "exit7" (_exit(7), skipping exit handlers).
+// "abort" (SIGABRT), "kill" (SIGKILL to itself), "exit7" (_exit(7), skipping exit handlers),
+// "segv" (a store to address 0), "pipe" (a write to a pipe nobody reads: SIGPIPE).
 #include <csignal>
 #include <cstring>
 #include <unistd.h>
@@ -8,6 +9,9 @@
 __global__ void touch(char* p) { p[threadIdx.x] = 1; }
 
 int main(int argc, char** argv) {
+  // SIGPIPE at its default, whatever the parent left it at (set before CUDA starts, as a
+  // program would).
+  if (argc > 1 && !std::strcmp(argv[1], "pipe")) signal(SIGPIPE, SIG_DFL);
   char* p;
   CHECK(cudaMalloc(&p, 5 * MiB));
   touch<<<1, 32>>>(p);
@@ -18,5 +22,14 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!std::strcmp(how, "kill")) kill(getpid(), SIGKILL);
   if (!std::strcmp(how, "exit7")) _exit(7);
+  if (!std::strcmp(how, "segv")) *static_cast<volatile int*>(nullptr) = 1;
+  if (!std::strcmp(how, "pipe")) {
+    int fds[2];
+    if (pipe(fds) == 0) {
+      close(fds[0]);
+      ssize_t ignored = write(fds[1], "x", 1);
+      (void)ignored;
+    }
+  }
   std::abort();
 }
