@@ -472,7 +472,8 @@ std::optional<int64_t> run_int(const json& r, const char* key) {
 }  // namespace
 
 std::vector<std::string> incomplete_reasons(const json& baseline, const json& candidate,
-                                            const std::optional<uint32_t>& only_device) {
+                                            const std::optional<uint32_t>& only_device,
+                                            bool unprofiled) {
   std::vector<std::string> why;
   if (!candidate.is_object() || !baseline.is_object()) return {"not a report"};
   const json no_list = json::array();
@@ -496,7 +497,7 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
                   "vramtrace" + how);
   }
   // Devices the baseline was measured on and the candidate was not.
-  if (candidate.contains("devices") && candidate["devices"].is_array() &&
+  if (!unprofiled && candidate.contains("devices") && candidate["devices"].is_array() &&
       baseline.contains("devices") && baseline["devices"].is_array()) {
     std::set<uint64_t> have;
     for (const auto& d : candidate["devices"])
@@ -619,7 +620,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
     result.rows.push_back(std::move(row));
   }
-  result.incomplete = incomplete_reasons(baseline, candidate, budgets.only_device);
+  result.incomplete =
+      incomplete_reasons(baseline, candidate, budgets.only_device, result.unprofiled());
   // A device or rank the candidate lacks may be one of the processes that were not profiled.
   if (result.unprofiled())
     for (auto& row : result.rows)

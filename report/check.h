@@ -86,9 +86,12 @@ int gate_exit_code(const CheckResult& r);
 // differs from the baseline's (both recorded by `vramtrace run`); or it was cut short: the
 // command was killed by a signal or exited non-zero, a process did not exit cleanly, or a trace
 // was damaged. Reads only keys it checks the type of: any JSON object is safe here.
+// A device the candidate lacks is not a reason of its own when the candidate has a process that
+// was not profiled (`unprofiled`): that process may have used it, and says so already.
 std::vector<std::string> incomplete_reasons(const nlohmann::json& baseline,
                                             const nlohmann::json& candidate,
-                                            const std::optional<uint32_t>& only_device);
+                                            const std::optional<uint32_t>& only_device,
+                                            bool unprofiled = false);
 
 // The processes of a report that vramtrace could not profile (processes[].profiled false; in a
 // report from before that key, a process with notices: only the library's giving up wrote one),

@@ -15,8 +15,8 @@ LD_PRELOAD file mode. Every run must give:
   - file mode: every pair completed 200 ms (two flush periods) before the kill is in the report
     (the stated bound: SIGKILL loses at most the last flush period);
   - also when the command is killed before any process used CUDA (no trace at all);
-  - socket mode: the report holds every event that reached the collector: its figures equal
-    those of `vramtrace report` on the raw trace the collector wrote.
+  - socket mode, every tenth run: the report holds every event that reached the collector: its
+    figures equal those of `vramtrace report` on the raw trace the collector wrote.
 The assertions do not depend on the machine's speed: a slower machine only completes fewer pairs
 before each kill.
 Usage: kill_test.py BUILD_DIR   (VT_KILL_SEED, VT_KILL_RUNS, VT_KILL_FILE_RUNS)"""
@@ -130,14 +130,14 @@ def socket_checks(i, delay, log, d):
     check(len(traces) <= 1, tag + ": %d traces" % len(traces))
     consistent(tag, fig, done, before)
     none_lost(tag, fig, done)
-    if traces:
+    if traces and i % 10 == 0:  # a report costs a quarter of a second: every tenth run
         rc, text = vtrel.report_traces(traces, os.path.join(d, "again"))
         check(rc == 0, "%s: vramtrace report of the collector's trace: exit %d: %s"
               % (tag, rc, text))
         if rc == 0:
             again = vtrel.figures(vtrel.load(os.path.join(d, "again", "report.json")))
             check(again == fig, "%s: report %s but its trace holds %s" % (tag, fig, again))
-    else:
+    elif not traces:
         check(fig["allocs"] == 0 and before == 0, tag + ": pairs done but no trace")
 
 
