@@ -1,6 +1,6 @@
-// Test program: three allocations of 16 MiB (48 MiB live), then a request of 32 MiB that fails
-// with cudaErrorMemoryAllocation on a 64 MiB device (stand-in:
-// VRAMTRACE_STANDIN_DEVICE_BYTES=67108864), and at once, with no other call in between, a death
+// Test program: three allocations of 16 MiB (48 MiB live), then a request of 32 MiB (argv[2] MiB
+// when given: more than the GPU has) that fails with cudaErrorMemoryAllocation on a 64 MiB device
+// (stand-in: VRAMTRACE_STANDIN_DEVICE_BYTES=67108864), and at once, with no other call in between, a death
 // the way argv[1] says: "abort", "segv" (a store to address 0), "throw" (an uncaught C++
 // exception: std::terminate, SIGABRT), "exit" (_exit(3): no exit handlers, no destructors),
 // "kill" (raise(SIGKILL)), "pipe" (a write to a pipe nobody reads: SIGPIPE). The report must
@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
   void* held[3];
   for (void*& p : held) CHECK(cudaMalloc(&p, 16 * MiB));
   void* big = nullptr;
-  cudaError_t err = cudaMalloc(&big, 32 * MiB);
+  const size_t request = (argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 32) * MiB;
+  cudaError_t err = cudaMalloc(&big, request);
   if (err != cudaErrorMemoryAllocation) return 98;
   if (!std::strcmp(how, "segv")) *static_cast<volatile int*>(nullptr) = 1;
   if (!std::strcmp(how, "throw")) throw std::runtime_error("out of memory");

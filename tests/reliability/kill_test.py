@@ -113,7 +113,8 @@ def socket_checks(i, delay, log, d):
     check(launcher.returncode == -signal.SIGKILL,
           "%s: vramtrace exited %d, not by SIGKILL" % (tag, launcher.returncode))
     path = os.path.join(out, "report.json")
-    if not check(os.path.exists(path), tag + ": no report.json"):
+    if not check(os.path.exists(path), "%s: no report.json; vramtrace said: %s"
+                 % (tag, err.decode(errors="replace"))):
         return
     try:
         r = vtrel.load(path)
@@ -215,6 +216,8 @@ def main():
         json.dump({"seed": SEED, "runs": log}, f, indent=1)
     for mode in ("socket", "file"):
         runs = [e for e in log if e["mode"] == mode]
+        if not runs:
+            continue
         with_events = [e for e in runs if e.get("allocs")]
         lost = sum(1 for e in runs if "allocs" in e and e["allocs"] < e["pairs_done"])
         print("%s mode: %d kills, %d with allocations in the report, allocs %s..%s, "
