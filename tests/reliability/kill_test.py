@@ -12,8 +12,10 @@ LD_PRELOAD file mode. Every run must give:
   - socket mode: zero events lost: every pair the program completed (its shared progress file
     says exactly how many) is in the report, whatever the moment of the kill: the collector
     reads what the process recorded but had not sent from the buffers it shares with it;
-  - file mode: every pair completed 200 ms (two flush periods) before the kill is in the report
-    (the stated bound: SIGKILL loses at most the last flush period);
+  - file mode: every pair completed 200 ms (four flush periods) before the kill is in the report
+    (the stated bound: SIGKILL loses at most the last flush period), when the program ran in
+    those 200 ms (completed a pair more): on a machine so loaded that it did not, the writer
+    thread may not have run either, and the run is counted, not judged;
   - also when the command is killed before any process used CUDA (no trace at all);
   - socket mode, every tenth run: the report holds every event that reached the collector: its
     figures equal those of `vramtrace report` on the raw trace the collector wrote.
@@ -63,8 +65,17 @@ def consistent(tag, fig, done, before):
     check(fig["live"] == (a - f) * vtrel.PAIR_BYTES,
           "%s: final live %d bytes with %d allocs, %d frees" % (tag, fig["live"], a, f))
     check(fig["dropped"] == 0, "%s: %d events dropped" % (tag, fig["dropped"]))
-    check(a >= before, "%s: %d allocs, but %d pairs were done %.0f ms before the kill"
-          % (tag, a, before, SNAPSHOT_BEFORE_S * 1000))
+    # The flush bound is a matter of time: it holds only if the process ran in the window. On a
+    # machine so loaded that the program did not complete one more pair in it, the writer
+    # thread may not have run either; such a run is counted, not judged.
+    if done > before:
+        check(a >= before, "%s: %d allocs, but %d pairs were done %.0f ms before the kill"
+              % (tag, a, before, SNAPSHOT_BEFORE_S * 1000))
+    elif before:
+        starved.append(tag)
+
+
+starved = []  # runs whose program made no progress in the last SNAPSHOT_BEFORE_S
 
 
 def none_lost(tag, fig, done):
@@ -227,6 +238,10 @@ def main():
                   max((e["allocs"] for e in with_events), default=0),
                   min(e["pairs_done"] for e in runs), max(e["pairs_done"] for e in runs),
                   lost))
+    if starved:
+        print("%d run(s) where the program did not run in the last %.0f ms (a loaded machine): "
+              "the flush bound not judged: %s" % (len(starved), SNAPSHOT_BEFORE_S * 1000,
+                                                  ", ".join(starved)))
     vtrel.finish("kill test (seed %d, %d runs under the launcher, %d in file mode)"
                  % (SEED, SOCKET_RUNS, FILE_RUNS))
 
