@@ -399,10 +399,16 @@ void install_crash_handlers() {
     struct sigaction cur{};
     if (sigaction(sig, nullptr, &cur) != 0) continue;
     if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue;
+    // The program's own handler keeps its mask and flags (restarted system calls, its
+    // alternate stack) while ours runs first.
+    const bool program_handler =
+        (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != nullptr : cur.sa_handler != SIG_DFL;
     struct sigaction ours{};
     ours.sa_sigaction = on_fatal_signal;
-    ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-    sigemptyset(&ours.sa_mask);
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK |
+                    (program_handler ? cur.sa_flags & (SA_RESTART | SA_NODEFER) : SA_RESTART);
+    ours.sa_mask = cur.sa_mask;
+    if (!program_handler) sigemptyset(&ours.sa_mask);
     g_previous[sig] = cur;
     sigaction(sig, &ours, nullptr);
   }

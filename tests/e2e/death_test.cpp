@@ -121,6 +121,16 @@ TEST_CASE("file mode: a fatal signal writes out what is buffered, SIGKILL and _e
       require_crash_events(report_of(std::string("rep-") + how));
     }
   }
+  SECTION("the program's own handler, installed before CUDA started, still runs, and sees the "
+          "signal") {
+    Result r = sh(preload + " VRAMTRACE_FLUSH_MS=60000 " + prog("crash") + " handled");
+    INFO(r.out);
+    REQUIRE(r.code() == 9);
+    REQUIRE(r.out == "crashing: handled\nprogram handler: 6\n");
+    json j = report_of("rep-handled");
+    REQUIRE(j["devices"][0]["peak"]["bytes"] == 5 * MiB);
+    REQUIRE(j["processes"][0]["devices"][0]["launches"]["count"] == 1);
+  }
   // What cannot be caught: events older than the flush period (50 ms; the program waits 300 ms
   // before it dies) were written by the writer thread.
   SECTION("SIGKILL, flush period 50 ms") {

@@ -1,6 +1,8 @@
 // Test program: allocates 5 MiB, launches once, then dies the way argv[1] says:
 // "abort" (SIGABRT), "kill" (SIGKILL to itself), "exit7" (_exit(7), skipping exit handlers),
-// "segv" (a store to address 0), "pipe" (a write to a pipe nobody reads: SIGPIPE).
+// "segv" (a store to address 0), "pipe" (a write to a pipe nobody reads: SIGPIPE), "handled"
+// (abort() with the program's own SIGABRT handler, installed before CUDA starts, which prints
+// "program handler: 6" and calls _exit(9)).
 #include <csignal>
 #include <cstring>
 #include <unistd.h>
@@ -8,10 +10,19 @@
 
 __global__ void touch(char* p) { p[threadIdx.x] = 1; }
 
+void on_abort(int sig) {
+  char line[] = "program handler: 0\n";
+  line[sizeof line - 3] = static_cast<char>('0' + sig % 10);
+  ssize_t ignored = write(1, line, sizeof line - 1);
+  (void)ignored;
+  _exit(9);
+}
+
 int main(int argc, char** argv) {
   // SIGPIPE at its default, whatever the parent left it at (set before CUDA starts, as a
   // program would).
   if (argc > 1 && !std::strcmp(argv[1], "pipe")) signal(SIGPIPE, SIG_DFL);
+  if (argc > 1 && !std::strcmp(argv[1], "handled")) signal(SIGABRT, on_abort);
   char* p;
   CHECK(cudaMalloc(&p, 5 * MiB));
   touch<<<1, 32>>>(p);
