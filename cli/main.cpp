@@ -4,7 +4,8 @@
 // preload library in its environment, and when CMD ends, however it ends, writes DIR/report.json
 // from every stream that reached it, then exits as CMD did (same exit code, same signal).
 // Exit codes of vramtrace itself: 2 for bad usage or unreadable input; the gate (`check`,
-// `run --baseline`): 1 regression, 3 a candidate process that was not profiled (report/check.h).
+// `run --baseline`): 1 regression, 3 a candidate process that was not profiled, 4 an incomplete
+// measurement (report/check.h).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -97,9 +98,17 @@ report::Budgets budgets_of(const CheckOptions& o) {
   return b;
 }
 
+// When the gate cannot compare (bad input, a command that failed): the CI files named by
+// --markdown and --junit still appear, failing and saying why, so that a CI page never shows a
+// stale or missing result as a pass.
+void write_gate_failure(const CheckOptions& o, const std::string& why) {
+  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(why));
+  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(why));
+}
+
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
-// the candidate has a process that was not profiled (report::gate_exit_code), 2 when a file
-// cannot be written.
+// the candidate has a process that was not profiled, 4 when it is an incomplete measurement
+// (report::gate_exit_code), 2 when a file cannot be written.
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
          const char* who) {
   report::CheckResult r;
@@ -107,6 +116,7 @@ int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const 
     r = report::compare(baseline, candidate, budgets_of(o));
   } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
     std::cerr << who << ": " << e.what() << "\n";
+    write_gate_failure(o, e.what());
     return 2;
   }
   std::cout << report::check_text(r) << std::flush;
@@ -124,6 +134,7 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     return gate(base, cand, o, "vramtrace check");
   } catch (const report::CheckError& e) {
     std::cerr << "vramtrace check: " << e.what() << "\n";
+    write_gate_failure(o, e.what());
     return 2;
   }
 }
@@ -184,6 +195,7 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
       report::require_profiled_baseline(baseline, check.baseline);
     } catch (const report::CheckError& e) {
       std::cerr << "vramtrace run: " << e.what() << "\n";
+      write_gate_failure(check, e.what());
       return 2;
     }
   }
@@ -294,6 +306,12 @@ int run_command(const std::string& out_dir, const std::string& lib_opt, int grac
   write_reports(traces, out_dir, info, &report_json, no_progress);
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!check.baseline.empty() && command_ok) return gate(baseline, report_json, check, "vramtrace run");
+  if (!check.baseline.empty())
+    write_gate_failure(check, WIFSIGNALED(status)
+                                  ? "the command was killed by signal " +
+                                        std::to_string(WTERMSIG(status)) + ": not checked"
+                                  : "the command exited " + std::to_string(WEXITSTATUS(status)) +
+                                        ": not checked");
 
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);

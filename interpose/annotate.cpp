@@ -191,6 +191,7 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_oom(
   CapturedStack stack;
   if (async_stack_wanted(requested, true)) capture_stack(&stack);
   emit_with_stack(RecordType::UserOom, stack, {pool, requested, thread_id(), 0});
+  recorder_flush_failure();
 }
 
 extern "C" __attribute__((visibility("default"))) void vramtrace_v1_step(long long step) {

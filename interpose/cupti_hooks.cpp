@@ -241,6 +241,7 @@ void record_failed(Api api, int device, uint64_t bytes, CUresult result,
     return;
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
   if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
+  recorder_flush_failure();  // a death right after the failure must not lose it
 }
 
 void record_launch(Api api, int device, CUstream stream, const char* name) {
