@@ -348,10 +348,26 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   // The cause: the fatal OOM's first finding, else (no OOM) none.
   if (fatal && !(*fatal)["findings"].empty()) {
     const json& f = (*fatal)["findings"][0];
+    // The finding's measured figures, in words.
+    static const std::map<std::string, std::string> words = {
+        {"requested_bytes", "requested"},
+        {"live_bytes", "live in this process"},
+        {"limit_bytes", "the limit"},
+        {"device_free_bytes", "free on the GPU (beyond the limit)"},
+        {"free_bytes", "free on the GPU"},
+        {"total_bytes", "the GPU's capacity"},
+        {"held_by_others_bytes", "held by other processes"},
+        {"this_process_bytes", "held by this process"},
+        {"free_reserved_bytes", "reserved by the allocator but free"},
+        {"largest_free_block_bytes", "largest free block"},
+        {"bytes_per_iteration", "growth per iteration"},
+        {"grown_bytes", "grown in all"}};
     json ev = json::array();
     for (auto& [k, v] : f["evidence"].items())
-      if (v.is_number_unsigned() && k.find("bytes") != std::string::npos)
-        ev.push_back({{"label", k}, {"bytes", v}});
+      if (v.is_number_unsigned() && k.find("bytes") != std::string::npos) {
+        auto w = words.find(k);
+        ev.push_back({{"label", w != words.end() ? w->second : k}, {"bytes", v}});
+      }
     dg["cause"] = {{"kind", f["kind"]}, {"title", f["title"]}, {"evidence", ev}};
   }
   if (!tm) return dg;
