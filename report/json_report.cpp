@@ -961,6 +961,7 @@ json to_json(const Run& run, const RunInfo& info) {
   report["live_at_death"] = live_at_death;
   report["growth"] = growth;
   report["retained"] = retained;
+  lift_single_process(report);
   report["diagnosis"] = diagnosis_json(report, run);
   return report;
 }
@@ -1035,6 +1036,17 @@ std::string summary_text(const json& r) {
     std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end\n", at_s,
                   human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str());
     out += line;
+    if (d.contains("categories")) {
+      // What the memory was at the peak, largest first.
+      std::vector<std::pair<uint64_t, std::string>> cats;
+      for (auto& [k, v] : d["categories"]["at_peak"].items())
+        if (v.get<uint64_t>()) cats.push_back({v.get<uint64_t>(), d["categories"]["titles"].value(k, k)});
+      std::sort(cats.rbegin(), cats.rend());
+      std::string text = "vramtrace:   at the peak:";
+      for (size_t i = 0; i < cats.size() && i < 5; ++i)
+        text += (i ? ", " : " ") + cats[i].second + " " + human_bytes(cats[i].first);
+      out += text + "\n";
+    }
   }
   // With a fatal OOM known, the failures the job survived are counted on one line and the
   // fatal one gets the diagnosis: where, why, and what to do.

@@ -295,6 +295,29 @@ void add_torch_oom(json& oj, const collector::ProcessModel& p, const collector::
   oj["categories"] = bytes_json(c);
 }
 
+void lift_single_process(json& report) {
+  for (json& dj : report["devices"]) {
+    const json* only = nullptr;
+    int with = 0, procs = 0;
+    for (const json& pj : report["processes"]) {
+      if (pj.value("host", "") != dj.value("host", "")) continue;
+      for (const json& pd : pj["devices"])
+        if (pd["index"] == dj["index"]) {
+          ++procs;
+          if (pd.contains("categories") || pd.contains("xla_pool")) {
+            ++with;
+            only = &pd;
+          }
+        }
+    }
+    if (with != 1 || procs != 1) continue;
+    for (const char* k : {"categories", "phases", "xla_pool"})
+      if (only->contains(k)) dj[k] = (*only)[k];
+    for (const char* k : {"by_module", "by_top_module", "tensors", "named_tensors"})
+      if ((*only)["peak"].contains(k)) dj["peak"][k] = (*only)["peak"][k];
+  }
+}
+
 json diagnosis_json(const json& report, const collector::Run& run) {
   // The moment: the first fatal OOM, else the device whose peak came closest to its limit.
   const json* fatal = nullptr;

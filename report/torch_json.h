@@ -20,6 +20,10 @@ void add_torch_device(nlohmann::json& dj, const collector::ProcessModel& p,
 void add_torch_oom(nlohmann::json& oj, const collector::ProcessModel& p,
                    const collector::OomEvent& o, collector::StackResolver& stacks);
 
+// A device's run-wide entry takes its one PyTorch or JAX process's categories, phases, modules,
+// named tensors and XLA pool (with several processes these stay per process).
+void lift_single_process(nlohmann::json& report);
+
 // The run's verdict, effective limit, cause and remedies, from the report built so far.
 nlohmann::json diagnosis_json(const nlohmann::json& report, const collector::Run& run);
 
