@@ -217,7 +217,15 @@ class _Context:
         from torch.optim import optimizer as optim
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         nn_module.register_module_forward_pre_hook(self.pre)
-        nn_module.register_module_forward_hook(self.post)
+        self.always_call = True
+        try:
+            # Also when a forward raises (an OOM the program catches and retries smaller):
+            # without it the raising modules stay on the stack, and every later forward would
+            # be taken for a module call inside the one that raised.
+            nn_module.register_module_forward_hook(self.post, always_call=True)
+        except TypeError:  # PyTorch 2.0: no always_call; pre() drops what was left instead
+            self.always_call = False
+            nn_module.register_module_forward_hook(self.post)
         optim.register_optimizer_step_pre_hook(self.step_pre)
         optim.register_optimizer_step_post_hook(self.step_post)
         import functools
@@ -299,6 +307,13 @@ class _Context:
     def pre(self, module, args):
         if self.get_ident() != self.main or self.compiling():
             return None
+        if not self.always_call:
+            # A module called again while still on the stack raised the last time (models do
+            # not call the very module that is running).
+            for i, entry in enumerate(self.stack):
+                if entry[1] is module:
+                    del self.stack[i:]
+                    break
         mid = self.module_id(module)
         if not self.stack and not self.in_backward:
             self.mark(_SITE, self.site())
