@@ -202,7 +202,9 @@ class _Context:
         self.site_lines = []
         self.stack = []
         self.in_backward = 0
-        self.roots = []          # (weakref(root), [(name, param)], [(name, buffer)])
+        # (weakref(root), [(name, weakref(param))], [(name, weakref(buffer))]): weak, so that a
+        # model the program drops frees its memory as it would without the hook.
+        self.roots = []
         self.param_names = {}    # id(param) -> name
         self.optimizers = []     # weakrefs, first seen first
         self.labels = []         # "L" lines: parameters, buffers, optimizer state
@@ -287,10 +289,13 @@ class _Context:
         for name, m in named:
             if id(m) not in self.modules or self.modules[id(m)][1]() is not m:
                 self.add_module(m, (root_prefix + name) if name else type(module).__name__)
-        params = [(root_prefix + n, p) for n, p in module.named_parameters()]
-        buffers = [(root_prefix + n, b) for n, b in module.named_buffers()]
-        for n, p in params:
-            self.param_names[id(p)] = n
+        ref = self.weakref.ref
+        named_params = list(module.named_parameters())
+        for n, p in named_params:
+            self.param_names[id(p)] = root_prefix + n
+        params = [(root_prefix + n, ref(p)) for n, p in named_params]
+        buffers = [(root_prefix + n, ref(b)) for n, b in module.named_buffers()]
+        del named_params
         self.roots.append((self.weakref.ref(module), params, buffers))
         self.label_root(params, buffers)
         return self.modules[id(module)][0]
@@ -383,11 +388,13 @@ class _Context:
             "x".join(str(d) for d in t.shape), str(t.dtype).replace("torch.", "")))
 
     def label_root(self, params, buffers):
-        for n, p in params:
-            self.label(p, "param", n)
-            self.label(p.grad, "grad", n + ".grad")
-        for n, b in buffers:
-            self.label(b, "buffer", n)
+        for n, ref in params:
+            p = ref()
+            if p is not None:
+                self.label(p, "param", n)
+                self.label(p.grad, "grad", n + ".grad")
+        for n, ref in buffers:
+            self.label(ref(), "buffer", n)
 
     def label_all(self):
         for ref, params, buffers in self.roots:
