@@ -156,7 +156,10 @@ void TorchMemory::classify() {
     b.site = in->site;
     if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation))
       b.module = modules.back();
-    const bool outlives = blocks[i].free_ns > in->end_ns;
+    // A phase still open when the trace ended (the program died in it): what it made and
+    // still held then was kept past it; what it made and freed was its own.
+    const bool outlives = in->end_ns == UINT64_MAX ? blocks[i].free_ns == UINT64_MAX
+                                                   : blocks[i].free_ns > in->end_ns;
     switch (in->phase) {
       case TorchPhase::Forward:
         b.category = outlives ? Category::Activations : Category::Temporaries;

@@ -15,6 +15,8 @@
 //   4. made in the optimizer step: kept past its end -> optimizer state, else temporaries;
 //   5. made outside all of these -> inputs and data (batches, targets, anything the script
 //      holds between steps).
+// A phase the program died in (an OOM in the forward) ends with the trace: what it made and
+// still held then was kept past it (the forward's activations so far), what it freed was not.
 #pragma once
 
 #include <array>
