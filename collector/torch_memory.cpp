@@ -255,6 +255,28 @@ uint64_t TorchMemory::reserved_at(uint32_t device, uint64_t t) const {
   return r > 0 ? static_cast<uint64_t>(r) : 0;
 }
 
+uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t t) const {
+  // The allocator's record of that segment: the one at `address` made closest to `t` (an
+  // address comes back after a segment is freed), within a second (the two clocks agree to
+  // the microsecond).
+  const TorchReserve* seg = nullptr;
+  uint64_t best_gap = 1'000'000'000;
+  for (const TorchReserve& x : ctx_.reserves) {
+    if (x.device != device || x.address != address || x.delta <= 0) continue;
+    const uint64_t gap = x.time_ns > t ? x.time_ns - t : t - x.time_ns;
+    if (gap <= best_gap) {
+      best_gap = gap;
+      seg = &x;
+    }
+  }
+  if (!seg) return t;
+  const uint64_t end = address + static_cast<uint64_t>(seg->delta);
+  for (const TorchBlock& b : ctx_.blocks)
+    if (b.device == device && b.alloc_ns >= seg->time_ns && b.address >= address && b.address < end)
+      return b.alloc_ns;
+  return seg->time_ns;
+}
+
 bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {
   for (const TorchReserve& x : ctx_.reserves)
     if (x.device == device && x.address == address && x.delta > 0) return true;

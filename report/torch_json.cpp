@@ -89,6 +89,15 @@ std::string optimizer_kind(const TorchMemory& tm, uint64_t* per_param) {
   return {};
 }
 
+// When the device's peak is read: just after the allocator's block that the peak's
+// segment was made for (see TorchMemory::after_segment), else the driver's peak itself.
+uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+  for (const auto& a : d.live_at_peak)
+    if (a.seq == d.memory.peak_seq() && a.space == 0)
+      return tm.after_segment(d.index, a.id, d.memory.peak_time());
+  return d.memory.peak_time();
+}
+
 }  // namespace
 
 json categories_order() {
@@ -102,9 +111,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   const TorchMemory* tm = p.torch_memory.get();
   if (!tm) return;
   const uint32_t dev = d.index;
-  // The allocator's records of the segment that made the peak trail the driver's by
-  // microseconds: its state is read 1 ms after the peak.
-  const uint64_t peak_t = d.memory.peak_time() + 1'000'000;
+  const uint64_t peak_t = peak_moment(*tm, d);
   CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, d.memory.peak_bytes(),
                                                 driver_only(d.live_at_peak), &stacks);
   std::vector<collector::Allocation> still;
@@ -322,7 +329,7 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   in.request = request;
   in.autocast = tm->autocast();
   const uint64_t t = fatal ? (*fatal)["time_ns"].get<uint64_t>() + run.origin_ns
-                           : d.memory.peak_time() + 1'000'000;
+                           : peak_moment(*tm, d);
   if (fatal)
     for (const json& f : (*fatal)["findings"])
       if (f["kind"] == "fragmentation") in.fragmented = true;
