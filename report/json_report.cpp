@@ -862,8 +862,11 @@ json to_json(const Run& run, const RunInfo& info) {
         // processes left): the device's free memory beyond it was never this process's.
         std::optional<uint64_t> others;
         if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
-        auto lim = collector::effective_limit(o.total_bytes.value_or(0), p.torch_memory.get(),
-                                              o.device, others);
+        // An OOM PyTorch raised without asking the driver (its per-process fraction refused
+        // the segment) has no cuMemGetInfo of its own: the device's capacity stands in.
+        uint64_t total = o.total_bytes.value_or(0);
+        if (!total && p.devices.count(o.device)) total = p.devices.at(o.device).total_bytes;
+        auto lim = collector::effective_limit(total, p.torch_memory.get(), o.device, others);
         if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
                                                  {"title", lim.title}};
       }
