@@ -56,10 +56,13 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.library = s.stack->library;
   }
   // A PyTorch block without frames: the module that made it and the user's line that ran
-  // the model, backward() or step() (the start-up hook's context).
+  // the model, backward() or step() (the start-up hook's context). In a program that never
+  // ran one (the allocator used alone), "outside forward, backward and step" says nothing:
+  // the hint to record the lines stays.
   if (s.text.empty() && a.space == 1)
     if (const auto* tm = stacks.process().torch_memory.get())
-      if (const auto* b = tm->block(a.device, a.id, a.time_ns)) s.text = tm->describe(*b);
+      if (const auto* b = tm->block(a.device, a.id, a.time_ns))
+        if (b->label >= 0 || !tm->phases().empty()) s.text = tm->describe(*b);
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);
