@@ -2,7 +2,9 @@
 # (register_module_forward_pre_hook / register_module_forward_hook: __call__ runs the pre
 # hooks, forward, then the post hooks; when the forward raises, only the post hooks
 # registered with always_call=True run, with output None), the registration of parameters,
-# buffers and submodules by attribute, and their named walks.
+# buffers and submodules by attribute, and their named walks. FAKE_TORCH_VERSION=2.0: no
+# always_call, as in PyTorch 2.0.
+import os
 from collections import OrderedDict
 
 from ..parameter import Parameter
@@ -37,6 +39,11 @@ def register_module_forward_hook(hook, *, always_call=False):
     if always_call:
         _global_forward_hooks_always_called[handle.key] = True
     return handle
+
+
+if os.environ.get("FAKE_TORCH_VERSION") == "2.0":
+    def register_module_forward_hook(hook):  # noqa: F811 (PyTorch 2.0: no always_call)
+        return _register(_global_forward_hooks, hook)
 
 
 class Module:
