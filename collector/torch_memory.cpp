@@ -269,10 +269,18 @@ uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t 
       seg = &x;
     }
   }
+  // Not at that address (expandable segments: the driver's handle is mapped elsewhere): the
+  // first segment the allocator added from a microsecond before `t` to a millisecond after.
+  if (!seg)
+    for (const TorchReserve& x : ctx_.reserves)
+      if (x.device == device && x.delta > 0 && x.time_ns + 2000 >= t) {
+        if (x.time_ns <= t + 1'000'000) seg = &x;
+        break;
+      }
   if (!seg) return t;
-  const uint64_t end = address + static_cast<uint64_t>(seg->delta);
+  const uint64_t start = seg->address, end = start + static_cast<uint64_t>(seg->delta);
   for (const TorchBlock& b : ctx_.blocks)
-    if (b.device == device && b.alloc_ns >= seg->time_ns && b.address >= address && b.address < end)
+    if (b.device == device && b.alloc_ns >= seg->time_ns && b.address >= start && b.address < end)
       return b.alloc_ns;
   return seg->time_ns;
 }

@@ -86,9 +86,10 @@ class TorchMemory {
   // What the allocator had reserved from the driver on `device` at `t`.
   uint64_t reserved_at(uint32_t device, uint64_t t) const;
   // The moment to read the allocator's state for a driver allocation made at `t` (the
-  // device's peak): when it was the allocator's segment at `address`, just after the block
-  // the segment was made for (the allocator records both microseconds after the driver);
-  // otherwise `t`. Events, not a time window: what follows in the program does not count.
+  // device's peak): when it was the allocator's segment at `address` (or, with expandable
+  // segments, the one it mapped right then), just after the block the segment was made for
+  // (the allocator records both microseconds after the driver); otherwise `t`. Events, not a
+  // time window: what the program did afterwards does not count.
   uint64_t after_segment(uint32_t device, uint64_t address, uint64_t t) const;
   // Whether a driver allocation at `address` was one of the allocator's segments.
   bool is_segment(uint32_t device, uint64_t address) const;

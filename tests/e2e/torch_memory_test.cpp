@@ -170,7 +170,8 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
     REQUIRE(phases[i]["site"] == kTrain + lines[i % 3]);
     REQUIRE(phases[i].contains("end_ns"));
     REQUIRE(phases[i]["end_ns"].get<uint64_t>() >= phases[i]["start_ns"].get<uint64_t>());
-    if (i) REQUIRE(phases[i]["start_ns"].get<uint64_t>() >= phases[i - 1]["end_ns"].get<uint64_t>());
+    if (i)
+      REQUIRE(phases[i]["start_ns"].get<uint64_t>() >= phases[i - 1]["end_ns"].get<uint64_t>());
   }
 
   // Died of it: what was live then is no leak. Its 8 blocks, each named by what it is.
