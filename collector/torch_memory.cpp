@@ -157,8 +157,9 @@ void TorchMemory::classify() {
     if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation))
       b.module = modules.back();
     // A phase still open when the trace ended (the program died in it): what it made and
-    // never freed outlives it.
-    const bool outlives = blocks[i].free_ns > in->end_ns || blocks[i].free_ns == UINT64_MAX;
+    // still held then was kept past it; what it made and freed was its own.
+    const bool outlives = in->end_ns == UINT64_MAX ? blocks[i].free_ns == UINT64_MAX
+                                                   : blocks[i].free_ns > in->end_ns;
     // Made in the first iteration, never freed, yet no named storage: a library's workspace
     // made through PyTorch's allocator on first use (cuBLAS's, per handle and stream).
     const bool workspace = blocks[i].free_ns == UINT64_MAX && b.iteration <= 0 &&
@@ -260,6 +261,36 @@ uint64_t TorchMemory::reserved_at(uint32_t device, uint64_t t) const {
     if (x.device == device) r += x.delta;
   }
   return r > 0 ? static_cast<uint64_t>(r) : 0;
+}
+
+uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t t) const {
+  // The allocator's record of that segment: the one at `address` made closest to `t` (an
+  // address comes back after a segment is freed), within a second (the two clocks agree to
+  // the microsecond).
+  const TorchReserve* seg = nullptr;
+  uint64_t best_gap = 1'000'000'000;
+  for (const TorchReserve& x : ctx_.reserves) {
+    if (x.device != device || x.address != address || x.delta <= 0) continue;
+    const uint64_t gap = x.time_ns > t ? x.time_ns - t : t - x.time_ns;
+    if (gap <= best_gap) {
+      best_gap = gap;
+      seg = &x;
+    }
+  }
+  // Not at that address (expandable segments: the driver's handle is mapped elsewhere): the
+  // first segment the allocator added from a microsecond before `t` to a millisecond after.
+  if (!seg)
+    for (const TorchReserve& x : ctx_.reserves)
+      if (x.device == device && x.delta > 0 && x.time_ns + 2000 >= t) {
+        if (x.time_ns <= t + 1'000'000) seg = &x;
+        break;
+      }
+  if (!seg) return t;
+  const uint64_t start = seg->address, end = start + static_cast<uint64_t>(seg->delta);
+  for (const TorchBlock& b : ctx_.blocks)
+    if (b.device == device && b.alloc_ns >= seg->time_ns && b.address >= start && b.address < end)
+      return b.alloc_ns;
+  return seg->time_ns;
 }
 
 bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {

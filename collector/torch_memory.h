@@ -15,6 +15,8 @@
 //   4. made in the optimizer step: kept past its end -> optimizer state, else temporaries;
 //   5. made outside all of these -> inputs and data (batches, targets, anything the script
 //      holds between steps).
+// A phase the program died in (an OOM in the forward) ends with the trace: what it made and
+// still held then was kept past it (the forward's activations so far), what it freed was not.
 #pragma once
 
 #include <array>
@@ -83,6 +85,12 @@ class TorchMemory {
   std::vector<size_t> live_at(uint32_t device, uint64_t t) const;
   // What the allocator had reserved from the driver on `device` at `t`.
   uint64_t reserved_at(uint32_t device, uint64_t t) const;
+  // The moment to read the allocator's state for a driver allocation made at `t` (the
+  // device's peak): when it was the allocator's segment at `address` (or, with expandable
+  // segments, the one it mapped right then), just after the block the segment was made for
+  // (the allocator records both microseconds after the driver); otherwise `t`. Events, not a
+  // time window: what the program did afterwards does not count.
+  uint64_t after_segment(uint32_t device, uint64_t address, uint64_t t) const;
   // Whether a driver allocation at `address` was one of the allocator's segments.
   bool is_segment(uint32_t device, uint64_t address) const;
 

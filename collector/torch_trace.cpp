@@ -64,6 +64,7 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::vector<Event> events;
   TorchContext& ctx = t.context;
   std::map<std::pair<uint32_t, uint64_t>, size_t> live_blocks;  // (device, address) -> index
+  std::map<uint32_t, uint64_t> last_time;  // device -> its last entry's time
   auto to_mono = [&](uint64_t realtime_ns) {
     return static_cast<uint64_t>(static_cast<int64_t>(realtime_ns) - offset);
   };
@@ -128,6 +129,12 @@ TorchTrace read_torch_trace(const std::string& path) {
       } else {
         continue;  // free_requested, snapshot, ...: nothing changes hands
       }
+      // One device's entries are in the order they happened, with microsecond times: entries
+      // of one microsecond keep that order (a block freed just after another was made was
+      // live when it was made).
+      uint64_t& last = last_time[e.device];
+      if (e.time_ns <= last) e.time_ns = last + 1;
+      last = e.time_ns;
       if (e.type == RecordType::UserBlock) {
         const std::pair<uint32_t, uint64_t> key{e.device, addr};
         if (e.bytes) {

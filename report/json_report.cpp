@@ -56,10 +56,13 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.library = s.stack->library;
   }
   // A PyTorch block without frames: the module that made it and the user's line that ran
-  // the model, backward() or step() (the start-up hook's context).
+  // the model, backward() or step() (the start-up hook's context). In a program that never
+  // ran one (the allocator used alone), "outside forward, backward and step" says nothing:
+  // the hint to record the lines stays.
   if (s.text.empty() && a.space == 1)
     if (const auto* tm = stacks.process().torch_memory.get())
-      if (const auto* b = tm->block(a.device, a.id, a.time_ns)) s.text = tm->describe(*b);
+      if (const auto* b = tm->block(a.device, a.id, a.time_ns))
+        if (b->label >= 0 || !tm->phases().empty()) s.text = tm->describe(*b);
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);
@@ -677,6 +680,11 @@ json to_json(const Run& run, const RunInfo& info) {
         else
           suspects.push_back(a);
       }
+      // A process that died (a signal, an exception that reached the top, a fatal OOM) did
+      // not free what it held: that is what was live when it died, not a leak.
+      bool died = !p.clean_exit;
+      if (p.torch_memory && p.torch_memory->context().exception) died = true;
+      for (const auto& o : p.ooms) died = died || o.fatal;
       uint64_t model_state = 0;  // named parameters, buffers, gradients, optimizer state
       for (auto& [id, pool] : p.user_pools) {
         if (pool.device != index) continue;
@@ -684,7 +692,7 @@ json to_json(const Run& run, const RunInfo& info) {
           // A model still referenced at exit (a global) is the model, not a leak.
           const auto* info = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
                                             : nullptr;
-          if (info && info->label >= 0) {
+          if (info && info->label >= 0 && !died) {
             model_state += b.bytes;
             continue;
           }
@@ -702,11 +710,6 @@ json to_json(const Run& run, const RunInfo& info) {
                               {"note", "reserved by the allocator and free at exit: cached, not "
                                        "leaked (its blocks still in use are in leaks)"}});
       }
-      // A process that died (a signal, an exception that reached the top, a fatal OOM) did
-      // not free what it held: that is what was live when it died, not a leak.
-      bool died = !p.clean_exit;
-      if (p.torch_memory && p.torch_memory->context().exception) died = true;
-      for (const auto& o : p.ooms) died = died || o.fatal;
       if (model_state) devices.back()["model_state_at_exit_bytes"] = model_state;
       for (json& g : by_site(suspects, stacks)) {
         g["device"] = index;
@@ -873,10 +876,11 @@ json to_json(const Run& run, const RunInfo& info) {
         // processes left): the device's free memory beyond it was never this process's.
         std::optional<uint64_t> others;
         if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
-        uint64_t card = o.total_bytes.value_or(0);
-        if (!card && p.devices.count(o.device)) card = p.devices.at(o.device).total_bytes;
-        auto lim = collector::effective_limit(card, p.torch_memory.get(),
-                                              o.device, others);
+        // An OOM PyTorch raised without asking the driver (its per-process fraction refused
+        // the segment) has no cuMemGetInfo of its own: the device's capacity stands in.
+        uint64_t total = o.total_bytes.value_or(0);
+        if (!total && p.devices.count(o.device)) total = p.devices.at(o.device).total_bytes;
+        auto lim = collector::effective_limit(total, p.torch_memory.get(), o.device, others);
         if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
                                                  {"title", lim.title}};
       }

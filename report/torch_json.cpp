@@ -75,17 +75,13 @@ std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
   return {};
 }
 
-// The allocator's records of the segment that made the peak trail the driver's by
-// microseconds: its state is read at the first block it handed out after the peak (within
-// 1 ms), which is the block the segment was made for.
+// When the device's peak is read: just after the allocator's block that the peak's segment
+// was made for (see TorchMemory::after_segment), else the driver's peak itself.
 uint64_t segment_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
-  const uint64_t t = d.memory.peak_time();
-  uint64_t best = t;
-  for (const auto& b : tm.context().blocks)
-    if (b.device == d.index && b.alloc_ns >= t && b.alloc_ns <= t + 1'000'000 &&
-        (best == t || b.alloc_ns < best))
-      best = b.alloc_ns;
-  return best;
+  for (const auto& a : d.live_at_peak)
+    if (a.seq == d.memory.peak_seq() && a.space == 0)
+      return tm.after_segment(d.index, a.id, d.memory.peak_time());
+  return d.memory.peak_time();
 }
 
 // The moment whose memory the categories explain. A caching allocator's reserved memory only
@@ -150,8 +146,6 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                                "what the program's arrays needed"}};
   }
   if (tm->context().blocks.empty()) return;  // no PyTorch blocks to classify
-  // The allocator's records of the segment that made the peak trail the driver's by
-  // microseconds: its state is read 1 ms after the peak.
   const PeakMoment pm = peak_moment_of(*tm, d);
   const uint64_t peak_t = pm.time_ns;
   CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, pm.device_bytes,

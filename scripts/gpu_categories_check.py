@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The categories, names, phases, diagnosis and remedies on real PyTorch jobs, each compared
-with what PyTorch itself reports. Run by scripts/gpu-categories.sh on a machine with a GPU;
+with what PyTorch itself reports (and an OOM caught in a forward, the loop going on). Run by scripts/gpu-categories.sh on a machine with a GPU;
 prints a table of checks and writes every report under --out."""
 import argparse, json, os, subprocess, sys
 
@@ -127,6 +127,24 @@ check("eval: growth per batch (all sites) matches PyTorch within 10%", g and abs
       "%s vs %s over %d sites, first %s" % (rate, tf.get("growth_per_batch"), len(r["growth"]), g.get("site")))
 rem = [m["kind"] for m in r.get("diagnosis", {}).get("remedies", [])]
 check("eval: no_grad is a remedy", "no_grad" in rem, rem)
+
+# 6. An OOM caught in a forward, the loop going on at a smaller batch, the model dropped.
+rc, r, figs = run("oom-caught", "oom_caught.py")
+tf = figs[-1] if figs else {}
+log = open(os.path.join(args.out, "oom-caught.log")).read()
+check("caught: the program ran as without vramtrace", rc == 0 and tf.get("ooms") == 1 and "always_call" not in log,
+      "exit %s, ooms %s, hook warning %s" % (rc, tf.get("ooms"), "always_call" in log))
+c, d, pr = cats(r)
+kinds = [p["phase"] for p in d.get("phases", [])]
+# The model's three (the one that raised, two retries) and the loss module's two.
+check("caught: the retries are forwards of their own", kinds.count("forward") == 5 and kinds.count("backward") == 2,
+      kinds)
+o = r["oom"][0] if r["oom"] else {}
+check("caught: one OOM, in the forward, not fatal", len(r["oom"]) == 1 and o.get("phase") == "forward" and not o.get("fatal"),
+      "ooms %d phase %s module %s fatal %s" % (len(r["oom"]), o.get("phase"), o.get("module"), o.get("fatal")))
+ex = cats(r, "at_exit")[0]
+check("caught: the dropped model's memory is gone at exit", ex.get("parameters") == 0 and ex.get("gradients") == 0 and ex.get("optimizer_state") == 0,
+      "at exit %s; torch memory_allocated %s" % ({k: gib(v) for k, v in ex.items() if v}, tf.get("allocated_at_end")))
 
 # 5. JAX: an OOM inside XLA's preallocated pool (the driver never fails).
 rc, r, figs = run("jax-oom", "jax_oom.py")

@@ -266,7 +266,9 @@ class _Context:
         self.site_lines = []
         self.stack = []
         self.in_backward = 0
-        self.roots = []          # (weakref(root), [(name, param)], [(name, buffer)])
+        # (weakref(root), [(name, weakref(param))], [(name, weakref(buffer))]): weak, so that a
+        # model the program drops frees its memory as it would without the hook.
+        self.roots = []
         self.param_names = {}    # id(param) -> name
         self.optimizers = []     # weakrefs, first seen first
         self.labels = []         # "L" lines: parameters, buffers, optimizer state
@@ -282,6 +284,7 @@ class _Context:
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         self.nn_module, self.optim = nn_module, optim
         self.handles = []
+        self.always_call = True
         import functools
         autograd = torch.autograd
         backward = autograd.backward
@@ -310,8 +313,15 @@ class _Context:
             h.remove()
         self.handles = []
         if on:
-            self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre),
-                            self.nn_module.register_module_forward_hook(self.post),
+            try:
+                # Also when a forward raises (an OOM the program catches and retries smaller):
+                # without it the raising modules stay on the stack, and every later forward
+                # would be taken for a module call inside the one that raised.
+                post = self.nn_module.register_module_forward_hook(self.post, always_call=True)
+            except TypeError:  # PyTorch 2.0: no always_call; pre() drops what was left instead
+                self.always_call = False
+                post = self.nn_module.register_module_forward_hook(self.post)
+            self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre), post,
                             self.optim.register_optimizer_step_pre_hook(self.step_pre),
                             self.optim.register_optimizer_step_post_hook(self.step_post)]
         self.torch.autograd.backward = self.traced_backward if on else self.backward
@@ -355,10 +365,13 @@ class _Context:
         for name, m in named:
             if id(m) not in self.modules or self.modules[id(m)][1]() is not m:
                 self.add_module(m, (root_prefix + name) if name else type(module).__name__)
-        params = [(root_prefix + n, p) for n, p in module.named_parameters()]
-        buffers = [(root_prefix + n, b) for n, b in module.named_buffers()]
-        for n, p in params:
-            self.param_names[id(p)] = n
+        ref = self.weakref.ref
+        named_params = list(module.named_parameters())
+        for n, p in named_params:
+            self.param_names[id(p)] = root_prefix + n
+        params = [(root_prefix + n, ref(p)) for n, p in named_params]
+        buffers = [(root_prefix + n, ref(b)) for n, b in module.named_buffers()]
+        del named_params
         self.roots.append((self.weakref.ref(module), params, buffers))
         self.label_root(params, buffers)
         return self.modules[id(module)][0]
@@ -375,6 +388,13 @@ class _Context:
     def pre(self, module, args):
         if self.get_ident() != self.main or self.compiling():
             return None
+        if not self.always_call:
+            # A module called again while still on the stack raised the last time (models do
+            # not call the very module that is running).
+            for i, entry in enumerate(self.stack):
+                if entry[1] is module:
+                    del self.stack[i:]
+                    break
         mid = self.module_id(module)
         if not self.stack and not self.in_backward:
             self.mark(_SITE, self.site())
@@ -443,11 +463,13 @@ class _Context:
         lines.append((self.now(), t.device.index or 0, ptr, nbytes, kind, name, t.shape, t.dtype))
 
     def label_root(self, params, buffers):
-        for n, p in params:
-            self.label(p, "param", n)
-            self.label(p.grad, "grad", n + ".grad")
-        for n, b in buffers:
-            self.label(b, "buffer", n)
+        for n, ref in params:
+            p = ref()
+            if p is not None:
+                self.label(p, "param", n)
+                self.label(p.grad, "grad", n + ".grad")
+        for n, ref in buffers:
+            self.label(ref(), "buffer", n)
 
     def label_all(self):
         for ref, params, buffers in self.roots:

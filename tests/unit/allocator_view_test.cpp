@@ -1,6 +1,6 @@
 // Unit tests of the allocator's view (collector/allocator_view.h) and of reading PyTorch's
 // allocator trace (collector/torch_trace.h): free blocks, the largest, joined mappings of
-// expandable segments, inconsistent input, and the trace file's clock and bad lines.
+// expandable segments, inconsistent input, and the trace file's clock, order and bad lines.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -157,6 +157,31 @@ TEST_CASE("a PyTorch trace file: clock, pools, stacks and the order of records")
   REQUIRE(t.events[4].b == 0);
   REQUIRE(t.events[5].b == t.events[4].a);
   REQUIRE(t.events[6].b == t.events[5].a);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("PyTorch trace entries of one microsecond keep their order") {
+  // Block A made, block B made, A freed, all in one microsecond: B was made while A was live.
+  std::string path = write_temp(
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "E\t0\tsegment_alloc\t4096\t8192\t0\t1000500000\t\t\n"
+      "E\t0\talloc\t4096\t1024\t0\t1000500000\t\t\n"
+      "E\t0\talloc\t5120\t1024\t0\t1000500000\t\t\n"
+      "E\t0\tfree_completed\t4096\t1024\t0\t1000500000\t\t\n"
+      "E\t1\talloc\t4096\t1024\t0\t1000500000\t\t\n"
+      "END\t5\n");
+  TorchTrace t = read_torch_trace(path);
+  REQUIRE(t.problem.empty());
+  REQUIRE(t.context.reserves.size() == 1);
+  REQUIRE(t.context.reserves[0].time_ns == 10500000000ull);
+  const auto& b = t.context.blocks;
+  REQUIRE(b.size() == 3);
+  REQUIRE(b[0].alloc_ns == 10500000001ull);
+  REQUIRE(b[1].alloc_ns == 10500000002ull);
+  REQUIRE(b[0].free_ns == 10500000003ull);
+  // Another device's entries have an order of their own.
+  REQUIRE(b[2].device == 1);
+  REQUIRE(b[2].alloc_ns == 10500000000ull);
   std::remove(path.c_str());
 }
 

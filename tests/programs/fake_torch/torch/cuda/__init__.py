@@ -1,2 +1,23 @@
-# torch.cuda of the stand-in PyTorch: only the allocator's memory module.
+# torch.cuda of the stand-in PyTorch: the allocator's memory module, PyTorch's per-process
+# memory fraction (enforced by memory.segment()) and the device's total memory.
 from . import memory  # noqa: F401
+from .memory import OutOfMemoryError  # noqa: F401
+
+
+class _DeviceProperties:
+    def __init__(self, total_memory):
+        self.total_memory = total_memory
+
+
+def get_device_properties(device=None):
+    return _DeviceProperties(memory.mem_get_info()[1])
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    if not 0 <= fraction <= 1:
+        raise ValueError("invalid fraction %r" % fraction)
+    memory._fraction = float(fraction)
+
+
+def get_per_process_memory_fraction(device=None):
+    return memory._fraction

@@ -2,6 +2,12 @@
 # stand-in, library path in FAKE_TORCH_CUDART); alloc()/free() hand out and take back blocks
 # inside segments; oom() asks the driver for a new segment and, when that fails, records an
 # OOM, calls the observers and raises, as PyTorch's caching allocator does.
+# malloc()/release() are the caching allocator that the stand-in tensors use: best fit among
+# the free blocks of the segments (the smallest that fits, the oldest segment first), split
+# and merged again on release, a new segment (the request rounded up to 2 MiB) only when none
+# fits; the cache is never given back to the driver. With a per-process memory fraction, a
+# segment that would take what the allocator reserved past fraction x the device's memory is
+# refused without asking the driver, as PyTorch refuses it.
 import ctypes
 import os
 import sys
@@ -15,6 +21,18 @@ _recording = False
 _context = None
 _observers = []
 _sizes = {}
+_segments = []  # [base, bytes, blocks]; blocks: [offset, bytes, in_use], by offset
+_reserved = 0
+_fraction = 1.0
+_SEGMENT_ROUND = 2 << 20
+
+
+class OutOfMemoryError(RuntimeError):
+    # PyTorch's torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), a RuntimeError.
+    pass
+
+
+OutOfMemoryError.__module__ = "torch"
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0, **kw):
@@ -44,10 +62,20 @@ def _entry(action, addr, size, **extra):
         _trace.append(e)
 
 
+def mem_get_info():
+    free_b, total_b = ctypes.c_size_t(), ctypes.c_size_t()
+    _cudart.cudaMemGetInfo(ctypes.byref(free_b), ctypes.byref(total_b))
+    return free_b.value, total_b.value
+
+
 def segment(nbytes):
+    global _reserved
+    if _fraction < 1.0 and _reserved + nbytes > _fraction * mem_get_info()[1]:
+        return None
     p = ctypes.c_void_p()
     if _cudart.cudaMalloc(ctypes.byref(p), nbytes) != 0:
         return None
+    _reserved += nbytes
     _entry("segment_alloc", p.value, nbytes)
     return p.value
 
@@ -63,12 +91,51 @@ def free(addr):
     _entry("free_completed", addr, _sizes.pop(addr))
 
 
+def _fail(nbytes):
+    free_b = mem_get_info()[0]
+    _entry("oom", 0, nbytes, device_free=free_b)
+    for cb in _observers:
+        cb(0, nbytes, 0, free_b)
+    raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
+
+
 def oom(nbytes, segment_bytes):
     if segment(segment_bytes) is not None:
         raise AssertionError("the stand-in device should be full")
-    free_b, total_b = ctypes.c_size_t(), ctypes.c_size_t()
-    _cudart.cudaMemGetInfo(ctypes.byref(free_b), ctypes.byref(total_b))
-    _entry("oom", 0, nbytes, device_free=free_b.value)
-    for cb in _observers:
-        cb(0, nbytes, 0, free_b.value)
-    raise RuntimeError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
+    _fail(nbytes)
+
+
+def malloc(nbytes):
+    best = None
+    for seg in _segments:
+        for i, b in enumerate(seg[2]):
+            if not b[2] and b[1] >= nbytes and (best is None or b[1] < best[0][2][best[1]][1]):
+                best = (seg, i)
+    if best is None:
+        size = -(-nbytes // _SEGMENT_ROUND) * _SEGMENT_ROUND
+        base = segment(size)
+        if base is None:
+            _fail(nbytes)
+        _segments.append([base, size, [[0, size, False]]])
+        best = (_segments[-1], 0)
+    seg, i = best
+    b = seg[2][i]
+    if b[1] > nbytes:
+        seg[2].insert(i + 1, [b[0] + nbytes, b[1] - nbytes, False])
+        b[1] = nbytes
+    b[2] = True
+    return alloc(seg[0] + b[0], nbytes)
+
+
+def release(addr):
+    free(addr)
+    for seg in _segments:
+        if seg[0] <= addr < seg[0] + seg[1]:
+            blocks = seg[2]
+            i = next(k for k, b in enumerate(blocks) if seg[0] + b[0] == addr)
+            blocks[i][2] = False
+            if i + 1 < len(blocks) and not blocks[i + 1][2]:
+                blocks[i][1] += blocks.pop(i + 1)[1]
+            if i > 0 and not blocks[i - 1][2]:
+                blocks[i - 1][1] += blocks.pop(i)[1]
+            return

@@ -1,0 +1,349 @@
+// End-to-end tests of what PyTorch's memory is: the start-up hook's module, autograd and
+// optimizer records on the stand-in PyTorch (tests/programs/fake_torch) running
+// py_torch_train.py, and the report's categories, named tensors, phases, iterations, the OOM's
+// moment and the diagnosis with its remedies, in exact bytes (the program's docstring derives
+// them: 1 MiB weights, grads and momentum buffers, a 20 MiB batch and a 20 MiB fc1 output
+// live at the OOM, 24 MiB cached of the 70 MiB reserved).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+const std::string kTrain = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_train.py";
+
+std::string torch_env() {
+  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
+         VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
+         std::to_string(80 * MiB);
+}
+
+// `vramtrace run` of py_torch_train.py with `args`; the run exits as the program did.
+json run_train(const std::string& args, const std::string& dir, int code, std::string* out,
+               const std::string& env = "") {
+  Result r = sh(kEnv + torch_env() + " " + env + " " + kVramtrace + " run -o " + dir +
+                " -- python3 " + kTrain + " " + args);
+  INFO(r.out);
+  REQUIRE(r.code() == code);
+  *out = r.out;
+  return load_json(dir + "/report.json");
+}
+
+uint64_t sum(const json& categories) {
+  uint64_t s = 0;
+  for (const auto& [k, v] : categories.items()) s += v.get<uint64_t>();
+  return s;
+}
+
+// The process's memory at the fatal OOM and at the peak, the same moment's blocks: the
+// weights, their grads and momentum buffers (1 MiB each), the batch (20 MiB, made outside
+// the forward), fc1's output (20 MiB, kept by the forward that died), and the allocator's
+// 24 MiB free in its segments (70 MiB reserved). fc1's and fc2's scratch were freed.
+void check_state(const json& c) {
+  REQUIRE(c["parameters"] == 2 * MiB);
+  REQUIRE(c["gradients"] == 2 * MiB);
+  REQUIRE(c["optimizer_state"] == 2 * MiB);
+  REQUIRE(c["activations"] == 20 * MiB);
+  REQUIRE(c["temporaries"] == 0);
+  REQUIRE(c["inputs"] == 20 * MiB);
+  REQUIRE(c["allocator_cache"] == 24 * MiB);
+  REQUIRE(c["outside_pytorch"] == 0);
+  REQUIRE(c["workspaces"] == 0);
+  REQUIRE(c["communication"] == 0);
+  REQUIRE(c["unclassified"] == 0);
+  REQUIRE(sum(c) == 70 * MiB);
+}
+
+// The OOM's moment, from the hook's marks and the exception that ended the program.
+void check_oom_moment(const json& o) {
+  REQUIRE(o["fatal"] == true);
+  REQUIRE(o["phase"] == "forward");
+  REQUIRE(o["module"] == "fc2");
+  REQUIRE(o["iteration"] == 3);
+  // The user's innermost line of the exception: fc2's forward asking for its output.
+  REQUIRE(o["python_site"] == kTrain + ":46");
+  REQUIRE(o["python_function"] == "forward");
+  REQUIRE(o["exception"]["type"] == "torch.OutOfMemoryError");
+  REQUIRE(o["exception"]["message"] == "CUDA out of memory. Tried to allocate 20971520 bytes");
+  REQUIRE(o["live_bytes"] == 70 * MiB);
+  check_state(o["categories"]);
+  REQUIRE(sum(o["categories"]) == o["live_bytes"].get<uint64_t>());
+}
+
+const json& remedy(const json& remedies, const std::string& kind) {
+  for (const json& r : remedies)
+    if (r["kind"] == kind) return r;
+  FAIL("no remedy " << kind << " in " << remedies.dump());
+  return remedies;
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in fc2's forward") {
+  std::string dir = temp_dir(), out;
+  json j = run_train("", dir, 1, &out);
+  REQUIRE(contains(out, "iteration 2 done"));
+  REQUIRE(contains(out, "torch.OutOfMemoryError: CUDA out of memory"));
+  REQUIRE(j["run"]["problems"].empty());
+  const json& p = j["processes"][0];
+  REQUIRE(p["torch_allocator_trace"]["merged"] == true);
+  REQUIRE_FALSE(p["torch_allocator_trace"].contains("problem"));
+
+  // Iterations from the optimizer's steps: three done, the fourth begun (its forward ran).
+  REQUIRE(p["iterations"]["source"] == "optimizer.step()");
+  REQUIRE(p["iterations"]["count"] == 4);
+
+  // One OOM: the driver's failed cuMemAlloc of fc2's 20 MiB segment, PyTorch's own.
+  REQUIRE(j["oom"].size() == 1);
+  const json& o = j["oom"][0];
+  REQUIRE(o["api"] == "cuMemAlloc");
+  REQUIRE(o["requested_bytes"] == 20 * MiB);
+  REQUIRE(o["allocator"]["requested_bytes"] == 20 * MiB);
+  check_oom_moment(o);
+  REQUIRE_FALSE(o.contains("limit"));  // the device's own capacity
+
+  // The device's peak (70 MiB reserved, fc1's output's segment in iteration 3). The categories
+  // "at the peak" are read at PyTorch's in-use peak (56 MiB in blocks), when fc1's 10 MiB
+  // scratch was still held: the allocator's cache then was 14 MiB, not the OOM's 24. At exit
+  // the program had freed nothing more than at the OOM.
+  const json& d = p["devices"][0];
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 70 * MiB);
+  const json& at_peak = d["categories"]["at_peak"];
+  REQUIRE(d["categories"]["at_peak_moment"]["what"] == "PyTorch's in-use peak");
+  REQUIRE(d["categories"]["at_peak_moment"]["bytes"] == 70 * MiB);
+  REQUIRE(at_peak["parameters"] == 2 * MiB);
+  REQUIRE(at_peak["gradients"] == 2 * MiB);
+  REQUIRE(at_peak["optimizer_state"] == 2 * MiB);
+  REQUIRE(at_peak["activations"] == 20 * MiB);
+  REQUIRE(at_peak["temporaries"] == 10 * MiB);
+  REQUIRE(at_peak["inputs"] == 20 * MiB);
+  REQUIRE(at_peak["allocator_cache"] == 14 * MiB);
+  REQUIRE(sum(at_peak) == j["devices"][0]["peak"]["bytes"].get<uint64_t>());
+  REQUIRE(j["devices"][0]["categories"] == d["categories"]);  // one process: the device's own
+  check_state(d["categories"]["at_exit"]);
+  // Over time: every point adds up to the device's figure then; the last is the exit's.
+  const json& points = d["categories"]["timeline"]["points"];
+  REQUIRE(points.size() >= 2);
+  const json& dev_points = d["timeline"]["points"];
+  REQUIRE(points.size() == dev_points.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    uint64_t s = 0;
+    for (size_t k = 1; k < points[i].size(); ++k) s += points[i][k].get<uint64_t>();
+    INFO("point " << i);
+    REQUIRE(s == dev_points[i][2].get<uint64_t>());
+  }
+
+  // Activations and temporaries at the in-use peak by module: fc1's output, and the scratch
+  // fc2's forward held then.
+  REQUIRE(d["peak"]["by_module"] ==
+          json::parse(R"([{"module":"fc1","bytes":20971520},{"module":"fc2","bytes":10485760}])"));
+  REQUIRE(d["peak"]["by_top_module"] ==
+          json::parse(R"([{"module":"fc1","bytes":20971520},{"module":"fc2","bytes":10485760}])"));
+
+  // Named tensors live at the peak: both weights, their grads and momentum buffers.
+  REQUIRE(d["peak"]["named_tensors"] == 6);
+  std::set<std::string> names;
+  for (const json& t : d["peak"]["tensors"]) {
+    REQUIRE(t["bytes"] == 1 * MiB);
+    REQUIRE(t["shape"] == "512x512");
+    REQUIRE(t["dtype"] == "float32");
+    const std::string name = t["name"];
+    const std::string kind = t["kind"];
+    names.insert(name);
+    if (kind == "param") {
+      REQUIRE(t["category"] == "parameters");
+    } else if (kind == "grad") {
+      REQUIRE(t["category"] == "gradients");
+      REQUIRE(name.size() > 5);
+      REQUIRE(name.compare(name.size() - 5, 5, ".grad") == 0);
+    } else {
+      REQUIRE(kind == "state");
+      REQUIRE(t["category"] == "optimizer_state");
+    }
+  }
+  REQUIRE(names == std::set<std::string>{"fc1.weight", "fc2.weight", "fc1.weight.grad",
+                                         "fc2.weight.grad", "fc1.weight.momentum_buffer",
+                                         "fc2.weight.momentum_buffer"});
+
+  // Phases: forward, backward and step of iterations 0-2 at their lines, then the forward
+  // that died (ended by the exception).
+  const json& phases = d["phases"];
+  REQUIRE(phases.size() == 10);
+  const char* kinds[] = {"forward", "backward", "optimizer"};
+  const char* lines[] = {":70", ":77", ":78"};
+  for (size_t i = 0; i < 10; ++i) {
+    INFO("phase " << i);
+    REQUIRE(phases[i]["phase"] == kinds[i % 3]);
+    REQUIRE(phases[i]["iteration"] == static_cast<int64_t>(i / 3));
+    REQUIRE(phases[i]["site"] == kTrain + lines[i % 3]);
+    REQUIRE(phases[i].contains("end_ns"));
+    REQUIRE(phases[i]["end_ns"].get<uint64_t>() >= phases[i]["start_ns"].get<uint64_t>());
+    if (i)
+      REQUIRE(phases[i]["start_ns"].get<uint64_t>() >= phases[i - 1]["end_ns"].get<uint64_t>());
+  }
+
+  // Died of it: what was live then is no leak. Its 8 blocks, each named by what it is.
+  REQUIRE(j["leaks"].empty());
+  std::map<std::string, uint64_t> dead;
+  for (const json& g : j["live_at_death"]) {
+    REQUIRE(g["count"] == 1);
+    dead[g["site"]] = g["bytes"];
+  }
+  REQUIRE(dead == std::map<std::string, uint64_t>{
+                      {"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
+                      {"outside forward, backward and step", 20 * MiB},
+                      {"parameter fc1.weight", 1 * MiB},
+                      {"parameter fc2.weight", 1 * MiB},
+                      {"gradient fc1.weight.grad", 1 * MiB},
+                      {"gradient fc2.weight.grad", 1 * MiB},
+                      {"optimizer state fc1.weight.momentum_buffer", 1 * MiB},
+                      {"optimizer state fc2.weight.momentum_buffer", 1 * MiB}});
+
+  // The diagnosis: the fatal OOM against the card's 80 MiB, 70 held and 20 more asked.
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "oom");
+  REQUIRE(dg["fatal_ooms"] == 1);
+  REQUIRE(dg["recovered_ooms"] == 0);
+  REQUIRE(dg["limit"]["kind"] == "device");
+  REQUIRE(dg["limit"]["bytes"] == 80 * MiB);
+  REQUIRE(dg["held_bytes"] == 70 * MiB);
+  REQUIRE(dg["requested_bytes"] == 20 * MiB);
+  REQUIRE(dg["headroom_bytes"] == 10 * MiB);
+  check_state(dg["categories"]);
+  // Remedies from the OOM's categories, largest saving first; each predicted peak is what
+  // the moment asked for (70 + 20 MiB) less the saving.
+  const json& rs = dg["remedies"];
+  for (size_t i = 1; i < rs.size(); ++i)
+    REQUIRE(rs[i - 1]["saves_bytes"].get<uint64_t>() >= rs[i]["saves_bytes"].get<uint64_t>());
+  for (const json& r : rs)
+    REQUIRE(r["predicted_peak_bytes"].get<uint64_t>() ==
+            90 * MiB - r["saves_bytes"].get<uint64_t>());
+  std::vector<std::string> kinds_got;
+  for (const json& r : rs) kinds_got.push_back(r["kind"]);
+  REQUIRE(kinds_got == std::vector<std::string>{"expandable_segments", "smaller_batch",
+                                                "mixed_precision", "leaner_optimizer"});
+  // The allocator's free 24 MiB was there, in pieces smaller than the request.
+  REQUIRE(dg["cause"]["kind"] == "fragmentation");
+  REQUIRE(remedy(rs, "expandable_segments")["saves_bytes"] == 24 * MiB);
+  // bf16 halves the activations.
+  REQUIRE(remedy(rs, "mixed_precision")["saves_bytes"] == 10 * MiB);
+  // Half the batch: half of activations, temporaries and inputs (40 MiB); the 50 MiB that
+  // does not scale leaves 30 of the 80 MiB for 40 MiB of batch: 75 %.
+  REQUIRE(remedy(rs, "smaller_batch")["saves_bytes"] == 20 * MiB);
+  REQUIRE(remedy(rs, "smaller_batch")["how"] ==
+          "the largest batch that fits the limit is about 75% of this one");
+  // One momentum buffer per weight: SGD without momentum saves it all.
+  REQUIRE(remedy(rs, "leaner_optimizer")["saves_bytes"] == 2 * MiB);
+  // Not offered: checkpointing (fc1's output is the only module's), no_grad (no evaluation),
+  // offload (the model state is far below the limit).
+}
+
+TEST_CASE("PyTorch's memory by category: the per-process memory fraction is the limit") {
+  // 0.875 of 80 MiB: PyTorch refuses fc2's 20 MiB segment itself at 70 MiB reserved; the
+  // driver is never asked, the moment is the same.
+  std::string dir = temp_dir(), out;
+  json j = run_train("--fraction 0.875", dir, 1, &out);
+  REQUIRE(contains(out, "torch.OutOfMemoryError: CUDA out of memory"));
+  REQUIRE(j["oom"].size() == 1);
+  const json& o = j["oom"][0];
+  REQUIRE(o["requested_bytes"] == 20 * MiB);
+  check_oom_moment(o);
+  REQUIRE(o["limit"]["kind"] == "per_process_fraction");
+  REQUIRE(o["limit"]["bytes"] == 70 * MiB);
+
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "oom");
+  REQUIRE(dg["limit"]["kind"] == "per_process_fraction");
+  REQUIRE(dg["limit"]["bytes"] == 70 * MiB);
+  REQUIRE(dg["limit"]["title"] ==
+          "PyTorch's per-process memory fraction (0.875 of 0.08 GiB: 0.07 GiB)");
+  REQUIRE(dg["held_bytes"] == 70 * MiB);
+  REQUIRE(dg["headroom_bytes"] == 0);
+  check_state(dg["categories"]);
+  // Against 70 MiB, 50 of which do not scale with the batch: half of it fits.
+  REQUIRE(remedy(dg["remedies"], "smaller_batch")["saves_bytes"] == 20 * MiB);
+  REQUIRE(remedy(dg["remedies"], "smaller_batch")["how"] ==
+          "the largest batch that fits the limit is about 50% of this one");
+  REQUIRE(remedy(dg["remedies"], "mixed_precision")["saves_bytes"] == 10 * MiB);
+}
+
+TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, the loop goes on") {
+  std::string dir = temp_dir(), out;
+  json j = run_train("--recover", dir, 0, &out);
+  REQUIRE(contains(out, "iteration 3 out of memory, going on"));
+  REQUIRE(contains(out, "iteration 4 done"));
+  const json& p = j["processes"][0];
+  // The retry is the same iteration for the optimizer: four steps, four iterations.
+  REQUIRE(p["iterations"]["source"] == "optimizer.step()");
+  REQUIRE(p["iterations"]["count"] == 4);
+  REQUIRE(j["oom"].size() == 1);
+  const json& o = j["oom"][0];
+  REQUIRE_FALSE(o.contains("fatal"));
+  REQUIRE(o["phase"] == "forward");
+  REQUIRE(o["module"] == "fc2");
+  REQUIRE(o["iteration"] == 3);
+  REQUIRE(o["python_site"] == kTrain + ":70");  // the forward's call: no exception at exit
+  check_state(o["categories"]);
+  // The forward that raised ended there, and the retry is a forward of its own, with its
+  // backward and step: five forwards in all.
+  const json& phases = p["devices"][0]["phases"];
+  REQUIRE(phases.size() == 13);
+  std::vector<std::string> got;
+  for (const json& ph : phases) got.push_back(ph["phase"]);
+  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward",
+                                          "backward", "optimizer", "forward", "backward",
+                                          "optimizer", "forward", "forward", "backward",
+                                          "optimizer"});
+  for (size_t i = 9; i < 13; ++i) {
+    INFO("phase " << i);
+    REQUIRE(phases[i]["iteration"] == 3);
+    REQUIRE(phases[i].contains("end_ns"));
+  }
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "peak");
+  REQUIRE(dg["fatal_ooms"] == 0);
+  REQUIRE(dg["recovered_ooms"] == 1);
+  // main() returned: the model, its grads and the optimizer's state went with it, as they
+  // do without vramtrace; nothing was in use at exit.
+  REQUIRE(j["leaks"].empty());
+  REQUIRE(j["live_at_death"].empty());
+  const json& c = p["devices"][0]["categories"]["at_exit"];
+  REQUIRE(c["allocator_cache"] == 70 * MiB);
+  REQUIRE(sum(c) == 70 * MiB);
+}
+
+TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, on PyTorch 2.0") {
+  // No always_call: the modules that raised stay on the hook's stack until the model is
+  // called again, which drops them; the retry is still a forward of its own.
+  std::string dir = temp_dir(), out;
+  json j = run_train("--recover", dir, 0, &out, "FAKE_TORCH_VERSION=2.0");
+  REQUIRE(contains(out, "iteration 4 done"));
+  const json& o = j["oom"][0];
+  REQUIRE(j["oom"].size() == 1);
+  REQUIRE_FALSE(o.contains("fatal"));
+  REQUIRE(o["phase"] == "forward");
+  REQUIRE(o["module"] == "fc2");
+  REQUIRE(o["iteration"] == 3);
+  const json& phases = j["processes"][0]["devices"][0]["phases"];
+  std::vector<std::string> got;
+  for (const json& ph : phases) got.push_back(ph["phase"]);
+  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward",
+                                          "backward", "optimizer", "forward", "backward",
+                                          "optimizer", "forward", "forward", "backward",
+                                          "optimizer"});
+  REQUIRE_FALSE(phases[9].contains("end_ns"));  // the forward that raised: no end seen
+  for (size_t i = 10; i < 13; ++i) {
+    INFO("phase " << i);
+    REQUIRE(phases[i]["iteration"] == 3);
+    REQUIRE(phases[i]["site"] == kTrain + (i == 10 ? ":70" : i == 11 ? ":77" : ":78"));
+    REQUIRE(phases[i].contains("end_ns"));
+  }
+  REQUIRE(j["leaks"].empty());
+}

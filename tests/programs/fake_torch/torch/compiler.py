@@ -1,0 +1,3 @@
+# torch.compiler of the stand-in PyTorch: nothing is ever compiled.
+def is_compiling():
+    return False

@@ -1,0 +1,2 @@
+# torch.optim of the stand-in PyTorch: the Optimizer base (optim/optimizer.py).
+from .optimizer import Optimizer  # noqa: F401
