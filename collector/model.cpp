@@ -4,6 +4,7 @@
 #include "collector/torch_trace.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 #include <tuple>
 
@@ -576,7 +577,17 @@ class Builder {
       o.fatal = true;
       const std::string& m = ctx->exception->message;
       size_t at = m.find("allocate ");
-      if (at != std::string::npos) o.requested_bytes = std::strtoull(m.c_str() + at + 9, nullptr, 10);
+      if (at != std::string::npos) {
+        // "allocate 8589934592 bytes" or "allocate 8.00GiB"
+        char* end = nullptr;
+        const double v = std::strtod(m.c_str() + at + 9, &end);
+        double scale = 1;
+        if (end && std::strncmp(end, "KiB", 3) == 0) scale = 1024.0;
+        else if (end && std::strncmp(end, "MiB", 3) == 0) scale = 1024.0 * 1024;
+        else if (end && std::strncmp(end, "GiB", 3) == 0) scale = 1024.0 * 1024 * 1024;
+        else if (end && std::strncmp(end, "TiB", 3) == 0) scale = 1024.0 * 1024 * 1024 * 1024;
+        if (v > 0 && v * scale < 1.8e19) o.requested_bytes = static_cast<uint64_t>(v * scale + 0.5);
+      }
       o.allocator_request = o.requested_bytes;
       o.live_bytes = pool.in_use;
       if (p_.devices.count(device) && p_.devices[device].total_bytes)

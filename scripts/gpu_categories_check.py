@@ -22,7 +22,8 @@ def run(tag, script, **env):
     subprocess.run(["rm", "-rf", out])
     p = subprocess.run([VT, "run", "-o", out, "--", sys.executable, os.path.join(args.scripts, script)],
                        env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
-    figs = [json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("torch-figures ")]
+    figs = [json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines()
+            if l.startswith("torch-figures ") or l.startswith("xla-figures ")]
     with open(os.path.join(args.out, tag + ".log"), "w") as f:
         f.write(p.stdout)
     try:
