@@ -30,6 +30,7 @@ std::runtime_error sys_error(const std::string& what) {
 struct Connection {
   int fd = -1;
   int out = -1;
+  std::string path;  // its trace file
 };
 
 }  // namespace
@@ -107,7 +108,7 @@ void LiveCollector::serve() {
         if (out < 0) {
           close(fd);
         } else {
-          conns[fd] = {fd, out};
+          conns[fd] = {fd, out, path};
           files_.push_back(path);
           open_.fetch_add(1);
         }
@@ -139,6 +140,7 @@ void LiveCollector::serve() {
     }
   }
   for (auto& [fd, c] : conns) {
+    still_open_.push_back(c.path);
     close(c.fd);
     close(c.out);
   }

@@ -474,6 +474,59 @@ std::string demangle(const std::string& name) {
   return out;
 }
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  char buf[16];
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = u[i];
+    if (c < 0x80) {
+      if (c == '\n') out += "\\n";
+      else if (c == '\t') out += "\\t";
+      else if (c == '\r') out += "\\r";
+      else if (c < 0x20 || c == 0x7f) {
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, each continuation byte checked, no
+    // overlong form, no surrogate, nothing past U+10FFFF.
+    size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    uint32_t cp = n == 4 ? c & 0x07u : n == 3 ? c & 0x0fu : c & 0x1fu;
+    bool ok = n && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      if ((u[i + k] & 0xc0) != 0x80) ok = false;
+      cp = (cp << 6) | (u[i + k] & 0x3fu);
+    }
+    if (ok && ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+               (n == 4 && (cp < 0x10000 || cp > 0x10ffff))))
+      ok = false;
+    if (!ok) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    // C1 controls (0x9b is a CSI on some terminals), line and paragraph separators, and the
+    // bidirectional controls that reorder what is shown.
+    if ((cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+        (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e ||
+        cp == 0x200f || cp == 0x061c) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      out += buf;
+    } else {
+      out.append(s.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
 std::string human_bytes(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -918,8 +971,8 @@ std::string summary_text(const json& r) {
     std::string exe = p["exe"].get<std::string>();
     exe = exe.substr(exe.find_last_of('/') + 1);
     out += "vramtrace: NOT PROFILED: pid " + std::to_string(p["pid"].get<uint64_t>()) +
-           (exe.empty() ? "" : " (" + exe + ")") + ": " +
-           p["not_profiled_reason"].get<std::string>() + "\n";
+           (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
+           printable(p["not_profiled_reason"].get<std::string>()) + "\n";
   }
   if (not_profiled > kMaxNotProfiledLines)
     out += "vramtrace: NOT PROFILED: " + std::to_string(not_profiled - kMaxNotProfiledLines) +
@@ -954,7 +1007,8 @@ std::string summary_text(const json& r) {
     uint64_t total = d["total_bytes"].get<uint64_t>();
     double at_s = static_cast<double>(d["peak"]["time_ns"].get<uint64_t>()) / 1e9;
     std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", d["index"].get<unsigned>(),
-                  d["name"].get<std::string>().c_str(), human_bytes(peak).c_str());
+                  printable(d["name"].get<std::string>()).substr(0, 300).c_str(),
+                  human_bytes(peak).c_str());
     out += line;
     if (total) {
       std::snprintf(line, sizeof line, " of %s (%.1f%%)", human_bytes(total).c_str(),
@@ -983,14 +1037,17 @@ std::string summary_text(const json& r) {
     }
     out += line;
     if (o.contains("findings") && !o["findings"].empty())
-      out += "vramtrace:   likely cause: " + o["findings"][0]["title"].get<std::string>() + "\n";
+      out += "vramtrace:   likely cause: " + printable(o["findings"][0]["title"].get<std::string>()) +
+             "\n";
   }
   if (r.contains("worst_rank")) {
     const json& w = r["worst_rank"];
     std::snprintf(line, sizeof line,
                   "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
                   r["ranks"].size(),
-                  w["rank"].dump(-1, ' ', false, json::error_handler_t::replace).c_str(),
+                  printable(w["rank"].dump(-1, ' ', false, json::error_handler_t::replace))
+                      .substr(0, 100)
+                      .c_str(),
                   human_bytes(w["peak_bytes"].get<uint64_t>()).c_str(), w["device"].get<unsigned>(),
                   r["rank_imbalance"]["max_over_mean"].get<double>());
     out += line;
@@ -1012,7 +1069,7 @@ std::string summary_text(const json& r) {
                     "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
                     human_bytes(g["bytes_per_iteration"].get<uint64_t>()).c_str(),
                     static_cast<long long>(g["iterations"].get<int64_t>()),
-                    g["site"].get<std::string>().substr(0, 300).c_str());
+                    printable(g["site"].get<std::string>()).substr(0, 300).c_str());
       out += line;
     }
   if (r["run"]["dropped_events"].get<uint64_t>()) {
@@ -1021,7 +1078,7 @@ std::string summary_text(const json& r) {
     out += line;
   }
   for (const auto& p : r["run"]["problems"])
-    out += "vramtrace: WARNING: " + p.get<std::string>() + "\n";
+    out += "vramtrace: WARNING: " + printable(p.get<std::string>()) + "\n";
   return out;
 }
 
