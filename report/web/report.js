@@ -265,13 +265,21 @@
     }
 
     if (pd) {
-      card.append($("h3", { text: "Live at the peak, by site" }));
-      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pd.peak.by_site || []).slice(), "peak-sites"));
-      if ((pd.peak.by_library || []).length) {
-        card.append($("h3", { text: "Live at the peak, by library (who holds the memory)" }));
-        card.append(table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], pd.peak.by_library.slice(), "peak-libraries"));
+      // The device's own live set at its peak (every process's); a report without it (older, or
+      // one process) has it in its process's entry.
+      const pk = d.peak.by_site ? d.peak : pd.peak;
+      const procs = d.peak.by_process || [];
+      if (procs.length > 1) {
+        card.append($("h3", { text: "Live at the peak, by process" }));
+        card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], procs.slice(), "peak-processes"));
       }
-      const withStacks = (pd.peak.largest || []).filter((a) => (a.stack || []).length).slice(0, 10);
+      card.append($("h3", { text: "Live at the peak, by site" }));
+      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pk.by_site || []).slice(), "peak-sites"));
+      if ((pk.by_library || []).length) {
+        card.append($("h3", { text: "Live at the peak, by library (who holds the memory)" }));
+        card.append(table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], pk.by_library.slice(), "peak-libraries"));
+      }
+      const withStacks = (pk.largest || []).filter((a) => (a.stack || []).length).slice(0, 10);
       if (withStacks.length) {
         card.append($("h3", { text: "Stacks of the largest allocations live at the peak" }));
         const box = $("div", { "data-stacks": "peak" });
@@ -279,12 +287,12 @@
         card.append(box);
       }
       card.append($("h3", { text: "Live at the peak, as an icicle graph" }));
-      card.append(icicle(peakTree(pd.peak), d.peak.bytes));
+      card.append(icicle(peakTree(pk), d.peak.bytes));
       card.append($("h3", { text: "Largest allocations live at the peak" }));
       card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
         { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true },
         { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
-        (pd.peak.largest || []).slice(), "peak-largest"));
+        (pk.largest || []).slice(), "peak-largest"));
       if ((pd.pools || []).length) {
         card.append($("h3", { text: "Fragmentation: stream-ordered pools, reserved vs in use" }));
         const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
