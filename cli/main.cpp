@@ -860,6 +860,11 @@ int main(int argc, char** argv) {
     bool ok = true;
     std::vector<std::string> traces = expand_inputs(inputs, &ok);
     if (!ok) return 2;
+    std::error_code ec;
+    if (!report_out.empty() && fs::exists(report_out, ec) && !fs::is_directory(report_out, ec)) {
+      std::cerr << "vramtrace: " << report_out << " exists and is not a directory\n";
+      return 2;
+    }
     // Refuse what is not a trace before writing anything.
     // (PyTorch's allocator traces are read with the trace of their process: a bad one is a
     // problem of the report, not a refusal.)

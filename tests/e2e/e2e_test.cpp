@@ -257,7 +257,7 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
 
   // Cut inside the last frame: that frame is lost, the report still comes out.
   fs::resize_file(t + "/a.vtrace", fs::file_size(t + "/a.vtrace") - 9);
-  Result cut = sh(kVramtrace + " report " + t + "/a.vtrace -o " + t);
+  Result cut = sh(kVramtrace + " report --force " + t + "/a.vtrace -o " + t);
   REQUIRE(cut.code() == 0);
   json k = load_json(t + "/report.json");
   REQUIRE(k["run"]["complete"] == false);

@@ -107,7 +107,7 @@ TEST_CASE("one report merged from two run directories, checked per rank") {
              prog("rank_alloc")).code() == 0);
   REQUIRE(sh(kEnv + "RANK=1 WORLD_SIZE=2 " + kVramtrace + " run -o " + b + " -- " +
              prog("rank_alloc")).code() == 0);
-  Result r = sh(kVramtrace + " report " + a + " " + b + " -o " + merged);
+  Result r = sh(kVramtrace + " report --merge " + a + " " + b + " -o " + merged);
   INFO(r.out);
   REQUIRE(r.code() == 0);
   json j = load_json(merged + "/report.json");
