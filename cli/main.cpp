@@ -624,11 +624,16 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   }  // the bar is cleared before the summary
   for (auto& u : unreadable) run.problems.push_back(u);
   // `report` given traces of which nothing could be read (corrupt from their first frame):
-  // there is no report to write, and "no device memory was used" would be a false answer.
+  // there is no report to write, and "no device memory was used" would be a false answer. (A
+  // well-formed trace without events, of a process killed before its first write, is not
+  // corrupt: it is reported as such.)
   if (info.command.empty() && !traces.empty()) {
-    bool anything = false;
-    for (const auto& p : run.processes) anything = anything || p.has_process_record || p.events;
-    if (!anything && !run.problems.empty()) {
+    bool anything = false, corrupt = !unreadable.empty();
+    for (const auto& p : run.processes) {
+      anything = anything || p.has_process_record || p.events;
+      corrupt = corrupt || !p.problem.empty();
+    }
+    if (!anything && corrupt) {
       for (const auto& problem : run.problems)
         std::cerr << "vramtrace report: " << report::printable(problem) << "\n";
       std::cerr << "vramtrace report: nothing could be read from the input: no report written\n";
