@@ -8,7 +8,8 @@
 // earlier run's output is replaced only with --force.
 // Exit codes of vramtrace itself: 2 for bad usage or unreadable input; 74 when a report cannot
 // be written (run: unless CMD itself failed, whose exit code or signal wins); the gate (`check`,
-// `run --baseline`): 1 regression, 3 a candidate process that was not profiled (report/check.h).
+// `run --baseline`): 1 regression, 3 a candidate process that was not profiled, 4 an incomplete
+// measurement (report/check.h).
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -131,9 +132,17 @@ report::Budgets budgets_of(const CheckOptions& o) {
   return b;
 }
 
+// When the gate cannot compare (bad input, a command that failed): the CI files named by
+// --markdown and --junit still appear, failing and saying why, so that a CI page never shows a
+// stale or missing result as a pass.
+void write_gate_failure(const CheckOptions& o, const std::string& why) {
+  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(why));
+  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(why));
+}
+
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
-// the candidate has a process that was not profiled (report::gate_exit_code), 2 when a file
-// cannot be written.
+// the candidate has a process that was not profiled, 4 when it is an incomplete measurement
+// (report::gate_exit_code), 2 when a file cannot be written.
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
          const char* who) {
   report::CheckResult r;
@@ -141,6 +150,7 @@ int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const 
     r = report::compare(baseline, candidate, budgets_of(o));
   } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
     std::cerr << who << ": " << e.what() << "\n";
+    write_gate_failure(o, e.what());
     return 2;
   }
   std::cout << report::check_text(r) << std::flush;
@@ -158,6 +168,7 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     return gate(base, cand, o, "vramtrace check");
   } catch (const report::CheckError& e) {
     std::cerr << "vramtrace check: " << e.what() << "\n";
+    write_gate_failure(o, e.what());
     return 2;
   }
 }
@@ -192,7 +203,8 @@ struct StackOptions {
 };
 
 bool is_torch_trace(const fs::path& p) {
-  return p.filename().string().rfind("vramtrace.", 0) == 0 && p.extension() == ".torch";
+  return p.filename().string().rfind("vramtrace.", 0) == 0 &&
+         (p.extension() == ".torch" || p.extension() == ".jax");
 }
 
 bool is_trace_file(const fs::path& p) {
@@ -354,6 +366,7 @@ int run_command(std::string out_dir, bool force, const std::string& lib_opt, int
       report::require_profiled_baseline(baseline, check.baseline);
     } catch (const report::CheckError& e) {
       std::cerr << "vramtrace run: " << e.what() << "\n";
+      write_gate_failure(check, e.what());
       return 2;
     }
   }
@@ -506,6 +519,14 @@ int run_command(std::string out_dir, bool force, const std::string& lib_opt, int
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!check.baseline.empty() && command_ok && written == 0)
     return gate(baseline, report_json, check, "vramtrace run");
+  if (!check.baseline.empty())
+    write_gate_failure(check, written != 0 && command_ok
+                                  ? std::string("the report could not be written: not checked")
+                              : WIFSIGNALED(status)
+                                  ? "the command was killed by signal " +
+                                        std::to_string(WTERMSIG(status)) + ": not checked"
+                                  : "the command exited " + std::to_string(WEXITSTATUS(status)) +
+                                        ": not checked");
 
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);

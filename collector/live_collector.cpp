@@ -8,11 +8,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <vector>
+
+#include "collector/shared_recovery.h"
 
 namespace vramtrace::collector {
 
@@ -30,8 +34,17 @@ std::runtime_error sys_error(const std::string& what) {
 struct Connection {
   int fd = -1;
   int out = -1;
+  int shared = -1;  // the process's shared event buffers (common/shared_buffers.h), or -1
+  StreamPosition pos;
   std::string path;  // its trace file
 };
+
+void close_connection(Connection& c) {
+  if (c.shared >= 0) recover_unsent(c.shared, c.out, c.pos);
+  close(c.fd);
+  close(c.out);
+  if (c.shared >= 0) close(c.shared);
+}
 
 }  // namespace
 
@@ -108,7 +121,10 @@ void LiveCollector::serve() {
         if (out < 0) {
           close(fd);
         } else {
-          conns[fd] = {fd, out, path};
+          Connection& c = conns[fd];
+          c.fd = fd;
+          c.out = out;
+          c.path = path;
           files_.push_back(path);
           open_.fetch_add(1);
         }
@@ -117,32 +133,49 @@ void LiveCollector::serve() {
     for (size_t i = 2; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Connection& c = conns[fds[i].fd];
-      ssize_t got = read(c.fd, buf.data(), buf.size());
-      if (got > 0) {
-        const char* p = buf.data();
-        size_t left = static_cast<size_t>(got);
-        while (left > 0) {
-          ssize_t w = write(c.out, p, left);
-          if (w < 0) {
-            if (errno == EINTR) continue;
-            break;  // disk full: keep draining the socket so the target never blocks
+      // The stream's first message brings the process's shared buffers (SCM_RIGHTS).
+      iovec iov{buf.data(), buf.size()};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t got = recvmsg(c.fd, &msg, MSG_CMSG_CLOEXEC);
+      if (got >= 0) {
+        for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+          if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+          size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (size_t k = 0; k < n; ++k) {
+            int passed;
+            std::memcpy(&passed, CMSG_DATA(cm) + k * sizeof(int), sizeof passed);
+            if (c.shared < 0 && c.pos.written == 0)
+              c.shared = passed;
+            else
+              close(passed);  // one region per stream, sent with its first bytes
           }
-          p += w;
-          left -= static_cast<size_t>(w);
         }
+      }
+      if (got > 0) {
+        if (write_all_fd(c.out, buf.data(), static_cast<size_t>(got)))
+          c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
+        else
+          c.pos.broken = true;  // disk full: keep draining the socket so the target never blocks
         continue;
       }
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      close(c.fd);
-      close(c.out);
+      close_connection(c);
       conns.erase(fds[i].fd);
       open_.fetch_sub(1);
     }
   }
   for (auto& [fd, c] : conns) {
+    // Still connected when the launcher stops waiting: the process lives on, and its shared
+    // buffers are not read (it may be writing them).
     still_open_.push_back(c.path);
     close(c.fd);
     close(c.out);
+    if (c.shared >= 0) close(c.shared);
   }
 }
 

@@ -358,6 +358,7 @@ class Builder {
     if (p_.torch_trace)
       for (OomEvent& o : p_.ooms)
         if (!o.allocator) o.recovered = true;
+    find_fatal_oom();
     // Grouped once: a scan of every live allocation per device was quadratic.
     std::map<uint32_t, std::vector<const Allocation*>> still_by_device;
     for (auto& [k, a] : p_.live) still_by_device[a.device].push_back(&a);
@@ -558,7 +559,60 @@ class Builder {
 
   // Iterations, best source first: vramtrace_step() calls; the depth-0 NVTX range that repeats
   // most; the kernel that repeats at a constant distance with the longest period.
+  // Which OOM ended the job. With the start-up hook's record of the exception that reached
+  // the top: the allocator's last OOM before it, if it was an OutOfMemoryError (none if the
+  // program ended otherwise: every OOM was survived). Without it: the last OOM of a process
+  // that did not reach exit() cleanly.
+  void find_fatal_oom() {
+    OomEvent* last = nullptr;
+    const TorchContext* ctx = p_.torch_memory ? &p_.torch_memory->context() : nullptr;
+    // JAX: an OOM inside XLA's preallocated pool never reaches the driver; the exception that
+    // ended the program ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate N
+    // bytes") is the OOM, measured against the pool.
+    if (ctx && !ctx->xla.empty() && ctx->exception &&
+        ctx->exception->message.find("RESOURCE_EXHAUSTED") != std::string::npos) {
+      const auto& [device, pool] = *ctx->xla.begin();
+      OomEvent o;
+      o.device = device;
+      o.pid = p_.pid;
+      o.time_ns = ctx->exception->time_ns;
+      o.allocator = true;
+      o.pool = "XLA";
+      o.fatal = true;
+      const std::string& m = ctx->exception->message;
+      size_t at = m.find("allocate ");
+      if (at != std::string::npos) o.requested_bytes = std::strtoull(m.c_str() + at + 9, nullptr, 10);
+      o.allocator_request = o.requested_bytes;
+      o.live_bytes = pool.in_use;
+      if (p_.devices.count(device) && p_.devices[device].total_bytes)
+        o.total_bytes = p_.devices[device].total_bytes;
+      o.api = format::Api::Unknown;
+      p_.ooms.push_back(std::move(o));
+      return;
+    }
+    if (ctx && ctx->present) {
+      const auto& x = ctx->exception;
+      if (!x || x->type.find("OutOfMemoryError") == std::string::npos) return;
+      for (OomEvent& o : p_.ooms)
+        if (o.allocator && o.time_ns <= x->time_ns) last = &o;
+    } else {
+      if (p_.clean_exit) return;
+      for (OomEvent& o : p_.ooms)
+        if (!o.recovered) last = &o;
+    }
+    if (last) last->fatal = true;
+  }
+
   void find_iterations() {
+    // The optimizer's steps are exact iterations; so are vramtrace_step() and NVTX ranges;
+    // the forwards of the first model stand in for an evaluation; the launch rhythm is the
+    // last resort, never used for a PyTorch program whose hook saw its forwards.
+    const TorchMemory* tm = p_.torch_memory.get();
+    if (tm && tm->optimizer_steps() > 0) {
+      p_.iterations = tm->iterations();
+      p_.iteration_source = tm->iteration_source();
+      return;
+    }
     if (p_.steps.size() >= 2) {
       p_.iterations = p_.steps;
       p_.iteration_source = "vramtrace_step()";
@@ -574,6 +628,11 @@ class Builder {
     if (best_n >= 3) {
       p_.iterations = p_.top_range_starts[best];
       p_.iteration_source = "NVTX range '" + p_.kernel_name(best) + "'";
+      return;
+    }
+    if (tm && !tm->iterations().empty()) {
+      p_.iterations = tm->iterations();
+      p_.iteration_source = tm->iteration_source();
       return;
     }
     const ProcessModel::Rhythm* anchor = nullptr;
@@ -866,7 +925,8 @@ Run analyze(const std::vector<std::string>& trace_paths) {
   std::vector<std::unique_ptr<TraceReader>> readers;
   std::vector<std::string> torch_paths;
   for (const auto& path : trace_paths) {
-    if (path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0)
+    if ((path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0) ||
+        (path.size() > 4 && path.compare(path.size() - 4, 4, ".jax") == 0))
       torch_paths.push_back(path);
     else
       readers.push_back(std::make_unique<TraceReader>(path));
@@ -912,6 +972,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   std::vector<Event> pending(readers.size());
   std::vector<size_t> torch_pos(torch.size(), 0);
   std::vector<size_t> builder_of(n_sources, SIZE_MAX);
+  std::vector<size_t> torch_of(readers.size(), SIZE_MAX);  // process -> its PyTorch trace
   std::vector<uint64_t> last_time(n_sources, 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
   auto event_of = [&](size_t i) -> const Event& {
@@ -946,6 +1007,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
       }
       run.processes[builder_of[readers.size() + t]].torch_trace = true;
       run.processes[builder_of[readers.size() + t]].torch_trace_problem = torch[t].problem;
+      torch_of[builder_of[readers.size() + t]] = t;
       pull(readers.size() + t);
     }
   }
@@ -958,6 +1020,9 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   }
 
   for (size_t i = 0; i < readers.size(); ++i) {
+    if (torch_of[i] != SIZE_MAX && torch[torch_of[i]].context.present)
+      run.processes[i].torch_memory =
+          std::make_shared<const TorchMemory>(std::move(torch[torch_of[i]].context));
     builders[i].finish();
     ProcessModel& p = run.processes[i];
     if (readers[i]->partial()) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 
 #include "collector/allocation.h"
 #include "collector/allocator_view.h"
+#include "collector/torch_memory.h"
 #include "collector/trace_reader.h"
 #include "common/format.h"
 
@@ -100,6 +102,10 @@ struct OomEvent {
   bool allocator = false;  // reported by the allocator (a driver failure may have come first)
   uint64_t driver_attempts = 1;  // failed driver calls of this OOM (0: the allocator's alone)
   bool recovered = false;  // the allocator freed its cache and its retry worked
+  // The OOM that ended the job: the allocator's last OOM before the OutOfMemoryError that
+  // reached the top of the Python program, or a native process's last OOM when it then died.
+  // The others were survived (a library's workspace attempt that fell back, a caught error).
+  bool fatal = false;
   std::string pool;
   uint64_t allocator_request = 0;
   std::optional<FragmentationState> fragmentation;
@@ -271,6 +277,8 @@ struct ProcessModel {
   // Sub-allocators, phases and iterations.
   std::map<uint64_t, UserPool> user_pools;
   bool torch_trace = false;           // PyTorch's allocator trace was merged in
+  // What PyTorch's memory is (the start-up hook's context): categories, modules, phases.
+  std::shared_ptr<const TorchMemory> torch_memory;
   std::string torch_trace_problem;    // why it is incomplete, if it is
   std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges;
   std::vector<Phase> phases;          // the first kMaxPhases completed ranges

@@ -65,6 +65,7 @@ class StackResolver {
  public:
   StackResolver(const ProcessModel& p, Symbolizer& symbols) : p_(p), symbols_(symbols) {}
   const Attribution& attribute(uint32_t native_leaf, uint32_t py_leaf);
+  const ProcessModel& process() const { return p_; }
 
  private:
   const Frame& native_frame(uint32_t node);

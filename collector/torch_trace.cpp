@@ -47,7 +47,9 @@ TorchTrace read_torch_trace(const std::string& path) {
     throw TraceError(path + ": not a PyTorch allocator trace (no vramtrace.torch header)");
   auto head = split_tabs(line);
   uint64_t realtime = 0, mono = 0;
-  if (head[0] != "vramtrace.torch/1")
+  const bool v2 = head[0] == "vramtrace.torch/2";
+  t.context.present = v2;
+  if (head[0] != "vramtrace.torch/1" && !v2)
     throw TraceError(path + ": PyTorch allocator trace of an unknown version (" + head[0] + ")");
   if (head.size() < 5 || !to_u64(head[1], &t.pid) || !to_u64(head[2], &realtime) ||
       !to_u64(head[3], &mono))
@@ -60,6 +62,12 @@ TorchTrace read_torch_trace(const std::string& path) {
   uint32_t next_id = kTorchNodeBase;
   std::map<uint32_t, bool> pools;  // device -> pool record sent
   std::vector<Event> events;
+  TorchContext& ctx = t.context;
+  std::map<std::pair<uint32_t, uint64_t>, size_t> live_blocks;  // (device, address) -> index
+  auto to_mono = [&](uint64_t realtime_ns) {
+    return static_cast<uint64_t>(static_cast<int64_t>(realtime_ns) - offset);
+  };
+  constexpr size_t kMaxNames = 1 << 20;  // modules, sites: a corrupt file cannot make millions
   bool complete = false;
   uint64_t lineno = 1, entries = 0;
   auto fail = [&](const std::string& why) {
@@ -120,6 +128,23 @@ TorchTrace read_torch_trace(const std::string& path) {
       } else {
         continue;  // free_requested, snapshot, ...: nothing changes hands
       }
+      if (e.type == RecordType::UserBlock) {
+        const std::pair<uint32_t, uint64_t> key{e.device, addr};
+        if (e.bytes) {
+          live_blocks[key] = ctx.blocks.size();
+          ctx.blocks.push_back({e.device, addr, bytes, e.time_ns, UINT64_MAX});
+        } else if (auto it = live_blocks.find(key); it != live_blocks.end()) {
+          ctx.blocks[it->second].free_ns = e.time_ns;
+          live_blocks.erase(it);
+        }
+      } else if (e.type == RecordType::UserSegment) {
+        const auto op = static_cast<format::SegmentOp>(e.b);
+        const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
+        ctx.reserves.push_back({e.device, addr, e.time_ns,
+                                grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes)});
+      } else if (e.type == RecordType::UserOom) {
+        ctx.ooms.push_back(e.time_ns);
+      }
       if (!pools[e.device]) {
         pools[e.device] = true;
         Event pool;
@@ -177,6 +202,96 @@ TorchTrace read_torch_trace(const std::string& path) {
       if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n))
         t.problem = "PyTorch's trace buffer of device " + std::to_string(device) + " was full (" +
                     std::to_string(n) + " entries): its earliest events are missing";
+    } else if (v2 && f[0] == "M" && f.size() >= 6) {
+      uint64_t id = 0, ln = 0;
+      if (!to_u64(f[1], &id) || id != ctx.modules.size() + 1 || id > kMaxNames || !to_u64(f[5], &ln)) {
+        fail("bad module");
+        break;
+      }
+      ctx.modules.push_back({f[2].substr(0, 1024), f[3].substr(0, 256), f[4].substr(0, 4096),
+                             static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
+    } else if (v2 && f[0] == "S" && f.size() >= 5) {
+      uint64_t id = 0, ln = 0;
+      if (!to_u64(f[1], &id) || id != ctx.sites.size() + 1 || id > kMaxNames || !to_u64(f[3], &ln)) {
+        fail("bad site");
+        break;
+      }
+      ctx.sites.push_back({f[2].substr(0, 4096), f[4].substr(0, 1024),
+                           static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
+    } else if (v2 && f[0] == "K" && f.size() >= 4) {
+      uint64_t time = 0, kind = 0, id = 0;
+      if (!to_u64(f[1], &time) || !to_u64(f[2], &kind) || !to_u64(f[3], &id) ||
+          kind >= static_cast<uint64_t>(MarkKind::kCount) || id > UINT32_MAX) {
+        fail("bad mark");
+        break;
+      }
+      const auto mk = static_cast<MarkKind>(kind);
+      const bool forward = mk == MarkKind::Forward || mk == MarkKind::ForwardEval ||
+                           mk == MarkKind::ForwardEvalGrad;
+      // A forward's id carries the autocast flag in its top bit: kept apart.
+      ctx.marks.push_back({to_mono(time), mk,
+                           static_cast<uint32_t>(forward ? id & 0x7fffffffu : id),
+                           forward && (id >> 31) != 0});
+    } else if (v2 && f[0] == "L" && f.size() >= 9) {
+      TorchLabel l;
+      uint64_t time = 0, device = 0;
+      if (!to_u64(f[1], &time) || !to_u64(f[2], &device) || device >= 4096 ||
+          !to_u64(f[3], &l.ptr) || !to_u64(f[4], &l.bytes)) {
+        fail("bad label");
+        break;
+      }
+      l.time_ns = to_mono(time);
+      l.device = static_cast<uint32_t>(device);
+      l.kind = f[5].substr(0, 16);
+      l.name = f[6].substr(0, 1024);
+      l.shape = f[7].substr(0, 256);
+      l.dtype = f[8].substr(0, 64);
+      ctx.labels.push_back(std::move(l));
+    } else if (v2 && f[0] == "Q" && f.size() >= 4) {
+      uint64_t device = 0, total = 0;
+      double fraction = 0;
+      auto [p, ec] = std::from_chars(f[2].data(), f[2].data() + f[2].size(), fraction);
+      if (to_u64(f[1], &device) && device < 4096 && ec == std::errc() && to_u64(f[3], &total) &&
+          fraction > 0 && fraction <= 1)
+        ctx.limits[static_cast<uint32_t>(device)] = {fraction, total};
+    } else if (v2 && f[0] == "X" && f.size() >= 5) {
+      TorchException x;
+      uint64_t time = 0;
+      if (!to_u64(f[1], &time)) {
+        fail("bad exception");
+        break;
+      }
+      x.time_ns = to_mono(time);
+      x.type = f[2].substr(0, 256);
+      x.message = f[3].substr(0, 2048);
+      size_t start = 0;
+      const std::string& list = f[4];
+      while (start < list.size() && x.frames.size() < 64) {
+        size_t bar = list.find('|', start);
+        std::string one = list.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+        // file:line:function, the file may hold ':' itself: split from the right.
+        size_t c2 = one.rfind(':');
+        size_t c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : one.rfind(':', c2 - 1);
+        uint64_t ln = 0;
+        if (c1 != std::string::npos && to_u64(one.substr(c1 + 1, c2 - c1 - 1), &ln))
+          x.frames.push_back({one.substr(0, c1), one.substr(c2 + 1),
+                              static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
+        if (bar == std::string::npos) break;
+        start = bar + 1;
+      }
+      ctx.exception = std::move(x);
+    } else if (v2 && f[0] == "J" && f.size() >= 7) {
+      uint64_t device = 0;
+      XlaPool x;
+      if (!to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &x.in_use) ||
+          !to_u64(f[3], &x.peak_in_use) || !to_u64(f[4], &x.limit) || !to_u64(f[5], &x.reserved) ||
+          !to_u64(f[6], &x.largest_alloc)) {
+        fail("bad XLA statistics");
+        break;
+      }
+      ctx.xla[static_cast<uint32_t>(device)] = x;
+    } else if (v2 && f[0] == "D" && f.size() >= 2) {
+      to_u64(f[1], &ctx.dropped_marks);
     } else if (f[0] == "END") {
       complete = true;
       break;
@@ -185,6 +300,16 @@ TorchTrace read_torch_trace(const std::string& path) {
       break;
     }
   }
+  // A version 2 file whose hook saw nothing of the program (no module, mark or label) has
+  // no context to classify by.
+  ctx.present = v2 && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty() ||
+                       !ctx.xla.empty());
+  std::stable_sort(ctx.marks.begin(), ctx.marks.end(),
+                   [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(ctx.labels.begin(), ctx.labels.end(),
+                   [](const TorchLabel& a, const TorchLabel& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(ctx.reserves.begin(), ctx.reserves.end(),
+                   [](const TorchReserve& a, const TorchReserve& b) { return a.time_ns < b.time_ns; });
   if (!complete && t.problem.empty())
     t.problem = "cut short after " + std::to_string(entries) + " entries (no END line)";
   // Each device's entries are in time order; devices interleave. Records without a time of

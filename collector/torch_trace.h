@@ -8,11 +8,25 @@
 //   F  frame_id  filename  line  function                                 (a Python frame)
 //   E  device  action  address  bytes  stream  time_us  frame_ids  device_free
 //   W  device  entries                          (the trace ring buffer was full: start lost)
+// Version 2 adds what the start-up hook saw of the program (collector/torch_context.h uses it):
+//   M  module_id  qualified_name  class  file  line    (an nn.Module, first called)
+//   S  site_id  file  line  function                    (a line of the user's code)
+//   K  time_ns  kind  id        (a mark: module call, forward, backward, optimizer step, site)
+//   L  time_ns  device  storage_ptr  bytes  kind  name  shape  dtype
+//                               (a named storage: param, buffer, grad or state, live then)
+//   Q  device  fraction  total_bytes                    (torch's per-process memory fraction)
+//   X  time_ns  type  message  file:line:function|...   (the exception that ended the program)
+//   D  marks                                           (the oldest marks were dropped)
+//   J  device  in_use  peak_in_use  limit  reserved  largest_alloc   (XLA's pool, from JAX's
+//                               memory_stats() at exit; such files end in .jax)
 //   END  entries                                 (the file is complete)
-// frame_ids: comma-separated, innermost first; time_us: the Unix epoch, PyTorch's clock.
+// frame_ids: comma-separated, innermost first; time_us and time_ns: the Unix epoch (PyTorch's
+// clock agrees with Python's time.time_ns() to the microsecond: tests/gpu/real/probe_hooks.py).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +34,78 @@
 
 namespace vramtrace::collector {
 
+// The kinds of K marks (the hook's _MOD... constants, in the same order).
+enum class MarkKind : uint8_t {
+  Module, ModuleEnd, Forward, ForwardEval, ForwardEnd, Backward, BackwardEnd, Step, StepEnd,
+  Site, Oom, ForwardEvalGrad, kCount
+};
+
+struct TorchSite {
+  std::string file, function;
+  uint32_t line = 0;
+};
+struct TorchModule {
+  std::string name, type, file;
+  uint32_t line = 0;
+};
+struct TorchMark {
+  uint64_t time_ns = 0;  // CLOCK_MONOTONIC, like every other time of the model
+  MarkKind kind = MarkKind::Module;
+  uint32_t id = 0;  // module id (Module, Forward...), site id (Site), 1 for the first optimizer
+  bool autocast = false;  // a forward run under torch.autocast (mixed precision)
+};
+struct TorchLabel {
+  uint64_t time_ns = 0;
+  uint32_t device = 0;
+  uint64_t ptr = 0, bytes = 0;
+  std::string kind;  // param, buffer, grad, state
+  std::string name, shape, dtype;
+};
+struct TorchLimit {
+  double fraction = 1.0;
+  uint64_t total_bytes = 0;
+};
+struct TorchException {
+  uint64_t time_ns = 0;
+  std::string type, message;
+  std::vector<TorchSite> frames;  // innermost first
+};
+// A block's life, from the trace's alloc and free_completed entries.
+struct TorchBlock {
+  uint32_t device = 0;
+  uint64_t address = 0, bytes = 0;
+  uint64_t alloc_ns = 0, free_ns = UINT64_MAX;  // UINT64_MAX: still live at the end
+};
+// A change of what the allocator reserved from the driver (segments and their mappings).
+struct TorchReserve {
+  uint32_t device = 0;
+  uint64_t address = 0;
+  uint64_t time_ns = 0;
+  int64_t delta = 0;
+};
+
+// XLA's allocator on one device, as JAX's memory_stats() read it at exit.
+struct XlaPool {
+  uint64_t in_use = 0, peak_in_use = 0, limit = 0, reserved = 0, largest_alloc = 0;
+};
+
+struct TorchContext {
+  bool present = false;  // a version 2 file: the hook recorded the program's context
+  std::vector<TorchModule> modules;  // by id - 1
+  std::vector<TorchSite> sites;      // by id - 1
+  std::vector<TorchMark> marks;      // in time order
+  std::vector<TorchLabel> labels;    // in time order
+  std::map<uint32_t, TorchLimit> limits;  // by device
+  std::optional<TorchException> exception;
+  std::map<uint32_t, XlaPool> xla;  // by device (a JAX program)
+  uint64_t dropped_marks = 0;
+  std::vector<TorchBlock> blocks;      // in allocation order
+  std::vector<TorchReserve> reserves;  // in time order
+  std::vector<uint64_t> ooms;          // times of the allocator's OOMs
+};
+
 struct TorchTrace {
+  TorchContext context;
   uint64_t pid = 0;
   std::string torch_version;
   // UserPool, UserSegment, UserBlock, UserOom records (with PyCode, PyStackNode and AllocStack

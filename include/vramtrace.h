@@ -13,6 +13,7 @@
  *   vramtrace_block_free(pool, p);
  *   vramtrace_pool_oom(pool, bytes);                       // the pool could not serve a request
  *   vramtrace_step(i);                                     // iteration i starts
+ *   vramtrace_range_push("eval"); ... vramtrace_range_pop(); // a phase, like an NVTX range
  *
  * The report then shows the pool's reserved and in-use bytes over time, its free blocks, the
  * largest free block and external fragmentation (1 - largest free block / free bytes), at the
@@ -39,6 +40,14 @@ extern void vramtrace_v1_block(vramtrace_pool_t pool, const void* ptr, size_t by
 extern void vramtrace_v1_pool_oom(vramtrace_pool_t pool, size_t requested)
     __attribute__((weak));
 extern void vramtrace_v1_step(long long step) __attribute__((weak));
+extern int vramtrace_v1_range_push(const char* name) __attribute__((weak));
+extern int vramtrace_v1_range_pop(void) __attribute__((weak));
+extern int vramtrace_v1_live_devices(void) __attribute__((weak));
+extern int vramtrace_v1_live_figures(int device, long long* out, int n) __attribute__((weak));
+extern unsigned long long vramtrace_v1_live_mark(void) __attribute__((weak));
+extern size_t vramtrace_v1_live_sites(int device, int what, unsigned long long since, int top,
+                                      char* buf, size_t cap) __attribute__((weak));
+extern const char* vramtrace_v1_cupti_path(void) __attribute__((weak));
 
 /* A pool of the named allocator on CUDA device `device` (its ordinal). */
 static inline vramtrace_pool_t vramtrace_pool_create(const char* name, int device) {
@@ -79,6 +88,30 @@ static inline void vramtrace_pool_oom(vramtrace_pool_t pool, size_t requested) {
 /* Iteration `step` of the program starts (growth is reported per iteration). */
 static inline void vramtrace_step(long long step) {
   if (vramtrace_v1_step) vramtrace_v1_step(step);
+}
+
+/* A named range of the calling thread starts (recorded like an NVTX range: the report's phases). */
+static inline void vramtrace_range_push(const char* name) {
+  if (vramtrace_v1_range_push) vramtrace_v1_range_push(name);
+}
+/* The calling thread's innermost range ends. */
+static inline void vramtrace_range_pop(void) {
+  if (vramtrace_v1_range_pop) vramtrace_v1_range_pop();
+}
+
+/* Live figures of this process, read while it runs (the Python API and the pytest plugin use
+ * them). Bytes of device `device`, in this order: live (driver allocations and VMM physical
+ * memory), their peak, in use (live minus what vramtrace.h pools hold but have not handed out),
+ * the in-use peak since the last vramtrace_live_mark(), the live peak since then, and how many
+ * allocations could not be tracked. Returns the number of fields written to `out` (at most `n`);
+ * 0 without vramtrace or for a device not seen. */
+static inline int vramtrace_live_figures(int device, long long* out, int n) {
+  return vramtrace_v1_live_figures ? vramtrace_v1_live_figures(device, out, n) : 0;
+}
+/* Starts a measurement: the peaks "since the mark" restart from now. Returns the sequence number
+ * from which allocations count as made after the mark. */
+static inline unsigned long long vramtrace_live_mark(void) {
+  return vramtrace_v1_live_mark ? vramtrace_v1_live_mark() : 0;
 }
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@
 
 #include "common/format.h"
 #include "interpose/hooks.h"
+#include "interpose/live.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
 
@@ -150,6 +151,7 @@ extern "C" __attribute__((visibility("default"))) unsigned long long vramtrace_v
   uint8_t* p = slot.begin();
   uint32_t name_id = 0, records = 1;
   p = intern(p, name, n, &name_id, &records);
+  live_pool(id, device);
   p = vramtrace::format::put_record(
       p, RecordType::UserPool, {id, static_cast<uint64_t>(device < 0 ? 0 : device), name_id});
   slot.commit(p, records);
@@ -160,6 +162,8 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_segment
     unsigned long long pool, const void* base, size_t bytes, int op) {
   ReentryGuard guard;
   if (!guard.entered_first || op < 0 || op > 3) return;
+  // op 1 and 2 add memory to the pool, 0 and 3 take it away (vramtrace.h).
+  live_segment(pool, reinterpret_cast<uintptr_t>(base), bytes, op == 1 || op == 2);
   emit(RecordType::UserSegment, {pool, reinterpret_cast<uintptr_t>(base), bytes,
                                  static_cast<uint64_t>(op)});
 }
@@ -172,6 +176,10 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(
   // The program asked for its blocks to be seen: each gets a stack, like a cudaMalloc (unless
   // VRAMTRACE_STACKS=none).
   if (bytes) capture_stack(&stack);
+  if (bytes)
+    live_alloc(LiveKind::Block, -1, reinterpret_cast<uintptr_t>(ptr), bytes, stack, pool);
+  else
+    live_free(LiveKind::Block, reinterpret_cast<uintptr_t>(ptr), pool);
   emit_with_stack(RecordType::UserBlock, stack,
                   {pool, reinterpret_cast<uintptr_t>(ptr), bytes, thread_id()});
 }
@@ -183,10 +191,21 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_oom(
   CapturedStack stack;
   if (async_stack_wanted(requested, true)) capture_stack(&stack);
   emit_with_stack(RecordType::UserOom, stack, {pool, requested, thread_id(), 0});
+  recorder_flush_failure();
 }
 
 extern "C" __attribute__((visibility("default"))) void vramtrace_v1_step(long long step) {
   ReentryGuard guard;
   if (!guard.entered_first) return;
   emit(RecordType::Step, {static_cast<uint64_t>(step < 0 ? 0 : step)});
+}
+
+// An NVTX-like range of the calling thread, for programs that do not link NVTX (the Python API's
+// vramtrace.region): recorded exactly as an NVTX range push and pop.
+extern "C" __attribute__((visibility("default"))) int vramtrace_v1_range_push(const char* name) {
+  return push_range(name);
+}
+
+extern "C" __attribute__((visibility("default"))) int vramtrace_v1_range_pop() {
+  return pop_range();
 }

@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "common/format.h"
 #include "interpose/driver_callbacks.h"
 #include "interpose/hooks.h"
+#include "interpose/live.h"
 #include "interpose/notice.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
@@ -88,7 +90,27 @@ void* open_cupti() {
     snprintf(path, sizeof path, "%s/lib64/libcupti.so.13", home);
     if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
   }
+  // Installed with pip (site-packages/vramtrace/_bin/libvramtrace.so): the CUPTI of NVIDIA's
+  // wheels that PyTorch depends on, in the same site-packages, for machines with a driver but
+  // no CUDA Toolkit.
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void*>(&open_cupti), &self) && self.dli_fname) {
+    const char* slash = strrchr(self.dli_fname, '/');
+    const int dir_len = slash ? static_cast<int>(slash - self.dli_fname) : 0;
+    for (const char* rel : {"/../../nvidia/cu13/lib", "/../../nvidia/cuda_cupti/lib"}) {
+      snprintf(path, sizeof path, "%.*s%s/libcupti.so.13", dir_len, self.dli_fname, rel);
+      if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+    }
+  }
   return nullptr;
+}
+
+char g_cupti_path[1024];  // the file CUPTI was loaded from, for vramtrace_v1_cupti_path
+
+void remember_cupti_path(void* handle) {
+  link_map* map = nullptr;
+  if (handle && dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name)
+    snprintf(g_cupti_path, sizeof g_cupti_path, "%s", map->l_name);
 }
 
 // ---- context -> device ----------------------------------------------------------------------
@@ -200,6 +222,7 @@ void record_timed(RecordType type, std::initializer_list<uint64_t> fields) {
 }
 
 void record_free(Api api, int device, uint64_t address, CUstream stream) {
+  if (api != Api::cuMemFreeHost) live_free(LiveKind::Driver, address);
   record_timed(RecordType::Free, {static_cast<uint64_t>(api), static_cast<uint64_t>(device),
                                   address, stream_id(stream), thread_id()});
 }
@@ -218,6 +241,7 @@ void record_failed(Api api, int device, uint64_t bytes, CUresult result,
     return;
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
   if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
+  recorder_flush_failure();  // a death right after the failure must not lose it
 }
 
 void record_launch(Api api, int device, CUstream stream, const char* name) {
@@ -391,9 +415,11 @@ void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, const T* o
   const bool async = api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
   if (!async || async_stack_wanted(bytes, !ok))
     capture_stack(&stack);
-  if (ok)
+  if (ok) {
     record_alloc(api, device, address, bytes, stream, stack);
-  else
+    if (api != Api::cuMemHostAlloc && api != Api::cuMemAllocHost)
+      live_alloc(LiveKind::Driver, device, address, bytes, stack);
+  } else
     record_failed(api, device, bytes, result_of(cb), stack);
 }
 
@@ -520,15 +546,17 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
           dev = a->prop->location.id;
         CapturedStack stack;
         capture_stack(&stack);
-        if (succeeded(cb))
+        if (succeeded(cb)) {
           record_vmm_create(dev, *a->handle, a->size, stack);
-        else
+          live_alloc(LiveKind::Vmm, dev, *a->handle, a->size, stack);
+        } else
           record_failed(Api::cuMemCreate, dev, a->size, result_of(cb), stack);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
       if (enter) {
         auto* a = static_cast<const cuMemRelease_params*>(params);
+        live_free(LiveKind::Vmm, a->handle);
         record_timed(RecordType::VmmRelease, {a->handle});
       }
       break;
@@ -689,6 +717,7 @@ bool subscribe_cupti(bool launches) {
             "(set VRAMTRACE_CUPTI to its path)");
     return false;
   }
+  remember_cupti_path(lib);
   resolve(lib, g_cupti.subscribe, "cuptiSubscribe");
   resolve(lib, g_cupti.subscribe_v2, "cuptiSubscribe_v2");
   resolve(lib, g_cupti.enable_callback, "cuptiEnableCallback");
@@ -746,3 +775,8 @@ extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_cal
 #endif
 
 }  // namespace vramtrace::interpose
+
+// The file CUPTI was loaded from ("" before CUDA started, or when it could not be loaded).
+extern "C" __attribute__((visibility("default"))) const char* vramtrace_v1_cupti_path() {
+  return vramtrace::interpose::g_cupti_path;
+}

@@ -9,6 +9,16 @@
 // Frames are zstd-compressed by the writer thread when libzstd can be loaded (compress.h), also
 // the last one at exit, which is handed to the writer; frames written by any other thread (no
 // writer, or after exit) are raw.
+//
+// Nothing lost at death. Under the launcher the two buffers live in a memfd that the collector
+// also holds (common/shared_buffers.h): what was recorded but not yet sent is read by the
+// collector after the process is gone, whatever killed it; each record costs one more store, no
+// system call. Without it (file mode, or no memfd), a failed allocation is written out at once,
+// and a fatal signal left at its default (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP,
+// SIGSYS, SIGPIPE) or with a handler of the program installed before CUDA started first writes
+// what is buffered, then gets its previous disposition back and is delivered as before. What
+// cannot be caught (SIGKILL, _exit, a handler the program installs later) loses at most the
+// events of the last flush period.
 #include "interpose/recorder.h"
 
 #include <errno.h>
@@ -22,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
@@ -29,6 +40,7 @@
 
 #include <atomic>
 
+#include "common/shared_buffers.h"
 #include "interpose/compress.h"
 #include "interpose/notice.h"
 #include "interpose/options.h"
@@ -70,12 +82,40 @@ struct State {
   uint64_t dropped_total = 0;
   uint64_t recorded_total = 0;
   uint64_t flush_interval_ns = 100'000'000;
+  // The region shared with the collector (launcher mode), or null.
+  format::SharedControl* ctl = nullptr;
+  void* shared_base = nullptr;
+  size_t shared_bytes = 0;
+  uint64_t frames_sent = 0;  // complete frames written (under io_lock): the next frame's number
+  uint64_t epoch = 0;        // under lock
 };
 
 // Leaked on purpose: it must outlive every destructor that may still free device memory.
 State& state() {
   static State* s = new State();
   return *s;
+}
+
+// A store the collector may read after the process died at any instruction: release order, so
+// that the bytes of a record are in memory before the count that covers them.
+inline void shared_store(uint64_t* field, uint64_t v) { __atomic_store_n(field, v, __ATOMIC_RELEASE); }
+
+inline void publish_used(State& s, int i) {
+  if (s.ctl)
+    shared_store(&s.ctl->buffers[i].used_count,
+                 format::pack_used_count(s.bufs[i].used, s.bufs[i].count));
+}
+
+// Empties a buffer that was written (or dropped); one that stays the buffer being filled starts
+// a new epoch, since what it holds next comes after everything written so far.
+void reset_buffer(State& s, Buffer& b, bool still_active) {
+  b.used = 0;
+  b.count = 0;
+  if (!s.ctl) return;
+  const int i = static_cast<int>(&b - s.bufs);
+  publish_used(s, i);
+  if (still_active) shared_store(&s.ctl->buffers[i].epoch, ++s.epoch);
+  shared_store(&s.ctl->buffers[i].sending, 0);
 }
 
 timespec deadline_in(int seconds) {
@@ -90,14 +130,27 @@ bool timed_lock(pthread_mutex_t* m, int seconds) {
   return pthread_mutex_timedlock(m, &deadline) == 0;
 }
 
-bool write_all(int fd, bool is_socket, iovec* iov, int iovcnt) {
+// `pass_fd` (>= 0, sockets only) goes with the first bytes sent, as SCM_RIGHTS.
+bool write_all(int fd, bool is_socket, iovec* iov, int iovcnt, int pass_fd = -1) {
   while (iovcnt > 0) {
     ssize_t n;
     if (is_socket) {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(iovcnt);
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      if (pass_fd >= 0) {
+        memset(control, 0, sizeof control);
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+      }
       n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+      if (n >= 0) pass_fd = -1;
     } else {
       n = writev(fd, iov, iovcnt);
     }
@@ -120,8 +173,9 @@ bool write_all(int fd, bool is_socket, iovec* iov, int iovcnt) {
 }
 
 // Caller holds io_lock. Writes one frame, compressed when `compress` (the writer thread only)
-// and it makes the frame smaller; on failure recording stops, with one notice.
-void write_frame(State& s, Buffer& b, bool compress) {
+// and it makes the frame smaller; on failure recording stops, with one notice. `still_active`:
+// the buffer stays the one being filled (the caller holds lock too).
+void write_frame(State& s, Buffer& b, bool compress, bool still_active) {
   if (b.used == 0) return;
   format::FrameHeader h{};
   void* payload = b.data;
@@ -139,13 +193,15 @@ void write_frame(State& s, Buffer& b, bool compress) {
   h.record_count = b.count;
   h.base_time_ns = b.base_time;
   iovec iov[2] = {{&h, sizeof h}, {payload, stored}};
+  if (s.ctl) shared_store(&s.ctl->buffers[&b - s.bufs].sending, 1 + s.frames_sent);
   if (!write_all(s.fd, s.is_socket, iov, 2)) {
     int err = errno;
     s.phase.store(kStopped);
     notice_errno("cannot write the trace; recording stopped", err);
+  } else {
+    ++s.frames_sent;
   }
-  b.used = 0;
-  b.count = 0;
+  reset_buffer(s, b, still_active);
 }
 
 void* writer_main(void*) {
@@ -174,14 +230,15 @@ void* writer_main(void*) {
     Buffer* full = nullptr;
     if (s.bufs[s.active].used > 0) {
       full = &s.bufs[s.active];
-      s.active ^= 1;
+      s.active ^= 1;  // the other one was emptied when it was written
+      if (s.ctl) shared_store(&s.ctl->buffers[s.active].epoch, ++s.epoch);
     }
     pthread_mutex_unlock(&s.lock);
     if (full) {
       pthread_mutex_lock(&s.io_lock);
-      if (s.phase.load() == kRunning) write_frame(s, *full, true);
-      full->used = 0;
-      full->count = 0;
+      // Unless a synchronous flush (a failed allocation, a fatal signal) wrote it meanwhile.
+      if (s.phase.load() == kRunning) write_frame(s, *full, true, false);
+      if (full->used) reset_buffer(s, *full, false);
       pthread_mutex_unlock(&s.io_lock);
     }
     if (last) {
@@ -241,10 +298,120 @@ void discard_output(State& s, const char* created) {
   close(s.fd);
   s.fd = -1;
   for (Buffer& b : s.bufs) {
-    if (b.data) munmap(b.data, s.capacity);
+    if (b.data && !s.shared_base) munmap(b.data, s.capacity);
     b.data = nullptr;
   }
+  if (s.shared_base) munmap(s.shared_base, s.shared_bytes);
+  s.shared_base = nullptr;
+  s.ctl = nullptr;
   s.phase.store(kStopped);
+}
+
+// The buffers in a memfd for the collector (see common/shared_buffers.h); returns the memfd, or
+// -1 when there is none (the buffers are then private). Through syscall(): memfd_create needs
+// glibc 2.27 as a function, and the library runs on older ones.
+int map_shared_buffers(State& s) {
+#ifdef SYS_memfd_create
+  int mfd = static_cast<int>(syscall(SYS_memfd_create, "vramtrace-events", 1u /* MFD_CLOEXEC */));
+  if (mfd < 0) return -1;
+  const size_t bytes = format::kSharedDataOffset + 2 * s.capacity;
+  void* m = MAP_FAILED;
+  if (ftruncate(mfd, static_cast<off_t>(bytes)) == 0)
+    m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  if (m == MAP_FAILED) {
+    close(mfd);
+    return -1;
+  }
+  // A forked child neither records nor may scribble on its parent's buffers.
+  madvise(m, bytes, MADV_DONTFORK);
+  s.shared_base = m;
+  s.shared_bytes = bytes;
+  s.ctl = static_cast<format::SharedControl*>(m);
+  memcpy(s.ctl->magic, format::kSharedMagic, sizeof s.ctl->magic);
+  s.ctl->version = format::kSharedVersion;
+  s.ctl->buffer_count = 2;
+  s.ctl->capacity = s.capacity;
+  for (int i = 0; i < 2; ++i)
+    s.bufs[i].data = static_cast<uint8_t*>(m) + format::kSharedDataOffset + i * s.capacity;
+  s.ctl->buffers[s.active].epoch = ++s.epoch;
+  return mfd;
+#else
+  (void)s;
+  return -1;
+#endif
+}
+
+// Writes both buffers, the older first, raw, in the calling thread. Caller holds lock and
+// io_lock. The other buffer holds events only when the writer took it and has not written it
+// yet: it finds it empty afterwards.
+void flush_both(State& s) {
+  write_frame(s, s.bufs[s.active ^ 1], false, false);
+  write_frame(s, s.bufs[s.active], false, true);
+}
+
+// ---- the crash path (no shared buffers) ------------------------------------------------------
+
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGPIPE};
+struct sigaction g_previous[NSIG];
+
+// In a signal handler: only trylock, and a bounded wait for a writer in the middle of a frame.
+void crash_flush() {
+  State& s = state();
+  int phase = s.phase.load();
+  if ((phase != kRunning && phase != kFinished) || s.ctl) return;
+  if (pthread_mutex_trylock(&s.lock) != 0) return;  // this thread died inside the recorder
+  for (int i = 0; i < 200; ++i) {  // 200 ms at most
+    if (pthread_mutex_trylock(&s.io_lock) == 0) {
+      if (s.phase.load() != kStopped) flush_both(s);
+      pthread_mutex_unlock(&s.io_lock);
+      break;
+    }
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+  pthread_mutex_unlock(&s.lock);
+}
+
+void on_fatal_signal(int sig, siginfo_t* info, void* context) {
+  int saved = errno;
+  crash_flush();
+  // From now on the signal is the program's again, as if vramtrace had never been there.
+  sigaction(sig, &g_previous[sig], nullptr);
+  const struct sigaction& prev = g_previous[sig];
+  errno = saved;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // Default action: a fault (SIGSEGV at an address) happens again when we return; a signal sent
+  // by kill, raise or abort (si_code <= 0), or SIGPIPE, is sent again and delivered on return.
+  if (info == nullptr || info->si_code <= 0 || sig == SIGPIPE) raise(sig);
+}
+
+// For each fatal signal at its default action or with a handler of the program: ours first. An
+// ignored one stays ignored.
+void install_crash_handlers() {
+  for (int sig : kFatalSignals) {
+    struct sigaction cur{};
+    if (sigaction(sig, nullptr, &cur) != 0) continue;
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue;
+    // The program's own handler keeps its mask and flags (restarted system calls, its
+    // alternate stack) while ours runs first.
+    const bool program_handler =
+        (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != nullptr : cur.sa_handler != SIG_DFL;
+    struct sigaction ours{};
+    ours.sa_sigaction = on_fatal_signal;
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK |
+                    (program_handler ? cur.sa_flags & (SA_RESTART | SA_NODEFER) : SA_RESTART);
+    ours.sa_mask = cur.sa_mask;
+    if (!program_handler) sigemptyset(&ours.sa_mask);
+    g_previous[sig] = cur;
+    sigaction(sig, &ours, nullptr);
+  }
 }
 
 }  // namespace
@@ -304,7 +471,9 @@ bool recorder_start() {
   // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
   s.capacity = buffer_bytes(getenv("VRAMTRACE_BUFFER_KB"), format::kMaxFrameBytes);
   s.flush_interval_ns = flush_interval_ns(getenv("VRAMTRACE_FLUSH_MS"));
+  const int shared_fd = s.is_socket ? map_shared_buffers(s) : -1;
   for (Buffer& b : s.bufs) {
+    if (b.data) continue;  // in the shared region
     void* m = mmap(nullptr, s.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
       notice_errno("cannot map the event buffer; this process is not profiled", errno);
@@ -319,8 +488,20 @@ bool recorder_start() {
   fh.version = format::kFormatVersion;
   fh.header_bytes = sizeof fh;
   iovec iov{&fh, sizeof fh};
-  if (!write_all(s.fd, s.is_socket, &iov, 1)) {
-    notice_errno("cannot write the trace; this process is not profiled", errno);
+  // The collector gets the shared buffers with the stream's first bytes; it keeps its own copy
+  // of the descriptor, ours is not needed once the region is mapped.
+  bool header_sent = write_all(s.fd, s.is_socket, &iov, 1, shared_fd);
+  if (!header_sent && shared_fd >= 0) {
+    // Descriptors refused on this socket (a security module, say): the stream without them, the
+    // buffers then unread by the collector.
+    s.ctl = nullptr;
+    iov = {&fh, sizeof fh};
+    header_sent = write_all(s.fd, s.is_socket, &iov, 1);
+  }
+  const int header_errno = errno;
+  if (shared_fd >= 0) close(shared_fd);
+  if (!header_sent) {
+    notice_errno("cannot write the trace; this process is not profiled", header_errno);
     discard_output(s, created);
     return false;
   }
@@ -351,7 +532,25 @@ bool recorder_start() {
     notice_errno("cannot start the writer thread; events are written at exit", rc);
     s.phase.store(kFinished);
   }
+  if (!s.ctl) install_crash_handlers();
   return true;
+}
+
+void recorder_flush_failure() {
+  State& s = state();
+  if (s.phase.load() != kRunning) return;  // otherwise every record is written at once
+  pthread_mutex_lock(&s.lock);
+  if (s.ctl) {
+    // The collector reads the shared buffers after any death: only hurry the writer.
+    if (!s.wake_requested) {
+      s.wake_requested = true;
+      pthread_cond_signal(&s.wake);
+    }
+  } else if (timed_lock(&s.io_lock, 2)) {
+    if (s.phase.load() == kRunning) flush_both(s);
+    pthread_mutex_unlock(&s.io_lock);
+  }
+  pthread_mutex_unlock(&s.lock);
 }
 
 RecordSlot::RecordSlot(size_t max_bytes) {
@@ -365,13 +564,14 @@ RecordSlot::RecordSlot(size_t max_bytes) {
   if (b->used + need > s.capacity && s.phase.load() == kFinished) {
     // No writer at this point: make room by writing synchronously.
     if (timed_lock(&s.io_lock, 2)) {
-      write_frame(s, *b, false);
+      write_frame(s, *b, false, true);
       pthread_mutex_unlock(&s.io_lock);
     }
   }
   if (b->used + need > s.capacity) {
     ++s.dropped_pending;
     ++s.dropped_total;
+    if (s.ctl) shared_store(&s.ctl->dropped_pending, s.dropped_pending);
     if (!s.wake_requested) {
       s.wake_requested = true;
       pthread_cond_signal(&s.wake);
@@ -379,7 +579,10 @@ RecordSlot::RecordSlot(size_t max_bytes) {
     return;
   }
   now_ = now_ns();
-  if (b->used == 0) b->base_time = b->last_time = now_;
+  if (b->used == 0) {
+    b->base_time = b->last_time = now_;
+    if (s.ctl) shared_store(&s.ctl->buffers[s.active].base_time_ns, now_);
+  }
   if (now_ < b->last_time) now_ = b->last_time;
   if (s.dropped_pending) {
     uint8_t* p = b->data + b->used;
@@ -400,11 +603,17 @@ RecordSlot::~RecordSlot() {
     Buffer& b = s.bufs[s.active];
     b.used = static_cast<size_t>(end_ - b.data);
     b.count += records_;
+    if (s.ctl) {
+      publish_used(s, s.active);
+      // A Dropped record this slot wrote is now in the buffer: the count is no longer pending.
+      if (s.ctl->dropped_pending != s.dropped_pending)
+        shared_store(&s.ctl->dropped_pending, s.dropped_pending);
+    }
     if (timed_) b.last_time = now_;
     s.recorded_total += records_;
     if (s.phase.load() == kFinished) {
       if (timed_lock(&s.io_lock, 2)) {
-        write_frame(s, b, false);
+        write_frame(s, b, false, true);
         pthread_mutex_unlock(&s.io_lock);
       }
     } else if (b.used > s.capacity / 4 && !s.wake_requested) {
@@ -442,7 +651,7 @@ void recorder_finish() {
   }
   // What is left: records made while we waited, or everything when the writer did not answer.
   if (pthread_mutex_timedlock(&s.io_lock, &deadline) == 0) {
-    if (s.phase.load() != kStopped) write_frame(s, s.bufs[s.active], false);
+    if (s.phase.load() != kStopped) flush_both(s);
     pthread_mutex_unlock(&s.io_lock);
   }
   if (s.phase.load() == kRunning) s.phase.store(kFinished);
@@ -457,6 +666,11 @@ void recorder_abandon_in_child() {
   s.phase.store(kStopped);
   if (s.fd >= 0) close(s.fd);  // our copy only; the parent's stream is untouched
   s.fd = -1;
+  // The shared buffers were not inherited (MADV_DONTFORK).
+  s.ctl = nullptr;
+  for (Buffer& b : s.bufs)
+    if (s.shared_base) b.data = nullptr;
+  s.shared_base = nullptr;
 }
 
 }  // namespace vramtrace::interpose

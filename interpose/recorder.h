@@ -68,6 +68,11 @@ class RecordSlot {
   uint64_t now_ = 0;
 };
 
+// Called after a failed allocation was recorded: it is never left waiting for the next flush.
+// Without shared buffers (file mode) it writes what is buffered now, in this thread; with them
+// the collector reads it after any death, and the writer is only woken.
+void recorder_flush_failure();
+
 // Called from the library's destructor: writes ProcessExit and flushes what is buffered, in the
 // process that started the recorder only. Records after this are written synchronously.
 void recorder_finish();

@@ -1,6 +1,8 @@
 // The CI gate and the run diff (see check.h).
 #include "report/check.h"
 
+#include "report/html_report.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "collector/model.h"
 #include "common/format.h"
+#include "report/html_report.h"
 #include "report/json_report.h"
 
 namespace fs = std::filesystem;
@@ -424,7 +427,126 @@ void require_profiled_baseline(const json& baseline, const std::string& path) {
 
 int gate_exit_code(const CheckResult& r) {
   if (r.regression()) return kExitRegression;
-  return r.unprofiled() ? kExitNotProfiled : 0;
+  if (r.unprofiled()) return kExitNotProfiled;
+  return r.is_incomplete() ? kExitIncomplete : 0;
+}
+
+namespace {
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case 1: return "SIGHUP";
+    case 2: return "SIGINT";
+    case 3: return "SIGQUIT";
+    case 4: return "SIGILL";
+    case 5: return "SIGTRAP";
+    case 6: return "SIGABRT";
+    case 7: return "SIGBUS";
+    case 8: return "SIGFPE";
+    case 9: return "SIGKILL";
+    case 11: return "SIGSEGV";
+    case 13: return "SIGPIPE";
+    case 14: return "SIGALRM";
+    case 15: return "SIGTERM";
+    default: return nullptr;
+  }
+}
+
+// run.command as one line, or "" when the report has none (a report of traces).
+std::string command_of(const json& r) {
+  if (!r.is_object() || !r.contains("run") || !r["run"].is_object() ||
+      !r["run"].contains("command") || !r["run"]["command"].is_array())
+    return {};
+  std::string out;
+  for (const auto& a : r["run"]["command"]) {
+    if (!a.is_string()) return {};
+    out += (out.empty() ? "" : " ") + a.get<std::string>();
+  }
+  return out;
+}
+
+std::optional<int64_t> run_int(const json& r, const char* key) {
+  if (!r.contains("run") || !r["run"].is_object() || !r["run"].contains(key) ||
+      !r["run"][key].is_number_integer())
+    return std::nullopt;
+  return r["run"][key].get<int64_t>();
+}
+
+}  // namespace
+
+std::vector<std::string> incomplete_reasons(const json& baseline, const json& candidate,
+                                            const std::optional<uint32_t>& only_device,
+                                            bool unprofiled) {
+  std::vector<std::string> why;
+  if (!candidate.is_object() || !baseline.is_object()) return {"not a report"};
+  const json no_list = json::array();
+  const json& procs = candidate.contains("processes") && candidate["processes"].is_array()
+                          ? candidate["processes"]
+                          : no_list;
+  auto exe_of = [](const json& p) {
+    std::string exe = p.contains("exe") && p["exe"].is_string() ? p["exe"].get<std::string>() : "";
+    exe = exe.substr(exe.find_last_of('/') + 1);
+    std::string pid = p.contains("pid") && p["pid"].is_number_unsigned()
+                          ? std::to_string(p["pid"].get<uint64_t>())
+                          : "?";
+    return "pid " + pid + (exe.empty() ? "" : " (" + exe + ")");
+  };
+  const std::optional<int64_t> exit_code = run_int(candidate, "exit_code");
+  const std::optional<int64_t> sig = run_int(candidate, "signal");
+  if (procs.empty()) {
+    std::string how;
+    if (exit_code == 127) how = " (the command exited 127: not found)";
+    why.push_back("the candidate has no profiled process: no process of its command reached "
+                  "vramtrace" + how);
+  }
+  // Devices the baseline was measured on and the candidate was not.
+  if (!unprofiled && candidate.contains("devices") && candidate["devices"].is_array() &&
+      baseline.contains("devices") && baseline["devices"].is_array()) {
+    std::set<uint64_t> have;
+    for (const auto& d : candidate["devices"])
+      if (d.is_object() && d.contains("index") && d["index"].is_number_unsigned())
+        have.insert(d["index"].get<uint64_t>());
+    for (const auto& d : baseline["devices"]) {
+      if (!d.is_object() || !d.contains("index") || !d["index"].is_number_unsigned()) continue;
+      uint64_t i = d["index"].get<uint64_t>();
+      if (have.count(i) || (only_device && *only_device != i)) continue;
+      std::string name = d.contains("name") && d["name"].is_string()
+                             ? " (" + d["name"].get<std::string>() + ")"
+                             : "";
+      why.push_back("no measurement for device " + std::to_string(i) + name +
+                    ", which the baseline has");
+    }
+  }
+  const std::string bc = command_of(baseline), cc = command_of(candidate);
+  if (!bc.empty() && !cc.empty() && bc != cc)
+    why.push_back("the candidate ran a different command than the baseline: '" + cc +
+                  "', the baseline '" + bc + "'");
+  if (sig) {
+    const char* name = signal_name(static_cast<int>(*sig));
+    why.push_back("cut short: the command was killed by signal " + std::to_string(*sig) +
+                  (name ? std::string(" (") + name + ")" : std::string()));
+  } else if (exit_code && *exit_code != 0 && !procs.empty()) {
+    why.push_back("cut short: the command exited " + std::to_string(*exit_code));
+  }
+  for (const auto& p : procs) {
+    if (!p.is_object()) continue;
+    const bool cut = p.contains("cut_short") && p["cut_short"].is_boolean()
+                         ? p["cut_short"].get<bool>()
+                         : (p.contains("clean_exit") && p["clean_exit"].is_boolean() &&
+                            !p["clean_exit"].get<bool>());
+    if (cut) why.push_back("cut short: " + exe_of(p) + " did not exit cleanly");
+  }
+  if (candidate.contains("run") && candidate["run"].is_object()) {
+    const json& run = candidate["run"];
+    if (run.contains("problems") && run["problems"].is_array())
+      for (const auto& problem : run["problems"])
+        if (problem.is_string()) why.push_back("damaged trace: " + problem.get<std::string>());
+    // Whatever else made the report say so (a report of a later version, say).
+    if (why.empty() && run.contains("complete") && run["complete"].is_boolean() &&
+        !run["complete"].get<bool>())
+      why.push_back("cut short: the report says the run is not complete");
+  }
+  return why;
 }
 
 bool CheckResult::regression() const {
@@ -502,6 +624,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
     result.rows.push_back(std::move(row));
   }
+  result.incomplete =
+      incomplete_reasons(baseline, candidate, budgets.only_device, result.unprofiled());
   // A device or rank the candidate lacks may be one of the processes that were not profiled.
   if (result.unprofiled())
     for (auto& row : result.rows)
@@ -540,15 +664,33 @@ std::string check_text(const CheckResult& r) {
     out += "vramtrace check: neither run used a CUDA device\n";
   for (const auto& p : r.not_profiled)
     out += "vramtrace check: candidate NOT PROFILED: " + p + "\n";
+  for (const auto& why : r.incomplete)
+    out += "vramtrace check: candidate INCOMPLETE: " + why + "\n";
   if (failed)
     out += "vramtrace check: FAILED: " + std::to_string(failed) + " of " +
            std::to_string(r.rows.size()) + " over budget\n";
   if (r.unprofiled())
     out += "vramtrace check: FAILED: " + std::to_string(r.not_profiled.size()) +
            " process(es) of the candidate not profiled: their device memory is unknown\n";
-  if (!failed && !r.unprofiled())
+  if (r.is_incomplete())
+    out += "vramtrace check: FAILED: incomplete measurement: the candidate's peaks are not a "
+           "whole measurement of the baseline's command\n";
+  if (!failed && !r.unprofiled() && !r.is_incomplete())
     out += "vramtrace check: PASSED: " + std::to_string(r.rows.size()) + " within budget\n";
   return out;
+}
+
+std::string failure_markdown(const std::string& why) {
+  return "### vramtrace: peak device memory not checked\n\n**Failed**: " + escape_markdown(why) +
+         "\n";
+}
+
+std::string failure_junit(const std::string& why) {
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+         "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"1\" failures=\"1\">\n"
+         "  <testcase classname=\"vramtrace.check\" name=\"peak memory checked\"><failure "
+         "message=\"" + escape_xml(why) + "\">" + escape_xml(why) +
+         "</failure></testcase>\n</testsuite></testsuites>\n";
 }
 
 std::string escape_markdown(const std::string& s) {
@@ -568,12 +710,15 @@ std::string escape_xml(const std::string& s) { return html_escape(s); }
 
 std::string check_markdown(const CheckResult& r) {
   std::string out = std::string("### vramtrace: peak device memory ") +
-                    (r.regression()   ? "regressed"
-                     : r.unprofiled() ? "unknown: a process was not profiled"
-                                      : "within budget") +
+                    (r.regression()      ? "regressed"
+                     : r.unprofiled()    ? "unknown: a process was not profiled"
+                     : r.is_incomplete() ? "unknown: incomplete measurement"
+                                         : "within budget") +
                     "\n\n";
   for (const auto& p : r.not_profiled)
     out += "**Not profiled** (its device memory is unknown): " + escape_markdown(p) + "\n\n";
+  for (const auto& why : r.incomplete)
+    out += "**Incomplete measurement**: " + escape_markdown(why) + "\n\n";
   out += "| scope | baseline | candidate | change | budget | verdict |\n|---|---|---|---|---|---|\n";
   for (const auto& c : r.rows) {
     std::string change = "-";
@@ -599,12 +744,23 @@ std::string check_markdown(const CheckResult& r) {
 }
 
 std::string check_junit(const CheckResult& r) {
-  int failures = r.unprofiled();
+  int failures = r.unprofiled() + r.is_incomplete();
   for (const auto& c : r.rows) failures += c.regression;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"" +
-         std::to_string(r.rows.size() + r.unprofiled()) + "\" failures=\"" +
+         std::to_string(r.rows.size() + r.unprofiled() + r.is_incomplete()) + "\" failures=\"" +
          std::to_string(failures) + "\">\n";
+  if (r.is_incomplete()) {
+    std::string detail;
+    for (const auto& why : r.incomplete) detail += why + "\n";
+    out += "  <testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
+           "<failure message=\"" +
+           escape_xml("incomplete measurement: " + r.incomplete[0] +
+                      (r.incomplete.size() > 1
+                           ? " (and " + std::to_string(r.incomplete.size() - 1) + " more)"
+                           : std::string())) +
+           "\">" + escape_xml(detail) + "</failure></testcase>\n";
+  }
   if (r.unprofiled()) {
     std::string detail;
     for (const auto& p : r.not_profiled) detail += p + "\n";
@@ -667,28 +823,22 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
   return out;
 }
 
+// The HTML diff: both runs in report.html's own views, side by side, and the sites whose live
+// memory at the peak changed (html_report.cpp).
 std::string diff_html(const json& a, const json& b, const CheckResult& r) {
-  std::string out =
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
-      "'unsafe-inline'\"><title>vramtrace diff</title><style>body{font:14px system-ui,sans-serif;"
-      "margin:24px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px "
-      "8px;text-align:left}.bad{color:#b91c1c}</style></head><body><h1>vramtrace diff</h1><pre>";
-  out += html_escape(diff_text(a, b, r));
-  out += "</pre><table><tr><th>scope</th><th>A peak</th><th>B peak</th><th>site</th><th>A</th>"
-         "<th>B</th><th>change</th></tr>";
+  json changes = json::array();
   for (const auto& c : r.rows) {
+    json rows = json::array();
     for (const auto& s : c.changes)
-      out += "<tr><td>" + html_escape(c.scope) + "</td><td>" +
-             (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + "</td><td>" +
-             (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + "</td><td>" +
-             html_escape(s.site) + "</td><td>" +
-             human_bytes(static_cast<uint64_t>(s.baseline_bytes)) + "</td><td>" +
-             human_bytes(static_cast<uint64_t>(s.candidate_bytes)) + "</td><td class=\"" +
-             (s.diff() > 0 ? "bad" : "") + "\">" + signed_bytes(s.diff()) + "</td></tr>";
+      rows.push_back({{"site", s.site}, {"a", s.baseline_bytes}, {"b", s.candidate_bytes},
+                      {"a_count", s.baseline_count}, {"b_count", s.candidate_count}});
+    json row = {{"scope", c.scope}, {"device", c.device}, {"changes", rows}};
+    row["a_peak"] = c.baseline_peak ? json(*c.baseline_peak) : json(nullptr);
+    row["b_peak"] = c.candidate_peak ? json(*c.candidate_peak) : json(nullptr);
+    if (!c.note.empty()) row["note"] = c.note;
+    changes.push_back(row);
   }
-  out += "</table></body></html>\n";
-  return out;
+  return diff_to_html(a, b, changes);
 }
 
 }  // namespace vramtrace::report

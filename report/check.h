@@ -63,16 +63,35 @@ struct CheckResult {
   // The candidate's processes that vramtrace could not profile (unprofiled_processes()): their
   // device memory is unknown, so the candidate's peaks are lower bounds and it cannot pass.
   std::vector<std::string> not_profiled;
+  // Why the candidate is not a whole measurement of the baseline's command (incomplete_reasons()):
+  // it cannot pass either.
+  std::vector<std::string> incomplete;
   bool regression() const;
   bool unprofiled() const { return !not_profiled.empty(); }
+  bool is_incomplete() const { return !incomplete.empty(); }
 };
 
-// The exit code of the gate: 1 on a regression (certain even with processes not profiled: a
-// measured peak is a lower bound of the real one), else 3 when the candidate has a process that
-// was not profiled (its memory is unknown), else 0.
+// The exit code of the gate: 1 on a regression (certain even with processes not profiled or cut
+// short: a measured peak is a lower bound of the real one), else 3 when the candidate has a
+// process that was not profiled (its memory is unknown), else 4 when the candidate is an
+// incomplete measurement (incomplete_reasons()), else 0.
 inline constexpr int kExitRegression = 1;
 inline constexpr int kExitNotProfiled = 3;
+inline constexpr int kExitIncomplete = 4;
 int gate_exit_code(const CheckResult& r);
+
+// Why a candidate cannot stand for the baseline's command, each a sentence: it has no profiled
+// process (the command did not exist, used no CUDA, or its traces were unreadable); the baseline
+// has a device (among those checked) that the candidate has no measurement for; its command
+// differs from the baseline's (both recorded by `vramtrace run`); or it was cut short: the
+// command was killed by a signal or exited non-zero, a process did not exit cleanly, or a trace
+// was damaged. Reads only keys it checks the type of: any JSON object is safe here.
+// A device the candidate lacks is not a reason of its own when the candidate has a process that
+// was not profiled (`unprofiled`): that process may have used it, and says so already.
+std::vector<std::string> incomplete_reasons(const nlohmann::json& baseline,
+                                            const nlohmann::json& candidate,
+                                            const std::optional<uint32_t>& only_device,
+                                            bool unprofiled = false);
 
 // The processes of a report that vramtrace could not profile (processes[].profiled false; in a
 // report from before that key, a process with notices: only the library's giving up wrote one),
@@ -94,6 +113,10 @@ CheckResult compare(const nlohmann::json& baseline, const nlohmann::json& candid
 std::string check_text(const CheckResult& r);
 std::string check_markdown(const CheckResult& r);
 std::string check_junit(const CheckResult& r);
+// The CI files when there is nothing to compare (bad input, a command that failed before the
+// gate): they say why, and fail.
+std::string failure_markdown(const std::string& why);
+std::string failure_junit(const std::string& why);
 std::string diff_text(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
 std::string diff_html(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
 

@@ -11,6 +11,12 @@ namespace vramtrace::report {
 // can close the element or open a tag.
 std::string json_for_script(const nlohmann::json& report);
 
+// report.html: the page of one run, with a <noscript> summary (verdict, peaks, OOMs).
 std::string to_html(const nlohmann::json& report);
+
+// The page of `vramtrace diff --html`: runs A and B in the same views side by side, above the
+// sites whose live memory changed. `changes`: [{scope, a_peak, b_peak, changes: [{site, a, b}]}].
+std::string diff_to_html(const nlohmann::json& a, const nlohmann::json& b,
+                         const nlohmann::json& changes);
 
 }  // namespace vramtrace::report

@@ -1,5 +1,7 @@
 // Rendering the collector's model as report.json (see json_report.h).
 #include "report/json_report.h"
+#include "report/torch_json.h"
+#include "collector/diagnosis.h"
 
 #include <cxxabi.h>
 
@@ -54,6 +56,11 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.text = s.stack->site;
     s.library = s.stack->library;
   }
+  // A PyTorch block without frames: the module that made it and the user's line that ran
+  // the model, backward() or step() (the start-up hook's context).
+  if (s.text.empty() && a.space == 1)
+    if (const auto* tm = stacks.process().torch_memory.get())
+      if (const auto* b = tm->block(a.device, a.id, a.time_ns)) s.text = tm->describe(*b);
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);
@@ -187,7 +194,23 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
   const uint64_t request = o.allocator && o.allocator_request ? o.allocator_request
                                                               : o.requested_bytes;
   const uint64_t total = o.total_bytes.value_or(0);
-  const uint64_t free_b = o.free_bytes.value_or(0);
+  uint64_t free_b = o.free_bytes.value_or(0);
+  // Under a tighter limit than the card (PyTorch's per-process fraction) the device's free
+  // memory beyond the limit was never available to this process.
+  uint64_t limit = total;
+  if (oj.contains("limit")) {
+    limit = oj["limit"]["bytes"].get<uint64_t>();
+    free_b = std::min(free_b, limit > o.live_bytes ? limit - o.live_bytes : 0);
+    if (oj["limit"]["kind"] == "per_process_fraction" && o.live_bytes + request > limit)
+      add(0.95, "limit_reached",
+          "The process reached its limit, " + oj["limit"]["title"].get<std::string>() +
+              ": it held " + human_bytes(o.live_bytes) + " when it asked for " +
+              human_bytes(request) + " more",
+          {{"limit_bytes", limit}, {"live_bytes", o.live_bytes}, {"requested_bytes", request},
+           {"device_free_bytes", o.free_bytes.value_or(0)}},
+          "Use less memory at the peak (the remedies below say how much each saves), or raise "
+          "the fraction (torch.cuda.set_per_process_memory_fraction).");
+  }
   if (total && request > total)
     add(1.0, "request_too_large",
         "The request alone (" + human_bytes(request) + ") is larger than the GPU (" +
@@ -261,7 +284,8 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
         "Memory is kept across iterations: keep Python numbers rather than tensors "
         "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
   }
-  if (total && (o.live_bytes + request) * 10 > total * 8) {
+  if (limit && (o.live_bytes + request) * 10 > limit * 8 &&
+      !(oj.contains("limit") && oj["limit"]["kind"] == "per_process_fraction")) {
     json sites = json::array();
     for (size_t i = 0; i < oj["live_by_site"].size() && i < 3; ++i)
       sites.push_back({{"site", oj["live_by_site"][i]["site"]},
@@ -269,9 +293,9 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
     std::string lead = sites.empty() ? "" : ", led by " + sites[0]["site"].get<std::string>();
     add(0.6, "near_capacity",
         "This process held " + human_bytes(o.live_bytes) + " (" +
-            std::to_string(o.live_bytes * 100 / total) + "% of the GPU) when it asked for " +
+            std::to_string(o.live_bytes * 100 / limit) + "% of its limit) when it asked for " +
             human_bytes(request) + lead,
-        {{"live_bytes", o.live_bytes}, {"total_bytes", total}, {"requested_bytes", request},
+        {{"live_bytes", o.live_bytes}, {"limit_bytes", limit}, {"requested_bytes", request},
          {"top_sites", sites}},
         "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
         "accumulation), or mixed precision (bf16/fp16).");
@@ -629,6 +653,7 @@ json to_json(const Run& run, const RunInfo& info) {
   json processes = json::array();
   json ooms = json::array();
   json leaks = json::array();
+  json live_at_death = json::array();
   json growth = json::array();
   json retained = json::array();
   std::map<std::pair<std::string, uint32_t>, uint64_t> final_by_device;
@@ -738,6 +763,7 @@ json to_json(const Run& run, const RunInfo& info) {
       } else {
         dj["launches"] = {{"recorded", false}};
       }
+      add_torch_device(dj, p, d, stacks, origin);
       devices.push_back(dj);
       auto key = std::make_pair(p.host, index);
       final_by_device[key] += d.memory.live_bytes();
@@ -756,9 +782,19 @@ json to_json(const Run& run, const RunInfo& info) {
         else
           suspects.push_back(a);
       }
+      uint64_t model_state = 0;  // named parameters, buffers, gradients, optimizer state
       for (auto& [id, pool] : p.user_pools) {
         if (pool.device != index) continue;
-        for (auto& [addr, b] : pool.view.blocks()) suspects.push_back(b);
+        for (auto& [addr, b] : pool.view.blocks()) {
+          // A model still referenced at exit (a global) is the model, not a leak.
+          const auto* info = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
+                                            : nullptr;
+          if (info && info->label >= 0) {
+            model_state += b.bytes;
+            continue;
+          }
+          suspects.push_back(b);
+        }
         auto st = pool.view.state();
         if (st.free_bytes())
           retained.push_back({{"pid", p.pid},
@@ -771,11 +807,18 @@ json to_json(const Run& run, const RunInfo& info) {
                               {"note", "reserved by the allocator and free at exit: cached, not "
                                        "leaked (its blocks still in use are in leaks)"}});
       }
+      // A process that died (a signal, an exception that reached the top, a fatal OOM) did
+      // not free what it held: that is what was live when it died, not a leak. One still
+      // running when the launcher stopped waiting is neither: it is not counted at all.
+      bool died = !p.clean_exit;
+      if (p.torch_memory && p.torch_memory->context().exception) died = true;
+      for (const auto& o : p.ooms) died = died || o.fatal;
+      if (model_state) devices.back()["model_state_at_exit_bytes"] = model_state;
       if (!still_running)
         for (json& g : by_site(suspects, stacks)) {
           g["device"] = index;
           g["pid"] = p.pid;
-          leaks.push_back(g);
+          (died ? live_at_death : leaks).push_back(g);
         }
       // Growth, seen at three moments: the end, the in-use peak of the driver's allocations
       // and that of the pools' blocks (a program that frees what it kept only at its end still
@@ -931,6 +974,19 @@ json to_json(const Run& run, const RunInfo& info) {
       if (o.recovered) oj["recovered"] = true;
       json growth_then = growth_by_site(o.survivors, p, stacks, o.time_ns, origin);
       if (!growth_then.empty()) oj["growth"] = growth_then;
+      add_torch_oom(oj, p, o, stacks);
+      {
+        // Headroom against the effective limit (PyTorch's per-process fraction, what other
+        // processes left): the device's free memory beyond it was never this process's.
+        std::optional<uint64_t> others;
+        if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
+        uint64_t card = o.total_bytes.value_or(0);
+        if (!card && p.devices.count(o.device)) card = p.devices.at(o.device).total_bytes;
+        auto lim = collector::effective_limit(card, p.torch_memory.get(),
+                                              o.device, others);
+        if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
+                                                 {"title", lim.title}};
+      }
       oj["findings"] = oom_findings(o, oj, growth_then, torch_pool);
       pooms.push_back(oj);
       ooms.push_back(oj);
@@ -1031,8 +1087,14 @@ json to_json(const Run& run, const RunInfo& info) {
     return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
   });
   report["leaks"] = leaks;
+  std::stable_sort(live_at_death.begin(), live_at_death.end(), [](const json& a, const json& b) {
+    return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
+  });
+  report["live_at_death"] = live_at_death;
   report["growth"] = growth;
   report["retained"] = retained;
+  lift_single_process(report);
+  report["diagnosis"] = diagnosis_json(report, run);
   return report;
 }
 
@@ -1088,7 +1150,18 @@ std::string summary_text(const json& r) {
                   printable(d["name"].get<std::string>()).substr(0, 300).c_str(),
                   human_bytes(peak).c_str());
     out += line;
-    if (total) {
+    // Against the effective limit when the run had a tighter one than the card.
+    const json* lim = nullptr;
+    if (r.contains("diagnosis") && r["diagnosis"].contains("limit") &&
+        r["diagnosis"]["device"] == d["index"] && r["diagnosis"]["limit"]["kind"] != "device")
+      lim = &r["diagnosis"]["limit"];
+    if (lim) {
+      const uint64_t lb = (*lim)["bytes"].get<uint64_t>();
+      std::snprintf(line, sizeof line, " of its %s limit (%.1f%%; %s)", human_bytes(lb).c_str(),
+                    lb ? 100.0 * static_cast<double>(peak) / static_cast<double>(lb) : 0.0,
+                    (*lim)["title"].get<std::string>().c_str());
+      out += line;
+    } else if (total) {
       std::snprintf(line, sizeof line, " of %s (%.1f%%)", human_bytes(total).c_str(),
                     100.0 * static_cast<double>(peak) / static_cast<double>(total));
       out += line;
@@ -1096,8 +1169,28 @@ std::string summary_text(const json& r) {
     std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end\n", at_s,
                   human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str());
     out += line;
+    if (d.contains("categories")) {
+      // What the memory was at the peak, largest first.
+      std::vector<std::pair<uint64_t, std::string>> cats;
+      for (auto& [k, v] : d["categories"]["at_peak"].items())
+        if (v.get<uint64_t>()) cats.push_back({v.get<uint64_t>(), d["categories"]["titles"].value(k, k)});
+      std::sort(cats.rbegin(), cats.rend());
+      std::string text = "vramtrace:   at the peak:";
+      for (size_t i = 0; i < cats.size() && i < 5; ++i)
+        text += (i ? ", " : " ") + cats[i].second + " " + human_bytes(cats[i].first);
+      out += text + "\n";
+    }
   }
+  // With a fatal OOM known, the failures the job survived are counted on one line and the
+  // fatal one gets the diagnosis: where, why, and what to do.
+  bool any_fatal = false;
+  uint64_t survived = 0;
+  for (const auto& o : r["oom"]) any_fatal = any_fatal || o.value("fatal", false);
   for (const auto& o : r["oom"]) {
+    if (any_fatal && !o.value("fatal", false)) {
+      ++survived;
+      continue;
+    }
     std::snprintf(line, sizeof line,
                   "vramtrace: OUT OF MEMORY on device %u: %s requested with %s live (pid %llu)\n",
                   o["device"].get<unsigned>(),
@@ -1114,9 +1207,33 @@ std::string summary_text(const json& r) {
       continue;
     }
     out += line;
+    if (o.contains("phase")) {
+      std::string where = "vramtrace:   when: " + o["phase"].get<std::string>();
+      if (o.contains("module")) where += " of " + o["module"].get<std::string>();
+      if (o.contains("iteration") && o["iteration"].get<int64_t>() >= 0)
+        where += ", iteration " + std::to_string(o["iteration"].get<int64_t>());
+      if (o.contains("python_site")) where += ", at " + o["python_site"].get<std::string>();
+      out += where + "\n";
+    }
     if (o.contains("findings") && !o["findings"].empty())
       out += "vramtrace:   likely cause: " + printable(o["findings"][0]["title"].get<std::string>()) +
              "\n";
+  }
+  if (survived) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu other allocation failure(s) were survived (a library's "
+                  "workspace attempt that fell back, a caught error): see report.json oom[]\n",
+                  static_cast<unsigned long long>(survived));
+    out += line;
+  }
+  if (r.contains("diagnosis") && r["diagnosis"].contains("remedies")) {
+    const json& dg = r["diagnosis"];
+    size_t n = 0;
+    for (const auto& m : dg["remedies"]) {
+      if (n++ == 3) break;
+      out += "vramtrace:   remedy: " + m["title"].get<std::string>() + ": saves " +
+             human_bytes(m["saves_bytes"].get<uint64_t>()) + " (" + m["how"].get<std::string>() + ")\n";
+    }
   }
   if (r.contains("worst_rank")) {
     const json& w = r["worst_rank"];
@@ -1135,6 +1252,12 @@ std::string summary_text(const json& r) {
     leak_bytes += l["bytes"].get<uint64_t>();
     leak_count += l["count"].get<uint64_t>();
   }
+  uint64_t dead_bytes = 0;
+  if (r.contains("live_at_death"))
+    for (const auto& l : r["live_at_death"]) dead_bytes += l["bytes"].get<uint64_t>();
+  if (dead_bytes)
+    out += "vramtrace: " + human_bytes(dead_bytes) +
+           " was live when the process died (not counted as leaks)\n";
   if (leak_count) {
     std::snprintf(line, sizeof line,
                   "vramtrace: %llu allocation(s), %s, still live at exit (leak suspects)\n",

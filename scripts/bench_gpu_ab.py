@@ -34,7 +34,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pin", default="")
     ap.add_argument("--only", default="")
-    ap.add_argument("--workload", default="launch_bound_ab", choices=["launch_bound_ab", "alloc_cached_ab"],
+    ap.add_argument("--workload", default="launch_bound_ab", choices=["launch_bound_ab", "alloc_cached_ab", "gpu_bound_ab"],
                     help="alloc_cached_ab: 2,000 tensors a step from PyTorch's cache (cost per tensor)")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +54,11 @@ def main():
                                 "--"] + bench,
                                {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_callbacks"}),
         "history": (bench, {"VT_AB": "history"}),
+        # The start-up hook's context (module, autograd and optimizer hooks: the categories).
+        "context": (bench, {"VT_AB": "context"}),
+        # PyTorch's own tool as its docs start it (context and stacks "all"): the peer.
+        "peer": (bench, {"VT_AB": "history", "VT_AB_CONTEXT": "all", "VT_AB_STACKS": "all",
+                         "VT_AB_MAX_ENTRIES": "100000"}),
         # Cheaper settings the default could take, if they keep what the report needs:
         "history-20k": (bench, {"VT_AB": "history", "VT_AB_MAX_ENTRIES": "20000"}),
         "history-state": (bench, {"VT_AB": "history", "VT_AB_ENABLED": "state"}),
@@ -77,7 +82,7 @@ def main():
                   f"off {r['seconds_per_step_off'] * 1e3:8.3f} ms  paired x{r['paired_ratio']:.4f}  "
                   f"allocations per step {r['allocations_per_step']:.0f}", flush=True)
     unit = "per launch" if a.workload == "launch_bound_ab" else "per alloc+free"
-    per_step = LAUNCHES_PER_STEP if a.workload == "launch_bound_ab" else 2000
+    per_step = {"launch_bound_ab": LAUNCHES_PER_STEP, "alloc_cached_ab": 2000}.get(a.workload, 1)
     print(f"\n{a.workload}:")
     print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | added per step | {unit} |")
     print("|---|---|---|---|---|---|---|")

@@ -25,9 +25,9 @@ SECONDS_EACH=${1:-60}
 JOBS=${JOBS:-$(nproc)}
 CC=${FUZZ_CC:-clang-14}
 CXX=${FUZZ_CXX:-clang++-14}
-TARGETS=(trace_reader report_json)
+TARGETS=(trace_reader report_json shared_recovery torch_trace)
 # --ci: runs per target (fixed, so that every CI run does the same amount of work) and the seed.
-declare -A CI_RUNS=([trace_reader]=3000 [report_json]=10000)
+declare -A CI_RUNS=([trace_reader]=3000 [report_json]=10000 [shared_recovery]=3000 [torch_trace]=3000)
 CI_SEED=20261202
 CI_CAP_S=60
 
@@ -38,7 +38,8 @@ fi
 [[ -d report/web/node_modules ]] || (cd report/web && npm ci)
 CC=$CC CXX=$CXX cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVRAMTRACE_BUILD_TESTS=OFF -DVRAMTRACE_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$JOBS" --target vt_fuzz_trace_reader vt_fuzz_report_json >/dev/null
+cmake --build build-fuzz -j"$JOBS" --target vt_fuzz_trace_reader vt_fuzz_report_json \
+  vt_fuzz_shared_recovery vt_fuzz_torch_trace >/dev/null
 
 dict_of() {
   [[ -f tests/fuzz/$1.dict ]] && echo "-dict=tests/fuzz/$1.dict"

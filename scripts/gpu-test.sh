@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
   echo "gpu-test: no GPU visible (nvidia-smi failed)" >&2; exit 2; }
 "$NVCC" --version | tail -1
 
-for p in basic oom apis crash threads forker workers rank_alloc share_gpu two_devices; do
+for p in basic oom oom_death apis crash threads forker workers rank_alloc share_gpu two_devices; do
   extra=""
   [[ $p == apis ]] && extra="-lcuda"
   "$NVCC" -O2 -arch="$ARCH" -I"$ROOT/tests/programs" -o "$OUT_DIR/bin/$p-static" \

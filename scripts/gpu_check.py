@@ -173,6 +173,31 @@ def main():
             else:
                 check(s, "report written", True, False)
 
+        # An OOM, then at once a death: the OOM and the 48 MiB before it must be in the report,
+        # under the launcher (the collector reads the buffers it shares with the process) and in
+        # LD_PRELOAD file mode with a flush period of 60 s (only the flush at the failure).
+        deaths = (("abort", -signal.SIGABRT), ("segv", -signal.SIGSEGV),
+                  ("throw", -signal.SIGABRT), ("exit", 3), ("kill", -signal.SIGKILL))
+        for how, want in deaths:
+            s = f"oom, {how} ({kind} cudart)"
+            argv = [b("oom_death"), how, str(request_mib)]
+            p, r, d = vrun(f"oom-death-{how}-{kind}", argv)
+            check(s, "exit status passed through", want, p.returncode)
+            d = os.path.join(out, f"preload-oom-death-{how}-{kind}")
+            subprocess.run(["rm", "-rf", d])
+            os.makedirs(d)
+            pp, _ = run(argv, env={"LD_PRELOAD": lib, "VRAMTRACE_FLUSH_MS": "60000"}, cwd=d)
+            check(s + " preload", "exit status unchanged", want, pp.returncode)
+            run([vt, "report", d, "-o", d])
+            rp = os.path.join(d, "report.json")
+            for mode, rep in (("run", r), ("preload", load(rp) if os.path.exists(rp) else None)):
+                got = None
+                if rep and rep["oom"] and rep["devices"]:
+                    got = (rep["oom"][0]["requested_bytes"], rep["oom"][0]["live_bytes"],
+                           rep["devices"][0]["peak"]["bytes"])
+                check(f"{s} {mode}", "OOM request / live / peak",
+                      (request_mib * MiB, 48 * MiB, 48 * MiB), got)
+
         s = f"threads ({kind} cudart)"
         p, r, d = vrun(f"threads-{kind}", [b("threads")])
         if r:

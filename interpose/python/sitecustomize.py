@@ -5,10 +5,22 @@
 # out-of-memory (PyTorch's OOM observer), for the collector to merge with the driver's view
 # (collector/torch_trace.h gives the format). Off with `vramtrace run --torch=off`.
 #
+# It also records what the memory is, at a cost per module call and per optimizer step, never
+# per tensor: PyTorch's global module forward hooks (which module was running, its qualified
+# name), the backward pass (torch.autograd.backward, wrapped) and the optimizer's step hooks
+# (phases and iterations), the storages of parameters, buffers, gradients and optimizer state
+# by name (their data pointers, at each step and at each OOM), the user's line that called the
+# model, backward() and step(), PyTorch's per-process memory fraction, and the exception that
+# ended the program. The collector turns these into categories (collector/torch_context.h).
+#
 # It must never change what the program does: every failure is one line on stderr, and any
 # sitecustomize the environment had is still run after this one.
 import os
 import sys
+
+# Mark kinds of the K records (kept in step with collector/torch_trace.h).
+(_MOD, _MOD_END, _FWD, _FWD_EVAL, _FWD_END, _BWD, _BWD_END, _STEP, _STEP_END, _SITE, _OOM,
+ _FWD_EVAL_GRAD) = range(12)
 
 
 def _vramtrace_setup():
@@ -30,15 +42,18 @@ def _vramtrace_setup():
     def clean(text):
         return str(text).replace("\t", " ").replace("\n", " ").replace("\r", " ")
 
+    ctx = {}
+
     def dump(torch, realtime_ns, monotonic_ns):
         snap = torch.cuda.memory._snapshot()
+        context = ctx.get("context")
         path = os.path.join(out_dir, "vramtrace.%d.torch" % os.getpid())
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         frames = {}
         count = 0
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-            f.write("vramtrace.torch/1\t%d\t%d\t%d\t%s\n"
+            f.write("vramtrace.torch/2\t%d\t%d\t%d\t%s\n"
                     % (os.getpid(), realtime_ns, monotonic_ns, clean(torch.__version__)))
             for device, trace in enumerate(snap.get("device_traces", [])):
                 if len(trace) >= max_entries:
@@ -75,6 +90,10 @@ def _vramtrace_setup():
                         out.clear()
                 f.write("".join(out))
                 count += len(trace)
+                if context is not None and trace:
+                    context.write_limit(f, device)
+            if context is not None:
+                context.write(f)
             f.write("END\t%d\n" % count)
         os.replace(tmp, path)
 
@@ -104,44 +123,392 @@ def _vramtrace_setup():
                 if not state["done"]:
                     say("cannot write the PyTorch allocator trace (%s): %s" % (why, str(ex)[:200]))
 
+        if os.environ.get("VRAMTRACE_TORCH_CONTEXT", "on") != "off":
+            try:
+                ctx["context"] = _Context(torch, clean)
+            except Exception as ex:
+                say("PyTorch memory categories off: %s" % str(ex)[:200])
+
         def on_oom(device, alloc, device_allocated, device_free):
+            context = ctx.get("context")
+            if context is not None:
+                context.on_oom()
             write("at an OOM")
 
         try:
             torch._C._cuda_attach_out_of_memory_observer(on_oom)
         except Exception:
             pass
-        atexit.register(lambda: (write("at exit"), state.__setitem__("done", True)))
+        def at_exit():
+            context = ctx.get("context")
+            if context is not None:
+                context.at_exit()
+            write("at exit")
+            state["done"] = True
 
-    class TorchImportHook(importlib.abc.MetaPathFinder):
-        # Fires once, for `import torch`: wraps its loader so that attach() runs right after
-        # torch's own module code (CUDA need not be initialised: the trace waits for it).
-        def find_spec(self, name, path=None, target=None):
-            if name != "torch":
-                return None
+        atexit.register(at_exit)
+
+    def attach_jax(jax):
+        # XLA's own allocator takes a pool at start (75 % of the GPU by default) and serves
+        # every array from it: the driver sees one allocation. What the pool held, its peak and
+        # its limit come from the devices' memory_stats() at exit, read before JAX's own exit
+        # handler (registered while jax was imported, so after this one) tears the backend
+        # down, and only if the program started one: reading them must not start one.
+        import atexit
+        import time
+        realtime_ns, monotonic_ns = time.time_ns(), time.monotonic_ns()
+
+        def at_exit():
             try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-            spec = importlib.util.find_spec("torch")
+                from jax._src import xla_bridge
+                if not getattr(xla_bridge, "_backends", None):
+                    return
+                lines = []
+                for d in jax.local_devices():
+                    if d.platform != "gpu":
+                        continue
+                    st = d.memory_stats() or {}
+                    lines.append("J\t%d\t%d\t%d\t%d\t%d\t%d\n" % (
+                        getattr(d, "local_hardware_id", None) or 0, st.get("bytes_in_use", 0),
+                        st.get("peak_bytes_in_use", 0), st.get("bytes_limit", 0),
+                        st.get("bytes_reserved", 0), st.get("largest_alloc_size", 0)))
+                if not lines:
+                    return
+                exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+                if exc is not None:
+                    lines.append(_exception_line(exc, clean, time.time_ns()))
+                path = os.path.join(out_dir, "vramtrace.%d.jax" % os.getpid())
+                fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                             0o600)
+                with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+                    f.write("vramtrace.torch/2\t%d\t%d\t%d\tjax %s\n" % (
+                        os.getpid(), realtime_ns, monotonic_ns, clean(jax.__version__)))
+                    f.write("".join(lines))
+                    f.write("END\t0\n")
+                os.replace(path + ".tmp", path)
+            except Exception as ex:
+                say("cannot write XLA's memory statistics: %s" % str(ex)[:200])
+
+        atexit.register(at_exit)
+
+    attachers = {"torch": attach, "jax": attach_jax}
+
+    class ImportHook(importlib.abc.MetaPathFinder):
+        # Fires once per framework, at `import torch` / `import jax`: wraps its loader so that
+        # the attacher runs right after the framework's own module code (CUDA need not be
+        # initialised: the trace waits for it).
+        def find_spec(self, name, path=None, target=None):
+            if name not in attachers or name in done:
+                return None
+            done.add(name)
+            if len(done) == len(attachers):
+                try:
+                    sys.meta_path.remove(self)
+                except ValueError:
+                    pass
+            spec = importlib.util.find_spec(name)
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
             run_module = spec.loader.exec_module
+            attacher = attachers[name]
 
             def exec_module(module):
                 run_module(module)
                 try:
-                    attach(module)
+                    attacher(module)
                 except Exception as ex:
-                    say("PyTorch allocator trace off: %s" % str(ex)[:200])
+                    say("%s memory figures off: %s" % (name, str(ex)[:200]))
 
             spec.loader.exec_module = exec_module
             return spec
 
-    if "torch" in sys.modules:
-        attach(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, TorchImportHook())
+    done = set()
+    for name, attacher in attachers.items():
+        if name in sys.modules:
+            done.add(name)
+            attacher(sys.modules[name])
+    if len(done) < len(attachers):
+        sys.meta_path.insert(0, ImportHook())
+
+
+def _exception_line(exc, clean, now_ns):
+    """The X record of the exception that reached the top: type, message, frames."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)[-32:]
+    where = "|".join("%s:%d:%s" % (clean(fr.filename).replace("|", "/"), fr.lineno or 0,
+                                   clean(fr.name).replace("|", "/"))
+                     for fr in reversed(frames))
+    return "X\t%d\t%s\t%s\t%s\n" % (
+        now_ns, clean(type(exc).__module__ + "." + type(exc).__qualname__),
+        clean(str(exc))[:1000], where)
+
+
+class _Context:
+    """What the memory is: module calls, phases, iterations and named storages, kept in two
+    arrays (12 bytes a mark) and a few dictionaries; written by write() into the trace file."""
+
+    MAX_MARKS = 4_000_000  # the oldest half is dropped past this: long runs stay bounded
+
+    def __init__(self, torch, clean):
+        import array
+        import threading
+        import time
+        import weakref
+        self.torch, self.clean, self.weakref = torch, clean, weakref
+        self.now = time.time_ns
+        self.main = threading.main_thread().ident
+        self.get_ident = threading.get_ident
+        self.times, self.codes = array.array("q"), array.array("q")
+        self.dropped_marks = 0
+        self.modules = {}        # id(module) -> (mid, weakref)
+        self.module_lines = []   # "M" lines
+        self.sites = {}          # (file, line, function) -> sid
+        self.site_lines = []
+        self.stack = []
+        self.in_backward = 0
+        self.roots = []          # (weakref(root), [(name, param)], [(name, buffer)])
+        self.param_names = {}    # id(param) -> name
+        self.optimizers = []     # weakrefs, first seen first
+        self.labels = []         # "L" lines: parameters, buffers, optimizer state
+        self.grad_labels = []    # "L" lines of gradients (bounded: made anew each step)
+        self.labelled = {}       # storage pointer -> (kind, name, bytes)
+        self.exception = None
+        torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        here = os.path.abspath(__file__)
+        self.skip = (torch_dir, here, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
+                     os.path.dirname(os.__file__) + os.sep + "functools.py")
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self.nn_module, self.optim = nn_module, optim
+        self.handles = []
+        import functools
+        autograd = torch.autograd
+        backward = autograd.backward
+        ctx = self
+
+        @functools.wraps(backward)
+        def traced_backward(*args, **kwargs):
+            if ctx.get_ident() != ctx.main:
+                return backward(*args, **kwargs)
+            ctx.mark(_SITE, ctx.site())
+            ctx.mark(_BWD, 0)
+            ctx.in_backward += 1
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                ctx.in_backward -= 1
+                ctx.mark(_BWD_END, 0)
+
+        self.backward, self.traced_backward = backward, traced_backward
+        self.set_enabled(True)
+
+    def set_enabled(self, on):
+        """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
+        module calls take their fast path again (the benchmark switches this)."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        if on:
+            self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre),
+                            self.nn_module.register_module_forward_hook(self.post),
+                            self.optim.register_optimizer_step_pre_hook(self.step_pre),
+                            self.optim.register_optimizer_step_post_hook(self.step_post)]
+        self.torch.autograd.backward = self.traced_backward if on else self.backward
+
+    def mark(self, kind, ident):
+        self.times.append(self.now())
+        self.codes.append(kind | (ident << 4))
+        if len(self.times) > self.MAX_MARKS:
+            half = self.MAX_MARKS // 2
+            del self.times[:half]
+            del self.codes[:half]
+            self.dropped_marks += half
+
+    def site(self):
+        """The innermost frame of the user's code (not torch's, not the interpreter's)."""
+        f = sys._getframe(2)
+        skip = self.skip
+        while f is not None and f.f_code.co_filename.startswith(skip):
+            f = f.f_back
+        if f is None:
+            return 0
+        key = (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        sid = self.sites.get(key)
+        if sid is None:
+            sid = self.sites[key] = len(self.sites) + 1
+            self.site_lines.append("S\t%d\t%s\t%d\t%s\n" % (sid, self.clean(key[0]), key[1],
+                                                             self.clean(key[2])))
+        return sid
+
+    def module_id(self, module):
+        entry = self.modules.get(id(module))
+        if entry is not None and entry[1]() is module:
+            return entry[0]
+        # A module called for the first time: a root (called from outside any module) names
+        # its whole tree; one called inside another is named under the caller.
+        if self.stack:
+            parent = self.stack[-1][1]
+            return self.add_module(module, parent + "." + type(module).__name__)
+        root_prefix = "" if not any(r[1] for r in self.roots) else type(module).__name__ + "."
+        named = list(module.named_modules())
+        for name, m in named:
+            if id(m) not in self.modules or self.modules[id(m)][1]() is not m:
+                self.add_module(m, (root_prefix + name) if name else type(module).__name__)
+        params = [(root_prefix + n, p) for n, p in module.named_parameters()]
+        buffers = [(root_prefix + n, b) for n, b in module.named_buffers()]
+        for n, p in params:
+            self.param_names[id(p)] = n
+        self.roots.append((self.weakref.ref(module), params, buffers))
+        self.label_root(params, buffers)
+        return self.modules[id(module)][0]
+
+    def add_module(self, module, name):
+        mid = len(self.module_lines) + 1
+        self.modules[id(module)] = (mid, self.weakref.ref(module))
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        self.module_lines.append("M\t%d\t%s\t%s\t%s\t%d\n" % (
+            mid, self.clean(name), self.clean(type(module).__name__),
+            self.clean(code.co_filename if code else ""), code.co_firstlineno if code else 0))
+        return mid
+
+    def pre(self, module, args):
+        if self.get_ident() != self.main or self.compiling():
+            return None
+        mid = self.module_id(module)
+        if not self.stack and not self.in_backward:
+            self.mark(_SITE, self.site())
+            # Evaluation: a model in eval() or under no_grad; with grad on, what it keeps past
+            # the forward is a graph kept alive (activations), not outputs.
+            grad = self.torch.is_grad_enabled()
+            kind = _FWD if module.training and grad else _FWD_EVAL_GRAD if grad else _FWD_EVAL
+            # The top bit of the id: autocast (mixed precision) was on for this forward.
+            autocast = self.torch.is_autocast_enabled()
+            self.mark(kind, mid | (1 << 31) if autocast else mid)
+        else:
+            self.mark(_MOD, mid)
+        self.stack.append((mid, module))
+        return None
+
+    def post(self, module, args, output):
+        if self.get_ident() != self.main or self.compiling() or not self.stack:
+            return None
+        # A module that raised never reaches its post hook: unwind to the one returning now.
+        while self.stack and self.stack[-1][1] is not module:
+            self.stack.pop()
+        if self.stack:
+            mid, _ = self.stack.pop()
+            self.mark(_FWD_END if not self.stack and not self.in_backward else _MOD_END, mid)
+        return None
+
+    def step_pre(self, optimizer, args, kwargs):
+        if self.get_ident() != self.main:
+            return
+        if not any(w() is optimizer for w in self.optimizers):
+            self.optimizers.append(self.weakref.ref(optimizer))
+        first = self.optimizers[0]() is optimizer
+        self.mark(_SITE, self.site())
+        self.mark(_STEP, 1 if first else 0)
+
+    def step_post(self, optimizer, args, kwargs):
+        if self.get_ident() != self.main:
+            return
+        first = bool(self.optimizers) and self.optimizers[0]() is optimizer
+        self.mark(_STEP_END, 1 if first else 0)
+        self.label_all()
+
+    def label(self, t, kind, name):
+        try:
+            if t is None or not t.is_cuda:
+                return
+            s = t.untyped_storage()
+            ptr, nbytes = s.data_ptr(), s.nbytes()
+        except Exception:
+            return
+        if not ptr:
+            return
+        # Gradients are labelled at every step (set_to_none frees them and the next backward
+        # makes new ones, often at the same address); the rest once per storage.
+        key = (kind, name, nbytes)
+        if kind != "grad":
+            if self.labelled.get(ptr) == key:
+                return
+            self.labelled[ptr] = key
+        lines = self.labels
+        if kind == "grad":
+            lines = self.grad_labels
+            if len(lines) >= self.MAX_MARKS // 4:
+                del lines[:len(lines) // 2]
+        # Formatted when written: a step labels every gradient, so this stays a tuple append.
+        lines.append((self.now(), t.device.index or 0, ptr, nbytes, kind, name, t.shape, t.dtype))
+
+    def label_root(self, params, buffers):
+        for n, p in params:
+            self.label(p, "param", n)
+            self.label(p.grad, "grad", n + ".grad")
+        for n, b in buffers:
+            self.label(b, "buffer", n)
+
+    def label_all(self):
+        for ref, params, buffers in self.roots:
+            if ref() is not None:
+                self.label_root(params, buffers)
+        for ref in self.optimizers:
+            opt = ref()
+            if opt is None:
+                continue
+            for gi, group in enumerate(opt.param_groups):
+                for pi, p in enumerate(group.get("params", ())):
+                    name = self.param_names.get(id(p))
+                    if name is None:
+                        name = self.param_names[id(p)] = "param_groups[%d][%d]" % (gi, pi)
+                        self.label(p, "param", name)
+                    self.label(p.grad, "grad", name + ".grad")
+                    state = opt.state.get(p)
+                    if state:
+                        for k, v in state.items():
+                            if isinstance(v, self.torch.Tensor):
+                                self.label(v, "state", "%s.%s" % (name, k))
+
+    def on_oom(self):
+        self.mark(_OOM, 0)
+        self.label_all()
+
+    def at_exit(self):
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if exc is None:
+            return
+        self.exception = _exception_line(exc, self.clean, self.now())
+
+    def write_limit(self, f, device):
+        try:
+            cuda = self.torch.cuda
+            fraction = cuda.get_per_process_memory_fraction(device)
+            total = cuda.get_device_properties(device).total_memory
+            f.write("Q\t%d\t%.17g\t%d\n" % (device, fraction, total))
+        except Exception:
+            pass
+
+    def write(self, f):
+        f.write("".join(self.module_lines))
+        f.write("".join(self.site_lines))
+        clean = self.clean
+        for lines in (self.labels, self.grad_labels):
+            f.write("".join("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
+                t, dev, ptr, nbytes, kind, clean(name), "x".join(str(d) for d in shape),
+                str(dtype).replace("torch.", "")) for t, dev, ptr, nbytes, kind, name, shape, dtype
+                in lines))
+        if self.dropped_marks:
+            f.write("D\t%d\n" % self.dropped_marks)
+        out = []
+        for t, c in zip(self.times, self.codes):
+            out.append("K\t%d\t%d\t%d\n" % (t, c & 15, c >> 4))
+            if len(out) >= 8192:
+                f.write("".join(out))
+                out.clear()
+        f.write("".join(out))
+        if self.exception:
+            f.write(self.exception)
 
 
 def _vramtrace_chain():

@@ -1,59 +1,161 @@
 // The behaviour of report.html (embedded at build time, runs offline). It reads the report's
-// JSON from the page and builds every view from it. Strings from the traced program (kernel
-// names, paths, the command line) are only ever set as textContent, never parsed as HTML.
+// JSON from the page and builds every view from it: first what happened, why and what to try,
+// then memory over time, then what was live at the peak and at each out-of-memory error. The
+// same views render two runs side by side for `vramtrace diff --html`. Strings from the traced
+// program (kernel names, paths, the command line) are only ever set as textContent or as
+// attribute values, never parsed as HTML.
 (function () {
   "use strict";
-  const R = JSON.parse(document.getElementById("vt-data").textContent);
+  const DATA = JSON.parse(document.getElementById("vt-data").textContent);
   const $ = (tag, attrs, ...kids) => {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null) continue;
       if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
       else e.setAttribute(k, v);
     }
     for (const k of kids) if (k != null) e.append(k);
     return e;
   };
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const known = (v) => v != null && !(typeof v === "number" && !Number.isFinite(v));
+
+  // ---- units --------------------------------------------------------------------------------
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   const bytes = (b) => {
-    if (b == null) return "–";
-    let v = Number(b), u = 0;
-    while (v >= 1024 && u < 4) { v /= 1024; u++; }
-    return u === 0 ? `${v} B` : `${v.toFixed(2)} ${units[u]}`;
+    if (!known(b)) return "unknown";
+    let v = Math.abs(Number(b)), u = 0;
+    while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+    const s = u === 0 ? `${v} B` : `${v.toFixed(2)} ${units[u]}`;
+    return b < 0 ? "−" + s : s;
   };
-  // Times adapt to their size: 850 µs, 12.5 ms, 3.250 s.
+  // Axis ticks: whole binary units where they are whole (512 MiB, 1 GiB, 1.5 GiB).
+  const tickBytes = (b) => {
+    if (!b) return "0";
+    let v = b, u = 0;
+    while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+    return `${Number.isInteger(v) ? v : +v.toFixed(2)} ${units[u]}`;
+  };
+  // Times since the start of the run, adapted to their size: 850 µs, 12.5 ms, 3.250 s.
   const secs = (ns) => {
-    if (ns == null) return "–";
+    if (!known(ns)) return "unknown";
     const s = ns / 1e9;
+    if (Math.abs(s) >= 60) return `${Math.floor(s / 60)} min ${(s % 60).toFixed(1)} s`;
     if (Math.abs(s) >= 1) return `${s.toFixed(3)} s`;
     if (Math.abs(s) >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
+    if (s === 0) return "0 s";
     return `${(s * 1e6).toFixed(1)} µs`;
   };
-  // A stack as a list of frames, innermost first; every string goes in as textContent.
-  const frameText = (f) => {
-    const where = f.file ? ` (${f.file}:${f.line})` : "";
-    if (f.function) return f.function + where + (f.python ? "  [python]" : "");
-    const mod = (f.module || "??").split("/").pop();
-    return `${mod}+${f.offset || "0x0"}`;
+  // Axis ticks of time: no trailing zeros (100 ms, 1.2 s).
+  const tickSecs = (s) => {
+    if (s === 0) return "0";
+    if (Math.abs(s) >= 1) return `${+s.toFixed(3)} s`;
+    if (Math.abs(s) >= 1e-3) return `${+(s * 1e3).toFixed(3)} ms`;
+    return `${+(s * 1e6).toFixed(2)} µs`;
   };
-  const stackView = (a) => {
-    const d = $("details", { class: "stack" });
-    d.append($("summary", { text: `${bytes(a.bytes)}${a.count ? ` in ${a.count}` : ""} — ${a.site || "?"}${a.library ? "  [" + a.library + "]" : ""}` }));
+  const pct = (x) => `${(100 * x).toFixed(x < 0.1 ? 1 : 0)} %`;
+  const plural = (n, w) => `${n} ${w}${n === 1 ? "" : "s"}`;
+
+  // ---- long names ---------------------------------------------------------------------------
+  // C++ names (demangled kernels and functions) are shortened for display: template arguments
+  // collapse to <…>, the parameter list and the return type are dropped; the full name stays
+  // in the title attribute. A trailing " (file:line)" is kept.
+  function shortName(name) {
+    if (name == null) return "";
+    const s0 = String(name);
+    let s = s0, loc = "";
+    const m = s.match(/ \([^()]*:\d+\)$/);
+    if (m) { loc = m[0]; s = s.slice(0, -loc.length); }
+    if (s.length <= 56) return s0;
+    // Not a C++ name (a path, a Python line): only cut in the middle when very long.
+    if (!/[(<]|::/.test(s)) return s0.length > 120 ? s0.slice(0, 50) + "…" + s0.slice(-69) : s0;
+    if (/\boperator\b/.test(s)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
+    let out = "", depth = 0;
+    for (const c of s) {
+      if (c === "<") { if (depth === 0) out += "<…"; depth++; continue; }
+      if (c === ">" && depth > 0) { depth--; if (depth === 0) out += ">"; continue; }
+      if (depth === 0) out += c;
+    }
+    if (depth !== 0) out = s;
+    out = out.replace(/\s+(const|volatile|&&?)\s*$/, "").trim();
+    if (out.endsWith(")")) {
+      let d = 0, i = out.length - 1;
+      for (; i >= 0; i--) {
+        if (out[i] === ")") d++;
+        else if (out[i] === "(" && --d === 0) break;
+      }
+      if (i > 0 && out.slice(i) !== "(anonymous namespace)") out = out.slice(0, i).trim();
+    }
+    // The return type: everything before the last space outside parentheses and brackets.
+    let d = 0, cut = -1;
+    for (let i = 0; i < out.length; i++) {
+      const c = out[i];
+      if (c === "(" || c === "{" || c === "[") d++;
+      else if (c === ")" || c === "}" || c === "]") d--;
+      else if (c === " " && d === 0) cut = i;
+    }
+    if (cut > 0) out = out.slice(cut + 1);
+    if (out.length > 120) out = out.slice(0, 60) + "…" + out.slice(-59);
+    return (out || s0) + loc;
+  }
+  // A cell or label with the short name shown and the full one on demand (hover, or a click
+  // that expands it in place).
+  const nameEl = (tag, name, cls) => {
+    const full = String(name ?? "");
+    const short = shortName(full);
+    const e = $(tag, { class: cls, text: short, title: full });
+    if (short !== full) {
+      e.classList.add("shortened");
+      e.addEventListener("click", (ev) => { if (ev.target === e) { e.textContent = e.textContent === short ? full : short; e.classList.toggle("expanded"); } });
+    }
+    return e;
+  };
+
+  // ---- stacks -------------------------------------------------------------------------------
+  // CPython's own native frames (the interpreter loop, call machinery, the python binary and
+  // libpython) and the C runtime's start-up frames say nothing about who holds memory: folded
+  // away. Native frames of libraries (torch, cuBLAS, the program's own) are kept.
+  const interpFn = /^(_?Py[A-Z_a-z]*_|_?Py[A-Z]|_PyEval|_PyObject|_PyFunction|_PyVectorcall|method_vectorcall|cfunction_|slot_tp_|vectorcall_|builtin_|pymain_|Py_RunMain|Py_BytesMain|_start$|__libc_start|_dl_start|start_thread$|clone3?$|__clone)/;
+  const interpMod = /(^|\/)(python[\d.]*|libpython[\d.]*\.so[\d.]*)$/;
+  const interpSeen = new Map();  // module + function -> folded?; stacks repeat the same frames
+  const isInterpreter = (f) => {
+    if (f.python) return false;
+    const key = `${f.module}\u0000${f.function}`;
+    let v = interpSeen.get(key);
+    if (v === undefined) interpSeen.set(key, v = !!((f.module && interpMod.test(f.module)) || (f.function && interpFn.test(f.function))));
+    return v;
+  };
+  const base = (p) => String(p || "").split("/").pop();
+  const frameLabel = (f) => {
+    if (f.python) return `${f.function || "?"} (${base(f.file)}:${f.line})`;
+    if (f.function) return f.function + (f.file ? ` (${base(f.file)}:${f.line})` : "");
+    return `${base(f.module) || "??"}+${f.offset || "0x0"}`;
+  };
+  const visibleFrames = (stack) => (stack || []).filter((f) => !f.internal && !isInterpreter(f));
+  const stackList = (stack) => {
     const ol = $("ol", { class: "frames" });
-    for (const f of a.stack || []) ol.append($("li", { class: f.python ? "code py" : "code", text: frameText(f) }));
-    d.append(ol);
-    return d;
+    const frames = stack || [];
+    let folded = 0;
+    const flush = () => { if (folded) { ol.append($("li", { class: "folded", text: `${plural(folded, "interpreter frame")} folded` })); folded = 0; } };
+    for (const f of frames) {
+      if (f.internal) continue;
+      if (isInterpreter(f)) { folded++; continue; }
+      flush();
+      const li = nameEl("li", frameLabel(f), f.python ? "code py" : "code");
+      ol.append(li);
+    }
+    flush();
+    if (!frames.length) ol.append($("li", { class: "muted", text: "no stack recorded" }));
+    return ol;
   };
-  const stat = (label, value, cls, id) =>
-    $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
-      $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
 
   // ---- theme and keyboard -------------------------------------------------------------------
   const root = document.documentElement;
   const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
   root.dataset.theme = dark ? "dark" : "light";
-  const toggle = () => { root.dataset.theme = root.dataset.theme === "dark" ? "light" : "dark"; };
-  document.getElementById("theme").addEventListener("click", toggle);
   const charts = [];
+  const redraw = () => { for (const c of charts) c.redraw(false); };
+  const toggle = () => { root.dataset.theme = root.dataset.theme === "dark" ? "light" : "dark"; redraw(); };
+  document.getElementById("theme").addEventListener("click", toggle);
   document.addEventListener("keydown", (ev) => {
     if (ev.target.tagName === "INPUT") return;
     if (ev.key === "t") toggle();
@@ -68,348 +170,835 @@
       if (ev.key === "0") c.setScale("x", { min: c.data[0][0], max: c.data[0][c.data[0].length - 1] });
     }
   });
+  window.addEventListener("resize", () => { for (const c of charts) { const w = c.root.parentElement.clientWidth; if (w > 0) c.setSize({ width: w, height: c.height }); } });
 
-  // ---- sortable tables ----------------------------------------------------------------------
-  function table(columns, rows, id) {
-    const t = $("table", id ? { "data-table": id } : {});
+  // ---- tables -------------------------------------------------------------------------------
+  // Sortable, with fixed column widths (numbers never squeezed by a long name: long names are
+  // shortened and cut with an ellipsis, the full text on hover or click), and at most `limit`
+  // rows in the DOM with a "show more" button: a report of tens of thousands of sites stays fast.
+  function table(columns, rows, id, opts = {}) {
+    const limitStep = opts.limit || 25;
+    let shown = limitStep;
+    const t = $("table", { "data-table": id });
+    const cg = $("colgroup");
+    if (opts.expand) cg.append($("col", { style: "width:2em" }));
+    // Fixed widths for figures and labels; each name column keeps at least 14em, and a table
+    // that does not fit scrolls sideways instead of squeezing its columns.
+    let minEm = opts.expand ? 2 : 0;
+    for (const c of columns) {
+      const w = c.width || (c.num ? "8.5em" : (c.code ? "" : "9em"));
+      cg.append($("col", { style: w ? `width:${w}` : null }));
+      minEm += w ? parseFloat(w) : 14;
+    }
+    t.style.minWidth = `${minEm}em`;
     const head = $("tr");
     const body = $("tbody");
-    const render = () => {
-      body.replaceChildren(...rows.map((r) => $("tr", {}, ...columns.map((c) =>
-        $("td", { class: c.num ? "num" : (c.code ? "code" : ""), text: c.fmt ? c.fmt(r[c.key], r) : String(r[c.key] ?? "") })))));
+    const more = $("button", { type: "button", class: "more" });
+    const cell = (c, r) => {
+      const v = r[c.key];
+      const text = c.fmt ? c.fmt(v, r) : String(v ?? "");
+      if (c.code) return nameEl("td", text, "code");
+      return $("td", { class: c.num ? "num" : "", text, title: c.num ? null : text });
     };
-    columns.forEach((c, i) => {
-      const th = $("th", { tabindex: "0", scope: "col", text: c.label });
+    const render = () => {
+      const trs = [];
+      for (const r of rows.slice(0, shown)) {
+        const tr = $("tr");
+        if (opts.expand) {
+          const detail = opts.expand(r);
+          const td = $("td", { class: "exp" });
+          if (detail) {
+            const b = $("button", { type: "button", class: "twisty", "aria-expanded": "false", title: "show the stack", text: "▸" });
+            let extra = null;
+            b.addEventListener("click", () => {
+              if (extra) { extra.remove(); extra = null; b.textContent = "▸"; b.setAttribute("aria-expanded", "false"); return; }
+              extra = $("tr", { class: "detail" }, $("td", { colspan: String(columns.length + 1) }, opts.expand(r)));
+              tr.after(extra); b.textContent = "▾"; b.setAttribute("aria-expanded", "true");
+            });
+            td.append(b);
+          }
+          tr.append(td);
+        }
+        for (const c of columns) tr.append(cell(c, r));
+        trs.push(tr);
+      }
+      body.replaceChildren(...trs);
+      const left = rows.length - shown;
+      more.hidden = left <= 0;
+      more.textContent = `Show ${Math.min(left, limitStep * 4)} more of ${rows.length}`;
+    };
+    more.addEventListener("click", () => { shown += limitStep * 4; render(); });
+    if (opts.expand) head.append($("th", { class: "exp", "aria-label": "stack" }));
+    columns.forEach((c) => {
+      const th = $("th", { tabindex: "0", scope: "col", text: c.label, class: c.num ? "num" : null });
       const sort = () => {
         const dir = th.getAttribute("aria-sort") === "descending" ? 1 : -1;
         head.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
         th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
         rows.sort((a, b) => {
           const x = a[c.key], y = b[c.key];
-          return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+          return (typeof x === "number" && typeof y === "number" ? x - y : String(x ?? "").localeCompare(String(y ?? ""))) * dir;
         });
         render();
       };
       th.addEventListener("click", sort);
       th.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(); } });
       head.append(th);
-      void i;
     });
-    t.append($("thead", {}, head), body);
+    t.append(cg, $("thead", {}, head), body);
     render();
+    return $("div", { class: "table-wrap" }, t, more);
+  }
+  const bar = (frac, color) => $("div", { class: "bar" }, $("div", { style: `width:${(100 * Math.max(0, Math.min(1, frac))).toFixed(2)}%;background:${color || "var(--accent)"}` }));
+
+  // ---- categories ---------------------------------------------------------------------------
+  const catColors = { parameters: "#3b82f6", gradients: "#8b5cf6", optimizer_state: "#ec4899", activations: "#f59e0b",
+    temporaries: "#eab308", inputs: "#14b8a6", workspaces: "#06b6d4", communication: "#84cc16", cuda_graphs: "#a855f7",
+    allocator_cache: "#94a3b8", context_other: "#64748b", unclassified: "#cbd5e1", live: "#3b82f6" };
+  const spare = ["#0ea5e9", "#f97316", "#22c55e", "#d946ef", "#f43f5e", "#10b981"];
+  const catColor = (name, i) => catColors[name] || spare[i % spare.length];
+  const catLabel = (name) => String(name).replace(/_/g, " ");
+
+  // ---- the program and its verdict ----------------------------------------------------------
+  function analyse(R) {
+    const procs = R.processes || [];
+    const procOf = (pid) => procs.find((p) => p.pid === pid);
+    const isTorch = (p) => !!(p && ((p.torch_allocator_trace && p.torch_allocator_trace.merged) ||
+      /(^|\/)python[\d.]*$/.test(String((p.cmdline || [])[0] || p.exe || ""))));
+    const anyTorch = procs.some(isTorch);
+    const endOf = (p) => p && (p.clean_exit === false || (known(p.exit_code) && p.exit_code !== 0) || p.signal);
+    // An OOM is fatal when the report says so; in a report without that key, when its process
+    // did not end cleanly.
+    const fatal = (o) => o.fatal === true || (o.fatal == null && !o.recovered && !!endOf(procOf(o.pid)));
+    const oomsOf = (dev) => (R.oom || []).filter((o) => o.device === dev && !o.recovered);
+    const D = R.diagnosis || null;
+    const devices = R.devices || [];
+    let dev = D && known(D.device) ? D.device : null;
+    const firstFatal = (R.oom || []).find((o) => !o.recovered && fatal(o));
+    const firstOom = (R.oom || []).find((o) => !o.recovered);
+    if (dev == null && (firstFatal || firstOom)) dev = (firstFatal || firstOom).device;
+    if (dev == null && devices.length) dev = devices.reduce((a, b) => ((b.peak || {}).bytes > (a.peak || {}).bytes ? b : a)).index;
+    const d = devices.find((x) => x.index === dev) || null;
+    const limit = D && D.limit && known(D.limit.bytes) ? D.limit
+      : (d && known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device", title: `the device's memory (${bytes(d.total_bytes)})` } : null);
+    const verdictOom = D ? D.verdict === "oom" : !!(firstOom);
+    const oom = verdictOom ? ((R.oom || []).find((o) => !o.recovered && o.device === dev && fatal(o)) || (R.oom || []).find((o) => !o.recovered && o.device === dev) || firstFatal || firstOom) : null;
+    const died = !!(oom && fatal(oom));
+    const diedPids = new Set((R.oom || []).filter((o) => !o.recovered && fatal(o)).map((o) => o.pid));
+    return { R, procs, procOf, isTorch, anyTorch, fatal, oomsOf, D, dev, d, limit, verdictOom, oom, died, diedPids };
+  }
+
+  // PyTorch's remedies are for PyTorch programs only; a native CUDA program is told about pools,
+  // streams and buffer sizes instead.
+  const torchOnly = new Set(["mixed_precision", "activation_checkpointing", "leaner_optimizer", "expandable_segments", "no_grad", "gradient_accumulation"]);
+  const nativeAdvice = {
+    growth: "Memory is kept across iterations: free (cudaFree/cudaFreeAsync) what each iteration allocates before the next one, or reuse one buffer sized for the largest iteration.",
+    near_capacity: "Use less memory at the peak: process the data in smaller chunks (smaller buffers or batches), reuse buffers across steps (a stream-ordered pool, cudaMallocAsync, with a release threshold), and free temporaries before the largest request.",
+  };
+  function remediesOf(A) {
+    const torch = A.oom ? A.isTorch(A.procOf(A.oom.pid)) : A.anyTorch;
+    if (A.D && Array.isArray(A.D.remedies)) {
+      return A.D.remedies.filter((r) => torch || !(torchOnly.has(r.kind) || /PYTORCH_|torch\.|\.backward\(|autocast/.test(String(r.how || ""))));
+    }
+    const findings = (A.oom && A.oom.findings) || [];
+    return findings.map((f) => ({ kind: f.kind, title: !torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion }));
+  }
+  // Evidence as labelled figures in human units: bytes in binary units, times since the start.
+  function evidenceList(ev) {
+    if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label, value: known(e.bytes) ? bytes(e.bytes) : (known(e.time_ns) ? secs(e.time_ns) + " after the start" : String(e.value ?? "")) }));
+    const out = [];
+    for (const [k, v] of Object.entries(ev || {})) {
+      if (v == null) continue;
+      const label = k.replace(/_(bytes|ns)$/, "").replace(/^bytes_/, "").replace(/_/g, " ");
+      let value;
+      if (Array.isArray(v)) {
+        const parts = v.filter((x) => x && typeof x === "object" && x.site).slice(0, 3).map((x) => `${shortName(x.site)} (${bytes(x.bytes)})`);
+        if (!parts.length) continue;
+        value = parts.join("; ");
+      } else if (typeof v === "object") continue;
+      else if (/(^|_)bytes(_|$)/.test(k)) value = bytes(v);
+      else if (/_ns$/.test(k)) value = `${secs(v)} after the start`;
+      else if (/fragmentation|fraction/.test(k) && typeof v === "number") value = pct(v);
+      else value = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v);
+      out.push({ label, value });
+    }
+    return out;
+  }
+  function causeOf(A) {
+    if (A.D) return A.D.cause ? { title: A.D.cause.title, evidence: evidenceList(A.D.cause.evidence) } : null;
+    const o = A.oom;
+    if (!o) return null;
+    const f = (o.findings || [])[0];
+    if (f) return { title: f.title, evidence: evidenceList(f.evidence) };
+    if (known(o.free_bytes)) {
+      return o.requested_bytes > o.free_bytes
+        ? { title: `The request (${bytes(o.requested_bytes)}) was larger than all free memory (${bytes(o.free_bytes)}).`, evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes, this_process_held_bytes: o.live_bytes }) }
+        : { title: "The request fitted in free memory but no contiguous block was large enough: fragmentation.", evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes }) };
+    }
+    return null;
+  }
+
+  // ---- the first screen: what happened, why, what to try --------------------------------------
+  function summary(A, title) {
+    const R = A.R, d = A.d, o = A.oom;
+    const box = $("section", { class: "card summary" + (A.verdictOom ? " is-oom" : ""), id: title ? null : "summary", "data-verdict": A.verdictOom ? "oom" : "peak" });
+    const limit = A.limit;
+    const limitText = limit ? (limit.title || bytes(limit.bytes)) : null;
+    let head, sub = [];
+    if (A.verdictOom && o) {
+      const req = o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
+      head = A.died ? `Out of memory: the program died on device ${o.device} at ${secs(o.time_ns)}` : `Out of memory on device ${o.device} at ${secs(o.time_ns)}; the program went on`;
+      const driverReq = req !== o.requested_bytes ? ` (the allocator asked the driver for ${bytes(o.requested_bytes)})` : "";
+      sub.push(`It asked for ${bytes(req)}${driverReq} while ${bytes(o.live_bytes)} was live in this process` + (limit ? `, against a limit of ${bytes(limit.bytes)}` : "") + ".");
+      if (limit && limit.kind && limit.kind !== "device") sub.push(`The limit is ${limitText}.`);
+      const n = A.oomsOf(A.dev).length;
+      if (n > 1) sub.push(`${n} out-of-memory errors on this device in all.`);
+    } else if (A.verdictOom && A.D) {
+      head = `Out of memory on device ${A.dev}`;
+    } else if (d) {
+      const lim = limit ? limit.bytes : null;
+      const head_b = A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (known(lim) ? lim - d.peak.bytes : null);
+      head = `Peak ${bytes(d.peak.bytes)}${known(lim) ? ` of ${bytes(lim)} (${pct(d.peak.bytes / lim)})` : ""} on device ${d.index} at ${secs(d.peak.time_ns)}`;
+      if (known(head_b)) sub.push(head_b > 0 ? `${bytes(head_b)} headroom left under ${limitText}.` : `No headroom: the peak reached ${limitText}.`);
+      const rec = A.D && A.D.recovered_ooms ? A.D.recovered_ooms : (R.oom || []).filter((x) => x.recovered).length;
+      if (rec) sub.push(`${plural(rec, "allocation")} failed and worked when retried after the allocator freed its cache.`);
+    } else {
+      head = "No CUDA device memory was used by this run.";
+    }
+    if (A.verdictOom && A.D && A.D.limit && A.D.limit.kind !== "device" && !sub.some((s) => s.startsWith("The limit"))) sub.push(`The limit is ${limitText}.`);
+    if (A.D && A.verdictOom && known(A.D.headroom_bytes) && A.D.headroom_bytes > 0) sub.push(`${bytes(A.D.headroom_bytes)} was still under the limit: the request did not fit in it.`);
+    box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
+
+    const cause = causeOf(A);
+    const rem = remediesOf(A);
+    if (cause || rem.length) {
+      const grid = $("div", { class: "why" });
+      if (cause) {
+        const c = $("div", { class: "cause", id: title ? null : "cause" }, $("h3", { text: "Likely cause" }), $("div", { class: "cause-title", text: cause.title }));
+        if (cause.evidence.length) {
+          const dl = $("dl", { class: "evidence" });
+          for (const e of cause.evidence.slice(0, 6)) dl.append($("dt", { text: e.label }), nameEl("dd", e.value));
+          c.append(dl);
+        }
+        grid.append(c);
+      }
+      if (rem.length) {
+        const r = $("div", { class: "remedies", id: title ? null : "remedies" }, $("h3", { text: "What to try" }));
+        const ol = $("ol");
+        const item = (x) => {
+          const li = $("li", { "data-kind": x.kind });
+          const t = $("div", { class: "remedy-title" }, $("span", { text: x.title }));
+          if (known(x.saves_bytes) && x.saves_bytes > 0) t.append($("span", { class: "saves", text: `saves ~${bytes(x.saves_bytes)}` }));
+          li.append(t);
+          if (x.how) li.append($("code", { class: "how", text: x.how }));
+          if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
+          return li;
+        };
+        const top = rem.slice(0, 3);
+        for (const x of top) ol.append(item(x));
+        r.append(ol);
+        if (rem.length > 3) {
+          const more = $("details", { class: "more-remedies" }, $("summary", { text: `${rem.length - 3} more` }));
+          const ol2 = $("ol", { start: "4" });
+          for (const x of rem.slice(3)) ol2.append(item(x));
+          more.append(ol2);
+          r.append(more);
+        }
+        grid.append(r);
+      }
+      box.append(grid);
+    }
+    return box;
+  }
+
+  // ---- memory over time -----------------------------------------------------------------------
+  // A step chart: each sample is what was live from its time until the next (what a memory
+  // timeline is), stacked by category when the report has them; the effective limit, the peak,
+  // each OOM and the phases drawn on it; the time axis spans the whole run.
+  function binarySplits(u, axis, min, max) {
+    const span = Math.max(1, max - Math.max(0, min));
+    let step = 1;
+    while (span / step > 6) step *= 2;
+    const out = [];
+    for (let v = 0; v <= max + 0.5; v += step) if (v >= min) out.push(v);
+    return out;
+  }
+  function memoryChart(A, d, pd, host, height) {
+    const R = A.R;
+    const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!host || o.host == null || o.host === host));
+    const cat = d.categories && d.categories.timeline && (d.categories.timeline.points || []).length ? d.categories : null;
+    let names, pts;
+    if (cat) {
+      const cols = cat.timeline.columns || ["time_ns", ...(cat.order || [])];
+      names = cols.slice(1);
+      pts = cat.timeline.points;
+    } else {
+      names = ["live"];
+      pts = ((d.timeline && d.timeline.points) || []).map((p) => [p[0], p[1]]);
+    }
+    const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
+    const keep = names.map((n, k) => pts.some((p) => (p[k + 1] || 0) > 0));
+    const idx = names.map((n, k) => k).filter((k) => keep[k]);
+    if (!idx.length && pts.length) idx.push(0);
+    const rows = pts.slice();
+    if (!rows.length || rows[0][0] > 0) rows.unshift([0, ...names.map(() => 0)]);
+    if (end > rows[rows.length - 1][0]) rows.push([end, ...rows[rows.length - 1].slice(1)]);
+    const xs = rows.map((p) => p[0] / 1e9);
+    const raw = idx.map((k) => rows.map((p) => p[k + 1] || 0));
+    const cum = [];
+    raw.forEach((r, j) => cum.push(r.map((v, i) => v + (j ? cum[j - 1][i] : 0))));
+    const top = cum.length ? Math.max(...cum[cum.length - 1]) : 0;
+    const peakB = Math.max(top, (d.peak || {}).bytes || 0, ...ooms.map((o) => (o.live_bytes || 0) + (o.requested_bytes || 0)));
+    const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
+    const showLimit = limit && limit.bytes <= peakB * 4;
+    const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
+    const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
+    const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
+    const data = [xs];
+    for (let j = raw.length - 1; j >= 0; j--) {
+      const name = names[idx[j]];
+      const col = catColor(name, j);
+      const rj = raw[j];
+      series.push({ label: cat ? catLabel(name) : "live in this device", stroke: col, fill: col + (cat ? "d9" : "33"), width: cat ? 0 : 1.5,
+        paths: stepped, points: { show: false }, value: (u, v, si, i) => i == null ? "" : bytes(rj[i]) });
+      data.push(cum[j]);
+    }
+    if (cat && raw.length > 1) {
+      series.push({ label: "total", stroke: () => getComputedStyle(root).getPropertyValue("--fg").trim() || "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
+      data.push(cum[cum.length - 1]);
+    }
+    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-stepped": stepped ? "1" : "0",
+      "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
+    const marks = [{ x: (d.peak || {}).time_ns, label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
+    ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
+    const phases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
+    const draw = () => {
+      const width = Math.max(320, box.clientWidth || host_width(box));
+      // Colours from the theme at each draw: the theme toggle redraws the chart.
+      const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
+      const opts = {
+        width, height: height || 300,
+        scales: { x: { time: false, range: () => [0, Math.max(end / 1e9, 1e-9)] }, y: { range: () => [0, ymax] } },
+        legend: { live: true },
+        cursor: { points: { show: false } },
+        axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
+               { values: (u, v) => { const t = v.map(tickBytes); box.dataset.yticks = t.join(","); return t; }, splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
+        series,
+        hooks: {
+          drawAxes: [(u) => {
+            if (!phases.length) return;
+            const ctx = u.ctx; ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
+            const top = u.bbox.top, h = u.bbox.height;
+            for (const p of phases) {
+              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+              if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
+              ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
+              ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
+            }
+            ctx.restore();
+          }],
+          // Phase names over the bands where they fit, under the top edge.
+          drawSeries: [(u, si) => {
+            if (si !== u.series.length - 1 || !phases.length) return;
+            const ctx = u.ctx, dpr = devicePixelRatio;
+            ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "top";
+            ctx.fillStyle = muted(); ctx.font = `${11 * dpr}px sans-serif`;
+            let lastEnd = -1e9;
+            for (const p of phases) {
+              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+              const t = `${p.phase}${known(p.iteration) ? " " + p.iteration : ""}`;
+              const w = ctx.measureText(t).width + 6 * dpr;
+              if (x1 - x0 < w || x0 < lastEnd || x0 < u.bbox.left || x1 > u.bbox.left + u.bbox.width) continue;
+              ctx.fillText(t, x0 + 3 * dpr, u.bbox.top + u.bbox.height - 14 * dpr);
+              lastEnd = x0 + w;
+            }
+            ctx.restore();
+          }],
+          draw: [(u) => {
+            const ctx = u.ctx; const dpr = devicePixelRatio;
+            ctx.save();
+            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
+            ctx.font = `${12 * dpr}px sans-serif`;
+            if (showLimit) {
+              const y = Math.round(u.valToPos(limit.bytes, "y", true));
+              ctx.strokeStyle = "#dc2626"; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([8 * dpr, 4 * dpr]);
+              ctx.beginPath(); ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y); ctx.stroke();
+              ctx.fillStyle = "#dc2626";
+              const t = `limit ${bytes(limit.bytes)}${limit.kind && limit.kind !== "device" ? " (" + limit.kind.replace(/_/g, " ") + ")" : ""}`;
+              // At the left, unless a mark's label is there: then at the right.
+              const crowded = marks.some((m) => known(m.x) && u.valToPos(m.x / 1e9, "x", true) < u.bbox.left + u.bbox.width * 0.4);
+              ctx.fillText(t, crowded ? u.bbox.left + u.bbox.width - ctx.measureText(t).width - 6 * dpr : u.bbox.left + 6 * dpr, y - 5 * dpr);
+            }
+            let row = 0;
+            for (const m of marks) {
+              if (!known(m.x)) continue;
+              const x = Math.round(u.valToPos(m.x / 1e9, "x", true));
+              if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) continue;
+              ctx.strokeStyle = m.color; ctx.fillStyle = m.color; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([4 * dpr, 3 * dpr]);
+              ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+              const w = ctx.measureText(m.label).width;
+              const tx = x + 4 * dpr + w > u.bbox.left + u.bbox.width ? x - w - 4 * dpr : x + 4 * dpr;
+              ctx.fillText(m.label, tx, u.bbox.top + (14 + 14 * (row++ % 3)) * dpr);
+            }
+            ctx.restore();
+          }],
+        },
+      };
+      // The legend shows the breakdown at the peak while the pointer is not over the chart.
+      const pt = (d.peak || {}).time_ns;
+      let peakIdx = null;
+      if (known(pt)) {
+        peakIdx = 0;
+        while (peakIdx + 1 < xs.length && xs[peakIdx + 1] <= pt / 1e9) peakIdx++;
+        opts.hooks.setCursor = [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: peakIdx }, false); }];
+      }
+      const u = new uPlot(opts, data, box);
+      charts.push(u);
+      if (peakIdx != null) setTimeout(() => u.setLegend({ idx: peakIdx }, false), 0);
+    };
+    return { box, draw, hasData: pts.length > 0 };
+  }
+  const host_width = (el) => (el.parentElement && el.parentElement.clientWidth) || 900;
+
+  // ---- breakdown at a moment ------------------------------------------------------------------
+  // What was live at the peak or at an OOM: by category, by module, by site (the Python line or
+  // native function), by library; each site expandable to its stack.
+  function catsAt(d, t) {
+    const tl = d.categories && d.categories.timeline;
+    if (!tl || !(tl.points || []).length) return null;
+    let best = null;
+    for (const p of tl.points) { if (p[0] <= t) best = p; else break; }
+    if (!best) return null;
+    const cols = tl.columns || [];
+    const out = {};
+    cols.slice(1).forEach((n, i) => { out[n] = best[i + 1] || 0; });
+    return out;
+  }
+  function categoryPanel(cats, order, total) {
+    const names = (order && order.length ? order : Object.keys(cats)).filter((n) => cats[n] > 0);
+    const sum = names.reduce((s, n) => s + cats[n], 0) || 1;
+    const rows = names.map((n, i) => ({ name: catLabel(n), key: n, bytes: cats[n], share: cats[n] / sum, i })).sort((a, b) => b.bytes - a.bytes);
+    const t = table([{ key: "name", label: "category" }, { key: "bytes", label: "live", num: true, fmt: bytes },
+      { key: "share", label: "share", width: "11em", fmt: (v, r) => pct(v) }], rows, "categories", { limit: 12 });
+    // The share column draws a bar next to its figure.
+    t.querySelectorAll("tbody tr").forEach((tr, i) => { const c = tr.lastElementChild; c.prepend(bar(rows[i].share, catColor(rows[i].key, rows[i].i))); });
+    void total;
     return t;
+  }
+  function moduleTree(list, total) {
+    const rootNode = { name: "", bytes: 0, children: new Map(), leaf: null };
+    for (const m of list) {
+      let n = rootNode;
+      n.bytes += m.bytes;
+      for (const part of String(m.module || "(no module)").split(".")) {
+        if (!n.children.has(part)) n.children.set(part, { name: part, bytes: 0, children: new Map(), leaf: null });
+        n = n.children.get(part);
+        n.bytes += m.bytes;
+      }
+      n.leaf = m;
+    }
+    const scale = Math.max(total || 0, rootNode.bytes) || 1;
+    const box = $("div", { class: "modtree", "data-modules": String(list.length) });
+    const render = (node, path, depth, into) => {
+      const kids = [...node.children.values()].sort((a, b) => b.bytes - a.bytes);
+      const shown = kids.slice(0, 20);
+      for (const k of shown) {
+        // A chain of single children collapses into one dotted name (layer3.2.conv2).
+        let n = k, name = k.name;
+        while (n.children.size === 1 && !n.leaf) { n = [...n.children.values()][0]; name += "." + n.name; }
+        const full = path ? path + "." + name : name;
+        const row = $("div", { class: "modrow" }, nameEl("span", full, "code modname"), bar(n.bytes / scale), $("span", { class: "num", text: bytes(n.bytes) }));
+        if (n.leaf && (n.leaf.category || n.leaf.site)) row.append($("span", { class: "muted small", text: [n.leaf.category && catLabel(n.leaf.category), n.leaf.site].filter(Boolean).join(" · "), title: n.leaf.site || "" }));
+        if (n.children.size) {
+          const det = $("details", { open: depth < 1 ? "" : null }, $("summary", {}, row));
+          const inner = $("div", { class: "modkids" });
+          let filled = false;
+          const fill = () => { if (!filled) { filled = true; render(n, full, depth + 1, inner); } };
+          if (depth < 1) fill();
+          det.addEventListener("toggle", fill);
+          det.append(inner);
+          into.append(det);
+        } else into.append($("div", { class: "modleaf" }, row));
+      }
+      if (kids.length > shown.length) into.append($("div", { class: "muted small", text: `${kids.length - shown.length} more modules, ${bytes(kids.slice(20).reduce((s, x) => s + x.bytes, 0))}` }));
+    };
+    render(rootNode, "", 0, box);
+    return box;
+  }
+  function breakdown(A, d, pd) {
+    const R = A.R;
+    const wrap = $("div", { class: "breakdown" });
+    const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!pd || !pd._pid || o.pid === pd._pid));
+    const moments = [];
+    // The device's own live set at its peak, every process's; else (one process, an older
+    // report) its process's.
+    const pk = d.peak.by_site ? d.peak : pd && pd.peak;
+    if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
+      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
+    ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
+      cats: catsAt(d, o.time_ns), modules: o.by_module || null, oom: o }));
+    // At the end: what was still live (when the process died of an OOM, what it held then).
+    const atExit = d.categories && d.categories.at_exit;
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    if ((atExit && Object.values(atExit).some((v) => v > 0)) || leaks.length) {
+      const died = leaks.length ? leaks.every((l) => A.diedPids.has(l.pid)) : ooms.some(A.fatal);
+      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null });
+    }
+    if (!moments.length) return wrap;
+    const tabs = $("div", { class: "tabs", role: "tablist" });
+    const panel = $("div", { class: "tabpanel" });
+    const show = (m, btn) => {
+      tabs.querySelectorAll("button").forEach((b) => b.setAttribute("aria-selected", String(b === btn)));
+      panel.dataset.moment = m.id;
+      const grid = $("div", { class: "grid2" });
+      const card = (t, body) => $("div", { class: "panel" }, $("h3", { text: t }), body);
+      if (m.cats && Object.values(m.cats).some((v) => v > 0)) grid.append(card("By category", categoryPanel(m.cats, d.categories && d.categories.order, m.bytes)));
+      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes)));
+      else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
+      const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null });
+      grid.append(card("By site", site));
+      if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"))));
+      panel.replaceChildren(grid);
+    };
+    moments.forEach((m, i) => {
+      const b = $("button", { type: "button", role: "tab", "data-moment": m.id, text: m.label });
+      b.addEventListener("click", () => show(m, b));
+      tabs.append(b);
+      if (i === 0) setTimeout(() => 0);
+    });
+    wrap.append(tabs, panel);
+    show(moments[0], tabs.firstChild);
+    return wrap;
   }
 
   // ---- icicle graph ---------------------------------------------------------------------------
-  // The live set at the peak as a tree: by owning library, then site, when the report has
-  // libraries; by memory kind and site otherwise. Widths are bytes; every label is textContent.
+  // The live set at the peak by stack, outermost frame on top; the interpreter's frames folded.
+  // Click a frame to zoom into it, the path above to zoom out; search marks the matching frames.
   function peakTree(peak) {
-    const rootNode = { name: "live at peak", value: 0, children: new Map() };
+    const rootNode = { name: "blocks live at the peak", full: "blocks live at the peak", value: 0, children: new Map(), parent: null };
     const add = (path, value) => {
       let n = rootNode;
       n.value += value;
       for (const name of path) {
-        if (!n.children.has(name)) n.children.set(name, { name, value: 0, children: new Map() });
+        if (!n.children.has(name)) n.children.set(name, { name: shortName(name), full: name, value: 0, children: new Map(), parent: n });
         n = n.children.get(name);
         n.value += value;
       }
     };
-    const groups = peak.by_stack || peak.by_site || [];
-    for (const g of groups) {
-      const frames = (g.stack || []).filter((f) => !f.internal).map((f) => f.function || f.module || "?").reverse();
-      const path = frames.length ? frames : (g.library ? [g.library, g.site] : [g.site]);
-      add(path, g.bytes);
+    for (const g of peak.by_stack || peak.by_site || []) {
+      const frames = visibleFrames(g.stack).map(frameLabel).reverse();
+      add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
     return rootNode;
   }
-  function icicle(tree, total) {
-    const box = $("div", { class: "icicle", role: "img", "aria-label": "icicle graph of the live set at the peak" });
+  function icicle(tree) {
+    const wrap = $("div", { class: "icicle-wrap" });
+    const search = $("input", { type: "search", placeholder: "Search frames (function, file, library)", "aria-label": "search frames" });
+    const found = $("span", { class: "muted small" });
+    const crumbs = $("div", { class: "crumbs" });
+    const box = $("div", { class: "icicle", role: "img", "aria-label": "icicle graph of the live memory at the peak" });
+    wrap.append($("div", { class: "icicle-tools" }, search, found), crumbs, box);
     const palette = ["#93c5fd", "#a5b4fc", "#c4b5fd", "#f9a8d4", "#fcd34d", "#86efac", "#67e8f9"];
-    const row = (nodes, depth) => {
-      if (!nodes.length || depth > 12) return;
-      const r = $("div", { class: "icicle-row" });
-      const next = [];
-      let offset = 0;
-      for (const { node, left } of nodes) {
-        if (left > offset) r.append($("div", { class: "icicle-gap", style: `width:${(100 * (left - offset) / total).toFixed(4)}%` }));
-        const cell = $("div", { class: "icicle-cell", title: `${node.name}: ${bytes(node.value)}`,
-          style: `width:${(100 * node.value / total).toFixed(4)}%;background:${palette[depth % palette.length]}` });
-        cell.append($("span", { text: `${node.name} ${bytes(node.value)}` }));
-        r.append(cell);
-        let childLeft = left;
-        for (const c of [...node.children.values()].sort((a, b) => b.value - a.value)) {
-          next.push({ node: c, left: childLeft });
-          childLeft += c.value;
-        }
-        offset = left + node.value;
-      }
-      box.append(r);
-      row(next, depth + 1);
-    };
-    if (total > 0) row([{ node: tree, left: 0 }], 0);
-    return box;
-  }
-
-  // ---- the page -----------------------------------------------------------------------------
-  const run = R.run || {};
-  document.getElementById("cmd").textContent = (run.command || []).join(" ");
-  const main = document.getElementById("main");
-  if (run.stand_in) main.append($("div", { class: "banner warn", id: "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
-  if (run.complete === false) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
-  for (const p of run.problems || []) main.append($("div", { class: "banner bad", text: p }));
-  if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
-  const unprofiled = (R.processes || []).filter((p) => p.profiled === false);
-  for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${(p.exe || "").split("/").pop()}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
-  if (!(R.devices || []).length && !unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
-  // Launches off (--launches=off): launch counts, the kernel at the peak and the launch rhythm
-  // are unknown, not zero.
-  const noLaunches = (R.processes || []).filter((p) => p.launches && p.launches.recorded === false);
-  if (noLaunches.length) {
-    const who = noLaunches.length < (R.processes || []).length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
-    main.append($("div", { class: "banner", id: "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
-  }
-  const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
-
-  const procDevice = (host, index) => {
-    for (const p of R.processes || []) if (p.host === host) for (const d of p.devices || []) if (d.index === index) return [p, d];
-    return [null, null];
-  };
-
-  for (const d of R.devices || []) {
-    const [proc, pd] = procDevice(d.host, d.index);
-    const card = $("section", { class: "card", "data-device": String(d.index) });
-    card.append($("h2", { text: `Device ${d.index}: ${d.name}${d.host ? " on " + d.host : ""}` }));
-    const frac = d.total_bytes ? d.peak.bytes / d.total_bytes : 0;
-    const allOoms = (R.oom || []).filter((o) => o.device === d.index);
-    const ooms = allOoms.filter((o) => !o.recovered);
-    const recovered = allOoms.filter((o) => o.recovered);
-    const growth = (R.growth || []).filter((g) => g.device === d.index);
-    const alloc = pd && pd.allocator;
-    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
-    const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
-    const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
-    const head = $("div", { class: "headline" },
-      stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
-      stat("Peak at", secs(d.peak.time_ns), "", "peak-time"),
-      stat("Capacity", bytes(d.total_bytes), "", "capacity"),
-      stat("Headroom at peak", d.total_bytes ? `${bytes(d.total_bytes - d.peak.bytes)} (${(100 * (1 - frac)).toFixed(1)}%)` : "–", frac > 0.8 ? "warn" : "ok", "headroom"),
-      stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
-      stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
-      stat("Reserved, not in use, at peak", bytes(Math.max(0, reserved - d.peak.bytes)), "", "slack"));
-    if (growth.length)
-      head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
-    if (alloc && alloc.at_peak)
-      head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
-    if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
-    card.append(head);
-    if (recovered.length)
-      card.append($("div", { class: "muted", "data-recovered": String(recovered.length), text: `${recovered.length} failed driver allocation(s) were retried after the allocator freed its cache, and then worked: not out-of-memory errors of the program.` }));
-    if (frac > 0.8) card.append($("div", { class: "banner warn", text: `The peak used ${(100 * frac).toFixed(1)}% of the device: above 80% of capacity.` }));
-
-    // Timeline.
-    card.append($("h3", { text: "Live device memory over time" }));
-    const chartBox = $("div", { class: "chart", "data-chart": String(d.index) });
-    card.append(chartBox, $("div", { class: "chart-help", text: "Drag to zoom, double-click to reset; keys: ← → pan, + − zoom, 0 reset, t theme. Markers: peak (P), out of memory (OOM), end." }));
-    main.append(card);
-    // In use (max per bucket), the footprint where pools reserve more, and launches per bucket:
-    // three series of different bucketing, aligned on one time axis with uPlot.join.
-    const series2 = (tl, col) => {
-      const pts = (tl && tl.points) || [];
-      return [pts.map((p) => p[0] / 1e9), pts.map((p) => p[col])];
-    };
-    const sets = [series2(d.timeline, 1)];
-    const labels = [{ label: "in use (max per bucket)", stroke: "#2563eb", fill: "rgba(37,99,235,0.12)", width: 1.5, value: (u, v) => bytes(v), spanGaps: true }];
-    const reservedTl = pd && pd.reserved && pd.reserved.timeline;
-    if (reservedTl) {
-      sets.push(series2(reservedTl, 1));
-      labels.push({ label: "reserved (pools)", stroke: "#9333ea", width: 1.5, dash: [6, 3], value: (u, v) => bytes(v), spanGaps: true });
-    }
-    if (alloc && alloc.free_timeline && alloc.free_timeline.points.length) {
-      sets.push(series2(alloc.free_timeline, 1));
-      labels.push({ label: "reserved by the allocator but free", stroke: "#059669", width: 1.5, dash: [2, 2], value: (u, v) => v == null ? "–" : bytes(v), spanGaps: true });
-    }
-    const launchTl = pd && pd.launches && pd.launches.timeline;
-    if (launchTl && launchTl.points.length) {
-      const lp = launchTl.points;
-      sets.push([lp.map((p) => p[0] / 1e9), lp.map((p, i) => p[2] - (i ? lp[i - 1][2] : 0))]);
-      labels.push({ label: "kernel launches per bucket", stroke: "rgba(107,114,128,0.7)", width: 1, scale: "launches", paths: typeof uPlot.paths?.bars === "function" ? uPlot.paths.bars({ size: [0.9, 6] }) : undefined, fill: "rgba(107,114,128,0.25)", value: (u, v) => v == null ? "–" : String(v) });
-    }
-    const hasData = sets[0][0].length > 0;
-    if (hasData && typeof uPlot !== "undefined") {
-      const data = sets.length > 1 && uPlot.join ? uPlot.join(sets) : sets[0];
-      const marks = [{ x: d.peak.time_ns / 1e9, label: "P" }, ...ooms.map((o) => ({ x: o.time_ns / 1e9, label: "OOM" })), { x: (run.duration_ns || 0) / 1e9, label: "end" }];
-      const css = getComputedStyle(root);
-      const axes = [{ label: "time since start", space: 90, values: (u, v) => v.map((x) => secs(x * 1e9)), stroke: css.getPropertyValue("--muted") },
-                    { values: (u, v) => v.map(bytes), size: 90, space: 40, stroke: css.getPropertyValue("--muted") }];
-      if (launchTl) axes.push({ scale: "launches", side: 1, grid: { show: false }, size: 50, stroke: css.getPropertyValue("--muted") });
-      const opts = {
-        width: Math.max(320, chartBox.clientWidth || 900), height: 320,
-        scales: { x: { time: false }, launches: { range: (u, mn, mx) => [0, Math.max(1, mx) * 4] } },
-        axes,
-        series: [{ label: "time" }, ...labels],
-        hooks: { draw: [(u) => {
-          const ctx = u.ctx;
-          ctx.save();
-          for (const m of marks) {
-            const x = Math.round(u.valToPos(m.x, "x", true));
-            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
-            ctx.strokeStyle = m.label === "OOM" ? "#dc2626" : (m.label === "P" ? "#d97706" : "#6b7280");
-            ctx.setLineDash([4, 3]);
-            ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
-            ctx.fillStyle = ctx.strokeStyle; ctx.font = "12px sans-serif"; ctx.fillText(m.label, x + 3, u.bbox.top + 12);
+    let focus = tree;
+    const render = () => {
+      box.replaceChildren();
+      const total = focus.value || 1;
+      const chain = [];
+      for (let n = focus; n; n = n.parent) chain.unshift(n);
+      crumbs.replaceChildren(...chain.map((n, i) => {
+        const b = $("button", { type: "button", class: "crumb", text: `${n.name} (${bytes(n.value)})`, title: n.full });
+        b.addEventListener("click", () => { focus = n; render(); });
+        return i < chain.length - 1 ? [b, " › "] : [b];
+      }).flat());
+      let level = [{ node: focus, left: 0 }];
+      for (let depth = 0; level.length && depth < 40; depth++) {
+        const r = $("div", { class: "icicle-row" });
+        const next = [];
+        let offset = 0;
+        for (const { node, left } of level) {
+          if (left > offset) r.append($("div", { class: "icicle-gap", style: `width:${(100 * (left - offset) / total).toFixed(4)}%` }));
+          const cell = $("div", { class: "icicle-cell", title: `${node.full}\n${bytes(node.value)} (${pct(node.value / (tree.value || 1))} of the live memory at the peak)`,
+            style: `width:${(100 * node.value / total).toFixed(4)}%;background:${palette[depth % palette.length]}` });
+          cell.append($("span", { text: `${node.name} ${bytes(node.value)}` }));
+          cell._node = node;
+          cell.addEventListener("click", () => { focus = node; render(); });
+          r.append(cell);
+          let childLeft = left;
+          // Frames narrower than 0.2 % of the view are left out: thousands of stacks draw fast.
+          for (const c of [...node.children.values()].sort((a, b) => b.value - a.value)) {
+            if (c.value / total >= 0.002) next.push({ node: c, left: childLeft });
+            childLeft += c.value;
           }
-          ctx.restore();
-        }] },
-      };
-      charts.push(new uPlot(opts, data, chartBox));
-    }
-
-    if (pd) {
-      // The device's own live set at its peak (every process's); a report without it (older, or
-      // one process) has it in its process's entry.
-      const pk = d.peak.by_site ? d.peak : pd.peak;
-      const procs = d.peak.by_process || [];
-      if (procs.length > 1) {
-        card.append($("h3", { text: "Live at the peak, by process" }));
-        card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], procs.slice(), "peak-processes"));
-      }
-      card.append($("h3", { text: "Live at the peak, by site" }));
-      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (pk.by_site || []).slice(), "peak-sites"));
-      if ((pk.by_library || []).length) {
-        card.append($("h3", { text: "Live at the peak, by library (who holds the memory)" }));
-        card.append(table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], pk.by_library.slice(), "peak-libraries"));
-      }
-      const withStacks = (pk.largest || []).filter((a) => (a.stack || []).length).slice(0, 10);
-      if (withStacks.length) {
-        card.append($("h3", { text: "Stacks of the largest allocations live at the peak" }));
-        const box = $("div", { "data-stacks": "peak" });
-        for (const a of withStacks) box.append(stackView(a));
-        card.append(box);
-      }
-      card.append($("h3", { text: "Live at the peak, as an icicle graph" }));
-      card.append(icicle(peakTree(pk), d.peak.bytes));
-      card.append($("h3", { text: "Largest allocations live at the peak" }));
-      card.append(table([{ key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "api", label: "api" }, { key: "kind", label: "kind" },
-        { key: "time_ns", label: "allocated at", num: true, fmt: secs }, { key: "thread", label: "thread", num: true },
-        { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
-        (pk.largest || []).slice(), "peak-largest"));
-      if ((pd.pools || []).length) {
-        card.append($("h3", { text: "Fragmentation: stream-ordered pools, reserved vs in use" }));
-        const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
-        card.append($("div", { class: "muted", "data-fragmentation": "1", text: `At the reserved peak the pools held ${bytes(slack)} more than was allocated from them: freed memory the pools keep for reuse, unavailable to other processes.` }));
-        card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
-          { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
-      }
-      if (alloc) {
-        card.append($("h3", { text: "Fragmentation: the allocator's view (blocks inside its segments)" }));
-        const rows = [["at the in-use peak", alloc.at_peak], ["when most was free", alloc.most_free], ["at the end", alloc.now]]
-          .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
-        card.append(table([{ key: "when", label: "when" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
-          { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
-          { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
-        card.append($("div", { class: "muted", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
-        card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
-          { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
-      }
-      if (growth.length) {
-        card.append($("h3", { text: "Growing across iterations" }));
-        card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "?"}. What each site allocated in an iteration and still held at the end.` }));
-        card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
-          { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
-          { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth"));
-      }
-      card.append($("h3", { text: "Kernels launched" }));
-      if (launchesOff(proc))
-        card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
-      else
-        card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], ((pd.launches || {}).top || []).slice(), "kernels"));
-    }
-
-    for (const o of ooms) {
-      const box = $("div", { class: "finding", "data-oom": "1" });
-      const free = o.free_bytes, total = o.total_bytes;
-      box.append($("div", { text: `Out of memory at ${secs(o.time_ns)}: ${o.api} asked for ${bytes(o.requested_bytes)} (pid ${o.pid}, thread ${o.thread}).` }));
-      if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
-      if ((o.findings || []).length) {
-        const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
-        for (const f of o.findings) {
-          const li = $("li", { "data-kind": f.kind });
-          li.append($("div", { class: "finding-title", text: f.title }));
-          const ev = Object.entries(f.evidence || {}).filter(([, v]) => typeof v !== "object")
-            .map(([k, v]) => `${k.replace(/_/g, " ")}: ${/bytes$/.test(k) ? bytes(v) : (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : v)}`).join("; ");
-          if (ev) li.append($("div", { class: "muted", text: "Evidence: " + ev }));
-          li.append($("div", { text: "Try: " + f.suggestion }));
-          list.append(li);
+          offset = left + node.value;
         }
-        box.append($("div", { text: "Likely causes, most likely first:" }), list);
+        box.append(r);
+        level = next;
       }
-      if (free != null) {
-        const other = Math.max(0, total - free - o.live_bytes);
-        box.append($("div", { text: `The driver reported ${bytes(free)} free of ${bytes(total)}; this process held ${bytes(o.live_bytes)}; other processes, contexts and the driver held ${bytes(other)}.` }));
-        if (!(o.findings || []).length) box.append($("div", { class: "muted", text: o.requested_bytes > free
-          ? `The request was ${bytes(o.requested_bytes - free)} larger than all free memory: reduce what is live (largest below) or the request itself.`
-          : `The request fitted in free memory but no contiguous block was large enough: fragmentation.` }));
+      mark();
+    };
+    const mark = () => {
+      const q = search.value.trim().toLowerCase();
+      let hit = 0;
+      const counted = new Set();
+      const walk = (n, inside) => {
+        const m = q && n.full.toLowerCase().includes(q);
+        if (m && !inside) hit += n.value;
+        for (const c of n.children.values()) walk(c, inside || m);
+      };
+      if (q) walk(tree, false);
+      for (const cell of box.querySelectorAll(".icicle-cell")) {
+        const m = q && cell._node.full.toLowerCase().includes(q);
+        cell.classList.toggle("hit", !!m);
+        cell.classList.toggle("dim", !!q && !m);
       }
-      const oomProc = (R.processes || []).find((p) => p.pid === o.pid);
-      if (launchesOff(oomProc)) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
-      else if (o.last_kernel) box.append($("div", { class: "muted", text: `Last kernel launched before it: ${o.last_kernel}` }));
-      card.append($("h3", { text: "Out of memory" }), box);
-      if (o.site && (o.stack || []).length) box.append(stackView({ bytes: o.requested_bytes, site: "requested by " + o.site, library: o.library, stack: o.stack }));
-      card.append(table([{ key: "site", label: "live then, by site", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], (o.live_by_site || []).slice(), "oom-sites"));
-      if ((o.live_by_library || []).length)
-        card.append(table([{ key: "library", label: "live then, by library", code: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true }], o.live_by_library.slice(), "oom-libraries"));
-    }
+      void counted;
+      found.textContent = q ? `${bytes(hit)} (${pct(hit / (tree.value || 1))}) under frames matching “${search.value.trim()}”` : "Click a frame to zoom in.";
+    };
+    search.addEventListener("input", mark);
+    if (tree.value > 0) render();
+    return wrap;
+  }
 
-    const retained = (R.retained || []).filter((x) => x.device === d.index);
-    if (retained.length) {
-      card.append($("h3", { text: "Retained by allocators at exit (cached, not leaked)" }));
-      card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
-        { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
+  // ---- one run --------------------------------------------------------------------------------
+  const stat = (label, value, cls, id) =>
+    $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
+      $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
+  function renderRun(R, main, title) {
+    const A = analyse(R);
+    const run = R.run || {};
+    const later = [];
+    if (run.stand_in) main.append($("div", { class: "banner warn", id: title ? null : "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
+    if (run.complete === false) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
+    for (const p of run.problems || []) main.append($("div", { class: "banner bad", text: p }));
+    if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
+    const unprofiled = A.procs.filter((p) => p.profiled === false);
+    for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${base(p.exe)}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
+    const noLaunches = A.procs.filter((p) => p.launches && p.launches.recorded === false);
+    const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
+    if (noLaunches.length) {
+      const who = noLaunches.length < A.procs.length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
+      main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
     }
-    if (leaks.length) {
-      card.append($("h3", { text: "Leak suspects: still live when the process ended" }));
-      const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
-      card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library" }, { key: "bytes", label: "bytes", num: true, fmt: bytes }, { key: "count", label: "allocations", num: true },
-        { key: "pid", label: "pid", num: true }, { key: "sizes_text", label: "sizes" }], rows, "leaks"));
-      const leakStacks = leaks.filter((l) => (l.stack || []).length).slice(0, 10);
-      if (leakStacks.length) {
-        const box = $("div", { "data-stacks": "leaks" });
-        for (const l of leakStacks) box.append(stackView(l));
+    const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
+    if (devices.length || A.verdictOom) main.append(summary(A, title));
+    else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
+
+    const procDevice = (host, index) => {
+      for (const p of A.procs) if (p.host === host) for (const dd of p.devices || []) if (dd.index === index) return [p, dd];
+      return [null, null];
+    };
+    for (const d of devices) {
+      const [proc, pd] = procDevice(d.host, d.index);
+      if (pd) pd._pid = proc.pid;
+      const card = $("section", { class: "card", "data-device": String(d.index) });
+      card.append($("h2", { text: `Device ${d.index}: ${d.name || "unknown"}${d.host ? " on " + d.host : ""}` }));
+      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290);
+      if (chart.hasData) {
+        card.append($("h3", { class: "chart-title", text: d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time" }), chart.box,
+          $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
+        later.push(chart.draw);
+      }
+      if (d.categories && d.categories.note) card.append($("div", { class: "muted small", text: d.categories.note }));
+      const ooms = A.oomsOf(d.index);
+      const recovered = (R.oom || []).filter((o) => o.device === d.index && o.recovered);
+      const deviceLimit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device" } : null);
+      const diedHere = ooms.some(A.fatal);
+      const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+      const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
+      const leaksDied = leaks.length > 0 && leaks.every((l) => A.diedPids.has(l.pid));
+      const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
+      const frac = deviceLimit && deviceLimit.bytes ? d.peak.bytes / deviceLimit.bytes : null;
+      const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
+      const head = $("div", { class: "headline" },
+        stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
+        stat("Peak at", secs(d.peak.time_ns), "", "peak-time"),
+        stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
+        stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
+          diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
+        stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
+        leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
+          : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
+        stat("Reserved, not in use, at peak", bytes(Math.max(0, reserved - d.peak.bytes)), "", "slack"));
+      const growth = (R.growth || []).filter((g) => g.device === d.index);
+      if (growth.length) head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
+      const alloc = pd && pd.allocator;
+      if (alloc && alloc.at_peak) head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
+      if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
+      card.append(head);
+      if (recovered.length) card.append($("div", { class: "muted", "data-recovered": String(recovered.length), text: `${recovered.length} failed driver allocation(s) were retried after the allocator freed its cache, and then worked: not out-of-memory errors of the program.` }));
+      main.append(card);
+
+      // The OOMs, each with its request, the memory then and its findings.
+      for (const [i, o] of ooms.entries()) {
+        const box = $("div", { class: "finding", "data-oom": "1" });
+        const total = known(o.total_bytes) ? o.total_bytes : d.total_bytes;
+        box.append($("h3", { text: `Out of memory${ooms.length > 1 ? " " + (i + 1) : ""} at ${secs(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
+        const what = [`${o.api} asked for ${bytes(o.requested_bytes)} (pid ${o.pid}, thread ${o.thread})`];
+        if (o.phase) what.push(`in ${o.phase}${known(o.iteration) ? " of iteration " + o.iteration : ""}`);
+        if (o.module) what.push(`in module ${o.module}`);
+        box.append($("div", { text: what.join(", ") + "." }));
+        if (o.python_site) box.append($("div", { class: "labelled" }, "Python line: ", nameEl("span", o.python_site, "code")));
+        if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
+        if (known(o.free_bytes)) {
+          const others = known(o.held_by_others_bytes) ? o.held_by_others_bytes : (known(total) ? Math.max(0, total - o.free_bytes - o.live_bytes) : null);
+          box.append($("div", { text: `The driver reported ${bytes(o.free_bytes)} free${known(total) ? " of " + bytes(total) : ""}; this process held ${bytes(o.live_bytes)}` +
+            (known(others) ? `; other processes, contexts and the driver held ${bytes(others)}.` : ".") }));
+        } else box.append($("div", { text: `This process held ${bytes(o.live_bytes)} when it asked.` }));
+        if ((o.findings || []).length > 1 || (A.D && (o.findings || []).length)) {
+          const torch = A.isTorch(A.procOf(o.pid));
+          const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
+          for (const f of o.findings) {
+            const li = $("li", { "data-kind": f.kind }, $("div", { class: "finding-title", text: f.title }));
+            const ev = evidenceList(f.evidence);
+            if (ev.length) li.append($("div", { class: "muted", text: "Evidence: " + ev.map((e) => `${e.label}: ${e.value}`).join("; ") }));
+            li.append($("div", { text: "Try: " + (!torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion) }));
+            list.append(li);
+          }
+          box.append($("div", { text: "Possible causes, most likely first:" }), list);
+        } else if ((o.findings || []).length) {
+          box.append($("ol", { class: "findings", hidden: "", "data-findings": "1" }, $("li", { "data-kind": o.findings[0].kind }, $("div", { class: "finding-title", text: o.findings[0].title }))));
+        }
+        if (launchesOff(A.procOf(o.pid))) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
+        else if (o.last_kernel) box.append($("div", { class: "muted labelled" }, "Last kernel launched before it: ", nameEl("span", o.last_kernel, "code")));
+        if ((o.stack || []).length) {
+          const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
+          det.append(stackList(o.stack));
+          box.append(det);
+        }
         card.append(box);
       }
+
+      card.append($("h3", { text: "What was live" }), breakdown(A, d, pd));
+      if ((d.peak.by_process || []).length > 1) {
+        card.append($("h3", { text: "Live at the peak, by process" }));
+        card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], d.peak.by_process.slice(), "peak-processes"));
+      }
+      if (pd) {
+        const pk = d.peak.by_site ? d.peak : pd.peak;  // every process's at the device's peak
+        const tree = peakTree(pk);
+        if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter frames folded)" }), icicle(tree));
+        const largest = (pk.largest || []).slice();
+        if (largest.length) {
+          card.append($("h3", { text: "Largest blocks live at the peak" }));
+          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
+            { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
+            { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
+          largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+        }
+        if ((pd.pools || []).length) {
+          card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
+          const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
+          card.append($("div", { class: "muted", "data-fragmentation": "1", text: `At the reserved peak the pools held ${bytes(slack)} more than was allocated from them: freed memory the pools keep for reuse, unavailable to other processes.` }));
+          card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+            { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
+        }
+        if (alloc) {
+          card.append($("h3", { text: "Fragmentation: the allocator's view (blocks inside its segments)" }));
+          const rows = [["at the in-use peak", alloc.at_peak], ["when most was free", alloc.most_free], ["at the end", alloc.now]]
+            .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
+          card.append(table([{ key: "when", label: "when", width: "11em" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
+            { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
+            { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
+          card.append($("div", { class: "muted small", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
+          card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+            { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
+        }
+        if (growth.length) {
+          card.append($("h3", { text: "Growing across iterations" }));
+          card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
+          card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
+            { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
+            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+        }
+        card.append($("h3", { text: "Kernels launched" }));
+        if (launchesOff(proc))
+          card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
+        else if (((pd.launches || {}).top || []).length)
+          card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
+        else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
+      }
+      const retained = (R.retained || []).filter((x) => x.device === d.index);
+      if (retained.length) {
+        card.append($("h3", { text: "Retained by allocators at exit (cached, not leaked)" }));
+        card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
+          { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
+      }
+      if (leaks.length) {
+        card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
+        const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
+        card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
+          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+      }
     }
-    void proc;
-  }
 
-  if ((R.ranks || []).length) {
-    const w = R.worst_rank, im = R.rank_imbalance;
-    const card = $("section", { class: "card", "data-ranks": String(R.ranks.length) }, $("h2", { text: `Ranks: ${R.ranks.length}` }));
-    card.append($("div", { class: "headline" },
-      stat("Worst rank", `rank ${w.rank}: ${bytes(w.peak_bytes)}`, "", "worst-rank"),
-      stat("Smallest rank peak", bytes(im.min_peak_bytes), "", "min-rank"),
-      stat("Spread", bytes(im.spread_bytes), im.max_over_mean > 1.2 ? "warn" : "ok", "spread"),
-      stat("Max / mean", im.max_over_mean.toFixed(2), im.max_over_mean > 1.2 ? "warn" : "ok", "imbalance")));
-    card.append(table([{ key: "rank", label: "rank", num: true }, { key: "host", label: "host" }, { key: "pid", label: "pid", num: true },
-      { key: "peak_device", label: "device", num: true }, { key: "peak_bytes", label: "peak", num: true, fmt: bytes }, { key: "oom", label: "OOMs", num: true }],
+    if ((R.ranks || []).length) {
+      const w = R.worst_rank || {}, im = R.rank_imbalance || {};
+      const card = $("section", { class: "card", "data-ranks": String(R.ranks.length) }, $("h2", { text: `Ranks: ${R.ranks.length}` }));
+      card.append($("div", { class: "headline" },
+        stat("Worst rank", `rank ${w.rank}: ${bytes(w.peak_bytes)}`, "", "worst-rank"),
+        stat("Smallest rank peak", bytes(im.min_peak_bytes), "", "min-rank"),
+        stat("Spread", bytes(im.spread_bytes), im.max_over_mean > 1.2 ? "warn" : "ok", "spread"),
+        stat("Max / mean", known(im.max_over_mean) ? im.max_over_mean.toFixed(2) : "unknown", im.max_over_mean > 1.2 ? "warn" : "ok", "imbalance")));
+      card.append(table([{ key: "rank", label: "rank", num: true }, { key: "host", label: "host" }, { key: "pid", label: "pid", num: true },
+        { key: "peak_device", label: "device", num: true }, { key: "peak_bytes", label: "peak", num: true, fmt: bytes }, { key: "oom", label: "OOMs", num: true }],
       R.ranks.slice(), "ranks"));
-    main.append(card);
+      main.append(card);
+    }
+    for (const p of A.procs) {
+      if (!p.phases) continue;
+      const card = $("section", { class: "card", "data-phases": String(p.pid) }, $("h2", { text: `Phases (NVTX ranges) of pid ${p.pid}` }));
+      if (p.iterations && p.iterations.count) card.append($("div", { class: "muted", text: `Iterations: ${p.iterations.count}, from ${p.iterations.source}.` }));
+      else if (launchesOff(p)) card.append($("div", { class: "muted", text: "Iterations: none found; the launch rhythm was not recorded (--launches=off)." }));
+      card.append(table([{ key: "name", label: "range", code: true }, { key: "count", label: "times", num: true }, { key: "total_ns", label: "total time", num: true, fmt: secs }],
+        (p.phases.by_name || []).slice(), "phases"));
+      main.append(card);
+    }
+    const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
+    procs.append(table([{ key: "pid", label: "pid", num: true, width: "6em" }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
+      { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
+    A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.clean_exit ? "exit()" : "cut short") })), "processes"));
+    main.append(procs);
+    return later;
   }
 
-  // NVTX ranges as phases: by name, and the iterations found.
-  for (const p of R.processes || []) {
-    if (!p.phases) continue;
-    const card = $("section", { class: "card", "data-phases": String(p.pid) }, $("h2", { text: `Phases (NVTX ranges) of pid ${p.pid}` }));
-    if (p.iterations && p.iterations.count) card.append($("div", { class: "muted", text: `Iterations: ${p.iterations.count}, from ${p.iterations.source}.` }));
-    else if (launchesOff(p)) card.append($("div", { class: "muted", text: "Iterations: none found; the launch rhythm was not recorded (--launches=off)." }));
-    card.append(table([{ key: "name", label: "range", code: true }, { key: "count", label: "times", num: true }, { key: "total_ns", label: "total time", num: true, fmt: secs }],
-      (p.phases.by_name || []).slice(), "phases"));
-    main.append(card);
+  // ---- the page -------------------------------------------------------------------------------
+  const main = document.getElementById("main");
+  let later = [];
+  if (DATA.diff) {
+    // Two runs side by side, named A and B, with the sites whose live memory changed.
+    const { a, b, names, changes } = DATA.diff;
+    document.querySelector("header h1").textContent = "vramtrace diff";
+    document.getElementById("cmd").textContent = `A: ${names[0]}   B: ${names[1]}`;
+    const sum = $("section", { class: "card", id: "diff-changes" }, $("h2", { text: "What changed from A to B" }));
+    const rows = [];
+    for (const c of changes || []) {
+      for (const s of c.changes || []) rows.push({ scope: c.scope, site: s.site, a: s.a, b: s.b, change: s.b - s.a });
+    }
+    const peaks = (changes || []).map((c) => `${c.scope}: A ${bytes(c.a_peak)}, B ${bytes(c.b_peak)} (${known(c.a_peak) && known(c.b_peak) ? (c.b_peak >= c.a_peak ? "+" : "") + bytes(c.b_peak - c.a_peak) : "only in one run"})`);
+    for (const p of peaks) sum.append($("div", { class: "diff-peak", text: "Peak of " + p }));
+    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
+    // The scope column only when the runs have several devices or ranks.
+    const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
+    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
+      { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
+    main.append(sum);
+    const cols = $("div", { class: "side-by-side" });
+    const ca = $("div", { class: "run-col", "data-run": "A" }), cb = $("div", { class: "run-col", "data-run": "B" });
+    cols.append(ca, cb);
+    main.append(cols);
+    later = [...renderRun(a, ca, "A"), ...renderRun(b, cb, "B")];
+  } else {
+    const cmd = ((DATA.run || {}).command || []).join(" ");
+    document.getElementById("cmd").textContent = cmd;
+    document.getElementById("cmd").title = cmd;
+    later = renderRun(DATA, main, null);
   }
-
-  const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
-  procs.append(table([{ key: "pid", label: "pid", num: true }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
-    { key: "status", label: "ended" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
-    (R.processes || []).map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: p.clean_exit ? "exit()" : "cut short" })), "processes"));
-  main.append(procs);
-  document.body.dataset.ready = "1";
+  if (typeof uPlot !== "undefined") for (const f of later) f();
+  // Ready after the charts' first legends (set in timers queued before this one).
+  setTimeout(() => { document.body.dataset.ready = "1"; }, 0);
 })();

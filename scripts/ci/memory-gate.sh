@@ -7,8 +7,9 @@
 # Environment: VRAMTRACE (path of the vramtrace binary, default: on PATH or ./build/bin),
 # MAX_INCREASE (default 5%), MAX_PEAK (optional, e.g. 40GiB), OUT (default vramtrace-ci).
 # Exit: 0 within budget, 1 regression, 2 bad baseline or usage, 3 a process of the run was not
-# profiled (no CUPTI, or held by another tool: its memory is unknown), else the program's own
-# failure.
+# profiled (no CUPTI, or held by another tool: its memory is unknown), 4 an incomplete
+# measurement (a process cut short, a device of the baseline not measured, another command than
+# the baseline's), else the program's own failure.
 # Writes OUT/summary.md (append it to $GITHUB_STEP_SUMMARY) and OUT/junit.xml.
 # To create or update the baseline: UPDATE_BASELINE=1 scripts/ci/memory-gate.sh BASELINE.json -- CMD
 set -uo pipefail
@@ -25,7 +26,8 @@ MAX_INCREASE=${MAX_INCREASE:-5%}
 if [[ ${UPDATE_BASELINE:-0} == 1 || ! -f $baseline ]]; then
   [[ -f $baseline ]] || echo "memory-gate: no baseline at $baseline yet: recording one" >&2
   "$VRAMTRACE" run --force -o "$OUT" -- "$@" || exit $?
-  # A run with a process that was not profiled cannot be a baseline: check refuses it (exit 2).
+  # A run with a process that was not profiled (exit 2) or cut short (exit 4) cannot be a
+  # baseline: check refuses it.
   "$VRAMTRACE" check "$OUT" --baseline "$OUT" > /dev/null || exit $?
   mkdir -p "$(dirname "$baseline")"
   cp "$OUT/report.json" "$baseline"

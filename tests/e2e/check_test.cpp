@@ -1,9 +1,12 @@
 // End-to-end tests of the CI gate: `vramtrace check`, `vramtrace diff` and `run --baseline`,
 // on stand-in runs of tests/programs/grow that differ by one known allocation (8 MiB).
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "e2e/e2e_util.h"
 
@@ -25,7 +28,9 @@ const Runs& runs() {
     // Every allocation with its stack, so that "what grew" names the function.
     const std::string env = kEnv + "VRAMTRACE_STACKS=all ";
     REQUIRE(sh(env + kVramtrace + " run -o " + x.base + " -- " + prog("grow")).code() == 0);
-    REQUIRE(sh(env + kVramtrace + " run -o " + x.cand + " -- " + prog("grow") + " 8").code() == 0);
+    // The same command (the gate compares only runs of one command), 8 MiB more.
+    REQUIRE(sh(env + "GROW_EXTRA_MIB=8 " + kVramtrace + " run -o " + x.cand + " -- " +
+               prog("grow")).code() == 0);
     return x;
   }();
   return r;
@@ -125,11 +130,15 @@ TEST_CASE("a device present on one side only") {
   REQUIRE(typo.code() == 2);
   REQUIRE(contains(typo.out, "vramtrace check: --device names device 7, which neither report "
                              "has (devices: 0, 1)"));
-  // Gone from the candidate: noted, not a regression.
+  // Gone from the candidate: no measurement of a device the baseline has, so the candidate
+  // cannot pass (exit 4), unless the check is limited to the devices it has.
   Result gone = sh(check(r.base + " --baseline " + r.dir + "/two.json"));
   INFO(gone.out);
-  REQUIRE(gone.code() == 0);
+  REQUIRE(gone.code() == 4);
   REQUIRE(contains(gone.out, "(not used by the candidate)"));
+  REQUIRE(contains(gone.out, "vramtrace check: candidate INCOMPLETE: no measurement for device 1 "
+                             "(vramtrace stand-in (CPU)), which the baseline has\n"));
+  REQUIRE(sh(check(r.base + " --baseline " + r.dir + "/two.json --device 0")).code() == 0);
 }
 
 TEST_CASE("diff shows the known allocation that differs") {
@@ -145,13 +154,13 @@ TEST_CASE("diff shows the known allocation that differs") {
 
 TEST_CASE("run --baseline checks in one step and passes the command's failure through") {
   const Runs& r = runs();
-  Result reg = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --max-increase 1% -o " +
-                  r.dir + "/one -- " + prog("grow") + " 1");
+  Result reg = sh(kEnv + "GROW_EXTRA_MIB=1 " + kVramtrace + " run --baseline " + r.base +
+                  " --max-increase 1% -o " + r.dir + "/one -- " + prog("grow"));
   INFO(reg.out);
   REQUIRE(reg.code() == 1);
   REQUIRE(contains(reg.out, "+1.00 MiB (+1.6%), budget +1% (up to 64.64 MiB): REGRESSION"));
-  Result ok = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --max-increase 2% -o " +
-                 r.dir + "/two -- " + prog("grow") + " 1");
+  Result ok = sh(kEnv + "GROW_EXTRA_MIB=1 " + kVramtrace + " run --baseline " + r.base +
+                 " --max-increase 2% -o " + r.dir + "/two -- " + prog("grow"));
   REQUIRE(ok.code() == 0);
   Result fails = sh(kEnv + kVramtrace + " run --baseline " + r.base + " -o " + r.dir +
                     "/three -- sh -c 'exit 3'");
@@ -173,9 +182,127 @@ TEST_CASE("the ready CI job records a baseline, then fails a regression") {
   REQUIRE(json::parse(slurp(d + "/ci/base.json"))["devices"][0]["peak"]["bytes"] == 64 * MiB);
   Result same = sh(job);
   REQUIRE(same.code() == 0);
-  Result grown = sh(job + " 8");
+  // The same command, 8 MiB more.
+  Result grown = sh("export GROW_EXTRA_MIB=8 && " + job);
   INFO(grown.out);
   REQUIRE(grown.code() == 1);
   REQUIRE(contains(slurp(d + "/vramtrace-ci/summary.md"), "**regression**"));
   REQUIRE(contains(slurp(d + "/vramtrace-ci/junit.xml"), "failures=\"1\""));
+}
+
+// The gate fails closed: a candidate that is not a whole measurement of the baseline's command
+// exits 4, and the CI files say why.
+TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
+  const Runs& r = runs();
+  const std::string md = r.dir + "/incomplete.md", xml = r.dir + "/incomplete.xml";
+  auto gate = [&](const std::string& candidate, const std::string& extra = "") {
+    fs::remove(md);
+    fs::remove(xml);
+    Result g = sh(check(candidate + " --baseline " + r.base + " --markdown " + md + " --junit " +
+                        xml + extra));
+    return g;
+  };
+  const std::string kIncomplete = "FAILED: incomplete measurement: the candidate's peaks are not "
+                                  "a whole measurement of the baseline's command\n";
+  const std::string kStandIn = "no measurement for device 0 (vramtrace stand-in (CPU)), which the "
+                               "baseline has";
+
+  SECTION("a command that does not exist: no process at all") {
+    const std::string d = r.dir + "/missing-cmd";
+    Result run = sh(kEnv + kVramtrace + " run -o " + d + " -- " + r.dir + "/no-such-command");
+    REQUIRE(run.code() == 127);
+    Result g = gate(d);
+    INFO(g.out);
+    REQUIRE(g.code() == 4);
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate has no profiled process: no "
+                            "process of its command reached vramtrace (the command exited 127: "
+                            "not found)\n"));
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate ran a different command than the "
+                            "baseline: '" + r.dir + "/no-such-command', the baseline '" +
+                            prog("grow") + "'\n"));
+    REQUIRE(contains(g.out, kIncomplete));
+    REQUIRE_FALSE(contains(g.out, "PASSED"));
+    std::string m = slurp(md), x = slurp(xml);
+    REQUIRE(contains(m, "### vramtrace: peak device memory unknown: incomplete measurement\n"));
+    REQUIRE(contains(m, "**Incomplete measurement**: the candidate has no profiled process"));
+    REQUIRE(contains(x, "<testsuite name=\"vramtrace peak memory\" tests=\"2\" failures=\"1\">"));
+    REQUIRE(contains(x, "<testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
+                        "<failure message=\"incomplete measurement: the candidate has no profiled "
+                        "process: no process of its command reached vramtrace (the command exited "
+                        "127: not found) (and 2 more)\">"));
+  }
+
+  SECTION("cut short by SIGABRT after the same work") {
+    const std::string d = r.dir + "/aborted";
+    Result run = sh(kEnv + "GROW_THEN=abort " + kVramtrace + " run -o " + d + " -- " + prog("grow"));
+    REQUIRE(run.died_of(SIGABRT));
+    Result g = gate(d);
+    INFO(g.out);
+    REQUIRE(g.code() == 4);
+    // Its peak is the baseline's: measured, but not a whole run.
+    REQUIRE(contains(g.out, "baseline 64.00 MiB, candidate 64.00 MiB, +0 B (+0.0%), budget +5% "
+                            "(up to 67.20 MiB): ok"));
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: cut short: the command was killed by signal 6 "
+                            "(SIGABRT)\n"));
+    REQUIRE(std::regex_search(g.out, std::regex("candidate INCOMPLETE: cut short: pid [1-9][0-9]* "
+                                                "\\(grow\\) did not exit cleanly\n")));
+    REQUIRE(contains(g.out, kIncomplete));
+    REQUIRE(contains(slurp(md), "**Incomplete measurement**: cut short: the command was killed by "
+                                "signal 6 \\(SIGABRT\\)"));
+    std::string x = slurp(xml);
+    REQUIRE(contains(x, "tests=\"2\" failures=\"1\""));
+    REQUIRE(contains(x, "<failure message=\"incomplete measurement: cut short: the command was "
+                        "killed by signal 6 (SIGABRT) (and 1 more)\">"));
+  }
+
+  SECTION("a different command") {
+    const std::string d = r.dir + "/other-cmd";
+    REQUIRE(sh(kEnv + kVramtrace + " run -o " + d + " -- " + prog("grow") + " 0").code() == 0);
+    Result g = gate(d);
+    INFO(g.out);
+    REQUIRE(g.code() == 4);
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate ran a different command than the "
+                            "baseline: '" + prog("grow") + " 0', the baseline '" + prog("grow") +
+                            "'\n"));
+    REQUIRE(contains(slurp(xml), "tests=\"2\" failures=\"1\""));
+  }
+
+  SECTION("a damaged trace") {
+    std::vector<std::string> traces = traces_in(r.base);
+    REQUIRE(traces.size() == 1);
+    std::string bytes = slurp(traces[0]);
+    const std::string cut = r.dir + "/cut.vtrace";
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 3);
+    Result g = gate(cut);
+    INFO(g.out);
+    REQUIRE(g.code() == 4);
+    // The trace's one frame is cut: nothing of the run is left.
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: damaged trace: " + cut +
+                            ": trace ends inside a frame at byte 16 ("));
+    REQUIRE(contains(g.out, "bytes; the process was cut off while writing)\n"));
+    REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
+    REQUIRE(contains(slurp(md), "**Incomplete measurement**: "));
+  }
+
+  SECTION("bad input (exit 2) still writes the CI files, failing") {
+    Result g = sh(check(r.cand + " --baseline " + r.dir + "/none.json --markdown " + md +
+                        " --junit " + xml));
+    REQUIRE(g.code() == 2);
+    const std::string why = "baseline " + r.dir + "/none.json: no such file or directory";
+    std::string m = slurp(md);
+    REQUIRE(contains(m, "### vramtrace: peak device memory not checked\n\n**Failed**: baseline "));
+    REQUIRE(contains(m, "none.json: no such file or directory\n"));
+    REQUIRE(contains(slurp(xml), "<testsuite name=\"vramtrace peak memory\" tests=\"1\" "
+                                 "failures=\"1\">\n  <testcase classname=\"vramtrace.check\" "
+                                 "name=\"peak memory checked\"><failure message=\"" + why + "\">"));
+  }
+
+  SECTION("run --baseline: a command that fails writes the CI files, failing") {
+    Result g = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --markdown " + md +
+                  " --junit " + xml + " -o " + r.dir + "/fails -- sh -c 'exit 3'");
+    REQUIRE(g.code() == 3);
+    REQUIRE(contains(slurp(md), "**Failed**: the command exited 3: not checked"));
+    REQUIRE(contains(slurp(xml), "<failure message=\"the command exited 3: not checked\">"));
+  }
 }

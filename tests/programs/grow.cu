@@ -1,8 +1,11 @@
 // Test program for `vramtrace check` and `diff`: 64 MiB of "weights" (cudaMalloc) live with,
-// when argv[1] is given, argv[1] MiB more from cudaMallocAsync; all freed before exit.
-// Expected peak: (64 + argv[1]) MiB. The extra memory comes from grow_activations(), so that
+// when argv[1] (or else GROW_EXTRA_MIB in the environment: the same command line, for the CI
+// gate, which refuses to compare different commands) is given, that many MiB more from
+// cudaMallocAsync; all freed before exit. Expected peak: (64 + extra) MiB. GROW_THEN=abort: once
+// all is freed, abort() instead of returning (a run cut short, same command line). The extra memory comes from grow_activations(), so that
 // its site (built without -g: the function's name alone) differs from main's.
 #include <cstdlib>
+#include <string>
 #include "check.h"
 
 extern "C" __attribute__((noinline)) void* grow_activations(size_t bytes, cudaStream_t s) {
@@ -12,7 +15,9 @@ extern "C" __attribute__((noinline)) void* grow_activations(size_t bytes, cudaSt
 }
 
 int main(int argc, char** argv) {
-  size_t extra = argc > 1 ? std::strtoull(argv[1], nullptr, 10) * MiB : 0;
+  const char* env = std::getenv("GROW_EXTRA_MIB");
+  const char* arg = argc > 1 ? argv[1] : env;
+  size_t extra = arg ? std::strtoull(arg, nullptr, 10) * MiB : 0;
   void *w, *x = nullptr;
   CHECK(cudaMalloc(&w, 64 * MiB));
   cudaStream_t s;
@@ -22,5 +27,7 @@ int main(int argc, char** argv) {
   if (x) CHECK(cudaFreeAsync(x, s));
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaFree(w));
+  const char* then = std::getenv("GROW_THEN");
+  if (then && std::string(then) == "abort") std::abort();
   return 0;
 }

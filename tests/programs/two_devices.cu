@@ -1,6 +1,7 @@
 // Test program: one process using two devices, like a model split across cuda:0 and cuda:1.
-// Device 0 gets 10 MiB, device 1 gets 20 MiB (argv[1] MiB more on device 1 when given); all freed.
-// Expected: a peak per device, 10 MiB and (20 + argv[1]) MiB. Needs two devices
+// Device 0 gets 10 MiB, device 1 gets 20 MiB (argv[1], or else TWO_DEVICES_EXTRA_MIB from the
+// environment: the same command line for the CI gate, MiB more on device 1); all freed.
+// Expected: a peak per device, 10 MiB and (20 + extra) MiB. Needs two devices
 // (VRAMTRACE_STANDIN_DEVICES=2 on the stand-in).
 #include <cstdlib>
 #include "check.h"
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "two_devices: needs 2 devices, found %d\n", n);
     return 2;
   }
-  size_t extra = argc > 1 ? std::strtoull(argv[1], nullptr, 10) * MiB : 0;
+  const char* arg = argc > 1 ? argv[1] : std::getenv("TWO_DEVICES_EXTRA_MIB");
+  size_t extra = arg ? std::strtoull(arg, nullptr, 10) * MiB : 0;
   void *a, *b;
   CHECK(cudaSetDevice(0));
   CHECK(cudaMalloc(&a, 10 * MiB));

@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
 """SIGKILL at random points: the churn program (cudaMalloc/cudaFree pairs, forever) is killed
-after a seeded random delay of 5 to 500 ms, VT_KILL_RUNS times (default 50) under `vramtrace run`
-and as many times in plain LD_PRELOAD file mode. Every run must give:
+after a seeded random delay, VT_KILL_RUNS times (default 200, delays of 2 to 120 ms) under
+`vramtrace run` and VT_KILL_FILE_RUNS times (default 50, delays of 5 to 500 ms) in plain
+LD_PRELOAD file mode. Every run must give:
   - vramtrace (socket mode) dying of the target's signal, SIGKILL; report.json that parses,
     schema vramtrace.report/1, run.signal 9 and run.complete false;
   - in file mode, a trace that `vramtrace report` turns into a report (complete false), or, only
     when the kill came before the 16-byte header was written, exit 2 saying it is no trace;
   - a report consistent with what the program did: allocs <= pairs completed + 1, the frees
     one behind the allocs at most, final live bytes = (allocs - frees) * 4096, nothing dropped;
-  - every pair completed 200 ms (two flush periods) before the kill is in the report;
+  - socket mode: zero events lost: every pair the program completed (its shared progress file
+    says exactly how many) is in the report, whatever the moment of the kill: the collector
+    reads what the process recorded but had not sent from the buffers it shares with it;
+  - file mode: every pair completed 200 ms (four flush periods) before the kill is in the report
+    (the stated bound: SIGKILL loses at most the last flush period), when the program ran in
+    those 200 ms (completed a pair more): on a machine so loaded that it did not, the writer
+    thread may not have run either, and the run is counted, not judged;
   - also when the command is killed before any process used CUDA (no trace at all);
-  - socket mode: the report holds every event that reached the collector: its figures equal
-    those of `vramtrace report` on the raw trace the collector wrote.
-Usage: kill_test.py BUILD_DIR   (VT_KILL_SEED, VT_KILL_RUNS to change the seed and count)"""
+  - socket mode, every tenth run: the report holds every event that reached the collector: its
+    figures equal those of `vramtrace report` on the raw trace the collector wrote.
+The assertions do not depend on the machine's speed: a slower machine only completes fewer pairs
+before each kill.
+Usage: kill_test.py BUILD_DIR   (VT_KILL_SEED, VT_KILL_RUNS, VT_KILL_FILE_RUNS)"""
 import glob
 import json
 import os
@@ -28,7 +37,8 @@ import vtrel  # noqa: E402
 from vtrel import check
 
 SEED = int(os.environ.get("VT_KILL_SEED", "20261202"))
-RUNS = int(os.environ.get("VT_KILL_RUNS", "50"))
+SOCKET_RUNS = int(os.environ.get("VT_KILL_RUNS", "200"))
+FILE_RUNS = int(os.environ.get("VT_KILL_FILE_RUNS", "50"))
 SNAPSHOT_BEFORE_S = 0.2  # pairs done this long before the kill must have been flushed
 FLUSH_MS = 50
 
@@ -55,8 +65,24 @@ def consistent(tag, fig, done, before):
     check(fig["live"] == (a - f) * vtrel.PAIR_BYTES,
           "%s: final live %d bytes with %d allocs, %d frees" % (tag, fig["live"], a, f))
     check(fig["dropped"] == 0, "%s: %d events dropped" % (tag, fig["dropped"]))
-    check(a >= before, "%s: %d allocs, but %d pairs were done %.0f ms before the kill"
-          % (tag, a, before, SNAPSHOT_BEFORE_S * 1000))
+    # The flush bound is a matter of time: it holds only if the process ran in the window. On a
+    # machine so loaded that the program did not complete one more pair in it, the writer
+    # thread may not have run either; such a run is counted, not judged.
+    if done > before:
+        check(a >= before, "%s: %d allocs, but %d pairs were done %.0f ms before the kill"
+              % (tag, a, before, SNAPSHOT_BEFORE_S * 1000))
+    elif before:
+        starved.append(tag)
+
+
+starved = []  # runs whose program made no progress in the last SNAPSHOT_BEFORE_S
+
+
+def none_lost(tag, fig, done):
+    """Every pair completed before the kill is in the report: its alloc and its free."""
+    check(fig["allocs"] >= done and fig["frees"] >= done,
+          "%s: %d pairs completed, but the report has %d allocs and %d frees: events lost"
+          % (tag, done, fig["allocs"], fig["frees"]))
 
 
 def sleep_and_snapshot(delay, progress_file):
@@ -98,7 +124,8 @@ def socket_checks(i, delay, log, d):
     check(launcher.returncode == -signal.SIGKILL,
           "%s: vramtrace exited %d, not by SIGKILL" % (tag, launcher.returncode))
     path = os.path.join(out, "report.json")
-    if not check(os.path.exists(path), tag + ": no report.json"):
+    if not check(os.path.exists(path), "%s: no report.json; vramtrace said: %s"
+                 % (tag, err.decode(errors="replace"))):
         return
     try:
         r = vtrel.load(path)
@@ -114,7 +141,8 @@ def socket_checks(i, delay, log, d):
     entry["traces"] = len(traces)
     check(len(traces) <= 1, tag + ": %d traces" % len(traces))
     consistent(tag, fig, done, before)
-    if traces:
+    none_lost(tag, fig, done)
+    if traces and i % 10 == 0:  # a report costs a quarter of a second: every tenth run
         rc, text = vtrel.report_traces(traces, os.path.join(d, "again"))
         if rc == 2 and text.endswith("nothing could be read from the input: no report written\n"):
             # Cut inside its first frame: nothing to read, as run's own report found.
@@ -126,7 +154,7 @@ def socket_checks(i, delay, log, d):
         if rc == 0:
             again = vtrel.figures(vtrel.load(os.path.join(d, "again", "report.json")))
             check(again == fig, "%s: report %s but its trace holds %s" % (tag, fig, again))
-    else:
+    elif not traces:
         check(fig["allocs"] == 0 and before == 0, tag + ": pairs done but no trace")
 
 
@@ -198,10 +226,10 @@ def main():
     killed_before_cuda()
     rng = random.Random(SEED)
     log = []
-    for run in (socket_run, file_run):
-        for i in range(RUNS):
+    for run, runs, longest in ((socket_run, SOCKET_RUNS, 0.12), (file_run, FILE_RUNS, 0.5)):
+        for i in range(runs):
             failed = len(vtrel.failures)
-            d = run(i, rng.uniform(0.005, 0.5), log)
+            d = run(i, rng.uniform(0.002 if run is socket_run else 0.005, longest), log)
             if len(vtrel.failures) == failed:
                 shutil.rmtree(d)  # traces of a passing run are not kept (tens of MB each)
             else:
@@ -212,14 +240,23 @@ def main():
         json.dump({"seed": SEED, "runs": log}, f, indent=1)
     for mode in ("socket", "file"):
         runs = [e for e in log if e["mode"] == mode]
+        if not runs:
+            continue
         with_events = [e for e in runs if e.get("allocs")]
+        lost = sum(1 for e in runs if "allocs" in e and e["allocs"] < e["pairs_done"])
         print("%s mode: %d kills, %d with allocations in the report, allocs %s..%s, "
-              "pairs done %s..%s" % (
+              "pairs done %s..%s, %d runs with pairs missing" % (
                   mode, len(runs), len(with_events),
                   min((e["allocs"] for e in with_events), default=0),
                   max((e["allocs"] for e in with_events), default=0),
-                  min(e["pairs_done"] for e in runs), max(e["pairs_done"] for e in runs)))
-    vtrel.finish("kill test (seed %d, %d runs per mode)" % (SEED, RUNS))
+                  min(e["pairs_done"] for e in runs), max(e["pairs_done"] for e in runs),
+                  lost))
+    if starved:
+        print("%d run(s) where the program did not run in the last %.0f ms (a loaded machine): "
+              "the flush bound not judged: %s" % (len(starved), SNAPSHOT_BEFORE_S * 1000,
+                                                  ", ".join(starved)))
+    vtrel.finish("kill test (seed %d, %d runs under the launcher, %d in file mode)"
+                 % (SEED, SOCKET_RUNS, FILE_RUNS))
 
 
 main()

@@ -1,0 +1,166 @@
+// The effective limit and PyTorch remedies with their savings (see diagnosis.h).
+#include "collector/diagnosis.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace vramtrace::collector {
+namespace {
+
+std::string gib(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
+  return buf;
+}
+
+uint64_t of(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
+
+}  // namespace
+
+EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uint32_t device,
+                               std::optional<uint64_t> held_by_others) {
+  EffectiveLimit l{device_total, "device", "the GPU's capacity (" + gib(device_total) + ")"};
+  if (tm) {
+    auto it = tm->context().limits.find(device);
+    if (it != tm->context().limits.end() && it->second.fraction < 1.0) {
+      const uint64_t total = it->second.total_bytes ? it->second.total_bytes : device_total;
+      const auto cap = static_cast<uint64_t>(it->second.fraction * static_cast<double>(total));
+      if (cap < l.bytes) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf,
+                      "PyTorch's per-process memory fraction (%.4g of %s: %s)",
+                      it->second.fraction, gib(total).c_str(), gib(cap).c_str());
+        l = {cap, "per_process_fraction", buf};
+      }
+    }
+  }
+  if (tm) {
+    // JAX: XLA's allocator serves arrays from its pool, whose limit is the program's.
+    auto it = tm->context().xla.find(device);
+    if (it != tm->context().xla.end() && it->second.limit && it->second.limit < l.bytes) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "XLA's memory pool (%s, %.0f%% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION)",
+                    gib(it->second.limit).c_str(),
+                    device_total ? 100.0 * static_cast<double>(it->second.limit) /
+                                       static_cast<double>(device_total)
+                                 : 0.0);
+      l = {it->second.limit, "xla_pool", buf};
+    }
+  }
+  if (held_by_others && device_total > *held_by_others &&
+      device_total - *held_by_others < l.bytes && *held_by_others >= (1ull << 30)) {
+    const uint64_t left = device_total - *held_by_others;
+    l = {left, "other_processes",
+         "what other processes left of the GPU (" + gib(*held_by_others) + " held by them, " +
+             gib(left) + " left)"};
+  }
+  return l;
+}
+
+std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
+  std::vector<Remedy> out;
+  const uint64_t act = of(in.at, Category::Activations);
+  const uint64_t tmp = of(in.at, Category::Temporaries);
+  const uint64_t inputs = of(in.at, Category::Inputs);
+  const uint64_t params = of(in.at, Category::Parameters);
+  const uint64_t grads = of(in.at, Category::Gradients);
+  const uint64_t state = of(in.at, Category::OptimizerState);
+  const uint64_t cache = of(in.at, Category::AllocatorCache);
+  const uint64_t need = in.total + in.request;  // what the moment asked for in all
+
+  if (act + tmp && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
+    out.push_back({"mixed_precision",
+                   "Run the forward in bf16 mixed precision (torch.autocast)", (act + tmp) / 2,
+                   "activations and temporaries (convolution and matmul workspaces among them) "
+                   "are float32 now and bf16 halves them",
+                   "with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ..."});
+
+  if (act && in.activations_by_module.size() >= 2) {
+    // Checkpointing the largest modules keeps only their inputs; recomputing needs one
+    // module's activations at a time.
+    uint64_t sum = 0, largest = 0;
+    std::string names;
+    size_t n = 0;
+    for (const auto& [name, bytes] : in.activations_by_module) {
+      if (n == 6 || bytes * 20 < act) break;
+      sum += bytes;
+      largest = std::max(largest, bytes);
+      names += (n++ ? ", " : "") + name;
+    }
+    if (n >= 2 && sum > largest)
+      out.push_back({"activation_checkpointing",
+                     "Checkpoint the modules that hold the most activations: " + names,
+                     sum - largest,
+                     "each checkpointed module keeps only its input and recomputes the rest "
+                     "in backward, one module at a time",
+                     "torch.utils.checkpoint.checkpoint(module, x, use_reentrant=False)"});
+  }
+
+  const uint64_t per_batch = act + tmp + inputs;
+  if (per_batch && in.limit) {
+    const uint64_t fixed = need > per_batch ? need - per_batch : 0;
+    Remedy r{"smaller_batch", "Halve the batch (with gradient accumulation to keep its effect)",
+             per_batch / 2,
+             "activations, temporaries and inputs scale with the batch; parameters, gradients "
+             "and optimizer state do not",
+             ""};
+    if (fixed < in.limit) {
+      const double f = static_cast<double>(in.limit - fixed) / static_cast<double>(per_batch);
+      char buf[200];
+      if (f < 1.0)
+        std::snprintf(buf, sizeof buf, "the largest batch that fits the limit is about %.0f%% of "
+                                       "this one", f * 100.0 > 99 ? 99.0 : f * 100.0);
+      else
+        std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
+      r.how = buf;
+      if (in.partial_step)
+        r.how += " at most: the job died in its first step, so a whole step needs more than was "
+                 "measured";
+    } else {
+      r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
+    }
+    out.push_back(r);
+  }
+
+  if (state) {
+    out.push_back({"leaner_optimizer",
+                   "Use an optimizer with less state", in.optimizer_state_per_param >= 2
+                       ? state / 2 : state,
+                   in.optimizer_state_per_param >= 2
+                       ? "Adam-like optimizers keep two tensors per parameter; SGD with momentum, "
+                         "or Adafactor, keeps one"
+                       : "SGD without momentum keeps no state",
+                   in.optimizer_state_per_param >= 2
+                       ? "torch.optim.SGD(params, momentum=0.9), or an 8-bit optimizer (about 3/4 "
+                         "saved)"
+                       : "torch.optim.SGD(params, momentum=0)"});
+  }
+
+  if (in.fragmented && cache)
+    out.push_back({"expandable_segments",
+                   "Let PyTorch grow segments instead of stranding free pieces", cache,
+                   "the allocator's free memory was there but in pieces smaller than the request",
+                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
+
+  if (in.eval_activations)
+    out.push_back({"no_grad",
+                   "Evaluate under torch.no_grad() (or torch.inference_mode())",
+                   in.eval_activations,
+                   "evaluation forwards ran with autograd on and kept their graphs alive",
+                   "with torch.no_grad(): out = model(x); total += out.item()"});
+
+  if (in.limit && params + grads + state >= in.limit)
+    out.push_back({"offload",
+                   "Shard or offload: parameters, gradients and optimizer state alone exceed the "
+                   "limit",
+                   params + grads + state - std::min(params + grads + state, in.limit / 2),
+                   "model state is the floor that no batch size removes",
+                   "FSDP across GPUs, or optimizer state on the CPU (e.g. DeepSpeed ZeRO-Offload)"});
+
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Remedy& a, const Remedy& b) { return a.saves_bytes > b.saves_bytes; });
+  return out;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,372 @@
+// Classifying PyTorch's blocks (see torch_memory.h): one sweep over the hook's marks to find
+// phases and iterations, one sweep over blocks, labels and marks in time order to classify.
+#include "collector/torch_memory.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "collector/allocation.h"
+#include "collector/stacks.h"
+
+namespace vramtrace::collector {
+
+const char* category_key(Category c) {
+  static const char* const keys[] = {"parameters", "gradients",   "optimizer_state",
+                                     "activations", "temporaries", "inputs",
+                                     "workspaces", "communication", "allocator_cache",
+                                     "outside_pytorch", "unclassified"};
+  return keys[static_cast<size_t>(c)];
+}
+
+const char* category_title(Category c) {
+  static const char* const titles[] = {
+      "parameters",        "gradients",     "optimizer state",
+      "activations",       "temporaries",   "inputs and data",
+      "library workspaces", "communication (NCCL)", "allocator cache (reserved, free)",
+      "outside PyTorch (context, other libraries)", "unclassified"};
+  return titles[static_cast<size_t>(c)];
+}
+
+const char* phase_key(TorchPhase p) {
+  static const char* const keys[] = {"other", "forward", "backward", "optimizer", "evaluation"};
+  return keys[static_cast<size_t>(p)];
+}
+
+TorchMemory::TorchMemory(TorchContext ctx) : ctx_(std::move(ctx)) {
+  find_phases();
+  classify();
+  for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
+    const uint32_t dev = ctx_.blocks[i].device;
+    auto it = std::find(devices_.begin(), devices_.end(), dev);
+    size_t slot = static_cast<size_t>(it - devices_.begin());
+    if (it == devices_.end()) {
+      devices_.push_back(dev);
+      by_address_.emplace_back();
+    }
+    by_address_[slot].push_back(i);
+  }
+  for (auto& v : by_address_)
+    std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t b) {
+      return ctx_.blocks[a].address < ctx_.blocks[b].address;
+    });
+}
+
+void TorchMemory::find_phases() {
+  // Forward, backward and step spans from their marks; module calls inside do not nest here.
+  uint32_t site = 0, first_root = 0;
+  std::vector<uint64_t> step_ends, root_forwards;
+  uint64_t first_forward = 0;
+  auto open = [&](TorchPhase ph, uint64_t t, bool grad = true) {
+    phases_.push_back({ph, t, UINT64_MAX, -1, site, grad});
+    site = 0;
+  };
+  auto close = [&](TorchPhase ph, uint64_t t) {
+    for (auto it = phases_.rbegin(); it != phases_.rend(); ++it)
+      if (it->end_ns == UINT64_MAX) {
+        if (it->phase == ph || (ph == TorchPhase::Forward && it->phase == TorchPhase::Evaluation))
+          it->end_ns = t;
+        break;
+      }
+  };
+  for (const TorchMark& m : ctx_.marks) {
+    switch (m.kind) {
+      case MarkKind::Site: site = m.id; break;
+      case MarkKind::Forward:
+      case MarkKind::ForwardEval:
+      case MarkKind::ForwardEvalGrad:
+        if (m.autocast) autocast_ = true;
+        if (!first_forward) first_forward = m.time_ns;
+        if (!first_root) first_root = m.id;
+        if (m.id == first_root) root_forwards.push_back(m.time_ns);
+        open(m.kind == MarkKind::Forward ? TorchPhase::Forward : TorchPhase::Evaluation, m.time_ns,
+             m.kind != MarkKind::ForwardEval);
+        break;
+      case MarkKind::ForwardEnd: close(TorchPhase::Forward, m.time_ns); break;
+      case MarkKind::Backward: open(TorchPhase::Backward, m.time_ns); break;
+      case MarkKind::BackwardEnd: close(TorchPhase::Backward, m.time_ns); break;
+      case MarkKind::Step: open(TorchPhase::Optimizer, m.time_ns); break;
+      case MarkKind::StepEnd:
+        close(TorchPhase::Optimizer, m.time_ns);
+        if (m.id == 1) step_ends.push_back(m.time_ns);
+        break;
+      default: break;
+    }
+  }
+  steps_ = step_ends.size();
+  if (!step_ends.empty()) {
+    iterations_.push_back(first_forward ? std::min(first_forward, step_ends[0]) : step_ends[0]);
+    iterations_.insert(iterations_.end(), step_ends.begin(), step_ends.end());
+    // The span after the last step is an iteration only if a forward ran in it.
+    if (root_forwards.empty() || root_forwards.back() < step_ends.back()) iterations_.pop_back();
+    iteration_source_ = "optimizer.step()";
+  } else if (!root_forwards.empty()) {
+    iterations_ = root_forwards;
+    iteration_source_ = "forward of " + module_name(first_root);
+  }
+  for (PhaseSpan& ph : phases_) {
+    auto it = std::upper_bound(iterations_.begin(), iterations_.end(), ph.start_ns);
+    ph.iteration = static_cast<int64_t>(it - iterations_.begin()) - 1;
+  }
+}
+
+void TorchMemory::classify() {
+  const auto& blocks = ctx_.blocks;
+  info_.assign(blocks.size(), BlockInfo{});
+  // Blocks by allocation time (the trace's order, but devices interleave).
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return blocks[a].alloc_ns < blocks[b].alloc_ns; });
+  size_t mark = 0, phase = 0;
+  std::vector<uint32_t> modules;  // the module stack
+  const PhaseSpan* current = nullptr;
+  for (size_t i : order) {
+    const uint64_t t = blocks[i].alloc_ns;
+    while (mark < ctx_.marks.size() && ctx_.marks[mark].time_ns <= t) {
+      const TorchMark& m = ctx_.marks[mark++];
+      switch (m.kind) {
+        case MarkKind::Forward:
+        case MarkKind::ForwardEval:
+        case MarkKind::ForwardEvalGrad:
+          modules.assign(1, m.id);
+          break;
+        case MarkKind::Module: modules.push_back(m.id); break;
+        case MarkKind::ModuleEnd:
+        case MarkKind::ForwardEnd:
+          // Pop to the module that ends (one that raised never ended).
+          while (!modules.empty() && modules.back() != m.id) modules.pop_back();
+          if (!modules.empty()) modules.pop_back();
+          break;
+        default: break;
+      }
+    }
+    while (phase < phases_.size() && phases_[phase].start_ns <= t) current = &phases_[phase++];
+    // The latest phase begun may have ended: then the block is outside any phase.
+    const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
+    BlockInfo& b = info_[i];
+    auto it = std::upper_bound(iterations_.begin(), iterations_.end(), t);
+    b.iteration = static_cast<int64_t>(it - iterations_.begin()) - 1;
+    if (!in) {
+      b.phase = TorchPhase::None;
+      b.category = Category::Inputs;
+      continue;
+    }
+    b.phase = in->phase;
+    b.site = in->site;
+    if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation))
+      b.module = modules.back();
+    // A phase still open when the trace ended (the program died in it): what it made and
+    // never freed outlives it.
+    const bool outlives = blocks[i].free_ns > in->end_ns || blocks[i].free_ns == UINT64_MAX;
+    // Made in the first iteration, never freed, yet no named storage: a library's workspace
+    // made through PyTorch's allocator on first use (cuBLAS's, per handle and stream).
+    const bool workspace = blocks[i].free_ns == UINT64_MAX && b.iteration <= 0 &&
+                           in->end_ns != UINT64_MAX && steps_ > 0;
+    switch (in->phase) {
+      case TorchPhase::Forward:
+        b.category = workspace ? Category::Workspaces
+                     : outlives ? Category::Activations
+                                : Category::Temporaries;
+        break;
+      case TorchPhase::Evaluation:
+        // With grad on, an evaluation forward keeps its graph like a training one.
+        b.category = !outlives  ? Category::Temporaries
+                     : in->grad ? Category::Activations
+                                : Category::Inputs;
+        break;
+      case TorchPhase::Backward:
+        b.category = workspace ? Category::Workspaces
+                     : outlives ? Category::Gradients
+                                : Category::Temporaries;
+        break;
+      case TorchPhase::Optimizer:
+        b.category = outlives ? Category::OptimizerState : Category::Temporaries;
+        break;
+      case TorchPhase::None: break;
+    }
+  }
+  // Named storages: the block live at the label's address when it was taken.
+  std::map<std::pair<uint32_t, uint64_t>, size_t> live;
+  size_t li = 0;
+  std::vector<std::pair<uint64_t, int64_t>> events;  // (time, +index+1 alloc / -(index+1) free)
+  events.reserve(blocks.size() * 2);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    events.push_back({blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
+    if (blocks[i].free_ns != UINT64_MAX)
+      events.push_back({blocks[i].free_ns, -(static_cast<int64_t>(i) + 1)});
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto apply_labels_until = [&](uint64_t t) {
+    for (; li < ctx_.labels.size() && ctx_.labels[li].time_ns < t; ++li) {
+      const TorchLabel& l = ctx_.labels[li];
+      auto it = live.find({l.device, l.ptr});
+      if (it == live.end()) continue;
+      BlockInfo& b = info_[it->second];
+      b.label = static_cast<int64_t>(li);
+      b.category = l.kind == "grad"    ? Category::Gradients
+                   : l.kind == "state" ? Category::OptimizerState
+                                       : Category::Parameters;
+    }
+  };
+  for (const auto& [t, e] : events) {
+    apply_labels_until(t);
+    const size_t i = static_cast<size_t>(e > 0 ? e : -e) - 1;
+    if (e > 0)
+      live[{blocks[i].device, blocks[i].address}] = i;
+    else if (auto it = live.find({blocks[i].device, blocks[i].address});
+             it != live.end() && it->second == i)
+      live.erase(it);
+  }
+  apply_labels_until(UINT64_MAX);
+}
+
+const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t alloc_ns) const {
+  auto d = std::find(devices_.begin(), devices_.end(), device);
+  if (d == devices_.end()) return nullptr;
+  const auto& v = by_address_[static_cast<size_t>(d - devices_.begin())];
+  auto it = std::lower_bound(v.begin(), v.end(), address, [&](size_t i, uint64_t a) {
+    return ctx_.blocks[i].address < a;
+  });
+  // Blocks at one address over time: the one made closest to alloc_ns (the model's and the
+  // trace's times of one block agree to the microsecond).
+  const BlockInfo* best = nullptr;
+  uint64_t best_gap = 2000;  // ns
+  for (; it != v.end() && ctx_.blocks[*it].address == address; ++it) {
+    const uint64_t a = ctx_.blocks[*it].alloc_ns;
+    const uint64_t gap = a > alloc_ns ? a - alloc_ns : alloc_ns - a;
+    if (gap <= best_gap) {
+      best_gap = gap;
+      best = &info_[*it];
+    }
+  }
+  return best;
+}
+
+std::vector<size_t> TorchMemory::live_at(uint32_t device, uint64_t t) const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
+    const TorchBlock& b = ctx_.blocks[i];
+    if (b.device == device && b.alloc_ns <= t && b.free_ns > t) out.push_back(i);
+  }
+  return out;
+}
+
+uint64_t TorchMemory::reserved_at(uint32_t device, uint64_t t) const {
+  int64_t r = 0;
+  for (const TorchReserve& x : ctx_.reserves) {
+    if (x.time_ns > t) break;
+    if (x.device == device) r += x.delta;
+  }
+  return r > 0 ? static_cast<uint64_t>(r) : 0;
+}
+
+bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {
+  for (const TorchReserve& x : ctx_.reserves)
+    if (x.device == device && x.address == address && x.delta > 0) return true;
+  return false;
+}
+
+std::vector<CategoryBytes> TorchMemory::series(uint32_t device,
+                                               const std::vector<uint64_t>& times) const {
+  std::vector<CategoryBytes> out(times.size(), CategoryBytes{});
+  std::vector<std::pair<uint64_t, int64_t>> events;
+  for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
+    if (ctx_.blocks[i].device != device) continue;
+    events.push_back({ctx_.blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
+    if (ctx_.blocks[i].free_ns != UINT64_MAX)
+      events.push_back({ctx_.blocks[i].free_ns, -(static_cast<int64_t>(i) + 1)});
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  CategoryBytes now{};
+  int64_t reserved = 0;
+  size_t e = 0, r = 0;
+  for (size_t k = 0; k < times.size(); ++k) {
+    for (; e < events.size() && events[e].first <= times[k]; ++e) {
+      const int64_t v = events[e].second;
+      const size_t i = static_cast<size_t>(v > 0 ? v : -v) - 1;
+      uint64_t& slot = now[static_cast<size_t>(info_[i].category)];
+      slot = v > 0 ? slot + ctx_.blocks[i].bytes : slot - std::min(slot, ctx_.blocks[i].bytes);
+    }
+    for (; r < ctx_.reserves.size() && ctx_.reserves[r].time_ns <= times[k]; ++r)
+      if (ctx_.reserves[r].device == device) reserved += ctx_.reserves[r].delta;
+    out[k] = now;
+    out[k][static_cast<size_t>(Category::AllocatorCache)] =
+        reserved > 0 ? static_cast<uint64_t>(reserved) : 0;
+  }
+  return out;
+}
+
+std::string TorchMemory::module_name(uint32_t module) const {
+  if (module == 0 || module > ctx_.modules.size()) return {};
+  return ctx_.modules[module - 1].name;
+}
+
+std::string TorchMemory::site_text(uint32_t site) const {
+  if (site == 0 || site > ctx_.sites.size()) return {};
+  const TorchSite& s = ctx_.sites[site - 1];
+  std::string file = s.file;
+  return file + ":" + std::to_string(s.line);
+}
+
+std::string TorchMemory::describe(const BlockInfo& b) const {
+  if (b.label >= 0) {
+    const TorchLabel& l = ctx_.labels[static_cast<size_t>(b.label)];
+    const char* what = l.kind == "grad" ? "gradient " : l.kind == "state" ? "optimizer state "
+                       : l.kind == "buffer" ? "buffer " : "parameter ";
+    return what + l.name;
+  }
+  std::string where = site_text(b.site);
+  std::string text;
+  if (b.module) {
+    const TorchModule& m = ctx_.modules[b.module - 1];
+    text = m.name + (m.name == m.type ? "" : " (" + m.type + ")");
+  } else {
+    text = b.phase == TorchPhase::Backward    ? "backward"
+           : b.phase == TorchPhase::Optimizer ? "optimizer step"
+           : b.phase == TorchPhase::None      ? "outside forward, backward and step"
+                                              : "forward";
+  }
+  if (!where.empty()) text += " at " + where;
+  return text;
+}
+
+CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
+                         const std::vector<Allocation>& outside, StackResolver* stacks) {
+  CategoryBytes out{};
+  uint64_t blocks = 0;
+  for (size_t i : tm.live_at(device, t)) {
+    out[static_cast<size_t>(tm.info()[i].category)] += tm.context().blocks[i].bytes;
+    blocks += tm.context().blocks[i].bytes;
+  }
+  uint64_t reserved = std::min(tm.reserved_at(device, t), driver_total);
+  if (blocks > reserved) {
+    // The allocator's own records of a segment can trail the driver's by microseconds.
+    reserved = std::min(blocks, driver_total);
+  }
+  out[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
+  uint64_t rest = driver_total - reserved;
+  for (const Allocation& a : outside) {
+    if (!rest) break;
+    if (a.space != 0 || tm.is_segment(device, a.id)) continue;
+    Category c = Category::OutsidePytorch;
+    if (stacks && (a.stack || a.py_stack)) {
+      const std::string& lib = stacks->attribute(a.stack, a.py_stack).library;
+      if (lib.find("nccl") != std::string::npos)
+        c = Category::Communication;
+      else if (lib.find("cublas") != std::string::npos || lib.find("cudnn") != std::string::npos ||
+               lib.find("cufft") != std::string::npos || lib.find("cusparse") != std::string::npos ||
+               lib.find("cusolver") != std::string::npos)
+        c = Category::Workspaces;
+    }
+    const uint64_t take = std::min(rest, a.bytes);
+    out[static_cast<size_t>(c)] += take;
+    rest -= take;
+  }
+  out[static_cast<size_t>(Category::OutsidePytorch)] += rest;
+  return out;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,122 @@
+// What PyTorch's memory is and whose it is: every block of the caching allocator classified
+// into a category (parameters, gradients, optimizer state, activations, temporaries, inputs),
+// with the phase (forward, backward, optimizer step, evaluation), the iteration, the nn.Module
+// that was running and the user's line that called it. Fed by the start-up hook's context
+// (collector/torch_trace.h: module calls, phases, named storages) and the allocator's blocks;
+// the rest of the device's memory (the allocator's cache, libraries' workspaces, NCCL, other
+// memory outside PyTorch) is split by the driver allocations live at the moment.
+//
+// How a block is classified, first rule that holds:
+//   1. a named storage (parameter, buffer, .grad, optimizer state) live in it: that;
+//   2. made in a training forward: kept past the end of that forward -> activations (saved
+//      for backward), freed inside it -> temporaries; evaluation forward with grad on: the
+//      same (a graph kept alive); under no_grad: kept past it -> inputs and data (outputs);
+//   3. made in the backward pass: kept past its end -> gradients, else temporaries;
+//   4. made in the optimizer step: kept past its end -> optimizer state, else temporaries;
+//   5. made outside all of these -> inputs and data (batches, targets, anything the script
+//      holds between steps).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collector/torch_trace.h"
+
+namespace vramtrace::collector {
+
+struct ProcessModel;
+struct DeviceModel;
+struct Allocation;
+class StackResolver;
+
+enum class Category : uint8_t {
+  Parameters, Gradients, OptimizerState, Activations, Temporaries, Inputs, Workspaces,
+  Communication, AllocatorCache, OutsidePytorch, Unclassified, kCount
+};
+inline constexpr size_t kCategories = static_cast<size_t>(Category::kCount);
+const char* category_key(Category c);    // "optimizer_state"
+const char* category_title(Category c);  // "optimizer state"
+
+enum class TorchPhase : uint8_t { None, Forward, Backward, Optimizer, Evaluation };
+const char* phase_key(TorchPhase p);
+
+struct BlockInfo {
+  Category category = Category::Inputs;
+  TorchPhase phase = TorchPhase::None;
+  int64_t iteration = -1;
+  uint32_t module = 0;  // module id (TorchContext::modules[id - 1]); 0: none
+  uint32_t site = 0;    // site id of the phase's call; 0: unknown
+  int64_t label = -1;   // index into TorchContext::labels
+};
+
+using CategoryBytes = std::array<uint64_t, kCategories>;
+
+// A phase as the report draws it: forward, backward, optimizer step or evaluation.
+struct PhaseSpan {
+  TorchPhase phase = TorchPhase::None;
+  uint64_t start_ns = 0, end_ns = 0;  // end UINT64_MAX: still open when the trace ended
+  int64_t iteration = -1;
+  uint32_t site = 0;
+  bool grad = true;  // autograd on (an evaluation forward with grad on keeps its graph)
+};
+
+class TorchMemory {
+ public:
+  explicit TorchMemory(TorchContext ctx);
+
+  const TorchContext& context() const { return ctx_; }
+  const std::vector<BlockInfo>& info() const { return info_; }  // by ctx.blocks index
+  const std::vector<PhaseSpan>& phases() const { return phases_; }
+  // Iteration starts: the first forward, then the end of each step of the first optimizer
+  // (exact); without an optimizer, each forward of the first model called. Empty: no marks.
+  const std::vector<uint64_t>& iterations() const { return iterations_; }
+  const std::string& iteration_source() const { return iteration_source_; }
+  uint64_t optimizer_steps() const { return steps_; }
+  bool autocast() const { return autocast_; }  // some forward ran under torch.autocast
+
+  // The block of `device` at `address` made at `alloc_ns` (a block of the model), or null.
+  const BlockInfo* block(uint32_t device, uint64_t address, uint64_t alloc_ns) const;
+  // Blocks of `device` live at `t`, as indices into ctx.blocks.
+  std::vector<size_t> live_at(uint32_t device, uint64_t t) const;
+  // What the allocator had reserved from the driver on `device` at `t`.
+  uint64_t reserved_at(uint32_t device, uint64_t t) const;
+  // Whether a driver allocation at `address` was one of the allocator's segments.
+  bool is_segment(uint32_t device, uint64_t address) const;
+
+  // Blocks' bytes by category at each of `times` (sorted), plus in [AllocatorCache] what the
+  // allocator had reserved then (the caller subtracts the blocks): one sweep of the blocks.
+  std::vector<CategoryBytes> series(uint32_t device, const std::vector<uint64_t>& times) const;
+
+  // "layer3.2.conv2 (Conv2d)", "parameter layer1.0.conv1.weight", "backward at train.py:41".
+  std::string describe(const BlockInfo& b) const;
+  std::string site_text(uint32_t site) const;  // "train.py:41", "" when unknown
+  std::string module_name(uint32_t module) const;
+
+ private:
+  void find_phases();
+  void classify();
+  TorchContext ctx_;
+  std::vector<BlockInfo> info_;
+  std::vector<PhaseSpan> phases_;
+  std::vector<uint64_t> iterations_;
+  std::string iteration_source_;
+  uint64_t steps_ = 0;
+  bool autocast_ = false;
+  std::vector<std::vector<size_t>> by_address_;  // per device slot: block indices by address
+  std::vector<uint32_t> devices_;
+};
+
+// The device's memory of one process at a moment, by category: the PyTorch blocks live then,
+// the allocator's cache (its segments less those blocks) and the driver allocations outside
+// PyTorch's allocator by the library that made them. `driver_live` is every driver allocation
+// live then (its bytes are the device figure the categories add up to).
+// `driver_total` is what the process held on the device then (the figure the categories add
+// up to); `outside` the driver allocations live then that may lie outside PyTorch's segments
+// (a partial list is fine: what it does not name is "outside PyTorch").
+CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
+                         const std::vector<Allocation>& outside, StackResolver* stacks);
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,193 @@
+"""The PEP 517 build backend of the vramtrace Python package: `pip install .` from the repository.
+
+CMake builds bin/vramtrace and lib/libvramtrace.so (-DVRAMTRACE_PACKAGE=ON: nothing else), and
+this file puts them into a wheel beside the Python package (vramtrace/_bin/), where the command
+finds the library next to itself. It needs nothing but the standard library, so pip's isolated
+build environment installs no build requirement and the package builds where only Debian's
+packages and the CUDA Toolkit's headers are reachable (scripts/setup.sh installs what the C++
+build needs).
+
+Settings (pip's --config-settings, or the environment):
+  build-dir / VRAMTRACE_PIP_BUILD_DIR  a CMake build folder kept between builds (incremental);
+                                      default: a fresh temporary folder
+  prebuilt / VRAMTRACE_PREBUILT       a build tree that already has bin/vramtrace and
+                                      lib/libvramtrace.so: package those, compile nothing
+  jobs / VRAMTRACE_PIP_JOBS           parallel compile jobs (default: the number of CPUs)
+"""
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NAME = "vramtrace"
+
+
+def _version():
+    with open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("project(vramtrace VERSION "):
+                return line.split()[2]
+    raise RuntimeError("no project(vramtrace VERSION ...) in CMakeLists.txt")
+
+
+def _setting(config_settings, key, env):
+    value = (config_settings or {}).get(key)
+    return value if value else os.environ.get(env) or None
+
+
+def _tag():
+    import sysconfig
+
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return "py3-none-" + platform
+
+
+def _metadata():
+    with open(os.path.join(ROOT, "python", "README.md"), encoding="utf-8") as f:
+        description = f.read()
+    return (
+        "Metadata-Version: 2.1\n"
+        "Name: %s\n"
+        "Version: %s\n"
+        "Summary: CUDA device-memory profiler: the vramtrace command, a Python API and a pytest plugin\n"
+        "Requires-Python: >=3.8\n"
+        "Provides-Extra: pytest\n"
+        "Requires-Dist: pytest>=7; extra == \"pytest\"\n"
+        "Description-Content-Type: text/markdown\n"
+        "\n%s" % (NAME, _version(), description)
+    )
+
+
+ENTRY_POINTS = (
+    "[console_scripts]\n"
+    "vramtrace = vramtrace._launcher:main\n"
+    "\n"
+    "[pytest11]\n"
+    "vramtrace = vramtrace.pytest_plugin\n"
+)
+
+
+def _build_native(config_settings):
+    """Returns the folder holding bin/vramtrace and lib/libvramtrace.so."""
+    prebuilt = _setting(config_settings, "prebuilt", "VRAMTRACE_PREBUILT")
+    if prebuilt:
+        return os.path.abspath(prebuilt)
+    uplot = os.path.join(ROOT, "report", "web", "node_modules", "uplot")
+    if not os.path.isdir(uplot):  # the HTML report embeds uPlot from npm
+        subprocess.check_call(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                              cwd=os.path.join(ROOT, "report", "web"), stdout=sys.stderr)
+    build = _setting(config_settings, "build-dir", "VRAMTRACE_PIP_BUILD_DIR")
+    build = os.path.abspath(build) if build else tempfile.mkdtemp(prefix="vramtrace-build-")
+    cuda = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+                 "-DVRAMTRACE_PACKAGE=ON"]
+    if os.path.isdir(cuda):
+        configure.append("-DCUDAToolkit_ROOT=" + cuda)
+    subprocess.check_call(configure, stdout=sys.stderr)
+    jobs = _setting(config_settings, "jobs", "VRAMTRACE_PIP_JOBS") or str(os.cpu_count() or 1)
+    subprocess.check_call(["cmake", "--build", build, "--target", "vramtrace", "vramtrace_preload",
+                           "-j", jobs], stdout=sys.stderr)
+    return build
+
+
+class _Wheel:
+    def __init__(self, path):
+        self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED)
+        self.records = []
+
+    def add(self, arcname, data, mode=0o644):
+        info = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = (0o100000 | mode) << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        self.zip.writestr(info, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        self.records.append("%s,sha256=%s,%d" % (arcname, digest, len(data)))
+
+    def add_file(self, arcname, path, mode=0o644):
+        with open(path, "rb") as f:
+            self.add(arcname, f.read(), mode)
+
+    def close(self, record_name):
+        self.records.append(record_name + ",,")
+        info = zipfile.ZipInfo(record_name, date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = 0o100644 << 16
+        self.zip.writestr(info, "\n".join(self.records) + "\n")
+        self.zip.close()
+
+
+def _dist_info():
+    return "%s-%s.dist-info" % (NAME, _version())
+
+
+def _write_dist_info(add):
+    di = _dist_info()
+    add(di + "/METADATA", _metadata().encode())
+    add(di + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: vramtrace_build\nRoot-Is-Purelib: false\n"
+                        "Tag: %s\n" % _tag()).encode())
+    add(di + "/entry_points.txt", ENTRY_POINTS.encode())
+
+
+# ---- PEP 517 hooks ----------------------------------------------------------------------------
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    def add(arcname, data):
+        path = os.path.join(metadata_directory, arcname)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    _write_dist_info(add)
+    return _dist_info()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    native = _build_native(config_settings)
+    exe = os.path.join(native, "bin", "vramtrace")
+    lib = os.path.join(native, "lib", "libvramtrace.so")
+    for path in (exe, lib):
+        if not os.path.isfile(path):
+            raise RuntimeError("vramtrace build: %s was not built" % path)
+    name = "%s-%s-%s.whl" % (NAME, _version(), _tag())
+    wheel = _Wheel(os.path.join(wheel_directory, name))
+    pkg = os.path.join(ROOT, "python", "vramtrace")
+    for entry in sorted(os.listdir(pkg)):
+        if entry.endswith(".py"):
+            wheel.add_file("vramtrace/" + entry, os.path.join(pkg, entry))
+    wheel.add_file("vramtrace/_bin/vramtrace", exe, 0o755)
+    wheel.add_file("vramtrace/_bin/libvramtrace.so", lib, 0o755)
+    wheel.add_file("vramtrace/include/vramtrace.h", os.path.join(ROOT, "include", "vramtrace.h"))
+    _write_dist_info(wheel.add)
+    wheel.close(_dist_info() + "/RECORD")
+    return name
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    """The tracked files of the repository (git ls-files), as NAME-VERSION.tar.gz."""
+    import tarfile
+
+    files = subprocess.check_output(["git", "ls-files", "-z"], cwd=ROOT).decode().split("\0")
+    base = "%s-%s" % (NAME, _version())
+    name = base + ".tar.gz"
+    with tarfile.open(os.path.join(sdist_directory, name), "w:gz") as tar:
+        for rel in files:
+            if rel and os.path.isfile(os.path.join(ROOT, rel)):
+                tar.add(os.path.join(ROOT, rel), arcname=base + "/" + rel)
+        info = tarfile.TarInfo(base + "/PKG-INFO")
+        data = _metadata().encode()
+        info.size = len(data)
+        import io
+
+        tar.addfile(info, io.BytesIO(data))
+    return name

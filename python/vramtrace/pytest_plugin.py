@@ -1,0 +1,266 @@
+"""pytest plugin: device memory per test, as pytest-memray does for host memory.
+
+    pytest --vramtrace                        # each test's device peak and leaks, in a summary
+    @pytest.mark.limit_gpu_memory("2 GiB")    # fails the test when it peaks higher
+    @pytest.mark.limit_gpu_leaks("16 MiB")    # fails the test when it leaves more in use
+
+A test's figures are measured around its call (not its fixtures), per device:
+  peak   the most device memory in use during the call, above what was in use when it started;
+  leaked what is still in use when the call ends, above that same start.
+"In use" leaves out what an allocator only caches: with PyTorch imported, PyTorch's allocated
+bytes (torch.cuda.memory_allocated, max_memory_allocated), not its reserved ones; otherwise the
+driver allocations that libvramtrace.so counts in the process, less what pools declared with
+vramtrace.h hold but have not handed out. The sites in a failure message come from
+libvramtrace.so (driver allocations: with PyTorch, the segments of its caching allocator).
+
+The figures come from libvramtrace.so in the process, so pytest must run under it: when it is
+not loaded, `pytest --vramtrace` runs itself again as `vramtrace run -o DIR -- pytest ...`
+(DIR: --vramtrace-output, else a new temporary folder, which then holds the whole session's
+report). With pytest-xdist each worker is a child of that run and is measured on its own; the
+figures travel to the controller with the test reports.
+"""
+import gc
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+
+import vramtrace
+from vramtrace import _launcher, _native
+
+_FAILURE = pytest.StashKey[str]()
+_PROPERTY = "vramtrace"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("vramtrace", "device memory per test (vramtrace)")
+    group.addoption("--vramtrace", action="store_true", default=False,
+                    help="measure each test's device memory (peak, leaks) and enforce the "
+                         "limit_gpu_memory and limit_gpu_leaks markers")
+    group.addoption("--vramtrace-output", default=None, metavar="DIR",
+                    help="where `vramtrace run` writes the whole session's report when pytest "
+                         "runs itself under it (default: a new temporary folder)")
+    group.addoption("--vramtrace-tests", type=int, default=10, metavar="N",
+                    help="tests shown in the summary, highest peak first (0: all; default 10)")
+    group.addoption("--vramtrace-sites", type=int, default=5, metavar="N",
+                    help="allocation sites shown in a failure message (default 5)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "limit_gpu_memory(size): with --vramtrace, fail the test when the device "
+        "memory in use during its call peaks more than SIZE (e.g. '2 GiB') above the start")
+    config.addinivalue_line(
+        "markers", "limit_gpu_leaks(size): with --vramtrace, fail the test when more than SIZE "
+        "of device memory is still in use after its call than before it (memory an allocator "
+        "only caches is not counted)")
+    if not config.getoption("vramtrace"):
+        return
+    if (_native.library() is None and "PYTEST_XDIST_WORKER" not in os.environ
+            and not os.environ.get("VRAMTRACE_PYTEST_REEXEC")):
+        _run_under_vramtrace(config)  # returns only when it cannot
+    config.pluginmanager.register(Plugin(config), "vramtrace-plugin")
+
+
+def _run_under_vramtrace(config):
+    """Replaces this process with `vramtrace run -o DIR -- <this pytest command>`."""
+    exe = vramtrace.command_path()
+    args = [str(a) for a in config.invocation_params.args]
+    if exe is None or args != sys.argv[1:]:
+        sys.stderr.write("vramtrace: libvramtrace.so is not loaded and pytest cannot run itself "
+                         "under it here; run `vramtrace run -- pytest --vramtrace ...`\n")
+        return
+    out = config.getoption("vramtrace_output") or tempfile.mkdtemp(prefix="vramtrace-pytest-")
+    argv0 = sys.argv[0]
+    if os.path.basename(argv0) == "__main__.py" or not os.access(argv0, os.X_OK):
+        command = [sys.executable, "-m", "pytest"]
+    else:
+        command = [argv0]
+    env = _launcher.environment(os.environ)
+    env["VRAMTRACE_PYTEST_REEXEC"] = "1"  # never twice, even if the library fails to load
+    env["VRAMTRACE_PYTEST_OUTPUT"] = os.path.abspath(out)
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.suspend_global_capture(in_=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(exe, [exe, "run", "-o", out, "--"] + command + sys.argv[1:], env)
+
+
+def _limit(item, name):
+    marker = item.get_closest_marker(name)
+    if marker is None:
+        return None
+    try:
+        if len(marker.args) != 1:
+            raise ValueError("one size expected")
+        return vramtrace.parse_size(marker.args[0])
+    except ValueError as ex:
+        raise pytest.UsageError("%s takes one size, e.g. %s(\"2 GiB\"): %s"
+                                % (name, name, ex)) from None
+
+
+def _torch():
+    """PyTorch, when the test process uses it on a GPU (imported and CUDA initialised)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch
+    except Exception:
+        pass
+    return None
+
+
+class _Measure:
+    """The figures of one test's call: started before it, finished after it."""
+
+    def __init__(self):
+        self.lib = _native.library() is not None
+        self.seq = vramtrace.mark() if self.lib else None
+        self.lib_before = {f["device"]: f for f in vramtrace.live()} if self.lib else {}
+        self.torch_before = {}
+        torch = _torch()
+        if torch is not None:
+            for d in range(torch.cuda.device_count()):
+                torch.cuda.reset_peak_memory_stats(d)
+                self.torch_before[d] = torch.cuda.memory_allocated(d)
+
+    def _devices(self):
+        out = {}
+        if self.lib:
+            for f in vramtrace.live():
+                b = self.lib_before.get(f["device"], {"in_use_bytes": 0, "live_bytes": 0})
+                out[f["device"]] = {
+                    "peak": max(0, f["in_use_peak_since_mark"] - b["in_use_bytes"]),
+                    "leaked": f["in_use_bytes"] - b["in_use_bytes"],
+                    "cached": f["live_bytes"] - f["in_use_bytes"],
+                    "source": "vramtrace"}
+        torch = _torch()
+        if torch is not None:
+            for d in range(torch.cuda.device_count()):
+                base = self.torch_before.get(d, 0)  # CUDA started during the test: nothing before
+                peak = torch.cuda.max_memory_allocated(d)
+                now = torch.cuda.memory_allocated(d)
+                if peak == 0 and now == 0 and d not in out:
+                    continue
+                out[d] = {"peak": max(0, peak - base), "leaked": now - base,
+                          "cached": torch.cuda.memory_reserved(d) - now, "source": "torch"}
+        return out
+
+    def finish(self):
+        devices = self._devices()
+        if any(v["leaked"] > 0 for v in devices.values()):
+            gc.collect()  # garbage in reference cycles is not a leak: it is freed at collection
+            devices = self._devices()
+        return devices
+
+
+class Plugin:
+    def __init__(self, config):
+        self.config = config
+        self.results = {}
+        self.sites_shown = config.getoption("vramtrace_sites")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        # A bad marker fails here, before the test runs; nothing after the yield raises, so
+        # that the other plugins' wrappers around the call always finish.
+        limits = (_limit(item, "limit_gpu_memory"), _limit(item, "limit_gpu_leaks"))
+        measure = _Measure()
+        yield
+        try:
+            devices = measure.finish()
+            if not devices and not measure.lib and _torch() is None:
+                return
+            item.user_properties.append((_PROPERTY, json.dumps(
+                {str(d): v for d, v in devices.items()}, sort_keys=True)))
+            failure = self._over_budget(devices, measure, *limits)
+        except Exception as ex:  # the test's own outcome stands
+            failure = None
+            sys.stderr.write("vramtrace: %s: could not measure: %s\n" % (item.nodeid, ex))
+        if failure:
+            item.stash[_FAILURE] = failure
+
+    def _sites(self, device, what, since):
+        lines = []
+        for size, count, site in vramtrace.sites(device, what, since, self.sites_shown):
+            extra = "" if what == "peak" else "  (%d allocation%s)" % (count, "" if count == 1
+                                                                         else "s")
+            lines.append("  %10s  %s%s" % (vramtrace.format_bytes(size), site, extra))
+        return lines
+
+    def _over_budget(self, devices, measure, memory, leaks):
+        messages = []
+        for d, f in sorted(devices.items()):
+            segments = " (driver allocations: PyTorch's segments)" if f["source"] == "torch" else ""
+            if memory is not None and f["peak"] > memory:
+                messages.append("device %d: the test's device memory in use peaked at %s above "
+                                "its start, over the limit of %s" % (
+                                    d, vramtrace.format_bytes(f["peak"]),
+                                    vramtrace.format_bytes(memory)))
+                lines = self._sites(d, "peak", 0) if measure.lib else []
+                if lines:
+                    messages.append("top sites in use at the peak%s:" % segments)
+                    messages += lines
+            if leaks is not None and f["leaked"] > leaks:
+                messages.append("device %d: the test leaked %s of device memory (still in use "
+                                "after it; %s cached by allocators not counted), over the limit "
+                                "of %s" % (d, vramtrace.format_bytes(f["leaked"]),
+                                           vramtrace.format_bytes(max(0, f["cached"])),
+                                           vramtrace.format_bytes(leaks)))
+                lines = self._sites(d, "new", measure.seq) if measure.lib else []
+                if lines:
+                    messages.append("allocated during the test and still held%s:" % segments)
+                    messages += lines
+                elif measure.lib:
+                    messages.append("no driver allocation made during the test is still held: "
+                                    "the leaked memory is inside segments the allocator "
+                                    "obtained before the test")
+        return "\n".join(messages)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        if call.when != "call":
+            return
+        report = outcome.get_result()
+        failure = item.stash.get(_FAILURE, None)
+        if failure and report.passed:
+            report.outcome = "failed"
+            report.longrepr = "vramtrace: " + failure
+        elif failure:  # failed on its own too: the budget is one more section of its report
+            report.sections.append(("vramtrace", failure))
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for name, value in getattr(report, "user_properties", ()):
+            if name == _PROPERTY:
+                self.results[report.nodeid] = json.loads(value)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        tr.write_sep("=", "vramtrace: device memory per test")
+        if not self.results:
+            tr.write_line("no device memory measured: no test used CUDA under "
+                          "libvramtrace.so or through PyTorch")
+            return
+        rows = []
+        for nodeid, devices in self.results.items():
+            for d, f in devices.items():
+                rows.append((f["peak"], f["leaked"], int(d), nodeid))
+        rows.sort(key=lambda r: (-r[0], -r[1], r[3], r[2]))
+        shown = self.config.getoption("vramtrace_tests")
+        if shown > 0:
+            rows = rows[:shown]
+        tr.write_line("%10s  %10s  %6s  %s" % ("peak", "leaked", "device", "test"))
+        for peak, leaked, d, nodeid in rows:
+            tr.write_line("%10s  %10s  %6d  %s" % (vramtrace.format_bytes(peak),
+                                                   vramtrace.format_bytes(leaked), d, nodeid))
+        out = os.environ.get("VRAMTRACE_PYTEST_OUTPUT")
+        if out:
+            tr.write_line("the whole session's report: %s (written when pytest exits)"
+                          % os.path.join(out, "report.html"))

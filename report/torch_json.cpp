@@ -1,0 +1,466 @@
+// report.json's view of what the memory is (categories over time, modules, named tensors,
+// phases), of each OOM's moment (phase, module, iteration, the user's line) and the run's
+// diagnosis (verdict, effective limit, cause, remedies): rendered from collector/torch_memory.h
+// and collector/diagnosis.h, which do the analysis.
+#include "report/torch_json.h"
+
+#include <algorithm>
+#include <map>
+
+#include "collector/diagnosis.h"
+#include "report/json_report.h"
+
+namespace vramtrace::report {
+
+using collector::Category;
+using collector::CategoryBytes;
+using collector::TorchMemory;
+using nlohmann::json;
+
+namespace {
+
+json bytes_json(const CategoryBytes& c) {
+  json j = json::object();
+  for (size_t i = 0; i < collector::kCategories; ++i)
+    j[collector::category_key(static_cast<Category>(i))] = c[i];
+  return j;
+}
+
+uint64_t sum(const CategoryBytes& c) {
+  uint64_t s = 0;
+  for (uint64_t v : c) s += v;
+  return s;
+}
+
+std::vector<collector::Allocation> driver_only(const std::vector<collector::Allocation>& v) {
+  std::vector<collector::Allocation> out;
+  for (const auto& a : v)
+    if (a.space == 0) out.push_back(a);
+  return out;
+}
+
+// Activations and temporaries live at `t` by module (full name), largest first.
+std::vector<std::pair<std::string, uint64_t>> by_module(const TorchMemory& tm, uint32_t device,
+                                                        uint64_t t, bool activations_only) {
+  std::map<std::string, uint64_t> m;
+  for (size_t i : tm.live_at(device, t)) {
+    const auto& b = tm.info()[i];
+    if (!b.module) continue;
+    if (activations_only && b.category != Category::Activations) continue;
+    if (b.category != Category::Activations && b.category != Category::Temporaries) continue;
+    m[tm.module_name(b.module)] += tm.context().blocks[i].bytes;
+  }
+  std::vector<std::pair<std::string, uint64_t>> v(m.begin(), m.end());
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  return v;
+}
+
+// Activations grouped at the depth where they split into several modules (layer1..layer4 of
+// a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing.
+std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
+    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total) {
+  for (int depth = 1; depth <= 4; ++depth) {
+    std::map<std::string, uint64_t> g;
+    for (const auto& [name, bytes] : mods) {
+      size_t pos = 0;
+      for (int k = 0; k < depth && pos != std::string::npos; ++k)
+        pos = name.find('.', pos ? pos + 1 : 0);
+      g[pos == std::string::npos ? name : name.substr(0, pos)] += bytes;
+    }
+    std::vector<std::pair<std::string, uint64_t>> v(g.begin(), g.end());
+    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    // Several groups, none holding nearly everything.
+    if (v.size() >= 3 && v[0].second * 10 < total * 7) return v;
+  }
+  return {};
+}
+
+// The allocator's records of the segment that made the peak trail the driver's by
+// microseconds: its state is read at the first block it handed out after the peak (within
+// 1 ms), which is the block the segment was made for.
+uint64_t segment_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+  const uint64_t t = d.memory.peak_time();
+  uint64_t best = t;
+  for (const auto& b : tm.context().blocks)
+    if (b.device == d.index && b.alloc_ns >= t && b.alloc_ns <= t + 1'000'000 &&
+        (best == t || b.alloc_ns < best))
+      best = b.alloc_ns;
+  return best;
+}
+
+// The moment whose memory the categories explain. A caching allocator's reserved memory only
+// grows, so the driver's peak is when its last segment was made (often a small one in the
+// optimizer step, with the cache full of what the backward freed): the allocator's in-use
+// peak is when the memory was most needed, and what it held then is what the remedies cut.
+struct PeakMoment {
+  uint64_t time_ns = 0;
+  uint64_t device_bytes = 0;  // what the process held on the device then
+  std::string moment;
+};
+PeakMoment peak_moment_of(const TorchMemory& tm, const collector::DeviceModel& d) {
+  const uint64_t seg_t = segment_moment(tm, d);
+  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t)
+    return {seg_t, d.memory.peak_bytes(), "the device's peak"};
+  // Memory outside PyTorch's allocator is taken as it was at the device's peak.
+  const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);
+  const uint64_t outside = d.memory.peak_bytes() - std::min(d.memory.peak_bytes(), reserved_then);
+  const uint64_t t = d.allocator_peak_time;
+  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak"};
+}
+uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
+  return peak_moment_of(tm, d).time_ns;
+}
+
+std::string optimizer_kind(const TorchMemory& tm, uint64_t* per_param) {
+  std::map<std::string, uint64_t> per;
+  for (const auto& l : tm.context().labels)
+    if (l.kind == "state") {
+      auto dot = l.name.rfind('.');
+      per[l.name.substr(0, dot)]++;
+    }
+  uint64_t most = 0;
+  for (auto& [k, n] : per) most = std::max(most, n);
+  // "step" of Adam is a CPU tensor, not labelled: exp_avg and exp_avg_sq remain.
+  *per_param = most;
+  return {};
+}
+
+}  // namespace
+
+json categories_order() {
+  json order = json::array(), titles = json::object();
+  for (size_t i = 0; i < collector::kCategories; ++i) order.push_back(category_key(static_cast<Category>(i)));
+  return order;
+}
+
+void add_torch_device(json& dj, const collector::ProcessModel& p, const collector::DeviceModel& d,
+                      collector::StackResolver& stacks, uint64_t origin) {
+  const TorchMemory* tm = p.torch_memory.get();
+  if (!tm) return;
+  const uint32_t dev = d.index;
+  // JAX: the driver sees XLA's pool as one allocation; what it held comes from XLA itself.
+  if (auto x = tm->context().xla.find(dev); x != tm->context().xla.end()) {
+    dj["xla_pool"] = {{"in_use_at_exit_bytes", x->second.in_use},
+                      {"peak_in_use_bytes", x->second.peak_in_use},
+                      {"limit_bytes", x->second.limit},
+                      {"reserved_bytes", x->second.reserved},
+                      {"largest_allocation_bytes", x->second.largest_alloc},
+                      {"note", "XLA's own allocator (JAX's memory_stats() at exit): the pool it "
+                               "took from the driver is the device figure; its peak in use is "
+                               "what the program's arrays needed"}};
+  }
+  if (tm->context().blocks.empty()) return;  // no PyTorch blocks to classify
+  // The allocator's records of the segment that made the peak trail the driver's by
+  // microseconds: its state is read 1 ms after the peak.
+  const PeakMoment pm = peak_moment_of(*tm, d);
+  const uint64_t peak_t = pm.time_ns;
+  CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, pm.device_bytes,
+                                                driver_only(d.live_at_peak), &stacks);
+  std::vector<collector::Allocation> still;
+  for (const auto& [k, a] : p.live)
+    if (a.device == dev) still.push_back(a);
+  CategoryBytes at_exit = collector::categorize(*tm, dev, p.end_ns, d.memory.live_bytes(), still,
+                                                &stacks);
+  json titles = json::object();
+  for (size_t i = 0; i < collector::kCategories; ++i)
+    titles[category_key(static_cast<Category>(i))] = category_title(static_cast<Category>(i));
+  json cat = {{"order", categories_order()},
+              {"titles", titles},
+              {"at_peak", bytes_json(at_peak)},
+              {"at_peak_moment", {{"what", pm.moment},
+                                  {"time_ns", peak_t >= origin ? peak_t - origin : 0},
+                                  {"bytes", pm.device_bytes}}},
+              {"at_exit", bytes_json(at_exit)},
+              {"note", "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
+                       "and optimizer hooks); the allocator's cache is its segments less its "
+                       "blocks; the rest of the process's device memory is split by the library "
+                       "that allocated it. The categories add up to the device figure."}};
+  // Over time: at each point of the device's timeline, the blocks by category, the cache and
+  // the memory outside PyTorch's allocator (the driver's figure less what the allocator held).
+  std::vector<uint64_t> times;
+  const auto& pts = d.memory.timeline.points();
+  for (size_t i = 0; i < pts.size(); ++i)
+    times.push_back(i + 1 < pts.size() ? pts[i + 1].time_ns - 1 : p.end_ns);
+  std::vector<CategoryBytes> series = tm->series(dev, times);
+  json columns = json::array({"time_ns"});
+  for (size_t i = 0; i < collector::kCategories; ++i) columns.push_back(category_key(static_cast<Category>(i)));
+  json points = json::array();
+  for (size_t i = 0; i < pts.size(); ++i) {
+    CategoryBytes c = series[i];
+    const uint64_t driver = pts[i].last_bytes;
+    uint64_t blocks = 0;
+    for (size_t k = 0; k < collector::kCategories; ++k)
+      if (k != static_cast<size_t>(Category::AllocatorCache)) blocks += c[k];
+    uint64_t reserved = std::min(std::max(c[static_cast<size_t>(Category::AllocatorCache)], blocks), driver);
+    c[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
+    c[static_cast<size_t>(Category::OutsidePytorch)] = driver - reserved;
+    json row = json::array({pts[i].time_ns >= origin ? pts[i].time_ns - origin : 0});
+    for (uint64_t v : c) row.push_back(v);
+    points.push_back(row);
+  }
+  cat["timeline"] = {{"columns", columns}, {"points", points}};
+  dj["categories"] = cat;
+
+  // By module at the peak (activations and temporaries), with totals per top-level module.
+  json mods = json::array();
+  std::map<std::string, uint64_t> top;
+  for (const auto& [name, bytes] : by_module(*tm, dev, peak_t, false)) {
+    if (mods.size() < 200) mods.push_back({{"module", name}, {"bytes", bytes}});
+    top[name.substr(0, name.find('.'))] += bytes;
+  }
+  dj["peak"]["by_module"] = mods;
+  json tops = json::array();
+  for (auto& [name, bytes] : top) tops.push_back({{"module", name}, {"bytes", bytes}});
+  std::stable_sort(tops.begin(), tops.end(), [](const json& a, const json& b) {
+    return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
+  });
+  dj["peak"]["by_top_module"] = tops;
+
+  // Named tensors live at the peak: parameters, gradients, optimizer state, largest first.
+  std::vector<std::pair<uint64_t, json>> named;
+  for (size_t i : tm->live_at(dev, peak_t)) {
+    const auto& b = tm->info()[i];
+    if (b.label < 0) continue;
+    const auto& l = tm->context().labels[static_cast<size_t>(b.label)];
+    named.push_back({tm->context().blocks[i].bytes,
+                     {{"name", l.name}, {"kind", l.kind}, {"category", category_key(b.category)},
+                      {"bytes", tm->context().blocks[i].bytes}, {"shape", l.shape},
+                      {"dtype", l.dtype}}});
+  }
+  std::stable_sort(named.begin(), named.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  json tensors = json::array();
+  for (size_t i = 0; i < named.size() && i < 100; ++i) tensors.push_back(named[i].second);
+  dj["peak"]["tensors"] = tensors;
+  dj["peak"]["named_tensors"] = named.size();
+
+  // Phases as bands (capped) and the iteration source.
+  json phases = json::array();
+  for (const auto& ph : tm->phases()) {
+    if (phases.size() >= 4000) break;
+    json j = {{"phase", collector::phase_key(ph.phase)},
+              {"iteration", ph.iteration},
+              {"start_ns", ph.start_ns >= origin ? ph.start_ns - origin : 0}};
+    if (ph.end_ns != UINT64_MAX) j["end_ns"] = ph.end_ns >= origin ? ph.end_ns - origin : 0;
+    if (ph.site) j["site"] = tm->site_text(ph.site);
+    phases.push_back(j);
+  }
+  dj["phases"] = phases;
+}
+
+void add_torch_oom(json& oj, const collector::ProcessModel& p, const collector::OomEvent& o,
+                   collector::StackResolver& stacks) {
+  if (o.fatal) oj["fatal"] = true;
+  const TorchMemory* tm = p.torch_memory.get();
+  if (!tm) return;
+  // The phase, module and iteration running when it failed.
+  const collector::PhaseSpan* in = nullptr;
+  for (const auto& ph : tm->phases())
+    if (ph.start_ns <= o.time_ns && o.time_ns <= ph.end_ns) in = &ph;
+  oj["phase"] = in ? collector::phase_key(in->phase) : "other";
+  auto it = std::upper_bound(tm->iterations().begin(), tm->iterations().end(), o.time_ns);
+  oj["iteration"] = static_cast<int64_t>(it - tm->iterations().begin()) - 1;
+  // The innermost module open then.
+  std::vector<uint32_t> stack;
+  for (const auto& m : tm->context().marks) {
+    if (m.time_ns > o.time_ns) break;
+    switch (m.kind) {
+      case collector::MarkKind::Forward:
+      case collector::MarkKind::ForwardEval:
+      case collector::MarkKind::ForwardEvalGrad: stack.assign(1, m.id); break;
+      case collector::MarkKind::Module: stack.push_back(m.id); break;
+      case collector::MarkKind::ModuleEnd:
+      case collector::MarkKind::ForwardEnd:
+        while (!stack.empty() && stack.back() != m.id) stack.pop_back();
+        if (!stack.empty()) stack.pop_back();
+        break;
+      default: break;
+    }
+  }
+  if (!stack.empty()) oj["module"] = tm->module_name(stack.back());
+  if (in && in->site) oj["python_site"] = tm->site_text(in->site);
+  // The fatal OOM's own line: the user's innermost frame of the exception that reached the top.
+  const auto& x = tm->context().exception;
+  if (o.fatal && x) {
+    for (const auto& f : x->frames)
+      if (f.file.find("/torch/") == std::string::npos && f.file.find("/site-packages/") == std::string::npos &&
+          f.file.find("/dist-packages/") == std::string::npos) {
+        oj["python_site"] = f.file + ":" + std::to_string(f.line);
+        oj["python_function"] = f.function;
+        break;
+      }
+    oj["exception"] = {{"type", x->type}, {"message", x->message}};
+  }
+  std::vector<collector::Allocation> live = driver_only(o.live);
+  CategoryBytes c = collector::categorize(*tm, o.device, o.time_ns, o.live_bytes, live, &stacks);
+  oj["categories"] = bytes_json(c);
+}
+
+void lift_single_process(json& report) {
+  for (json& dj : report["devices"]) {
+    const json* only = nullptr;
+    int with = 0, procs = 0;
+    for (const json& pj : report["processes"]) {
+      if (pj.value("host", "") != dj.value("host", "")) continue;
+      for (const json& pd : pj["devices"])
+        if (pd["index"] == dj["index"]) {
+          ++procs;
+          if (pd.contains("categories") || pd.contains("xla_pool")) {
+            ++with;
+            only = &pd;
+          }
+        }
+    }
+    if (with != 1 || procs != 1) continue;
+    for (const char* k : {"categories", "phases", "xla_pool"})
+      if (only->contains(k)) dj[k] = (*only)[k];
+    for (const char* k : {"by_module", "by_top_module", "tensors", "named_tensors"})
+      if ((*only)["peak"].contains(k)) dj["peak"][k] = (*only)["peak"][k];
+  }
+}
+
+json diagnosis_json(const json& report, const collector::Run& run) {
+  // The moment: the first fatal OOM, else the device whose peak came closest to its limit.
+  const json* fatal = nullptr;
+  uint64_t recovered = 0, fatal_n = 0;
+  for (const json& o : report["oom"]) {
+    if (o.value("fatal", false)) {
+      ++fatal_n;
+      if (!fatal) fatal = &o;
+    } else {
+      ++recovered;
+    }
+  }
+  const collector::ProcessModel* proc = nullptr;
+  uint32_t device = 0;
+  if (fatal) {
+    for (const auto& p : run.processes)
+      if (p.pid == (*fatal)["pid"].get<uint64_t>()) proc = &p;
+    device = (*fatal)["device"].get<uint32_t>();
+  } else {
+    double best = -1;
+    for (const auto& p : run.processes)
+      for (const auto& [index, d] : p.devices)
+        if (d.total_bytes) {
+          double f = static_cast<double>(d.footprint_peak) / static_cast<double>(d.total_bytes);
+          if (f > best) {
+            best = f;
+            proc = &p;
+            device = index;
+          }
+        }
+  }
+  json dg = {{"verdict", fatal ? "oom" : "peak"},
+             {"fatal_ooms", fatal_n},
+             {"recovered_ooms", recovered}};
+  if (!proc || !proc->devices.count(device)) return dg;
+  const auto& d = proc->devices.at(device);
+  const TorchMemory* tm = proc->torch_memory.get();
+  std::optional<uint64_t> others;
+  if (fatal && fatal->contains("held_by_others_bytes"))
+    others = (*fatal)["held_by_others_bytes"].get<uint64_t>();
+  collector::EffectiveLimit lim = collector::effective_limit(d.total_bytes, tm, device, others);
+  dg["device"] = device;
+  dg["pid"] = proc->pid;
+  dg["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind}, {"title", lim.title}};
+  const uint64_t held = fatal ? (*fatal)["live_bytes"].get<uint64_t>() : d.footprint_peak;
+  const uint64_t request = fatal ? (*fatal)["requested_bytes"].get<uint64_t>() : 0;
+  dg["held_bytes"] = held;
+  dg["requested_bytes"] = request;
+  dg["headroom_bytes"] = static_cast<int64_t>(lim.bytes) - static_cast<int64_t>(held);
+
+  // The cause: the fatal OOM's first finding, else (no OOM) none.
+  if (fatal && !(*fatal)["findings"].empty()) {
+    const json& f = (*fatal)["findings"][0];
+    // The finding's measured figures, in words.
+    static const std::map<std::string, std::string> words = {
+        {"requested_bytes", "requested"},
+        {"live_bytes", "live in this process"},
+        {"limit_bytes", "the limit"},
+        {"device_free_bytes", "free on the GPU (beyond the limit)"},
+        {"free_bytes", "free on the GPU"},
+        {"total_bytes", "the GPU's capacity"},
+        {"held_by_others_bytes", "held by other processes"},
+        {"this_process_bytes", "held by this process"},
+        {"free_reserved_bytes", "reserved by the allocator but free"},
+        {"largest_free_block_bytes", "largest free block"},
+        {"bytes_per_iteration", "growth per iteration"},
+        {"grown_bytes", "grown in all"}};
+    json ev = json::array();
+    for (auto& [k, v] : f["evidence"].items())
+      if (v.is_number_unsigned() && k.find("bytes") != std::string::npos) {
+        auto w = words.find(k);
+        ev.push_back({{"label", w != words.end() ? w->second : k}, {"bytes", v}});
+      }
+    dg["cause"] = {{"kind", f["kind"]}, {"title", f["title"]}, {"evidence", ev}};
+  }
+  if (!tm) return dg;
+  if (auto x = tm->context().xla.find(device); x != tm->context().xla.end()) {
+    // JAX: the pool's limit, what the arrays needed at their peak, and the knobs that move it.
+    json remedies = json::array();
+    const uint64_t want = std::max(x->second.peak_in_use, x->second.in_use) + request;
+    if (d.total_bytes && x->second.limit < d.total_bytes * 9 / 10 && want > x->second.limit) {
+      const uint64_t room = d.total_bytes * 95 / 100 - x->second.limit;
+      remedies.push_back({{"kind", "xla_fraction"},
+                          {"title", "Give XLA's pool more of the GPU"},
+                          {"saves_bytes", room},
+                          {"assumption", "the GPU is not shared with another process"},
+                          {"how", "XLA_PYTHON_CLIENT_MEM_FRACTION=.95"}});
+    }
+    dg["remedies"] = remedies;
+    dg["xla_pool"] = {{"peak_in_use_bytes", x->second.peak_in_use}, {"limit_bytes", x->second.limit}};
+    return dg;
+  }
+  if (tm->context().blocks.empty()) return dg;
+
+  collector::RemedyInput in;
+  if (fatal && fatal->contains("categories")) {
+    for (size_t i = 0; i < collector::kCategories; ++i)
+      in.at[i] = (*fatal)["categories"].value(category_key(static_cast<Category>(i)), uint64_t{0});
+  } else {
+    for (const json& pj : report["processes"])
+      if (pj["pid"].get<uint64_t>() == proc->pid)
+        for (const json& dj : pj["devices"])
+          if (dj["index"].get<uint32_t>() == device && dj.contains("categories"))
+            for (size_t i = 0; i < collector::kCategories; ++i)
+              in.at[i] = dj["categories"]["at_peak"].value(category_key(static_cast<Category>(i)),
+                                                           uint64_t{0});
+  }
+  in.total = sum(in.at);
+  in.limit = lim.bytes;
+  in.request = request;
+  in.autocast = tm->autocast();
+  in.partial_step = fatal && tm->optimizer_steps() == 0;
+  const uint64_t t = fatal ? (*fatal)["time_ns"].get<uint64_t>() + run.origin_ns
+                           : peak_moment(*tm, d);
+  if (fatal)
+    for (const json& f : (*fatal)["findings"])
+      if (f["kind"] == "fragmentation") in.fragmented = true;
+  auto acts = by_module(*tm, device, t, true);
+  uint64_t act_total = 0;
+  for (auto& [n, b] : acts) act_total += b;
+  in.activations_by_module = checkpoint_groups(acts, act_total);
+  for (size_t i : tm->live_at(device, t)) {
+    const auto& b = tm->info()[i];
+    if (b.category == Category::Activations && b.phase == collector::TorchPhase::Evaluation)
+      in.eval_activations += tm->context().blocks[i].bytes;
+    if (b.label >= 0 && in.param_dtype.empty() &&
+        tm->context().labels[static_cast<size_t>(b.label)].kind == "param")
+      in.param_dtype = tm->context().labels[static_cast<size_t>(b.label)].dtype;
+  }
+  optimizer_kind(*tm, &in.optimizer_state_per_param);
+  json remedies = json::array();
+  for (const auto& r : collector::pytorch_remedies(in)) {
+    json j = {{"kind", r.kind}, {"title", r.title}, {"saves_bytes", r.saves_bytes},
+              {"assumption", r.assumption}, {"how", r.how}};
+    // Against what the moment needed: the held memory and the failed request at an OOM, the
+    // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
+    const uint64_t base = fatal ? in.total + request : d.memory.peak_bytes();
+    j["predicted_peak_bytes"] = base - std::min(base, r.saves_bytes);
+    remedies.push_back(j);
+  }
+  dg["remedies"] = remedies;
+  dg["categories"] = bytes_json(in.at);
+  return dg;
+}
+
+}  // namespace vramtrace::report

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The Python package on a GPU: installs it with pip into a fresh virtual environment (seeing the
+# machine's PyTorch), runs the pytest plugin on tests/gpu/test_torch_plugin.py (with and without
+# pytest-xdist) and checks its figures, then profiles a PyTorch step with every CUDA Toolkit
+# folder hidden (a private mount namespace: nothing is moved), so that only the driver and
+# PyTorch's pip wheels provide CUDA, and says which CUPTI was used.
+#
+#   scripts/gpu-pytest.sh        # from the repository root; needs a build (BUILD, default ./build)
+#   COMPILE=1 scripts/gpu-pytest.sh   # pip compiles the package itself instead of packaging BUILD
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+PYTHON=${PYTHON:-python3}
+OUT_DIR=${OUT_DIR:-$ROOT/gpu-out/pytest}
+rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
+"$PYTHON" -c "import torch; assert torch.cuda.is_available(); print('torch', torch.__version__)" ||
+  { echo "gpu-pytest: PyTorch with CUDA is needed" >&2; exit 2; }
+
+VENV=$OUT_DIR/venv
+"$PYTHON" -m venv --system-site-packages "$VENV" || exit 2
+if [[ ${COMPILE:-0} == 1 ]]; then
+  setting=(--config-settings "build-dir=$BUILD/pip-build")
+else
+  setting=(--config-settings "prebuilt=$BUILD")
+fi
+"$VENV/bin/python" -m pip install --no-index --quiet "${setting[@]}" "$ROOT" || exit 2
+"$VENV/bin/python" -c "import pytest" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest || exit 2
+"$VENV/bin/python" -c "import xdist" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest-xdist ||
+  echo "gpu-pytest: pytest-xdist could not be installed; the xdist run is skipped"
+
+exec "$VENV/bin/python" "$ROOT/tests/gpu/gpu_pytest_check.py" "$ROOT" "$VENV" "$OUT_DIR"

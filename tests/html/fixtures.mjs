@@ -1,0 +1,237 @@
+// Report fixtures with the shapes of real workloads, for the HTML tests: a PyTorch ResNet-50
+// that died of out-of-memory on an H200 under a per-process memory fraction (demangled kernel
+// names of several hundred characters, deep Python stacks through CPython's own frames, the
+// analysis fields: diagnosis, categories, modules, phases), a native CUDA program's OOM in a
+// report without those fields, and a big run (tens of thousands of blocks, a long timeline).
+// Deterministic: no randomness, so the tests can assert exact figures.
+const MiB = 1024 ** 2, GiB = 1024 ** 3;
+
+// A demangled CUDA kernel name as PyTorch's builds have them: hundreds of characters.
+export const longKernel = (i) =>
+  `void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}}>(int, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}})`;
+
+const py = (fn, file, line) => ({ function: fn, file, line, python: true });
+const nat = (fn, module, offset = "0x1a2b") => ({ function: fn, file: "", line: 0, module, offset });
+// The native frames CPython puts between two Python frames, and those of the process start.
+const cpython = () => [
+  nat("_PyObject_MakeTpCall", "/usr/bin/python3.12"), nat("_PyEval_EvalFrameDefault", "/usr/bin/python3.12"),
+  nat("_PyObject_Call_Prepend", "/usr/bin/python3.12"), nat("slot_tp_call", "/usr/bin/python3.12"),
+  nat("_PyFunction_Vectorcall", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0")];
+const start = () => [nat("Py_BytesMain", "/usr/bin/python3.12"), nat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+  nat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("_start", "/usr/bin/python3.12")];
+const libtorch = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so";
+const libc10 = "/opt/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so";
+const nnmod = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
+
+// A block's stack, innermost first as the report lists frames: the caching allocator under a
+// convolution of a torchvision Bottleneck, called through nn.Module's machinery and CPython.
+const convLine = { conv1: 146, conv2: 150, conv3: 154, bn3: 155 };
+const resnet = "/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py";
+function torchStack(layer, conv) {
+  return [
+    { function: "cuMemAlloc_v2", file: "", line: 0, module: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", offset: "0x2f1c0", internal: true },
+    nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+    nat(conv === "bn3" ? "at::native::cudnn_batch_norm(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, bool, double, double)"
+      : "at::native::cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ArrayRef<long>, long, bool, bool, bool)", libtorch),
+    ...cpython(),
+    py(conv === "bn3" ? "batch_norm" : "_conv_forward", conv === "bn3" ? "/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py" : "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", conv === "bn3" ? 2812 : 549),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("forward", resnet, convLine[conv]),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/container.py", 250),
+    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("_forward_impl", resnet, 272 + layer),
+    ...cpython(), py("forward", resnet, 285), ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    py("train_step", "/work/resnet/train.py", 88),
+    ...cpython(), py("main", "/work/resnet/train.py", 131),
+    ...cpython(), py("<module>", "/work/resnet/train.py", 140),
+    ...start()];
+}
+const shortStack = (fn, file, line) => [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+  ...cpython(), py(fn, file, line), ...cpython(), py("main", "/work/resnet/train.py", 131), ...cpython(), py("<module>", "/work/resnet/train.py", 140), ...start()];
+
+const cats = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces",
+  "communication", "cuda_graphs", "allocator_cache", "context_other", "unclassified"];
+
+// A training run: `iters` iterations of forward, backward and optimizer, activations growing in
+// forward and freed in backward; the last forward dies of OOM (or, with oom false, completes).
+function trainTimeline(iters, perIter, oom) {
+  const points = [], phases = [];
+  const params = 97 * MiB, grads = 97 * MiB, opt = 194 * MiB, inputs = 588 * MiB;
+  let t = 1.2e9;
+  let act = 0;
+  const row = (o) => [Math.round(t), params, o.grads, o.opt, Math.round(o.act), o.tmp, inputs, 512 * MiB, 0, 0, o.cache, 0, o.uncl];
+  for (let it = 0; it < iters; it++) {
+    const f0 = t;
+    const last = oom && it === iters - 1;
+    const steps = last ? perIter - 2 : perIter;
+    for (let s = 0; s < steps; s++) { act += (last ? 1.12 : 1) * 11.5 * GiB / perIter; t += 4e6; points.push(row({ grads: it ? grads : 0, opt: it ? opt : 0, act, tmp: 256 * MiB, cache: 1.25 * GiB, uncl: 40 * MiB })); }
+    phases.push({ phase: "forward", iteration: it, start_ns: Math.round(f0), end_ns: Math.round(t) });
+    if (last) break;
+    const b0 = t;
+    for (let s = 0; s < perIter; s++) { act -= 11.5 * GiB / perIter; t += 6e6; points.push(row({ grads, opt: it ? opt : 0, act: Math.max(0, act), tmp: 512 * MiB, cache: 1.25 * GiB, uncl: 40 * MiB })); }
+    act = 0;
+    phases.push({ phase: "backward", iteration: it, start_ns: Math.round(b0), end_ns: Math.round(t) });
+    const o0 = t; t += 3e6; points.push(row({ grads, opt, act: 0, tmp: 64 * MiB, cache: 1.5 * GiB, uncl: 40 * MiB }));
+    phases.push({ phase: "optimizer", iteration: it, start_ns: Math.round(o0), end_ns: Math.round(t) });
+  }
+  return { points, phases, end: t };
+}
+
+export function torchOom() {
+  const deviceTotal = 143771 * MiB;
+  const limit = 16 * GiB;
+  const tl = trainTimeline(4, 40, true);
+  const oomAt = tl.end + 2.5e6;
+  const lastRow = tl.points[tl.points.length - 1];
+  const liveAt = lastRow.slice(1).reduce((s, v) => s + v, 0);
+  const atPeak = Object.fromEntries(cats.map((c, i) => [c, lastRow[i + 1]]));
+  // The activations by module (ResNet-50's bottlenecks), summing to the activations at the peak.
+  const layers = [[1, 3], [2, 4], [3, 6], [4, 3]];
+  const units = [];
+  for (const [layer, blocks] of layers)
+    for (let b = 0; b < blocks; b++)
+      for (const conv of ["conv1", "conv2", "conv3", "bn3"]) units.push({ layer, b, conv, w: (conv === "bn3" ? 1 : 2.5) * (layer === 3 ? 1.4 : 1) });
+  const wsum = units.reduce((s, u) => s + u.w, 0);
+  let given = 0;
+  const modules = [], stacks = [], largest = [], bySite = new Map();
+  units.forEach((u, k) => {
+    const bytes = k === units.length - 1 ? atPeak.activations - given : Math.round(atPeak.activations * u.w / wsum / MiB) * MiB;
+    given += bytes;
+    const stack = torchStack(u.layer, u.conv);
+    const site = `forward (resnet.py:${convLine[u.conv]})`;
+    modules.push({ module: `layer${u.layer}.${u.b}.${u.conv}`, bytes, category: "activations", site: `resnet.py:${convLine[u.conv]}` });
+    stacks.push({ bytes, count: 4, stack });
+    const g = bySite.get(site) || { site, bytes: 0, count: 0, library: "libtorch_cuda.so", stack, sizes: [] };
+    g.bytes += bytes; g.count += 4;
+    bySite.set(site, g);
+    largest.push({ address: "0x7f" + (1000 + k).toString(16), bytes, api: "cudaMalloc", kind: "device", time_ns: 1.5e9 + k * 1e6, thread: 4242, site, library: "libtorch_cuda.so",
+      last_kernel: longKernel(k), stack, phase: "forward" });
+  });
+  // The other categories, each at its own Python line.
+  const others = [["inputs", "forward (train.py:80)", "/work/resnet/train.py", 80], ["optimizer_state", "_init_group (adam.py:155)", "/opt/venv/lib/python3.12/site-packages/torch/optim/adam.py", 155],
+    ["parameters", "_apply (module.py:942)", nnmod, 942], ["gradients", "backward (graph.py:825)", "/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py", 825],
+    ["workspaces", "getCUDABlasLtWorkspace (CUDABlas.cpp:212)", null, 0]];
+  for (const [cat, site, file, line] of others) {
+    const stack = file ? shortStack(site.split(" ")[0], file, line) : [nat("at::cuda::getCUDABlasLtWorkspace()", libtorch)];
+    bySite.set(site, { site, bytes: atPeak[cat], count: 2, library: "libtorch_cuda.so", stack });
+    stacks.push({ bytes: atPeak[cat], count: 2, stack });
+  }
+  // Temporaries: many small sites (the long tail of a real run).
+  for (let j = 0; j < 32; j++) {
+    const site = `forward (resnet.py:${160 + j})`, bytes = atPeak.temporaries / 32;
+    const stack = shortStack("forward", resnet, 160 + j);
+    bySite.set(site, { site, bytes, count: 1, library: "libtorch_cuda.so", stack });
+    stacks.push({ bytes, count: 1, stack });
+  }
+  const sites = [...bySite.values()].sort((a, b) => b.bytes - a.bytes);
+  largest.sort((a, b) => b.bytes - a.bytes);
+  const atExit = { ...atPeak };
+  const totalPoints = tl.points.map((p) => [p[0], p.slice(1).reduce((s, v) => s + v, 0)]);
+  const requested = 2 * GiB;
+  const oom = {
+    device: 0, pid: 31337, thread: 4242, time_ns: oomAt, api: "cudaMalloc", error: "CUDA_ERROR_OUT_OF_MEMORY", requested_bytes: requested,
+    live_bytes: liveAt, free_bytes: Math.round(deviceTotal - liveAt - 1.1 * GiB), total_bytes: deviceTotal, held_by_others_bytes: Math.round(1.1 * GiB),
+    fatal: true, phase: "forward", module: "layer4.0.conv2", iteration: 3, python_site: `${resnet}:150 in forward`,
+    site: "forward (resnet.py:150)", library: "libtorch_cuda.so", stack: torchStack(4, "conv2"),
+    allocator: { pool: "PyTorch caching allocator (large pool)", requested_bytes: requested },
+    live_by_site: sites, live_by_library: [{ library: "libtorch_cuda.so", bytes: liveAt - atPeak.unclassified - atPeak.allocator_cache, count: 412 }, { library: "libcublasLt.so.12", bytes: atPeak.unclassified, count: 3 }],
+    last_kernel: longKernel(3),
+    findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
+      evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
+  };
+  const actAt = atPeak.activations;
+  return {
+    schema: "vramtrace.report/1",
+    run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, complete: true, stand_in: false },
+    diagnosis: {
+      verdict: "oom", device: 0,
+      limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (16.00 GiB)" },
+      headroom_bytes: limit - liveAt,
+      cause: { kind: "activations", title: "Activations of the forward pass filled the memory: the batch of 512 keeps every layer's output for backward.",
+        evidence: [{ label: "activations live", bytes: actAt }, { label: "of the limit", value: `${Math.round(100 * actAt / limit)} %` },
+          { label: "largest module", value: "layer3 (6 blocks)" }, { label: "request", bytes: requested }, { label: "iteration", value: "3, forward" }] },
+      remedies: [
+        { kind: "mixed_precision", title: "Train in bf16 with autocast", saves_bytes: Math.round(actAt / 2), assumption: "activations halve in bf16", how: "with torch.autocast('cuda', dtype=torch.bfloat16):" },
+        { kind: "activation_checkpointing", title: "Checkpoint layer3 and layer4", saves_bytes: Math.round(actAt * 0.6), assumption: "recomputes their forward in backward", how: "torch.utils.checkpoint.checkpoint_sequential(model.layer3, 2, x)" },
+        { kind: "smaller_batch", title: "Halve the batch (512 → 256) and accumulate gradients over 2 steps", saves_bytes: Math.round(actAt / 2), assumption: "activations scale with the batch", how: "--batch-size 256 --accumulate 2" },
+        { kind: "expandable_segments", title: "Let the caching allocator grow segments in place", saves_bytes: Math.round(1.25 * GiB), assumption: "the cached, free blocks become usable", how: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" },
+      ],
+      recovered_ooms: 0, fatal_ooms: 1,
+    },
+    devices: [{
+      index: 0, host: "gpu-node-07", name: "NVIDIA H200", total_bytes: deviceTotal,
+      peak: { bytes: liveAt, time_ns: lastRow[0], phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s) },
+      timeline: { points: totalPoints },
+      categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
+        note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces)." },
+      phases: tl.phases,
+    }],
+    processes: [{
+      pid: 31337, host: "gpu-node-07", exe: "/usr/bin/python3.12", cmdline: ["/usr/bin/python3.12", "train.py", "--arch", "resnet50", "--batch-size", "512"],
+      clean_exit: false, exit_code: 1, events: 184223, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true },
+      launches: { recorded: true },
+      devices: [{ index: 0, peak: { bytes: liveAt, by_site: sites, by_library: oom.live_by_library, by_stack: stacks, largest: largest.slice(0, 30) },
+        launches: { top: Array.from({ length: 12 }, (_, i) => ({ name: longKernel(i), launches: 20000 - i * 1000 })) } }],
+      iterations: { count: 4, source: "PyTorch optimizer steps" },
+    }],
+    oom: [oom],
+    leaks: [{ device: 0, pid: 31337, site: sites[0].site, library: "libtorch_cuda.so", bytes: liveAt, count: 421, sizes: [{ bytes: 64 * MiB, count: 200 }], stack: sites[0].stack }],
+    growth: [], retained: [], ranks: [],
+  };
+}
+
+// A native CUDA program's OOM in a report without the analysis fields (no diagnosis, no
+// categories) and with an OOM that lacks the device's total: the page falls back to the
+// device's own figures and gives CUDA advice, not PyTorch's.
+export function nativeOom() {
+  const total = 80 * GiB;
+  const points = [];
+  for (let i = 0; i <= 50; i++) points.push([i * 20e6, Math.min(i, 38) * 2 * GiB]);
+  const stack = [nat("cudaMalloc", "/usr/local/cuda/lib64/libcudart.so.13"), nat("Solver::allocate_workspace(unsigned long)", "/opt/solver/bin/solver"),
+    nat("main", "/opt/solver/bin/solver"), nat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("_start", "/opt/solver/bin/solver")];
+  const live = 76 * GiB;
+  return {
+    schema: "vramtrace.report/1",
+    run: { command: ["/opt/solver/bin/solver", "--grid", "4096"], duration_ns: 1.25e9, complete: true },
+    devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, peak: { bytes: live, time_ns: 0.76e9, by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
+    processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, exit_code: 134, events: 120, dropped_events: 0,
+      devices: [{ index: 0, peak: { by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38, library: "solver", stack }], by_library: [{ library: "solver", bytes: live, count: 38 }], largest: [] } }] }],
+    oom: [{ device: 0, pid: 777, thread: 777, time_ns: 1.2e9, api: "cudaMalloc", requested_bytes: 6 * GiB, live_bytes: live, free_bytes: 3.5 * GiB,
+      site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", stack, live_by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }],
+      findings: [{ kind: "growth", score: 0.85, title: "Live memory grew by 2.00 GiB per iteration since iteration 0, led by Solver::allocate_workspace(unsigned long) (solver.cu:88)",
+        evidence: { bytes_per_iteration: 2 * GiB, grown_bytes: live, iterations: 38, since_ns: 482735 },
+        suggestion: "Memory is kept across iterations: keep Python numbers rather than tensors (loss.item(), .detach() before storing), and clear lists of outputs or caches." },
+      { kind: "near_capacity", score: 0.6, title: "This process held 76.00 GiB (95% of the GPU) when it asked for 6.00 GiB",
+        evidence: { live_bytes: live, total_bytes: total, requested_bytes: 6 * GiB }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }] }],
+    leaks: [{ device: 0, pid: 777, site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", library: "solver", bytes: live, count: 38, stack }],
+  };
+}
+
+// A big run: `blocks` sites and stacks live at the peak, a timeline of 2048 points in 12
+// categories, 2,000 phases.
+export function big(blocks) {
+  const r = torchOom();
+  const d = r.devices[0], pd = r.processes[0].devices[0];
+  const sites = [], stacks = [];
+  for (let i = 0; i < blocks; i++) {
+    // Deep stacks for the first 100 (the report keeps stacks of its largest groups).
+    const stack = i < 100 ? torchStack(i % 4 + 1, ["conv1", "conv2", "conv3", "bn3"][i % 4])
+      : [nat(`at::native::kernel_${i}(at::Tensor const&)`, libtorch), py("forward", "/work/resnet/model.py", i % 400)];
+    sites.push({ site: `${longKernel(i).slice(0, 200)} (kernels_${i}.cu:${i % 1000})`, bytes: MiB + (i % 4096) * 1024, count: 1 + (i % 5), library: "libtorch_cuda.so", stack });
+    stacks.push({ bytes: MiB + (i % 4096) * 1024, count: 1, stack });
+  }
+  pd.peak.by_site = sites;
+  pd.peak.by_stack = stacks;
+  pd.peak.largest = sites.slice(0, 200).map((s, i) => ({ ...s, time_ns: i * 1e6, api: "cudaMalloc", last_kernel: longKernel(i) }));
+  const pts = [];
+  for (let i = 0; i < 2048; i++) pts.push([i * 5e6, ...cats.map((c, j) => (j + 1) * 64 * MiB + ((i * (j + 3)) % 97) * MiB)]);
+  d.categories.timeline.points = pts;
+  d.timeline.points = pts.map((p) => [p[0], p.slice(1).reduce((s, v) => s + v, 0)]);
+  d.phases = Array.from({ length: 2000 }, (_, i) => ({ phase: ["forward", "backward", "optimizer"][i % 3], iteration: Math.floor(i / 3), start_ns: i * 5e6, end_ns: (i + 1) * 5e6 }));
+  d.peak.by_module = Array.from({ length: 5000 }, (_, i) => ({ module: `blocks.${i % 50}.layers.${i % 100}.mlp.fc${i % 2}`, bytes: MiB * (1 + (i % 7)), category: "activations", site: `model.py:${i % 400}` }));
+  r.oom[0].live_by_site = sites;
+  r.run.duration_ns = 2048 * 5e6;
+  r.oom[0].time_ns = 2047 * 5e6;
+  return r;
+}

@@ -1,0 +1,248 @@
+"""The Python package, installed as a user would: `pip install` of the repository into a fresh
+virtual environment, then the installed `vramtrace` command, the Python API, the pytest plugin
+(with and without pytest-xdist) and the notebook view, on the CPU stand-in for CUDA.
+
+  package_test.py BUILD_DIR [--compile]
+
+By default the wheel packages BUILD_DIR's bin/vramtrace and lib/libvramtrace.so (the backend's
+`prebuilt` setting: what the wheel holds and how it is installed are tested, the compile is the
+one the other tests already cover). --compile has pip run the package's own CMake build
+(-DVRAMTRACE_PACKAGE=ON) in BUILD_DIR/pip-build (kept, so a second run is incremental) and
+checks the installed command only: the API and the plugin are the same Python code.
+
+The virtual environment sees the system's site-packages (pytest and pytest-xdist from Debian's
+python3-pytest and python3-pytest-xdist, which scripts/setup.sh installs); pip installs only the
+repository, with --no-index: the build backend needs nothing from a registry.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD = os.path.abspath(sys.argv[1])
+COMPILE = "--compile" in sys.argv[2:]
+STANDIN = os.path.join(BUILD, "standin")
+MiB = 1 << 20
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what, flush=True)
+    return cond
+
+
+def run(cmd, env=None, cwd=None, expect=0):
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if expect is not None and p.returncode != expect:
+        print("$ " + " ".join(cmd))
+        print(p.stdout[-6000:])
+        print(p.stderr[-6000:])
+        check(False, "%s exited %d, expected %d" % (cmd[:3], p.returncode, expect))
+    return p
+
+
+def clean_env(**extra):
+    e = dict(os.environ)
+    for k in ("VRAMTRACE_OUTPUT", "VRAMTRACE_SOCKET", "LD_PRELOAD", "CUDA_INJECTION64_PATH",
+              "VRAMTRACE_CUPTI", "PYTHONPATH", "VRAMTRACE_PYTEST_REEXEC", "PYTEST_ADDOPTS",
+              "VRAMTRACE_LIB", "PYTEST_XDIST_WORKER"):
+        e.pop(k, None)
+    e["LD_LIBRARY_PATH"] = STANDIN
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="vt-package-")
+    venv = os.path.join(tmp, "venv")
+    run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+    py = os.path.join(venv, "bin", "python")
+    cmd = [py, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--quiet"]
+    if COMPILE:
+        cmd += ["--config-settings", "build-dir=" + os.path.join(BUILD, "pip-build"),
+                "--config-settings", "jobs=2"]
+    else:
+        cmd += ["--config-settings", "prebuilt=" + BUILD]
+    if run(cmd + [ROOT]).returncode != 0:
+        return finish(tmp)
+
+    # ---- what was installed ---------------------------------------------------------------
+    site = run([py, "-c", "import vramtrace, os; print(os.path.dirname(vramtrace.__file__))"],
+               env=clean_env()).stdout.strip()
+    exe = os.path.join(venv, "bin", "vramtrace")
+    check(os.access(exe, os.X_OK), "vramtrace is on the venv's PATH (bin/vramtrace)")
+    check(os.path.isfile(os.path.join(site, "_bin", "libvramtrace.so")),
+          "libvramtrace.so is installed beside the native command")
+    version = run([exe, "--version"], env=clean_env()).stdout.strip()
+    check(re.fullmatch(r"vramtrace \d+\.\d+\.\d+", version) is not None,
+          "vramtrace --version says its version: %r" % version)
+    check(run([py, "-m", "vramtrace", "--version"], env=clean_env()).stdout.strip() == version,
+          "python -m vramtrace is the same command")
+
+    # ---- the installed command profiles a program, finding the library next to itself -------
+    out = os.path.join(tmp, "run")
+    run([exe, "run", "-o", out, "--", os.path.join(BUILD, "tests", "programs", "basic")],
+        env=clean_env())
+    with open(os.path.join(out, "report.json")) as f:
+        rep = json.load(f)
+    proc = rep["processes"][0]
+    check(proc.get("profiled", True) and rep["run"]["processes_not_profiled"] == 0,
+          "the installed vramtrace run profiled the stand-in program")
+    check(len(rep["devices"]) >= 1 and rep["devices"][0]["peak"]["bytes"] > 0,
+          "the report has the program's device peak")
+    check(os.stat(os.path.join(out, "report.json")).st_mode & 0o077 == 0,
+          "report.json is the user's only")
+
+    if COMPILE:  # the rest is the same Python code over the same native parts
+        return finish(tmp)
+
+    # ---- CUPTI from NVIDIA's pip wheels, when the toolkit's cannot be loaded -------------------
+    # The shim fails every dlopen of libcupti* except from an nvidia/cu13/lib folder; the
+    # stand-in's CUPTI sits there in the venv's site-packages, where PyTorch's wheels put theirs.
+    wheel_lib = os.path.join(os.path.dirname(site), "nvidia", "cu13", "lib")
+    os.makedirs(wheel_lib)
+    os.symlink(os.path.join(STANDIN, "libcupti.so.13"), os.path.join(wheel_lib, "libcupti.so.13"))
+    shim = os.path.join(BUILD, "tests", "python", "libwheel_cupti_only.so")
+    out = os.path.join(tmp, "wheel-cupti")
+    probe = ("import ctypes, vramtrace\n"
+             "rt = ctypes.CDLL('libcudart.so.13')\n"
+             "p = ctypes.c_void_p()\n"
+             "assert rt.cudaMalloc(ctypes.byref(p), 3 << 20) == 0\n"
+             "print('CUPTI', vramtrace.cupti_path())\n")
+    p = run([exe, "run", "-o", out, "--", py, "-c", probe], env=clean_env(LD_PRELOAD=shim))
+    expected = os.path.join(wheel_lib, "libcupti.so.13")
+    check(("CUPTI " + expected) in p.stdout.splitlines(),
+          "without the toolkit's CUPTI the library loads the wheel's (%r)" % p.stdout.strip())
+    with open(os.path.join(out, "report.json")) as f:
+        rep = json.load(f)
+    check(rep["run"]["processes_not_profiled"] == 0 and
+          rep["devices"][0]["peak"]["bytes"] == 3 * MiB,
+          "and profiles the program with it: peak 3 MiB")
+    # The launcher names that CUPTI itself when no toolkit is there to provide one.
+    p = run([py, "-c", "import sys; from vramtrace import _launcher as l\n"
+             "l._TOOLKIT_DIRS = ()\n"
+             "print(l.environment({}).get('VRAMTRACE_CUPTI'))"],
+            env={k: v for k, v in clean_env(LD_LIBRARY_PATH="").items() if k != "CUDA_HOME"})
+    check(p.stdout.strip() == expected,
+          "the launcher sets VRAMTRACE_CUPTI to the wheel's CUPTI: %r" % p.stdout.strip())
+
+    # ---- the Python API ------------------------------------------------------------------
+    api = os.path.join(HERE, "api_probe.py")
+    p = run([py, api], env=clean_env())  # without the library: no-ops, one warning
+    check(p.stdout.strip() == "step=None live=None mark=None sites=[] report=None",
+          "without the library the API does nothing: %r" % p.stdout.strip())
+    check(p.stderr.count("vramtrace:") == 1 and "not loaded" in p.stderr,
+          "and warns once: %r" % p.stderr)
+    # Preload mode: the process writes its own trace, so report() can write a report now.
+    lib = os.path.join(site, "_bin", "libvramtrace.so")
+    api_dir = os.path.join(tmp, "api")
+    os.makedirs(api_dir)
+    p = run([py, api, os.path.join(api_dir, "now")], env=clean_env(LD_PRELOAD=lib), cwd=api_dir)
+    lines = p.stdout.splitlines()
+    check("live 0 live=%d in_use=%d peak=%d" % (24 * MiB, 24 * MiB, 40 * MiB) in lines,
+          "live figures in-process: %r" % lines)
+    check("mark peak_since_mark=%d" % (24 * MiB + 8 * MiB) in lines,
+          "the peak since a mark: %r" % lines)
+    check(any(re.fullmatch(r"site %d 0 allocate_weights \(.*api_probe\.py:\d+\)" % (16 * MiB), l)
+              for l in lines), "the site of the weights at the peak: %r" % lines)
+    check(any(re.fullmatch(r"new %d 1 grow \(.*api_probe\.py:\d+\)" % (8 * MiB), l)
+              for l in lines), "an allocation made after the mark: %r" % lines)
+    check(p.stderr.count("vramtrace") == 0, "no warning with the library: %r" % p.stderr)
+    stress = [l for l in lines if l.startswith("stress ")]
+    m = re.fullmatch(r"stress live=(\d+) expected=(\d+)", stress[0]) if stress else None
+    check(m is not None and m.group(1) == m.group(2) and len(stress) == 2 and
+          stress[1] == "stress after=%d" % (24 * MiB),
+          "20000 allocations freed in a shuffled order: live bytes exact: %r" % stress)
+    now = os.path.join(api_dir, "now", "report.json")
+    if check(os.path.isfile(now), "vramtrace.report() wrote report.json"):
+        with open(now) as f:
+            rep = json.load(f)
+        check(rep["devices"][0]["peak"]["bytes"] == 40 * MiB, "its peak is the process's so far")
+        phases = json.dumps(rep["processes"][0].get("phases", []))
+        check('"eval"' in phases, "the region is a phase of the report: %s" % phases[:300])
+        check(os.path.isfile(os.path.join(api_dir, "now", "report.html")), "and report.html")
+        html = run([py, "-c", "import vramtrace,sys; print(vramtrace.notebook_html(sys.argv[1]))",
+                    os.path.join(api_dir, "now")], env=clean_env()).stdout
+        check(html.startswith('<iframe srcdoc="') and 'sandbox="allow-scripts"' in html,
+              "notebook_html is one sandboxed iframe")
+        inner = html[len('<iframe srcdoc="'):html.index('" style=')]
+        check("<" not in inner and '"' not in inner and "&lt;script" in inner,
+              "with the whole report escaped inside srcdoc")
+
+    # ---- the pytest plugin ---------------------------------------------------------------
+    cases = os.path.join(HERE, "cases")
+    for xdist in (False, True):
+        args = [py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+                "--vramtrace-output", os.path.join(tmp, "pytest-xdist" if xdist else "pytest")]
+        if xdist:
+            args += ["-n", "2"]
+        p = run(args + [os.path.join(cases, "test_budgets.py")], env=clean_env(), cwd=tmp,
+                expect=1)
+        out = p.stdout
+        tag = " (xdist)" if xdist else ""
+        check(re.search(r"^2 failed, 2 passed", out, re.M) is not None or
+              re.search(r"=+ 2 failed, 2 passed", out) is not None,
+              "two tests fail, two pass" + tag)
+        check("FAILED" in out and re.search(r"FAILED .*test_over_budget", out) is not None and
+              re.search(r"FAILED .*test_leaks", out) is not None,
+              "the over-budget and the leaking test fail" + tag)
+        check("the test's device memory in use peaked at 64.00 MiB above its start, over the "
+              "limit of 32.00 MiB" in out, "the over-budget message" + tag)
+        check(re.search(r"64\.00 MiB  allocate_big_buffer \(.*test_budgets\.py:\d+\)", out)
+              is not None, "with its site" + tag)
+        check("the test leaked 8.00 MiB of device memory" in out, "the leak message" + tag)
+        check(re.search(r"8\.00 MiB  leak_buffer \(.*test_budgets\.py:\d+\)  \(1 allocation\)",
+                        out) is not None, "with its site" + tag)
+        rows = {}
+        for m in re.finditer(r"^\s*(\S+ \S+)\s+(\S+ \S+)\s+(\d+)\s+(\S+::\S+)$", out, re.M):
+            rows[m.group(4).split("::")[-1]] = (m.group(1), m.group(2))
+        check(rows.get("test_within_budget") == ("16.00 MiB", "0 B") and
+              rows.get("test_over_budget") == ("64.00 MiB", "0 B") and
+              rows.get("test_leaks") == ("8.00 MiB", "8.00 MiB") and
+              rows.get("test_cached_block_is_not_a_leak") == ("32.00 MiB", "0 B"),
+              "the summary's figures per test%s: %r" % (tag, rows))
+
+    # ---- the plugin with PyTorch (a stand-in with a caching allocator) ---------------------
+    p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+             "--vramtrace-output", os.path.join(tmp, "pytest-torch"),
+             os.path.join(cases, "test_torch_budgets.py")],
+            env=clean_env(PYTHONPATH=os.path.join(HERE, "fake_torch")), cwd=tmp, expect=1)
+    out = p.stdout
+    check(re.search(r"^2 failed, 1 passed", out, re.M) is not None, "torch: two fail, one passes")
+    check("the test leaked 4.00 MiB of device memory (still in use after it; 12.00 MiB cached "
+          "by allocators not counted)" in out, "torch: the leak inside a cached segment")
+    check("no driver allocation made during the test is still held" in out,
+          "torch: and no new segment to show for it")
+    check("peaked at 36.00 MiB above its start, over the limit of 20.00 MiB" in out,
+          "torch: over budget by PyTorch's allocated bytes")
+    check(re.search(r"40\.00 MiB  _segment_malloc \(.*torch/cuda/__init__\.py:\d+\)", out)
+          is not None, "torch: the segments' site at the peak")
+    rows = {}
+    for m in re.finditer(r"^\s*(\S+ \S+)\s+(\S+ \S+)\s+(\d+)\s+(\S+::\S+)$", out, re.M):
+        rows[m.group(4).split("::")[-1]] = (m.group(1), m.group(2))
+    check(rows.get("test_cached_segment_is_not_a_leak") == ("16.00 MiB", "0 B") and
+          rows.get("test_leak_inside_a_cached_segment") == ("4.00 MiB", "4.00 MiB") and
+          rows.get("test_over_budget") == ("36.00 MiB", "0 B"),
+          "torch: the summary's figures per test: %r" % rows)
+    return finish(tmp)
+
+
+def finish(tmp):
+    if failures:
+        print("package_test: %d failure(s); kept for a look: %s" % (len(failures), tmp))
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("package_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
