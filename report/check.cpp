@@ -546,6 +546,9 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
         !run["complete"].get<bool>())
       why.push_back("cut short: the report says the run is not complete");
   }
+  // Each reason may quote the program (its command line, executable, device name): one line,
+  // safe for a terminal and a CI log.
+  for (auto& w : why) w = printable(w);
   return why;
 }
 

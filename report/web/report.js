@@ -635,7 +635,7 @@
     const moments = [];
     // The device's own live set at its peak, every process's; else (one process, an older
     // report) its process's.
-    const pk = d.peak.by_site ? d.peak : pd && pd.peak;
+    const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
     if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
@@ -879,7 +879,8 @@
         card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], d.peak.by_process.slice(), "peak-processes"));
       }
       if (pd) {
-        const pk = d.peak.by_site ? d.peak : pd.peak;  // every process's at the device's peak
+        // Several processes: every process's at the device's peak.
+        const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
         const tree = peakTree(pk);
         if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter frames folded)" }), icicle(tree));
         const largest = (pk.largest || []).slice();

@@ -4,7 +4,8 @@ stand-in, each case with its exact outcome:
   - outputs: without -o a new vramtrace-out/run-N (report-N for `report`), never the current
     directory; an -o folder holding an earlier output is refused without --force, and with it
     only vramtrace's own files are replaced;
-  - a report that cannot be written (RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) is exit 74
+  - a report that cannot be written (vramtrace's RLIMIT_FSIZE: EFBIG, as a full disk gives
+    ENOSPC) is exit 74
     with no report.json or report.html left, and `run` keeps the command's own failure;
   - vramtrace leaves no core of its own when the command crashes, and the command keeps the
     user's core limit;
@@ -112,28 +113,36 @@ def outputs_never_replaced(work):
 
 
 def write_failures(work):
-    def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))  # report.html is larger
-
-    for cmd, code in (([BASIC], 74), (["sh", "-c", "exit 3"], 3)):
+    # vramtrace alone gets a file size limit, once the command runs (the command keeps its own,
+    # as the processes that share buffers with the collector need): report.html is larger.
+    for script, code in (("read x", 74), ("read x; exit 3", 3)):
         out = os.path.join(work, "full-%d" % code)
-        p = subprocess.run([VT, "run", "-o", out, "--"] + cmd, env=vtrel.env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=small_files, timeout=120)
-        tag = "run %s with RLIMIT_FSIZE" % cmd[0]
-        check(p.returncode == code, "%s: exit %d, not %d (%r)" % (tag, p.returncode, code,
-                                                                   p.stderr))
-        check(p.stderr.endswith("vramtrace: ERROR: the report could not be written into %s "
-                                "(exit 74)\n" % out), "%s: %r" % (tag, p.stderr))
-        check("vramtrace: cannot write %s/report.html: File too large\n" % out in p.stderr,
-              "%s: the reason: %r" % (tag, p.stderr))
+        p = subprocess.Popen([VT, "run", "-o", out, "--", "sh", "-c", "echo ready; " + script],
+                             env=vtrel.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        ready = p.stdout.readline()
+        resource.prlimit(p.pid, resource.RLIMIT_FSIZE, (60000, 60000))
+        _, err = p.communicate("go\n", timeout=120)
+        tag = "run sh -c %r, vramtrace's RLIMIT_FSIZE 60000" % script
+        check(ready == "ready\n", tag + ": the command started")
+        check(p.returncode == code, "%s: exit %d, not %d (%r)" % (tag, p.returncode, code, err))
+        check(err.endswith("vramtrace: ERROR: the report could not be written into %s "
+                           "(exit 74)\n" % out), "%s: %r" % (tag, err))
+        check("vramtrace: cannot write %s/report.html: File too large\n" % out in err,
+              "%s: the reason: %r" % (tag, err))
         left = [n for n in listing(out) if n.startswith("report") or ".tmp-" in n]
         check(left == [], "%s: left %r" % (tag, left))
-    p = subprocess.run([VT, "report", os.path.join(work, "full-74"), "-o",
-                        os.path.join(work, "full-report")], env=vtrel.env(),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))
+
+    traces = os.path.join(work, "for-report")
+    r = run(["run", "-o", traces, "--", BASIC], work)
+    check(r.returncode == 0, "run basic: %r" % r.stderr)
+    p = subprocess.run([VT, "report", traces, "-o", os.path.join(work, "full-report")],
+                       env=vtrel.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        preexec_fn=small_files, timeout=120)
-    check(p.returncode == 74, "report with RLIMIT_FSIZE: exit %d" % p.returncode)
+    check(p.returncode == 74, "report with RLIMIT_FSIZE: exit %d (%r)" % (p.returncode, p.stderr))
     check(listing(os.path.join(work, "full-report")) == [],
           "report: left %r" % listing(os.path.join(work, "full-report")))
     print("write failures: checked")
