@@ -9,10 +9,20 @@
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);
 
-// Writes a file readable by the user only (0600), never following a symlink.
+// Writes a file readable by the user only (0600), atomically: into a temporary file in the same
+// directory, renamed over PATH once whole (a symlink at PATH is replaced, never followed). On a
+// failure (full disk, read-only directory) PATH is left as it was and the reason is printed.
 bool write_private_file(const std::string& path, const std::string& content);
 
-// Reads the traces and writes OUT_DIR/report.json; prints the summary on stderr.
+// The two halves of write_private_file, for files that must appear together: the temporary
+// file written ("" on a failure, printed), then renamed to PATH (false on a failure, printed;
+// the temporary file is removed).
+std::string stage_private_file(const std::string& path, const std::string& content);
+bool commit_private_file(const std::string& tmp, const std::string& path);
+
+// Reads the traces and writes OUT_DIR/report.json and report.html; prints the summary on stderr.
+// Returns 0, 74 when the reports could not be written (neither is then left half-written), or
+// 2 for `report` (no command in `info`) when nothing could be read from any trace.
 // The report's JSON is handed back through `report_out` when it is not null. While reading, a
 // progress bar on stderr when it is a terminal (cli/progress.h); `no_progress`: never.
 int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,

@@ -36,6 +36,7 @@ struct Connection {
   int out = -1;
   int shared = -1;  // the process's shared event buffers (common/shared_buffers.h), or -1
   StreamPosition pos;
+  std::string path;  // its trace file
 };
 
 void close_connection(Connection& c) {
@@ -123,6 +124,7 @@ void LiveCollector::serve() {
           Connection& c = conns[fd];
           c.fd = fd;
           c.out = out;
+          c.path = path;
           files_.push_back(path);
           open_.fetch_add(1);
         }
@@ -170,6 +172,7 @@ void LiveCollector::serve() {
   for (auto& [fd, c] : conns) {
     // Still connected when the launcher stops waiting: the process lives on, and its shared
     // buffers are not read (it may be writing them).
+    still_open_.push_back(c.path);
     close(c.fd);
     close(c.out);
     if (c.shared >= 0) close(c.shared);

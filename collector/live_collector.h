@@ -30,6 +30,11 @@ class LiveCollector {
   std::vector<std::string> finish(int grace_ms);
 
   int connections_seen() const { return connections_.load(); }
+  // Connections open now: processes of the tree still running.
+  int open_connections() const { return open_.load(); }
+  // After finish(): the traces of the processes still connected when it stopped waiting
+  // (processes that outlived the command and the grace period).
+  const std::vector<std::string>& still_open() const { return still_open_; }
 
  private:
   void serve();
@@ -43,6 +48,7 @@ class LiveCollector {
   std::atomic<int> connections_{0};
   std::atomic<long long> deadline_ms_{0};
   std::vector<std::string> files_;
+  std::vector<std::string> still_open_;
 };
 
 }  // namespace vramtrace::collector

@@ -79,7 +79,11 @@ RunDevice& run_device(Run& run, std::map<std::pair<std::string, uint32_t>, size_
 class Builder {
  public:
   using DeviceIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
-  Builder(Run& run, ProcessModel& p, DeviceIndex& where) : run_(run), p_(p), where_(where) {}
+  // `seq`: the run's event counter, shared by the builders of its processes, so that the order
+  // of allocations is known across processes (what was live at a device's run-wide peak).
+  Builder(Run& run, ProcessModel& p, DeviceIndex& where, uint64_t& seq)
+      : run_(run), p_(p), where_(where), seq_(seq),
+        process_(static_cast<uint32_t>(&p - run.processes.data())) {}
 
   // `secondary`: the event comes from PyTorch's trace of this process, not from its own trace.
   void apply(const Event& e, bool secondary = false) {
@@ -409,6 +413,7 @@ class Builder {
     a.bytes = e.bytes;
     a.time_ns = e.time_ns;
     a.seq = seq_;
+    a.process = process_;
     a.stream = e.stream;
     a.thread = e.thread;
     a.last_kernel = device(e.device).last_kernel;
@@ -687,7 +692,7 @@ class Builder {
     ApiStats& s = d.apis[idx(a.api)];
     ++s.calls;
     s.bytes += a.bytes;
-    run_delta(a.device, now, static_cast<int64_t>(a.bytes));
+    run_delta(a, now, true);
   }
 
   void remove_device(const Allocation& a, uint64_t now) {
@@ -696,19 +701,24 @@ class Builder {
     if (is_async(a.api)) d.async_live -= std::min(d.async_live, a.bytes);
     d.update_footprint(now);
     ++d.frees;
-    run_delta(a.device, now, -static_cast<int64_t>(a.bytes));
+    run_delta(a, now, false);
   }
 
-  void run_delta(uint32_t index, uint64_t now, int64_t delta) {
-    RunDevice& rd = run_dev(index);
+  void run_delta(const Allocation& a, uint64_t now, bool added) {
+    RunDevice& rd = run_dev(a.device);
     // Unsigned arithmetic: sizes from a trace can reach 2^63, where int64_t overflows (UB).
-    rd.live_bytes += static_cast<uint64_t>(delta);
+    const uint64_t delta = added ? a.bytes : uint64_t{0} - a.bytes;
+    rd.live_bytes += delta;
     uint64_t& mine = rd.live_by_pid[p_.pid];
-    mine += static_cast<uint64_t>(delta);
+    mine += delta;
     if (rd.live_bytes > rd.peak_bytes) {
       rd.peak_bytes = rd.live_bytes;
       rd.peak_time_ns = now;
       rd.peak_by_pid = rd.live_by_pid;
+      rd.peak_seq = seq_;
+      rd.freed_after_peak.clear();
+    } else if (!added && a.seq <= rd.peak_seq && rd.peak_bytes > 0) {
+      rd.freed_after_peak.push_back(a);  // live at the peak
     }
     rd.timeline.add(now, rd.live_bytes);
   }
@@ -804,7 +814,8 @@ class Builder {
   Run& run_;
   ProcessModel& p_;
   DeviceIndex& where_;  // run_.devices by (host, index), shared by the builders of a run
-  uint64_t seq_ = 0;
+  uint64_t& seq_;
+  uint32_t process_ = 0;  // index of p_ in run_.processes
   DeviceModel* last_device_ = nullptr;
   size_t run_slot_ = SIZE_MAX;  // run_.devices slot of device run_slot_device_ (run_dev())
   uint32_t run_slot_device_ = 0;
@@ -941,9 +952,10 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   std::vector<Builder> builders;
   builders.reserve(readers.size());
   Builder::DeviceIndex where;
+  uint64_t seq = 0;
   for (size_t i = 0; i < readers.size(); ++i) {
     run.processes[i].trace_path = readers[i]->name();
-    builders.emplace_back(run, run.processes[i], where);
+    builders.emplace_back(run, run.processes[i], where, seq);
   }
   std::vector<TorchTrace> torch;
   for (const auto& path : torch_paths) {
@@ -1040,6 +1052,27 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   std::sort(run.devices.begin(), run.devices.end(), [](const RunDevice& a, const RunDevice& b) {
     return a.host != b.host ? a.host < b.host : a.index < b.index;
   });
+  // Live at each device's peak: freed after it, or still live at the end, and made before it.
+  std::map<std::pair<std::string, uint32_t>, RunDevice*> by_key;
+  for (RunDevice& d : run.devices) {
+    by_key[{d.host, d.index}] = &d;
+    d.live_at_peak = std::move(d.freed_after_peak);
+    d.freed_after_peak = {};
+  }
+  for (const ProcessModel& p : run.processes) {
+    auto consider = [&](const Allocation& a) {
+      auto it = by_key.find({p.host, a.device});
+      if (it != by_key.end() && a.seq <= it->second->peak_seq && it->second->peak_bytes)
+        it->second->live_at_peak.push_back(a);
+    };
+    for (const auto& [k, a] : p.live) consider(a);
+    for (const auto& [k, h] : p.vmm_handles) consider(h.alloc);
+  }
+  for (RunDevice& d : run.devices)
+    std::sort(d.live_at_peak.begin(), d.live_at_peak.end(),
+              [](const Allocation& a, const Allocation& b) {
+                return a.bytes != b.bytes ? a.bytes > b.bytes : a.seq < b.seq;
+              });
   return run;
 }
 

@@ -324,6 +324,12 @@ struct RunDevice {
   uint64_t live_bytes = 0, peak_bytes = 0, peak_time_ns = 0;
   std::map<uint64_t, uint64_t> live_by_pid, peak_by_pid;
   Timeline timeline;
+  // What was live at the device's peak, every process's: found as a process's own live set at
+  // its peak is (PeakTracker), with the run-wide order of events. Each Allocation names its
+  // process. Filled by analyze(), largest first.
+  uint64_t peak_seq = 0;
+  std::vector<Allocation> freed_after_peak;
+  std::vector<Allocation> live_at_peak;
 };
 
 struct Run {

@@ -103,7 +103,7 @@ std::vector<SiteChange> group_changes(const json& a, const json* da, const json&
   std::vector<SiteChange> out;
   for (const auto& n : names) {
     SiteChange c;
-    c.site = n;
+    c.site = printable(n);  // a name from the traced program, shown in CI logs
     if (sa.count(n)) std::tie(c.baseline_bytes, c.baseline_count) = sa[n];
     if (sb.count(n)) std::tie(c.candidate_bytes, c.candidate_count) = sb[n];
     if (c.diff() != 0 || c.baseline_count != c.candidate_count) out.push_back(c);
@@ -409,8 +409,8 @@ std::vector<std::string> unprofiled_processes(const json& r) {
     std::string exe = p.value("exe", std::string());
     exe = exe.substr(exe.find_last_of('/') + 1);
     std::string pid = p.contains("pid") ? std::to_string(p["pid"].get<uint64_t>()) : "?";
-    out.push_back("pid " + pid + (exe.empty() ? "" : " (" + exe + ")") + ": " +
-                  (reason.empty() ? "no reason given" : reason));
+    out.push_back("pid " + pid + (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
+                  (reason.empty() ? "no reason given" : printable(reason)));
   }
   return out;
 }
@@ -546,6 +546,9 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
         !run["complete"].get<bool>())
       why.push_back("cut short: the report says the run is not complete");
   }
+  // Each reason may quote the program (its command line, executable, device name): one line,
+  // safe for a terminal and a CI log.
+  for (auto& w : why) w = printable(w);
   return why;
 }
 
@@ -579,7 +582,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* b = bdev.count(i) ? bdev[i] : nullptr;
     const json* c = cdev.count(i) ? cdev[i] : nullptr;
     const json* any = c ? c : b;
-    std::string scope = "device " + std::to_string(i) + " (" + (*any)["name"].get<std::string>() + ")";
+    std::string scope =
+        "device " + std::to_string(i) + " (" + printable((*any)["name"].get<std::string>()) + ")";
     Comparison row = compare_one(scope, i, b, c, budgets);
     row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
     row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
@@ -603,7 +607,7 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     json cw = {{"peak", {{"bytes", candidate["worst_rank"]["peak_bytes"]}}}};
     // A rank from a trace is the process's environment: any bytes, not always UTF-8.
     auto rank = [](const json& r) {
-      return r["worst_rank"]["rank"].dump(-1, ' ', false, json::error_handler_t::replace);
+      return printable(r["worst_rank"]["rank"].dump(-1, ' ', false, json::error_handler_t::replace));
     };
     std::string scope = "worst rank (rank " + rank(baseline) + " -> rank " + rank(candidate) + ")";
     uint32_t dev = candidate["worst_rank"]["device"].get<uint32_t>();
@@ -617,7 +621,7 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     if (budgets.only_device && *budgets.only_device != k.second) continue;
     const json* b = br.count(k) ? br[k] : nullptr;
     const json* c = cr.count(k) ? cr[k] : nullptr;
-    std::string scope = "rank " + k.first + ", device " + std::to_string(k.second);
+    std::string scope = "rank " + printable(k.first) + ", device " + std::to_string(k.second);
     Comparison row = compare_one(scope, k.second, b, c, budgets);
     row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
     row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");

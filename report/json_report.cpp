@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "collector/stacks.h"
@@ -311,7 +312,10 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
 
 // Groups allocations by site: bytes, count and the distinct sizes, largest site first, with
 // the owning library and the stack of the group's largest allocation.
-json by_site(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+// `stacks_of(a)`: the stacks of a's process (one process's, or each its own at a device's
+// run-wide peak).
+template <class StacksOf>
+json by_site_of(const std::vector<Allocation>& allocs, StacksOf&& stacks_of) {
   struct Group {
     uint64_t bytes = 0, count = 0, largest = 0;
     std::map<uint64_t, uint64_t> sizes;
@@ -319,7 +323,7 @@ json by_site(const std::vector<Allocation>& allocs, collector::StackResolver& st
   };
   std::map<std::string, Group> groups;
   for (const auto& a : allocs) {
-    Site site = site_of(a, stacks);
+    Site site = site_of(a, stacks_of(a));
     Group& g = groups[site.text];
     g.bytes += a.bytes;
     ++g.count;
@@ -347,11 +351,16 @@ json by_site(const std::vector<Allocation>& allocs, collector::StackResolver& st
   return out;
 }
 
+json by_site(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  return by_site_of(allocs, [&](const Allocation&) -> collector::StackResolver& { return stacks; });
+}
+
 // Groups allocations by owning library ("(unknown)" without a stack), largest first.
-json by_library(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+template <class StacksOf>
+json by_library_of(const std::vector<Allocation>& allocs, StacksOf&& stacks_of) {
   std::map<std::string, std::pair<uint64_t, uint64_t>> groups;
   for (const auto& a : allocs) {
-    std::string lib = site_of(a, stacks).library;
+    std::string lib = site_of(a, stacks_of(a)).library;
     auto& g = groups[lib.empty() ? "(unknown)" : lib];
     g.first += a.bytes;
     ++g.second;
@@ -366,17 +375,49 @@ json by_library(const std::vector<Allocation>& allocs, collector::StackResolver&
   return out;
 }
 
+json by_library(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  return by_library_of(allocs,
+                       [&](const Allocation&) -> collector::StackResolver& { return stacks; });
+}
+
 // Groups allocations by whole stack (the same site may be reached by several), largest first.
 // Allocations recorded without a stack are grouped by api; what falls past the first kTopStacks
 // groups is summed into one "(other stacks)" entry, so that the groups add up to the whole.
-json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
-  using Key = std::tuple<uint32_t, uint32_t, int>;
+// With several processes, the same stack of each (workers of one program) is one group.
+template <class StacksOf>
+json by_stack_of(const std::vector<Allocation>& allocs, StacksOf&& stacks_of) {
+  // (process, native leaf, Python leaf, api when without a stack): stack ids are per process.
+  using Key = std::tuple<uint32_t, uint32_t, uint32_t, int>;
   std::map<Key, std::pair<uint64_t, uint64_t>> groups;
+  std::map<Key, const Allocation*> example;
+  bool several = false;
   for (const auto& a : allocs) {
     bool has = a.stack || a.py_stack;
-    auto& g = groups[Key{a.stack, a.py_stack, has ? -1 : static_cast<int>(a.api)}];
+    Key key{a.process, a.stack, a.py_stack, has ? -1 : static_cast<int>(a.api)};
+    auto& g = groups[key];
     g.first += a.bytes;
     ++g.second;
+    example.try_emplace(key, &a);
+    several = several || a.process != allocs.front().process;
+  }
+  if (several) {
+    // Stacks that resolve to the same frames are one group, kept under the first key.
+    std::map<std::string, Key> first_of;
+    std::map<Key, std::pair<uint64_t, uint64_t>> merged;
+    for (auto& [key, totals] : groups) {
+      std::string id = "api:" + std::to_string(std::get<3>(key));
+      if (std::get<3>(key) < 0) {
+        const Allocation& a = *example[key];
+        const auto& at = stacks_of(a).attribute(a.stack, a.py_stack);
+        id = at.site + "\n" + at.library + "\n" +
+             frames_json(&at).dump(-1, ' ', false, json::error_handler_t::replace);
+      }
+      auto [it, added] = first_of.try_emplace(id, key);
+      auto& m = merged[it->second];
+      m.first += totals.first;
+      m.second += totals.second;
+    }
+    groups.swap(merged);
   }
   std::vector<std::pair<Key, std::pair<uint64_t, uint64_t>>> sorted(groups.begin(), groups.end());
   std::stable_sort(sorted.begin(), sorted.end(),
@@ -390,15 +431,16 @@ json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& s
       rest_count += totals.second;
       continue;
     }
-    if (std::get<2>(key) >= 0) {
-      out.push_back({{"site", format::api_name(static_cast<format::Api>(std::get<2>(key)))},
+    if (std::get<3>(key) >= 0) {
+      out.push_back({{"site", format::api_name(static_cast<format::Api>(std::get<3>(key)))},
                      {"library", ""},
                      {"bytes", totals.first},
                      {"count", totals.second},
                      {"stack", json::array()}});
       continue;
     }
-    const auto& at = stacks.attribute(std::get<0>(key), std::get<1>(key));
+    const Allocation& a = *example[key];
+    const auto& at = stacks_of(a).attribute(std::get<1>(key), std::get<2>(key));
     out.push_back({{"site", at.site.empty() ? "(unknown)" : at.site},
                    {"library", at.library},
                    {"bytes", totals.first},
@@ -409,6 +451,10 @@ json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& s
     out.push_back({{"site", "(other stacks)"}, {"library", ""}, {"bytes", rest_bytes},
                    {"count", rest_count}, {"stack", json::array()}});
   return out;
+}
+
+json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  return by_stack_of(allocs, [&](const Allocation&) -> collector::StackResolver& { return stacks; });
 }
 
 json timeline_json(const collector::Timeline& t, uint64_t origin) {
@@ -501,6 +547,59 @@ std::string demangle(const std::string& name) {
   return out;
 }
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  char buf[16];
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = u[i];
+    if (c < 0x80) {
+      if (c == '\n') out += "\\n";
+      else if (c == '\t') out += "\\t";
+      else if (c == '\r') out += "\\r";
+      else if (c < 0x20 || c == 0x7f) {
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, each continuation byte checked, no
+    // overlong form, no surrogate, nothing past U+10FFFF.
+    size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    uint32_t cp = n == 4 ? c & 0x07u : n == 3 ? c & 0x0fu : c & 0x1fu;
+    bool ok = n && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      if ((u[i + k] & 0xc0) != 0x80) ok = false;
+      cp = (cp << 6) | (u[i + k] & 0x3fu);
+    }
+    if (ok && ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+               (n == 4 && (cp < 0x10000 || cp > 0x10ffff))))
+      ok = false;
+    if (!ok) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    // C1 controls (0x9b is a CSI on some terminals), line and paragraph separators, and the
+    // bidirectional controls that reorder what is shown.
+    if ((cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+        (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e ||
+        cp == 0x200f || cp == 0x061c) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      out += buf;
+    } else {
+      out.append(s.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
 std::string human_bytes(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -581,8 +680,14 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["start_realtime_ns"] = p.start_realtime_ns;
     pj["start_ns"] = p.start_ns >= origin ? p.start_ns - origin : 0;
     pj["end_ns"] = p.end_ns >= origin ? p.end_ns - origin : 0;
+    // Still sending when the launcher stopped waiting (it outlived the command): running, not
+    // cut short, and what it held then is not a leak.
+    const bool still_running =
+        std::find(info.still_running.begin(), info.still_running.end(), p.trace_path) !=
+        info.still_running.end();
     pj["clean_exit"] = p.clean_exit;
-    pj["cut_short"] = !p.clean_exit;
+    pj["cut_short"] = !p.clean_exit && !still_running;
+    if (still_running) pj["still_running"] = true;
     if (!p.problem.empty()) pj["problem"] = p.problem;
     pj["events"] = p.events;
     pj["dropped_events"] = p.dropped_events;
@@ -690,9 +795,9 @@ json to_json(const Run& run, const RunInfo& info) {
         if (pool.device != index) continue;
         for (auto& [addr, b] : pool.view.blocks()) {
           // A model still referenced at exit (a global) is the model, not a leak.
-          const auto* info = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
+          const auto* named = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
                                             : nullptr;
-          if (info && info->label >= 0 && !died) {
+          if (named && named->label >= 0 && !died) {
             model_state += b.bytes;
             continue;
           }
@@ -711,11 +816,12 @@ json to_json(const Run& run, const RunInfo& info) {
                                        "leaked (its blocks still in use are in leaks)"}});
       }
       if (model_state) devices.back()["model_state_at_exit_bytes"] = model_state;
-      for (json& g : by_site(suspects, stacks)) {
-        g["device"] = index;
-        g["pid"] = p.pid;
-        (died ? live_at_death : leaks).push_back(g);
-      }
+      if (!still_running)
+        for (json& g : by_site(suspects, stacks)) {
+          g["device"] = index;
+          g["pid"] = p.pid;
+          (died ? live_at_death : leaks).push_back(g);
+        }
       // Growth, seen at three moments: the end, the in-use peak of the driver's allocations
       // and that of the pools' blocks (a program that frees what it kept only at its end still
       // held it at its peak). Per site, the moment that shows the most.
@@ -893,6 +999,7 @@ json to_json(const Run& run, const RunInfo& info) {
   }
 
   json devices = json::array();
+  std::map<uint32_t, std::unique_ptr<collector::StackResolver>> device_stacks;  // by process
   for (const auto& d : run.devices) {
     auto key = std::make_pair(d.host, d.index);
     json by_pid = json::array();
@@ -912,6 +1019,30 @@ json to_json(const Run& run, const RunInfo& info) {
     if (d.total_bytes)
       dj["peak"]["fraction_of_capacity"] =
           static_cast<double>(d.peak_bytes) / static_cast<double>(d.total_bytes);
+    // Several processes: what each of them held at the device's peak, together, each
+    // allocation resolved with its own process's stacks.
+    if (d.peak_by_pid.size() > 1) {
+      auto stacks_of = [&](const Allocation& a) -> collector::StackResolver& {
+        auto& r = device_stacks[a.process];
+        if (!r) r = std::make_unique<collector::StackResolver>(run.processes[a.process], symbols);
+        return *r;
+      };
+      json top = json::array();
+      for (size_t i = 0; i < d.live_at_peak.size() && i < kTopAllocations; ++i) {
+        const Allocation& a = d.live_at_peak[i];
+        json aj = allocation_json(a, run.processes[a.process], origin, stacks_of(a));
+        aj["pid"] = run.processes[a.process].pid;
+        top.push_back(aj);
+      }
+      std::map<uint64_t, uint64_t> count_by_pid;
+      for (const Allocation& a : d.live_at_peak) ++count_by_pid[run.processes[a.process].pid];
+      for (json& bp : dj["peak"]["by_process"]) bp["count"] = count_by_pid[bp["pid"].get<uint64_t>()];
+      dj["peak"]["live_allocations"] = d.live_at_peak.size();
+      dj["peak"]["by_site"] = by_site_of(d.live_at_peak, stacks_of);
+      dj["peak"]["by_library"] = by_library_of(d.live_at_peak, stacks_of);
+      dj["peak"]["by_stack"] = by_stack_of(d.live_at_peak, stacks_of);
+      dj["peak"]["largest"] = top;
+    }
     // With one process the process's view of the peak is the device's: show it here too.
     if (d.peak_by_pid.size() <= 1 && peak_allocs_by_device.count(key)) {
       const json& pp = peak_allocs_by_device[key];
@@ -983,8 +1114,8 @@ std::string summary_text(const json& r) {
     std::string exe = p["exe"].get<std::string>();
     exe = exe.substr(exe.find_last_of('/') + 1);
     out += "vramtrace: NOT PROFILED: pid " + std::to_string(p["pid"].get<uint64_t>()) +
-           (exe.empty() ? "" : " (" + exe + ")") + ": " +
-           p["not_profiled_reason"].get<std::string>() + "\n";
+           (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
+           printable(p["not_profiled_reason"].get<std::string>()) + "\n";
   }
   if (not_profiled > kMaxNotProfiledLines)
     out += "vramtrace: NOT PROFILED: " + std::to_string(not_profiled - kMaxNotProfiledLines) +
@@ -1019,7 +1150,8 @@ std::string summary_text(const json& r) {
     uint64_t total = d["total_bytes"].get<uint64_t>();
     double at_s = static_cast<double>(d["peak"]["time_ns"].get<uint64_t>()) / 1e9;
     std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", d["index"].get<unsigned>(),
-                  d["name"].get<std::string>().c_str(), human_bytes(peak).c_str());
+                  printable(d["name"].get<std::string>()).substr(0, 300).c_str(),
+                  human_bytes(peak).c_str());
     out += line;
     // Against the effective limit when the run had a tighter one than the card.
     const json* lim = nullptr;
@@ -1087,7 +1219,8 @@ std::string summary_text(const json& r) {
       out += where + "\n";
     }
     if (o.contains("findings") && !o["findings"].empty())
-      out += "vramtrace:   likely cause: " + o["findings"][0]["title"].get<std::string>() + "\n";
+      out += "vramtrace:   likely cause: " + printable(o["findings"][0]["title"].get<std::string>()) +
+             "\n";
   }
   if (survived) {
     std::snprintf(line, sizeof line,
@@ -1110,7 +1243,9 @@ std::string summary_text(const json& r) {
     std::snprintf(line, sizeof line,
                   "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
                   r["ranks"].size(),
-                  w["rank"].dump(-1, ' ', false, json::error_handler_t::replace).c_str(),
+                  printable(w["rank"].dump(-1, ' ', false, json::error_handler_t::replace))
+                      .substr(0, 100)
+                      .c_str(),
                   human_bytes(w["peak_bytes"].get<uint64_t>()).c_str(), w["device"].get<unsigned>(),
                   r["rank_imbalance"]["max_over_mean"].get<double>());
     out += line;
@@ -1138,16 +1273,21 @@ std::string summary_text(const json& r) {
                     "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
                     human_bytes(g["bytes_per_iteration"].get<uint64_t>()).c_str(),
                     static_cast<long long>(g["iterations"].get<int64_t>()),
-                    g["site"].get<std::string>().substr(0, 300).c_str());
+                    printable(g["site"].get<std::string>()).substr(0, 300).c_str());
       out += line;
     }
+  for (const auto& p : r["processes"])
+    if (p.value("still_running", false) && p.contains("pid"))
+      out += "vramtrace: NOTE: pid " + p["pid"].dump() +
+             " was still running when the report was written: what it held then is not counted "
+             "as leaked\n";
   if (r["run"]["dropped_events"].get<uint64_t>()) {
     std::snprintf(line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
                   static_cast<unsigned long long>(r["run"]["dropped_events"].get<uint64_t>()));
     out += line;
   }
   for (const auto& p : r["run"]["problems"])
-    out += "vramtrace: WARNING: " + p.get<std::string>() + "\n";
+    out += "vramtrace: WARNING: " + printable(p.get<std::string>()) + "\n";
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "collector/model.h"
 
@@ -18,6 +19,9 @@ struct RunInfo {
   std::vector<std::string> command;  // what `vramtrace run` started, if it did
   std::optional<int> exit_code;
   std::optional<int> signal;
+  // Traces (their paths) of processes still connected when the launcher stopped waiting for
+  // them: they outlived the command, so what they held then is not a leak.
+  std::vector<std::string> still_running;
 };
 
 nlohmann::json to_json(const collector::Run& run, const RunInfo& info = {});
@@ -27,6 +31,13 @@ std::string summary_text(const nlohmann::json& report);
 
 // "1.50 GiB", "512 B"
 std::string human_bytes(uint64_t bytes);
+
+// A string from the traced program (a file or function name, a command line, a notice) made
+// safe for a terminal or a CI log: control characters (C0, DEL, C1) and bidirectional-text
+// controls are written as escapes (\x1b, \n, \u202e), bytes that are not UTF-8 as \xNN; so
+// no such string can move the cursor, colour the terminal or start a line of its own (a CI
+// command such as "::error"). Everything vramtrace prints or writes as text goes through it.
+std::string printable(std::string_view s);
 
 // The readable form of a mangled kernel name (the mangled name itself if it is not one).
 std::string demangle(const std::string& name);

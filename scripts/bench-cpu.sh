@@ -21,7 +21,7 @@ for codec in "${codecs[@]}"; do
   "$BUILD/bin/vt_synth_trace" "$t" "$n" $([[ $codec == zstd ]] && echo zstd) >/dev/null
   bytes=$(stat -c %s "$t")
   s0=$(date +%s.%N); cat "$t" >/dev/null; s1=$(date +%s.%N)
-  /usr/bin/time -f "%e %M" -o "$WORK/time" "$BUILD/bin/vramtrace" report "$t" -o "$WORK/out" 2>/dev/null
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$BUILD/bin/vramtrace" report "$t" -o "$WORK/out" --force 2>/dev/null
   read -r secs rss_kb <"$WORK/time"
   html=$(stat -c %s "$WORK/out/report.html")
   [[ $codec != raw ]] || raw_secs=$secs

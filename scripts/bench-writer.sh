@@ -31,7 +31,7 @@ for mix in "${mixes[@]}"; do
       line=$(cd "$WORK" && LD_LIBRARY_PATH="$BUILD/standin" LD_PRELOAD="$lib" \
         VRAMTRACE_OUTPUT="$t" VRAMTRACE_COMPRESS=$mode VRAMTRACE_STACKS=$stacks \
         "$BUILD/tests/programs/bench_mix" "$N" "$spin" | tail -1)
-      "$BUILD/bin/vramtrace" report "$t" -o "$WORK/out" --no-progress >/dev/null 2>&1
+      "$BUILD/bin/vramtrace" report "$t" -o "$WORK/out" --force --no-progress >/dev/null 2>&1
       events=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["processes"][0]["events"])' "$WORK/out/report.json")
       echo "$spin $stacks $mode $(stat -c %s "$t") $events $line" >>"$WORK/runs"
     done

@@ -91,12 +91,12 @@ def main():
                 e = dict(env)
                 run_dir = os.path.join(a.out, "bench-run")
                 if v.startswith("vramtrace selftime"):
-                    c = [vt, "run", "-o", run_dir, "--lib", selftime_lib] + v.split()[2:] + ["--"] + c
+                    c = [vt, "run", "--force", "-o", run_dir, "--lib", selftime_lib] + v.split()[2:] + ["--"] + c
                 elif v == "vramtrace no-nvtx":
-                    c = [vt, "run", "-o", run_dir, "--"] + c
+                    c = [vt, "run", "--force", "-o", run_dir, "--"] + c
                     e["NVTX_INJECTION64_PATH"] = "/nonexistent/no-nvtx-tool.so"
                 elif v.startswith("vramtrace"):
-                    c = [vt, "run", "-o", run_dir] + v.split()[1:] + ["--"] + c
+                    c = [vt, "run", "--force", "-o", run_dir] + v.split()[1:] + ["--"] + c
                 if v == "cupti floor":
                     e["CUDA_INJECTION64_PATH"] = floor_lib
                 if v.startswith("torch"):

@@ -14,11 +14,11 @@ mkdir -p build/examples
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "demo: GPU found: $(nvidia-smi -L | head -1)"
   "$CUDA_HOME/bin/nvcc" -O2 -o build/examples/train_sim examples/train_sim.cu
-  build/bin/vramtrace run -o "$OUT" -- build/examples/train_sim
+  build/bin/vramtrace run --force -o "$OUT" -- build/examples/train_sim
 else
   echo "demo: no GPU here: running on the CPU stand-in for CUDA (the report is labelled so)"
   "$CUDA_HOME/bin/nvcc" -O2 -cudart shared -o build/examples/train_sim examples/train_sim.cu
   LD_LIBRARY_PATH="$ROOT/build/standin" VRAMTRACE_STANDIN_DEVICE_BYTES=$((2 << 30)) \
-    build/bin/vramtrace run -o "$OUT" -- build/examples/train_sim
+    build/bin/vramtrace run --force -o "$OUT" -- build/examples/train_sim
 fi
 echo "demo: open $OUT/report.html in a browser"

@@ -633,7 +633,10 @@
     const wrap = $("div", { class: "breakdown" });
     const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!pd || !pd._pid || o.pid === pd._pid));
     const moments = [];
-    if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pd.peak.by_site || [], libs: pd.peak.by_library || [],
+    // The device's own live set at its peak, every process's; else (one process, an older
+    // report) its process's.
+    const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
+    if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
       cats: catsAt(d, o.time_ns), modules: o.by_module || null, oom: o }));
@@ -871,10 +874,16 @@
       }
 
       card.append($("h3", { text: "What was live" }), breakdown(A, d, pd));
+      if ((d.peak.by_process || []).length > 1) {
+        card.append($("h3", { text: "Live at the peak, by process" }));
+        card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], d.peak.by_process.slice(), "peak-processes"));
+      }
       if (pd) {
-        const tree = peakTree(pd.peak);
+        // Several processes: every process's at the device's peak.
+        const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
+        const tree = peakTree(pk);
         if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter frames folded)" }), icicle(tree));
-        const largest = (pd.peak.largest || []).slice();
+        const largest = (pk.largest || []).slice();
         if (largest.length) {
           card.append($("h3", { text: "Largest blocks live at the peak" }));
           card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },

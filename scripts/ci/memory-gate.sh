@@ -25,7 +25,7 @@ MAX_INCREASE=${MAX_INCREASE:-5%}
 
 if [[ ${UPDATE_BASELINE:-0} == 1 || ! -f $baseline ]]; then
   [[ -f $baseline ]] || echo "memory-gate: no baseline at $baseline yet: recording one" >&2
-  "$VRAMTRACE" run -o "$OUT" -- "$@" || exit $?
+  "$VRAMTRACE" run --force -o "$OUT" -- "$@" || exit $?
   # A run with a process that was not profiled (exit 2) or cut short (exit 4) cannot be a
   # baseline: check refuses it.
   "$VRAMTRACE" check "$OUT" --baseline "$OUT" > /dev/null || exit $?
@@ -39,7 +39,7 @@ args=(--baseline "$baseline" --max-increase "$MAX_INCREASE"
       --markdown "$OUT/summary.md" --junit "$OUT/junit.xml")
 [[ -n ${MAX_PEAK:-} ]] && args+=(--max-peak "$MAX_PEAK")
 mkdir -p "$OUT"
-"$VRAMTRACE" run "${args[@]}" -o "$OUT" -- "$@"
+"$VRAMTRACE" run --force "${args[@]}" -o "$OUT" -- "$@"
 rc=$?
 if [[ -n ${GITHUB_STEP_SUMMARY:-} && -f $OUT/summary.md ]]; then
   cat "$OUT/summary.md" >> "$GITHUB_STEP_SUMMARY"

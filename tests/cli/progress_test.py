@@ -94,7 +94,7 @@ def main():
         subprocess.run([SYNTH, large, "5500000"], check=True, stdout=subprocess.DEVNULL)
         check(os.path.getsize(large) >= 64 << 20, "the large trace is over 64 MiB")
         out = os.path.join(work, "out")
-        report = [VRAMTRACE, "report", small, "-o", out]
+        report = [VRAMTRACE, "report", small, "-o", out, "--force"]
 
         # Not a terminal: byte for byte the stderr of --no-progress, in every mode.
         code, plain = run_pipe(report + ["--no-progress"])
@@ -109,7 +109,7 @@ def main():
                   "not a terminal, VRAMTRACE_PROGRESS=%s: stderr exactly as with --no-progress "
                   "(got %r)" % (mode, err[:300]))
             check(b"\r" not in err and b"\x1b" not in err, "no carriage return or escape")
-        code, err = run_pipe([VRAMTRACE, "report", large, "-o", out])
+        code, err = run_pipe([VRAMTRACE, "report", large, "-o", out, "--force"])
         check(code == 0 and b"\r" not in err and b"reading traces" not in err,
               "not a terminal, a 68 MB trace: no bar")
 
@@ -124,8 +124,8 @@ def main():
         for extra in ({}, {"VRAMTRACE_PROGRESS": "auto"}):
             code, tty_out, _ = run_pty(report, **extra)
             check(code == 0 and tty_out == plain, "terminal, auto, 12 MB: no bar, same stderr")
-        code, big_plain = run_pipe([VRAMTRACE, "report", large, "-o", out])
-        code, tty_out, secs = run_pty([VRAMTRACE, "report", large, "-o", out])
+        code, big_plain = run_pipe([VRAMTRACE, "report", large, "-o", out, "--force"])
+        code, tty_out, secs = run_pty([VRAMTRACE, "report", large, "-o", out, "--force"])
         check(code == 0, "report of the large trace exits 0")
         bars, rest = split_bar(tty_out)
         check_bar(bars, secs, "terminal, auto, 68 MB")
@@ -134,14 +134,14 @@ def main():
         # A terminal, switched off.
         for args, extra in ((report + ["--no-progress"], {"VRAMTRACE_PROGRESS": "on"}),
                             (report, {"VRAMTRACE_PROGRESS": "off"}),
-                            ([VRAMTRACE, "report", large, "-o", out, "--no-progress"], {})):
+                            ([VRAMTRACE, "report", large, "-o", out, "--force", "--no-progress"], {})):
             code, tty_out, _ = run_pty(args, **extra)
             check(code == 0 and BAR.search(tty_out) is None and b"\r" not in tty_out,
                   "terminal, %r %r: no bar" % (args[-1], extra))
 
         # `vramtrace run`: its final report step draws the bar too, and --no-progress stops it.
         run_dir = os.path.join(work, "run")
-        run = [VRAMTRACE, "run", "-o", run_dir, "--", BASIC]
+        run = [VRAMTRACE, "run", "--force", "-o", run_dir, "--", BASIC]
         code, tty_out, secs = run_pty(run, VRAMTRACE_PROGRESS="on")
         check(code == 0, "run on a terminal exits 0")
         bars, rest = split_bar(tty_out)

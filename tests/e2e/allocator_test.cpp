@@ -246,7 +246,7 @@ TEST_CASE("a corrupt PyTorch allocator trace is reported, the rest of the report
     std::ofstream f(torch_file, std::ios::trunc);
     f << "hello\n";
   }
-  r = sh(kVramtrace + " report -o " + again + " " + dir);
+  r = sh(kVramtrace + " report --force -o " + again + " " + dir);
   REQUIRE(r.code() == 0);
   REQUIRE(contains(r.out, "not a PyTorch allocator trace"));
 }

@@ -255,13 +255,18 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
   REQUIRE(contains(j["run"]["problems"][0].get<std::string>(), "ends inside a frame header"));
   REQUIRE(j["devices"][0]["peak"]["bytes"] == 13 * MiB);
 
-  // Cut inside the last frame: that frame is lost, the report still comes out.
+  // Cut inside its only frame: nothing of it can be read, so there is no report to write (not
+  // "no CUDA device memory was used"): exit 2, and the report already there stays as it was.
   fs::resize_file(t + "/a.vtrace", fs::file_size(t + "/a.vtrace") - 9);
-  Result cut = sh(kVramtrace + " report " + t + "/a.vtrace -o " + t);
-  REQUIRE(cut.code() == 0);
+  Result cut = sh(kVramtrace + " report --force " + t + "/a.vtrace -o " + t);
+  INFO(cut.out);
+  REQUIRE(cut.code() == 2);
+  REQUIRE(contains(cut.out, "trace ends inside a frame at byte 16"));
+  REQUIRE(contains(cut.out, "vramtrace report: nothing could be read from the input: no report "
+                            "written\n"));
+  REQUIRE_FALSE(contains(cut.out, "no CUDA device memory was used"));
   json k = load_json(t + "/report.json");
-  REQUIRE(k["run"]["complete"] == false);
-  REQUIRE(contains(k["run"]["problems"][0].get<std::string>(), "ends inside a frame"));
+  REQUIRE(k["devices"][0]["peak"]["bytes"] == 13 * MiB);
 }
 
 TEST_CASE("CUDA arrays are device memory of their descriptor's size") {

@@ -115,7 +115,7 @@ TEST_CASE("run --launches=off: the same memory figures, no Launch record, record
   REQUIRE(rec.count[format::RecordType::Free] == 4);
   // The exit code is still the command's.
   Result three =
-      sh(kEnv + kVramtrace + " run --launches off -o " + dir + " -- " + prog("basic") + " 3");
+      sh(kEnv + kVramtrace + " run --force --launches off -o " + dir + " -- " + prog("basic") + " 3");
   REQUIRE(three.code() == 3);
 }
 

@@ -2,6 +2,7 @@
 // launcher script, and one report merged from several run directories.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <regex>
 
 #include "e2e/e2e_util.h"
@@ -34,6 +35,48 @@ TEST_CASE("forked workers that use CUDA each stream on their own; the parent wri
   REQUIRE_FALSE(j.contains("ranks"));  // no launcher environment: no ranks
 }
 
+TEST_CASE("the device's peak over three workers: what each held then, by process, site, stack") {
+  std::string d = temp_dir();
+  Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- " + prog("workers"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load_json(d + "/report.json");
+  const json& peak = j["devices"][0]["peak"];
+  REQUIRE(peak["bytes"] == 48 * MiB);
+  // By process: worker i held (i + 1) * 8 MiB, in one allocation, at the device's peak.
+  std::map<uint64_t, uint64_t> pid_of_peak;  // each process's own peak -> its pid
+  for (const auto& p : j["processes"]) pid_of_peak[p["devices"][0]["peak"]["bytes"]] = p["pid"];
+  REQUIRE(pid_of_peak.size() == 3);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> by_process;  // pid -> (bytes, count)
+  for (const auto& p : peak["by_process"]) by_process[p["pid"]] = {p["bytes"], p["count"]};
+  REQUIRE(by_process.size() == 3);
+  for (uint64_t mib : {8, 16, 24})
+    REQUIRE(by_process[pid_of_peak[mib * MiB]] == std::make_pair(mib * MiB, uint64_t{1}));
+  // By site: the three allocations come from the one line of the program: 48 MiB, 3 of them.
+  REQUIRE(peak["live_allocations"] == 3);
+  REQUIRE(peak["by_site"].size() == 1);
+  REQUIRE(peak["by_site"][0]["bytes"] == 48 * MiB);
+  REQUIRE(peak["by_site"][0]["count"] == 3);
+  REQUIRE(peak["by_site"][0]["sizes"] ==
+          json::array({{{"bytes", 24 * MiB}, {"count", 1}}, {{"bytes", 16 * MiB}, {"count", 1}},
+                       {{"bytes", 8 * MiB}, {"count", 1}}}));
+  REQUIRE(peak["by_library"].size() == 1);
+  REQUIRE(peak["by_library"][0]["library"] == "workers");
+  REQUIRE(peak["by_library"][0]["bytes"] == 48 * MiB);
+  // The same stack in each worker is one group.
+  REQUIRE(peak["by_stack"].size() == 1);
+  REQUIRE(peak["by_stack"][0]["bytes"] == 48 * MiB);
+  REQUIRE(peak["by_stack"][0]["count"] == 3);
+  REQUIRE(peak["by_stack"][0]["site"] == peak["by_site"][0]["site"]);
+  // The largest allocations, each with its process.
+  REQUIRE(peak["largest"].size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    const uint64_t bytes = (3 - i) * 8 * MiB;
+    REQUIRE(peak["largest"][i]["bytes"] == bytes);
+    REQUIRE(peak["largest"][i]["pid"] == pid_of_peak[bytes]);
+  }
+}
+
 TEST_CASE("ranks started by a launcher are recognised: each rank's peak, the worst, the spread") {
   for (int n : {2, 4}) {
     std::string d = temp_dir();
@@ -64,7 +107,7 @@ TEST_CASE("one report merged from two run directories, checked per rank") {
              prog("rank_alloc")).code() == 0);
   REQUIRE(sh(kEnv + "RANK=1 WORLD_SIZE=2 " + kVramtrace + " run -o " + b + " -- " +
              prog("rank_alloc")).code() == 0);
-  Result r = sh(kVramtrace + " report " + a + " " + b + " -o " + merged);
+  Result r = sh(kVramtrace + " report --merge " + a + " " + b + " -o " + merged);
   INFO(r.out);
   REQUIRE(r.code() == 0);
   json j = load_json(merged + "/report.json");

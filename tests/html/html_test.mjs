@@ -413,6 +413,19 @@ for (const width of [1400, 1000]) {
   await plain.close();
 }
 
+// Three worker processes on one device: the live set at the device's peak is every worker's
+// (8 + 16 + 24 MiB), by process, and its largest allocations are the three workers'.
+const workers = profile("workers", [join(build, "tests/programs/workers")]);
+{
+  const { page, errors } = await open(workers, "light");
+  const procs = await page.locator("[data-table='peak-processes'] tbody tr").evaluateAll((rows) => rows.map((r) => r.lastElementChild.textContent));
+  check("by process at the device's peak: 24, 16 and 8 MiB", JSON.stringify(procs.slice().sort()) === JSON.stringify(["16.00 MiB", "24.00 MiB", "8.00 MiB"]), procs.join(" | "));
+  const largest = await page.locator("[data-table='peak-largest'] tbody tr").count();
+  check("largest allocations at the peak: the three workers'", largest === 3, String(largest));
+  check("no console errors (workers)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 await browser.close();
 if (!failures) for (const dir of temps) rmSync(dir, { recursive: true, force: true });
 console.log(failures ? `${failures} failed` : "all passed");
