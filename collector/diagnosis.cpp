@@ -115,8 +115,8 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
         std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
       r.how = buf;
       if (in.partial_step)
-        r.how += " at most: the job died in its first step, so a whole step needs more than was "
-                 "measured";
+        r.how = "the job died in its first step, so a whole step needs more than was measured: "
+                "try half the batch and measure again";
     } else {
       r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
     }
