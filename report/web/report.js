@@ -822,8 +822,10 @@
           diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
         stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
         leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
-          : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"),
-        stat("Reserved, not in use, at peak", bytes(Math.max(0, reserved - d.peak.bytes)), "", "slack"));
+          : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"));
+      // What stream-ordered pools reserved beyond their allocations; a caching allocator's free
+      // memory is the "Allocator free at peak" card (and the allocator cache category).
+      if (reserved > d.peak.bytes) head.append(stat("Reserved, not in use, at peak", bytes(reserved - d.peak.bytes), "", "slack"));
       const growth = (R.growth || []).filter((g) => g.device === d.index);
       if (growth.length) head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
       const alloc = pd && pd.allocator;
