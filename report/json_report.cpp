@@ -1169,8 +1169,12 @@ std::string summary_text(const json& r) {
                     100.0 * static_cast<double>(peak) / static_cast<double>(total));
       out += line;
     }
-    std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end\n", at_s,
-                  human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str());
+    bool died_here = false;  // a process on this device died holding memory
+    if (r.contains("live_at_death"))
+      for (const auto& l : r["live_at_death"]) died_here = died_here || l["device"] == d["index"];
+    std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end%s\n", at_s,
+                  human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str(),
+                  died_here ? " (the program died holding it)" : "");
     out += line;
     if (d.contains("categories")) {
       // What the memory was at the peak, largest first.
@@ -1267,8 +1271,17 @@ std::string summary_text(const json& r) {
                   static_cast<unsigned long long>(leak_count), human_bytes(leak_bytes).c_str());
     out += line;
   }
-  if (r.contains("growth"))
+  if (r.contains("growth")) {
+    // The five fastest sites, then the total of the rest (a graph kept alive grows at every
+    // module of the model: dozens of sites).
+    size_t n = 0;
+    uint64_t rest = 0, rest_sites = 0;
     for (const auto& g : r["growth"]) {
+      if (n++ >= 5) {
+        rest += g["bytes_per_iteration"].get<uint64_t>();
+        ++rest_sites;
+        continue;
+      }
       std::snprintf(line, sizeof line,
                     "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
                     human_bytes(g["bytes_per_iteration"].get<uint64_t>()).c_str(),
@@ -1276,6 +1289,14 @@ std::string summary_text(const json& r) {
                     printable(g["site"].get<std::string>()).substr(0, 300).c_str());
       out += line;
     }
+    if (rest_sites) {
+      std::snprintf(line, sizeof line,
+                    "vramtrace: ... and %s per iteration more at %llu other sites (report.json "
+                    "growth[])\n",
+                    human_bytes(rest).c_str(), static_cast<unsigned long long>(rest_sites));
+      out += line;
+    }
+  }
   for (const auto& p : r["processes"])
     if (p.value("still_running", false) && p.contains("pid"))
       out += "vramtrace: NOTE: pid " + p["pid"].dump() +
