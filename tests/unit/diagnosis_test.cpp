@@ -1,0 +1,95 @@
+// The effective limit and the PyTorch remedies (collector/diagnosis.h) from given categories:
+// which remedies a moment's figures support, and exactly what each saves.
+#include <catch2/catch.hpp>
+
+#include "collector/diagnosis.h"
+
+using namespace vramtrace::collector;
+
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+void set(CategoryBytes& c, Category k, uint64_t v) { c[static_cast<size_t>(k)] = v; }
+
+const Remedy* find(const std::vector<Remedy>& v, const std::string& kind) {
+  for (const Remedy& r : v)
+    if (r.kind == kind) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("remedies: an Adam-trained model whose state alone exceeds the limit is told to shard") {
+  RemedyInput in;
+  set(in.at, Category::Parameters, 4 * GiB);
+  set(in.at, Category::Gradients, 4 * GiB);
+  set(in.at, Category::OptimizerState, 8 * GiB);
+  set(in.at, Category::Activations, 2 * GiB);
+  in.total = 18 * GiB;
+  in.limit = 16 * GiB;
+  in.request = 1 * GiB;
+  in.optimizer_state_per_param = 2;  // exp_avg, exp_avg_sq
+  in.param_dtype = "float32";
+  auto r = pytorch_remedies(in);
+  const Remedy* offload = find(r, "offload");
+  REQUIRE(offload);
+  // Model state 16 GiB against a 16 GiB limit: keeping at most half the limit for it.
+  REQUIRE(offload->saves_bytes == 8 * GiB);
+  const Remedy* lean = find(r, "leaner_optimizer");
+  REQUIRE(lean);
+  REQUIRE(lean->saves_bytes == 4 * GiB);  // one of Adam's two tensors per parameter
+  const Remedy* amp = find(r, "mixed_precision");
+  REQUIRE(amp);
+  REQUIRE(amp->saves_bytes == 1 * GiB);  // half the activations
+  const Remedy* batch = find(r, "smaller_batch");
+  REQUIRE(batch);
+  REQUIRE(batch->saves_bytes == 1 * GiB);
+  REQUIRE(batch->how == "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
+  // Ranked by what each saves.
+  for (size_t i = 1; i < r.size(); ++i) REQUIRE(r[i - 1].saves_bytes >= r[i].saves_bytes);
+  REQUIRE(r[0].kind == "offload");
+}
+
+TEST_CASE("remedies: what the figures do not support is not offered") {
+  RemedyInput in;
+  set(in.at, Category::Parameters, 1 * GiB);
+  set(in.at, Category::Activations, 6 * GiB);
+  set(in.at, Category::Temporaries, 2 * GiB);
+  set(in.at, Category::AllocatorCache, 1 * GiB);
+  in.total = 10 * GiB;
+  in.limit = 10 * GiB;
+  in.request = 512ull << 20;
+  in.autocast = true;  // already mixed precision
+  auto r = pytorch_remedies(in);
+  REQUIRE_FALSE(find(r, "mixed_precision"));
+  REQUIRE_FALSE(find(r, "leaner_optimizer"));     // no optimizer state
+  REQUIRE_FALSE(find(r, "expandable_segments"));  // not fragmented
+  REQUIRE_FALSE(find(r, "no_grad"));
+  REQUIRE_FALSE(find(r, "offload"));
+  const Remedy* batch = find(r, "smaller_batch");
+  REQUIRE(batch);
+  REQUIRE(batch->saves_bytes == 4 * GiB);  // half of activations and temporaries
+  // 10.5 GiB needed, 8 GiB of it per batch: (10 - 2.5) / 8 = 93.75 %.
+  REQUIRE(batch->how == "the largest batch that fits the limit is about 94% of this one");
+}
+
+TEST_CASE("effective limit: the card, PyTorch's fraction, other processes") {
+  REQUIRE(effective_limit(80 * GiB, nullptr, 0, std::nullopt).kind == "device");
+  REQUIRE(effective_limit(80 * GiB, nullptr, 0, std::nullopt).bytes == 80 * GiB);
+  auto others = effective_limit(80 * GiB, nullptr, 0, 70 * GiB);
+  REQUIRE(others.kind == "other_processes");
+  REQUIRE(others.bytes == 10 * GiB);
+  // A context's own overhead (under 1 GiB) held elsewhere is not a limit of its own.
+  REQUIRE(effective_limit(80 * GiB, nullptr, 0, 512ull << 20).kind == "device");
+  TorchContext ctx;
+  ctx.present = true;
+  ctx.limits[0] = {0.25, 80 * GiB};
+  TorchMemory tm(std::move(ctx));
+  auto frac = effective_limit(80 * GiB, &tm, 0, std::nullopt);
+  REQUIRE(frac.kind == "per_process_fraction");
+  REQUIRE(frac.bytes == 20 * GiB);
+  // The tighter of the two wins.
+  REQUIRE(effective_limit(80 * GiB, &tm, 0, 70 * GiB).kind == "other_processes");
+  REQUIRE(effective_limit(80 * GiB, &tm, 0, 30 * GiB).kind == "per_process_fraction");
+}
