@@ -107,18 +107,15 @@ uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
   return peak_moment_of(tm, d).time_ns;
 }
 
-std::string optimizer_kind(const TorchMemory& tm, uint64_t* per_param) {
+// Tensors of optimizer state per parameter (2 for Adam's exp_avg and exp_avg_sq; Adam's
+// "step" is a CPU tensor, never labelled), the most any parameter has.
+uint64_t state_tensors_per_param(const TorchMemory& tm) {
   std::map<std::string, uint64_t> per;
   for (const auto& l : tm.context().labels)
-    if (l.kind == "state") {
-      auto dot = l.name.rfind('.');
-      per[l.name.substr(0, dot)]++;
-    }
+    if (l.kind == "state") per[l.name.substr(0, l.name.rfind('.'))]++;
   uint64_t most = 0;
   for (auto& [k, n] : per) most = std::max(most, n);
-  // "step" of Adam is a CPU tensor, not labelled: exp_avg and exp_avg_sq remain.
-  *per_param = most;
-  return {};
+  return most;
 }
 
 }  // namespace
@@ -441,7 +438,7 @@ json diagnosis_json(const json& report, const collector::Run& run) {
         tm->context().labels[static_cast<size_t>(b.label)].kind == "param")
       in.param_dtype = tm->context().labels[static_cast<size_t>(b.label)].dtype;
   }
-  optimizer_kind(*tm, &in.optimizer_state_per_param);
+  in.optimizer_state_per_param = state_tensors_per_param(*tm);
   json remedies = json::array();
   for (const auto& r : collector::pytorch_remedies(in)) {
     json j = {{"kind", r.kind}, {"title", r.title}, {"saves_bytes", r.saves_bytes},
