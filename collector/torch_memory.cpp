@@ -33,6 +33,27 @@ const char* phase_key(TorchPhase p) {
   return keys[static_cast<size_t>(p)];
 }
 
+namespace {
+
+// The module stack after mark `m`: a forward starts it anew, a module call pushes, an end pops
+// to the module that ends (one that raised never ended).
+void follow_mark(std::vector<uint32_t>& modules, const TorchMark& m) {
+  switch (m.kind) {
+    case MarkKind::Forward:
+    case MarkKind::ForwardEval:
+    case MarkKind::ForwardEvalGrad: modules.assign(1, m.id); break;
+    case MarkKind::Module: modules.push_back(m.id); break;
+    case MarkKind::ModuleEnd:
+    case MarkKind::ForwardEnd:
+      while (!modules.empty() && modules.back() != m.id) modules.pop_back();
+      if (!modules.empty()) modules.pop_back();
+      break;
+    default: break;
+  }
+}
+
+}  // namespace
+
 TorchMemory::TorchMemory(TorchContext ctx) : ctx_(std::move(ctx)) {
   find_phases();
   classify();
@@ -104,10 +125,7 @@ void TorchMemory::find_phases() {
     iterations_ = root_forwards;
     iteration_source_ = "forward of " + module_name(first_root);
   }
-  for (PhaseSpan& ph : phases_) {
-    auto it = std::upper_bound(iterations_.begin(), iterations_.end(), ph.start_ns);
-    ph.iteration = static_cast<int64_t>(it - iterations_.begin()) - 1;
-  }
+  for (PhaseSpan& ph : phases_) ph.iteration = iteration_at(ph.start_ns);
 }
 
 void TorchMemory::classify() {
@@ -123,30 +141,13 @@ void TorchMemory::classify() {
   const PhaseSpan* current = nullptr;
   for (size_t i : order) {
     const uint64_t t = blocks[i].alloc_ns;
-    while (mark < ctx_.marks.size() && ctx_.marks[mark].time_ns <= t) {
-      const TorchMark& m = ctx_.marks[mark++];
-      switch (m.kind) {
-        case MarkKind::Forward:
-        case MarkKind::ForwardEval:
-        case MarkKind::ForwardEvalGrad:
-          modules.assign(1, m.id);
-          break;
-        case MarkKind::Module: modules.push_back(m.id); break;
-        case MarkKind::ModuleEnd:
-        case MarkKind::ForwardEnd:
-          // Pop to the module that ends (one that raised never ended).
-          while (!modules.empty() && modules.back() != m.id) modules.pop_back();
-          if (!modules.empty()) modules.pop_back();
-          break;
-        default: break;
-      }
-    }
+    while (mark < ctx_.marks.size() && ctx_.marks[mark].time_ns <= t)
+      follow_mark(modules, ctx_.marks[mark++]);
     while (phase < phases_.size() && phases_[phase].start_ns <= t) current = &phases_[phase++];
     // The latest phase begun may have ended: then the block is outside any phase.
     const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
     BlockInfo& b = info_[i];
-    auto it = std::upper_bound(iterations_.begin(), iterations_.end(), t);
-    b.iteration = static_cast<int64_t>(it - iterations_.begin()) - 1;
+    b.iteration = iteration_at(t);
     if (!in) {
       b.phase = TorchPhase::None;
       b.category = Category::Inputs;
@@ -190,15 +191,7 @@ void TorchMemory::classify() {
   // Named storages: the block live at the label's address when it was taken.
   std::map<std::pair<uint32_t, uint64_t>, size_t> live;
   size_t li = 0;
-  std::vector<std::pair<uint64_t, int64_t>> events;  // (time, +index+1 alloc / -(index+1) free)
-  events.reserve(blocks.size() * 2);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    events.push_back({blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
-    if (blocks[i].free_ns != UINT64_MAX)
-      events.push_back({blocks[i].free_ns, -(static_cast<int64_t>(i) + 1)});
-  }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto events = lifetime_events(nullptr);
   auto apply_labels_until = [&](uint64_t t) {
     for (; li < ctx_.labels.size() && ctx_.labels[li].time_ns < t; ++li) {
       const TorchLabel& l = ctx_.labels[li];
@@ -221,6 +214,44 @@ void TorchMemory::classify() {
       live.erase(it);
   }
   apply_labels_until(UINT64_MAX);
+}
+
+std::vector<std::pair<uint64_t, int64_t>> TorchMemory::lifetime_events(
+    const uint32_t* device) const {
+  std::vector<std::pair<uint64_t, int64_t>> events;
+  events.reserve(ctx_.blocks.size() * 2);
+  for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
+    if (device && ctx_.blocks[i].device != *device) continue;
+    events.push_back({ctx_.blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
+    if (ctx_.blocks[i].free_ns != UINT64_MAX)
+      events.push_back({ctx_.blocks[i].free_ns, -(static_cast<int64_t>(i) + 1)});
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  return events;
+}
+
+int64_t TorchMemory::iteration_at(uint64_t t) const {
+  auto it = std::upper_bound(iterations_.begin(), iterations_.end(), t);
+  return static_cast<int64_t>(it - iterations_.begin()) - 1;
+}
+
+const PhaseSpan* TorchMemory::phase_at(uint64_t t) const {
+  // Phases do not nest: the latest begun, if it has not ended.
+  auto it = std::upper_bound(phases_.begin(), phases_.end(), t,
+                             [](uint64_t v, const PhaseSpan& p) { return v < p.start_ns; });
+  if (it == phases_.begin()) return nullptr;
+  --it;
+  return t <= it->end_ns ? &*it : nullptr;
+}
+
+uint32_t TorchMemory::module_at(uint64_t t) const {
+  std::vector<uint32_t> modules;
+  for (const TorchMark& m : ctx_.marks) {
+    if (m.time_ns > t) break;
+    follow_mark(modules, m);
+  }
+  return modules.empty() ? 0 : modules.back();
 }
 
 const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t alloc_ns) const {
@@ -302,15 +333,7 @@ bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {
 std::vector<CategoryBytes> TorchMemory::series(uint32_t device,
                                                const std::vector<uint64_t>& times) const {
   std::vector<CategoryBytes> out(times.size(), CategoryBytes{});
-  std::vector<std::pair<uint64_t, int64_t>> events;
-  for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
-    if (ctx_.blocks[i].device != device) continue;
-    events.push_back({ctx_.blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
-    if (ctx_.blocks[i].free_ns != UINT64_MAX)
-      events.push_back({ctx_.blocks[i].free_ns, -(static_cast<int64_t>(i) + 1)});
-  }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto events = lifetime_events(&device);
   CategoryBytes now{};
   int64_t reserved = 0;
   size_t e = 0, r = 0;

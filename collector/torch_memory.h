@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collector/torch_trace.h"
@@ -79,6 +80,12 @@ class TorchMemory {
   uint64_t optimizer_steps() const { return steps_; }
   bool autocast() const { return autocast_; }  // some forward ran under torch.autocast
 
+  // At time `t`: the iteration (-1 before the first), the phase running (null outside all),
+  // the innermost module running (0: none).
+  int64_t iteration_at(uint64_t t) const;
+  const PhaseSpan* phase_at(uint64_t t) const;
+  uint32_t module_at(uint64_t t) const;
+
   // The block of `device` at `address` made at `alloc_ns` (a block of the model), or null.
   const BlockInfo* block(uint32_t device, uint64_t address, uint64_t alloc_ns) const;
   // Blocks of `device` live at `t`, as indices into ctx.blocks.
@@ -106,6 +113,9 @@ class TorchMemory {
  private:
   void find_phases();
   void classify();
+  // Blocks' allocations (+index+1) and frees (-(index+1)) in time order; all devices when
+  // `device` is null.
+  std::vector<std::pair<uint64_t, int64_t>> lifetime_events(const uint32_t* device) const;
   TorchContext ctx_;
   std::vector<BlockInfo> info_;
   std::vector<PhaseSpan> phases_;

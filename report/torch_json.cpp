@@ -244,30 +244,10 @@ void add_torch_oom(json& oj, const collector::ProcessModel& p, const collector::
   const TorchMemory* tm = p.torch_memory.get();
   if (!tm) return;
   // The phase, module and iteration running when it failed.
-  const collector::PhaseSpan* in = nullptr;
-  for (const auto& ph : tm->phases())
-    if (ph.start_ns <= o.time_ns && o.time_ns <= ph.end_ns) in = &ph;
+  const collector::PhaseSpan* in = tm->phase_at(o.time_ns);
   oj["phase"] = in ? collector::phase_key(in->phase) : "other";
-  auto it = std::upper_bound(tm->iterations().begin(), tm->iterations().end(), o.time_ns);
-  oj["iteration"] = static_cast<int64_t>(it - tm->iterations().begin()) - 1;
-  // The innermost module open then.
-  std::vector<uint32_t> stack;
-  for (const auto& m : tm->context().marks) {
-    if (m.time_ns > o.time_ns) break;
-    switch (m.kind) {
-      case collector::MarkKind::Forward:
-      case collector::MarkKind::ForwardEval:
-      case collector::MarkKind::ForwardEvalGrad: stack.assign(1, m.id); break;
-      case collector::MarkKind::Module: stack.push_back(m.id); break;
-      case collector::MarkKind::ModuleEnd:
-      case collector::MarkKind::ForwardEnd:
-        while (!stack.empty() && stack.back() != m.id) stack.pop_back();
-        if (!stack.empty()) stack.pop_back();
-        break;
-      default: break;
-    }
-  }
-  if (!stack.empty()) oj["module"] = tm->module_name(stack.back());
+  oj["iteration"] = tm->iteration_at(o.time_ns);
+  if (const uint32_t module = tm->module_at(o.time_ns)) oj["module"] = tm->module_name(module);
   if (in && in->site) oj["python_site"] = tm->site_text(in->site);
   // The fatal OOM's own line: the user's innermost frame of the exception that reached the top.
   const auto& x = tm->context().exception;
