@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+
+#include "collector/allocation.h"
 
 namespace vramtrace::collector {
 namespace {
@@ -14,6 +17,22 @@ std::string gib(uint64_t b) {
 }
 
 uint64_t of(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
+
+std::vector<Allocation> driver_only(const std::vector<Allocation>& v) {
+  std::vector<Allocation> out;
+  for (const auto& a : v)
+    if (a.space == 0) out.push_back(a);
+  return out;
+}
+
+// When the device's peak is read: just after the allocator's block that the peak's segment
+// was made for (see TorchMemory::after_segment), else the driver's peak itself.
+uint64_t segment_moment(const TorchMemory& tm, const DeviceModel& d) {
+  for (const auto& a : d.live_at_peak)
+    if (a.seq == d.memory.peak_seq() && a.space == 0)
+      return tm.after_segment(d.index, a.id, d.memory.peak_time());
+  return d.memory.peak_time();
+}
 
 }  // namespace
 
@@ -161,6 +180,98 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   std::stable_sort(out.begin(), out.end(),
                    [](const Remedy& a, const Remedy& b) { return a.saves_bytes > b.saves_bytes; });
   return out;
+}
+
+std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm,
+                                                             uint32_t device, uint64_t t,
+                                                             bool activations_only) {
+  std::map<std::string, uint64_t> m;
+  for (size_t i : tm.live_at(device, t)) {
+    const auto& b = tm.info()[i];
+    if (!b.module) continue;
+    if (activations_only && b.category != Category::Activations) continue;
+    if (b.category != Category::Activations && b.category != Category::Temporaries) continue;
+    m[tm.module_name(b.module)] += tm.context().blocks[i].bytes;
+  }
+  std::vector<std::pair<std::string, uint64_t>> v(m.begin(), m.end());
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  return v;
+}
+
+std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
+    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total) {
+  for (int depth = 1; depth <= 4; ++depth) {
+    std::map<std::string, uint64_t> g;
+    for (const auto& [name, bytes] : mods) {
+      size_t pos = 0;
+      for (int k = 0; k < depth && pos != std::string::npos; ++k)
+        pos = name.find('.', pos ? pos + 1 : 0);
+      g[pos == std::string::npos ? name : name.substr(0, pos)] += bytes;
+    }
+    std::vector<std::pair<std::string, uint64_t>> v(g.begin(), g.end());
+    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    // Several groups, none holding nearly everything.
+    if (v.size() >= 3 && v[0].second * 10 < total * 7) return v;
+  }
+  return {};
+}
+
+PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d) {
+  const uint64_t seg_t = segment_moment(tm, d);
+  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t)
+    return {seg_t, d.memory.peak_bytes(), "the device's peak"};
+  // Memory outside PyTorch's allocator is taken as it was at the device's peak.
+  const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);
+  const uint64_t outside = d.memory.peak_bytes() - std::min(d.memory.peak_bytes(), reserved_then);
+  const uint64_t t = d.allocator_peak_time;
+  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak"};
+}
+
+// Adam's "step" is a CPU tensor, never labelled.
+uint64_t state_tensors_per_param(const TorchMemory& tm) {
+  std::map<std::string, uint64_t> per;
+  for (const auto& l : tm.context().labels)
+    if (l.kind == "state") per[l.name.substr(0, l.name.rfind('.'))]++;
+  uint64_t most = 0;
+  for (auto& [k, n] : per) most = std::max(most, n);
+  return most;
+}
+
+CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d,
+                                 const PeakMoment& pm, StackResolver* stacks) {
+  return categorize(tm, d.index, pm.time_ns, pm.device_bytes, driver_only(d.live_at_peak), stacks);
+}
+
+CategoryBytes categories_at_oom(const TorchMemory& tm, const OomEvent& o, StackResolver* stacks) {
+  return categorize(tm, o.device, o.time_ns, o.live_bytes, driver_only(o.live), stacks);
+}
+
+RemedyInput remedy_input(const TorchMemory& tm, uint32_t device, uint64_t t,
+                         const CategoryBytes& at, uint64_t limit, uint64_t request,
+                         bool fragmented) {
+  RemedyInput in;
+  in.at = at;
+  for (uint64_t v : at) in.total += v;
+  in.limit = limit;
+  in.request = request;
+  in.fragmented = fragmented;
+  in.autocast = tm.autocast();
+  // A first-step OOM: the moment came before any optimizer step ended.
+  in.partial_step = request && tm.optimizer_steps() == 0;
+  auto acts = live_by_module(tm, device, t, true);
+  uint64_t act_total = 0;
+  for (auto& [n, b] : acts) act_total += b;
+  in.activations_by_module = checkpoint_groups(acts, act_total);
+  for (size_t i : tm.live_at(device, t)) {
+    const auto& b = tm.info()[i];
+    if (b.category == Category::Activations && b.phase == TorchPhase::Evaluation)
+      in.eval_activations += tm.context().blocks[i].bytes;
+    if (b.label >= 0 && in.param_dtype.empty() &&
+        tm.context().labels[static_cast<size_t>(b.label)].kind == "param")
+      in.param_dtype = tm.context().labels[static_cast<size_t>(b.label)].dtype;
+  }
+  in.optimizer_state_per_param = state_tensors_per_param(tm);
+  return in;
 }
 
 }  // namespace vramtrace::collector

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/model.h"
 #include "collector/torch_memory.h"
 
 namespace vramtrace::collector {
@@ -49,5 +50,42 @@ struct RemedyInput {
 
 // Ranked, largest saving first; empty when nothing the figures support would help.
 std::vector<Remedy> pytorch_remedies(const RemedyInput& in);
+
+// The moment whose memory the categories explain. A caching allocator's reserved memory only
+// grows, so the driver's peak is when its last segment was made (often a small one in the
+// optimizer step, with the cache full of what the backward freed): the allocator's in-use
+// peak is when the memory was most needed, and what it held then is what the remedies cut.
+struct PeakMoment {
+  uint64_t time_ns = 0;
+  uint64_t device_bytes = 0;  // what the process held on the device then
+  std::string moment;         // "the device's peak", "PyTorch's in-use peak"
+};
+PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d);
+
+// The process's device memory by category at its peak moment, and at an OOM (what it held
+// when the request failed). `stacks` splits the memory outside PyTorch by library.
+CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d,
+                                 const PeakMoment& pm, StackResolver* stacks);
+CategoryBytes categories_at_oom(const TorchMemory& tm, const OomEvent& o, StackResolver* stacks);
+
+// Activations and temporaries live at `t` by module (full name), largest first.
+std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm,
+                                                             uint32_t device, uint64_t t,
+                                                             bool activations_only);
+
+// Activations grouped at the depth where they split into several modules (layer1..layer4 of
+// a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing.
+std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
+    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total);
+
+// Tensors of optimizer state per parameter (2 for Adam), the most any parameter has.
+uint64_t state_tensors_per_param(const TorchMemory& tm);
+
+// What the remedies need of the moment `t` on `device`: `at` its categories, the effective
+// limit, the failed request (0 at a peak) and whether the allocator's free memory was there in
+// pieces too small (fragmentation).
+RemedyInput remedy_input(const TorchMemory& tm, uint32_t device, uint64_t t,
+                         const CategoryBytes& at, uint64_t limit, uint64_t request,
+                         bool fragmented);
 
 }  // namespace vramtrace::collector

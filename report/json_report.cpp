@@ -234,8 +234,10 @@ json oom_findings(const collector::OomEvent& o, const json& oj, const json& grow
         : "The pool's free memory is split into blocks smaller than the request: size its "
           "segments for the largest request, allocate long-lived buffers first, or let it "
           "release empty segments.";
+    // The cause even under a cap: the memory the request needed was the process's already,
+    // only in pieces, so reaching the cap (limit_reached) is the symptom.
     if (f.free_bytes() >= request && f.largest_free < request)
-      add(0.9, "fragmentation",
+      add(0.97, "fragmentation",
           human_bytes(f.free_bytes()) + " reserved by " + o.pool + (o.pool.empty() ? "the allocator" : "") +
               " was free, in " + std::to_string(f.free_blocks) +
               " blocks, but the largest (" + human_bytes(f.largest_free) +
@@ -1097,7 +1099,7 @@ json to_json(const Run& run, const RunInfo& info) {
   report["growth"] = growth;
   report["retained"] = retained;
   lift_single_process(report);
-  report["diagnosis"] = diagnosis_json(report, run);
+  report["diagnosis"] = diagnosis_json(report, run, symbols);
   return report;
 }
 

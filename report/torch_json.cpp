@@ -32,91 +32,6 @@ uint64_t sum(const CategoryBytes& c) {
   return s;
 }
 
-std::vector<collector::Allocation> driver_only(const std::vector<collector::Allocation>& v) {
-  std::vector<collector::Allocation> out;
-  for (const auto& a : v)
-    if (a.space == 0) out.push_back(a);
-  return out;
-}
-
-// Activations and temporaries live at `t` by module (full name), largest first.
-std::vector<std::pair<std::string, uint64_t>> by_module(const TorchMemory& tm, uint32_t device,
-                                                        uint64_t t, bool activations_only) {
-  std::map<std::string, uint64_t> m;
-  for (size_t i : tm.live_at(device, t)) {
-    const auto& b = tm.info()[i];
-    if (!b.module) continue;
-    if (activations_only && b.category != Category::Activations) continue;
-    if (b.category != Category::Activations && b.category != Category::Temporaries) continue;
-    m[tm.module_name(b.module)] += tm.context().blocks[i].bytes;
-  }
-  std::vector<std::pair<std::string, uint64_t>> v(m.begin(), m.end());
-  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
-  return v;
-}
-
-// Activations grouped at the depth where they split into several modules (layer1..layer4 of
-// a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing.
-std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
-    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total) {
-  for (int depth = 1; depth <= 4; ++depth) {
-    std::map<std::string, uint64_t> g;
-    for (const auto& [name, bytes] : mods) {
-      size_t pos = 0;
-      for (int k = 0; k < depth && pos != std::string::npos; ++k)
-        pos = name.find('.', pos ? pos + 1 : 0);
-      g[pos == std::string::npos ? name : name.substr(0, pos)] += bytes;
-    }
-    std::vector<std::pair<std::string, uint64_t>> v(g.begin(), g.end());
-    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    // Several groups, none holding nearly everything.
-    if (v.size() >= 3 && v[0].second * 10 < total * 7) return v;
-  }
-  return {};
-}
-
-// When the device's peak is read: just after the allocator's block that the peak's segment
-// was made for (see TorchMemory::after_segment), else the driver's peak itself.
-uint64_t segment_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
-  for (const auto& a : d.live_at_peak)
-    if (a.seq == d.memory.peak_seq() && a.space == 0)
-      return tm.after_segment(d.index, a.id, d.memory.peak_time());
-  return d.memory.peak_time();
-}
-
-// The moment whose memory the categories explain. A caching allocator's reserved memory only
-// grows, so the driver's peak is when its last segment was made (often a small one in the
-// optimizer step, with the cache full of what the backward freed): the allocator's in-use
-// peak is when the memory was most needed, and what it held then is what the remedies cut.
-struct PeakMoment {
-  uint64_t time_ns = 0;
-  uint64_t device_bytes = 0;  // what the process held on the device then
-  std::string moment;
-};
-PeakMoment peak_moment_of(const TorchMemory& tm, const collector::DeviceModel& d) {
-  const uint64_t seg_t = segment_moment(tm, d);
-  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t)
-    return {seg_t, d.memory.peak_bytes(), "the device's peak"};
-  // Memory outside PyTorch's allocator is taken as it was at the device's peak.
-  const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);
-  const uint64_t outside = d.memory.peak_bytes() - std::min(d.memory.peak_bytes(), reserved_then);
-  const uint64_t t = d.allocator_peak_time;
-  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak"};
-}
-uint64_t peak_moment(const TorchMemory& tm, const collector::DeviceModel& d) {
-  return peak_moment_of(tm, d).time_ns;
-}
-
-// Tensors of optimizer state per parameter (2 for Adam's exp_avg and exp_avg_sq; Adam's
-// "step" is a CPU tensor, never labelled), the most any parameter has.
-uint64_t state_tensors_per_param(const TorchMemory& tm) {
-  std::map<std::string, uint64_t> per;
-  for (const auto& l : tm.context().labels)
-    if (l.kind == "state") per[l.name.substr(0, l.name.rfind('.'))]++;
-  uint64_t most = 0;
-  for (auto& [k, n] : per) most = std::max(most, n);
-  return most;
-}
 
 }  // namespace
 
@@ -143,10 +58,9 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                                "what the program's arrays needed"}};
   }
   if (tm->context().blocks.empty()) return;  // no PyTorch blocks to classify
-  const PeakMoment pm = peak_moment_of(*tm, d);
+  const collector::PeakMoment pm = collector::peak_moment_of(*tm, d);
   const uint64_t peak_t = pm.time_ns;
-  CategoryBytes at_peak = collector::categorize(*tm, dev, peak_t, pm.device_bytes,
-                                                driver_only(d.live_at_peak), &stacks);
+  CategoryBytes at_peak = collector::categories_at_peak(*tm, d, pm, &stacks);
   std::vector<collector::Allocation> still;
   for (const auto& [k, a] : p.live)
     if (a.device == dev) still.push_back(a);
@@ -195,7 +109,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   // By module at the peak (activations and temporaries), with totals per top-level module.
   json mods = json::array();
   std::map<std::string, uint64_t> top;
-  for (const auto& [name, bytes] : by_module(*tm, dev, peak_t, false)) {
+  for (const auto& [name, bytes] : collector::live_by_module(*tm, dev, peak_t, false)) {
     if (mods.size() < 200) mods.push_back({{"module", name}, {"bytes", bytes}});
     top[name.substr(0, name.find('.'))] += bytes;
   }
@@ -261,9 +175,7 @@ void add_torch_oom(json& oj, const collector::ProcessModel& p, const collector::
       }
     oj["exception"] = {{"type", x->type}, {"message", x->message}};
   }
-  std::vector<collector::Allocation> live = driver_only(o.live);
-  CategoryBytes c = collector::categorize(*tm, o.device, o.time_ns, o.live_bytes, live, &stacks);
-  oj["categories"] = bytes_json(c);
+  oj["categories"] = bytes_json(collector::categories_at_oom(*tm, o, &stacks));
 }
 
 void lift_single_process(json& report) {
@@ -289,7 +201,8 @@ void lift_single_process(json& report) {
   }
 }
 
-json diagnosis_json(const json& report, const collector::Run& run) {
+json diagnosis_json(const json& report, const collector::Run& run,
+                    collector::Symbolizer& symbols) {
   // The moment: the first fatal OOM, else the device whose peak came closest to its limit.
   const json* fatal = nullptr;
   uint64_t recovered = 0, fatal_n = 0;
@@ -302,11 +215,15 @@ json diagnosis_json(const json& report, const collector::Run& run) {
     }
   }
   const collector::ProcessModel* proc = nullptr;
+  const collector::OomEvent* fatal_event = nullptr;
   uint32_t device = 0;
   if (fatal) {
     for (const auto& p : run.processes)
       if (p.pid == (*fatal)["pid"].get<uint64_t>()) proc = &p;
     device = (*fatal)["device"].get<uint32_t>();
+    if (proc)
+      for (const auto& o : proc->ooms)
+        if (o.fatal && o.device == device && !fatal_event) fatal_event = &o;
   } else {
     double best = -1;
     for (const auto& p : run.processes)
@@ -383,42 +300,24 @@ json diagnosis_json(const json& report, const collector::Run& run) {
   }
   if (tm->context().blocks.empty()) return dg;
 
-  collector::RemedyInput in;
-  if (fatal && fatal->contains("categories")) {
-    for (size_t i = 0; i < collector::kCategories; ++i)
-      in.at[i] = (*fatal)["categories"].value(category_key(static_cast<Category>(i)), uint64_t{0});
+  // The categories of the moment, from the collector as the OOM's and the peak's own are.
+  collector::StackResolver stacks(*proc, symbols);
+  CategoryBytes at{};
+  uint64_t t = 0;
+  if (fatal_event) {
+    at = collector::categories_at_oom(*tm, *fatal_event, &stacks);
+    t = fatal_event->time_ns;
   } else {
-    for (const json& pj : report["processes"])
-      if (pj["pid"].get<uint64_t>() == proc->pid)
-        for (const json& dj : pj["devices"])
-          if (dj["index"].get<uint32_t>() == device && dj.contains("categories"))
-            for (size_t i = 0; i < collector::kCategories; ++i)
-              in.at[i] = dj["categories"]["at_peak"].value(category_key(static_cast<Category>(i)),
-                                                           uint64_t{0});
+    const collector::PeakMoment pm = collector::peak_moment_of(*tm, d);
+    at = collector::categories_at_peak(*tm, d, pm, &stacks);
+    t = pm.time_ns;
   }
-  in.total = sum(in.at);
-  in.limit = lim.bytes;
-  in.request = request;
-  in.autocast = tm->autocast();
-  in.partial_step = fatal && tm->optimizer_steps() == 0;
-  const uint64_t t = fatal ? (*fatal)["time_ns"].get<uint64_t>() + run.origin_ns
-                           : peak_moment(*tm, d);
+  bool fragmented = false;
   if (fatal)
     for (const json& f : (*fatal)["findings"])
-      if (f["kind"] == "fragmentation") in.fragmented = true;
-  auto acts = by_module(*tm, device, t, true);
-  uint64_t act_total = 0;
-  for (auto& [n, b] : acts) act_total += b;
-  in.activations_by_module = checkpoint_groups(acts, act_total);
-  for (size_t i : tm->live_at(device, t)) {
-    const auto& b = tm->info()[i];
-    if (b.category == Category::Activations && b.phase == collector::TorchPhase::Evaluation)
-      in.eval_activations += tm->context().blocks[i].bytes;
-    if (b.label >= 0 && in.param_dtype.empty() &&
-        tm->context().labels[static_cast<size_t>(b.label)].kind == "param")
-      in.param_dtype = tm->context().labels[static_cast<size_t>(b.label)].dtype;
-  }
-  in.optimizer_state_per_param = state_tensors_per_param(*tm);
+      if (f["kind"] == "fragmentation") fragmented = true;
+  const collector::RemedyInput in =
+      collector::remedy_input(*tm, device, t, at, lim.bytes, request, fragmented);
   json remedies = json::array();
   for (const auto& r : collector::pytorch_remedies(in)) {
     json j = {{"kind", r.kind}, {"title", r.title}, {"saves_bytes", r.saves_bytes},

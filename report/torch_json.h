@@ -24,7 +24,9 @@ void add_torch_oom(nlohmann::json& oj, const collector::ProcessModel& p,
 // named tensors and XLA pool (with several processes these stay per process).
 void lift_single_process(nlohmann::json& report);
 
-// The run's verdict, effective limit, cause and remedies, from the report built so far.
-nlohmann::json diagnosis_json(const nlohmann::json& report, const collector::Run& run);
+// The run's verdict, effective limit, cause and remedies: the fatal OOM and its first finding
+// from the report built so far, the categories and remedies from the collector.
+nlohmann::json diagnosis_json(const nlohmann::json& report, const collector::Run& run,
+                              collector::Symbolizer& symbols);
 
 }  // namespace vramtrace::report

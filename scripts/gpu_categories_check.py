@@ -147,6 +147,49 @@ ex = cats(r, "at_exit")[0]
 check("caught: the dropped model's memory is gone at exit", ex.get("parameters") == 0 and ex.get("gradients") == 0 and ex.get("optimizer_state") == 0,
       "at exit %s; torch memory_allocated %s" % ({k: gib(v) for k, v in ex.items() if v}, tf.get("allocated_at_end")))
 
+# 7. Failures the job survives: convolution plans whose workspace did not fit, skipped by PyTorch.
+rc, r, figs = run("cudnn-workspace", "cudnn_workspace.py")
+tf = figs[-1] if figs else {}
+dg = r.get("diagnosis", {})
+fatal = [o for o in r["oom"] if o.get("fatal")]
+check("workspace: the job ended normally, no fatal OOM, verdict not oom",
+      rc == 0 and not fatal and dg.get("verdict") != "oom",
+      "exit %s, fatal %d, verdict %s" % (rc, len(fatal), dg.get("verdict")))
+check("workspace: every failure PyTorch raised is counted as recovered",
+      tf.get("num_ooms") is not None and dg.get("recovered_ooms", 0) == tf["num_ooms"] == len(r["oom"]),
+      "recovered %s, oom entries %d, torch num_ooms %s (sizes %s)" % (dg.get("recovered_ooms"), len(r["oom"]),
+      tf.get("num_ooms"), sorted({o.get("requested_bytes") for o in r["oom"]})[:6]))
+
+# 8. Parameters, gradients and Adam's state alone exceed the limit: shard or offload.
+rc, r, figs = run("model-state", "model_state_oom.py")
+tf = figs[0] if figs else {}
+dg = r.get("diagnosis", {})
+fatal = [o for o in r["oom"] if o.get("fatal")]
+check("state: one fatal OOM in the optimizer step", len(fatal) == 1 and fatal[0].get("phase") == "optimizer",
+      "fatal %d phase %s module %s line %s" % (len(fatal), fatal[0].get("phase") if fatal else None,
+      fatal[0].get("module") if fatal else None, fatal[0].get("python_site") if fatal else None))
+rem = [m["kind"] for m in dg.get("remedies", [])]
+check("state: the first remedy is to shard or offload, no smaller batch offered as a fix",
+      rem[:1] == ["offload"] and "mixed_precision" not in rem[:1], rem)
+if fatal:
+    c = fatal[0].get("categories", {})
+    check("state: parameters at the OOM = model.parameters()", c.get("parameters") == tf.get("params"),
+          "%s vs %s" % (c.get("parameters"), tf.get("params")))
+
+# 9. Fragmentation: the cap's memory was in PyTorch's cache, in holes smaller than the request.
+rc, r, figs = run("fragment", "fragment_oom.py")
+tf = figs[-1] if figs else {}
+dg = r.get("diagnosis", {})
+fatal = [o for o in r["oom"] if o.get("fatal")]
+check("fragment: one fatal OOM, first finding fragmentation", len(fatal) == 1 and fatal[0]["findings"]
+      and fatal[0]["findings"][0]["kind"] == "fragmentation",
+      "fatal %d findings %s" % (len(fatal), [x["kind"] for x in fatal[0]["findings"]] if fatal else None))
+rem = {m["kind"]: m for m in dg.get("remedies", [])}
+check("fragment: expandable_segments offered, saving the cache's free bytes",
+      "expandable_segments" in rem and abs(rem["expandable_segments"]["saves_bytes"] - tf.get("free_in_cache", 0)) <= 64 << 20,
+      "saves %s vs PyTorch's reserved-allocated %s" % (gib(rem.get("expandable_segments", {}).get("saves_bytes", 0)),
+      gib(tf.get("free_in_cache", 0))))
+
 # 5. JAX: an OOM inside XLA's preallocated pool (the driver never fails).
 rc, r, figs = run("jax-oom", "jax_oom.py")
 xf = figs[-1] if figs else {}
