@@ -1,6 +1,6 @@
 """Where the start-up hook's context costs on a launch-bound step: the step with no hook, with an
 empty global forward pre/post hook pair (PyTorch's slow module-call path, the floor any module
-hook pays), with the whole context, and the context's own functions under cProfile. Prints the
+hook pays), with the whole context (module hooks in every iteration, and sampled: the default), and the context's own functions under cProfile. Prints the
 cost per module call of each, as ratios against the no-hook step of the same process.
 
     python3 bench/context_cost.py [cuda|cpu]
@@ -52,6 +52,10 @@ def main():
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)
+    os.environ["VRAMTRACE_TORCH_MODULES"] = "every"
+    ctx_every = hook._Context(torch, str)
+    ctx_every.set_enabled(False)
+    os.environ["VRAMTRACE_TORCH_MODULES"] = "sampled"
     ctx = hook._Context(torch, str)
     ctx.set_enabled(False)
 
@@ -73,24 +77,29 @@ def main():
         empty_hooks(True)
         empty = timed(step)
         empty_hooks(False)
+        ctx_every.set_enabled(True)
+        every = timed(step)
+        ctx_every.set_enabled(False)
         ctx.set_enabled(True)
         full = timed(step)
         ctx.set_enabled(False)
-        rows.append((base, empty, full))
-    base, empty, full = (statistics.median(r[i] for r in rows) for i in range(3))
+        rows.append((base, empty, every, full))
+    base, empty, every, full = (statistics.median(r[i] for r in rows) for i in range(4))
     print(f"device {DEV} torch {torch.__version__} module calls a step {calls}")
     print(f"| step | ms | x no hook | added per module call |")
     print(f"|---|---|---|---|")
-    for name, t in (("no hook", base), ("empty global hooks", empty), ("context", full)):
+    for name, t in (("no hook", base), ("empty global hooks", empty),
+                    ("context, module hooks every iteration", every),
+                    ("context, module hooks sampled (default)", full)):
         print(f"| {name} | {t * 1e3:.3f} | x{t / base:.4f} | {(t - base) / calls * 1e9:.0f} ns |")
-    ctx.set_enabled(True)
+    ctx_every.set_enabled(True)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(20):
         step()
     sync()
     prof.disable()
-    ctx.set_enabled(False)
+    ctx_every.set_enabled(False)
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 

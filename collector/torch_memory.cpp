@@ -139,10 +139,59 @@ void TorchMemory::classify() {
   size_t mark = 0, phase = 0;
   std::vector<uint32_t> modules;  // the module stack
   const PhaseSpan* current = nullptr;
+  // The outermost forward running: its template (being built when traced, read when not),
+  // how many blocks it has made, and whether they all matched the template so far.
+  int64_t building = -1, reading = -1;
+  size_t made = 0;
+  bool aligned = true;   // every block so far had the template's size at its position
+  bool cut = false;      // an OOM inside this forward (it may end there)
+  std::vector<size_t> reading_blocks;
+  std::map<uint64_t, int64_t> latest;  // template key -> index of its latest traced forward
+  // An untraced forward that made as many blocks as its template (sizes may scale with the
+  // batch: the sequence of operations is the same), or that an OOM cut short, takes the
+  // template's modules position by position; otherwise only the prefix whose sizes agree did.
+  auto finish_reading = [&]() {
+    if (reading >= 0 && !aligned) {
+      const auto& tb = templates_[static_cast<size_t>(reading)].blocks;
+      if (made == tb.size() || (cut && made <= tb.size()))
+        for (size_t k = 0; k < reading_blocks.size(); ++k)
+          info_[reading_blocks[k]].module = tb[k].second;
+    }
+    reading_blocks.clear();
+  };
+  auto forward_mark = [&](const TorchMark& m) {
+    const bool fwd = m.kind == MarkKind::Forward || m.kind == MarkKind::ForwardEval ||
+                     m.kind == MarkKind::ForwardEvalGrad;
+    if (m.kind == MarkKind::Oom) cut = true;
+    if (m.kind == MarkKind::ForwardEnd) {
+      if (reading >= 0 || (building < 0 && !untraced_.empty() && untraced_.back().end_ns == UINT64_MAX))
+        untraced_.back().end_ns = m.time_ns;
+      finish_reading();
+      building = reading = -1;
+    }
+    if (!fwd) return;
+    finish_reading();
+    cut = false;
+    const uint64_t key = uint64_t{m.id} * 16 + static_cast<uint64_t>(m.kind);
+    made = 0;
+    aligned = true;
+    building = reading = -1;
+    if (!m.untraced) {
+      templates_.push_back({key, {}});
+      building = latest[key] = static_cast<int64_t>(templates_.size()) - 1;
+    } else {
+      auto it = latest.find(key);
+      reading = it != latest.end() ? it->second : -1;
+      untraced_.push_back({m.time_ns, UINT64_MAX, reading});
+      if (reading < 0) reading = -2;  // untraced, no template yet
+    }
+  };
   for (size_t i : order) {
     const uint64_t t = blocks[i].alloc_ns;
-    while (mark < ctx_.marks.size() && ctx_.marks[mark].time_ns <= t)
+    while (mark < ctx_.marks.size() && ctx_.marks[mark].time_ns <= t) {
+      forward_mark(ctx_.marks[mark]);
       follow_mark(modules, ctx_.marks[mark++]);
+    }
     while (phase < phases_.size() && phases_[phase].start_ns <= t) current = &phases_[phase++];
     // The latest phase begun may have ended: then the block is outside any phase.
     const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
@@ -155,8 +204,18 @@ void TorchMemory::classify() {
     }
     b.phase = in->phase;
     b.site = in->site;
-    if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation))
+    if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation)) {
       b.module = modules.back();
+      if (building >= 0) {
+        templates_[static_cast<size_t>(building)].blocks.push_back({blocks[i].bytes, b.module});
+      } else if (reading >= 0) {
+        const auto& tb = templates_[static_cast<size_t>(reading)].blocks;
+        aligned = aligned && made < tb.size() && tb[made].first == blocks[i].bytes;
+        if (aligned) b.module = tb[made].second;
+        reading_blocks.push_back(i);
+      }
+      ++made;
+    }
     // A phase still open when the trace ended (the program died in it): what it made and
     // still held then was kept past it; what it made and freed was its own.
     const bool outlives = in->end_ns == UINT64_MAX ? blocks[i].free_ns == UINT64_MAX
@@ -188,6 +247,8 @@ void TorchMemory::classify() {
       case TorchPhase::None: break;
     }
   }
+  for (; mark < ctx_.marks.size(); ++mark) forward_mark(ctx_.marks[mark]);
+  finish_reading();
   // Named storages: the block live at the label's address when it was taken.
   std::map<std::pair<uint32_t, uint64_t>, size_t> live;
   size_t li = 0;
@@ -251,7 +312,43 @@ uint32_t TorchMemory::module_at(uint64_t t) const {
     if (m.time_ns > t) break;
     follow_mark(modules, m);
   }
+  if (modules.size() == 1)
+    for (const UntracedForward& f : untraced_)
+      if (f.start_ns <= t && t <= f.end_ns) {
+        // The hook's OOM observer read the modules running off the Python stack and marked
+        // them just before its OOM mark (microseconds after the allocator's failure).
+        uint32_t innermost = 0;
+        for (const TorchMark& m : ctx_.marks) {
+          if (m.time_ns < t) continue;
+          if (m.time_ns > f.end_ns || m.kind == MarkKind::ForwardEnd) break;
+          if (m.kind == MarkKind::Module) innermost = m.id;
+          if (m.kind == MarkKind::Oom) {
+            if (innermost) return innermost;
+            break;
+          }
+        }
+        // The failed request would have been the next block the forward made.
+        size_t k = 0;
+        for (const TorchBlock& b : ctx_.blocks)
+          if (b.alloc_ns >= f.start_ns && b.alloc_ns <= t) ++k;
+        if (const uint32_t m = aligned_module(f, k)) return m;
+      }
   return modules.empty() ? 0 : modules.back();
+}
+
+uint32_t TorchMemory::aligned_module(const UntracedForward& f, size_t k) const {
+  if (f.tmpl < 0) return 0;
+  const auto& tb = templates_[static_cast<size_t>(f.tmpl)].blocks;
+  if (k >= tb.size()) return 0;
+  // The forward's blocks so far, in allocation order, must have matched the template.
+  std::vector<const TorchBlock*> made;
+  for (const TorchBlock& b : ctx_.blocks)
+    if (b.alloc_ns >= f.start_ns && b.alloc_ns <= f.end_ns) made.push_back(&b);
+  std::stable_sort(made.begin(), made.end(),
+                   [](const TorchBlock* a, const TorchBlock* b) { return a->alloc_ns < b->alloc_ns; });
+  for (size_t j = 0; j < k; ++j)
+    if (j >= made.size() || made[j]->bytes != tb[j].first) return 0;
+  return tb[k].second;
 }
 
 const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t alloc_ns) const {

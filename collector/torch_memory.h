@@ -125,6 +125,22 @@ class TorchMemory {
   bool autocast_ = false;
   std::vector<std::vector<size_t>> by_address_;  // per device slot: block indices by address
   std::vector<uint32_t> devices_;
+  // Between its traced iterations the hook marks only the outermost forwards: each of their
+  // blocks takes its module from the latest traced forward of the same model and kind, the
+  // block at the same position in allocation order, while the sizes agree.
+  struct Template {
+    uint64_t key = 0;  // root module id * 16 + forward kind
+    std::vector<std::pair<uint64_t, uint32_t>> blocks;  // bytes, innermost module
+  };
+  struct UntracedForward {
+    uint64_t start_ns = 0, end_ns = UINT64_MAX;
+    int64_t tmpl = -1;  // index into templates_; -1: none traced yet
+  };
+  std::vector<Template> templates_;
+  std::vector<UntracedForward> untraced_;
+  // The module of a block (or failed request) that is the `k`-th allocation of `f`, when the
+  // allocations before it matched the template's sizes; 0 when unknown.
+  uint32_t aligned_module(const UntracedForward& f, size_t k) const;
 };
 
 // The device's memory of one process at a moment, by category: the PyTorch blocks live then,

@@ -235,10 +235,11 @@ TorchTrace read_torch_trace(const std::string& path) {
       const auto mk = static_cast<MarkKind>(kind);
       const bool forward = mk == MarkKind::Forward || mk == MarkKind::ForwardEval ||
                            mk == MarkKind::ForwardEvalGrad;
-      // A forward's id carries the autocast flag in its top bit: kept apart.
+      // A forward's id carries the autocast flag in its top bit and "inner module calls not
+      // traced" in bit 30: kept apart.
       ctx.marks.push_back({to_mono(time), mk,
-                           static_cast<uint32_t>(forward ? id & 0x7fffffffu : id),
-                           forward && (id >> 31) != 0});
+                           static_cast<uint32_t>(forward ? id & 0x3fffffffu : id),
+                           forward && (id >> 31) != 0, forward && ((id >> 30) & 1) != 0});
     } else if (v2 && f[0] == "L" && f.size() >= 9) {
       TorchLabel l;
       uint64_t time = 0, device = 0;

@@ -11,7 +11,9 @@
 // Version 2 adds what the start-up hook saw of the program (collector/torch_context.h uses it):
 //   M  module_id  qualified_name  class  file  line    (an nn.Module, first called)
 //   S  site_id  file  line  function                    (a line of the user's code)
-//   K  time_ns  kind  id        (a mark: module call, forward, backward, optimizer step, site)
+//   K  time_ns  kind  id        (a mark: module call, forward, backward, optimizer step, site;
+//                               a forward's id has bit 31 set under autocast and bit 30 when
+//                               the module calls inside it were not traced)
 //   L  time_ns  device  storage_ptr  bytes  kind  name  shape  dtype
 //                               (a named storage: param, buffer, grad or state, live then)
 //   Q  device  fraction  total_bytes                    (torch's per-process memory fraction)
@@ -53,6 +55,7 @@ struct TorchMark {
   MarkKind kind = MarkKind::Module;
   uint32_t id = 0;  // module id (Module, Forward...), site id (Site), 1 for the first optimizer
   bool autocast = false;  // a forward run under torch.autocast (mixed precision)
+  bool untraced = false;  // a forward whose inner module calls were not traced (sampled)
 };
 struct TorchLabel {
   uint64_t time_ns = 0;

@@ -26,12 +26,6 @@ json bytes_json(const CategoryBytes& c) {
   return j;
 }
 
-uint64_t sum(const CategoryBytes& c) {
-  uint64_t s = 0;
-  for (uint64_t v : c) s += v;
-  return s;
-}
-
 
 }  // namespace
 

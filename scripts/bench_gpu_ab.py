@@ -56,6 +56,8 @@ def main():
         "history": (bench, {"VT_AB": "history"}),
         # The start-up hook's context (module, autograd and optimizer hooks: the categories).
         "context": (bench, {"VT_AB": "context"}),
+        # The same with module hooks in every iteration (VRAMTRACE_TORCH_MODULES=every).
+        "context_every": (bench, {"VT_AB": "context", "VRAMTRACE_TORCH_MODULES": "every"}),
         # PyTorch's own tool as its docs start it (context and stacks "all"): the peer.
         "peer": (bench, {"VT_AB": "history", "VT_AB_CONTEXT": "all", "VT_AB_STACKS": "all",
                          "VT_AB_MAX_ENTRIES": "100000"}),

@@ -6,7 +6,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
-python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$BUILD" --only null,context,history,peer \
+python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$BUILD" --only null,context,context_every,history,peer \
   --repeats "${REPEATS:-2}" --workload launch_bound_ab
 python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$BUILD" --only null,context \
   --repeats "${REPEATS:-2}" --workload gpu_bound_ab

@@ -15,5 +15,5 @@ o = [o for o in r["oom"] if o.get("fatal")]
 print("jax fatal", len(o), "requested", o[0]["requested_bytes"] if o else None, "limit", r["diagnosis"].get("limit"),
       "remedies", [(m["kind"], m["saves_bytes"]) for m in r["diagnosis"].get("remedies", [])])
 PY
-VT_AB_PAIRS=12 timeout 70 python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$ROOT/build" --only context \
+VT_AB_PAIRS=12 timeout 70 python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$ROOT/build" --only context,peer \
   --repeats 1 --workload launch_bound_ab 2>&1 | grep -E "^\||FAILED"

@@ -5,9 +5,10 @@
 # out-of-memory (PyTorch's OOM observer), for the collector to merge with the driver's view
 # (collector/torch_trace.h gives the format). Off with `vramtrace run --torch=off`.
 #
-# It also records what the memory is, at a cost per module call and per optimizer step, never
+# It also records what the memory is, at a cost per optimizer step and per module call, never
 # per tensor: PyTorch's global module forward hooks (which module was running, its qualified
-# name), the backward pass (torch.autograd.backward, wrapped) and the optimizer's step hooks
+# name; in the first iterations and every 50th, and around the outermost module calls in the
+# others, where the collector aligns each block with the traced iteration), the backward pass (torch.autograd.backward, wrapped) and the optimizer's step hooks
 # (phases and iterations), the storages of parameters, buffers, gradients and optimizer state
 # by name (their data pointers, at each step and at each OOM), the user's line that called the
 # model, backward() and step(), PyTorch's per-process memory fraction, and the exception that
@@ -284,8 +285,19 @@ class _Context:
         from torch.optim import optimizer as optim
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         self.nn_module, self.optim = nn_module, optim
-        self.handles = []
+        self.handles = []         # module hooks
+        self.other_handles = []   # optimizer hooks
         self.always_call = True
+        # Module hooks put every module call on PyTorch's slow path (about 20 us a call with
+        # ours): they run in the first iterations and every 50th ("every": always); the other
+        # iterations only mark the outermost calls, through Module.__call__, and the collector
+        # takes each of their blocks' module from the traced iteration of the same model.
+        self.every = os.environ.get("VRAMTRACE_TORCH_MODULES", "sampled") == "every"
+        self.full = True          # module hooks on for this iteration
+        self.enabled = False
+        self.in_root = False      # an outermost call marked by traced_call is running
+        self.forwards = 0         # outermost forwards of the first model (no optimizer)
+        self.first_root = None
         import functools
         autograd = torch.autograd
         backward = autograd.backward
@@ -305,27 +317,98 @@ class _Context:
                 ctx.mark(_BWD_END, 0)
 
         self.backward, self.traced_backward = backward, traced_backward
+        module_class = torch.nn.Module
+        call = module_class.__call__
+        compiling = self.compiling
+
+        def traced_call(module, *args, **kwargs):
+            # Between the traced iterations: the outermost module call only (a forward of the
+            # model, of the loss), every inner call straight through.
+            # is_compiling() first: while torch.compile traces this, nothing of ctx is read
+            # (reading ctx.full there would make it guard on it and recompile).
+            if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
+                    or ctx.get_ident() != ctx.main):
+                return call(module, *args, **kwargs)
+            mid = ctx.root_begin(module)
+            ctx.in_root = True
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                ctx.in_root = False
+                ctx.root_end(mid)
+
+        self.module_class, self.call, self.traced_call = module_class, call, traced_call
         self.set_enabled(True)
+
+    def module_hooks(self, on):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        if not on:
+            return
+        try:
+            # Also when a forward raises (an OOM the program catches and retries smaller):
+            # without it the raising modules stay on the stack, and every later forward
+            # would be taken for a module call inside the one that raised.
+            post = self.nn_module.register_module_forward_hook(self.post, always_call=True)
+        except TypeError:  # PyTorch 2.0: no always_call; pre() drops what was left instead
+            self.always_call = False
+            post = self.nn_module.register_module_forward_hook(self.post)
+        self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre), post]
+
+    def trace_modules(self, full):
+        """Module hooks on (full) or off for the next iteration; only between forwards."""
+        if self.every or full == self.full:
+            return
+        self.full = full
+        self.stack.clear()
+        if self.enabled:
+            self.module_hooks(full)
 
     def set_enabled(self, on):
         """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
         module calls take their fast path again (the benchmark switches this)."""
-        for h in self.handles:
+        self.enabled = on
+        self.module_hooks(on and self.full)
+        for h in self.other_handles:
             h.remove()
-        self.handles = []
+        self.other_handles = []
         if on:
-            try:
-                # Also when a forward raises (an OOM the program catches and retries smaller):
-                # without it the raising modules stay on the stack, and every later forward
-                # would be taken for a module call inside the one that raised.
-                post = self.nn_module.register_module_forward_hook(self.post, always_call=True)
-            except TypeError:  # PyTorch 2.0: no always_call; pre() drops what was left instead
-                self.always_call = False
-                post = self.nn_module.register_module_forward_hook(self.post)
-            self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre), post,
-                            self.optim.register_optimizer_step_pre_hook(self.step_pre),
-                            self.optim.register_optimizer_step_post_hook(self.step_post)]
+            self.other_handles = [self.optim.register_optimizer_step_pre_hook(self.step_pre),
+                                  self.optim.register_optimizer_step_post_hook(self.step_post)]
         self.torch.autograd.backward = self.traced_backward if on else self.backward
+        if not self.every:
+            self.module_class.__call__ = self.traced_call if on else self.call
+
+    def forward_kind(self, module, mid):
+        # Evaluation: a model in eval() or under no_grad; with grad on, what it keeps past
+        # the forward is a graph kept alive (activations), not outputs.
+        grad = self.torch.is_grad_enabled()
+        kind = _FWD if module.training and grad else _FWD_EVAL_GRAD if grad else _FWD_EVAL
+        # The top bit of the id: autocast (mixed precision) was on for this forward.
+        autocast = self.torch.is_autocast_enabled()
+        return kind, mid | (1 << 31) if autocast else mid
+
+    def root_begin(self, module):
+        mid = self.module_id(module)
+        self.mark(_SITE, self.site())
+        kind, ident = self.forward_kind(module, mid)
+        # Bit 30: the module calls inside this forward were not traced.
+        self.mark(kind, ident | (1 << 30))
+        if self.first_root is None:
+            self.first_root = mid
+        return mid
+
+    def root_end(self, mid):
+        self.mark(_FWD_END, mid)
+        self.count_forward(mid)
+
+    def count_forward(self, mid):
+        # Without an optimizer the iterations are the first model's forwards.
+        if self.optimizers or mid != self.first_root:
+            return
+        self.forwards += 1
+        self.trace_modules(self.forwards < 3 or self.forwards % 50 == 49)
 
     def mark(self, kind, ident):
         self.times.append(self.now())
@@ -399,13 +482,9 @@ class _Context:
         mid = self.module_id(module)
         if not self.stack and not self.in_backward:
             self.mark(_SITE, self.site())
-            # Evaluation: a model in eval() or under no_grad; with grad on, what it keeps past
-            # the forward is a graph kept alive (activations), not outputs.
-            grad = self.torch.is_grad_enabled()
-            kind = _FWD if module.training and grad else _FWD_EVAL_GRAD if grad else _FWD_EVAL
-            # The top bit of the id: autocast (mixed precision) was on for this forward.
-            autocast = self.torch.is_autocast_enabled()
-            self.mark(kind, mid | (1 << 31) if autocast else mid)
+            if self.first_root is None:
+                self.first_root = mid
+            self.mark(*self.forward_kind(module, mid))
         else:
             self.mark(_MOD, mid)
         self.stack.append((mid, module))
@@ -422,9 +501,12 @@ class _Context:
             if not stack:
                 return None
         mid = stack.pop()[0]
-        kind = _FWD_END if not stack and not self.in_backward else _MOD_END
+        if not stack and not self.in_backward:
+            self.mark(_FWD_END, mid)
+            self.count_forward(mid)
+            return None
         self.times.append(self.now())
-        self.codes.append(kind | (mid << 4))
+        self.codes.append(_MOD_END | (mid << 4))
         return None
 
     def step_pre(self, optimizer, args, kwargs):
@@ -447,6 +529,7 @@ class _Context:
         # past it), only its name is missing.
         if first:
             self.steps += 1
+            self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
         if self.steps <= 3 or self.steps % 50 == 0:
             self.label_all()
 
@@ -505,9 +588,34 @@ class _Context:
                             if isinstance(v, self.torch.Tensor):
                                 self.label(v, "state", "%s.%s" % (name, k))
 
+    def modules_running(self):
+        """The modules whose forward is on the Python stack now, outermost first (an OOM
+        inside a forward whose module calls were not traced)."""
+        out = []
+        f = sys._getframe(2)
+        while f is not None:
+            if f.f_code.co_name == "forward":
+                m = f.f_locals.get("self")
+                entry = self.modules.get(id(m)) if m is not None else None
+                if entry is not None and entry[1]() is m and (not out or out[-1] != entry[0]):
+                    out.append(entry[0])
+            f = f.f_back
+        out.reverse()
+        return out
+
     def on_oom(self):
+        # Between traced iterations the modules running are read off the Python stack: marked
+        # around the OOM mark, so that they name the failed request's module and nothing else.
+        running = self.modules_running() if self.in_root else []
+        for mid in running:
+            self.mark(_MOD, mid)
         self.mark(_OOM, 0)
+        for mid in reversed(running):
+            self.mark(_MOD_END, mid)
         self.label_all()
+        # A program that catches it and goes on is traced whole until its next step.
+        if not self.stack and not self.in_root:
+            self.trace_modules(True)
 
     def at_exit(self):
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)

@@ -189,6 +189,13 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
       REQUIRE(phases[i]["start_ns"].get<uint64_t>() >= phases[i - 1]["end_ns"].get<uint64_t>());
   }
 
+  // Module hooks ran in the first three iterations only: the fourth forward's mark says its
+  // module calls were not traced (bit 30), so fc1 and fc2 above (at the peak, and the OOM's
+  // module) came from the traced iterations and the Python stack at the OOM.
+  Result forwards = sh("awk -F'\t' '$1 == \"K\" && $3 == 2 {print $4}' " + dir +
+                       "/vramtrace.*.torch");
+  REQUIRE(forwards.out == "1\n1\n1\n1073741825\n");
+
   // Died of it: what was live then is no leak. Its 8 blocks, each named by what it is.
   REQUIRE(j["leaks"].empty());
   std::map<std::string, uint64_t> dead;
@@ -323,7 +330,9 @@ TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, on PyTorch 
   // No always_call: the modules that raised stay on the hook's stack until the model is
   // called again, which drops them; the retry is still a forward of its own.
   std::string dir = temp_dir(), out;
-  json j = run_train("--recover", dir, 0, &out, "FAKE_TORCH_VERSION=2.0");
+  // Module hooks in every iteration: the one that raised is traced too.
+  json j = run_train("--recover", dir, 0, &out,
+                     "FAKE_TORCH_VERSION=2.0 VRAMTRACE_TORCH_MODULES=every");
   REQUIRE(contains(out, "iteration 4 done"));
   const json& o = j["oom"][0];
   REQUIRE(j["oom"].size() == 1);
