@@ -87,6 +87,10 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   const uint64_t state = of(in.at, Category::OptimizerState);
   const uint64_t cache = of(in.at, Category::AllocatorCache);
   const uint64_t need = in.total + in.request;  // what the moment asked for in all
+  // An OOM in the first step's optimizer.step() comes while the optimizer is making its state:
+  // the whole of it is a tensor per gradient per state kind (Adam: two), not what it had made.
+  const uint64_t full_state = std::max(state, grads * in.optimizer_state_per_param);
+  const uint64_t model_state = params + grads + full_state;
 
   if (act + tmp && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
     out.push_back({"mixed_precision",
@@ -118,7 +122,7 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
 
   const uint64_t per_batch = act + tmp + inputs;
   if (per_batch && in.limit) {
-    const uint64_t fixed = need > per_batch ? need - per_batch : 0;
+    const uint64_t fixed = std::max(need > per_batch ? need - per_batch : 0, model_state);
     Remedy r{"smaller_batch", "Halve the batch (with gradient accumulation to keep its effect)",
              per_batch / 2,
              "activations, temporaries and inputs scale with the batch; parameters, gradients "
@@ -145,7 +149,7 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   if (state) {
     out.push_back({"leaner_optimizer",
                    "Use an optimizer with less state", in.optimizer_state_per_param >= 2
-                       ? state / 2 : state,
+                       ? full_state / 2 : full_state,
                    in.optimizer_state_per_param >= 2
                        ? "Adam-like optimizers keep two tensors per parameter; SGD with momentum, "
                          "or Adafactor, keeps one"
@@ -169,11 +173,11 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
                    "evaluation forwards ran with autograd on and kept their graphs alive",
                    "with torch.no_grad(): out = model(x); total += out.item()"});
 
-  if (in.limit && params + grads + state >= in.limit)
+  if (in.limit && model_state >= in.limit)
     out.push_back({"offload",
                    "Shard or offload: parameters, gradients and optimizer state alone exceed the "
                    "limit",
-                   params + grads + state - std::min(params + grads + state, in.limit / 2),
+                   model_state - std::min(model_state, in.limit / 2),
                    "model state is the floor that no batch size removes",
                    "FSDP across GPUs, or optimizer state on the CPU (e.g. DeepSpeed ZeRO-Offload)"});
 

@@ -232,6 +232,15 @@ def _vramtrace_setup():
         sys.meta_path.insert(0, ImportHook())
 
 
+def _hide_own_frame(ex):
+    """Drops the caller's frame (a wrapper of this hook's) from the traceback of an exception
+    passing through it, before a bare `raise` sends it on (which adds no frame): a traceback
+    printed by the program reads as it would without vramtrace."""
+    tb = ex.__traceback__
+    if tb is not None and tb.tb_next is not None and tb.tb_frame is sys._getframe(1):
+        ex.__traceback__ = tb.tb_next
+
+
 def _exception_line(exc, clean, now_ns):
     """The X record of the exception that reached the top: type, message, frames."""
     import traceback
@@ -305,16 +314,20 @@ class _Context:
 
         @functools.wraps(backward)
         def traced_backward(*args, **kwargs):
-            if ctx.get_ident() != ctx.main:
-                return backward(*args, **kwargs)
-            ctx.mark(_SITE, ctx.site())
-            ctx.mark(_BWD, 0)
-            ctx.in_backward += 1
             try:
-                return backward(*args, **kwargs)
-            finally:
-                ctx.in_backward -= 1
-                ctx.mark(_BWD_END, 0)
+                if ctx.get_ident() != ctx.main:
+                    return backward(*args, **kwargs)
+                ctx.mark(_SITE, ctx.site())
+                ctx.mark(_BWD, 0)
+                ctx.in_backward += 1
+                try:
+                    return backward(*args, **kwargs)
+                finally:
+                    ctx.in_backward -= 1
+                    ctx.mark(_BWD_END, 0)
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
 
         self.backward, self.traced_backward = backward, traced_backward
         module_class = torch.nn.Module
@@ -322,20 +335,24 @@ class _Context:
         compiling = self.compiling
 
         def traced_call(module, *args, **kwargs):
-            # Between the traced iterations: the outermost module call only (a forward of the
-            # model, of the loss), every inner call straight through.
-            # is_compiling() first: while torch.compile traces this, nothing of ctx is read
-            # (reading ctx.full there would make it guard on it and recompile).
-            if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
-                    or ctx.get_ident() != ctx.main):
-                return call(module, *args, **kwargs)
-            mid = ctx.root_begin(module)
-            ctx.in_root = True
             try:
-                return call(module, *args, **kwargs)
-            finally:
-                ctx.in_root = False
-                ctx.root_end(mid)
+                # Between the traced iterations: the outermost module call only (a forward of
+                # the model, of the loss), every inner call straight through. is_compiling()
+                # first: while torch.compile traces this, nothing of ctx is read (reading
+                # ctx.full there would make it guard on it and recompile).
+                if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
+                        or ctx.get_ident() != ctx.main):
+                    return call(module, *args, **kwargs)
+                mid = ctx.root_begin(module)
+                ctx.in_root = True
+                try:
+                    return call(module, *args, **kwargs)
+                finally:
+                    ctx.in_root = False
+                    ctx.root_end(mid)
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
 
         self.module_class, self.call, self.traced_call = module_class, call, traced_call
         self.set_enabled(True)

@@ -91,6 +91,8 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   json j = run_train("", dir, 1, &out);
   REQUIRE(contains(out, "iteration 2 done"));
   REQUIRE(contains(out, "torch.OutOfMemoryError: CUDA out of memory"));
+  // The traceback reads as without vramtrace: no frame of the hook's wrappers in it.
+  REQUIRE_FALSE(contains(out, "sitecustomize.py"));
   REQUIRE(j["run"]["problems"].empty());
   const json& p = j["processes"][0];
   REQUIRE(p["torch_allocator_trace"]["merged"] == true);

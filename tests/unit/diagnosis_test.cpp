@@ -51,6 +51,32 @@ TEST_CASE("remedies: an Adam-trained model whose state alone exceeds the limit i
   REQUIRE(r[0].kind == "offload");
 }
 
+TEST_CASE("remedies: an OOM while Adam makes its state counts the whole state, not what was made") {
+  // The first optimizer.step() dies making exp_avg/exp_avg_sq: 2 GiB of parameters and of
+  // gradients, 1.5 GiB of state made so far, under a 6 GiB cap (the H200 case of
+  // tests/gpu/real/model_state_oom.py).
+  RemedyInput in;
+  set(in.at, Category::Parameters, 2 * GiB);
+  set(in.at, Category::Gradients, 2 * GiB);
+  set(in.at, Category::OptimizerState, 3 * GiB / 2);
+  set(in.at, Category::Activations, 64ull << 20);
+  in.total = 2 * GiB + 2 * GiB + 3 * GiB / 2 + (64ull << 20);
+  in.limit = 6 * GiB;
+  in.request = 128ull << 20;
+  in.optimizer_state_per_param = 2;
+  in.partial_step = true;
+  in.param_dtype = "float32";
+  auto r = pytorch_remedies(in);
+  REQUIRE(r[0].kind == "offload");
+  REQUIRE(r[0].saves_bytes == 8 * GiB - 3 * GiB);  // 2 + 2 + 4 GiB, keeping half the limit
+  const Remedy* lean = find(r, "leaner_optimizer");
+  REQUIRE(lean);
+  REQUIRE(lean->saves_bytes == 2 * GiB);  // half of Adam's whole 4 GiB
+  const Remedy* batch = find(r, "smaller_batch");
+  REQUIRE(batch);
+  REQUIRE(batch->how == "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
+}
+
 TEST_CASE("remedies: what the figures do not support is not offered") {
   RemedyInput in;
   set(in.at, Category::Parameters, 1 * GiB);
