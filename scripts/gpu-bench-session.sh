@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The overhead runs of issue 8 that belong together, for one call on the GPU machine: the
+# The launch and allocation overhead runs that belong together, for one call on the GPU machine: the
 # launch-bound step with CUPTI's floor (REPEATS_LAUNCH, default 5), the native loops with the
 # self-timing library, and PyTorch with backend:cudaMallocAsync. Needs the build with
 # `cmake --build build --target vt_bench_libs`. Writes OUT_DIR/*.log.

@@ -305,7 +305,7 @@ def main():
             check(s, "report written", True, False)
             print(p.stderr[-3000:])
 
-    # One process on two devices (issue 10), where the machine has two.
+    # One process on two devices, where the machine has two.
     n_gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
     if n_gpus >= 2:
         s = "one process, two devices"

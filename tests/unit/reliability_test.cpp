@@ -268,7 +268,7 @@ TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
 }
 
 TEST_CASE("a peak.by_library or worst_rank that compare cannot read is refused, not a crash") {
-  // Found by the bad-input survey of issue 7 (the fuzz seeds predated both keys): each of these
+  // Found by a survey of bad inputs (the fuzz seeds predated both keys): each of these
   // loaded, then compare() threw json::type_error out of main (exit 134) or read a missing key
   // of a const json (a worst_rank without peak_bytes: SIGSEGV in `vramtrace check`).
   const std::string head = R"({"schema":"vramtrace.report/1","processes":[],"leaks":[],"oom":[],)";
