@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-LAUNCHES_PER_STEP = 801  # vramtrace's count on this step (bench_gpu.py prints it)
+LAUNCHES_PER_STEP = 801  # vramtrace's count on this step (bench/gpu.py prints it)
 
 
 def main():

@@ -8,7 +8,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${OUT_DIR:-$ROOT/gpu-out}
 mkdir -p "$OUT_DIR"
 ONLY=launch-bound VARIANTS="cupti floor,vramtrace,vramtrace --torch=off" REPEATS=${REPEATS_LAUNCH:-5} PIN=${PIN:-} \
-  OUT_DIR="$OUT_DIR/launch" "$ROOT/scripts/bench-gpu.sh" 2>&1 | tee "$OUT_DIR/launch.log"
-ONLY=native REPEATS=3 OUT_DIR="$OUT_DIR/native" "$ROOT/scripts/bench-gpu.sh" 2>&1 | tee "$OUT_DIR/native.log"
+  OUT_DIR="$OUT_DIR/launch" "$ROOT/bench/gpu.sh" 2>&1 | tee "$OUT_DIR/launch.log"
+ONLY=native REPEATS=3 OUT_DIR="$OUT_DIR/native" "$ROOT/bench/gpu.sh" 2>&1 | tee "$OUT_DIR/native.log"
 ONLY=backend:cudaMallocAsync VARIANTS="cupti floor,vramtrace" REPEATS=3 OUT_DIR="$OUT_DIR/async" \
-  "$ROOT/scripts/bench-gpu.sh" 2>&1 | tee "$OUT_DIR/async.log"
+  "$ROOT/bench/gpu.sh" 2>&1 | tee "$OUT_DIR/async.log"

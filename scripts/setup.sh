@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test vramtrace, then configures and
 # builds it in ./build. Safe to run again: it installs only what is missing.
 #   scripts/setup.sh              (as root, or a user with sudo)
-#   scripts/setup.sh --with-fuzz  also clang-14 and libFuzzer, for scripts/fuzz.sh (scripts/test.sh)
+#   scripts/setup.sh --with-fuzz  also clang-14 and libFuzzer, for tests/fuzz.sh (tests/test.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
