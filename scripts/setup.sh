@@ -11,7 +11,7 @@ SUDO=""
 
 packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
   libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev
-          chromium python3-venv python3-pytest python3-pytest-xdist)
+          chromium python3-venv python3-pytest python3-pytest-xdist python3-jsonschema)
 [[ ${1:-} == --with-fuzz ]] && packages+=(clang-14 libclang-rt-14-dev)
 command -v npm >/dev/null || packages+=(nodejs npm)
 command -v python3 >/dev/null || packages+=(python3)  # the reliability tests are Python scripts
