@@ -1,5 +1,6 @@
 // Test program: a CUDA array of 256 x 256 floats (256 KiB by its descriptor) next to a 1 MiB
-// buffer; the array is freed, the buffer kept. Its figures: expected.json, "arrays".
+// buffer; the array is freed, the buffer kept.
+// Its figures: tests/programs/expected.json, "arrays".
 #include "check.h"
 
 int main() {

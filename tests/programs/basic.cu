@@ -1,6 +1,7 @@
 // Test program: known allocations, frees, launches and one leak (1 + 4 + 8 MiB live together,
 // one of them leaked), launches of fill<float>, pinned host memory allocated and freed. Exits
-// with the code given as argv[1] (default 0). Its figures: expected.json, "basic".
+// with the code given as argv[1] (default 0).
+// Its figures: tests/programs/expected.json, "basic".
 #include <cstdlib>
 #include "check.h"
 
