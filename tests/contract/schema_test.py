@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The report contract's own test: report/report.schema.json is a valid JSON Schema (draft
-2020-12) of the version report/json_report.h writes, it declares every key the writer
+2020-12) of the version report/json_report.h writes, and it declares every key the writer
 (report/json_report.cpp, report/torch_json.cpp) and the reader layer (report/report_keys.h)
-name, and every report.json key the HTML page (report/web/report.js) reads.
+name. (What the HTML page reads is checked where it runs: tests/contract/page_keys.mjs.)
 
 The keys are found in the sources as written: `{"key", ...}`, `["key"]`, `value("key"`,
-`contains("key"` in C++, `.key`, `?.key` and `["key"]` in JavaScript. A key that fails here
-was written or read without being declared: add it to the schema (with its type), or, for a
-name that is not a report key, to the lists below with the reason.
+`contains("key"`, and report_keys.h's `Key name = "key"`. A key that fails here was written or
+read without being declared: add it to the schema (with its type), or, for a string that is
+not a report key, to WRITER_NOT_KEYS with the reason.
 
     tests/contract/schema_test.py
 """
@@ -24,14 +24,6 @@ WRITER_NOT_KEYS = {
     "RANK": "the launcher variables rank_of() looks for (processes[].ranks holds any name)",
 }
 CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/report_keys.h"]
-
-# Properties report.js reads of its own objects or of JavaScript's (one-word names; every
-# snake_case name it reads must be a report key).
-JS_NOT_KEYS = set("""
-    length push pop map filter find flat includes join reduce replace reverse slice some sort
-    split test trim matches size key names node kids rows width
-    backward chain cum icicle live share so trs f i l n p
-""".split())
 
 
 def schema_keys(node, out):
@@ -56,13 +48,6 @@ def cpp_keys(src):
     found |= set(re.findall(r'\[\s*"([A-Za-z_]\w*)"\s*\]', src))
     found |= set(re.findall(r'(?:value|contains)\(\s*"([A-Za-z_]\w*)"', src))
     found |= set(re.findall(r'Key\s+\w+\s*=\s*"([A-Za-z_]\w*)"', src))  # report_keys.h
-    return found
-
-
-def js_keys(src):
-    src = strip_comments(src)
-    found = set(re.findall(r"(?<![\w$])(?:\?\.|\.)\s*([a-z][a-z0-9_]*)\b", src))
-    found |= set(re.findall(r'\[\s*"([a-z][a-z0-9_]*)"\s*\]', src))
     return found
 
 
@@ -93,13 +78,6 @@ def main():
             missing = sorted(cpp_keys(f.read()) - keys - set(WRITER_NOT_KEYS))
         for k in missing:
             failures.append(f"{rel} names the key {k!r}, which report.schema.json does not declare")
-
-    with open(os.path.join(ROOT, "report", "web", "report.js")) as f:
-        read = js_keys(f.read())
-    for k in sorted(read - keys):
-        if "_" in k or k not in JS_NOT_KEYS:
-            failures.append(f"report/web/report.js reads {k!r}, which report.schema.json does not "
-                            "declare (a report key: declare it; the page's own: JS_NOT_KEYS)")
 
     for line in failures:
         print("FAIL:", line)

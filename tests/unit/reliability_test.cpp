@@ -38,7 +38,8 @@ TEST_CASE("budgets that are not numbers, or too large, are bad input, not a cras
   REQUIRE_THROWS_AS(report::parse_size("99999999999TiB"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("1e999%"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("nan%"), report::CheckError);
-  // strtod's hexadecimal: 0x10% was 16% (rel3); 0x10 bytes a unit "x10".
+  // strtod's hexadecimal: 0x10% was read as 16% before budgets took decimal digits only;
+  // 0x10 bytes a unit "x10".
   REQUIRE_THROWS_WITH(report::parse_increase("0x10%"), "'0x10%' is not a percentage (example: 5%)");
   REQUIRE_THROWS_WITH(report::parse_size("0x10"),
                       "'0x10' is not a size (examples: 256MiB, 40GiB, 1048576)");
