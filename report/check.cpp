@@ -168,7 +168,7 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
 
 std::string rank_of(const json& proc) {
   if (!proc.contains(field::ranks)) return {};
-  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+  for (const char* key : kRankVariables)
     if (proc[field::ranks].contains(key)) return proc[field::ranks][key].get<std::string>();
   return {};
 }
@@ -604,8 +604,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   };
   // The worst rank of each run, whichever rank that is.
   if (baseline.contains(field::worst_rank) && candidate.contains(field::worst_rank) && !budgets.only_device) {
-    json bw = {{"peak", {{"bytes", baseline[field::worst_rank][field::peak_bytes]}}}};
-    json cw = {{"peak", {{"bytes", candidate[field::worst_rank][field::peak_bytes]}}}};
+    json bw = {{field::peak, {{field::bytes, baseline[field::worst_rank][field::peak_bytes]}}}};
+    json cw = {{field::peak, {{field::bytes, candidate[field::worst_rank][field::peak_bytes]}}}};
     // A rank from a trace is the process's environment: any bytes, not always UTF-8.
     auto rank = [](const json& r) {
       return printable(r[field::worst_rank][field::rank].dump(-1, ' ', false, json::error_handler_t::replace));

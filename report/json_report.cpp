@@ -478,7 +478,7 @@ json pools_json(const collector::DeviceModel& d) {
 
 // The rank of a process from its launcher's environment (torchrun, Slurm, Open MPI, PMI).
 std::optional<std::string> rank_of(const ProcessModel& p) {
-  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+  for (const char* key : kRankVariables)
     for (const auto& [k, v] : p.ranks)
       if (k == key) return v;
   return std::nullopt;

@@ -83,6 +83,11 @@ inline constexpr Key worst_rank = "worst_rank";
 
 }  // namespace field
 
+// The launcher variables that give a process its rank (processes[].ranks), in the order they
+// are looked for: torchrun, Slurm, Open MPI, PMI.
+inline constexpr const char* kRankVariables[] = {"RANK", "SLURM_PROCID",
+                                                 "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+
 // The contract keys (DESIGN.md, "Outputs"), typed: a device of devices[] (or of a process's
 // devices[]), an entry of oom[].
 inline uint32_t device_index(const nlohmann::json& device) {

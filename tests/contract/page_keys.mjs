@@ -68,7 +68,8 @@ function record() {
   window.__vtKeys = { read, set };
   const wrap = (v, inReport) => {
     if (!v || typeof v !== "object") return v;
-    const isReport = inReport || (!Array.isArray(v) && Object.prototype.hasOwnProperty.call(v, "schema"));
+    const isReport =
+        inReport || (!Array.isArray(v) && Object.prototype.hasOwnProperty.call(v, "schema"));
     for (const k of Object.keys(v)) v[k] = wrap(v[k], isReport);
     if (!isReport || Array.isArray(v)) return v;
     return new Proxy(v, {
@@ -105,7 +106,9 @@ for (const [name, path] of pages) {
   await page.goto("file://" + path);
   await page.waitForSelector("body[data-ready='1']", { timeout: 20000 });
   // Open every collapsed part, so that the code behind it runs too.
-  await page.evaluate(() => document.querySelectorAll("details").forEach((d) => { d.open = true; }));
+  await page.evaluate(() => {
+    document.querySelectorAll("details").forEach((d) => { d.open = true; });
+  });
   await page.waitForTimeout(200);
   const { read, set } = await page.evaluate(() => ({
     read: [...window.__vtKeys.read], set: [...window.__vtKeys.set] }));
@@ -115,7 +118,8 @@ for (const [name, path] of pages) {
   read.forEach((k) => allRead.add(k));
   const ok = read.length > 0 && undeclared.length === 0 && errors.length === 0;
   console.log(`${ok ? "PASS" : "FAIL"}  ${name}: ${read.length} report keys read` +
-              (undeclared.length ? `; not in report.schema.json: ${undeclared.sort().join(", ")}` : "") +
+              (undeclared.length
+                 ? `; not in report.schema.json: ${undeclared.sort().join(", ")}` : "") +
               (errors.length ? `; page errors: ${errors.join("; ")}` : ""));
   if (!ok) failures++;
   await page.close();

@@ -21,7 +21,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 # String literals in the writer's brace lists that are values, not keys.
 WRITER_NOT_KEYS = {
     "B": "human_bytes()'s unit names",
-    "RANK": "the launcher variables rank_of() looks for (processes[].ranks holds any name)",
+    "RANK": "report_keys.h's kRankVariables, names inside processes[].ranks (which holds any)",
 }
 CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/report_keys.h"]
 
@@ -67,7 +67,8 @@ def main():
         version = re.search(r'kSchema\s*=\s*"([^"]+)"', f.read()).group(1)
     declared = schema["properties"]["schema"].get("const")
     if declared != version:
-        failures.append(f'the schema declares version {declared!r}, json_report.h writes {version!r}')
+        failures.append(f"the schema declares version {declared!r}, json_report.h writes "
+                        f"{version!r}")
 
     keys = schema_keys(schema, set())
     for rel in CPP_SOURCES:
