@@ -87,6 +87,19 @@ def expect(scenario, report, program, standin=False):
             check(scenario, key, normalize(want), got[0] if got else None)
 
 
+def contract_validator():
+    """report/report.schema.json's validator, or None without the jsonschema module."""
+    try:
+        import jsonschema
+    except ImportError:
+        print("jsonschema is not installed: reports are not validated against "
+              "report/report.schema.json", flush=True)
+        return None
+    with open(os.path.join(os.path.dirname(EXPECTED), "..", "..", "report",
+                           "report.schema.json")) as f:
+        return jsonschema.Draft202012Validator(json.load(f))
+
+
 def api(dev, name, key="calls"):
     return dev.get("apis", {}).get(name, {}).get(key, 0)
 
@@ -102,6 +115,7 @@ def main():
     vt = os.path.join(a.build, "bin", "vramtrace")
     lib = os.path.join(a.build, "lib", "libvramtrace.so")
     out = a.out
+    validator = contract_validator()
 
     def vrun(name, argv, env=None, timeout=600, options=()):
         d = os.path.join(out, name)
@@ -109,6 +123,9 @@ def main():
         p, secs = run([vt, "run", *options, "-o", d, "--"] + argv, env=env, timeout=timeout)
         rep = os.path.join(d, "report.json")
         r = load(rep) if os.path.exists(rep) else None
+        if r is not None and validator is not None:
+            errors = [f"{e.json_path}: {e.message[:200]}" for e in validator.iter_errors(r)]
+            check(name, "report.json conforms to report.schema.json", [], errors[:5])
         with open(os.path.join(out, name + ".log"), "w") as f:
             f.write(p.stdout + "\n---stderr---\n" + p.stderr)
         return p, r, d
