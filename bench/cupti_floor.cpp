@@ -1,4 +1,4 @@
-// CUPTI's floor, for scripts/bench-gpu.sh: a CUDA injection library (CUDA_INJECTION64_PATH)
+// CUPTI's floor, for bench/gpu.sh: a CUDA injection library (CUDA_INJECTION64_PATH)
 // that subscribes to CUPTI and enables exactly the driver callbacks vramtrace enables, with a
 // callback that does nothing. A program run with it pays what CUPTI's dispatch costs and
 // nothing of vramtrace's own work, so (vramtrace - floor) is what vramtrace itself adds.

@@ -1,4 +1,4 @@
-// A probe for issue 8 (recording launches under CUPTI's floor), not part of vramtrace: a CUDA
+// A probe of recording launches below CUPTI's callback cost, not part of vramtrace: a CUDA
 // injection library (CUDA_INJECTION64_PATH) that watches cuGetProcAddress through CUPTI's
 // callback and, at its exit, swaps the pointer handed out for cuLaunchKernel and
 // cuLaunchKernelEx (and their per-thread-stream forms) for a wrapper that counts and calls

@@ -4,7 +4,7 @@
 //   vt_synth_trace OUT.vtrace EVENTS [zstd]
 // With `zstd`, every frame is compressed as the library's writer does it (level 1), to measure
 // the report on compressed traces; the perfectly regular times here compress far better than a
-// real process's (scripts/bench-writer.sh has those).
+// real process's (bench/writer.sh has those).
 #include <zstd.h>
 
 #include <cstdio>

@@ -607,7 +607,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
 }
 
 #ifdef VRAMTRACE_SELF_TIME
-// Benchmark build only (target vt_bench_selftime, scripts/bench-gpu.sh): the TSC cycles spent
+// Benchmark build only (target vt_bench_selftime, bench/gpu.sh): the TSC cycles spent
 // inside our callback, per driver callback id and site, printed on stderr at exit with the
 // TSC's rate measured against CLOCK_MONOTONIC over the process's life.
 struct SelfTime {

@@ -28,8 +28,8 @@ struct CapturedStack {
   PyFrameRef py[kMaxStackDepth];
 };
 
-// Reads VRAMTRACE_STACKS (none|native|python|all, default all: native, and Python frames when
-// the allocating thread has Python frames, GIL held or not) and VRAMTRACE_MAX_DEPTH (default 64); maps the intern
+// Reads VRAMTRACE_STACKS (auto|none|native|python|all, default auto: native, and Python frames
+// when the allocating thread has Python frames, GIL held or not) and VRAMTRACE_MAX_DEPTH (default 64); maps the intern
 // tables. Called once, before CUPTI is subscribed.
 void stacks_init();
 bool stacks_enabled();

@@ -16,6 +16,7 @@
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
+#include "report/report_keys.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -65,7 +66,7 @@ bool is_trace_file(const std::string& path) {
 // The devices of a report by index (several hosts: the first host's index wins; documented).
 std::map<uint32_t, const json*> devices_of(const json& r) {
   std::map<uint32_t, const json*> out;
-  for (const auto& d : r["devices"]) out.emplace(d["index"].get<uint32_t>(), &d);
+  for (const auto& d : r[field::devices]) out.emplace(device_index(d), &d);
   return out;
 }
 
@@ -75,19 +76,19 @@ std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report,
                                                               const char* list, const char* name) {
   std::map<std::string, std::pair<int64_t, int64_t>> out;
   const json* sites = nullptr;
-  if (dev.contains("peak") && dev["peak"].contains(list)) sites = &dev["peak"][list];
+  if (dev.contains(field::peak) && dev[field::peak].contains(list)) sites = &dev[field::peak][list];
   if (!sites) {
-    for (const auto& p : report["processes"])
-      for (const auto& pd : p["devices"])
-        if (pd["index"] == dev["index"] && pd["peak"].contains(list)) sites = &pd["peak"][list];
+    for (const auto& p : report[field::processes])
+      for (const auto& pd : p[field::devices])
+        if (pd[field::index] == dev[field::index] && pd[field::peak].contains(list)) sites = &pd[field::peak][list];
   }
   if (sites)
     for (const auto& s : *sites) {
       auto& slot = out[s[name].get<std::string>()];
       // Saturating at 2^62 (each term is below 2^53: load_report): differences cannot overflow.
       constexpr int64_t kCap = int64_t{1} << 62;
-      slot.first = std::min(kCap, slot.first + s["bytes"].get<int64_t>());
-      slot.second = std::min(kCap, slot.second + s["count"].get<int64_t>());
+      slot.first = std::min(kCap, slot.first + s[field::bytes].get<int64_t>());
+      slot.second = std::min(kCap, slot.second + s[field::count].get<int64_t>());
     }
   return out;
 }
@@ -132,8 +133,8 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
   c.device = device;
   const Budget& inc = budget_for(budgets, device);
   std::optional<uint64_t> cap = cap_for(budgets, device);
-  if (bd) c.baseline_peak = (*bd)["peak"]["bytes"].get<uint64_t>();
-  if (cd) c.candidate_peak = (*cd)["peak"]["bytes"].get<uint64_t>();
+  if (bd) c.baseline_peak = peak_bytes(*bd);
+  if (cd) c.candidate_peak = peak_bytes(*cd);
   std::string text;
   if (c.baseline_peak) {
     uint64_t b = *c.baseline_peak;
@@ -166,9 +167,9 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
 }
 
 std::string rank_of(const json& proc) {
-  if (!proc.contains("ranks")) return {};
-  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
-    if (proc["ranks"].contains(key)) return proc["ranks"][key].get<std::string>();
+  if (!proc.contains(field::ranks)) return {};
+  for (const char* key : kRankVariables)
+    if (proc[field::ranks].contains(key)) return proc[field::ranks][key].get<std::string>();
   return {};
 }
 
@@ -300,54 +301,54 @@ std::string malformed(const json& r) {
     if (!peak[list].is_array()) return false;
     for (const auto& s : peak[list])
       if (!s.is_object() || !s.contains(name) || !s[name].is_string() ||
-          !uint_at(s, "bytes", kMaxExact) || !uint_at(s, "count", kMaxExact))
+          !uint_at(s, field::bytes, kMaxExact) || !uint_at(s, field::count, kMaxExact))
         return false;
     return true;
   };
   auto device_ok = [&](const json& d) {
-    return uint_at(d, "index", UINT32_MAX) && d.contains("peak") &&
-           uint_at(d["peak"], "bytes", UINT64_MAX) && groups_ok(d["peak"], "by_site", "site");
+    return uint_at(d, field::index, UINT32_MAX) && d.contains(field::peak) &&
+           uint_at(d[field::peak], field::bytes, UINT64_MAX) && groups_ok(d[field::peak], field::by_site, field::site);
   };
   const char* bad_libraries = "a peak.by_library entry without library, bytes or count";
-  for (const char* key : {"devices", "processes", "leaks", "oom"})
+  for (const char* key : {field::devices, field::processes, field::leaks, field::oom})
     if (!r.contains(key) || !r[key].is_array()) return std::string("no \"") + key + "\" array";
-  for (const auto& d : r["devices"]) {
-    if (!device_ok(d) || !d.contains("name") || !d["name"].is_string())
+  for (const auto& d : r[field::devices]) {
+    if (!device_ok(d) || !d.contains(field::name) || !d[field::name].is_string())
       return "a device without index, name or peak.bytes";
-    if (!groups_ok(d["peak"], "by_library", "library")) return bad_libraries;
+    if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
   }
-  for (const auto& p : r["processes"]) {
-    if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array())
+  for (const auto& p : r[field::processes]) {
+    if (!p.is_object() || !p.contains(field::devices) || !p[field::devices].is_array())
       return "a process without devices";
-    for (const auto& d : p["devices"]) {
-      if (!device_ok(d) || !d["peak"].contains("by_site"))
+    for (const auto& d : p[field::devices]) {
+      if (!device_ok(d) || !d[field::peak].contains(field::by_site))
         return "a process's device without index or peak";
-      if (!groups_ok(d["peak"], "by_library", "library")) return bad_libraries;
+      if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
     }
     // unprofiled_processes() reads these.
-    if ((p.contains("profiled") && !p["profiled"].is_boolean()) ||
-        (p.contains("not_profiled_reason") && !p["not_profiled_reason"].is_string()) ||
-        (p.contains("notices") &&
-         (!p["notices"].is_array() ||
-          !std::all_of(p["notices"].begin(), p["notices"].end(),
+    if ((p.contains(field::profiled) && !p[field::profiled].is_boolean()) ||
+        (p.contains(field::not_profiled_reason) && !p[field::not_profiled_reason].is_string()) ||
+        (p.contains(field::notices) &&
+         (!p[field::notices].is_array() ||
+          !std::all_of(p[field::notices].begin(), p[field::notices].end(),
                        [](const json& n) { return n.is_string(); }))) ||
-        (p.contains("pid") && !p["pid"].is_number_unsigned()) ||
-        (p.contains("exe") && !p["exe"].is_string()))
+        (p.contains(field::pid) && !p[field::pid].is_number_unsigned()) ||
+        (p.contains(field::exe) && !p[field::exe].is_string()))
       return "a process whose pid, exe, profiled, not_profiled_reason or notices are of the "
              "wrong type";
-    if (p.contains("ranks")) {
-      if (!p["ranks"].is_object()) return "ranks that are not an object";
-      for (const auto& [k, v] : p["ranks"].items())
+    if (p.contains(field::ranks)) {
+      if (!p[field::ranks].is_object()) return "ranks that are not an object";
+      for (const auto& [k, v] : p[field::ranks].items())
         if (!v.is_string()) return "a rank that is not a string";
     }
   }
-  for (const auto& l : r["leaks"])
-    if (!uint_at(l, "bytes", kMaxExact)) return "a leak without bytes";
+  for (const auto& l : r[field::leaks])
+    if (!uint_at(l, field::bytes, kMaxExact)) return "a leak without bytes";
   // compare() reads these three when both runs have a worst rank.
-  if (r.contains("worst_rank")) {
-    const json& w = r["worst_rank"];
-    if (!w.is_object() || !w.contains("rank") || !uint_at(w, "peak_bytes", UINT64_MAX) ||
-        !uint_at(w, "device", UINT32_MAX))
+  if (r.contains(field::worst_rank)) {
+    const json& w = r[field::worst_rank];
+    if (!w.is_object() || !w.contains(field::rank) || !uint_at(w, field::peak_bytes, UINT64_MAX) ||
+        !uint_at(w, field::device, UINT32_MAX))
       return "a worst_rank without rank, peak_bytes or device";
   }
   return {};
@@ -384,10 +385,10 @@ json load_report(const std::string& path, const std::string& role) {
   } catch (const collector::TraceError& e) {
     throw CheckError(role + " " + path + ": " + e.what());
   }
-  if (!r.is_object() || !r.contains("schema"))
+  if (!r.is_object() || !r.contains(field::schema))
     throw CheckError(role + " " + path + ": not a vramtrace report (no \"schema\" key)");
-  if (r["schema"] != kSchema)
-    throw CheckError(role + " " + path + ": report schema " + r["schema"].dump() +
+  if (r[field::schema] != kSchema)
+    throw CheckError(role + " " + path + ": report schema " + r[field::schema].dump() +
                      ", this vramtrace reads \"" + kSchema + "\"");
   std::string problem = malformed(r);
   if (!problem.empty()) throw CheckError(role + " " + path + ": malformed report (" + problem + ")");
@@ -396,19 +397,19 @@ json load_report(const std::string& path, const std::string& role) {
 
 std::vector<std::string> unprofiled_processes(const json& r) {
   std::vector<std::string> out;
-  for (const auto& p : r["processes"]) {
+  for (const auto& p : r[field::processes]) {
     std::string reason;
-    if (p.contains("profiled")) {
-      if (p["profiled"].get<bool>()) continue;
-      reason = p.value("not_profiled_reason", std::string());
-    } else if (p.contains("notices") && !p["notices"].empty()) {
-      reason = p["notices"][0].get<std::string>();  // a report from before "profiled"
+    if (p.contains(field::profiled)) {
+      if (p[field::profiled].get<bool>()) continue;
+      reason = p.value(field::not_profiled_reason, std::string());
+    } else if (p.contains(field::notices) && !p[field::notices].empty()) {
+      reason = p[field::notices][0].get<std::string>();  // a report from before "profiled"
     } else {
       continue;
     }
-    std::string exe = p.value("exe", std::string());
+    std::string exe = p.value(field::exe, std::string());
     exe = exe.substr(exe.find_last_of('/') + 1);
-    std::string pid = p.contains("pid") ? std::to_string(p["pid"].get<uint64_t>()) : "?";
+    std::string pid = p.contains(field::pid) ? std::to_string(p[field::pid].get<uint64_t>()) : "?";
     out.push_back("pid " + pid + (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
                   (reason.empty() ? "no reason given" : printable(reason)));
   }
@@ -454,11 +455,11 @@ const char* signal_name(int sig) {
 
 // run.command as one line, or "" when the report has none (a report of traces).
 std::string command_of(const json& r) {
-  if (!r.is_object() || !r.contains("run") || !r["run"].is_object() ||
-      !r["run"].contains("command") || !r["run"]["command"].is_array())
+  if (!r.is_object() || !r.contains(field::run) || !r[field::run].is_object() ||
+      !r[field::run].contains(field::command) || !r[field::run][field::command].is_array())
     return {};
   std::string out;
-  for (const auto& a : r["run"]["command"]) {
+  for (const auto& a : r[field::run][field::command]) {
     if (!a.is_string()) return {};
     out += (out.empty() ? "" : " ") + a.get<std::string>();
   }
@@ -466,10 +467,10 @@ std::string command_of(const json& r) {
 }
 
 std::optional<int64_t> run_int(const json& r, const char* key) {
-  if (!r.contains("run") || !r["run"].is_object() || !r["run"].contains(key) ||
-      !r["run"][key].is_number_integer())
+  if (!r.contains(field::run) || !r[field::run].is_object() || !r[field::run].contains(key) ||
+      !r[field::run][key].is_number_integer())
     return std::nullopt;
-  return r["run"][key].get<int64_t>();
+  return r[field::run][key].get<int64_t>();
 }
 
 }  // namespace
@@ -480,19 +481,19 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
   std::vector<std::string> why;
   if (!candidate.is_object() || !baseline.is_object()) return {"not a report"};
   const json no_list = json::array();
-  const json& procs = candidate.contains("processes") && candidate["processes"].is_array()
-                          ? candidate["processes"]
+  const json& procs = candidate.contains(field::processes) && candidate[field::processes].is_array()
+                          ? candidate[field::processes]
                           : no_list;
   auto exe_of = [](const json& p) {
-    std::string exe = p.contains("exe") && p["exe"].is_string() ? p["exe"].get<std::string>() : "";
+    std::string exe = p.contains(field::exe) && p[field::exe].is_string() ? p[field::exe].get<std::string>() : "";
     exe = exe.substr(exe.find_last_of('/') + 1);
-    std::string pid = p.contains("pid") && p["pid"].is_number_unsigned()
-                          ? std::to_string(p["pid"].get<uint64_t>())
+    std::string pid = p.contains(field::pid) && p[field::pid].is_number_unsigned()
+                          ? std::to_string(p[field::pid].get<uint64_t>())
                           : "?";
     return "pid " + pid + (exe.empty() ? "" : " (" + exe + ")");
   };
-  const std::optional<int64_t> exit_code = run_int(candidate, "exit_code");
-  const std::optional<int64_t> sig = run_int(candidate, "signal");
+  const std::optional<int64_t> exit_code = run_int(candidate, field::exit_code);
+  const std::optional<int64_t> sig = run_int(candidate, field::signal);
   if (procs.empty()) {
     std::string how;
     if (exit_code == 127) how = " (the command exited 127: not found)";
@@ -500,18 +501,18 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
                   "vramtrace" + how);
   }
   // Devices the baseline was measured on and the candidate was not.
-  if (!unprofiled && candidate.contains("devices") && candidate["devices"].is_array() &&
-      baseline.contains("devices") && baseline["devices"].is_array()) {
+  if (!unprofiled && candidate.contains(field::devices) && candidate[field::devices].is_array() &&
+      baseline.contains(field::devices) && baseline[field::devices].is_array()) {
     std::set<uint64_t> have;
-    for (const auto& d : candidate["devices"])
-      if (d.is_object() && d.contains("index") && d["index"].is_number_unsigned())
-        have.insert(d["index"].get<uint64_t>());
-    for (const auto& d : baseline["devices"]) {
-      if (!d.is_object() || !d.contains("index") || !d["index"].is_number_unsigned()) continue;
-      uint64_t i = d["index"].get<uint64_t>();
+    for (const auto& d : candidate[field::devices])
+      if (d.is_object() && d.contains(field::index) && d[field::index].is_number_unsigned())
+        have.insert(d[field::index].get<uint64_t>());
+    for (const auto& d : baseline[field::devices]) {
+      if (!d.is_object() || !d.contains(field::index) || !d[field::index].is_number_unsigned()) continue;
+      uint64_t i = d[field::index].get<uint64_t>();
       if (have.count(i) || (only_device && *only_device != i)) continue;
-      std::string name = d.contains("name") && d["name"].is_string()
-                             ? " (" + d["name"].get<std::string>() + ")"
+      std::string name = d.contains(field::name) && d[field::name].is_string()
+                             ? " (" + device_name(d) + ")"
                              : "";
       why.push_back("no measurement for device " + std::to_string(i) + name +
                     ", which the baseline has");
@@ -530,20 +531,20 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
   }
   for (const auto& p : procs) {
     if (!p.is_object()) continue;
-    const bool cut = p.contains("cut_short") && p["cut_short"].is_boolean()
-                         ? p["cut_short"].get<bool>()
-                         : (p.contains("clean_exit") && p["clean_exit"].is_boolean() &&
-                            !p["clean_exit"].get<bool>());
+    const bool cut = p.contains(field::cut_short) && p[field::cut_short].is_boolean()
+                         ? p[field::cut_short].get<bool>()
+                         : (p.contains(field::clean_exit) && p[field::clean_exit].is_boolean() &&
+                            !p[field::clean_exit].get<bool>());
     if (cut) why.push_back("cut short: " + exe_of(p) + " did not exit cleanly");
   }
-  if (candidate.contains("run") && candidate["run"].is_object()) {
-    const json& run = candidate["run"];
-    if (run.contains("problems") && run["problems"].is_array())
-      for (const auto& problem : run["problems"])
+  if (candidate.contains(field::run) && candidate[field::run].is_object()) {
+    const json& run = candidate[field::run];
+    if (run.contains(field::problems) && run[field::problems].is_array())
+      for (const auto& problem : run[field::problems])
         if (problem.is_string()) why.push_back("damaged trace: " + problem.get<std::string>());
     // Whatever else made the report say so (a report of a later version, say).
-    if (why.empty() && run.contains("complete") && run["complete"].is_boolean() &&
-        !run["complete"].get<bool>())
+    if (why.empty() && run.contains(field::complete) && run[field::complete].is_boolean() &&
+        !run[field::complete].get<bool>())
       why.push_back("cut short: the report says the run is not complete");
   }
   // Each reason may quote the program (its command line, executable, device name): one line,
@@ -583,34 +584,34 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* c = cdev.count(i) ? cdev[i] : nullptr;
     const json* any = c ? c : b;
     std::string scope =
-        "device " + std::to_string(i) + " (" + printable((*any)["name"].get<std::string>()) + ")";
+        "device " + std::to_string(i) + " (" + printable((*any)[field::name].get<std::string>()) + ")";
     Comparison row = compare_one(scope, i, b, c, budgets);
-    row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
-    row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
+    row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
+    row.library_changes = group_changes(baseline, b, candidate, c, field::by_library, field::library);
     result.rows.push_back(std::move(row));
   }
 
   // Ranks: when the runs have several processes with a rank, each rank's devices too.
   auto ranked = [](const json& r) {
     std::map<std::pair<std::string, uint32_t>, const json*> out;
-    if (r["processes"].size() < 2) return out;
-    for (const auto& p : r["processes"]) {
+    if (r[field::processes].size() < 2) return out;
+    for (const auto& p : r[field::processes]) {
       std::string rank = rank_of(p);
       if (rank.empty()) continue;
-      for (const auto& d : p["devices"]) out[{rank, d["index"].get<uint32_t>()}] = &d;
+      for (const auto& d : p[field::devices]) out[{rank, device_index(d)}] = &d;
     }
     return out;
   };
   // The worst rank of each run, whichever rank that is.
-  if (baseline.contains("worst_rank") && candidate.contains("worst_rank") && !budgets.only_device) {
-    json bw = {{"peak", {{"bytes", baseline["worst_rank"]["peak_bytes"]}}}};
-    json cw = {{"peak", {{"bytes", candidate["worst_rank"]["peak_bytes"]}}}};
+  if (baseline.contains(field::worst_rank) && candidate.contains(field::worst_rank) && !budgets.only_device) {
+    json bw = {{field::peak, {{field::bytes, baseline[field::worst_rank][field::peak_bytes]}}}};
+    json cw = {{field::peak, {{field::bytes, candidate[field::worst_rank][field::peak_bytes]}}}};
     // A rank from a trace is the process's environment: any bytes, not always UTF-8.
     auto rank = [](const json& r) {
-      return printable(r["worst_rank"]["rank"].dump(-1, ' ', false, json::error_handler_t::replace));
+      return printable(r[field::worst_rank][field::rank].dump(-1, ' ', false, json::error_handler_t::replace));
     };
     std::string scope = "worst rank (rank " + rank(baseline) + " -> rank " + rank(candidate) + ")";
-    uint32_t dev = candidate["worst_rank"]["device"].get<uint32_t>();
+    uint32_t dev = candidate[field::worst_rank][field::device].get<uint32_t>();
     result.rows.push_back(compare_one(scope, dev, &bw, &cw, budgets));
   }
   auto br = ranked(baseline), cr = ranked(candidate);
@@ -623,8 +624,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* c = cr.count(k) ? cr[k] : nullptr;
     std::string scope = "rank " + printable(k.first) + ", device " + std::to_string(k.second);
     Comparison row = compare_one(scope, k.second, b, c, budgets);
-    row.changes = group_changes(baseline, b, candidate, c, "by_site", "site");
-    row.library_changes = group_changes(baseline, b, candidate, c, "by_library", "library");
+    row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
+    row.library_changes = group_changes(baseline, b, candidate, c, field::by_library, field::library);
     result.rows.push_back(std::move(row));
   }
   result.incomplete =
@@ -792,10 +793,10 @@ std::string check_junit(const CheckResult& r) {
 }
 
 std::string diff_text(const json& a, const json& b, const CheckResult& r) {
-  std::string out = "vramtrace diff: A has " + std::to_string(a["devices"].size()) +
-                    " device(s), " + std::to_string(a["processes"].size()) +
-                    " process(es); B has " + std::to_string(b["devices"].size()) + " device(s), " +
-                    std::to_string(b["processes"].size()) + " process(es)\n";
+  std::string out = "vramtrace diff: A has " + std::to_string(a[field::devices].size()) +
+                    " device(s), " + std::to_string(a[field::processes].size()) +
+                    " process(es); B has " + std::to_string(b[field::devices].size()) + " device(s), " +
+                    std::to_string(b[field::processes].size()) + " process(es)\n";
   for (const auto& c : r.rows) {
     out += c.scope + ": peak " + (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") +
            " -> " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
@@ -812,13 +813,13 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
   }
   auto final_bytes = [](const json& r) {
     uint64_t t = 0;
-    for (const auto& l : r["leaks"]) t += l["bytes"].get<uint64_t>();
+    for (const auto& l : r[field::leaks]) t += l[field::bytes].get<uint64_t>();
     return t;
   };
   out += "leak suspects: " + human_bytes(final_bytes(a)) + " -> " + human_bytes(final_bytes(b)) +
          "\n";
-  out += "out-of-memory events: " + std::to_string(a["oom"].size()) + " -> " +
-         std::to_string(b["oom"].size()) + "\n";
+  out += "out-of-memory events: " + std::to_string(a[field::oom].size()) + " -> " +
+         std::to_string(b[field::oom].size()) + "\n";
   for (const auto& p : unprofiled_processes(a))
     out += "A NOT PROFILED (its device memory is unknown): " + p + "\n";
   for (const auto& p : unprofiled_processes(b))

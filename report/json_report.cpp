@@ -1,5 +1,6 @@
 // Rendering the collector's model as report.json (see json_report.h).
 #include "report/json_report.h"
+#include "report/report_keys.h"
 #include "report/torch_json.h"
 #include "collector/diagnosis.h"
 
@@ -479,7 +480,7 @@ json pools_json(const collector::DeviceModel& d) {
 
 // The rank of a process from its launcher's environment (torchrun, Slurm, Open MPI, PMI).
 std::optional<std::string> rank_of(const ProcessModel& p) {
-  for (const char* key : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+  for (const char* key : kRankVariables)
     for (const auto& [k, v] : p.ranks)
       if (k == key) return v;
   return std::nullopt;
@@ -1106,38 +1107,38 @@ json to_json(const Run& run, const RunInfo& info) {
 std::string summary_text(const json& r) {
   std::string out;
   char line[512];
-  if (r["run"].value("stand_in", false))
+  if (r[field::run].value(field::stand_in, false))
     out += "vramtrace: NOTE: recorded on the CPU stand-in for CUDA, not on a real GPU\n";
   // First: what is not in the report qualifies every figure after it.
   size_t not_profiled = 0;
-  for (const auto& p : r["processes"]) {
-    if (p.value("profiled", true)) continue;
+  for (const auto& p : r[field::processes]) {
+    if (p.value(field::profiled, true)) continue;
     if (++not_profiled > kMaxNotProfiledLines) continue;
-    std::string exe = p["exe"].get<std::string>();
+    std::string exe = p[field::exe].get<std::string>();
     exe = exe.substr(exe.find_last_of('/') + 1);
-    out += "vramtrace: NOT PROFILED: pid " + std::to_string(p["pid"].get<uint64_t>()) +
+    out += "vramtrace: NOT PROFILED: pid " + std::to_string(p[field::pid].get<uint64_t>()) +
            (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
-           printable(p["not_profiled_reason"].get<std::string>()) + "\n";
+           printable(p[field::not_profiled_reason].get<std::string>()) + "\n";
   }
   if (not_profiled > kMaxNotProfiledLines)
     out += "vramtrace: NOT PROFILED: " + std::to_string(not_profiled - kMaxNotProfiledLines) +
            " more process(es) (processes[].not_profiled_reason in report.json)\n";
   if (not_profiled)
     out += "vramtrace: WARNING: " + std::to_string(not_profiled) + " of " +
-           std::to_string(r["processes"].size()) +
+           std::to_string(r[field::processes].size()) +
            " process(es) not profiled: the device memory they used is unknown and not in this "
            "report\n";
-  else if (r["devices"].empty())
+  else if (r[field::devices].empty())
     out += "vramtrace: no CUDA device memory was used\n";
   // Launches off: say so once, naming the processes when only some of them were.
   std::vector<std::string> no_launches;
-  for (const auto& p : r["processes"])
-    if (p.contains("launches") && p["launches"].is_object() &&
-        p["launches"].value("recorded", true) == false && p.contains("pid"))
-      no_launches.push_back(p["pid"].dump());
+  for (const auto& p : r[field::processes])
+    if (p.contains(field::launches) && p[field::launches].is_object() &&
+        p[field::launches].value(field::recorded, true) == false && p.contains(field::pid))
+      no_launches.push_back(p[field::pid].dump());
   if (!no_launches.empty()) {
     std::string who;
-    if (no_launches.size() < r["processes"].size()) {
+    if (no_launches.size() < r[field::processes].size()) {
       who = " in pid";
       for (size_t i = 0; i < no_launches.size() && i < kMaxNotProfiledLines; ++i)
         who += (i ? ", " : " ") + no_launches[i];
@@ -1147,24 +1148,24 @@ std::string summary_text(const json& r) {
            " (--launches=off): no launch counts, no kernel at the peak, no iterations from the "
            "launch rhythm\n";
   }
-  for (const auto& d : r["devices"]) {
-    uint64_t peak = d["peak"]["bytes"].get<uint64_t>();
-    uint64_t total = d["total_bytes"].get<uint64_t>();
-    double at_s = static_cast<double>(d["peak"]["time_ns"].get<uint64_t>()) / 1e9;
-    std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", d["index"].get<unsigned>(),
-                  printable(d["name"].get<std::string>()).substr(0, 300).c_str(),
+  for (const auto& d : r[field::devices]) {
+    uint64_t peak = peak_bytes(d);
+    uint64_t total = total_bytes(d);
+    double at_s = static_cast<double>(peak_time_ns(d)) / 1e9;
+    std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", device_index(d),
+                  printable(device_name(d)).substr(0, 300).c_str(),
                   human_bytes(peak).c_str());
     out += line;
     // Against the effective limit when the run had a tighter one than the card.
     const json* lim = nullptr;
-    if (r.contains("diagnosis") && r["diagnosis"].contains("limit") &&
-        r["diagnosis"]["device"] == d["index"] && r["diagnosis"]["limit"]["kind"] != "device")
-      lim = &r["diagnosis"]["limit"];
+    if (r.contains(field::diagnosis) && r[field::diagnosis].contains(field::limit) &&
+        r[field::diagnosis][field::device] == d[field::index] && r[field::diagnosis][field::limit][field::kind] != "device")
+      lim = &r[field::diagnosis][field::limit];
     if (lim) {
-      const uint64_t lb = (*lim)["bytes"].get<uint64_t>();
+      const uint64_t lb = (*lim)[field::bytes].get<uint64_t>();
       std::snprintf(line, sizeof line, " of its %s limit (%.1f%%; %s)", human_bytes(lb).c_str(),
                     lb ? 100.0 * static_cast<double>(peak) / static_cast<double>(lb) : 0.0,
-                    (*lim)["title"].get<std::string>().c_str());
+                    (*lim)[field::title].get<std::string>().c_str());
       out += line;
     } else if (total) {
       std::snprintf(line, sizeof line, " of %s (%.1f%%)", human_bytes(total).c_str(),
@@ -1172,17 +1173,17 @@ std::string summary_text(const json& r) {
       out += line;
     }
     bool died_here = false;  // a process on this device died holding memory
-    if (r.contains("live_at_death"))
-      for (const auto& l : r["live_at_death"]) died_here = died_here || l["device"] == d["index"];
+    if (r.contains(field::live_at_death))
+      for (const auto& l : r[field::live_at_death]) died_here = died_here || l[field::device] == d[field::index];
     std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end%s\n", at_s,
-                  human_bytes(d["final_live_bytes"].get<uint64_t>()).c_str(),
+                  human_bytes(final_live_bytes(d)).c_str(),
                   died_here ? " (the program died holding it)" : "");
     out += line;
-    if (d.contains("categories")) {
+    if (d.contains(field::categories)) {
       // What the memory was at the peak, largest first.
       std::vector<std::pair<uint64_t, std::string>> cats;
-      for (auto& [k, v] : d["categories"]["at_peak"].items())
-        if (v.get<uint64_t>()) cats.push_back({v.get<uint64_t>(), d["categories"]["titles"].value(k, k)});
+      for (auto& [k, v] : d[field::categories][field::at_peak].items())
+        if (v.get<uint64_t>()) cats.push_back({v.get<uint64_t>(), d[field::categories][field::titles].value(k, k)});
       std::sort(cats.rbegin(), cats.rend());
       std::string text = "vramtrace:   at the peak:";
       for (size_t i = 0; i < cats.size() && i < 5; ++i)
@@ -1194,38 +1195,38 @@ std::string summary_text(const json& r) {
   // fatal one gets the diagnosis: where, why, and what to do.
   bool any_fatal = false;
   uint64_t survived = 0;
-  for (const auto& o : r["oom"]) any_fatal = any_fatal || o.value("fatal", false);
-  for (const auto& o : r["oom"]) {
-    if (any_fatal && !o.value("fatal", false)) {
+  for (const auto& o : r[field::oom]) any_fatal = any_fatal || o.value(field::fatal, false);
+  for (const auto& o : r[field::oom]) {
+    if (any_fatal && !o.value(field::fatal, false)) {
       ++survived;
       continue;
     }
     std::snprintf(line, sizeof line,
                   "vramtrace: OUT OF MEMORY on device %u: %s requested with %s live (pid %llu)\n",
-                  o["device"].get<unsigned>(),
-                  human_bytes(o["requested_bytes"].get<uint64_t>()).c_str(),
-                  human_bytes(o["live_bytes"].get<uint64_t>()).c_str(),
-                  static_cast<unsigned long long>(o["pid"].get<uint64_t>()));
-    if (o.value("recovered", false)) {
+                  o[field::device].get<unsigned>(),
+                  human_bytes(requested_bytes(o)).c_str(),
+                  human_bytes(o[field::live_bytes].get<uint64_t>()).c_str(),
+                  static_cast<unsigned long long>(o[field::pid].get<uint64_t>()));
+    if (o.value(field::recovered, false)) {
       std::snprintf(line, sizeof line,
                     "vramtrace: device %u: a %s request failed and was retried after the "
                     "allocator freed its cache (not an OOM of the program)\n",
-                    o["device"].get<unsigned>(),
-                    human_bytes(o["requested_bytes"].get<uint64_t>()).c_str());
+                    o[field::device].get<unsigned>(),
+                    human_bytes(requested_bytes(o)).c_str());
       out += line;
       continue;
     }
     out += line;
-    if (o.contains("phase")) {
-      std::string where = "vramtrace:   when: " + o["phase"].get<std::string>();
-      if (o.contains("module")) where += " of " + o["module"].get<std::string>();
-      if (o.contains("iteration") && o["iteration"].get<int64_t>() >= 0)
-        where += ", iteration " + std::to_string(o["iteration"].get<int64_t>());
-      if (o.contains("python_site")) where += ", at " + o["python_site"].get<std::string>();
+    if (o.contains(field::phase)) {
+      std::string where = "vramtrace:   when: " + o[field::phase].get<std::string>();
+      if (o.contains(field::module)) where += " of " + o[field::module].get<std::string>();
+      if (o.contains(field::iteration) && o[field::iteration].get<int64_t>() >= 0)
+        where += ", iteration " + std::to_string(o[field::iteration].get<int64_t>());
+      if (o.contains(field::python_site)) where += ", at " + o[field::python_site].get<std::string>();
       out += where + "\n";
     }
-    if (o.contains("findings") && !o["findings"].empty())
-      out += "vramtrace:   likely cause: " + printable(o["findings"][0]["title"].get<std::string>()) +
+    if (o.contains(field::findings) && !o[field::findings].empty())
+      out += "vramtrace:   likely cause: " + printable(o[field::findings][0][field::title].get<std::string>()) +
              "\n";
   }
   if (survived) {
@@ -1235,35 +1236,35 @@ std::string summary_text(const json& r) {
                   static_cast<unsigned long long>(survived));
     out += line;
   }
-  if (r.contains("diagnosis") && r["diagnosis"].contains("remedies")) {
-    const json& dg = r["diagnosis"];
+  if (r.contains(field::diagnosis) && r[field::diagnosis].contains(field::remedies)) {
+    const json& dg = r[field::diagnosis];
     size_t n = 0;
-    for (const auto& m : dg["remedies"]) {
+    for (const auto& m : dg[field::remedies]) {
       if (n++ == 3) break;
-      out += "vramtrace:   remedy: " + m["title"].get<std::string>() + ": saves " +
-             human_bytes(m["saves_bytes"].get<uint64_t>()) + " (" + m["how"].get<std::string>() + ")\n";
+      out += "vramtrace:   remedy: " + m[field::title].get<std::string>() + ": saves " +
+             human_bytes(m[field::saves_bytes].get<uint64_t>()) + " (" + m[field::how].get<std::string>() + ")\n";
     }
   }
-  if (r.contains("worst_rank")) {
-    const json& w = r["worst_rank"];
+  if (r.contains(field::worst_rank)) {
+    const json& w = r[field::worst_rank];
     std::snprintf(line, sizeof line,
                   "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
-                  r["ranks"].size(),
-                  printable(w["rank"].dump(-1, ' ', false, json::error_handler_t::replace))
+                  r[field::ranks].size(),
+                  printable(w[field::rank].dump(-1, ' ', false, json::error_handler_t::replace))
                       .substr(0, 100)
                       .c_str(),
-                  human_bytes(w["peak_bytes"].get<uint64_t>()).c_str(), w["device"].get<unsigned>(),
-                  r["rank_imbalance"]["max_over_mean"].get<double>());
+                  human_bytes(w[field::peak_bytes].get<uint64_t>()).c_str(), w[field::device].get<unsigned>(),
+                  r[field::rank_imbalance][field::max_over_mean].get<double>());
     out += line;
   }
   uint64_t leak_bytes = 0, leak_count = 0;
-  for (const auto& l : r["leaks"]) {
-    leak_bytes += l["bytes"].get<uint64_t>();
-    leak_count += l["count"].get<uint64_t>();
+  for (const auto& l : r[field::leaks]) {
+    leak_bytes += l[field::bytes].get<uint64_t>();
+    leak_count += l[field::count].get<uint64_t>();
   }
   uint64_t dead_bytes = 0;
-  if (r.contains("live_at_death"))
-    for (const auto& l : r["live_at_death"]) dead_bytes += l["bytes"].get<uint64_t>();
+  if (r.contains(field::live_at_death))
+    for (const auto& l : r[field::live_at_death]) dead_bytes += l[field::bytes].get<uint64_t>();
   if (dead_bytes)
     out += "vramtrace: " + human_bytes(dead_bytes) +
            " was live when the process died (not counted as leaks)\n";
@@ -1273,22 +1274,22 @@ std::string summary_text(const json& r) {
                   static_cast<unsigned long long>(leak_count), human_bytes(leak_bytes).c_str());
     out += line;
   }
-  if (r.contains("growth")) {
+  if (r.contains(field::growth)) {
     // The five fastest sites, then the total of the rest (a graph kept alive grows at every
     // module of the model: dozens of sites).
     size_t n = 0;
     uint64_t rest = 0, rest_sites = 0;
-    for (const auto& g : r["growth"]) {
+    for (const auto& g : r[field::growth]) {
       if (n++ >= 5) {
-        rest += g["bytes_per_iteration"].get<uint64_t>();
+        rest += g[field::bytes_per_iteration].get<uint64_t>();
         ++rest_sites;
         continue;
       }
       std::snprintf(line, sizeof line,
                     "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
-                    human_bytes(g["bytes_per_iteration"].get<uint64_t>()).c_str(),
-                    static_cast<long long>(g["iterations"].get<int64_t>()),
-                    printable(g["site"].get<std::string>()).substr(0, 300).c_str());
+                    human_bytes(g[field::bytes_per_iteration].get<uint64_t>()).c_str(),
+                    static_cast<long long>(g[field::iterations].get<int64_t>()),
+                    printable(g[field::site].get<std::string>()).substr(0, 300).c_str());
       out += line;
     }
     if (rest_sites) {
@@ -1299,17 +1300,17 @@ std::string summary_text(const json& r) {
       out += line;
     }
   }
-  for (const auto& p : r["processes"])
-    if (p.value("still_running", false) && p.contains("pid"))
-      out += "vramtrace: NOTE: pid " + p["pid"].dump() +
+  for (const auto& p : r[field::processes])
+    if (p.value(field::still_running, false) && p.contains(field::pid))
+      out += "vramtrace: NOTE: pid " + p[field::pid].dump() +
              " was still running when the report was written: what it held then is not counted "
              "as leaked\n";
-  if (r["run"]["dropped_events"].get<uint64_t>()) {
+  if (r[field::run][field::dropped_events].get<uint64_t>()) {
     std::snprintf(line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
-                  static_cast<unsigned long long>(r["run"]["dropped_events"].get<uint64_t>()));
+                  static_cast<unsigned long long>(r[field::run][field::dropped_events].get<uint64_t>()));
     out += line;
   }
-  for (const auto& p : r["run"]["problems"])
+  for (const auto& p : r[field::run][field::problems])
     out += "vramtrace: WARNING: " + printable(p.get<std::string>()) + "\n";
   return out;
 }

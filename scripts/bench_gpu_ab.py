@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The launch-bound step with one thing switched on and off inside each process (issue 8: the
+"""The launch-bound step with one thing switched on and off inside each process (because the
 step's spread from one process to the next on the GPU machine, 10 to 16 ms, is larger than the
 3 % to be measured). Runs tests/gpu/bench_torch.py launch_bound_ab REPEATS times for each of:
 
@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-LAUNCHES_PER_STEP = 801  # vramtrace's count on this step (bench_gpu.py prints it)
+LAUNCHES_PER_STEP = 801  # vramtrace's count on this step (bench/gpu.py prints it)
 
 
 def main():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The in-process A/B runs of issue 8 for one call on the GPU machine: what each switched thing
+# The in-process A/B runs of the launch overhead for one call on the GPU machine: what each switched thing
 # costs per cached PyTorch tensor (alloc_cached_ab) and per launch on the launch-bound step
 # (launch_bound_ab). Needs `cmake --build build --target vt_bench_libs`. Each run's line is
 # printed as it ends; the tables at the end of each part.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8's open question, on a GPU: do a program's launches all go through cuLaunchKernel
+# Whether launches could be recorded below CUPTI's callback cost, on a GPU: do a program's launches all go through cuLaunchKernel
 # pointers that cudart fetches with cuGetProcAddress after the injection library is loaded?
 # Runs bench/procaddress_probe.cpp's library (`cmake --build build --target vt_bench_libs`) in
 # front of basic.cu built with static and with shared cudart, and a PyTorch launch-bound

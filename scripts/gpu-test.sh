@@ -36,7 +36,7 @@ python3 "$ROOT/scripts/gpu_check.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out
   --torch-script "$ROOT/tests/gpu/torch_train.py" \
   --torch-peak-script "$ROOT/tests/gpu/torch_peak.py"
 status=$?
-# The allocator's view (issue 6): fragmentation, growth across iterations, another process.
+# The allocator's view: fragmentation, growth across iterations, another process.
 python3 "$ROOT/scripts/gpu_check_allocator.py" --build "$BUILD" --out "$OUT_DIR" \
   --scripts "$ROOT/tests/gpu" || status=1
 exit $status

@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test vramtrace, then configures and
 # builds it in ./build. Safe to run again: it installs only what is missing.
 #   scripts/setup.sh              (as root, or a user with sudo)
-#   scripts/setup.sh --with-fuzz  also clang-14 and libFuzzer, for scripts/fuzz.sh (scripts/test.sh)
+#   scripts/setup.sh --with-fuzz  also clang-14 and libFuzzer, for tests/fuzz.sh (tests/test.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -11,7 +11,7 @@ SUDO=""
 
 packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
   libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev
-          chromium python3-venv python3-pytest python3-pytest-xdist)
+          chromium python3-venv python3-pytest python3-pytest-xdist python3-jsonschema)
 [[ ${1:-} == --with-fuzz ]] && packages+=(clang-14 libclang-rt-14-dev)
 command -v npm >/dev/null || packages+=(nodejs npm)
 command -v python3 >/dev/null || packages+=(python3)  # the reliability tests are Python scripts

@@ -81,11 +81,23 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// A JSON file (a report.json), parsed; the file must exist.
+// A report.json conforms to its contract, report/report.schema.json: checked with a real
+// JSON Schema validator (tests/contract/validate_report.py, python3-jsonschema).
+inline void require_valid_report(const std::string& path) {
+  Result r = sh("python3 " + std::string(VT_SOURCE_DIR) + "/tests/contract/validate_report.py '" +
+                path + "'");
+  INFO("report.schema.json: " << r.out);
+  REQUIRE(r.code() == 0);
+}
+
+// A JSON file (a report.json), parsed; the file must exist. A report (it names its schema) is
+// validated against the contract, so every report an end-to-end test reads is checked.
 inline nlohmann::json load_json(const std::string& path) {
   std::ifstream in(path);
   REQUIRE(in.good());
-  return nlohmann::json::parse(in);
+  nlohmann::json j = nlohmann::json::parse(in);
+  if (j.is_object() && j.contains("schema")) require_valid_report(path);
+  return j;
 }
 
 // The trace files (*.vtrace) in a directory, sorted by name.

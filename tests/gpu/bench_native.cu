@@ -1,4 +1,4 @@
-// Native GPU workloads for scripts/bench-gpu.sh; prints the median ns per operation as JSON.
+// Native GPU workloads for bench/gpu.sh; prints the median ns per operation as JSON.
 //   bench_native launch   200,000 launches of an empty kernel (ns per launch)
 //   bench_native async    200,000 cudaMallocAsync(1 MiB)/cudaFreeAsync pairs (ns per pair)
 //   bench_native clock    what the library's hot path is made of, on this machine, no CUDA:

@@ -1,4 +1,4 @@
-"""GPU workloads for scripts/bench-gpu.sh. Prints one JSON line: the median time of a step.
+"""GPU workloads for bench/gpu.sh. Prints one JSON line: the median time of a step.
 
   bench_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_cached_ab|alloc_bound [--record-history]
 

@@ -5,7 +5,7 @@
 //   VMM: cuMemCreate 2 MiB, map, release (still resident), unmap (gone)
 //   cudaMalloc 3 MiB kept to the end: final live 3 MiB.
 // Peak: 3 MiB + 2 MiB (the VMM handle, while mapped) = 5 MiB if the pitch allocation is
-// smaller than 2 MiB; the program prints the figures it expects.
+// smaller than 2 MiB; the program prints the figures it expects. The rest: expected.json, "apis".
 #include <cuda.h>
 #include "check.h"
 

@@ -1,6 +1,6 @@
 // Test program: a CUDA array of 256 x 256 floats (256 KiB by its descriptor) next to a 1 MiB
-// buffer; the array is freed, the buffer kept. Expected: cuArrayCreate 262144 bytes, freed;
-// peak 1 MiB + 256 KiB; final live 1 MiB.
+// buffer; the array is freed, the buffer kept.
+// Its figures: tests/programs/expected.json, "arrays".
 #include "check.h"
 
 int main() {

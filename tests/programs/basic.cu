@@ -1,7 +1,7 @@
-// Test program: known allocations, frees, launches and one leak.
-// Expected (device 0): peak 13 MiB with 3 allocations live (1 + 4 + 8 MiB), 4 cudaMalloc,
-// 3 cudaFree, 1 MiB leaked in 1 allocation, 3 launches of fill<float>, 64 KiB pinned host
-// memory allocated and freed. Exits with the code given as argv[1] (default 0).
+// Test program: known allocations, frees, launches and one leak (1 + 4 + 8 MiB live together,
+// one of them leaked), launches of fill<float>, pinned host memory allocated and freed. Exits
+// with the code given as argv[1] (default 0).
+// Its figures: tests/programs/expected.json, "basic".
 #include <cstdlib>
 #include "check.h"
 

@@ -1,6 +1,6 @@
 // Benchmark and test program: a training-like mix of CUDA events through the runtime, the
 // rhythm of bench/synth_trace.cpp, for what the library writes per event and what its writer
-// thread costs (scripts/bench-writer.sh), and for the compressed-vs-raw e2e test:
+// thread costs (bench/writer.sh), and for the compressed-vs-raw e2e test:
 //   64 weights of 1 to 4 MiB (cudaMalloc, 160 MiB, kept to the end), then ITERATIONS of: at
 //   every 100th a 256 MiB workspace (cudaMalloc + cudaFree), 6 activations of 2 to 6 MiB
 //   (cudaMallocAsync), 20 launches of 8 kernels, each followed by SPIN_NS of busy waiting (a

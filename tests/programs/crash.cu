@@ -1,4 +1,4 @@
-// Test program: allocates 5 MiB, launches once, then dies the way argv[1] says:
+// Test program: allocates 5 MiB, launches once (expected.json, "crash"), then dies as argv[1] says:
 // "abort" (SIGABRT), "kill" (SIGKILL to itself), "exit7" (_exit(7), skipping exit handlers),
 // "segv" (a store to address 0), "pipe" (a write to a pipe nobody reads: SIGPIPE), "handled"
 // (abort() with the program's own SIGABRT handler, installed before CUDA starts, which prints

@@ -1,6 +1,6 @@
 // Test program: goes out of memory on purpose. Run with a device capacity of 64 MiB (stand-in)
-// or pass the request size in MiB as argv[1] on a real GPU. Expected: 48 MiB live, then a
-// failed request of 32 MiB (or argv[1] MiB) with cudaErrorMemoryAllocation; exits 0.
+// or pass the request size in MiB as argv[1] on a real GPU: 48 MiB live, then a failed request
+// of 32 MiB (or argv[1] MiB); exits 0. Its figures: expected.json, "oom".
 #include <cstdlib>
 #include "check.h"
 

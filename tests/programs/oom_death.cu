@@ -4,7 +4,7 @@
 // the way argv[1] says: "abort", "segv" (a store to address 0), "throw" (an uncaught C++
 // exception: std::terminate, SIGABRT), "exit" (_exit(3): no exit handlers, no destructors),
 // "kill" (raise(SIGKILL)), "pipe" (a write to a pipe nobody reads: SIGPIPE). The report must
-// still hold the three allocations and the failed request.
+// still hold the three allocations and the failed request (expected.json, "oom_death").
 #include <signal.h>
 #include <unistd.h>
 

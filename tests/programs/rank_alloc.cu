@@ -1,5 +1,5 @@
 // Test program for ranks: allocates (RANK + 1) * 16 MiB, frees it, exits 0. Started several
-// times by tests/programs/launch_ranks.sh with RANK, LOCAL_RANK and WORLD_SIZE set.
+// times by launch_ranks.sh with RANK, LOCAL_RANK, WORLD_SIZE set (4 ranks: expected.json).
 #include <cstdlib>
 #include "check.h"
 

@@ -1,7 +1,7 @@
 // Test program: one process using two devices, like a model split across cuda:0 and cuda:1.
 // Device 0 gets 10 MiB, device 1 gets 20 MiB (argv[1], or else TWO_DEVICES_EXTRA_MIB from the
 // environment: the same command line for the CI gate, MiB more on device 1); all freed.
-// Expected: a peak per device, 10 MiB and (20 + extra) MiB. Needs two devices
+// Its figures: expected.json, "two_devices". Needs two devices
 // (VRAMTRACE_STANDIN_DEVICES=2 on the stand-in).
 #include <cstdlib>
 #include "check.h"

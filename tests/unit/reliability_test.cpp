@@ -1,5 +1,5 @@
 // Unit tests reproducing the bugs found by the reliability work (fuzzing, sanitizers, the kill
-// tests of tests/reliability): each case failed before its fix. See docs/RELIABILITY.md.
+// tests of tests/reliability): each case failed before its fix. See docs/history/RELIABILITY.md.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,7 +38,8 @@ TEST_CASE("budgets that are not numbers, or too large, are bad input, not a cras
   REQUIRE_THROWS_AS(report::parse_size("99999999999TiB"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("1e999%"), report::CheckError);
   REQUIRE_THROWS_AS(report::parse_increase("nan%"), report::CheckError);
-  // strtod's hexadecimal: 0x10% was 16% (rel3); 0x10 bytes a unit "x10".
+  // strtod's hexadecimal: 0x10% was read as 16% before budgets took decimal digits only;
+  // 0x10 bytes a unit "x10".
   REQUIRE_THROWS_WITH(report::parse_increase("0x10%"), "'0x10%' is not a percentage (example: 5%)");
   REQUIRE_THROWS_WITH(report::parse_size("0x10"),
                       "'0x10' is not a size (examples: 256MiB, 40GiB, 1048576)");
@@ -268,7 +269,7 @@ TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
 }
 
 TEST_CASE("a peak.by_library or worst_rank that compare cannot read is refused, not a crash") {
-  // Found by the bad-input survey of issue 7 (the fuzz seeds predated both keys): each of these
+  // Found by a survey of bad inputs (the fuzz seeds predated both keys): each of these
   // loaded, then compare() threw json::type_error out of main (exit 134) or read a missing key
   // of a const json (a worst_rank without peak_bytes: SIGSEGV in `vramtrace check`).
   const std::string head = R"({"schema":"vramtrace.report/1","processes":[],"leaks":[],"oom":[],)";

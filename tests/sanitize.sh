@@ -2,7 +2,7 @@
 # Builds vramtrace with sanitizers and runs the tests under them (docs/RELIABILITY.md):
 #   build-asan: ASan + UBSan, the whole ctest suite;
 #   build-tsan: TSan, the unit tests, the threaded/fork/crash e2e tests, the reliability tests.
-#   scripts/sanitize.sh [asan|tsan]...   (default: both)   JOBS=2 by default
+#   tests/sanitize.sh [asan|tsan]...   (default: both)   JOBS=2 by default
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

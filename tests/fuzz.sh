@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, clang-14 + ASan + UBSan) in build-fuzz and fuzzes them.
 #
-#   scripts/fuzz.sh [SECONDS]   explore: each target for SECONDS (default 60), one after the other,
+#   tests/fuzz.sh [SECONDS]   explore: each target for SECONDS (default 60), one after the other,
 #                               starting from the seed corpus in tests/fuzz/corpus/<target>/; new
 #                               inputs go to build-fuzz/corpus/<target>/ (kept between runs; the
 #                               seeds in the repo are left alone); findings to build-fuzz/artifacts/.
-#   scripts/fuzz.sh --ci        CI (scripts/test.sh): a bounded session per target, both at once:
+#   tests/fuzz.sh --ci        CI (tests/test.sh): a bounded session per target, both at once:
 #                               a fixed seed and number of runs (about 20 s each on the 2-core
 #                               development machine, at most 60 s each), a fresh corpus from the
 #                               seeds only, generous per-input limits (a slow machine never fails

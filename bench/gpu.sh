@@ -6,7 +6,7 @@
 # benchmark libraries built (`cmake --build build --target vt_bench_libs`) it also runs CUPTI's
 # floor (the same callbacks, an empty callback) and, for the native loops, the library timing
 # its own callbacks, so that the cost splits into CUPTI's part and vramtrace's.
-#   scripts/bench-gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3; ONLY=words of
+#   bench/gpu.sh            (BUILD=build OUT_DIR=gpu-out REPEATS=3; ONLY=words of
 #                                    workload names, VARIANTS=variants: subsets, comma-separated;
 #                                    PIN=CPU list: every run under taskset -c on those cores)
 set -uo pipefail
@@ -20,5 +20,5 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 # What a record is made of on this machine: the clock source and a clock read, a lock.
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
 "$OUT_DIR/bin/bench_native" clock
-python3 "$ROOT/scripts/bench_gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
+python3 "$ROOT/bench/gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
   --repeats "${REPEATS:-3}" --only "${ONLY:-}" --variants "${VARIANTS:-}" --pin "${PIN:-}"

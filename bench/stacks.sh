@@ -3,7 +3,7 @@
 # under it with VRAMTRACE_STACKS=none|native|python|all, from C++ (bench_alloc.cu) and from
 # Python (bench_alloc.py through ctypes.PyDLL, the GIL held, and ctypes.CDLL, the GIL released), all in this one invocation. Each
 # figure is the median of 5 runs; ratios are against the same loop without vramtrace.
-#   scripts/bench-stacks.sh [BUILD]       (default ./build)
+#   bench/stacks.sh [BUILD]       (default ./build)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)

@@ -6,7 +6,7 @@
 # weights and a workspace by cudaMalloc, with stacks), SPIN_NS of busy waiting after each launch
 # for a GPU's launch spacing. Each figure is the median of REPEATS runs (default 3), per event:
 # the writer thread's CPU time, the application (allocating) thread's, the whole process's.
-#   scripts/bench-writer.sh [ITERATIONS]     (default 20000: 640,000 events a run)
+#   bench/writer.sh [ITERATIONS]     (default 20000: 640,000 events a run)
 # Last, the wall time of a tiny program, raw against zstd (median of 40 runs each).
 # BASELINE_LIB=path/libvramtrace.so adds a "before" row: that library (an earlier build) with
 # its own defaults, interleaved with the others.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the overhead benchmarks (see bench-gpu.sh): each workload without vramtrace, under
+"""Runs the overhead benchmarks (see bench/gpu.sh): each workload without vramtrace, under
 `vramtrace run`, and (for PyTorch) with torch.cuda.memory._record_memory_history, interleaved,
 REPEATS times each; prints the median of each variant and its ratio to the uninstrumented run,
 and writes OUT/bench-gpu.md."""

@@ -5,7 +5,7 @@
 # report's time to a plain read of the same file (cat > /dev/null) in the same invocation.
 # Each size is written twice, raw and with zstd frames (CODECS="raw zstd"); "zstd vs raw" is
 # the compressed trace's report time over the raw one's, same size, same invocation.
-#   scripts/bench-cpu.sh [SIZES...]        (default: 1000000 10000000 100000000)
+#   bench/cpu.sh [SIZES...]        (default: 1000000 10000000 100000000)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
