@@ -195,8 +195,57 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   // By module at the peak (activations and temporaries), with totals per top-level module.
   json mods = json::array();
   std::map<std::string, uint64_t> top;
+  // Each module's blocks by the line of the program that ran it (the phase's call) and by
+  // category, and where the module is defined: what the page expands a module to.
+  struct ModuleDetail {
+    uint32_t id = 0;
+    uint64_t count = 0;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> sites;  // site id -> bytes, blocks
+    std::map<std::string, uint64_t> categories;
+  };
+  std::map<std::string, ModuleDetail> details;
+  for (size_t i : tm->live_at(dev, peak_t)) {
+    const auto& b = tm->info()[i];
+    if (!b.module || (b.category != Category::Activations && b.category != Category::Temporaries))
+      continue;
+    ModuleDetail& m = details[tm->module_name(b.module)];
+    const uint64_t n = tm->context().blocks[i].bytes;
+    m.id = b.module;
+    ++m.count;
+    auto& site = m.sites[b.site];
+    site.first += n;
+    ++site.second;
+    m.categories[category_key(b.category)] += n;
+  }
   for (const auto& [name, bytes] : by_module(*tm, dev, peak_t, false)) {
-    if (mods.size() < 200) mods.push_back({{"module", name}, {"bytes", bytes}});
+    if (mods.size() < 200) {
+      json mj = {{"module", name}, {"bytes", bytes}};
+      auto it = details.find(name);
+      if (it != details.end()) {
+        const ModuleDetail& m = it->second;
+        const auto& tmod = tm->context().modules[m.id - 1];
+        mj["count"] = m.count;
+        mj["type"] = tmod.type;
+        if (!tmod.file.empty()) mj["defined_at"] = tmod.file + ":" + std::to_string(tmod.line);
+        mj["categories"] = m.categories;
+        json sites = json::array();
+        for (const auto& [site, bc] : m.sites) {
+          json sj = {{"bytes", bc.first}, {"count", bc.second}};
+          if (site && site <= tm->context().sites.size()) {
+            const auto& ts = tm->context().sites[site - 1];
+            sj["site"] = ts.function + " (" + ts.file + ":" + std::to_string(ts.line) + ")";
+          } else {
+            sj["site"] = "(line unknown)";
+          }
+          sites.push_back(sj);
+        }
+        std::stable_sort(sites.begin(), sites.end(), [](const json& a, const json& b) {
+          return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
+        });
+        mj["sites"] = sites;
+      }
+      mods.push_back(mj);
+    }
     top[name.substr(0, name.find('.'))] += bytes;
   }
   dj["peak"]["by_module"] = mods;

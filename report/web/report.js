@@ -7,6 +7,19 @@
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("vt-data").textContent);
+  // The page's data writes each distinct stack frame once, in DATA.frames; stacks hold indexes.
+  if (Array.isArray(DATA.frames)) {
+    const F = DATA.frames;
+    const walk = (x) => {
+      if (Array.isArray(x)) { for (const v of x) if (v && typeof v === "object") walk(v); return; }
+      for (const k in x) {
+        const v = x[k];
+        if (k === "stack" && Array.isArray(v)) x[k] = v.map((i) => (typeof i === "number" ? F[i] || {} : i));
+        else if (v && typeof v === "object" && k !== "frames") walk(v);
+      }
+    };
+    walk(DATA);
+  }
   const $ = (tag, attrs, ...kids) => {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -247,7 +260,12 @@
     });
     t.append(cg, $("thead", {}, head), body);
     render();
-    return $("div", { class: "table-wrap" }, t, more);
+    // What the page left out of a long list (its largest entries are kept): the total of the
+    // rest, so the rows and this line add up to the whole.
+    const rest = opts.rest && opts.rest.entries > 0
+      ? $("div", { class: "muted small rest", "data-rest": id, text: `…and ${opts.rest.entries.toLocaleString("en-US")} more ${opts.restLabel || "rows"}, ${bytes(opts.rest.bytes)}${opts.rest.count ? ` in ${opts.rest.count.toLocaleString("en-US")} blocks` : ""} (the smallest, summed in the page; all of them in report.json)` })
+      : null;
+    return $("div", { class: "table-wrap" }, t, more, rest);
   }
   const bar = (frac, color) => $("div", { class: "bar" }, $("div", { style: `width:${(100 * Math.max(0, Math.min(1, frac))).toFixed(2)}%;background:${color || "var(--accent)"}` }));
 
@@ -588,7 +606,26 @@
     void total;
     return t;
   }
-  function moduleTree(list, total) {
+  // What a module's blocks at this moment were: its class and where it is defined, its blocks
+  // by category, the lines of the program that ran it, each with the stack recorded there.
+  function moduleDetail(leaf, siteEntry) {
+    const box = $("div", { class: "moddetail", "data-module-detail": leaf.module });
+    const about = [leaf.type, leaf.defined_at ? `defined at ${leaf.defined_at}` : null, known(leaf.count) ? plural(leaf.count, "block") : null].filter(Boolean);
+    if (about.length) box.append($("div", { class: "muted small", text: about.join(" · ") }));
+    const cats = Object.entries(leaf.categories || (leaf.category ? { [leaf.category]: leaf.bytes } : {})).filter(([, v]) => v > 0);
+    if (cats.length) box.append($("div", { class: "small", text: cats.map(([k, v]) => `${catLabel(k)} ${bytes(v)}`).join(", ") }));
+    const sites = (leaf.sites || []).length ? leaf.sites : (leaf.site ? [{ site: leaf.site, bytes: leaf.bytes }] : []);
+    let stacks = 0;
+    for (const x of sites.slice(0, 5)) {
+      box.append($("div", { class: "labelled small" }, "Run from ", nameEl("span", x.site, "code"), `: ${bytes(x.bytes)}${known(x.count) ? " in " + plural(x.count, "block") : ""}`));
+      const e = siteEntry(x.site);
+      if (e && (e.stack || []).length) { box.append(stackList(e.stack)); stacks++; }
+    }
+    if ((leaf.stack || []).length) { box.append(stackList(leaf.stack)); stacks++; }
+    if (!stacks) box.append($("div", { class: "muted small", text: "No stack recorded for these blocks: PyTorch's trace gives each block its module and the line that ran it." }));
+    return box;
+  }
+  function moduleTree(list, total, siteEntry = () => null, rest = null) {
     const rootNode = { name: "", bytes: 0, children: new Map(), leaf: null };
     for (const m of list) {
       let n = rootNode;
@@ -621,11 +658,28 @@
           det.addEventListener("toggle", fill);
           det.append(inner);
           into.append(det);
+        } else if (n.leaf) {
+          // A leaf expands to its blocks' lines and stacks.
+          const det = $("details", { class: "modleaf", "data-leaf": full }, $("summary", {}, row));
+          det.addEventListener("toggle", () => { if (det.open && det.childElementCount === 1) det.append(moduleDetail(n.leaf, siteEntry)); });
+          into.append(det);
         } else into.append($("div", { class: "modleaf" }, row));
       }
       if (kids.length > shown.length) into.append($("div", { class: "muted small", text: `${kids.length - shown.length} more modules, ${bytes(kids.slice(20).reduce((s, x) => s + x.bytes, 0))}` }));
     };
     render(rootNode, "", 0, box);
+    if (rest && rest.entries > 0) box.append($("div", { class: "muted small rest", "data-rest": "modules", text: `…and ${rest.entries.toLocaleString("en-US")} more modules, ${bytes(rest.bytes)} (the smallest, summed in the page)` }));
+    return box;
+  }
+  // A library's row expands to the largest stacks through which it held memory at the moment.
+  function libraryStacks(lib, m) {
+    const from = (m.stacks || []).length ? m.stacks : m.sites;
+    const mine = from.filter((x) => x.library === lib && (x.stack || []).length).slice(0, 3);
+    if (!mine.length) return null;
+    const box = $("div", { class: "libstacks" });
+    const total = from.filter((x) => x.library === lib).length;
+    for (const x of mine) box.append($("div", { class: "small labelled" }, `${bytes(x.bytes)}${known(x.count) ? " in " + plural(x.count, "block") : ""} at `, nameEl("span", x.site || "?", "code")), stackList(x.stack));
+    if (total > mine.length) box.append($("div", { class: "muted small", text: `${total - mine.length} more stacks of ${lib}: in the site table and the icicle graph.` }));
     return box;
   }
   function breakdown(A, d, pd) {
@@ -637,15 +691,17 @@
     // report) its process's.
     const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
     if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
-      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
+      sitesRest: pk.by_site_rest, libsRest: pk.by_library_rest, stacks: pk.by_stack || [],
+      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
-      cats: catsAt(d, o.time_ns), modules: o.by_module || null, oom: o }));
+      sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: o.live_by_stack || [],
+      cats: catsAt(d, o.time_ns), modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
     // At the end: what was still live (when the process died of an OOM, what it held then).
     const atExit = d.categories && d.categories.at_exit;
     const leaks = (R.leaks || []).filter((l) => l.device === d.index);
     if ((atExit && Object.values(atExit).some((v) => v > 0)) || leaks.length) {
       const died = leaks.length ? leaks.every((l) => A.diedPids.has(l.pid)) : ooms.some(A.fatal);
-      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null });
+      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null, sitesRest: R.leaks_rest });
     }
     if (!moments.length) return wrap;
     const tabs = $("div", { class: "tabs", role: "tablist" });
@@ -656,13 +712,15 @@
       const grid = $("div", { class: "grid2" });
       const card = (t, body) => $("div", { class: "panel" }, $("h3", { text: t }), body);
       if (m.cats && Object.values(m.cats).some((v) => v > 0)) grid.append(card("By category", categoryPanel(m.cats, d.categories && d.categories.order, m.bytes)));
-      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes)));
+      // A module's line is found among the sites by its text, or as the "(file:line)" of one.
+      const siteEntry = (text) => text ? m.sites.find((x) => x.site === text) || m.sites.find((x) => String(x.site || "").endsWith(`(${text})`)) : null;
+      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest)));
       else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null });
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: m.sitesRest, restLabel: "sites" });
       grid.append(card("By site", site));
       if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"))));
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"), { expand: (r) => libraryStacks(r.library, m), rest: m.libsRest, restLabel: "libraries" })));
       panel.replaceChildren(grid);
     };
     moments.forEach((m, i) => {
@@ -694,6 +752,9 @@
       const frames = visibleFrames(g.stack).map(frameLabel).reverse();
       add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
+    // The smallest stacks the page did not keep, as one frame: the graph still sums to the whole.
+    const rest = peak.by_stack ? peak.by_stack_rest : peak.by_site_rest;
+    if (rest && rest.entries > 0) add([`${rest.entries.toLocaleString("en-US")} smaller stacks`], rest.bytes);
     return rootNode;
   }
   function icicle(tree) {
@@ -891,7 +952,7 @@
           card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
             { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
-          largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+          largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: pk.largest_rest, restLabel: "blocks" }));
         }
         if ((pd.pools || []).length) {
           card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
@@ -916,7 +977,7 @@
           card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
           card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
             { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
-            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: R.growth_rest, restLabel: "growing sites" }));
         }
         card.append($("h3", { text: "Kernels launched" }));
         if (launchesOff(proc))
@@ -935,7 +996,7 @@
         card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
         const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
         card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
-          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: R.leaks_rest, restLabel: "sites" }));
       }
     }
 
