@@ -39,5 +39,7 @@ import { big } from '$ROOT/tests/html/fixtures.mjs';
 writeFileSync('$WORK/sites/report.json', JSON.stringify(big(20000)));"
 "$BUILD/bin/vt_render_html" "$WORK/sites/report.json" "$WORK/sites/report.html"
 
-node "$ROOT/bench/html_open.mjs" torch="$WORK/torch/report.html" native="$WORK/native/report.html" \
+# What opening any page costs on this machine: a page with nothing in it.
+echo '<!doctype html><body data-ready="1">' >"$WORK/empty.html"
+node "$ROOT/bench/html_open.mjs" "empty page=$WORK/empty.html" torch="$WORK/torch/report.html" native="$WORK/native/report.html" \
   sites="$WORK/sites/report.html"

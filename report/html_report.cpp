@@ -45,10 +45,15 @@ size_t page_limit(const std::string& key) {
   return it == limits.end() ? 0 : it->second;
 }
 
-uint64_t bytes_in(const json& e) {
-  return e.is_object() && e.contains("bytes") && e["bytes"].is_number_unsigned()
-             ? e["bytes"].get<uint64_t>() : 0;
+// A non-negative integer of an entry (0 when missing or of another type).
+uint64_t uint_in(const json& e, const char* key) {
+  if (!e.is_object() || !e.contains(key)) return 0;
+  const json& v = e[key];
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  return 0;
 }
+uint64_t bytes_in(const json& e) { return uint_in(e, "bytes"); }
 
 // Keeps the `limit` entries with the most bytes, in their order, and returns what the others
 // held: {entries, bytes, count}, so the page's sums still add up.
@@ -71,9 +76,7 @@ json keep_largest(json& list, size_t limit) {
       continue;
     }
     rest_bytes += sizes[i];
-    const json& e = list[i];
-    if (e.is_object() && e.contains("count") && e["count"].is_number_unsigned())
-      rest_count += e["count"].get<uint64_t>();
+    rest_count += uint_in(list[i], "count");
   }
   const size_t dropped = list.size() - kept.size();
   list = std::move(kept);
@@ -91,10 +94,9 @@ void thin_phases(json& phases, const std::vector<uint64_t>& moments) {
   for (size_t i = 0; i < phases.size(); ++i) {
     const json& p = phases[i];
     bool at_moment = false;
-    if (p.is_object() && p.contains("start_ns") && p.contains("end_ns") &&
-        p["start_ns"].is_number_unsigned() && p["end_ns"].is_number_unsigned())
+    if (p.is_object() && p.contains("start_ns") && p.contains("end_ns"))
       for (uint64_t t : moments)
-        at_moment = at_moment || (p["start_ns"].get<uint64_t>() <= t && t <= p["end_ns"].get<uint64_t>());
+        at_moment = at_moment || (uint_in(p, "start_ns") <= t && t <= uint_in(p, "end_ns"));
     if (at_moment || i % every == 0) kept.push_back(p);
   }
   phases = std::move(kept);
@@ -143,12 +145,11 @@ void moments_of(const json& r, std::vector<uint64_t>& out) {
   if (r.contains("devices") && r["devices"].is_array())
     for (const auto& d : r["devices"])
       if (d.is_object() && d.contains("peak") && d["peak"].is_object() &&
-          d["peak"].contains("time_ns") && d["peak"]["time_ns"].is_number_unsigned())
-        out.push_back(d["peak"]["time_ns"].get<uint64_t>());
+          d["peak"].contains("time_ns"))
+        out.push_back(uint_in(d["peak"], "time_ns"));
   if (r.contains("oom") && r["oom"].is_array())
     for (const auto& o : r["oom"])
-      if (o.is_object() && o.contains("time_ns") && o["time_ns"].is_number_unsigned())
-        out.push_back(o["time_ns"].get<uint64_t>());
+      if (o.is_object() && o.contains("time_ns")) out.push_back(uint_in(o, "time_ns"));
 }
 
 void replace_once(std::string& page, const std::string& marker, const std::string& with) {

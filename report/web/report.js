@@ -176,6 +176,7 @@
       const { min, max } = c.scales.x;
       if (min == null) continue;
       const w = max - min;
+      if (c._vtZoom && ["ArrowLeft", "ArrowRight", "+", "=", "-", "0"].includes(ev.key)) c._vtZoom(ev.key !== "0");
       if (ev.key === "ArrowLeft") c.setScale("x", { min: min - w / 4, max: max - w / 4 });
       if (ev.key === "ArrowRight") c.setScale("x", { min: min + w / 4, max: max + w / 4 });
       if (ev.key === "+" || ev.key === "=") c.setScale("x", { min: min + w / 4, max: max - w / 4 });
@@ -441,7 +442,9 @@
     for (let v = 0; v <= max + 0.5; v += step) if (v >= min) out.push(v);
     return out;
   }
-  function memoryChart(A, d, pd, host, height) {
+  // `share` (the diff's two runs): one time axis and one byte axis for every chart in it, the
+  // cursor and the zoom of one followed by the others.
+  function memoryChart(A, d, pd, host, height, share) {
     const R = A.R;
     const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!host || o.host == null || o.host === host));
     const cat = d.categories && d.categories.timeline && (d.categories.timeline.points || []).length ? d.categories : null;
@@ -470,6 +473,7 @@
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
     const showLimit = limit && limit.bytes <= peakB * 4;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
+    if (share) { share.xEnd = Math.max(share.xEnd || 0, end); share.yMax = Math.max(share.yMax || 0, ymax); }
     const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
     const data = [xs];
@@ -491,15 +495,19 @@
     ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
     const phases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
     const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
+    let zoomed = false;
     const draw = () => {
       const width = Math.max(320, box.clientWidth || host_width(box));
+      // The axes' spans (shared by the diff's charts), for tests and tools.
+      box.dataset.xMaxNs = String(share ? share.xEnd : end);
+      box.dataset.yMax = String(Math.round(share ? share.yMax : ymax));
       // Colours from the theme at each draw: the theme toggle redraws the chart.
       const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
       const opts = {
         width, height: height || 300,
-        scales: { x: { time: false, range: () => [0, Math.max(end / 1e9, 1e-9)] }, y: { range: () => [0, ymax] } },
+        scales: { x: { time: false, range: (u, lo, hi) => (zoomed ? [lo, hi] : [0, Math.max((share ? share.xEnd : end) / 1e9, 1e-9)]) }, y: { range: () => [0, share ? share.yMax : ymax] } },
         legend: { live: true },
-        cursor: { points: { show: false } },
+        cursor: { points: { show: false }, ...(share ? { sync: { key: share.key, setSeries: false } } : {}) },
         axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
                { values: (u, v) => { const t = v.map(tickBytes); box.dataset.yticks = t.join(","); return t; }, splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
         series,
@@ -573,8 +581,19 @@
         while (peakIdx + 1 < xs.length && xs[peakIdx + 1] <= pt / 1e9) peakIdx++;
         opts.hooks.setCursor = [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: peakIdx }, false); }];
       }
+      // Zoom (a drag, the keys) until a double-click or "0": the range then spans the run again.
+      opts.hooks.setSelect = [(u) => { if (u.select.width > 0) zoomed = true; }];
+      opts.hooks.setScale = [(u, key) => {
+        if (key !== "x" || !share || share.syncing) return;
+        share.syncing = true;
+        for (const c of share.charts) if (c !== u) { c._vtZoom(zoomed); c.setScale("x", { min: u.scales.x.min, max: u.scales.x.max }); }
+        share.syncing = false;
+      }];
+      box.addEventListener("dblclick", () => { zoomed = false; });
       const u = new uPlot(opts, data, box);
+      u._vtZoom = (z) => { zoomed = z; };
       charts.push(u);
+      if (share) share.charts.push(u);
       if (peakIdx != null) setTimeout(() => u.setLegend({ idx: peakIdx }, false), 0);
     };
     return { box, draw, hasData: pts.length > 0 };
@@ -829,8 +848,11 @@
   const stat = (label, value, cls, id) =>
     $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
       $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
-  function renderRun(R, main, title) {
+  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
+  // this run's side in the aligned rows above the columns.
+  function renderRun(R, main, title, share) {
     const A = analyse(R);
+    const slot = share && share.slots[title];
     const run = R.run || {};
     const later = [];
     if (run.stand_in) main.append($("div", { class: "banner warn", id: title ? null : "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
@@ -846,7 +868,7 @@
       main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
     }
     const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
-    if (devices.length || A.verdictOom) main.append(summary(A, title));
+    if (devices.length || A.verdictOom) (slot ? slot.summary : main).append(summary(A, title));
     else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
 
     const procDevice = (host, index) => {
@@ -858,9 +880,12 @@
       if (pd) pd._pid = proc.pid;
       const card = $("section", { class: "card", "data-device": String(d.index) });
       card.append($("h2", { text: `Device ${d.index}: ${d.name || "unknown"}${d.host ? " on " + d.host : ""}` }));
-      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290);
+      const aligned = slot && d.index === A.dev && !slot.chart.childElementCount;
+      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
       if (chart.hasData) {
-        card.append($("h3", { class: "chart-title", text: d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time" }), chart.box,
+        const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
+        if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box);
+        else card.append($("h3", { class: "chart-title", text: what }), chart.box,
           $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
         later.push(chart.draw);
       }
@@ -1050,12 +1075,22 @@
     const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
     sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
       { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
-    main.append(sum);
+    // The two charts on one time axis and one byte axis (the cursor and the zoom of one followed
+    // by the other), the verdicts side by side, the sites that changed, then each run's views
+    // in its column.
+    const cell = (run, what) => $("div", { class: "run-col", "data-run": run, "data-aligned": what });
+    const share = { key: "vt-diff", charts: [], slots: { A: { summary: cell("A", "summary"), chart: cell("A", "chart") }, B: { summary: cell("B", "summary"), chart: cell("B", "chart") } } };
+    const verdicts = $("div", { class: "side-by-side", id: "diff-verdicts" }, share.slots.A.summary, share.slots.B.summary);
+    const chartsRow = $("section", { class: "card", id: "diff-charts" }, $("h2", { text: "Memory over time: A and B on the same axes" }),
+      $("div", { class: "side-by-side" }, share.slots.A.chart, share.slots.B.chart),
+      $("div", { class: "chart-help", text: "Step charts of what was live, same time and byte scales. Drag to zoom both, double-click to reset; keys ← → pan, + − zoom, 0 reset." }));
     const cols = $("div", { class: "side-by-side" });
     const ca = $("div", { class: "run-col", "data-run": "A" }), cb = $("div", { class: "run-col", "data-run": "B" });
     cols.append(ca, cb);
-    main.append(cols);
-    later = [...renderRun(a, ca, "A"), ...renderRun(b, cb, "B")];
+    chartsRow.insertBefore($("div", { class: "diff-peak-line", text: peaks.map((p) => "Peak of " + p).join("; ") }), chartsRow.children[1]);
+    main.append(chartsRow, verdicts, sum, cols);
+    later = [...renderRun(a, ca, "A", share), ...renderRun(b, cb, "B", share)];
+    if (!share.slots.A.chart.childElementCount && !share.slots.B.chart.childElementCount) chartsRow.remove();
   } else {
     const cmd = ((DATA.run || {}).command || []).join(" ");
     document.getElementById("cmd").textContent = cmd;
