@@ -21,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 echo "torch: $ITERATIONS iterations of $BLOCKS blocks ($((ITERATIONS * BLOCKS * 16)) block events and more)"
 t0=$(date +%s.%N)
 FAKE_TORCH_CUDART=$BUILD/standin/libcudart.so.13 PYTHONPATH=$ROOT/tests/programs/fake_torch \
-  VRAMTRACE_STANDIN_DEVICE_BYTES=$((4 << 30)) LD_LIBRARY_PATH=$BUILD/standin \
+  VRAMTRACE_STANDIN_DEVICE_BYTES=$((1 << 30)) LD_LIBRARY_PATH=$BUILD/standin \
   "$BUILD/bin/vramtrace" run -o "$WORK/torch" -- python3 "$ROOT/bench/torch_big_run.py" \
   "$ITERATIONS" "$BLOCKS" >"$WORK/torch.log" 2>&1 || true
 echo "  profiled in $(echo "$(date +%s.%N) - $t0" | bc) s; $(grep -c . "$WORK/torch.log") lines of output"

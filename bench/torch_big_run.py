@@ -3,7 +3,8 @@
 # big real run. BLOCKS blocks of four Linear layers each (attn.qkv, attn.proj, mlp.fc1, mlp.fc2:
 # module names blocks.N.attn.qkv...), every layer's forward a scratch and an output (kept for
 # backward), backward the grads once, the optimizer a momentum buffer per weight once; after
-# ITERATIONS steps the batch grows until the forward dies of an uncaught OutOfMemoryError.
+# ITERATIONS steps of a batch of 2048 (48 MiB of outputs kept for backward with 24 blocks) the
+# batch doubles until the forward dies of an uncaught OutOfMemoryError.
 # Each step allocates and frees 2 blocks per layer: ITERATIONS * BLOCKS * 16 block events.
 #   python3 bench/torch_big_run.py [ITERATIONS] [BLOCKS]
 import sys
@@ -94,7 +95,7 @@ def main():
     blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 24
     model = Net(blocks)
     opt = Momentum(model.parameters())
-    batch = 256
+    batch = 2048
     for step in range(iterations + 64):
         if step >= iterations:
             batch *= 2  # grows until the forward dies

@@ -455,7 +455,15 @@
       pts = cat.timeline.points;
     } else {
       names = ["live"];
-      pts = ((d.timeline && d.timeline.points) || []).map((p) => [p[0], p[1]]);
+      // Each bucket's lowest and highest figure at their moments, in time order (a report
+      // without them: the highest from the bucket's start).
+      pts = [];
+      for (const p of (d.timeline && d.timeline.points) || []) {
+        if (p.length < 6) { pts.push([p[0], p[1]]); continue; }
+        const [lo, hi] = [[p[5], p[3]], [p[4], p[1]]];
+        if (lo[0] === hi[0]) pts.push(hi);
+        else pts.push(...(lo[0] < hi[0] ? [lo, hi] : [hi, lo]));
+      }
     }
     const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
     const keep = names.map((n, k) => pts.some((p) => (p[k + 1] || 0) > 0));
@@ -629,7 +637,7 @@
   // by category, the lines of the program that ran it, each with the stack recorded there.
   function moduleDetail(leaf, siteEntry) {
     const box = $("div", { class: "moddetail", "data-module-detail": leaf.module });
-    const about = [leaf.type, leaf.defined_at ? `defined at ${leaf.defined_at}` : null, known(leaf.count) ? plural(leaf.count, "block") : null].filter(Boolean);
+    const about = [leaf.type, leaf.forward_at ? `forward at ${leaf.forward_at}` : null, known(leaf.count) ? plural(leaf.count, "block") : null].filter(Boolean);
     if (about.length) box.append($("div", { class: "muted small", text: about.join(" · ") }));
     const cats = Object.entries(leaf.categories || (leaf.category ? { [leaf.category]: leaf.bytes } : {})).filter(([, v]) => v > 0);
     if (cats.length) box.append($("div", { class: "small", text: cats.map(([k, v]) => `${catLabel(k)} ${bytes(v)}`).join(", ") }));
