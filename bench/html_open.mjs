@@ -27,7 +27,7 @@ for (const arg of args) {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     const t0 = Date.now();
     await page.goto("file://" + path);
-    await page.waitForSelector("body[data-ready='1']", { timeout: 120000 });
+    await page.waitForSelector("body[data-ready='1']", { state: "attached", timeout: 120000 });
     times.push(Date.now() - t0);
     await page.close();
   }

@@ -9,14 +9,15 @@
 # Prints each page's size, its embedded JSON's, report.json's and the open time. Not a test:
 # the time depends on the machine.
 #   bench/html_open.sh [BUILD_DIR] [ITERATIONS] [BLOCKS] [NATIVE_EVENTS]
+# With KEEP=1 the reports are kept (their folder is printed).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-ITERATIONS=${2:-1000}
+ITERATIONS=${2:-3000}
 BLOCKS=${3:-24}
 NATIVE=${4:-10000000}
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+if [[ ${KEEP:-} == 1 ]]; then echo "reports in $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 
 echo "torch: $ITERATIONS iterations of $BLOCKS blocks ($((ITERATIONS * BLOCKS * 16)) block events and more)"
 t0=$(date +%s.%N)

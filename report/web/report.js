@@ -147,13 +147,15 @@
   const stackList = (stack) => {
     const ol = $("ol", { class: "frames" });
     const frames = stack || [];
-    let folded = 0;
+    let folded = 0, shown = 0;
+    // The folded runs are notes between frames, not frames: the numbers count frames only.
     const flush = () => { if (folded) { ol.append($("li", { class: "folded", text: `${plural(folded, "interpreter frame")} folded` })); folded = 0; } };
     for (const f of frames) {
       if (f.internal) continue;
       if (isInterpreter(f)) { folded++; continue; }
       flush();
       const li = nameEl("li", frameLabel(f), f.python ? "code py" : "code");
+      li.value = ++shown;
       ol.append(li);
     }
     flush();
@@ -511,6 +513,7 @@
       box.dataset.yMax = String(Math.round(share ? share.yMax : ymax));
       // Colours from the theme at each draw: the theme toggle redraws the chart.
       const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
+      const card = () => getComputedStyle(root).getPropertyValue("--card").trim() || "#fff";
       const opts = {
         width, height: height || 300,
         scales: { x: { time: false, range: (u, lo, hi) => (zoomed ? [lo, hi] : [0, Math.max((share ? share.xEnd : end) / 1e9, 1e-9)]) }, y: { range: () => [0, share ? share.yMax : ymax] } },
@@ -575,7 +578,12 @@
               ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
               const w = ctx.measureText(m.label).width;
               const tx = x + 4 * dpr + w > u.bbox.left + u.bbox.width ? x - w - 4 * dpr : x + 4 * dpr;
-              ctx.fillText(m.label, tx, u.bbox.top + (14 + 14 * (row++ % 3)) * dpr);
+              const ty = u.bbox.top + (14 + 14 * (row++ % 3)) * dpr;
+              // On the card's colour: readable over the limit line and the areas.
+              ctx.fillStyle = card();
+              ctx.fillRect(tx - 2 * dpr, ty - 11 * dpr, w + 4 * dpr, 14 * dpr);
+              ctx.fillStyle = m.color;
+              ctx.fillText(m.label, tx, ty);
             }
             ctx.restore();
           }],
@@ -700,7 +708,8 @@
   }
   // A library's row expands to the largest stacks through which it held memory at the moment.
   function libraryStacks(lib, m) {
-    const from = (m.stacks || []).length ? m.stacks : m.sites;
+    const has = (l) => (l || []).some((x) => x.library === lib && (x.stack || []).length);
+    const from = has(m.stacks) ? m.stacks : (has(m.sites) ? m.sites : []);
     const mine = from.filter((x) => x.library === lib && (x.stack || []).length).slice(0, 3);
     if (!mine.length) return null;
     const box = $("div", { class: "libstacks" });
