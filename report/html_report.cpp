@@ -139,6 +139,33 @@ void bound(json& node, Frames& frames, const std::vector<uint64_t>& moments) {
   for (auto& [key, rest] : rests) node[key] = std::move(rest);
 }
 
+// Series the page does not draw: a process's copy of its device's categories and phases (the
+// device's entry has them), the allocator's free-memory series, the launch and reservation
+// series.
+void drop_undrawn(json& r) {
+  if (!r.is_object() || !r.contains("processes") || !r["processes"].is_array()) return;
+  for (json& p : r["processes"]) {
+    if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array()) continue;
+    for (json& pd : p["devices"]) {
+      if (!pd.is_object()) continue;
+      pd.erase("categories");
+      pd.erase("phases");
+      for (const char* k : {"launches", "reserved"})
+        if (pd.contains(k) && pd[k].is_object()) pd[k].erase("timeline");
+      if (pd.contains("allocator") && pd["allocator"].is_object()) {
+        pd["allocator"].erase("free_timeline");
+        pd["allocator"].erase("largest_free_timeline");
+      }
+    }
+  }
+  if (r.contains("devices") && r["devices"].is_array())
+    for (json& d : r["devices"])
+      if (d.is_object() && d.contains("allocator") && d["allocator"].is_object()) {
+        d["allocator"].erase("free_timeline");
+        d["allocator"].erase("largest_free_timeline");
+      }
+}
+
 // The times of the peaks and OOMs in a report (the phases around them are kept).
 void moments_of(const json& r, std::vector<uint64_t>& out) {
   if (!r.is_object()) return;
@@ -291,6 +318,10 @@ json page_data(const json& data) {
     if (out["diff"].contains("a")) moments_of(out["diff"]["a"], moments);
     if (out["diff"].contains("b")) moments_of(out["diff"]["b"], moments);
   }
+  drop_undrawn(out);
+  if (out.is_object() && out.contains("diff") && out["diff"].is_object())
+    for (const char* k : {"a", "b"})
+      if (out["diff"].contains(k)) drop_undrawn(out["diff"][k]);
   Frames frames;
   bound(out, frames, moments);
   if (out.is_object() && !frames.table.empty()) out["frames"] = std::move(frames.table);

@@ -125,3 +125,21 @@ TEST_CASE("page data: a small report is unchanged but for its frames") {
   json r = {{"devices", json::array({device})}};
   REQUIRE(page_data(r) == r);
 }
+
+TEST_CASE("page data: series the page does not draw are left out, the device's kept") {
+  const json cats = {{"at_peak", {{"activations", 5}}}, {"timeline", {{"points", {{0, 5}}}}}};
+  const json series = {{"points", {{0, 1, 1}}}};
+  json pd = {{"index", 0},
+             {"categories", cats},
+             {"phases", json::array()},
+             {"launches", {{"top", json::array()}, {"timeline", series}}},
+             {"allocator", {{"at_peak", {{"free_bytes", 3}}}, {"free_timeline", series}}}};
+  json r = {{"devices", {{{"index", 0}, {"categories", cats}, {"timeline", series}}}},
+            {"processes", {{{"pid", 1}, {"devices", json::array({pd})}}}}};
+  const json p = page_data(r);
+  REQUIRE(p["devices"] == r["devices"]);
+  REQUIRE(p["processes"][0]["devices"][0] ==
+          json({{"index", 0},
+                {"launches", {{"top", json::array()}}},
+                {"allocator", {{"at_peak", {{"free_bytes", 3}}}}}}));
+}
