@@ -503,7 +503,11 @@
       "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
     const marks = [{ x: (d.peak || {}).time_ns, label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
     ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
-    const phases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    const allPhases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    // More phases than a chart has room for (a band every few pixels) pile up into stripes:
+    // then only those at the peak and at each OOM are drawn.
+    const atMoment = (p) => [(d.peak || {}).time_ns, ...ooms.map((o) => o.time_ns)].some((t) => known(t) && p.start_ns <= t && t <= p.end_ns);
+    const phases = allPhases.length > 300 ? allPhases.filter(atMoment) : allPhases;
     const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
     let zoomed = false;
     const draw = () => {
@@ -675,7 +679,8 @@
     const scale = Math.max(total || 0, rootNode.bytes) || 1;
     const box = $("div", { class: "modtree", "data-modules": String(list.length) });
     const render = (node, path, depth, into) => {
-      const kids = [...node.children.values()].sort((a, b) => b.bytes - a.bytes);
+      // Largest first; equal ones in their natural order (blocks.2 before blocks.10).
+      const kids = [...node.children.values()].sort((a, b) => b.bytes - a.bytes || a.name.localeCompare(b.name, "en", { numeric: true }));
       const shown = kids.slice(0, 20);
       for (const k of shown) {
         // A chain of single children collapses into one dotted name (layer3.2.conv2).
