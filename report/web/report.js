@@ -221,9 +221,9 @@
       for (const r of rows.slice(0, shown)) {
         const tr = $("tr");
         if (opts.expand) {
-          const detail = opts.expand(r);
+          // Whether the row expands, without building what it expands to (built on a click).
           const td = $("td", { class: "exp" });
-          if (detail) {
+          if (opts.expandable ? opts.expandable(r) : opts.expand(r)) {
             const b = $("button", { type: "button", class: "twisty", "aria-expanded": "false", title: "show the stack", text: "▸" });
             let extra = null;
             b.addEventListener("click", () => {
@@ -533,7 +533,8 @@
             ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
             const top = u.bbox.top, h = u.bbox.height;
             for (const p of phases) {
-              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+              // Clipped to the plot: zoomed in, a band may start or end outside it.
+              const x0 = Math.max(u.bbox.left, u.valToPos(p.start_ns / 1e9, "x", true)), x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(p.end_ns / 1e9, "x", true));
               if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
               ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
               ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
@@ -604,7 +605,9 @@
       // Zoom (a drag, the keys) until a double-click or "0": the range then spans the run again.
       opts.hooks.setSelect = [(u) => { if (u.select.width > 0) zoomed = true; }];
       opts.hooks.setScale = [(u, key) => {
-        if (key !== "x" || !share || share.syncing) return;
+        if (key !== "x") return;
+        box.dataset.xRange = `${u.scales.x.min},${u.scales.x.max}`;
+        if (!share || share.syncing) return;
         share.syncing = true;
         for (const c of share.charts) if (c !== u) { c._vtZoom(zoomed); c.setScale("x", { min: u.scales.x.min, max: u.scales.x.max }); }
         share.syncing = false;
@@ -758,10 +761,10 @@
       if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest)));
       else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: m.sitesRest, restLabel: "sites" });
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: m.sitesRest, restLabel: "sites" });
       grid.append(card("By site", site));
       if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"), { expand: (r) => libraryStacks(r.library, m), rest: m.libsRest, restLabel: "libraries" })));
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"), { expand: (r) => libraryStacks(r.library, m), expandable: (r) => [m.stacks, m.sites].some((l) => (l || []).some((x) => x.library === r.library && (x.stack || []).length)), rest: m.libsRest, restLabel: "libraries" })));
       panel.replaceChildren(grid);
     };
     moments.forEach((m, i) => {
@@ -999,7 +1002,7 @@
           card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
             { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
-          largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: pk.largest_rest, restLabel: "blocks" }));
+          largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
         }
         if ((pd.pools || []).length) {
           card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
@@ -1024,7 +1027,7 @@
           card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
           card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
             { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
-            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: R.growth_rest, restLabel: "growing sites" }));
+            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.growth_rest, restLabel: "growing sites" }));
         }
         card.append($("h3", { text: "Kernels launched" }));
         if (launchesOff(proc))
@@ -1043,7 +1046,7 @@
         card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
         const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
         card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
-          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null, rest: R.leaks_rest, restLabel: "sites" }));
+          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.leaks_rest, restLabel: "sites" }));
       }
     }
 

@@ -437,6 +437,14 @@ for (const width of [1400, 1000]) {
   const [xa, ya] = await axes(ca), [xb, yb] = await axes(cb);
   check("diff: A and B on the same time and byte axes", xa === xb && ya === yb && Number(ya) > 16 * 1024 ** 3 && Number(xa) === Math.max(a.run.duration_ns, b.run.duration_ns), `${xa} ${xb} ${ya} ${yb}`);
   check("diff: the y ticks are the same on both", (await ca.getAttribute("data-yticks")) === (await cb.getAttribute("data-yticks")));
+  // Zooming one zooms the other to the same span ("+" zooms every chart; a drag on A too).
+  const ov = await page.locator("[data-run='A'][data-aligned='chart'] .u-over").boundingBox();
+  await page.mouse.move(ov.x + ov.width * 0.6, ov.y + 40); await page.mouse.down();
+  await page.mouse.move(ov.x + ov.width * 0.9, ov.y + 50, { steps: 4 }); await page.mouse.up();
+  const [ra, rb] = [await ca.getAttribute("data-x-range"), await cb.getAttribute("data-x-range")];
+  check("diff: a drag on A's chart zooms B's to the same span", ra && ra === rb && Number(ra.split(",")[0]) > 1, `${ra} | ${rb}`);
+  await page.keyboard.press("0");
+  check("diff: 0 resets both to the whole run", (await ca.getAttribute("data-x-range")) === (await cb.getAttribute("data-x-range")) && Number((await ca.getAttribute("data-x-range")).split(",")[0]) === 0, await ca.getAttribute("data-x-range"));
   const peak = await page.locator(".diff-peak").first().textContent();
   check("diff: the peak change", peak.startsWith("Peak of device 0") && peak.includes("B 9.00 GiB"), peak);
   check("diff: the sites that changed, largest change first", (await page.locator("[data-table='diff'] tbody tr").count()) === 8 &&
