@@ -32,13 +32,18 @@ struct ApiStats {
   uint64_t failed = 0;
 };
 
-// Live bytes over time, at most `max_points` buckets of equal width.
+// Live bytes over time, at most `max_points` buckets of equal width. Each bucket keeps its
+// highest and lowest figure with their moments (the first to reach them), so that a chart of
+// the buckets' extremes, in time order, shows every rise and fall wider than a bucket, and the
+// exact peak at its moment.
 class Timeline {
  public:
   struct Point {
     uint64_t time_ns;  // start of the bucket
     uint64_t max_bytes;
     uint64_t last_bytes;
+    uint64_t min_bytes;
+    uint64_t max_ns, min_ns;  // when max_bytes and min_bytes were first reached
   };
   explicit Timeline(size_t max_points = 2048) : max_points_(max_points) {}
   void add(uint64_t time_ns, uint64_t bytes) {
@@ -46,7 +51,14 @@ class Timeline {
     if (!points_.empty()) {
       Point& p = points_.back();
       if (time_ns >= p.time_ns && time_ns - p.time_ns < width_) {
-        p.max_bytes = std::max(p.max_bytes, bytes);
+        if (bytes > p.max_bytes) {
+          p.max_bytes = bytes;
+          p.max_ns = time_ns;
+        }
+        if (bytes < p.min_bytes) {
+          p.min_bytes = bytes;
+          p.min_ns = time_ns;
+        }
         p.last_bytes = bytes;
         return;
       }

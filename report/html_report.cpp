@@ -4,7 +4,9 @@
 // JavaScript too.
 #include "report/html_report.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <unordered_map>
 
 #include "report/html_assets.h"
 #include "report/json_report.h"
@@ -29,6 +31,153 @@ std::string json_for_script(const json& report) {
 }
 
 namespace {
+
+// The most entries of each list the page keeps, by the list's key; the rest is summed into
+// "<key>_rest". Tables show 25 rows and more on demand: 500 is more than anyone pages through,
+// and keeps the page of a run with tens of thousands of sites a few megabytes.
+size_t page_limit(const std::string& key) {
+  static const std::unordered_map<std::string, size_t> limits = {
+      {"by_site", 500},       {"live_by_site", 500},    {"by_library", 500},
+      {"live_by_library", 500}, {"by_stack", 500},      {"by_module", 500},
+      {"leaks", 500},         {"live_at_death", 500},   {"growth", 500},
+      {"largest", 100},       {"largest_live", 100}};
+  auto it = limits.find(key);
+  return it == limits.end() ? 0 : it->second;
+}
+
+// A non-negative integer of an entry (0 when missing or of another type).
+uint64_t uint_in(const json& e, const char* key) {
+  if (!e.is_object() || !e.contains(key)) return 0;
+  const json& v = e[key];
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  return 0;
+}
+uint64_t bytes_in(const json& e) { return uint_in(e, "bytes"); }
+
+// Keeps the `limit` entries with the most bytes, in their order, and returns what the others
+// held: {entries, bytes, count}, so the page's sums still add up.
+json keep_largest(json& list, size_t limit) {
+  std::vector<uint64_t> sizes;
+  for (const auto& e : list) sizes.push_back(bytes_in(e));
+  std::vector<uint64_t> sorted = sizes;
+  std::nth_element(sorted.begin(), sorted.begin() + (limit - 1), sorted.end(), std::greater<>());
+  const uint64_t cut = sorted[limit - 1];
+  // Entries above the cut are kept, then entries at the cut in their order until `limit`.
+  size_t above = 0;
+  for (uint64_t b : sizes) above += b > cut;
+  size_t at_cut = limit - above;
+  json kept = json::array();
+  uint64_t rest_bytes = 0, rest_count = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (sizes[i] > cut || (sizes[i] == cut && at_cut > 0)) {
+      if (sizes[i] == cut) --at_cut;
+      kept.push_back(std::move(list[i]));
+      continue;
+    }
+    rest_bytes += sizes[i];
+    rest_count += uint_in(list[i], "count");
+  }
+  const size_t dropped = list.size() - kept.size();
+  list = std::move(kept);
+  return {{"entries", dropped}, {"bytes", rest_bytes}, {"count", rest_count}};
+}
+
+// Phases past this many are thinned for the chart's bands (a few thousand are more than its
+// pixels); those around the peak and each OOM are always kept.
+constexpr size_t kPagePhases = 3000;
+
+void thin_phases(json& phases, const std::vector<uint64_t>& moments) {
+  if (!phases.is_array() || phases.size() <= kPagePhases) return;
+  const size_t every = (phases.size() + kPagePhases - 1) / kPagePhases;
+  json kept = json::array();
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const json& p = phases[i];
+    bool at_moment = false;
+    if (p.is_object() && p.contains("start_ns") && p.contains("end_ns"))
+      for (uint64_t t : moments)
+        at_moment = at_moment || (uint_in(p, "start_ns") <= t && t <= uint_in(p, "end_ns"));
+    if (at_moment || i % every == 0) kept.push_back(p);
+  }
+  phases = std::move(kept);
+}
+
+// Frames repeat across every list's stacks (the same deep Python stack under thousands of
+// blocks): each distinct frame is written once in "frames" and stacks hold indexes into it.
+struct Frames {
+  json table = json::array();
+  std::unordered_map<std::string, size_t> index;
+  void intern(json& stack) {
+    for (json& f : stack) {
+      if (!f.is_object()) continue;
+      std::string key = f.dump(-1, ' ', false, json::error_handler_t::replace);
+      auto [it, fresh] = index.emplace(std::move(key), table.size());
+      if (fresh) table.push_back(std::move(f));
+      f = it->second;
+    }
+  }
+};
+
+void bound(json& node, Frames& frames, const std::vector<uint64_t>& moments) {
+  if (node.is_array()) {
+    for (json& e : node) bound(e, frames, moments);
+    return;
+  }
+  if (!node.is_object()) return;
+  std::vector<std::pair<std::string, json>> rests;
+  for (auto& [key, value] : node.items()) {
+    if (key == "stack" && value.is_array()) {
+      frames.intern(value);
+      continue;
+    }
+    if (key == "phases") thin_phases(value, moments);
+    const size_t limit = page_limit(key);
+    if (limit && value.is_array() && value.size() > limit)
+      rests.emplace_back(key + "_rest", keep_largest(value, limit));
+    bound(value, frames, moments);
+  }
+  for (auto& [key, rest] : rests) node[key] = std::move(rest);
+}
+
+// Series the page does not draw: a process's copy of its device's categories and phases (the
+// device's entry has them), the allocator's free-memory series, the launch and reservation
+// series.
+void drop_undrawn(json& r) {
+  if (!r.is_object() || !r.contains("processes") || !r["processes"].is_array()) return;
+  for (json& p : r["processes"]) {
+    if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array()) continue;
+    for (json& pd : p["devices"]) {
+      if (!pd.is_object()) continue;
+      pd.erase("categories");
+      pd.erase("phases");
+      for (const char* k : {"launches", "reserved"})
+        if (pd.contains(k) && pd[k].is_object()) pd[k].erase("timeline");
+      if (pd.contains("allocator") && pd["allocator"].is_object()) {
+        pd["allocator"].erase("free_timeline");
+        pd["allocator"].erase("largest_free_timeline");
+      }
+    }
+  }
+  if (r.contains("devices") && r["devices"].is_array())
+    for (json& d : r["devices"])
+      if (d.is_object() && d.contains("allocator") && d["allocator"].is_object()) {
+        d["allocator"].erase("free_timeline");
+        d["allocator"].erase("largest_free_timeline");
+      }
+}
+
+// The times of the peaks and OOMs in a report (the phases around them are kept).
+void moments_of(const json& r, std::vector<uint64_t>& out) {
+  if (!r.is_object()) return;
+  if (r.contains("devices") && r["devices"].is_array())
+    for (const auto& d : r["devices"])
+      if (d.is_object() && d.contains("peak") && d["peak"].is_object() &&
+          d["peak"].contains("time_ns"))
+        out.push_back(uint_in(d["peak"], "time_ns"));
+  if (r.contains("oom") && r["oom"].is_array())
+    for (const auto& o : r["oom"])
+      if (o.is_object() && o.contains("time_ns")) out.push_back(uint_in(o, "time_ns"));
+}
 
 void replace_once(std::string& page, const std::string& marker, const std::string& with) {
   size_t at = page.find(marker);
@@ -134,7 +283,8 @@ std::string noscript_summary(const json& r) {
   return out + "</div>";
 }
 
-std::string page(const json& data, const std::string& noscript) {
+std::string page(const json& report_data, const std::string& noscript) {
+  const json data = page_data(report_data);
   std::string p = assets::template_;
   // The markers that follow the data in the page are replaced before the data goes in, and the
   // ones before it (in <head>) are found first: a string in the data that looks like a marker
@@ -159,6 +309,24 @@ std::string command_of(const json& r) {
 }
 
 }  // namespace
+
+json page_data(const json& data) {
+  json out = data;
+  std::vector<uint64_t> moments;
+  moments_of(out, moments);
+  if (out.is_object() && out.contains("diff") && out["diff"].is_object()) {
+    if (out["diff"].contains("a")) moments_of(out["diff"]["a"], moments);
+    if (out["diff"].contains("b")) moments_of(out["diff"]["b"], moments);
+  }
+  drop_undrawn(out);
+  if (out.is_object() && out.contains("diff") && out["diff"].is_object())
+    for (const char* k : {"a", "b"})
+      if (out["diff"].contains(k)) drop_undrawn(out["diff"][k]);
+  Frames frames;
+  bound(out, frames, moments);
+  if (out.is_object() && !frames.table.empty()) out["frames"] = std::move(frames.table);
+  return out;
+}
 
 std::string to_html(const json& report) { return page(report, noscript_summary(report)); }
 

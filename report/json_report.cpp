@@ -462,9 +462,12 @@ json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& s
 
 json timeline_json(const collector::Timeline& t, uint64_t origin) {
   json points = json::array();
+  const auto since = [origin](uint64_t ns) { return ns >= origin ? ns - origin : 0; };
   for (const auto& p : t.points())
-    points.push_back({p.time_ns >= origin ? p.time_ns - origin : 0, p.max_bytes, p.last_bytes});
-  return {{"bucket_ns", t.bucket_ns()}, {"columns", {"time_ns", "max_bytes", "last_bytes"}},
+    points.push_back({since(p.time_ns), p.max_bytes, p.last_bytes, p.min_bytes, since(p.max_ns),
+                      since(p.min_ns)});
+  return {{"bucket_ns", t.bucket_ns()},
+          {"columns", {"time_ns", "max_bytes", "last_bytes", "min_bytes", "max_time_ns", "min_time_ns"}},
           {"points", points}};
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "collector/diagnosis.h"
 #include "report/json_report.h"
@@ -74,26 +75,62 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                        "and optimizer hooks); the allocator's cache is its segments less its "
                        "blocks; the rest of the process's device memory is split by the library "
                        "that allocated it. The categories add up to the device figure."}};
-  // Over time: at each point of the device's timeline, the blocks by category, the cache and
-  // the memory outside PyTorch's allocator (the driver's figure less what the allocator held).
-  std::vector<uint64_t> times;
+  // Over time: at the lowest and the highest moment of each bucket of the device's timeline,
+  // in time order (every rise and fall wider than a bucket, the exact peak), and at the end:
+  // the blocks by category, the cache and the memory outside PyTorch's allocator (the
+  // driver's figure less what the allocator held).
+  // PyTorch's blocks rise and fall inside segments the driver sees once: the moments are the
+  // extremes of both the driver's timeline and the blocks in use (bucketed the same way).
+  // Between two of the driver's moments its figure is the earlier one's.
+  std::vector<std::pair<uint64_t, int64_t>> block_events;
+  for (const auto& blk : tm->context().blocks) {
+    if (blk.device != dev) continue;
+    block_events.push_back({blk.alloc_ns, static_cast<int64_t>(blk.bytes)});
+    if (blk.free_ns != UINT64_MAX) block_events.push_back({blk.free_ns, -static_cast<int64_t>(blk.bytes)});
+  }
+  std::stable_sort(block_events.begin(), block_events.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  collector::Timeline in_use(1024);  // two moments per bucket: about a chart's pixels
+  int64_t held = 0;
+  for (const auto& [t, delta] : block_events) {
+    held += delta;
+    in_use.add(t, static_cast<uint64_t>(std::max<int64_t>(0, held)));
+  }
+  std::map<uint64_t, std::optional<uint64_t>> moments;  // time -> the driver's figure then
+  const auto extremes = [&moments](const collector::Timeline& tl, bool driver) {
+    for (const auto& pt : tl.points()) {
+      for (auto [t, b] : {std::pair{pt.min_ns, pt.min_bytes}, std::pair{pt.max_ns, pt.max_bytes}}) {
+        auto& slot = moments[t];
+        if (driver) slot = b;
+      }
+    }
+  };
   const auto& pts = d.memory.timeline.points();
-  for (size_t i = 0; i < pts.size(); ++i)
-    times.push_back(i + 1 < pts.size() ? pts[i + 1].time_ns - 1 : p.end_ns);
+  extremes(d.memory.timeline, true);
+  extremes(in_use, false);
+  if (!pts.empty() && (moments.empty() || p.end_ns > moments.rbegin()->first))
+    moments[p.end_ns] = pts.back().last_bytes;
+  std::vector<uint64_t> times, drivers;
+  uint64_t driver_now = 0;
+  for (const auto& [t, b] : moments) {
+    if (b) driver_now = *b;
+    times.push_back(t);
+    drivers.push_back(driver_now);
+  }
   std::vector<CategoryBytes> series = tm->series(dev, times);
   json columns = json::array({"time_ns"});
   for (size_t i = 0; i < collector::kCategories; ++i) columns.push_back(category_key(static_cast<Category>(i)));
   json points = json::array();
-  for (size_t i = 0; i < pts.size(); ++i) {
+  for (size_t i = 0; i < times.size(); ++i) {
     CategoryBytes c = series[i];
-    const uint64_t driver = pts[i].last_bytes;
+    const uint64_t driver = drivers[i];
     uint64_t blocks = 0;
     for (size_t k = 0; k < collector::kCategories; ++k)
       if (k != static_cast<size_t>(Category::AllocatorCache)) blocks += c[k];
     uint64_t reserved = std::min(std::max(c[static_cast<size_t>(Category::AllocatorCache)], blocks), driver);
     c[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
     c[static_cast<size_t>(Category::OutsidePytorch)] = driver - reserved;
-    json row = json::array({pts[i].time_ns >= origin ? pts[i].time_ns - origin : 0});
+    json row = json::array({times[i] >= origin ? times[i] - origin : 0});
     for (uint64_t v : c) row.push_back(v);
     points.push_back(row);
   }
@@ -103,8 +140,57 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   // By module at the peak (activations and temporaries), with totals per top-level module.
   json mods = json::array();
   std::map<std::string, uint64_t> top;
+  // Each module's blocks by the line of the program that ran it (the phase's call) and by
+  // category, and where the module is defined: what the page expands a module to.
+  struct ModuleDetail {
+    uint32_t id = 0;
+    uint64_t count = 0;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> sites;  // site id -> bytes, blocks
+    std::map<std::string, uint64_t> categories;
+  };
+  std::map<std::string, ModuleDetail> details;
+  for (size_t i : tm->live_at(dev, peak_t)) {
+    const auto& b = tm->info()[i];
+    if (!b.module || (b.category != Category::Activations && b.category != Category::Temporaries))
+      continue;
+    ModuleDetail& m = details[tm->module_name(b.module)];
+    const uint64_t n = tm->context().blocks[i].bytes;
+    m.id = b.module;
+    ++m.count;
+    auto& site = m.sites[b.site];
+    site.first += n;
+    ++site.second;
+    m.categories[category_key(b.category)] += n;
+  }
   for (const auto& [name, bytes] : collector::live_by_module(*tm, dev, peak_t, false)) {
-    if (mods.size() < 200) mods.push_back({{"module", name}, {"bytes", bytes}});
+    if (mods.size() < 200) {
+      json mj = {{"module", name}, {"bytes", bytes}};
+      auto it = details.find(name);
+      if (it != details.end()) {
+        const ModuleDetail& m = it->second;
+        const auto& tmod = tm->context().modules[m.id - 1];
+        mj["count"] = m.count;
+        mj["type"] = tmod.type;
+        if (!tmod.file.empty()) mj["forward_at"] = tmod.file + ":" + std::to_string(tmod.line);
+        mj["categories"] = m.categories;
+        json sites = json::array();
+        for (const auto& [site, bc] : m.sites) {
+          json sj = {{"bytes", bc.first}, {"count", bc.second}};
+          if (site && site <= tm->context().sites.size()) {
+            const auto& ts = tm->context().sites[site - 1];
+            sj["site"] = ts.function + " (" + ts.file + ":" + std::to_string(ts.line) + ")";
+          } else {
+            sj["site"] = "(line unknown)";
+          }
+          sites.push_back(sj);
+        }
+        std::stable_sort(sites.begin(), sites.end(), [](const json& a, const json& b) {
+          return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
+        });
+        mj["sites"] = sites;
+      }
+      mods.push_back(mj);
+    }
     top[name.substr(0, name.find('.'))] += bytes;
   }
   dj["peak"]["by_module"] = mods;

@@ -7,6 +7,19 @@
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("vt-data").textContent);
+  // The page's data writes each distinct stack frame once, in DATA.frames; stacks hold indexes.
+  if (Array.isArray(DATA.frames)) {
+    const F = DATA.frames;
+    const walk = (x) => {
+      if (Array.isArray(x)) { for (const v of x) if (v && typeof v === "object") walk(v); return; }
+      for (const k in x) {
+        const v = x[k];
+        if (k === "stack" && Array.isArray(v)) x[k] = v.map((i) => (typeof i === "number" ? F[i] || {} : i));
+        else if (v && typeof v === "object" && k !== "frames") walk(v);
+      }
+    };
+    walk(DATA);
+  }
   const $ = (tag, attrs, ...kids) => {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -134,13 +147,15 @@
   const stackList = (stack) => {
     const ol = $("ol", { class: "frames" });
     const frames = stack || [];
-    let folded = 0;
+    let folded = 0, shown = 0;
+    // The folded runs are notes between frames, not frames: the numbers count frames only.
     const flush = () => { if (folded) { ol.append($("li", { class: "folded", text: `${plural(folded, "interpreter frame")} folded` })); folded = 0; } };
     for (const f of frames) {
       if (f.internal) continue;
       if (isInterpreter(f)) { folded++; continue; }
       flush();
       const li = nameEl("li", frameLabel(f), f.python ? "code py" : "code");
+      li.value = ++shown;
       ol.append(li);
     }
     flush();
@@ -163,6 +178,7 @@
       const { min, max } = c.scales.x;
       if (min == null) continue;
       const w = max - min;
+      if (c._vtZoom && ["ArrowLeft", "ArrowRight", "+", "=", "-", "0"].includes(ev.key)) c._vtZoom(ev.key !== "0");
       if (ev.key === "ArrowLeft") c.setScale("x", { min: min - w / 4, max: max - w / 4 });
       if (ev.key === "ArrowRight") c.setScale("x", { min: min + w / 4, max: max + w / 4 });
       if (ev.key === "+" || ev.key === "=") c.setScale("x", { min: min + w / 4, max: max - w / 4 });
@@ -205,9 +221,9 @@
       for (const r of rows.slice(0, shown)) {
         const tr = $("tr");
         if (opts.expand) {
-          const detail = opts.expand(r);
+          // Whether the row expands, without building what it expands to (built on a click).
           const td = $("td", { class: "exp" });
-          if (detail) {
+          if (opts.expandable ? opts.expandable(r) : opts.expand(r)) {
             const b = $("button", { type: "button", class: "twisty", "aria-expanded": "false", title: "show the stack", text: "▸" });
             let extra = null;
             b.addEventListener("click", () => {
@@ -247,7 +263,12 @@
     });
     t.append(cg, $("thead", {}, head), body);
     render();
-    return $("div", { class: "table-wrap" }, t, more);
+    // What the page left out of a long list (its largest entries are kept): the total of the
+    // rest, so the rows and this line add up to the whole.
+    const rest = opts.rest && opts.rest.entries > 0
+      ? $("div", { class: "muted small rest", "data-rest": id, text: `…and ${opts.rest.entries.toLocaleString("en-US")} more ${opts.restLabel || "rows"}, ${bytes(opts.rest.bytes)}${opts.rest.count ? ` in ${opts.rest.count.toLocaleString("en-US")} blocks` : ""} (the smallest, summed in the page; all of them in report.json)` })
+      : null;
+    return $("div", { class: "table-wrap" }, t, more, rest);
   }
   const bar = (frac, color) => $("div", { class: "bar" }, $("div", { style: `width:${(100 * Math.max(0, Math.min(1, frac))).toFixed(2)}%;background:${color || "var(--accent)"}` }));
 
@@ -423,7 +444,9 @@
     for (let v = 0; v <= max + 0.5; v += step) if (v >= min) out.push(v);
     return out;
   }
-  function memoryChart(A, d, pd, host, height) {
+  // `share` (the diff's two runs): one time axis and one byte axis for every chart in it, the
+  // cursor and the zoom of one followed by the others.
+  function memoryChart(A, d, pd, host, height, share) {
     const R = A.R;
     const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!host || o.host == null || o.host === host));
     const cat = d.categories && d.categories.timeline && (d.categories.timeline.points || []).length ? d.categories : null;
@@ -434,7 +457,15 @@
       pts = cat.timeline.points;
     } else {
       names = ["live"];
-      pts = ((d.timeline && d.timeline.points) || []).map((p) => [p[0], p[1]]);
+      // Each bucket's lowest and highest figure at their moments, in time order (a report
+      // without them: the highest from the bucket's start).
+      pts = [];
+      for (const p of (d.timeline && d.timeline.points) || []) {
+        if (p.length < 6) { pts.push([p[0], p[1]]); continue; }
+        const [lo, hi] = [[p[5], p[3]], [p[4], p[1]]];
+        if (lo[0] === hi[0]) pts.push(hi);
+        else pts.push(...(lo[0] < hi[0] ? [lo, hi] : [hi, lo]));
+      }
     }
     const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
     const keep = names.map((n, k) => pts.some((p) => (p[k + 1] || 0) > 0));
@@ -452,6 +483,7 @@
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
     const showLimit = limit && limit.bytes <= peakB * 4;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
+    if (share) { share.xEnd = Math.max(share.xEnd || 0, end); share.yMax = Math.max(share.yMax || 0, ymax); }
     const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
     const data = [xs];
@@ -471,17 +503,26 @@
       "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
     const marks = [{ x: (d.peak || {}).time_ns, label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
     ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
-    const phases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    const allPhases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    // More phases than a chart has room for (a band every few pixels) pile up into stripes:
+    // then only those at the peak and at each OOM are drawn.
+    const atMoment = (p) => [(d.peak || {}).time_ns, ...ooms.map((o) => o.time_ns)].some((t) => known(t) && p.start_ns <= t && t <= p.end_ns);
+    const phases = allPhases.length > 300 ? allPhases.filter(atMoment) : allPhases;
     const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
+    let zoomed = false;
     const draw = () => {
       const width = Math.max(320, box.clientWidth || host_width(box));
+      // The axes' spans (shared by the diff's charts), for tests and tools.
+      box.dataset.xMaxNs = String(share ? share.xEnd : end);
+      box.dataset.yMax = String(Math.round(share ? share.yMax : ymax));
       // Colours from the theme at each draw: the theme toggle redraws the chart.
       const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
+      const card = () => getComputedStyle(root).getPropertyValue("--card").trim() || "#fff";
       const opts = {
         width, height: height || 300,
-        scales: { x: { time: false, range: () => [0, Math.max(end / 1e9, 1e-9)] }, y: { range: () => [0, ymax] } },
+        scales: { x: { time: false, range: (u, lo, hi) => (zoomed ? [lo, hi] : [0, Math.max((share ? share.xEnd : end) / 1e9, 1e-9)]) }, y: { range: () => [0, share ? share.yMax : ymax] } },
         legend: { live: true },
-        cursor: { points: { show: false } },
+        cursor: { points: { show: false }, ...(share ? { sync: { key: share.key, setSeries: false } } : {}) },
         axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
                { values: (u, v) => { const t = v.map(tickBytes); box.dataset.yticks = t.join(","); return t; }, splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
         series,
@@ -492,7 +533,8 @@
             ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
             const top = u.bbox.top, h = u.bbox.height;
             for (const p of phases) {
-              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+              // Clipped to the plot: zoomed in, a band may start or end outside it.
+              const x0 = Math.max(u.bbox.left, u.valToPos(p.start_ns / 1e9, "x", true)), x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(p.end_ns / 1e9, "x", true));
               if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
               ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
               ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
@@ -541,7 +583,12 @@
               ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
               const w = ctx.measureText(m.label).width;
               const tx = x + 4 * dpr + w > u.bbox.left + u.bbox.width ? x - w - 4 * dpr : x + 4 * dpr;
-              ctx.fillText(m.label, tx, u.bbox.top + (14 + 14 * (row++ % 3)) * dpr);
+              const ty = u.bbox.top + (14 + 14 * (row++ % 3)) * dpr;
+              // On the card's colour: readable over the limit line and the areas.
+              ctx.fillStyle = card();
+              ctx.fillRect(tx - 2 * dpr, ty - 11 * dpr, w + 4 * dpr, 14 * dpr);
+              ctx.fillStyle = m.color;
+              ctx.fillText(m.label, tx, ty);
             }
             ctx.restore();
           }],
@@ -555,8 +602,21 @@
         while (peakIdx + 1 < xs.length && xs[peakIdx + 1] <= pt / 1e9) peakIdx++;
         opts.hooks.setCursor = [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: peakIdx }, false); }];
       }
+      // Zoom (a drag, the keys) until a double-click or "0": the range then spans the run again.
+      opts.hooks.setSelect = [(u) => { if (u.select.width > 0) zoomed = true; }];
+      opts.hooks.setScale = [(u, key) => {
+        if (key !== "x") return;
+        box.dataset.xRange = `${u.scales.x.min},${u.scales.x.max}`;
+        if (!share || share.syncing) return;
+        share.syncing = true;
+        for (const c of share.charts) if (c !== u) { c._vtZoom(zoomed); c.setScale("x", { min: u.scales.x.min, max: u.scales.x.max }); }
+        share.syncing = false;
+      }];
+      box.addEventListener("dblclick", () => { zoomed = false; });
       const u = new uPlot(opts, data, box);
+      u._vtZoom = (z) => { zoomed = z; };
       charts.push(u);
+      if (share) share.charts.push(u);
       if (peakIdx != null) setTimeout(() => u.setLegend({ idx: peakIdx }, false), 0);
     };
     return { box, draw, hasData: pts.length > 0 };
@@ -588,7 +648,26 @@
     void total;
     return t;
   }
-  function moduleTree(list, total) {
+  // What a module's blocks at this moment were: its class and where it is defined, its blocks
+  // by category, the lines of the program that ran it, each with the stack recorded there.
+  function moduleDetail(leaf, siteEntry) {
+    const box = $("div", { class: "moddetail", "data-module-detail": leaf.module });
+    const about = [leaf.type, leaf.forward_at ? `forward at ${leaf.forward_at}` : null, known(leaf.count) ? plural(leaf.count, "block") : null].filter(Boolean);
+    if (about.length) box.append($("div", { class: "muted small", text: about.join(" · ") }));
+    const cats = Object.entries(leaf.categories || (leaf.category ? { [leaf.category]: leaf.bytes } : {})).filter(([, v]) => v > 0);
+    if (cats.length) box.append($("div", { class: "small", text: cats.map(([k, v]) => `${catLabel(k)} ${bytes(v)}`).join(", ") }));
+    const sites = (leaf.sites || []).length ? leaf.sites : (leaf.site ? [{ site: leaf.site, bytes: leaf.bytes }] : []);
+    let stacks = 0;
+    for (const x of sites.slice(0, 5)) {
+      box.append($("div", { class: "labelled small" }, "Run from ", nameEl("span", x.site, "code"), `: ${bytes(x.bytes)}${known(x.count) ? " in " + plural(x.count, "block") : ""}`));
+      const e = siteEntry(x.site);
+      if (e && (e.stack || []).length) { box.append(stackList(e.stack)); stacks++; }
+    }
+    if ((leaf.stack || []).length) { box.append(stackList(leaf.stack)); stacks++; }
+    if (!stacks) box.append($("div", { class: "muted small", text: "No stack recorded for these blocks: PyTorch's trace gives each block its module and the line that ran it." }));
+    return box;
+  }
+  function moduleTree(list, total, siteEntry = () => null, rest = null) {
     const rootNode = { name: "", bytes: 0, children: new Map(), leaf: null };
     for (const m of list) {
       let n = rootNode;
@@ -603,7 +682,8 @@
     const scale = Math.max(total || 0, rootNode.bytes) || 1;
     const box = $("div", { class: "modtree", "data-modules": String(list.length) });
     const render = (node, path, depth, into) => {
-      const kids = [...node.children.values()].sort((a, b) => b.bytes - a.bytes);
+      // Largest first; equal ones in their natural order (blocks.2 before blocks.10).
+      const kids = [...node.children.values()].sort((a, b) => b.bytes - a.bytes || a.name.localeCompare(b.name, "en", { numeric: true }));
       const shown = kids.slice(0, 20);
       for (const k of shown) {
         // A chain of single children collapses into one dotted name (layer3.2.conv2).
@@ -621,11 +701,29 @@
           det.addEventListener("toggle", fill);
           det.append(inner);
           into.append(det);
+        } else if (n.leaf) {
+          // A leaf expands to its blocks' lines and stacks.
+          const det = $("details", { class: "modleaf", "data-leaf": full }, $("summary", {}, row));
+          det.addEventListener("toggle", () => { if (det.open && det.childElementCount === 1) det.append(moduleDetail(n.leaf, siteEntry)); });
+          into.append(det);
         } else into.append($("div", { class: "modleaf" }, row));
       }
       if (kids.length > shown.length) into.append($("div", { class: "muted small", text: `${kids.length - shown.length} more modules, ${bytes(kids.slice(20).reduce((s, x) => s + x.bytes, 0))}` }));
     };
     render(rootNode, "", 0, box);
+    if (rest && rest.entries > 0) box.append($("div", { class: "muted small rest", "data-rest": "modules", text: `…and ${rest.entries.toLocaleString("en-US")} more modules, ${bytes(rest.bytes)} (the smallest, summed in the page)` }));
+    return box;
+  }
+  // A library's row expands to the largest stacks through which it held memory at the moment.
+  function libraryStacks(lib, m) {
+    const has = (l) => (l || []).some((x) => x.library === lib && (x.stack || []).length);
+    const from = has(m.stacks) ? m.stacks : (has(m.sites) ? m.sites : []);
+    const mine = from.filter((x) => x.library === lib && (x.stack || []).length).slice(0, 3);
+    if (!mine.length) return null;
+    const box = $("div", { class: "libstacks" });
+    const total = from.filter((x) => x.library === lib).length;
+    for (const x of mine) box.append($("div", { class: "small labelled" }, `${bytes(x.bytes)}${known(x.count) ? " in " + plural(x.count, "block") : ""} at `, nameEl("span", x.site || "?", "code")), stackList(x.stack));
+    if (total > mine.length) box.append($("div", { class: "muted small", text: `${total - mine.length} more stacks of ${lib}: in the site table and the icicle graph.` }));
     return box;
   }
   function breakdown(A, d, pd) {
@@ -637,15 +735,17 @@
     // report) its process's.
     const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
     if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
-      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null });
+      sitesRest: pk.by_site_rest, libsRest: pk.by_library_rest, stacks: pk.by_stack || [],
+      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
-      cats: catsAt(d, o.time_ns), modules: o.by_module || null, oom: o }));
+      sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: o.live_by_stack || [],
+      cats: catsAt(d, o.time_ns), modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
     // At the end: what was still live (when the process died of an OOM, what it held then).
     const atExit = d.categories && d.categories.at_exit;
     const leaks = (R.leaks || []).filter((l) => l.device === d.index);
     if ((atExit && Object.values(atExit).some((v) => v > 0)) || leaks.length) {
       const died = leaks.length ? leaks.every((l) => A.diedPids.has(l.pid)) : ooms.some(A.fatal);
-      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null });
+      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null, sitesRest: R.leaks_rest });
     }
     if (!moments.length) return wrap;
     const tabs = $("div", { class: "tabs", role: "tablist" });
@@ -656,13 +756,15 @@
       const grid = $("div", { class: "grid2" });
       const card = (t, body) => $("div", { class: "panel" }, $("h3", { text: t }), body);
       if (m.cats && Object.values(m.cats).some((v) => v > 0)) grid.append(card("By category", categoryPanel(m.cats, d.categories && d.categories.order, m.bytes)));
-      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes)));
+      // A module's line is found among the sites by its text, or as the "(file:line)" of one.
+      const siteEntry = (text) => text ? m.sites.find((x) => x.site === text) || m.sites.find((x) => String(x.site || "").endsWith(`(${text})`)) : null;
+      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest)));
       else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null });
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: m.sitesRest, restLabel: "sites" });
       grid.append(card("By site", site));
       if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"))));
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"), { expand: (r) => libraryStacks(r.library, m), expandable: (r) => [m.stacks, m.sites].some((l) => (l || []).some((x) => x.library === r.library && (x.stack || []).length)), rest: m.libsRest, restLabel: "libraries" })));
       panel.replaceChildren(grid);
     };
     moments.forEach((m, i) => {
@@ -694,6 +796,9 @@
       const frames = visibleFrames(g.stack).map(frameLabel).reverse();
       add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
+    // The smallest stacks the page did not keep, as one frame: the graph still sums to the whole.
+    const rest = peak.by_stack ? peak.by_stack_rest : peak.by_site_rest;
+    if (rest && rest.entries > 0) add([`${rest.entries.toLocaleString("en-US")} smaller stacks`], rest.bytes);
     return rootNode;
   }
   function icicle(tree) {
@@ -768,8 +873,11 @@
   const stat = (label, value, cls, id) =>
     $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
       $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
-  function renderRun(R, main, title) {
+  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
+  // this run's side in the aligned rows above the columns.
+  function renderRun(R, main, title, share) {
     const A = analyse(R);
+    const slot = share && share.slots[title];
     const run = R.run || {};
     const later = [];
     if (run.stand_in) main.append($("div", { class: "banner warn", id: title ? null : "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
@@ -785,7 +893,7 @@
       main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
     }
     const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
-    if (devices.length || A.verdictOom) main.append(summary(A, title));
+    if (devices.length || A.verdictOom) (slot ? slot.summary : main).append(summary(A, title));
     else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
 
     const procDevice = (host, index) => {
@@ -797,9 +905,12 @@
       if (pd) pd._pid = proc.pid;
       const card = $("section", { class: "card", "data-device": String(d.index) });
       card.append($("h2", { text: `Device ${d.index}: ${d.name || "unknown"}${d.host ? " on " + d.host : ""}` }));
-      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290);
+      const aligned = slot && d.index === A.dev && !slot.chart.childElementCount;
+      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
       if (chart.hasData) {
-        card.append($("h3", { class: "chart-title", text: d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time" }), chart.box,
+        const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
+        if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box);
+        else card.append($("h3", { class: "chart-title", text: what }), chart.box,
           $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
         later.push(chart.draw);
       }
@@ -891,7 +1002,7 @@
           card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
             { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
-          largest, "peak-largest", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+          largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
         }
         if ((pd.pools || []).length) {
           card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
@@ -916,7 +1027,7 @@
           card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
           card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
             { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
-            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.growth_rest, restLabel: "growing sites" }));
         }
         card.append($("h3", { text: "Kernels launched" }));
         if (launchesOff(proc))
@@ -935,7 +1046,7 @@
         card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
         const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
         card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
-          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => (r.stack || []).length ? stackList(r.stack) : null }));
+          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.leaks_rest, restLabel: "sites" }));
       }
     }
 
@@ -989,12 +1100,22 @@
     const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
     sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
       { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
-    main.append(sum);
+    // The two charts on one time axis and one byte axis (the cursor and the zoom of one followed
+    // by the other), the verdicts side by side, the sites that changed, then each run's views
+    // in its column.
+    const cell = (run, what) => $("div", { class: "run-col", "data-run": run, "data-aligned": what });
+    const share = { key: "vt-diff", charts: [], slots: { A: { summary: cell("A", "summary"), chart: cell("A", "chart") }, B: { summary: cell("B", "summary"), chart: cell("B", "chart") } } };
+    const verdicts = $("div", { class: "side-by-side", id: "diff-verdicts" }, share.slots.A.summary, share.slots.B.summary);
+    const chartsRow = $("section", { class: "card", id: "diff-charts" }, $("h2", { text: "Memory over time: A and B on the same axes" }),
+      $("div", { class: "side-by-side" }, share.slots.A.chart, share.slots.B.chart),
+      $("div", { class: "chart-help", text: "Step charts of what was live, same time and byte scales. Drag to zoom both, double-click to reset; keys ← → pan, + − zoom, 0 reset." }));
     const cols = $("div", { class: "side-by-side" });
     const ca = $("div", { class: "run-col", "data-run": "A" }), cb = $("div", { class: "run-col", "data-run": "B" });
     cols.append(ca, cb);
-    main.append(cols);
-    later = [...renderRun(a, ca, "A"), ...renderRun(b, cb, "B")];
+    chartsRow.insertBefore($("div", { class: "diff-peak-line", text: peaks.map((p) => "Peak of " + p).join("; ") }), chartsRow.children[1]);
+    main.append(chartsRow, verdicts, sum, cols);
+    later = [...renderRun(a, ca, "A", share), ...renderRun(b, cb, "B", share)];
+    if (!share.slots.A.chart.childElementCount && !share.slots.B.chart.childElementCount) chartsRow.remove();
   } else {
     const cmd = ((DATA.run || {}).command || []).join(" ");
     document.getElementById("cmd").textContent = cmd;

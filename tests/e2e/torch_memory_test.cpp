@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "e2e/e2e_util.h"
@@ -130,22 +131,50 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   REQUIRE(sum(at_peak) == j["devices"][0]["peak"]["bytes"].get<uint64_t>());
   REQUIRE(j["devices"][0]["categories"] == d["categories"]);  // one process: the device's own
   check_state(d["categories"]["at_exit"]);
-  // Over time: every point adds up to the device's figure then; the last is the exit's.
+  // Over time: a row at each extreme of the driver's timeline and of the blocks in use, in
+  // time order. At the driver's extremes a row adds up to the device's figure then; the last
+  // row is the exit's; the blocks' highest (the peak's 56 MiB: the 6 MiB of weights, grads and
+  // momentum, the batch, fc1's output and fc2's scratch) is a row, though the driver's figure
+  // did not move then.
   const json& points = d["categories"]["timeline"]["points"];
+  const json& columns = d["categories"]["timeline"]["columns"];
   REQUIRE(points.size() >= 2);
   const json& dev_points = d["timeline"]["points"];
-  REQUIRE(points.size() == dev_points.size());
+  REQUIRE(d["timeline"]["columns"] ==
+          json::parse(R"(["time_ns","max_bytes","last_bytes","min_bytes","max_time_ns","min_time_ns"])"));
+  std::map<uint64_t, uint64_t> sum_at;
+  uint64_t blocks_max = 0, last_sum = 0;
   for (size_t i = 0; i < points.size(); ++i) {
-    uint64_t s = 0;
-    for (size_t k = 1; k < points[i].size(); ++k) s += points[i][k].get<uint64_t>();
-    INFO("point " << i);
-    REQUIRE(s == dev_points[i][2].get<uint64_t>());
+    uint64_t s = 0, blocks = 0;
+    for (size_t k = 1; k < points[i].size(); ++k) {
+      s += points[i][k].get<uint64_t>();
+      if (columns[k] != "allocator_cache" && columns[k] != "outside_pytorch")
+        blocks += points[i][k].get<uint64_t>();
+    }
+    if (i) REQUIRE(points[i][0].get<uint64_t>() > points[i - 1][0].get<uint64_t>());
+    sum_at[points[i][0].get<uint64_t>()] = s;
+    blocks_max = std::max(blocks_max, blocks);
+    last_sum = s;
   }
+  for (const json& p : dev_points) {
+    INFO("device point at " << p[0]);
+    REQUIRE(sum_at.at(p[4].get<uint64_t>()) == p[1].get<uint64_t>());
+    REQUIRE(sum_at.at(p[5].get<uint64_t>()) == p[3].get<uint64_t>());
+  }
+  REQUIRE(last_sum == dev_points.back()[2].get<uint64_t>());
+  REQUIRE(blocks_max == 56 * MiB);
 
   // Activations and temporaries at the in-use peak by module: fc1's output, and the scratch
-  // fc2's forward held then.
-  REQUIRE(d["peak"]["by_module"] ==
-          json::parse(R"([{"module":"fc1","bytes":20971520},{"module":"fc2","bytes":10485760}])"));
+  // fc2's forward held then; each with its class, its forward's line and the line that ran it
+  // (report.html expands a module to them).
+  const std::string train = kTrain;
+  json by_module = json::array();
+  for (auto [name, bytes, cat] : {std::tuple{"fc1", 20 * MiB, "activations"},
+                                  std::tuple{"fc2", 10 * MiB, "temporaries"}})
+    by_module.push_back({{"module", name}, {"bytes", bytes}, {"count", 1}, {"type", "Linear"},
+                         {"forward_at", train + ":43"}, {"categories", {{cat, bytes}}},
+                         {"sites", {{{"site", "main (" + train + ":70)"}, {"bytes", bytes}, {"count", 1}}}}});
+  REQUIRE(d["peak"]["by_module"] == by_module);
   REQUIRE(d["peak"]["by_top_module"] ==
           json::parse(R"([{"module":"fc1","bytes":20971520},{"module":"fc2","bytes":10485760}])"));
 

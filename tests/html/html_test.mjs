@@ -57,6 +57,8 @@ async function open(path, theme, width = 1366, height = 900) {
   return { page, errors, requests, dialogs };
 }
 
+// JSON with its objects' keys sorted (the report writes them sorted): equal data, equal text.
+const canon = (x) => JSON.stringify(x, (k, v) => (v && typeof v === "object" && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([p], [q]) => (p < q ? -1 : 1))) : v));
 const stat = (page, id) => page.locator(`[data-stat='${id}'] .value`).first().textContent();
 
 // 1. The bundled example: leak, OOM, pool, 2 GiB stand-in device.
@@ -182,8 +184,11 @@ const grow = profile("growth", [join(build, "tests/programs/leak_steps"), "nvtx"
 const chain = profile("stacks", [join(build, "tests/programs/callchain")]);
 {
   const { page, errors } = await open(chain, "light");
-  const lib = await page.locator("[data-table='peak-libraries'] tbody td").first().textContent();
+  const lib = await page.locator("[data-table='peak-libraries'] tbody td.code").first().textContent();
   check("library breakdown shown", lib === "callchain", lib);
+  await page.locator("[data-table='peak-libraries'] tbody tr button.twisty").first().click();
+  const libStack = await page.locator("[data-table='peak-libraries'] tr.detail").first().innerText();
+  check("a library's row expands to the stacks through which it held memory", libStack.includes("allocate_weights") && libStack.includes("callchain.cu:8"), libStack.slice(0, 300));
   const summary = await page.locator("[data-table='peak-largest'] tbody td.code").first().textContent();
   check("largest allocation's stack summarised by its site", summary.includes("allocate_weights(unsigned long)") && summary.includes("callchain.cu:8"), summary);
   await page.locator("[data-table='peak-largest'] button.twisty").first().click();
@@ -288,6 +293,13 @@ for (const width of [1400, 1000]) {
   const catRows = await page.locator("[data-table='categories'] tbody tr").allTextContents();
   check(`${w}: by category at the peak, largest first`, catRows[0].startsWith("activations"), catRows.join(" | "));
   check(`${w}: by module, a tree sized by bytes`, (await page.locator(".modtree").first().getAttribute("data-modules")) === "64" && (await page.locator(".modtree .modname").first().textContent()) === "layer3");
+  // A module's leaf expands to the line that ran it and the stack recorded at that line.
+  await page.locator(".modtree .modkids details:not(.modleaf) > summary").first().click();
+  const leaf = page.locator(".modtree details.modleaf").first();
+  const leafName = await leaf.locator(".modname").textContent();
+  await leaf.locator("summary").click();
+  const leafText = await leaf.locator(".moddetail").innerText();
+  check(`${w}: a module's leaf expands to its line and stack`, /^layer3\.\d\.(conv[123]|bn3)$/.test(leafName) && /^activations [\d.]+ (MiB|GiB)\nRun from resnet\.py:1\d\d: /.test(leafText) && leafText.includes("_conv_forward (conv.py:549)") && leafText.includes("interpreter frames folded"), `${leafName}: ${leafText.slice(0, 300)}`);
   await page.locator("[data-table='peak-sites'] button.twisty").first().click();
   const frames = await page.locator("[data-table='peak-sites'] tr.detail li").allTextContents();
   check(`${w}: a site expands to its stack, interpreter frames folded`, frames.includes("5 interpreter frames folded") && frames.some((f) => f.startsWith("forward (resnet.py:")) && !frames.some((f) => f.startsWith("_PyEval")), frames.slice(0, 6).join(" | "));
@@ -360,9 +372,28 @@ for (const width of [1400, 1000]) {
   const { page, errors } = await open(bigHtml, "light", 1400, 900);
   console.log(`      big report (${(readFileSync(bigHtml).length / 1e6).toFixed(1)} MB) ready in ${Date.now() - t0} ms`);
   const rows = await page.locator("[data-table='peak-sites'] tbody tr").count();
-  check("big report: 25 site rows in the DOM, the rest behind a button", rows === 25 && (await page.locator("[data-table='peak-sites'] + button.more").textContent()) === "Show 100 more of 20000", String(rows));
+  check("big report: 25 site rows in the DOM, the rest behind a button", rows === 25 && (await page.locator("[data-table='peak-sites'] + button.more").textContent()) === "Show 100 more of 500", String(rows));
   await page.locator("[data-table='peak-sites'] + button.more").click();
   check("big report: show more adds 100 rows", (await page.locator("[data-table='peak-sites'] tbody tr").count()) === 125);
+  // The page keeps the 500 largest of the 20,000 sites (the report's order kept) and sums the
+  // others: site i holds 1 MiB + (i % 4096) KiB in 1 + (i % 5) blocks.
+  const fixture = big(20000).processes[0].devices[0].peak.by_site;
+  const kept = fixture.map((s, i) => [s.bytes, i]).sort((x, y) => y[0] - x[0]).slice(0, 500);
+  const keptSet = new Set(kept.map(([, i]) => i));
+  const restBytes = fixture.reduce((s, x, i) => s + (keptSet.has(i) ? 0 : x.bytes), 0);
+  const restBlocks = fixture.reduce((s, x, i) => s + (keptSet.has(i) ? 0 : x.count), 0);
+  check("big report: the rest of the fixture: 55.35 GiB in 58,500 blocks", restBytes === 59426467840 && restBlocks === 58500, `${restBytes} ${restBlocks}`);
+  const restLine = await page.locator("[data-rest='peak-sites']").textContent();
+  check("big report: a line says what the 19,500 smaller sites held", restLine === "…and 19,500 more sites, 55.35 GiB in 58,500 blocks (the smallest, summed in the page; all of them in report.json)", restLine);
+  const data = await page.evaluate(() => JSON.parse(document.getElementById("vt-data").textContent));
+  const pk = data.processes[0].devices[0].peak;
+  check("big report: kept sites and the rest add up to the whole", pk.by_site.reduce((s, x) => s + x.bytes, 0) + pk.by_site_rest.bytes === fixture.reduce((s, x) => s + x.bytes, 0) &&
+        pk.by_site.length === 500 && pk.by_site_rest.entries === 19500 && pk.by_stack.length === 500 && pk.largest.length === 100 && data.oom[0].live_by_site.length === 500);
+  const src = big(20000);
+  check("big report: the figures are exact (peak, categories, timeline, OOM)", data.devices[0].peak.bytes === src.devices[0].peak.bytes && data.devices[0].peak.time_ns === src.devices[0].peak.time_ns &&
+        canon(data.devices[0].categories) === canon(src.devices[0].categories) && canon(data.devices[0].timeline) === canon(src.devices[0].timeline) &&
+        ["time_ns", "requested_bytes", "live_bytes", "device"].every((k) => data.oom[0][k] === src.oom[0][k]));
+  check("big report: the page embeds at most 1.5 MB of data", data && (await page.evaluate(() => document.getElementById("vt-data").textContent.length)) < 1.5e6, String(await page.evaluate(() => document.getElementById("vt-data").textContent.length)));
   const n = await page.locator(".icicle-cell").count();
   check("big report: the icicle graph draws at most 500 per row of frames", n > 0 && n <= 40 * 500, String(n));
   check("big report: the whole DOM stays small", (await page.evaluate(() => document.getElementsByTagName("*").length)) < 20000, String(await page.evaluate(() => document.getElementsByTagName("*").length)));
@@ -397,6 +428,23 @@ for (const width of [1400, 1000]) {
   const vb = await page.locator("[data-run='B'] .verdict h2").first().textContent();
   check("diff: A's verdict and B's side by side", va.startsWith("A: Out of memory: the program died") && vb === "B: Peak 9.00 GiB of 16.00 GiB (56 %) on device 0 at 2.561 s", `${va} | ${vb}`);
   check("diff: both runs have their chart", (await page.locator("[data-run='A'] [data-chart] canvas").count()) === 1 && (await page.locator("[data-run='B'] [data-chart] canvas").count()) === 1);
+  // The two charts compare at a glance: one row, the same size, the same time and byte axes
+  // (A's: its OOM near 16 GiB; B's 9 GiB peak drawn on that scale, not stretched to fill it).
+  const ca = page.locator("[data-run='A'][data-aligned='chart'] [data-chart]"), cb = page.locator("[data-run='B'][data-aligned='chart'] [data-chart]");
+  const [ba, bb] = [await ca.boundingBox(), await cb.boundingBox()];
+  check("diff: A's and B's charts side by side in one row, the same size", ba && bb && ba.y === bb.y && ba.height === bb.height && Math.abs(ba.width - bb.width) <= 1 && bb.x > ba.x + ba.width, JSON.stringify([ba, bb]));
+  const axes = async (c) => [await c.getAttribute("data-x-max-ns"), await c.getAttribute("data-y-max")];
+  const [xa, ya] = await axes(ca), [xb, yb] = await axes(cb);
+  check("diff: A and B on the same time and byte axes", xa === xb && ya === yb && Number(ya) > 16 * 1024 ** 3 && Number(xa) === Math.max(a.run.duration_ns, b.run.duration_ns), `${xa} ${xb} ${ya} ${yb}`);
+  check("diff: the y ticks are the same on both", (await ca.getAttribute("data-yticks")) === (await cb.getAttribute("data-yticks")));
+  // Zooming one zooms the other to the same span ("+" zooms every chart; a drag on A too).
+  const ov = await page.locator("[data-run='A'][data-aligned='chart'] .u-over").boundingBox();
+  await page.mouse.move(ov.x + ov.width * 0.6, ov.y + 40); await page.mouse.down();
+  await page.mouse.move(ov.x + ov.width * 0.9, ov.y + 50, { steps: 4 }); await page.mouse.up();
+  const [ra, rb] = [await ca.getAttribute("data-x-range"), await cb.getAttribute("data-x-range")];
+  check("diff: a drag on A's chart zooms B's to the same span", ra && ra === rb && Number(ra.split(",")[0]) > 1, `${ra} | ${rb}`);
+  await page.keyboard.press("0");
+  check("diff: 0 resets both to the whole run", (await ca.getAttribute("data-x-range")) === (await cb.getAttribute("data-x-range")) && Number((await ca.getAttribute("data-x-range")).split(",")[0]) === 0, await ca.getAttribute("data-x-range"));
   const peak = await page.locator(".diff-peak").first().textContent();
   check("diff: the peak change", peak.startsWith("Peak of device 0") && peak.includes("B 9.00 GiB"), peak);
   check("diff: the sites that changed, largest change first", (await page.locator("[data-table='diff'] tbody tr").count()) === 8 &&

@@ -163,6 +163,33 @@ TEST_CASE("the downsampled timeline keeps the exact peak") {
   REQUIRE(t.points().back().last_bytes == 99999 % 1000);
 }
 
+TEST_CASE("the downsampled timeline keeps each bucket's lowest and highest at their moments") {
+  collector::Timeline t(64);
+  for (uint64_t i = 0; i < 100000; ++i)
+    t.add(i * 10, i == 54321 ? 999999 : i == 12345 ? 7 : 1000 + i % 1000);
+  REQUIRE(t.points().size() <= 64);
+  size_t peaks = 0, dips = 0;
+  for (const auto& p : t.points()) {
+    REQUIRE(p.min_bytes <= p.last_bytes);
+    REQUIRE(p.last_bytes <= p.max_bytes);
+    REQUIRE(p.min_ns >= p.time_ns);
+    REQUIRE(p.max_ns < p.time_ns + t.bucket_ns());
+    if (p.max_bytes == 999999) {
+      ++peaks;
+      REQUIRE(p.max_ns == 543210);
+    }
+    if (p.min_bytes == 7) {
+      ++dips;
+      REQUIRE(p.min_ns == 123450);
+    }
+  }
+  REQUIRE(peaks == 1);
+  REQUIRE(dips == 1);
+  // Every other bucket's lowest is the first 1000 in it (i % 1000 == 0), its highest 1999.
+  REQUIRE(t.points()[1].min_bytes == 1000);
+  REQUIRE(t.points()[1].max_bytes == 1999);
+}
+
 TEST_CASE("launches of kernel ids past the dense range are counted too") {
   TraceBuilder b;
   b.kernel(7, "small").kernel(5000, "large").kernel(4000000000u, "huge");
