@@ -1,0 +1,52 @@
+// The CI gate shared by `check` and `run --baseline` (cli/gate.h).
+#include "cli/gate.h"
+
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace vramtrace::cli {
+
+void add_budget_options(CLI::App* app, CheckOptions& o) {
+  app->add_option("--max-increase", o.max_increase,
+                  "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
+                  "for one device (default 5%)");
+  app->add_option("--max-peak", o.max_peak, "Largest allowed peak, e.g. 40GiB; or DEVICE:SIZE");
+  app->add_option("--device", o.device, "Check this device only")
+      ->transform(decimal_range(0, 4095));  // a larger ordinal is a corrupt record
+  app->add_option("--markdown", o.markdown, "Write a Markdown summary for a CI job page");
+  app->add_option("--junit", o.junit, "Write a JUnit XML result");
+}
+
+report::Budgets budgets_of(const CheckOptions& o) {
+  report::Budgets b;
+  for (const auto& v : o.max_increase) report::add_increase_option(b, v);
+  for (const auto& v : o.max_peak) report::add_peak_option(b, v);
+  b.only_device = o.device;
+  return b;
+}
+
+void write_gate_failure(const CheckOptions& o, const std::string& why) {
+  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(why));
+  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(why));
+}
+
+int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
+         const char* who) {
+  report::CheckResult r;
+  try {
+    r = report::compare(baseline, candidate, budgets_of(o));
+  } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
+    std::cerr << who << ": " << e.what() << "\n";
+    write_gate_failure(o, e.what());
+    return 2;
+  }
+  std::cout << report::check_text(r) << std::flush;
+  if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r)))
+    return kExitWriteFailed;
+  if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r)))
+    return kExitWriteFailed;
+  return report::gate_exit_code(r);
+}
+
+}  // namespace vramtrace::cli
