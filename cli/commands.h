@@ -2,13 +2,16 @@
 // (private, atomic, never over an earlier output without --force), and the reports themselves.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "report/json_report.h"
+
+namespace CLI {
+class App;
+}
 
 namespace vramtrace::cli {
 
@@ -41,9 +44,6 @@ Command add_run_command(CLI::App& app);     // cli/run.cpp
 Command add_check_command(CLI::App& app);   // cli/check.cpp
 Command add_diff_command(CLI::App& app);    // cli/diff.cpp
 Command add_report_command(CLI::App& app);  // cli/report.cpp
-
-// A whole number in decimal digits only, from lo to hi, with CLI::Range's message.
-CLI::Validator decimal_range(long long lo, long long hi);
 
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);

@@ -1,5 +1,6 @@
 // `vramtrace diff A B`: two runs side by side, the peaks and what was live at them, in the
 // terminal and optionally as an HTML file.
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 

@@ -1,11 +1,32 @@
 // The CI gate shared by `check` and `run --baseline` (cli/gate.h).
 #include "cli/gate.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.h"
 
 namespace vramtrace::cli {
+
+// A whole number in decimal digits only, from lo to hi, with CLI::Range's message. CLI11 alone
+// reads "0x10" as 16 and "010" as 8 (octal), and takes "-5" for --grace-ms; the value is handed
+// on without its leading zeros, so that CLI11 does not read it as octal either.
+CLI::Validator decimal_range(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        if (!v.empty() && v.size() <= 18 &&
+            std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          long long x = std::stoll(v);
+          if (x >= lo && x <= hi) {
+            v = std::to_string(x);
+            return {};
+          }
+        }
+        return "Value " + v + " not in range " + range;
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
 
 void add_budget_options(CLI::App* app, CheckOptions& o) {
   app->add_option("--max-increase", o.max_increase,

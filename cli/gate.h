@@ -21,6 +21,9 @@ struct CheckOptions {
   std::string markdown, junit;
 };
 
+// A whole number in decimal digits only, from lo to hi, with CLI::Range's message.
+CLI::Validator decimal_range(long long lo, long long hi);
+
 // --max-increase, --max-peak, --device, --markdown, --junit on `app`, into `o`.
 void add_budget_options(CLI::App* app, CheckOptions& o);
 

@@ -1,11 +1,13 @@
 // `vramtrace report TRACES...`: traces (files or folders) to report.json and report.html, in a
 // new folder or in -o; refuses what is not a trace, counts a process recorded twice once, and
 // does not mix the traces of different runs unless --merge.
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,10 +102,23 @@ int report_command(ReportArgs& a) {
   if (runs.size() > 1 && !a.merge) {
     std::cerr << "vramtrace report: these traces come from " << runs.size()
               << " different runs:";
+    // Each run by its folder when it has one of its own (`vramtrace run` folders), else by
+    // its first trace (LD_PRELOAD traces of several runs in one folder).
+    std::map<std::string, std::set<std::string>> runs_in_folder;
     for (const auto& [id, list] : runs)
-      std::cerr << " " << report::printable(list.front())
-                << (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more" : "")
-                << (id.empty() ? " (no run id: traces of an older vramtrace)" : "") << ";";
+      for (const auto& t : list) runs_in_folder[fs::path(t).parent_path().string()].insert(id);
+    for (const auto& [id, list] : runs) {
+      const std::string folder = fs::path(list.front()).parent_path().string();
+      bool own_folder = runs_in_folder[folder].size() == 1;
+      for (const auto& t : list) own_folder = own_folder && fs::path(t).parent_path() == folder;
+      if (own_folder)
+        std::cerr << " " << report::printable(folder.empty() ? "." : folder)
+                  << (list.size() > 1 ? " (" + std::to_string(list.size()) + " traces)" : "");
+      else
+        std::cerr << " " << report::printable(list.front())
+                  << (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more" : "");
+      std::cerr << (id.empty() ? " (no run id: traces of an older vramtrace)" : "") << ";";
+    }
     std::cerr << " use --merge to report them together\n";
     return 2;
   }

@@ -173,7 +173,7 @@ TEST_CASE("forks while another thread allocates: no hang, no events from the chi
   REQUIRE(j["run"]["dropped_events"] == 0);
 }
 
-TEST_CASE("LD_PRELOAD only: the processes of one tree are one run; two trees are two runs") {
+TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are two runs") {
   std::string d = temp_dir(), one = temp_dir() + "/one", two = temp_dir() + "/two",
               merged = temp_dir() + "/merged";
   const std::string preload =
