@@ -10,6 +10,11 @@ namespace vramtrace::cli {
 namespace {
 
 int check_command(const std::string& candidate, const CheckOptions& o) {
+  for (const std::string& path : {o.baseline, candidate})
+    if (!input_is_one_run(path, "vramtrace check")) {
+      write_gate_failure(o, path + ": traces of different runs");
+      return 2;
+    }
   try {
     budgets_of(o);
     nlohmann::json base = report::load_report(o.baseline, "baseline");

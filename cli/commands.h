@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,24 @@ bool prepare_output_dir(const std::string& dir, bool force, bool clear_traces, c
 std::string run_id_of_dir(const std::string& dir);
 // A new run id: 128 random bits in hex.
 std::string new_run_id();
+
+// What a trace's first record says of it: the process it recorded (host, pid, start times) and
+// the run that process belonged to (VRAMTRACE_RUN_ID, "" in traces of older versions); nothing
+// when the trace does not start with its process.
+struct TraceIdentity {
+  std::string process;
+  std::string run_id;
+};
+std::optional<TraceIdentity> trace_identity(const std::string& path);
+// The run of a trace of an older version, which names none: its folder's run marker ("" without).
+std::string run_of_folder(const std::string& trace);
+// Traces by run, of more than one run: says so, naming each run (by its folder when it has one
+// of its own, else by its first trace), and ends with `what_to_do`.
+void refuse_runs(const char* who, const std::map<std::string, std::vector<std::string>>& runs,
+                 const char* what_to_do);
+// For `check` and `diff`, which read a folder of traces (without report.json) as one run: false,
+// said, when its traces are of different runs.
+bool input_is_one_run(const std::string& path, const char* who);
 
 // Reads the traces and writes OUT_DIR/report.json and report.html; prints the summary on stderr.
 // Returns 0, 74 when the reports could not be written (neither is then left half-written), or

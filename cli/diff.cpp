@@ -11,6 +11,7 @@ namespace vramtrace::cli {
 namespace {
 
 int diff_command(const std::string& a, const std::string& b, const std::string& html) {
+  if (!input_is_one_run(a, "vramtrace diff") || !input_is_one_run(b, "vramtrace diff")) return 2;
   try {
     nlohmann::json ja = report::load_report(a, "A");
     nlohmann::json jb = report::load_report(b, "B");

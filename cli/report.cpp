@@ -6,8 +6,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -19,35 +17,6 @@ namespace fs = std::filesystem;
 
 namespace vramtrace::cli {
 namespace {
-
-// What a trace's first record says of it: the process it recorded (host, pid, start times) and
-// the run that process belonged to (VRAMTRACE_RUN_ID, "" in traces of older versions).
-struct TraceIdentity {
-  std::string process;
-  std::string run_id;
-};
-
-std::optional<TraceIdentity> trace_identity(const std::string& path) {
-  try {
-    collector::TraceReader r(path);
-    collector::Event e;
-    if (!r.next(e) || e.type != format::RecordType::Process) return std::nullopt;
-    TraceIdentity id;
-    id.process = e.text + "/" + std::to_string(e.a) + "/" + std::to_string(e.c) + "/" +
-                 std::to_string(e.time_ns);
-    const std::string key = "VRAMTRACE_RUN_ID=";
-    for (size_t start = 0; start < e.text4.size();) {
-      size_t end = e.text4.find('\n', start);
-      if (end == std::string::npos) end = e.text4.size();
-      if (e.text4.compare(start, key.size(), key) == 0)
-        id.run_id = e.text4.substr(start + key.size(), end - start - key.size());
-      start = end + 1;
-    }
-    return id;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
 
 struct ReportArgs {
   std::vector<std::string> inputs;
@@ -94,32 +63,11 @@ int report_command(ReportArgs& a) {
     }
     kept.push_back(t);
     if (is_torch_trace(t)) continue;  // read with its process's trace, whose run counts
-    // The run a trace names, else (a trace of an older version) its folder's run marker.
-    std::string dir = fs::path(t).parent_path().string();
-    if (run_of_trace.empty()) run_of_trace = run_id_of_dir(dir.empty() ? "." : dir);
+    if (run_of_trace.empty()) run_of_trace = run_of_folder(t);
     runs[run_of_trace].push_back(t);
   }
   if (runs.size() > 1 && !a.merge) {
-    std::cerr << "vramtrace report: these traces come from " << runs.size()
-              << " different runs:";
-    // Each run by its folder when it has one of its own (`vramtrace run` folders), else by
-    // its first trace (LD_PRELOAD traces of several runs in one folder).
-    std::map<std::string, std::set<std::string>> runs_in_folder;
-    for (const auto& [id, list] : runs)
-      for (const auto& t : list) runs_in_folder[fs::path(t).parent_path().string()].insert(id);
-    for (const auto& [id, list] : runs) {
-      const std::string folder = fs::path(list.front()).parent_path().string();
-      bool own_folder = runs_in_folder[folder].size() == 1;
-      for (const auto& t : list) own_folder = own_folder && fs::path(t).parent_path() == folder;
-      if (own_folder)
-        std::cerr << " " << report::printable(folder.empty() ? "." : folder)
-                  << (list.size() > 1 ? " (" + std::to_string(list.size()) + " traces)" : "");
-      else
-        std::cerr << " " << report::printable(list.front())
-                  << (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more" : "");
-      std::cerr << (id.empty() ? " (no run id: traces of an older vramtrace)" : "") << ";";
-    }
-    std::cerr << " use --merge to report them together\n";
+    refuse_runs("vramtrace report", runs, "use --merge to report them together");
     return 2;
   }
   if (a.out.empty()) {

@@ -26,6 +26,10 @@ int run_command(const RunArgs& a) {
   // With --baseline, bad budgets or a bad baseline are found before the command runs.
   nlohmann::json baseline;
   if (!check.baseline.empty()) {
+    if (!input_is_one_run(check.baseline, "vramtrace run")) {
+      write_gate_failure(check, check.baseline + ": traces of different runs");
+      return kExitUsage;
+    }
     try {
       budgets_of(check);
       baseline = report::load_report(check.baseline, "baseline");

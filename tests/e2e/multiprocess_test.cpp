@@ -205,6 +205,20 @@ TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are
   REQUIRE(contains(refused.out, " and 1 more;"));  // the two ranks' traces
   REQUIRE(contains(refused.out, "use --merge to report them together"));
   REQUIRE_FALSE(std::filesystem::exists(two + "/report.json"));
+  // `check` and `diff` read a folder of traces as one run: refused too, the CI file failing.
+  const std::string junit = one + "/junit.xml";
+  Result c = sh(kVramtrace + " check " + d + " --baseline " + one + " --junit " + junit);
+  INFO(c.out);
+  REQUIRE(c.code() == 2);
+  REQUIRE(contains(c.out, "vramtrace check: these traces come from 2 different runs: "));
+  REQUIRE(contains(c.out, "report them with `vramtrace report --merge`, and give the report "
+                          "instead\n"));
+  REQUIRE(contains(slurp(junit), "failures=\"1\""));
+  REQUIRE(contains(slurp(junit), d + ": traces of different runs"));
+  Result df = sh(kVramtrace + " diff " + one + " " + d);
+  INFO(df.out);
+  REQUIRE(df.code() == 2);
+  REQUIRE(contains(df.out, "vramtrace diff: these traces come from 2 different runs: "));
 
   Result m = sh(kVramtrace + " report --merge " + d + " -o " + merged);
   INFO(m.out);
