@@ -35,6 +35,11 @@ report::Budgets budgets_of(const CheckOptions& o);
 // stale or missing result as a pass.
 void write_gate_failure(const CheckOptions& o, const std::string& why);
 
+// When the command line itself is refused (CLI11: a bad value, an unknown option), the CI
+// files that the first `argc` words name (--markdown FILE, --junit=FILE) are written failing
+// all the same, with `why`.
+void write_gate_failure_of_args(int argc, char** argv, const std::string& why);
+
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
 // the candidate has a process that was not profiled, 4 when it is an incomplete measurement
 // (report::gate_exit_code), 2 when it cannot compare, 74 when a CI file cannot be written.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/gate.h"
 #include "cli/launcher.h"
 
 using namespace vramtrace;
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     app.parse(parse_argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
+    if (rc != 0) cli::write_gate_failure_of_args(parse_argc, argv, e.what());
     return rc == 0 ? 0 : cli::kExitUsage;
   }
   for (const auto& c : commands)
