@@ -278,3 +278,36 @@ TEST_CASE("LD_PRELOAD only: processes given one VRAMTRACE_OUTPUT name each keep 
   REQUIRE(std::filesystem::file_size(d + "/t.vtrace") == size_before);
   REQUIRE(std::filesystem::last_write_time(d + "/t.vtrace") == before);
 }
+
+TEST_CASE("launcher: a process that execs another CUDA program keeps both traces under one pid") {
+  std::string d = temp_dir() + "/run";
+  // Python allocates 4 MiB through the runtime, then replaces itself with `basic` (peak 13 MiB):
+  // two streams from one pid, each in its own file.
+  Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- python3 -c \"" +
+                "import ctypes, os, sys\n"
+                "c = ctypes.CDLL(sys.argv[1])\n"
+                "c.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]\n"
+                "p = ctypes.c_void_p()\n"
+                "assert c.cudaMalloc(ctypes.byref(p), 4 << 20) == 0\n"
+                "os.execv(sys.argv[2], [sys.argv[2]])\" " +
+                kBuild + "/standin/libcudart.so.13 " + prog("basic"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "basic done"));
+  std::vector<std::string> traces = traces_in(d);
+  REQUIRE(traces.size() == 2);
+  json j = load_json(d + "/report.json");
+  REQUIRE(j["processes"].size() == 2);
+  REQUIRE(j["processes"][0]["pid"] == j["processes"][1]["pid"]);
+  REQUIRE(traces[0] == d + "/vramtrace." + std::to_string(j["processes"][0]["pid"].get<int>()) +
+                           "-2.vtrace");
+  std::map<std::string, uint64_t> peak_of;  // executable name -> its peak
+  for (const auto& p : j["processes"]) {
+    std::string exe = p["exe"];
+    exe = exe.substr(exe.rfind('/') + 1);
+    peak_of[exe.rfind("python", 0) == 0 ? "python" : exe] = p["devices"][0]["peak"]["bytes"];
+  }
+  REQUIRE(peak_of == std::map<std::string, uint64_t>{{"basic", 13 * MiB}, {"python", 4 * MiB}});
+  // Python's 4 MiB, never freed, and basic's 13 MiB at its peak.
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 17 * MiB);
+}
