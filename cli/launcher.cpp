@@ -9,6 +9,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -232,12 +233,17 @@ report::RunInfo Launch::wait() {
   take_terminal_back(terminal_owner_);
 
   // Processes of the command that outlive it (daemons, workers left behind) are still sending:
-  // wait for them, within --grace-ms, and say so.
+  // wait for them, within --grace-ms, and say so. The streams of processes that ended with the
+  // command are closed already, but the collector may not have seen it yet: it gets a moment
+  // (part of the grace period) before any process is called still running.
   const int grace_ms = options_.grace_ms;
+  int waited_ms = 0;
+  for (; waited_ms < std::min(grace_ms, 200) && live_->open_connections() > 0; waited_ms += 5)
+    usleep(5000);
   if (int still = live_->open_connections(); still > 0 && grace_ms > 0)
     std::cerr << "vramtrace: the command has ended; waiting up to " << grace_ms / 1000.0
               << " s (--grace-ms) for " << still << " process(es) still running\n";
-  traces_ = live_->finish(grace_ms);
+  traces_ = live_->finish(grace_ms - waited_ms);
   std::vector<std::string> still_running = live_->still_open();
   live_.reset();
   g_child_group = 0;  // after the wait: a signal meanwhile still reaches what is left of it
