@@ -66,11 +66,14 @@ std::string write_torch_hook(const std::string& out_dir) {
   return fs::absolute(dir).string();
 }
 
-// The pid in a live trace's name (OUTDIR/vramtrace.<pid>.vtrace), "?" when it has none.
+// The pid in a live trace's name (OUTDIR/vramtrace.<pid>.vtrace, or vramtrace.<pid>-N.vtrace
+// for a pid's later stream), "?" when it has none.
 std::string pid_of_trace(const std::string& path) {
   std::string name = fs::path(path).filename().string();
   size_t a = name.find('.'), b = name.rfind('.');
-  return a != std::string::npos && b > a + 1 ? name.substr(a + 1, b - a - 1) : "?";
+  if (a == std::string::npos || b <= a + 1) return "?";
+  std::string pid = name.substr(a + 1, b - a - 1);
+  return pid.substr(0, pid.find('-'));
 }
 
 // Hands the terminal's foreground to `group` when vramtrace holds it (so that the command reads
