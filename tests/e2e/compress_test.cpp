@@ -116,7 +116,7 @@ json figures(const json& r) {
 
 }  // namespace
 
-TEST_CASE("compressed traces: same events and exact figures as raw ones; off and no libzstd give raw frames") {
+TEST_CASE("compressed traces: same events and exact figures as raw ones, off and no libzstd give raw frames") {
   std::string dir = temp_dir();
   const std::string run = "cd " + dir + " && " + kEnv + "LD_PRELOAD=" + kLib + " ";
   const std::string args = " " + prog("bench_mix") + " " + std::to_string(kIterations);

@@ -57,7 +57,7 @@ void check_basic_report(const json& r) {
 
 }  // namespace
 
-TEST_CASE("vramtrace run gives the exact peak, leaks, launches; output and exit code unchanged") {
+TEST_CASE("vramtrace run gives the exact peak, leaks, launches, output and exit code unchanged") {
   std::string dir = temp_dir();
   Result r = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("basic"));
   INFO(r.out);

@@ -136,7 +136,7 @@ TEST_CASE("run with the default or --launches=on records launches as before") {
   }
 }
 
-TEST_CASE("launches off: the launch callback ids are not enabled at all; the memory ids are") {
+TEST_CASE("launches off: the launch callback ids are not enabled at all, the memory ids are") {
   std::string dir = temp_dir();
   Result off = sh(kEnv + kVramtrace + " run --launches=off -o " + dir + "/off -- " +
                   prog("callback_state"));

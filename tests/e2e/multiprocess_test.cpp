@@ -13,7 +13,7 @@ namespace {
 std::string launcher() { return std::string(VT_SOURCE_DIR) + "/tests/programs/launch_ranks.sh"; }
 }  // namespace
 
-TEST_CASE("forked workers that use CUDA each stream on their own; the parent writes nothing") {
+TEST_CASE("forked workers that use CUDA each stream on their own, the parent writes nothing") {
   std::string d = temp_dir();
   Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- " + prog("workers"));
   INFO(r.out);
