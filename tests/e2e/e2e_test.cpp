@@ -71,8 +71,11 @@ TEST_CASE("vramtrace run gives the exact peak, leaks, launches, output and exit 
   REQUIRE(stat((dir + "/report.json").c_str(), &st) == 0);
   REQUIRE((st.st_mode & 0777) == 0600);
 
-  Result three = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("basic") + " 3");
+  // Into a folder of its own: `dir` holds the first run's output, which is not replaced.
+  Result three = sh(kEnv + kVramtrace + " run -o " + temp_dir() + " -- " + prog("basic") + " 3");
+  INFO(three.out);
   REQUIRE(three.code() == 3);
+  REQUIRE(contains(three.out, "basic done"));
 }
 
 TEST_CASE("LD_PRELOAD alone writes a trace that vramtrace report turns into the same report") {
