@@ -80,6 +80,8 @@ for _ in range(40):
         env = dict(os.environ, LD_LIBRARY_PATH=build + "/standin",
                    LD_PRELOAD=build + "/lib/libvramtrace.so",
                    VRAMTRACE_OUTPUT=work + "/basic.vtrace", VRAMTRACE_COMPRESS=mode)
+        if os.path.exists(work + "/basic.vtrace"):  # an existing trace is kept, not replaced
+            os.unlink(work + "/basic.vtrace")
         t0 = time.perf_counter()
         subprocess.run([build + "/tests/programs/basic"], env=env, stdout=subprocess.DEVNULL,
                        check=True)

@@ -1,10 +1,51 @@
-// Helpers shared by the vramtrace subcommands: output directories, private files, reports.
+// What the vramtrace subcommands share: how each is registered and run, where its files go
+// (private, atomic, never over an earlier output without --force), and the reports themselves.
 #pragma once
 
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "report/json_report.h"
+
+namespace CLI {
+class App;
+}
+
+namespace vramtrace::cli {
+
+// Exit codes of vramtrace itself (the gate's own are in report/check.h): bad usage or
+// unrecoverable input, and a report that could not be written (full disk, read-only folder:
+// sysexits' EX_IOERR).
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitWriteFailed = 74;
+
+// Written by `run` into its folder: which run the traces there belong to (`report` refuses to
+// merge traces of different runs unless --merge).
+inline constexpr const char* kRunMarker = "vramtrace.run";
+// Where outputs go without -o: a new numbered folder in it each time.
+inline constexpr const char* kDefaultOutputRoot = "vramtrace-out";
+
+inline constexpr const char* kProgressHelp =
+    "No progress bar while reading traces (drawn on a terminal only, for traces of 64 MiB or "
+    "more; VRAMTRACE_PROGRESS=auto|on|off)";
+
+// A subcommand: registered on the app with its options; `run` is called when it was the one
+// parsed. `words_for_cli11`, when set, says how many of argv CLI11 may parse (the rest belongs
+// to a command vramtrace runs).
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+  std::function<int(int argc, char** argv)> words_for_cli11;
+};
+
+Command add_run_command(CLI::App& app);     // cli/run.cpp
+Command add_check_command(CLI::App& app);   // cli/check.cpp
+Command add_diff_command(CLI::App& app);    // cli/diff.cpp
+Command add_report_command(CLI::App& app);  // cli/report.cpp
 
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);
@@ -20,6 +61,44 @@ bool write_private_file(const std::string& path, const std::string& content);
 std::string stage_private_file(const std::string& path, const std::string& content);
 bool commit_private_file(const std::string& tmp, const std::string& path);
 
+// Trace names: vramtrace.*.vtrace, and PyTorch's or JAX's allocator traces (vramtrace.*.torch,
+// vramtrace.*.jax), read with the trace of their process.
+bool is_torch_trace(const std::filesystem::path& p);
+bool is_trace_file(const std::filesystem::path& p);
+
+// A new folder kDefaultOutputRoot/PREFIX-N (N one more than the highest there), made private;
+// "" when it cannot be made (the reason printed).
+std::string new_numbered_dir(const std::string& prefix);
+
+// Makes DIR ready for new output. A folder that holds an earlier output is refused unless
+// `force`; with it, and `clear_traces` (run, which writes its traces there), the earlier traces
+// and run marker are removed, since `report DIR` would merge them with the new ones. Files that
+// are not vramtrace's are never touched.
+bool prepare_output_dir(const std::string& dir, bool force, bool clear_traces, const char* who);
+
+// The run that the traces of a folder belong to: its run marker's id ("" without one).
+std::string run_id_of_dir(const std::string& dir);
+// A new run id: 128 random bits in hex.
+std::string new_run_id();
+
+// What a trace's first record says of it: the process it recorded (host, pid, start times) and
+// the run that process belonged to (VRAMTRACE_RUN_ID, "" in traces of older versions); nothing
+// when the trace does not start with its process.
+struct TraceIdentity {
+  std::string process;
+  std::string run_id;
+};
+std::optional<TraceIdentity> trace_identity(const std::string& path);
+// The run of a trace of an older version, which names none: its folder's run marker ("" without).
+std::string run_of_folder(const std::string& trace);
+// Traces by run, of more than one run: says so, naming each run (by its folder when it has one
+// of its own, else by its first trace), and ends with `what_to_do`.
+void refuse_runs(const char* who, const std::map<std::string, std::vector<std::string>>& runs,
+                 const char* what_to_do);
+// For `check` and `diff`, which read a folder of traces (without report.json) as one run: false,
+// said, when its traces are of different runs.
+bool input_is_one_run(const std::string& path, const char* who);
+
 // Reads the traces and writes OUT_DIR/report.json and report.html; prints the summary on stderr.
 // Returns 0, 74 when the reports could not be written (neither is then left half-written), or
 // 2 for `report` (no command in `info`) when nothing could be read from any trace.
@@ -31,3 +110,5 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
 
 // Trace files named directly or found in directories (*.vtrace). Sets *ok=false on a missing one.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok);
+
+}  // namespace vramtrace::cli

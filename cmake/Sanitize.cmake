@@ -4,7 +4,7 @@
 # compiled and linked with the sanitizers. The CPU stand-in and the CUDA test programs are not:
 # they play the part of the user's unchanged program. A sanitized libvramtrace.so preloaded into
 # an unsanitized program needs the sanitizer runtime loaded before anything else, so in these
-# builds the launcher (cli/main.cpp, VRAMTRACE_SANITIZER_PRELOAD) and the e2e tests
+# builds the launcher (cli/launcher.cpp, VRAMTRACE_SANITIZER_PRELOAD) and the e2e tests
 # (VT_SANITIZER_PRELOAD) put the runtime first in LD_PRELOAD. Build with GCC: its sanitizer
 # runtimes are shared libraries, which the preload library's -Wl,-z,defs needs.
 set(VRAMTRACE_SANITIZE "" CACHE STRING

@@ -115,9 +115,16 @@ void LiveCollector::serve() {
         int pid = 0;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid = cred.pid;
         int serial = connections_.fetch_add(1);
-        std::string path = out_dir_ + "/vramtrace." + std::to_string(pid ? pid : 1000000 + serial) +
-                           ".vtrace";
-        int out = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        const std::string base =
+            out_dir_ + "/vramtrace." + std::to_string(pid ? pid : 1000000 + serial);
+        std::string path = base + ".vtrace";
+        int out = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        // A second stream from one pid (a process that exec'd another CUDA program, a pid used
+        // again) gets a file of its own: the first stream's trace is never overwritten.
+        for (int k = 2; out < 0 && errno == EEXIST && k < 10000; ++k) {
+          path = base + "-" + std::to_string(k) + ".vtrace";
+          out = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        }
         if (out < 0) {
           close(fd);
         } else {

@@ -1,7 +1,8 @@
 // The live side of the collector: a Unix socket that every traced process of a tree connects to.
 //
 // Each connection's stream is written as it arrives to OUTDIR/vramtrace.<pid>.vtrace (the pid
-// comes from the peer's credentials), so everything that left a process is on disk even when
+// comes from the peer's credentials; a second stream of one pid, after an exec, goes to
+// vramtrace.<pid>-2.vtrace, never over the first), so everything that left a process is on disk even when
 // that process, or the launcher, dies a moment later. What a process recorded but had not sent
 // when it died (abort, _exit, SIGKILL: its stream ends without its last frames) is read from the
 // event buffers it shares with the collector (common/shared_buffers.h; the memfd comes with the

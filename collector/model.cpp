@@ -113,7 +113,9 @@ class Builder {
           if (end == std::string::npos) end = e.text4.size();
           std::string kv = e.text4.substr(start, end - start);
           size_t eq = kv.find('=');
-          if (eq != std::string::npos) p_.ranks.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+          // The run id is recorded among these variables, but is not a rank's.
+          if (eq != std::string::npos && kv.compare(0, eq, "VRAMTRACE_RUN_ID") != 0)
+            p_.ranks.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
           start = end + 1;
         }
         break;

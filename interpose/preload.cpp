@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,12 @@
 
 namespace vramtrace::interpose {
 namespace {
+
+// The run this process belongs to, recorded with the process (among the variables of its
+// job): `vramtrace report DIR` refuses to mix traces of different runs. Set by `vramtrace run`;
+// without it, by the first process of the tree that loads this library, and inherited through
+// the environment by the processes it starts.
+constexpr const char* kRunIdVariable = "VRAMTRACE_RUN_ID";
 
 std::atomic<bool> g_injected{false};
 bool g_disabled = false;
@@ -52,7 +59,7 @@ void record_process() {
   host[sizeof host - 1] = '\0';
   size_t r = 0;
   for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID",
-                           "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+                           "OMPI_COMM_WORLD_RANK", "PMI_RANK", kRunIdVariable}) {
     const char* v = getenv(name);
     if (v && r < sizeof ranks - 1)
       r += static_cast<size_t>(snprintf(ranks + r, sizeof ranks - r, "%s=%s\n", name, v));
@@ -92,6 +99,25 @@ void record_settings(bool launches) {
   slot.commit(p);
 }
 
+// This process's start time (ns since the epoch), its pid and 64 random bits: unique to the
+// tree, whoever else writes traces into the same folder.
+void adopt_run_id() {
+  const char* id = getenv(kRunIdVariable);
+  if (id && *id) return;
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof random, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof random))
+    random = static_cast<uint64_t>(rt.tv_nsec) * 0x9e3779b97f4a7c15ull ^
+             reinterpret_cast<uintptr_t>(&random);
+  char made[80];
+  snprintf(made, sizeof made, "%llx-%d-%016llx",
+           static_cast<unsigned long long>(rt.tv_sec) * 1'000'000'000ull +
+               static_cast<unsigned long long>(rt.tv_nsec),
+           static_cast<int>(getpid()), static_cast<unsigned long long>(random));
+  setenv(kRunIdVariable, made, 1);
+}
+
 void on_fork_child() {
   recorder_abandon_in_child();
   // A child of a process that had not yet initialised CUDA may still do so on its own.
@@ -125,6 +151,7 @@ __attribute__((constructor)) void arm() {
   const char* nvtx = getenv("NVTX_INJECTION64_PATH");
   if (!nvtx || !*nvtx) setenv("NVTX_INJECTION64_PATH", self, 1);
   pthread_atfork(nullptr, nullptr, on_fork_child);
+  adopt_run_id();
 }
 
 __attribute__((destructor)) void at_exit() { recorder_finish(); }

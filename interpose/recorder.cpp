@@ -286,6 +286,38 @@ void output_path(char* out, size_t n) {
   out[o < n ? o : n - 1] = '\0';
 }
 
+// A new file beside PATH, the trace file another process (or run) already holds: NAME.<pid>.vtrace
+// for NAME.vtrace (NAME.<pid> for a name without that suffix), then NAME.<pid>-2.vtrace and on
+// while those exist. Rewrites PATH to the name taken and says so; -1 when none could be created.
+int open_beside(char* path, size_t n) {
+  char asked[4096];
+  snprintf(asked, sizeof asked, "%s", path);
+  const size_t len = strlen(asked);
+  const char* suffix = ".vtrace";
+  const size_t slen = strlen(suffix);
+  const bool has_suffix = len > slen && strcmp(asked + len - slen, suffix) == 0;
+  const int stem = static_cast<int>(has_suffix ? len - slen : len);
+  for (int k = 1; k <= 100; ++k) {
+    char tag[32];
+    if (k == 1)
+      snprintf(tag, sizeof tag, ".%d", static_cast<int>(getpid()));
+    else
+      snprintf(tag, sizeof tag, ".%d-%d", static_cast<int>(getpid()), k);
+    int w = snprintf(path, n, "%.*s%s%s", stem, asked, tag, has_suffix ? suffix : "");
+    if (w < 0 || static_cast<size_t>(w) >= n) break;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%.200s exists; this process's trace is %.200s", asked, path);
+      notice(why);
+      return fd;
+    }
+    if (errno != EEXIST) return -1;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
 // When recorder_start fails after opening the output: closes it, unmaps the buffers, and removes
 // the trace file when this process created it and `created` still names that file, so that no
 // empty or header-only trace is left (a directory of traces with one would be refused by
@@ -457,10 +489,19 @@ bool recorder_start() {
     output_path(path, sizeof path);
     // O_EXCL first, to know whether the file is ours to remove if what follows fails.
     s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (s.fd >= 0)
+    if (s.fd >= 0) {
       created = path;
-    else if (errno == EEXIST)
-      s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    } else if (errno == EEXIST) {
+      struct stat st;
+      if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        // A trace that is already there (another process of the tree given the same name, a
+        // name without %p, an earlier run's) is kept: this process writes its own beside it.
+        s.fd = open_beside(path, sizeof path);
+        if (s.fd >= 0) created = path;
+      } else {  // a device or a FIFO (/dev/null, a pipe to a reader); a symlink is refused
+        s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+      }
+    }
     if (s.fd < 0) {
       notice_errno("cannot create the trace file; this process is not profiled", errno);
       s.phase.store(kStopped);

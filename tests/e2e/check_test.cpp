@@ -298,6 +298,21 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
                                  "name=\"peak memory checked\"><failure message=\"" + why + "\">"));
   }
 
+  SECTION("a command line refused before anything is read still writes the CI files, failing") {
+    Result g = sh(check(r.cand + " --baseline " + r.base + " --markdown=" + md + " --junit " +
+                        xml + " --device 4096"));
+    INFO(g.out);
+    REQUIRE(g.code() == 2);
+    REQUIRE(contains(g.out, "--device: Value 4096 not in range 0 to 4095\n"));
+    REQUIRE(contains(slurp(md), "**Failed**: \\-\\-device: Value 4096 not in range 0 to 4095\n"));
+    REQUIRE(contains(slurp(xml),
+                     "<failure message=\"--device: Value 4096 not in range 0 to 4095\">"));
+    // `run` with a CI file but no baseline: no gate at all, which the CI file says.
+    Result n = sh(kEnv + kVramtrace + " run --junit " + xml + " -- true");
+    REQUIRE(n.code() == 2);
+    REQUIRE(contains(slurp(xml), "<failure message=\"--junit requires --baseline\">"));
+  }
+
   SECTION("run --baseline: a command that fails writes the CI files, failing") {
     Result g = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --markdown " + md +
                   " --junit " + xml + " -o " + r.dir + "/fails -- sh -c 'exit 3'");

@@ -166,3 +166,142 @@ TEST_CASE("forks while another thread allocates: no hang, no events from the chi
   REQUIRE(dev["final_live_bytes"] == 0);
   REQUIRE(j["run"]["dropped_events"] == 0);
 }
+
+TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are two runs") {
+  std::string d = temp_dir(), one = temp_dir() + "/one", two = temp_dir() + "/two",
+              merged = temp_dir() + "/merged";
+  const std::string preload =
+      "cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/vramtrace.%p.vtrace LD_PRELOAD=" + kLib;
+  // Forked workers and ranks exec'd by a shell both inherit the run of the tree's first process.
+  Result w = sh(preload + " " + prog("workers"));
+  INFO(w.out);
+  REQUIRE(w.code() == 0);
+  REQUIRE(traces_in(d).size() == 3);
+  Result r = sh(kVramtrace + " report " + d + " -o " + one);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load_json(one + "/report.json");
+  REQUIRE(j["processes"].size() == 3);
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 48 * MiB);
+  REQUIRE_FALSE(j.contains("ranks"));  // the run id is not a rank's variable
+  for (const auto& p : j["processes"]) REQUIRE(p["ranks"].empty());
+
+  // A second tree into the same folder: two ranks started by a shell script.
+  Result l = sh(preload + " " + launcher() + " 2 " + prog("rank_alloc"));
+  INFO(l.out);
+  REQUIRE(l.code() == 0);
+  REQUIRE(traces_in(d).size() == 5);
+  Result refused = sh(kVramtrace + " report " + d + " -o " + two);
+  INFO(refused.out);
+  REQUIRE(refused.code() == 2);
+  REQUIRE(contains(refused.out, "vramtrace report: these traces come from 2 different runs: "));
+  REQUIRE(contains(refused.out, " and 2 more;"));  // the workers' three traces
+  REQUIRE(contains(refused.out, " and 1 more;"));  // the two ranks' traces
+  REQUIRE(contains(refused.out, "use --merge to report them together"));
+  REQUIRE_FALSE(std::filesystem::exists(two + "/report.json"));
+  // `check` and `diff` read a folder of traces as one run: refused too, the CI file failing.
+  const std::string junit = one + "/junit.xml";
+  Result c = sh(kVramtrace + " check " + d + " --baseline " + one + " --junit " + junit);
+  INFO(c.out);
+  REQUIRE(c.code() == 2);
+  REQUIRE(contains(c.out, "vramtrace check: these traces come from 2 different runs: "));
+  REQUIRE(contains(c.out, "report them with `vramtrace report --merge`, and give the report "
+                          "instead\n"));
+  REQUIRE(contains(slurp(junit), "failures=\"1\""));
+  REQUIRE(contains(slurp(junit), d + ": traces of different runs"));
+  Result df = sh(kVramtrace + " diff " + one + " " + d);
+  INFO(df.out);
+  REQUIRE(df.code() == 2);
+  REQUIRE(contains(df.out, "vramtrace diff: these traces come from 2 different runs: "));
+
+  Result m = sh(kVramtrace + " report --merge " + d + " -o " + merged);
+  INFO(m.out);
+  REQUIRE(m.code() == 0);
+  json jm = load_json(merged + "/report.json");
+  REQUIRE(jm["processes"].size() == 5);
+  REQUIRE(jm["ranks"].size() == 2);  // the two ranks, and only them
+  REQUIRE(jm["worst_rank"]["peak_bytes"] == 32 * MiB);
+}
+
+TEST_CASE("LD_PRELOAD only: processes given one VRAMTRACE_OUTPUT name each keep their own trace") {
+  std::string d = temp_dir(), out = temp_dir() + "/out";
+  // No %p: the three workers are given the same file name.
+  Result w = sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/t.vtrace LD_PRELOAD=" +
+                kLib + " " + prog("workers"));
+  INFO(w.out);
+  REQUIRE(w.code() == 0);
+  REQUIRE(contains(w.out, "workers done, 0 failed"));
+  std::vector<std::string> traces = traces_in(d);
+  REQUIRE(traces.size() == 3);
+  // The first keeps the name; the others write NAME.<pid>.vtrace beside it and say so, once each.
+  REQUIRE(std::count(traces.begin(), traces.end(), d + "/t.vtrace") == 1);
+  const std::regex beside(std::regex_replace(d, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                          R"(/t\.[0-9]+\.vtrace)");
+  size_t named_beside = 0;
+  for (const auto& t : traces) named_beside += std::regex_match(t, beside);
+  REQUIRE(named_beside == 2);
+  size_t notices = 0;
+  for (size_t at = w.out.find("t.vtrace exists; this process's trace is "); at != std::string::npos;
+       at = w.out.find("t.vtrace exists; this process's trace is ", at + 1))
+    ++notices;
+  REQUIRE(notices == 2);
+
+  Result r = sh(kVramtrace + " report " + d + " -o " + out);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE_FALSE(contains(r.out, "cut off"));
+  REQUIRE_FALSE(contains(r.out, "cut short"));
+  json j = load_json(out + "/report.json");
+  REQUIRE(j["processes"].size() == 3);
+  REQUIRE(j["run"]["problems"].empty());
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 48 * MiB);
+  std::vector<uint64_t> peaks;
+  for (const auto& p : j["processes"]) {
+    peaks.push_back(p["devices"][0]["peak"]["bytes"]);
+    REQUIRE(p["clean_exit"] == true);
+  }
+  std::sort(peaks.begin(), peaks.end());
+  REQUIRE(peaks == std::vector<uint64_t>{8 * MiB, 16 * MiB, 24 * MiB});
+
+  // A second run with the same name keeps the first run's traces too.
+  const auto before = std::filesystem::last_write_time(d + "/t.vtrace");
+  const uintmax_t size_before = std::filesystem::file_size(d + "/t.vtrace");
+  REQUIRE(sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/t.vtrace LD_PRELOAD=" +
+             kLib + " " + prog("workers")).code() == 0);
+  REQUIRE(traces_in(d).size() == 6);
+  REQUIRE(std::filesystem::file_size(d + "/t.vtrace") == size_before);
+  REQUIRE(std::filesystem::last_write_time(d + "/t.vtrace") == before);
+}
+
+TEST_CASE("launcher: a process that execs another CUDA program keeps both traces under one pid") {
+  std::string d = temp_dir() + "/run";
+  // Python allocates 4 MiB through the runtime, then replaces itself with `basic` (peak 13 MiB):
+  // two streams from one pid, each in its own file.
+  Result r = sh(kEnv + kVramtrace + " run -o " + d + " -- python3 -c \"" +
+                "import ctypes, os, sys\n"
+                "c = ctypes.CDLL(sys.argv[1])\n"
+                "c.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]\n"
+                "p = ctypes.c_void_p()\n"
+                "assert c.cudaMalloc(ctypes.byref(p), 4 << 20) == 0\n"
+                "os.execv(sys.argv[2], [sys.argv[2]])\" " +
+                kBuild + "/standin/libcudart.so.13 " + prog("basic"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "basic done"));
+  std::vector<std::string> traces = traces_in(d);
+  REQUIRE(traces.size() == 2);
+  json j = load_json(d + "/report.json");
+  REQUIRE(j["processes"].size() == 2);
+  REQUIRE(j["processes"][0]["pid"] == j["processes"][1]["pid"]);
+  REQUIRE(traces[0] == d + "/vramtrace." + std::to_string(j["processes"][0]["pid"].get<int>()) +
+                           "-2.vtrace");
+  std::map<std::string, uint64_t> peak_of;  // executable name -> its peak
+  for (const auto& p : j["processes"]) {
+    std::string exe = p["exe"];
+    exe = exe.substr(exe.rfind('/') + 1);
+    peak_of[exe.rfind("python", 0) == 0 ? "python" : exe] = p["devices"][0]["peak"]["bytes"];
+  }
+  REQUIRE(peak_of == std::map<std::string, uint64_t>{{"basic", 13 * MiB}, {"python", 4 * MiB}});
+  // Python's 4 MiB, never freed, and basic's 13 MiB at its peak.
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 17 * MiB);
+}

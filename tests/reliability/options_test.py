@@ -248,7 +248,8 @@ def command_line(work):
             out = "vramtrace check: device 0 (vramtrace stand-in (CPU)): baseline 13.00 MiB..."
         elif "--html" in args:
             out = "vramtrace diff: A has 1 device(s), 1 process(es); B has 1 device(s)..."
-        cli(work, args, 2, err, out)
+        # A file that cannot be written is 74, not a usage error.
+        cli(work, args, 74 if "cannot write" in err else 2, err, out)
 
     # The readers: each bad file as check's candidate and baseline, diff's A and B, and the
     # baseline of `run` (refused before the command runs).

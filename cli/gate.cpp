@@ -1,0 +1,87 @@
+// The CI gate shared by `check` and `run --baseline` (cli/gate.h).
+#include "cli/gate.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace vramtrace::cli {
+
+// A whole number in decimal digits only, from lo to hi, with CLI::Range's message. CLI11 alone
+// reads "0x10" as 16 and "010" as 8 (octal), and takes "-5" for --grace-ms; the value is handed
+// on without its leading zeros, so that CLI11 does not read it as octal either.
+CLI::Validator decimal_range(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        if (!v.empty() && v.size() <= 18 &&
+            std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          long long x = std::stoll(v);
+          if (x >= lo && x <= hi) {
+            v = std::to_string(x);
+            return {};
+          }
+        }
+        return "Value " + v + " not in range " + range;
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+void add_budget_options(CLI::App* app, CheckOptions& o) {
+  app->add_option("--max-increase", o.max_increase,
+                  "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
+                  "for one device (default 5%)");
+  app->add_option("--max-peak", o.max_peak, "Largest allowed peak, e.g. 40GiB; or DEVICE:SIZE");
+  app->add_option("--device", o.device, "Check this device only")
+      ->transform(decimal_range(0, 4095));  // a larger ordinal is a corrupt record
+  app->add_option("--markdown", o.markdown, "Write a Markdown summary for a CI job page");
+  app->add_option("--junit", o.junit, "Write a JUnit XML result");
+}
+
+report::Budgets budgets_of(const CheckOptions& o) {
+  report::Budgets b;
+  for (const auto& v : o.max_increase) report::add_increase_option(b, v);
+  for (const auto& v : o.max_peak) report::add_peak_option(b, v);
+  b.only_device = o.device;
+  return b;
+}
+
+void write_gate_failure(const CheckOptions& o, const std::string& why) {
+  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(why));
+  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(why));
+}
+
+void write_gate_failure_of_args(int argc, char** argv, const std::string& why) {
+  CheckOptions named;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (auto [flag, file] : {std::pair{"--markdown", &named.markdown},
+                              std::pair{"--junit", &named.junit}}) {
+      const std::string f = flag;
+      if (a == f && i + 1 < argc && argv[i + 1][0] != '-') *file = argv[i + 1];
+      if (a.rfind(f + "=", 0) == 0 && a.size() > f.size() + 1) *file = a.substr(f.size() + 1);
+    }
+  }
+  write_gate_failure(named, why);
+}
+
+int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
+         const char* who) {
+  report::CheckResult r;
+  try {
+    r = report::compare(baseline, candidate, budgets_of(o));
+  } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
+    std::cerr << who << ": " << e.what() << "\n";
+    write_gate_failure(o, e.what());
+    return 2;
+  }
+  std::cout << report::check_text(r) << std::flush;
+  if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r)))
+    return kExitWriteFailed;
+  if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r)))
+    return kExitWriteFailed;
+  return report::gate_exit_code(r);
+}
+
+}  // namespace vramtrace::cli

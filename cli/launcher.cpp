@@ -1,0 +1,293 @@
+// The launcher of `vramtrace run`: prepare, spawn, wait, exit (cli/launcher.h).
+#include "cli/launcher.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "collector/live_collector.h"
+#include "report/check.h"
+#include "report/html_assets.h"
+
+namespace fs = std::filesystem;
+
+namespace vramtrace::cli {
+namespace {
+
+// The command's process group while it runs: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
+// launcher are passed on to it.
+volatile sig_atomic_t g_child_group = 0;
+
+void forward_signal(int sig) {
+  if (g_child_group > 0) kill(-static_cast<pid_t>(g_child_group), sig);
+}
+
+// The user's core-file limit. vramtrace itself runs with none (when the command crashes and
+// vramtrace ends itself with the same signal, the core that is left is the command's, never
+// vramtrace's); the command gets the user's limit back.
+struct rlimit g_core_limit{RLIM_INFINITY, RLIM_INFINITY};
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string find_library(const std::string& given) {
+  if (!given.empty()) return fs::absolute(given).string();
+  const char* env = getenv("VRAMTRACE_LIB");
+  if (env && *env) return fs::absolute(env).string();
+  for (const char* rel : {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so",
+                          "/libvramtrace.so"}) {
+    fs::path p = fs::path(self_dir() + rel).lexically_normal();
+    if (fs::exists(p)) return p.string();
+  }
+  return {};
+}
+
+// Writes the Python start-up hook into DIR/.python (private) and returns that folder.
+std::string write_torch_hook(const std::string& out_dir) {
+  std::string dir = out_dir + "/.python";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) return {};
+  return fs::absolute(dir).string();
+}
+
+// The pid in a live trace's name (OUTDIR/vramtrace.<pid>.vtrace, or vramtrace.<pid>-N.vtrace
+// for a pid's later stream), "?" when it has none.
+std::string pid_of_trace(const std::string& path) {
+  std::string name = fs::path(path).filename().string();
+  size_t a = name.find('.'), b = name.rfind('.');
+  if (a == std::string::npos || b <= a + 1) return "?";
+  std::string pid = name.substr(a + 1, b - a - 1);
+  return pid.substr(0, pid.find('-'));
+}
+
+// Hands the terminal's foreground to `group` when vramtrace holds it (so that the command reads
+// the terminal and gets ^C as it would alone); returns the group to give it back to, or 0.
+pid_t give_terminal(pid_t group) {
+  if (!isatty(STDIN_FILENO)) return 0;
+  pid_t fg = tcgetpgrp(STDIN_FILENO);
+  if (fg < 0 || fg != getpgrp()) return 0;
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  int rc = tcsetpgrp(STDIN_FILENO, group);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  return rc == 0 ? fg : 0;
+}
+
+void take_terminal_back(pid_t group) {
+  if (!group) return;
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  sigprocmask(SIG_BLOCK, &block, &old);  // vramtrace is in a background group until then
+  tcsetpgrp(STDIN_FILENO, group);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+void no_core_for_vramtrace() {
+  if (getrlimit(RLIMIT_CORE, &g_core_limit) != 0) return;
+  struct rlimit none{0, g_core_limit.rlim_max};
+  setrlimit(RLIMIT_CORE, &none);
+  // A report larger than RLIMIT_FSIZE is a failed write (EFBIG, reported), not a death by
+  // SIGXFSZ with a truncated file.
+  signal(SIGXFSZ, SIG_IGN);
+}
+
+Launch::Launch(LaunchOptions options, std::vector<std::string> cmd)
+    : options_(std::move(options)), cmd_(std::move(cmd)) {}
+
+Launch::~Launch() = default;
+
+int Launch::prepare() {
+  lib_ = find_library(options_.lib);
+  if (lib_.empty() || !fs::exists(lib_)) {
+    std::cerr << "vramtrace run: cannot find libvramtrace.so (use --lib or VRAMTRACE_LIB)\n";
+    return kExitUsage;
+  }
+  if (options_.out_dir.empty()) {
+    options_.out_dir = new_numbered_dir("run");
+    if (options_.out_dir.empty()) return kExitUsage;
+  } else if (!prepare_output_dir(options_.out_dir, options_.force, true, "vramtrace run")) {
+    return kExitUsage;
+  }
+  run_id_ = new_run_id();
+  {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    nlohmann::json marker = {
+        {"run_id", run_id_}, {"host", host}, {"pid", getpid()}, {"command", cmd_}};
+    if (!write_private_file(options_.out_dir + "/" + kRunMarker,
+                            marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                "\n"))
+      return kExitWriteFailed;
+  }
+
+  if (options_.stacks.torch != "off") hook_dir_ = write_torch_hook(options_.out_dir);
+
+  try {
+    live_ = std::make_unique<collector::LiveCollector>(options_.out_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "vramtrace run: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return 0;
+}
+
+int Launch::spawn() {
+  // The command runs in a process group of its own. Signals sent to the launcher are passed
+  // on to that group; a terminal's ^C reaches it directly when it holds the terminal (below).
+  struct sigaction fwd{}, old_int{}, old_quit{}, old_term{}, old_hup{};
+  fwd.sa_handler = forward_signal;
+  sigemptyset(&fwd.sa_mask);
+  fwd.sa_flags = SA_RESTART;
+  // Blocked until the group exists, so that a signal that comes before it is passed on too.
+  sigset_t fwd_set, old_mask;
+  sigemptyset(&fwd_set);
+  for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP}) sigaddset(&fwd_set, sig);
+  sigprocmask(SIG_BLOCK, &fwd_set, &old_mask);
+  sigaction(SIGINT, &fwd, &old_int);
+  sigaction(SIGQUIT, &fwd, &old_quit);
+  sigaction(SIGTERM, &fwd, &old_term);
+  sigaction(SIGHUP, &fwd, &old_hup);
+
+  pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "vramtrace run: fork: " << std::strerror(errno) << "\n";
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    return kExitUsage;
+  }
+  if (child == 0) {
+    setpgid(0, 0);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+    signal(SIGXFSZ, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    setrlimit(RLIMIT_CORE, &g_core_limit);  // the command's own core files, as without vramtrace
+    const char* pre = getenv("LD_PRELOAD");
+    std::string preload = lib_ + (pre && *pre ? std::string(" ") + pre : std::string());
+#ifdef VRAMTRACE_SANITIZER_PRELOAD
+    // Sanitizer builds (cmake/Sanitize.cmake): the runtime must be loaded first; the leaks of
+    // an unsanitized target are not ours to report, and its SIGSEGV stays its own.
+    preload = std::string(VRAMTRACE_SANITIZER_PRELOAD) + " " + preload;
+    for (const char* var : {"ASAN_OPTIONS", "TSAN_OPTIONS"}) {
+      const char* old = getenv(var);
+      setenv(var, (std::string(old ? old : "") + ":detect_leaks=0:handle_segv=0").c_str(), 1);
+    }
+#endif
+    const StackOptions& stacks = options_.stacks;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("CUDA_INJECTION64_PATH", lib_.c_str(), 1);
+    setenv("VRAMTRACE_SOCKET", live_->socket_path().c_str(), 1);
+    unsetenv("VRAMTRACE_OUTPUT");
+    setenv("VRAMTRACE_RUN_ID", run_id_.c_str(), 1);  // recorded in each trace, as in the marker
+    if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
+    if (stacks.max_depth > 0)
+      setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
+    if (!stacks.launches.empty()) setenv("VRAMTRACE_LAUNCHES", stacks.launches.c_str(), 1);
+    if (!hook_dir_.empty()) {
+      const char* py = getenv("PYTHONPATH");
+      setenv("PYTHONPATH", (hook_dir_ + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
+      setenv("VRAMTRACE_TORCH_DIR", fs::absolute(options_.out_dir).c_str(), 1);
+      if (stacks.torch == "stacks") setenv("VRAMTRACE_TORCH_STACKS", "1", 1);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : cmd_) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    int err = errno;
+    std::string msg = "vramtrace run: cannot run '" + report::printable(cmd_[0]) +
+                      "': " + std::strerror(err) + "\n";
+    ssize_t ignored = write(2, msg.data(), msg.size());
+    (void)ignored;
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  setpgid(child, child);  // also here: the child may not have run yet
+  child_ = child;
+  g_child_group = child;
+  terminal_owner_ = give_terminal(child);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  return 0;
+}
+
+report::RunInfo Launch::wait() {
+  while (waitpid(child_, &status_, 0) < 0 && errno == EINTR) {
+  }
+  take_terminal_back(terminal_owner_);
+
+  // Processes of the command that outlive it (daemons, workers left behind) are still sending:
+  // wait for them, within --grace-ms, and say so. The streams of processes that ended with the
+  // command are closed already, but the collector may not have seen it yet: it gets a moment
+  // (part of the grace period) before any process is called still running.
+  const int grace_ms = options_.grace_ms;
+  int waited_ms = 0;
+  for (; waited_ms < std::min(grace_ms, 200) && live_->open_connections() > 0; waited_ms += 5)
+    usleep(5000);
+  if (int still = live_->open_connections(); still > 0 && grace_ms > 0)
+    std::cerr << "vramtrace: the command has ended; waiting up to " << grace_ms / 1000.0
+              << " s (--grace-ms) for " << still << " process(es) still running\n";
+  traces_ = live_->finish(grace_ms - waited_ms);
+  std::vector<std::string> still_running = live_->still_open();
+  live_.reset();
+  g_child_group = 0;  // after the wait: a signal meanwhile still reaches what is left of it
+  if (!still_running.empty()) {
+    std::string pids;
+    for (size_t i = 0; i < still_running.size(); ++i)
+      pids += (i ? ", " : "") + pid_of_trace(still_running[i]);
+    std::cerr << "vramtrace: " << still_running.size() << " process(es) still running after "
+              << grace_ms / 1000.0 << " s (pid " << pids
+              << "): reported as still running, their memory then is not counted as leaked\n";
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.out_dir, ec))
+    if (is_torch_trace(entry.path())) traces_.push_back(entry.path().string());
+
+  report::RunInfo info;
+  info.command = cmd_;
+  info.still_running = still_running;
+  if (WIFEXITED(status_)) info.exit_code = WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) info.signal = WTERMSIG(status_);
+  return info;
+}
+
+int exit_as_command(int status, int written) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::cout.flush();
+    // The command's core file (if it left one) stays the only one: vramtrace's limit is 0, and
+    // a process that is not dumpable leaves none even where cores go to a program.
+    prctl(PR_SET_DUMPABLE, 0);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    kill(getpid(), sig);
+    return 128 + sig;
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  // The command's own failure wins; a run that succeeded but whose report is missing did not.
+  return code != 0 ? code : written;
+}
+
+}  // namespace vramtrace::cli

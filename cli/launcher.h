@@ -1,0 +1,85 @@
+// The launcher of `vramtrace run`, in the order it runs:
+//   prepare: the preload library, the output folder, the run marker, the Python hook, the
+//            collector on its private socket;
+//   spawn:   the command in a process group of its own, with the library in its environment;
+//            SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to vramtrace are passed on to that group;
+//   wait:    for the command, then (within --grace-ms) for the streams of its processes that
+//            outlive it;
+//   exit:    vramtrace ends as the command did (the same exit code, the same signal).
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "report/json_report.h"
+
+namespace vramtrace::collector {
+class LiveCollector;
+}
+
+namespace vramtrace::cli {
+
+// What `run` asks the library to record: at each allocation (VRAMTRACE_STACKS, _MAX_DEPTH),
+// PyTorch's allocator trace, and kernel launches (VRAMTRACE_LAUNCHES).
+struct StackOptions {
+  std::string mode;  // auto|none|native|python|all; empty: the library's default (auto)
+  int max_depth = 0;  // 0: the library's default (64)
+  // auto: PyTorch's allocator trace when the program imports torch; stacks: with the Python
+  // frames of each block (costs what PyTorch's own recorder costs); off.
+  std::string torch = "auto";
+  // on|off (VRAMTRACE_LAUNCHES); empty: the library's default (on). off: the launch callbacks
+  // are not enabled, for launch-bound jobs.
+  std::string launches;
+};
+
+struct LaunchOptions {
+  std::string out_dir;  // empty: a new vramtrace-out/run-N
+  bool force = false;
+  std::string lib;  // empty: VRAMTRACE_LIB, or next to this program
+  int grace_ms = 5000;
+  StackOptions stacks;
+};
+
+class Launch {
+ public:
+  Launch(LaunchOptions options, std::vector<std::string> cmd);
+  ~Launch();
+
+  // Each step returns 0, or the exit code of vramtrace when it cannot go on (2, or 74 when the
+  // run marker cannot be written); nothing of the command has run then.
+  int prepare();
+  int spawn();
+  // Until the command has ended and its streams are in (or the grace period is over). Returns
+  // how the command ended and which of its processes were still running.
+  report::RunInfo wait();
+
+  const std::string& out_dir() const { return options_.out_dir; }
+  // After wait(): the trace files of the run, PyTorch's allocator traces included.
+  const std::vector<std::string>& traces() const { return traces_; }
+  // After wait(): the command's status, as from waitpid.
+  int status() const { return status_; }
+
+ private:
+  LaunchOptions options_;
+  std::vector<std::string> cmd_;
+  std::string lib_, hook_dir_, run_id_;
+  std::unique_ptr<collector::LiveCollector> live_;
+  pid_t child_ = 0;
+  pid_t terminal_owner_ = 0;
+  int status_ = 0;
+  std::vector<std::string> traces_;
+};
+
+// Ends vramtrace as the command ended (status as from waitpid): by the same signal, or with its
+// exit code; a command that succeeded gives `written` (0, or why its report is missing).
+int exit_as_command(int status, int written);
+
+// vramtrace itself dumps no core (the command's core, if any, stays the only one) and takes a
+// report larger than RLIMIT_FSIZE as a failed write; the command gets the user's limits back.
+void no_core_for_vramtrace();
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,235 @@
+// The files and folders vramtrace writes: private (0700/0600), written atomically, never over an
+// earlier output without --force; and the trace files a command line names.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "report/check.h"
+
+namespace fs = std::filesystem;
+
+namespace vramtrace::cli {
+
+bool is_torch_trace(const fs::path& p) {
+  return p.filename().string().rfind("vramtrace.", 0) == 0 &&
+         (p.extension() == ".torch" || p.extension() == ".jax");
+}
+
+bool is_trace_file(const fs::path& p) {
+  return (p.filename().string().rfind("vramtrace.", 0) == 0 && p.extension() == ".vtrace") ||
+         is_torch_trace(p);
+}
+
+namespace {
+
+// What an earlier run or report left in a folder: its reports, its traces, its run marker.
+std::vector<fs::path> earlier_output(const std::string& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "report.json" || name == "report.html" || name == kRunMarker ||
+        is_trace_file(entry.path()))
+      out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string new_numbered_dir(const std::string& prefix) {
+  std::error_code ec;
+  if (!fs::exists(kDefaultOutputRoot, ec)) {
+    if (mkdir(kDefaultOutputRoot, 0700) != 0 && errno != EEXIST) {
+      std::cerr << "vramtrace: cannot create " << kDefaultOutputRoot << ": "
+                << std::strerror(errno) << "\n";
+      return {};
+    }
+  }
+  unsigned long highest = 0;
+  const std::string stem = prefix + "-";
+  for (const auto& entry : fs::directory_iterator(kDefaultOutputRoot, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(stem, 0) != 0 || name.size() == stem.size() || name.size() > stem.size() + 9)
+      continue;
+    const std::string digits = name.substr(stem.size());
+    if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      highest = std::max(highest, std::stoul(digits));
+  }
+  // Two runs started at once both try N: the one that loses takes N+1.
+  for (unsigned long n = highest + 1; n < highest + 1000; ++n) {
+    std::string dir = std::string(kDefaultOutputRoot) + "/" + stem + std::to_string(n);
+    if (mkdir(dir.c_str(), 0700) == 0) return dir;
+    if (errno != EEXIST) {
+      std::cerr << "vramtrace: cannot create " << dir << ": " << std::strerror(errno) << "\n";
+      return {};
+    }
+  }
+  std::cerr << "vramtrace: cannot create a new folder in " << kDefaultOutputRoot << "\n";
+  return {};
+}
+
+bool prepare_output_dir(const std::string& dir, bool force, bool clear_traces, const char* who) {
+  if (!ensure_output_dir(dir)) return false;
+  std::vector<fs::path> old = earlier_output(dir);
+  // `report` writes reports only: traces there (often its own input) are not in its way.
+  if (!clear_traces)
+    old.erase(std::remove_if(old.begin(), old.end(),
+                             [](const fs::path& p) {
+                               return p.filename() != "report.json" &&
+                                      p.filename() != "report.html";
+                             }),
+              old.end());
+  if (old.empty()) return true;
+  if (!force) {
+    std::string names;
+    for (size_t i = 0; i < old.size() && i < 3; ++i)
+      names += (i ? ", " : "") + report::printable(old[i].filename().string());
+    if (old.size() > 3) names += " and " + std::to_string(old.size() - 3) + " more";
+    std::cerr << who << ": " << report::printable(dir) << " holds an earlier output (" << names
+              << "): use --force to replace it, or another -o\n";
+    return false;
+  }
+  if (clear_traces) {
+    std::error_code ec;
+    for (const auto& path : old)
+      if (is_trace_file(path) || path.filename() == kRunMarker) fs::remove(path, ec);
+  }
+  return true;
+}
+
+std::string run_id_of_dir(const std::string& dir) {
+  std::ifstream in(dir + "/" + kRunMarker);
+  if (!in) return {};
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    if (j.contains("run_id") && j["run_id"].is_string()) return j["run_id"].get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  return "(unreadable " + std::string(kRunMarker) + ")";
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+bool ensure_output_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "vramtrace: cannot create " << dir << ": " << ec.message() << "\n";
+      return false;
+    }
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  } else if (!fs::is_directory(dir, ec)) {
+    std::cerr << "vramtrace: " << dir << " exists and is not a directory\n";
+    return false;
+  }
+  return true;
+}
+
+std::string stage_private_file(const std::string& path, const std::string& content) {
+  fs::path target(path);
+  std::string dir = target.parent_path().string();
+  std::string tmp = (dir.empty() ? std::string(".") : dir) + "/." +
+                    target.filename().string() + ".tmp-XXXXXX";
+  auto fail = [&](int err) {
+    std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(err) << "\n";
+    return std::string();
+  };
+  int fd = mkostemp(tmp.data(), O_CLOEXEC);  // mode 0600
+  if (fd < 0) return fail(errno);
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = write(fd, content.data() + off, content.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return fail(err);
+    }
+    off += static_cast<size_t>(n);
+  }
+  // A full disk may answer only now (delayed allocation).
+  if (fsync(fd) != 0 && errno != EINVAL) {
+    int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return fail(err);
+  }
+  if (close(fd) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return fail(err);
+  }
+  return tmp;
+}
+
+bool commit_private_file(const std::string& tmp, const std::string& path) {
+  // rename() replaces the name itself: a symlink there is replaced, never followed.
+  if (rename(tmp.c_str(), path.c_str()) == 0) return true;
+  std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(errno) << "\n";
+  unlink(tmp.c_str());
+  return false;
+}
+
+bool write_private_file(const std::string& path, const std::string& content) {
+  std::string tmp = stage_private_file(path, content);
+  return !tmp.empty() && commit_private_file(tmp, path);
+}
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok) {
+  std::vector<std::string> out;
+  *ok = true;
+  std::set<std::pair<dev_t, ino_t>> seen;  // one file named twice (or through a link) counts once
+  auto add = [&](const std::string& path) {
+    struct stat st{};
+    if (stat(path.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
+      std::cerr << "vramtrace: " << report::printable(path)
+                << ": the same trace as one given before: counted once\n";
+      return;
+    }
+    out.push_back(path);
+  };
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(in, ec))
+        if (entry.path().extension() == ".vtrace" || is_torch_trace(entry.path()))
+          found.push_back(entry.path().string());
+      std::sort(found.begin(), found.end());
+      if (found.empty()) {
+        std::cerr << "vramtrace: " << in << ": no .vtrace files in this directory\n";
+        *ok = false;
+      }
+      for (const auto& f : found) add(f);
+    } else if (fs::exists(in, ec)) {
+      add(in);
+    } else {
+      std::cerr << "vramtrace: " << in << ": no such file or directory\n";
+      *ok = false;
+    }
+  }
+  return out;
+}
+
+}  // namespace vramtrace::cli

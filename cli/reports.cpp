@@ -1,0 +1,91 @@
+// Traces to reports: reads the trace files of a run (with a progress bar on a terminal) and
+// writes report.json and report.html together, or neither; used by `run` and `report`.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "collector/model.h"
+#include "collector/trace_reader.h"
+#include "report/check.h"
+#include "report/html_report.h"
+#include "report/json_report.h"
+
+namespace fs = std::filesystem;
+
+namespace vramtrace::cli {
+
+int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
+                  const report::RunInfo& info, nlohmann::json* report_out, bool no_progress) {
+  collector::Run run;
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  std::vector<std::string> unreadable;
+  std::vector<std::string> torch;
+  uint64_t total_bytes = 0;
+  for (const auto& t : traces) {
+    if (is_torch_trace(t)) {
+      torch.push_back(t);
+      continue;
+    }
+    try {
+      readers.push_back(std::make_unique<collector::TraceReader>(t));
+      std::error_code ec;
+      uintmax_t size = fs::file_size(t, ec);
+      if (!ec) total_bytes += size;
+    } catch (const collector::TraceError& e) {
+      unreadable.push_back(e.what());
+    }
+  }
+  {
+    cli::ReadProgress progress(total_bytes, cli::ReadProgress::mode_from_env(no_progress));
+    if (progress.shown())
+      for (auto& r : readers) r->on_progress([&progress](uint64_t n) { progress.add(n); });
+    run = collector::analyze(std::move(readers), torch);
+  }  // the bar is cleared before the summary
+  for (auto& u : unreadable) run.problems.push_back(u);
+  // `report` given traces of which nothing could be read (corrupt from their first frame):
+  // there is no report to write, and "no device memory was used" would be a false answer. (A
+  // well-formed trace without events, of a process killed before its first write, is not
+  // corrupt: it is reported as such.)
+  if (info.command.empty() && !traces.empty()) {
+    bool anything = false, corrupt = !unreadable.empty();
+    for (const auto& p : run.processes) {
+      anything = anything || p.has_process_record || p.events;
+      corrupt = corrupt || !p.problem.empty();
+    }
+    if (!anything && corrupt) {
+      for (const auto& problem : run.problems)
+        std::cerr << "vramtrace report: " << report::printable(problem) << "\n";
+      std::cerr << "vramtrace report: nothing could be read from the input: no report written\n";
+      return 2;
+    }
+  }
+  nlohmann::json j = report::to_json(run, info);
+  // Both files are written aside and renamed into place only when both are whole: a failure
+  // leaves the folder as it was, with no truncated report.
+  const std::string path = out_dir + "/report.json", html = out_dir + "/report.html";
+  std::string tmp_json = stage_private_file(
+      path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  std::string tmp_html = tmp_json.empty() ? std::string() : stage_private_file(html, report::to_html(j));
+  bool ok = !tmp_json.empty() && !tmp_html.empty();
+  if (ok) ok = commit_private_file(tmp_json, path) && commit_private_file(tmp_html, html);
+  if (!ok) {
+    if (!tmp_json.empty()) unlink(tmp_json.c_str());
+    if (!tmp_html.empty()) unlink(tmp_html.c_str());
+  }
+  std::cerr << report::summary_text(j);
+  if (ok)
+    std::cerr << "vramtrace: report: " << report::printable(html) << " (and report.json)\n";
+  else
+    std::cerr << "vramtrace: ERROR: the report could not be written into "
+              << report::printable(out_dir) << " (exit " << kExitWriteFailed << ")\n";
+  if (report_out) *report_out = std::move(j);
+  return ok ? 0 : kExitWriteFailed;
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,163 @@
+// `vramtrace run [OPTIONS] [--] COMMAND...`: runs COMMAND under the launcher (cli/launcher.h),
+// writes its report, checks it against a baseline when asked, and exits as COMMAND did.
+// Options end at the first word of COMMAND, as with nsys and memray: what follows is COMMAND's.
+#include <sys/wait.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/gate.h"
+#include "cli/launcher.h"
+
+namespace vramtrace::cli {
+namespace {
+
+struct RunArgs {
+  LaunchOptions launch;
+  CheckOptions check;
+  bool no_progress = false;
+  std::vector<std::string> cmd;
+};
+
+int run_command(const RunArgs& a) {
+  const CheckOptions& check = a.check;
+  // With --baseline, bad budgets or a bad baseline are found before the command runs.
+  nlohmann::json baseline;
+  if (!check.baseline.empty()) {
+    if (!input_is_one_run(check.baseline, "vramtrace run")) {
+      write_gate_failure(check, check.baseline + ": traces of different runs");
+      return kExitUsage;
+    }
+    try {
+      budgets_of(check);
+      baseline = report::load_report(check.baseline, "baseline");
+      report::require_profiled_baseline(baseline, check.baseline);
+    } catch (const report::CheckError& e) {
+      std::cerr << "vramtrace run: " << e.what() << "\n";
+      write_gate_failure(check, e.what());
+      return kExitUsage;
+    }
+  }
+  if (a.cmd.empty()) {
+    std::cerr << "command is required\nRun with --help for more information.\n";
+    return kExitUsage;
+  }
+
+  Launch launch(a.launch, a.cmd);
+  if (int rc = launch.prepare()) return rc;
+  if (int rc = launch.spawn()) return rc;
+  const report::RunInfo info = launch.wait();
+
+  if (launch.traces().empty())
+    std::cerr << "vramtrace: no process of the command used CUDA; no device memory to report\n";
+  nlohmann::json report_json;
+  const int written =
+      write_reports(launch.traces(), launch.out_dir(), info, &report_json, a.no_progress);
+  const int status = launch.status();
+  const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!check.baseline.empty() && command_ok && written == 0)
+    return gate(baseline, report_json, check, "vramtrace run");
+  if (!check.baseline.empty())
+    write_gate_failure(check, written != 0 && command_ok
+                                  ? std::string("the report could not be written: not checked")
+                              : WIFSIGNALED(status)
+                                  ? "the command was killed by signal " +
+                                        std::to_string(WTERMSIG(status)) + ": not checked"
+                                  : "the command exited " + std::to_string(WEXITSTATUS(status)) +
+                                        ": not checked");
+  return exit_as_command(status, written);
+}
+
+// Where the options of `run` end and its command begins: at "--", or at the first word that
+// is neither an option nor an option's value. argv[first] is the first word after "run".
+// Returns the index of the command's first word (argc when there is none) and whether a "--"
+// was there (it is not passed on).
+std::pair<int, bool> command_start(CLI::App* run, int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") return {i + 1, true};
+    if (a.size() < 2 || a[0] != '-') return {i, false};
+    std::string name = a.substr(0, a.find('='));
+    if (a.rfind("--", 0) != 0 && a.size() > 2) name = a.substr(0, 2);  // -oDIR
+    const CLI::Option* opt = run->get_option_no_throw(name);
+    if (!opt) continue;  // unknown: CLI11 says so
+    const bool inline_value = a.find('=') != std::string::npos ||
+                              (a.rfind("--", 0) != 0 && a.size() > 2);
+    if (opt->get_expected_min() > 0 && !inline_value) ++i;  // its value
+  }
+  return {argc, false};
+}
+
+// The first word after the subcommand "run" (argv[i] == "run" with only options before it).
+int run_position(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "run") == 0) return i;
+    if (argv[i][0] != '-') return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  LaunchOptions& launch = args->launch;
+  StackOptions& stacks = launch.stacks;
+  auto* run = app.add_subcommand(
+      "run",
+      "Run a command under vramtrace and write its report: vramtrace run [OPTIONS] [--] "
+      "COMMAND [ARGS...]. Options end at the first word of COMMAND: what follows is the "
+      "command's.");
+  run->add_option("-o,--output", launch.out_dir,
+                  "Directory for report.json and the raw traces (default: a new "
+                  "vramtrace-out/run-N); one that holds an earlier output needs --force");
+  run->add_flag("--force", launch.force,
+                "Replace the earlier output in the -o directory (its reports and traces; other "
+                "files are left alone)");
+  run->add_option("--lib", launch.lib, "Path of libvramtrace.so (default: next to this program)");
+  run->add_option("--grace-ms", launch.grace_ms,
+                  "How long to wait for other processes' streams after the command ends")
+      ->capture_default_str()
+      ->transform(decimal_range(0, 3'600'000));
+  run->add_option("--stacks", stacks.mode,
+                  "Stacks at allocations: auto (the default: native frames and the allocating "
+                  "thread's Python frames, GIL held or not; stream-ordered allocations only when "
+                  "they fail or are >= VRAMTRACE_ASYNC_STACK_MIN_BYTES, 64 MiB), native, python, "
+                  "all (every allocation), none")
+      ->check(CLI::IsMember({"auto", "none", "native", "python", "all"}));
+  run->add_option("--max-depth", stacks.max_depth, "Most frames of a native stack (default 64)")
+      ->transform(decimal_range(1, 128));
+  run->add_option("--torch", stacks.torch,
+                  "PyTorch's allocator trace (blocks inside its segments, its OOMs): auto (on "
+                  "when the program imports torch), stacks (also the Python line of each block: "
+                  "growth by line; costs ~1.7 us per allocation) or off")
+      ->check(CLI::IsMember({"auto", "stacks", "off"}))
+      ->capture_default_str();
+  run->add_option("--launches", stacks.launches,
+                  "Kernel launches: on (the default: counts by kernel, the kernel at the peak, "
+                  "iterations from the launch rhythm) or off (their CUPTI callbacks are not "
+                  "enabled: less overhead on launch-bound jobs, allocations recorded as ever)")
+      ->check(CLI::IsMember({"on", "off"}));
+  run->add_flag("--no-progress", args->no_progress, kProgressHelp);
+  auto* run_baseline = run->add_option(
+      "--baseline", args->check.baseline,
+      "Check the run against this baseline (report.json, trace or run directory)");
+  add_budget_options(run, args->check);
+  // Without --baseline these would be ignored, and a CI job would pass without its gate.
+  for (const char* name : {"--max-increase", "--max-peak", "--device", "--markdown", "--junit"})
+    run->get_option(name)->needs(run_baseline);
+
+  // `run`'s options end where its command begins: CLI11 sees only what comes before.
+  auto words_for_cli11 = [args, run](int argc, char** argv) {
+    int at = run_position(argc, argv);
+    if (at == 0) return argc;
+    auto [start, dashes] = command_start(run, argc, argv, at + 1);
+    for (int i = start; i < argc; ++i) args->cmd.push_back(argv[i]);
+    return dashes ? start - 1 : start;
+  };
+  return {run, [args] { return run_command(*args); }, words_for_cli11};
+}
+
+}  // namespace vramtrace::cli

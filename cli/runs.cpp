@@ -1,0 +1,83 @@
+// Which run each trace belongs to, so that traces of different runs are not reported (or
+// checked) as one: the run id a trace names (VRAMTRACE_RUN_ID, recorded with its process), else
+// the run marker of its folder.
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include "cli/commands.h"
+#include "collector/trace_reader.h"
+#include "report/check.h"
+
+namespace fs = std::filesystem;
+
+namespace vramtrace::cli {
+
+std::optional<TraceIdentity> trace_identity(const std::string& path) {
+  try {
+    collector::TraceReader r(path);
+    collector::Event e;
+    if (!r.next(e) || e.type != format::RecordType::Process) return std::nullopt;
+    TraceIdentity id;
+    id.process = e.text + "/" + std::to_string(e.a) + "/" + std::to_string(e.c) + "/" +
+                 std::to_string(e.time_ns);
+    const std::string key = "VRAMTRACE_RUN_ID=";
+    for (size_t start = 0; start < e.text4.size();) {
+      size_t end = e.text4.find('\n', start);
+      if (end == std::string::npos) end = e.text4.size();
+      if (e.text4.compare(start, key.size(), key) == 0)
+        id.run_id = e.text4.substr(start + key.size(), end - start - key.size());
+      start = end + 1;
+    }
+    return id;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string run_of_folder(const std::string& trace) {
+  std::string dir = fs::path(trace).parent_path().string();
+  return run_id_of_dir(dir.empty() ? "." : dir);
+}
+
+void refuse_runs(const char* who, const std::map<std::string, std::vector<std::string>>& runs,
+                 const char* what_to_do) {
+  std::cerr << who << ": these traces come from " << runs.size() << " different runs:";
+  std::map<std::string, std::set<std::string>> runs_in_folder;
+  for (const auto& [id, list] : runs)
+    for (const auto& t : list) runs_in_folder[fs::path(t).parent_path().string()].insert(id);
+  for (const auto& [id, list] : runs) {
+    const std::string folder = fs::path(list.front()).parent_path().string();
+    bool own_folder = runs_in_folder[folder].size() == 1;
+    for (const auto& t : list) own_folder = own_folder && fs::path(t).parent_path() == folder;
+    if (own_folder)
+      std::cerr << " " << report::printable(folder.empty() ? "." : folder)
+                << (list.size() > 1 ? " (" + std::to_string(list.size()) + " traces)" : "");
+    else
+      std::cerr << " " << report::printable(list.front())
+                << (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more" : "");
+    std::cerr << (id.empty() ? " (no run id: traces of an older vramtrace)" : "") << ";";
+  }
+  std::cerr << " " << what_to_do << "\n";
+}
+
+bool input_is_one_run(const std::string& path, const char* who) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "report.json", ec)) return true;
+  std::vector<std::string> traces;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
+  std::sort(traces.begin(), traces.end());
+  std::map<std::string, std::vector<std::string>> runs;
+  for (const auto& t : traces) {
+    auto id = trace_identity(t);
+    runs[id && !id->run_id.empty() ? id->run_id : run_of_folder(t)].push_back(t);
+  }
+  if (runs.size() <= 1) return true;
+  refuse_runs(who, runs,
+              "report them with `vramtrace report --merge`, and give the report instead");
+  return false;
+}
+
+}  // namespace vramtrace::cli
