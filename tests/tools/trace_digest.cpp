@@ -126,7 +126,8 @@ void digest_torch(const char* path) {
     collector::TorchTrace t = collector::read_torch_trace(path);
     std::printf("pid=%llu torch=%s problem=%s\n", static_cast<unsigned long long>(t.pid),
                 t.torch_version.c_str(), t.problem.c_str());
-    for (const auto& e : t.events) std::puts(line_of(e).c_str());
+    for (const auto& e : t.events)
+      std::puts((line_of(e) + (e.type == RecordType::UserBlock ? " stream=" + std::to_string(e.stream) : "")).c_str());
   } catch (const collector::TraceError& e) {
     std::printf("not a trace: %s\n", e.what());
   }
