@@ -755,10 +755,10 @@ int run_position(int argc, char** argv) {
 std::optional<std::string> process_identity(const std::string& path) {
   try {
     collector::TraceReader r(path);
-    collector::Event e;
+    collector::Record e;
     if (!r.next(e) || e.type != format::RecordType::Process) return std::nullopt;
-    return e.text + "/" + std::to_string(e.a) + "/" + std::to_string(e.c) + "/" +
-           std::to_string(e.time_ns);
+    return std::string(e.process.host) + "/" + std::to_string(e.process.pid) + "/" +
+           std::to_string(e.process.realtime_ns) + "/" + std::to_string(e.process.start_ns);
   } catch (const std::exception&) {
     return std::nullopt;
   }

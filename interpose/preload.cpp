@@ -63,19 +63,18 @@ void record_process() {
   uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull +
                       static_cast<uint64_t>(rt.tv_nsec);
   size_t host_len = strnlen(host, sizeof host);
-  RecordSlot slot(8 * 10 + cmd_len + static_cast<size_t>(exe_len) + host_len + r);
+  RecordSlot slot(format::max_fixed_bytes<format::rec::Process>() + cmd_len +
+                  static_cast<size_t>(exe_len) + host_len + r);
   if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Process));
-  p = format::put_varint(p, static_cast<uint64_t>(getpid()));
-  p = format::put_varint(p, static_cast<uint64_t>(getppid()));
-  p = format::put_varint(p, realtime);
-  p = format::put_varint(p, now_ns());
-  p = format::put_bytes(p, host, host_len);
-  p = format::put_bytes(p, exe, static_cast<size_t>(exe_len));
-  p = format::put_bytes(p, cmdline, cmd_len);
-  p = format::put_bytes(p, ranks, r);
-  slot.commit(p);
+  slot.commit(format::put(
+      slot.begin(), format::rec::Process{static_cast<uint64_t>(getpid()),
+                                         static_cast<uint64_t>(getppid()),
+                                         realtime,
+                                         now_ns(),
+                                         {host, host_len},
+                                         {exe, static_cast<size_t>(exe_len)},
+                                         {cmdline, cmd_len},
+                                         {ranks, r}}));
 }
 
 // What this library records, written once after the Process record when a setting is not its
@@ -83,13 +82,9 @@ void record_process() {
 // happened). A trace recorded with the defaults has no Settings record, so that a reader from
 // before the record existed still reads it.
 void record_settings(bool launches) {
-  static_assert(static_cast<int>(format::Setting::kCount) == 1, "write every setting");
   RecordSlot slot(format::kMaxFixedRecordBytes);
   if (!slot.ok()) return;
-  uint8_t* p = format::put_record(slot.begin(), format::RecordType::Settings,
-                                  {static_cast<uint64_t>(format::Setting::kCount),
-                                   launches ? 1u : 0u});
-  slot.commit(p);
+  slot.commit(format::put(slot.begin(), format::rec::Settings{launches ? 1u : 0u, 0}));
 }
 
 void on_fork_child() {

@@ -586,8 +586,7 @@ RecordSlot::RecordSlot(size_t max_bytes) {
   if (now_ < b->last_time) now_ = b->last_time;
   if (s.dropped_pending) {
     uint8_t* p = b->data + b->used;
-    p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Dropped));
-    p = format::put_varint(p, s.dropped_pending);
+    p = format::put(p, format::rec::Dropped{s.dropped_pending});
     b->used = static_cast<size_t>(p - b->data);
     ++b->count;
     s.dropped_pending = 0;
@@ -628,15 +627,11 @@ void recorder_finish() {
   State& s = state();
   if (s.phase.load() != kRunning && s.phase.load() != kFinished) return;
   {
-    RecordSlot slot(1 + 3 * 10);
-    if (slot.ok()) {
-      uint8_t* p = slot.begin();
-      p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::ProcessExit));
-      p = format::put_varint(p, slot.delta_ns());
-      p = format::put_varint(p, s.recorded_total + 1);
-      p = format::put_varint(p, s.dropped_total);
-      slot.commit(p);
-    }
+    RecordSlot slot(format::max_fixed_bytes<format::rec::ProcessExit>());
+    if (slot.ok())
+      slot.commit(format::put(slot.begin(),
+                              format::rec::ProcessExit{s.recorded_total + 1, s.dropped_total},
+                              slot.delta_ns()));
   }
   // One deadline for all of it: a writer stuck on a full socket delays exit by 2 s at most.
   timespec deadline = deadline_in(2);

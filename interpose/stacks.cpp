@@ -43,7 +43,7 @@
 namespace vramtrace::interpose {
 namespace {
 
-using format::RecordType;
+namespace rec = format::rec;
 
 bool g_native = false;
 bool g_python = false;
@@ -185,17 +185,11 @@ int write_module(dl_phdr_info* info, size_t, void*) {
   const uint8_t* id = nullptr;
   size_t id_len = build_id(info, &id);
   if (id_len > 64) id_len = 0;
-  RecordSlot slot(1 + 4 * 10 + 10 + path_len + 10 + id_len);
+  RecordSlot slot(format::max_fixed_bytes<rec::Module>() + path_len + id_len);
   if (!slot.ok()) return 0;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Module));
-  p = format::put_varint(p, g_generation);
-  p = format::put_varint(p, info->dlpi_addr);
-  p = format::put_varint(p, lo);
-  p = format::put_varint(p, hi);
-  p = format::put_bytes(p, path, path_len);
-  p = format::put_bytes(p, id, id_len);
-  slot.commit(p);
+  slot.commit(format::put(
+      slot.begin(), rec::Module{g_generation, info->dlpi_addr, lo, hi, {path, path_len},
+                                {reinterpret_cast<const char*>(id), id_len}}));
   return 0;
 }
 
@@ -520,10 +514,11 @@ void capture_stack(CapturedStack* s) {
 }
 
 size_t stack_record_bytes(const CapturedStack& s) {
-  size_t n = 1 + 2 * 10;  // AllocStack
-  n += static_cast<size_t>(s.depth) * (1 + 3 * 10);
+  size_t n = format::max_fixed_bytes<rec::AllocStack>();
+  n += static_cast<size_t>(s.depth) * format::max_fixed_bytes<rec::StackNode>();
   for (int i = 0; i < s.py_depth; ++i)
-    n += (1 + 4 * 10) + (1 + 3 * 10 + s.py[i].file_len + s.py[i].function_len);
+    n += format::max_fixed_bytes<rec::PyStackNode>() + format::max_fixed_bytes<rec::PyCode>() +
+         s.py[i].file_len + s.py[i].function_len;
   return n;
 }
 
@@ -533,10 +528,7 @@ uint8_t* write_stack(uint8_t* p, const CapturedStack& s, uint32_t* records) {
   for (int i = s.depth - 1; i >= 0; --i) {  // root first: a parent is written before its child
     uint32_t id = intern_node(s.ips[i], 0, native_leaf, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::StackNode));
-      p = format::put_varint(p, id);
-      p = format::put_varint(p, native_leaf);
-      p = format::put_varint(p, s.ips[i]);
+      p = format::put(p, rec::StackNode{id, native_leaf, s.ips[i]});
       ++*records;
     }
     native_leaf = id;
@@ -545,26 +537,17 @@ uint8_t* write_stack(uint8_t* p, const CapturedStack& s, uint32_t* records) {
     const PyFrameRef& f = s.py[i];
     uint32_t code = intern_code(f.code_hash, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::PyCode));
-      p = format::put_varint(p, code);
-      p = format::put_bytes(p, f.file, f.file_len);
-      p = format::put_bytes(p, f.function, f.function_len);
+      p = format::put(p, rec::PyCode{code, {f.file, f.file_len}, {f.function, f.function_len}});
       ++*records;
     }
     uint32_t id = intern_node(f.code_hash, f.line | (1ull << 63), py_leaf, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::PyStackNode));
-      p = format::put_varint(p, id);
-      p = format::put_varint(p, py_leaf);
-      p = format::put_varint(p, code);
-      p = format::put_varint(p, f.line);
+      p = format::put(p, rec::PyStackNode{id, py_leaf, code, f.line});
       ++*records;
     }
     py_leaf = id;
   }
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::AllocStack));
-  p = format::put_varint(p, native_leaf);
-  p = format::put_varint(p, py_leaf);
+  p = format::put(p, rec::AllocStack{native_leaf, py_leaf});
   ++*records;
   return p;
 }

@@ -252,7 +252,7 @@ TEST_CASE("a device ordinal of 4096 or more is a corrupt record, not one more de
   auto r = collector::TraceReader::from_bytes(t.bytes());
   std::vector<uint32_t> devices;
   while (auto e = r->next())
-    if (e->type == format::RecordType::Alloc) devices.push_back(e->device);
+    if (e->type == format::RecordType::Alloc) devices.push_back(e->alloc.device);
   REQUIRE(devices == std::vector<uint32_t>{4095});
   REQUIRE(r->problem() == "corrupt record in frame 1 (type 4)");
 }
