@@ -38,6 +38,7 @@
 #include "cli/progress.h"
 #include "collector/live_collector.h"
 #include "collector/model.h"
+#include "common/env_names.h"
 #include "report/check.h"
 #include "report/html_assets.h"
 #include "report/html_report.h"
@@ -86,7 +87,7 @@ std::string self_dir() {
 
 std::string find_library(const std::string& given) {
   if (!given.empty()) return fs::absolute(given).string();
-  const char* env = getenv("VRAMTRACE_LIB");
+  const char* env = getenv(env::kLib);
   if (env && *env) return fs::absolute(env).string();
   for (const char* rel : {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so",
                           "/libvramtrace.so"}) {
@@ -454,17 +455,17 @@ int run_command(std::string out_dir, bool force, const std::string& lib_opt, int
 #endif
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
-    setenv("VRAMTRACE_SOCKET", live->socket_path().c_str(), 1);
-    unsetenv("VRAMTRACE_OUTPUT");
-    if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
+    setenv(env::kSocket, live->socket_path().c_str(), 1);
+    unsetenv(env::kOutput);
+    if (!stacks.mode.empty()) setenv(env::kStacks, stacks.mode.c_str(), 1);
     if (stacks.max_depth > 0)
-      setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
-    if (!stacks.launches.empty()) setenv("VRAMTRACE_LAUNCHES", stacks.launches.c_str(), 1);
+      setenv(env::kMaxDepth, std::to_string(stacks.max_depth).c_str(), 1);
+    if (!stacks.launches.empty()) setenv(env::kLaunches, stacks.launches.c_str(), 1);
     if (!hook_dir.empty()) {
       const char* py = getenv("PYTHONPATH");
       setenv("PYTHONPATH", (hook_dir + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
-      setenv("VRAMTRACE_TORCH_DIR", fs::absolute(out_dir).c_str(), 1);
-      if (stacks.torch == "stacks") setenv("VRAMTRACE_TORCH_STACKS", "1", 1);
+      setenv(env::kTorchDir, fs::absolute(out_dir).c_str(), 1);
+      if (stacks.torch == "stacks") setenv(env::kTorchStacks, "1", 1);
     }
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));

@@ -13,6 +13,7 @@
 
 #include "common/format.h"
 #include "interpose/emit.h"
+#include "interpose/hash.h"
 #include "interpose/hooks.h"
 #include "interpose/live.h"
 #include "interpose/recorder.h"
@@ -34,9 +35,7 @@ struct NameSlot {
 NameSlot g_names[kNameSlots];
 
 uint64_t hash_bytes(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ull;
-  return h | 1;  // never 0: 0 marks an empty slot
+  return hash::fnv1a(hash::kFnvOffset, s, n) | 1;  // never 0: 0 marks an empty slot
 }
 
 // The id of `name`; writes its String record first when it is new. Inside a RecordSlot.

@@ -71,8 +71,8 @@ void resolve(void* lib, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(lib, name));
 }
 
-void* open_cupti() {
-  const char* env = getenv("VRAMTRACE_CUPTI");
+// `env`: VRAMTRACE_CUPTI, tried first.
+void* open_cupti(const char* env) {
   if (env && *env) {
     if (void* h = dlopen(env, RTLD_NOW | RTLD_LOCAL)) return h;
   }
@@ -651,7 +651,7 @@ void give_up(const char* why) {
 
 uint32_t allocate_string_id() { return g_next_name_id++; }
 
-bool subscribe_cupti(bool launches) {
+bool subscribe_cupti(bool launches, const char* cupti_path) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!cuda) cuda = RTLD_DEFAULT;
   resolve(cuda, g_drv.ctx_get_device, "cuCtxGetDevice");
@@ -665,7 +665,7 @@ bool subscribe_cupti(bool launches) {
   resolve(cuda, g_drv.device_get_mempool, "cuDeviceGetMemPool");
   resolve(cuda, g_drv.pool_get_attribute, "cuMemPoolGetAttribute");
 
-  void* lib = open_cupti();
+  void* lib = open_cupti(cupti_path);
   if (!lib) {
     give_up("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
             "(set VRAMTRACE_CUPTI to its path)");

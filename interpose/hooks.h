@@ -11,9 +11,10 @@ namespace vramtrace::interpose {
 // inside a RecordSlot: the recorder's lock guards the counter.
 uint32_t allocate_string_id();
 
-// Loads CUPTI, subscribes and enables the driver and resource callbacks: the launch callbacks
-// only when `launches` (VRAMTRACE_LAUNCHES). Returns false (after one notice on stderr and a
-// Notice record) when this process cannot be profiled.
-bool subscribe_cupti(bool launches);
+// Loads CUPTI (`cupti_path`, VRAMTRACE_CUPTI, first when set), subscribes and enables the driver
+// and resource callbacks: the launch callbacks only when `launches` (VRAMTRACE_LAUNCHES).
+// Returns false (after one notice on stderr and a Notice record) when this process cannot be
+// profiled.
+bool subscribe_cupti(bool launches, const char* cupti_path);
 
 }  // namespace vramtrace::interpose

@@ -94,8 +94,7 @@ void on_fork_child() {
 }
 
 __attribute__((constructor)) void arm() {
-  const char* off = getenv("VRAMTRACE_DISABLE");
-  if (off && *off && strcmp(off, "0") != 0) {
+  if (disabled_by_environment()) {
     g_disabled = true;
     return;
   }
@@ -133,21 +132,20 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   using namespace vramtrace::interpose;
   ReentryGuard guard;
   if (g_disabled || g_injected.exchange(true)) return 1;
-  if (!recorder_start()) return 1;
-  const char* launches_env = getenv("VRAMTRACE_LAUNCHES");
-  bool bad_launches = false;
-  const bool launches = launches_recorded(launches_env, &bad_launches);
-  if (bad_launches) {
+  const Options options = read_options();
+  if (!recorder_start(options)) return 1;
+  const bool launches = options.launches;
+  if (options.bad_launches) {
     char why[160];
     snprintf(why, sizeof why,
              "VRAMTRACE_LAUNCHES=%.64s is not on or off; kernel launches are recorded (the "
              "default)",
-             launches_env);
+             options.launches_value);
     notice(why);
   }
   record_process();
   if (!launches) record_settings(launches);
-  stacks_init();  // the module map goes out before any stack that refers to it
-  subscribe_cupti(launches);
+  stacks_init(options.stacks);  // the module map goes out before any stack that refers to it
+  subscribe_cupti(launches, options.cupti);
   return 1;
 }

@@ -271,8 +271,7 @@ int open_socket(const char* path) {
 }
 
 // Expands %p in VRAMTRACE_OUTPUT to the pid, so that every process of a tree gets its own file.
-void output_path(char* out, size_t n) {
-  const char* pattern = getenv("VRAMTRACE_OUTPUT");
+void output_path(const char* pattern, char* out, size_t n) {
   if (!pattern || !*pattern) pattern = "vramtrace.%p.vtrace";
   size_t o = 0;
   for (const char* p = pattern; *p && o + 1 < n; ++p) {
@@ -438,11 +437,11 @@ bool recorder_running() {
   return p == kRunning || p == kFinished;
 }
 
-bool recorder_start() {
+bool recorder_start(const Options& options) {
   State& s = state();
   if (s.phase.load() != kOff) return recorder_running();
 
-  const char* sock = getenv("VRAMTRACE_SOCKET");
+  const char* sock = options.socket;
   char path[4096];
   const char* created = nullptr;  // the trace file this process created, removed on failure
   if (sock && *sock) {
@@ -454,7 +453,7 @@ bool recorder_start() {
       return false;
     }
   } else {
-    output_path(path, sizeof path);
+    output_path(options.output, path, sizeof path);
     // O_EXCL first, to know whether the file is ours to remove if what follows fails.
     s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s.fd >= 0)
@@ -469,8 +468,8 @@ bool recorder_start() {
   }
 
   // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
-  s.capacity = buffer_bytes(getenv("VRAMTRACE_BUFFER_KB"), format::kMaxFrameBytes);
-  s.flush_interval_ns = flush_interval_ns(getenv("VRAMTRACE_FLUSH_MS"));
+  s.capacity = options.buffer_bytes;
+  s.flush_interval_ns = options.flush_interval_ns;
   const int shared_fd = s.is_socket ? map_shared_buffers(s) : -1;
   for (Buffer& b : s.bufs) {
     if (b.data) continue;  // in the shared region
@@ -509,7 +508,7 @@ bool recorder_start() {
   // After the header (a stream is a trace as soon as it exists), in the thread that runs cuInit
   // (where CUPTI is dlopen'd next), not in the writer: the codec is known before the first frame,
   // and the module map sent next already holds libzstd.
-  s.zstd.load(getenv("VRAMTRACE_COMPRESS"), getenv("VRAMTRACE_ZSTD_LIB"));
+  s.zstd.load(options.compress, options.zstd_lib);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_cond_init(&s.wake, &ca);

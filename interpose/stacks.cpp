@@ -37,6 +37,7 @@
 #include <atomic>
 
 #include "common/format.h"
+#include "interpose/hash.h"
 #include "interpose/options.h"
 #include "interpose/recorder.h"
 
@@ -72,14 +73,7 @@ CodeSlot* g_codes = nullptr;
 uint64_t g_code_count = 0;
 uint32_t g_next_code = 1;
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
+using hash::mix;
 
 // Returns the node's id; *fresh is true when it must be written (new, or the table is full).
 uint32_t intern_node(uint64_t value, uint64_t extra, uint32_t parent, bool* fresh) {
@@ -276,12 +270,9 @@ void resolve_python() {
   g_py_ready.store(true);
 }
 
+// The file, a 0xff byte (in neither name: UTF-8), then the function.
 uint64_t hash_code(const char* file, size_t fl, const char* fn, size_t nl) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < fl; ++i) h = (h ^ static_cast<uint8_t>(file[i])) * 1099511628211ull;
-  h = (h ^ 0xff) * 1099511628211ull;
-  for (size_t i = 0; i < nl; ++i) h = (h ^ static_cast<uint8_t>(fn[i])) * 1099511628211ull;
-  return h;
+  return hash::fnv1a(hash::fnv1a_word(hash::fnv1a(hash::kFnvOffset, file, fl), 0xff), fn, nl);
 }
 
 const char* utf8_attr(void* obj, void* name, uint32_t* len) {
@@ -473,25 +464,12 @@ bool async_stack_wanted(uint64_t bytes, bool failed) {
   return g_async_all || failed || bytes >= g_async_min_bytes;
 }
 
-void stacks_init() {
-  const char* mode = getenv("VRAMTRACE_STACKS");
-  const char* min_async = getenv("VRAMTRACE_ASYNC_STACK_MIN_BYTES");
-  g_async_min_bytes = byte_count_option(min_async, g_async_min_bytes);
-  if (!mode || !*mode || strcmp(mode, "auto") == 0) {
-    g_native = g_python = true;
-  } else if (strcmp(mode, "all") == 0) {
-    g_native = g_python = true;
-    g_async_all = true;
-  } else if (strcmp(mode, "native") == 0) {
-    g_native = true;
-  } else if (strcmp(mode, "python") == 0) {
-    g_python = true;
-  }  // "none" and anything unknown: no stacks
-  const char* depth = getenv("VRAMTRACE_MAX_DEPTH");
-  if (depth && *depth) {
-    long d = strtol(depth, nullptr, 10);
-    if (d >= 1) g_max_depth = d > kMaxStackDepth ? kMaxStackDepth : static_cast<int>(d);
-  }
+void stacks_init(const StackOptions& options) {
+  g_native = options.native;
+  g_python = options.python;
+  g_async_all = options.async_all;
+  g_async_min_bytes = options.async_min_bytes;
+  g_max_depth = options.max_depth;
   if (!g_native && !g_python) return;
   ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
   g_exe_len = n > 0 ? static_cast<size_t>(n) : 0;
