@@ -113,8 +113,8 @@ class Builder {
       case RecordType::VmmRelease: return on_vmm_release(r.vmm_release, t);
       case RecordType::VmmMap: return on_vmm_map(r.vmm_map);
       case RecordType::VmmUnmap: return on_vmm_unmap(r.vmm_unmap, t);
-      case RecordType::Dropped: p_.dropped_events += r.dropped.count; return;
-      case RecordType::ProcessExit: p_.clean_exit = true; return;
+      case RecordType::Dropped: return on_dropped(r.dropped);
+      case RecordType::ProcessExit: return on_process_exit();
       case RecordType::Notice: return on_notice(r.notice);
       case RecordType::MemInfo: return on_mem_info(r.mem_info);
       case RecordType::PoolUsage: return on_pool_usage(r.pool_usage, t);
@@ -130,7 +130,7 @@ class Builder {
       case RecordType::UserBlock: return on_user_block(r.user_block, t, stream);
       case RecordType::UserOom: return on_allocator_oom(r.user_oom, t);
       case RecordType::Step: return on_step(t);
-      case RecordType::Settings: p_.launches_recorded = r.settings.launches != 0; return;
+      case RecordType::Settings: return on_settings(r.settings);
     }
   }
 
@@ -400,6 +400,12 @@ class Builder {
       }
     }
   }
+
+  void on_dropped(const rec::Dropped& r) { p_.dropped_events += r.count; }
+
+  void on_process_exit() { p_.clean_exit = true; }
+
+  void on_settings(const rec::Settings& r) { p_.launches_recorded = r.launches != 0; }
 
   void on_notice(const rec::Notice& r) {
     p_.notices.emplace_back(r.text);
