@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/format.h"
+#include "common/records.h"
 
 using namespace vramtrace::format;
 
@@ -48,21 +49,22 @@ struct Writer {
     records = 0;
     base = last;
   }
-  uint8_t* room(size_t n) {
+  // A record of common/records.h; a timed one at `now`.
+  template <typename R>
+  void add(const R& r, uint64_t now = 0) {
     size_t at = frame.size();
-    frame.resize(at + n);
-    return frame.data() + at;
-  }
-  void done(uint8_t* end) {
+    frame.resize(at + max_bytes(r));
+    uint8_t* end;
+    if constexpr (R::kTimed) {
+      end = put(frame.data() + at, r, now - last);
+      last = now;
+    } else {
+      end = put(frame.data() + at, r);
+    }
     frame.resize(static_cast<size_t>(end - frame.data()));
     ++records;
     ++written;
     if (frame.size() > (1u << 20)) flush();
-  }
-  uint64_t dt(uint64_t now) {
-    uint64_t d = now - last;
-    last = now;
-    return d;
   }
 };
 
@@ -87,77 +89,27 @@ int main(int argc, char** argv) {
   uint64_t t = 1'000'000'000;
   w.base = w.last = t;
   const std::string host = "synth", exe = "/bin/synth", cmd = "synth";
-  uint8_t* p = w.room(256);
-  p = put_u8(p, static_cast<uint8_t>(RecordType::Process));
-  p = put_varint(p, 4242);
-  p = put_varint(p, 1);
-  p = put_varint(p, 1'700'000'000'000'000'000ull);
-  p = put_varint(p, t);
-  p = put_bytes(p, host.data(), host.size());
-  p = put_bytes(p, exe.data(), exe.size());
-  p = put_bytes(p, cmd.data(), cmd.size());
-  p = put_bytes(p, "", 0);
-  w.done(p);
+  w.add(rec::Process{4242, 1, 1'700'000'000'000'000'000ull, t, host, exe, cmd, ""});
   const std::string gpu = "synthetic GPU";
-  p = w.room(128);
-  p = put_u8(p, static_cast<uint8_t>(RecordType::ContextCreate));
-  p = put_varint(p, w.dt(t += 1000));
-  p = put_varint(p, 0x1000);
-  p = put_varint(p, 0);
-  p = put_varint(p, 80ull << 30);
-  p = put_bytes(p, gpu.data(), gpu.size());
-  p = put_bytes(p, "0123456789abcdef", 16);
-  w.done(p);
+  w.add(rec::ContextCreate{0x1000, 0, 80ull << 30, gpu, "0123456789abcdef"}, t += 1000);
   for (uint32_t k = 1; k <= 8; ++k) {
     std::string name = "_Z6kernelILi" + std::to_string(k) + "EEvPf";
-    p = w.room(16 + name.size());
-    p = put_string_record(p, k, name.data(), name.size());
-    w.done(p);
+    w.add(rec::String{k, name});
   }
   auto alloc = [&](uint64_t addr, uint64_t bytes, Api api) {
-    uint8_t* q = w.room(kMaxFixedRecordBytes);
-    q = put_u8(q, static_cast<uint8_t>(RecordType::Alloc));
-    q = put_varint(q, w.dt(t += 700));
-    q = put_u8(q, static_cast<uint8_t>(api));
-    q = put_varint(q, 0);
-    q = put_varint(q, addr);
-    q = put_varint(q, bytes);
-    q = put_varint(q, 0x5000);
-    q = put_varint(q, 77);
-    w.done(q);
+    w.add(rec::Alloc{api, 0, addr, bytes, 0x5000, 77}, t += 700);
   };
   auto free_ = [&](uint64_t addr, Api api) {
-    uint8_t* q = w.room(kMaxFixedRecordBytes);
-    q = put_u8(q, static_cast<uint8_t>(RecordType::Free));
-    q = put_varint(q, w.dt(t += 300));
-    q = put_u8(q, static_cast<uint8_t>(api));
-    q = put_varint(q, 0);
-    q = put_varint(q, addr);
-    q = put_varint(q, 0x5000);
-    q = put_varint(q, 77);
-    w.done(q);
+    w.add(rec::Free{api, 0, addr, 0x5000, 77}, t += 300);
   };
   for (uint64_t i = 0; i < 1000; ++i) alloc(0x7f0000000000ull + i * (64 << 20), 16 << 20, Api::cuMemAlloc);
   for (uint64_t it = 0; w.written < target; ++it) {
     for (uint64_t a = 0; a < 6; ++a) alloc(0x7e0000000000ull + a * (1 << 28), (32 + it % 7) << 20, Api::cuMemAllocAsync);
-    for (uint32_t k = 0; k < 20; ++k) {
-      uint8_t* q = w.room(kMaxFixedRecordBytes);
-      q = put_u8(q, static_cast<uint8_t>(RecordType::Launch));
-      q = put_varint(q, w.dt(t += 5000));
-      q = put_u8(q, static_cast<uint8_t>(Api::cuLaunchKernel));
-      q = put_varint(q, 0);
-      q = put_varint(q, 0x5000);
-      q = put_varint(q, 1 + k % 8);
-      w.done(q);
-    }
+    for (uint32_t k = 0; k < 20; ++k)
+      w.add(rec::Launch{Api::cuLaunchKernel, 0, 0x5000, 1 + k % 8}, t += 5000);
     for (uint64_t a = 0; a < 6; ++a) free_(0x7e0000000000ull + a * (1 << 28), Api::cuMemFreeAsync);
   }
-  p = w.room(32);
-  p = put_u8(p, static_cast<uint8_t>(RecordType::ProcessExit));
-  p = put_varint(p, w.dt(t += 1000));
-  p = put_varint(p, w.written + 1);
-  p = put_varint(p, 0);
-  w.done(p);
+  w.add(rec::ProcessExit{w.written + 1, 0}, t += 1000);
   w.flush();
   std::fclose(w.f);
   std::printf("%llu events\n", static_cast<unsigned long long>(w.written));

@@ -19,6 +19,7 @@
 #include "collector/live_collector.h"
 #include "report/check.h"
 #include "report/html_assets.h"
+#include "common/env_names.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +47,7 @@ std::string self_dir() {
 
 std::string find_library(const std::string& given) {
   if (!given.empty()) return fs::absolute(given).string();
-  const char* env = getenv("VRAMTRACE_LIB");
+  const char* env = getenv(env::kLib);
   if (env && *env) return fs::absolute(env).string();
   for (const char* rel : {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so",
                           "/libvramtrace.so"}) {
@@ -198,18 +199,18 @@ int Launch::spawn() {
     const StackOptions& stacks = options_.stacks;
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("CUDA_INJECTION64_PATH", lib_.c_str(), 1);
-    setenv("VRAMTRACE_SOCKET", live_->socket_path().c_str(), 1);
-    unsetenv("VRAMTRACE_OUTPUT");
-    setenv("VRAMTRACE_RUN_ID", run_id_.c_str(), 1);  // recorded in each trace, as in the marker
-    if (!stacks.mode.empty()) setenv("VRAMTRACE_STACKS", stacks.mode.c_str(), 1);
+    setenv(env::kSocket, live_->socket_path().c_str(), 1);
+    unsetenv(env::kOutput);
+    setenv(env::kRunId, run_id_.c_str(), 1);  // recorded in each trace, as in the marker
+    if (!stacks.mode.empty()) setenv(env::kStacks, stacks.mode.c_str(), 1);
     if (stacks.max_depth > 0)
-      setenv("VRAMTRACE_MAX_DEPTH", std::to_string(stacks.max_depth).c_str(), 1);
-    if (!stacks.launches.empty()) setenv("VRAMTRACE_LAUNCHES", stacks.launches.c_str(), 1);
+      setenv(env::kMaxDepth, std::to_string(stacks.max_depth).c_str(), 1);
+    if (!stacks.launches.empty()) setenv(env::kLaunches, stacks.launches.c_str(), 1);
     if (!hook_dir_.empty()) {
       const char* py = getenv("PYTHONPATH");
       setenv("PYTHONPATH", (hook_dir_ + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
-      setenv("VRAMTRACE_TORCH_DIR", fs::absolute(options_.out_dir).c_str(), 1);
-      if (stacks.torch == "stacks") setenv("VRAMTRACE_TORCH_STACKS", "1", 1);
+      setenv(env::kTorchDir, fs::absolute(options_.out_dir).c_str(), 1);
+      if (stacks.torch == "stacks") setenv(env::kTorchStacks, "1", 1);
     }
     std::vector<char*> argv;
     for (const auto& a : cmd_) argv.push_back(const_cast<char*>(a.c_str()));

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env_names.h"
+
 namespace vramtrace::cli {
 
 namespace {
@@ -33,7 +35,7 @@ size_t terminal_columns() {
 
 ReadProgress::Mode ReadProgress::mode_from_env(bool disabled) {
   if (disabled) return Mode::Off;
-  const char* v = std::getenv("VRAMTRACE_PROGRESS");
+  const char* v = std::getenv(env::kProgress);
   if (!v || !*v || std::strcmp(v, "auto") == 0) return Mode::Auto;
   if (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0) return Mode::On;
   return Mode::Off;  // off, 0, or anything else: never a surprise bar

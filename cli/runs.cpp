@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "collector/trace_reader.h"
+#include "common/env_names.h"
 #include "report/check.h"
 
 namespace fs = std::filesystem;
@@ -17,17 +18,18 @@ namespace vramtrace::cli {
 std::optional<TraceIdentity> trace_identity(const std::string& path) {
   try {
     collector::TraceReader r(path);
-    collector::Event e;
+    collector::Record e;
     if (!r.next(e) || e.type != format::RecordType::Process) return std::nullopt;
     TraceIdentity id;
-    id.process = e.text + "/" + std::to_string(e.a) + "/" + std::to_string(e.c) + "/" +
-                 std::to_string(e.time_ns);
-    const std::string key = "VRAMTRACE_RUN_ID=";
-    for (size_t start = 0; start < e.text4.size();) {
-      size_t end = e.text4.find('\n', start);
-      if (end == std::string::npos) end = e.text4.size();
-      if (e.text4.compare(start, key.size(), key) == 0)
-        id.run_id = e.text4.substr(start + key.size(), end - start - key.size());
+    id.process = std::string(e.process.host) + "/" + std::to_string(e.process.pid) + "/" +
+                 std::to_string(e.process.realtime_ns) + "/" + std::to_string(e.process.start_ns);
+    const std::string key = std::string(env::kRunId) + "=";
+    const std::string vars(e.process.rank_env);
+    for (size_t start = 0; start < vars.size();) {
+      size_t end = vars.find('\n', start);
+      if (end == std::string::npos) end = vars.size();
+      if (vars.compare(start, key.size(), key) == 0)
+        id.run_id = vars.substr(start + key.size(), end - start - key.size());
       start = end + 1;
     }
     return id;

@@ -12,6 +12,7 @@ namespace vramtrace::collector {
 
 using format::Api;
 using format::RecordType;
+namespace rec = format::rec;
 
 namespace {
 
@@ -40,7 +41,7 @@ bool is_async(Api api) {
   return api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
 }
 
-std::string hex_uuid(const std::string& raw) {
+std::string hex_uuid(std::string_view raw) {
   static const char* digits = "0123456789abcdef";
   std::string out;
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -52,13 +53,13 @@ std::string hex_uuid(const std::string& raw) {
   return out;
 }
 
-std::vector<std::string> split_nul(const std::string& s) {
+std::vector<std::string> split_nul(std::string_view s) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= s.size() && !s.empty()) {
     size_t end = s.find('\0', start);
-    if (end == std::string::npos) end = s.size();
-    out.push_back(s.substr(start, end - start));
+    if (end == std::string_view::npos) end = s.size();
+    out.emplace_back(s.substr(start, end - start));
     start = end + 1;
   }
   return out;
@@ -85,272 +86,51 @@ class Builder {
       : run_(run), p_(p), where_(where), seq_(seq),
         process_(static_cast<uint32_t>(&p - run.processes.data())) {}
 
-  // `secondary`: the event comes from PyTorch's trace of this process, not from its own trace.
-  void apply(const Event& e, bool secondary = false) {
+  // `secondary`: the record comes from PyTorch's trace of this process, not from its own trace;
+  // `stream`: then a block's CUDA stream (PyTorch's trace has it, the UserBlock record has not).
+  void apply(const Record& r, bool secondary = false, uint64_t stream = 0) {
     pend_ = &pending_[secondary ? 1 : 0];
     ++p_.events;
     ++seq_;
-    if (e.time_ns) p_.end_ns = std::max(p_.end_ns, e.time_ns);
+    const uint64_t t = r.time_ns;
+    if (t) p_.end_ns = std::max(p_.end_ns, t);
     // An AllocStack belongs to the allocation record right after it, and to nothing else.
-    if (e.type != RecordType::AllocStack && e.type != RecordType::Alloc &&
-        e.type != RecordType::AllocFailed && e.type != RecordType::VmmCreate &&
-        e.type != RecordType::UserBlock && e.type != RecordType::UserOom &&
-        e.type != RecordType::PyStackNode)
+    if (r.type != RecordType::AllocStack && r.type != RecordType::Alloc &&
+        r.type != RecordType::AllocFailed && r.type != RecordType::VmmCreate &&
+        r.type != RecordType::UserBlock && r.type != RecordType::UserOom &&
+        r.type != RecordType::PyStackNode)
       pend_->stack = pend_->py = 0;
-    switch (e.type) {
-      case RecordType::Process:
-        p_.has_process_record = true;
-        p_.pid = e.a;
-        p_.ppid = e.b;
-        p_.start_realtime_ns = e.c;
-        p_.start_ns = e.time_ns;
-        p_.host = e.text;
-        run_slot_ = SIZE_MAX;  // run-wide devices are keyed by host
-        p_.exe = e.text2;
-        p_.cmdline = split_nul(e.text3);
-        for (size_t start = 0; start < e.text4.size();) {
-          size_t end = e.text4.find('\n', start);
-          if (end == std::string::npos) end = e.text4.size();
-          std::string kv = e.text4.substr(start, end - start);
-          size_t eq = kv.find('=');
-          // The run id is recorded among these variables, but is not a rank's.
-          if (eq != std::string::npos && kv.compare(0, eq, "VRAMTRACE_RUN_ID") != 0)
-            p_.ranks.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-          start = end + 1;
-        }
-        break;
-      case RecordType::ContextCreate: {
-        DeviceModel& d = device(e.device);
-        d.name = e.text;
-        d.uuid = hex_uuid(e.text2);
-        d.total_bytes = e.bytes;
-        RunDevice& rd = run_dev(e.device);
-        rd.name = d.name;
-        rd.uuid = d.uuid;
-        rd.total_bytes = d.total_bytes;
-        break;
-      }
-      case RecordType::Alloc:
-        on_alloc(e);
-        break;
-      case RecordType::Free:
-        on_free(e);
-        break;
-      case RecordType::AllocFailed:
-        on_failed(e);
-        break;
-      case RecordType::MemInfo:
-        // Taken right after an OOM: attach to it.
-        if (!p_.ooms.empty() && p_.ooms.back().device == e.device &&
-            !p_.ooms.back().free_bytes) {
-          p_.ooms.back().free_bytes = e.a;
-          p_.ooms.back().total_bytes = e.b;
-        }
-        break;
-      case RecordType::Launch: {
-        DeviceModel& d = device(e.device);
-        ++d.launches;
-        uint32_t id = static_cast<uint32_t>(e.a);
-        d.launches_by_kernel.add(id);
-        d.launch_timeline.add(e.time_ns, d.launches);
-        d.last_kernel = id;
-        ++p_.host_apis[idx(e.api)].calls;
-        on_rhythm(id, e.time_ns);
-        break;
-      }
-      case RecordType::RangePush: {
-        auto& open = p_.open_ranges[e.thread];
-        open.emplace_back(static_cast<uint32_t>(e.a), e.time_ns);
-        if (open.size() == 1) {
-          auto& starts = p_.top_range_starts[static_cast<uint32_t>(e.a)];
-          if (starts.size() < kMaxRangeStarts) starts.push_back(e.time_ns);
-        }
-        ranges_seen_ = true;
-        break;
-      }
-      case RecordType::RangePop: {
-        auto it = p_.open_ranges.find(e.thread);
-        if (it == p_.open_ranges.end() || it->second.empty()) break;  // pushed before we started
-        auto [name, start] = it->second.back();
-        it->second.pop_back();
-        auto& st = p_.range_stats[name];
-        ++st.count;
-        st.total_ns += e.time_ns - std::min(e.time_ns, start);
-        ++p_.phases_total;
-        if (p_.phases.size() < kMaxPhases)
-          p_.phases.push_back({name, e.thread, static_cast<uint32_t>(it->second.size()), start,
-                               e.time_ns});
-        break;
-      }
-      case RecordType::Step:
-        if (p_.steps.size() < kMaxRangeStarts) p_.steps.push_back(e.time_ns);
-        break;
-      case RecordType::UserPool: {
-        UserPool& pool = p_.user_pools[e.a];
-        pool.device = e.device;
-        pool.name = !e.text.empty() ? e.text : p_.kernel_name(static_cast<uint32_t>(e.b));
-        if (pool.name.empty()) pool.name = "pool " + std::to_string(e.a);
-        pool.torch = e.a >= kTorchPoolBase;
-        device(e.device).has_allocator_view = true;
-        break;
-      }
-      case RecordType::UserSegment: {
-        UserPool* pool = user_pool(e.a);
-        if (!pool) break;
-        auto op = static_cast<format::SegmentOp>(e.b);
-        bool joined = op == format::SegmentOp::Map || op == format::SegmentOp::Unmap;
-        if (op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map)
-          pool->view.add_segment(e.address, e.bytes, joined);
-        else
-          pool->view.remove_segment(e.address, e.bytes, joined);
-        pool->peak_reserved = std::max(pool->peak_reserved, pool->view.state().reserved);
-        on_allocator_change(pool->device, e.time_ns, op == format::SegmentOp::AddSegment ||
-                                                         op == format::SegmentOp::Map);
-        break;
-      }
-      case RecordType::UserBlock: {
-        UserPool* pool = user_pool(e.a);
-        if (!pool) {
-          pend_->stack = pend_->py = 0;
-          break;
-        }
-        if (e.bytes) {
-          Allocation b = make(e, Api::Unknown);
-          b.device = pool->device;
-          b.space = 1;  // a block
-          pool->view.alloc_block(b);
-          pool->peak_in_use = std::max(pool->peak_in_use, pool->view.state().in_use);
-          device(pool->device).blocks.add(b, e.time_ns);
-        } else if (auto freed = pool->view.free_block(e.address)) {
-          device(pool->device).blocks.remove(*freed, e.time_ns);
-        }
-        on_allocator_change(pool->device, e.time_ns, e.bytes != 0);
-        break;
-      }
-      case RecordType::UserOom:
-        on_allocator_oom(e);
-        break;
-      case RecordType::String:
-        p_.kernel_names[static_cast<uint32_t>(e.a)] = e.text;  // kernel, range and pool names
-        break;
-      case RecordType::StackNode: {
-        StackNode n;
-        n.parent = static_cast<uint32_t>(e.b);
-        n.ip = e.address;
-        auto it = p_.module_map.upper_bound(e.address);
-        if (it != p_.module_map.begin()) {
-          --it;
-          if (e.address < p_.modules[it->second].end) n.module = static_cast<int64_t>(it->second);
-        }
-        p_.stack_nodes[static_cast<uint32_t>(e.a)] = n;
-        break;
-      }
-      case RecordType::PyStackNode: {
-        StackNode n;
-        n.parent = static_cast<uint32_t>(e.b);
-        n.python = true;
-        n.code = static_cast<uint32_t>(e.c);
-        n.line = static_cast<uint32_t>(e.bytes);
-        p_.stack_nodes[static_cast<uint32_t>(e.a)] = n;
-        break;
-      }
-      case RecordType::PyCode:
-        p_.py_codes[static_cast<uint32_t>(e.a)] = {e.text, e.text2};
-        break;
-      case RecordType::AllocStack:
-        pend_->stack = static_cast<uint32_t>(e.a);
-        pend_->py = static_cast<uint32_t>(e.b);
-        break;
-      case RecordType::Module: {
-        if (e.a != p_.module_generation) {
-          p_.module_generation = e.a;
-          p_.module_map.clear();
-        }
-        ModuleInfo m{e.text, e.text2, e.address, e.b, e.c};
-        auto key = std::make_tuple(m.path, m.bias, m.start);
-        auto [it, inserted] = module_index_.try_emplace(key, p_.modules.size());
-        if (inserted) p_.modules.push_back(m);
-        p_.module_map[m.start] = it->second;
-        break;
-      }
-      case RecordType::VmmCreate: {
-        Allocation a = make(e, Api::cuMemCreate);
-        VmmHandle& h = p_.vmm_handles[e.address];
-        if (h.alloc.bytes) remove_device(h.alloc, e.time_ns);  // handle reused: lost release
-        h = VmmHandle{a, false, 0};
-        add_device(a, e.time_ns);
-        break;
-      }
-      case RecordType::VmmRelease: {
-        auto it = p_.vmm_handles.find(e.address);
-        if (it == p_.vmm_handles.end()) break;
-        ++device(it->second.alloc.device).apis[idx(Api::cuMemRelease)].calls;
-        it->second.released = true;
-        // Physical memory goes only once no mapping refers to it any more.
-        if (it->second.mappings == 0) {
-          remove_device(it->second.alloc, e.time_ns);
-          p_.vmm_handles.erase(it);
-        }
-        break;
-      }
-      case RecordType::VmmMap: {
-        auto it = p_.vmm_handles.find(e.b);
-        if (it == p_.vmm_handles.end()) break;
-        ++it->second.mappings;
-        ++device(it->second.alloc.device).apis[idx(Api::cuMemMap)].calls;
-        device(it->second.alloc.device).apis[idx(Api::cuMemMap)].bytes += e.bytes;
-        p_.vmm_mappings[e.address] = {e.bytes, e.b};
-        break;
-      }
-      case RecordType::VmmUnmap: {
-        uint64_t end = e.address + e.bytes;
-        for (auto it = p_.vmm_mappings.lower_bound(e.address);
-             it != p_.vmm_mappings.end() && it->first < end;) {
-          uint64_t handle = it->second.second;
-          it = p_.vmm_mappings.erase(it);
-          auto h = p_.vmm_handles.find(handle);
-          if (h == p_.vmm_handles.end()) continue;
-          ++device(h->second.alloc.device).apis[idx(Api::cuMemUnmap)].calls;
-          if (h->second.mappings) --h->second.mappings;
-          if (h->second.released && h->second.mappings == 0) {
-            remove_device(h->second.alloc, e.time_ns);
-            p_.vmm_handles.erase(h);
-          }
-        }
-        break;
-      }
-      case RecordType::Dropped:
-        p_.dropped_events += e.a;
-        break;
-      case RecordType::ProcessExit:
-        p_.clean_exit = true;
-        break;
-      case RecordType::Notice:
-        p_.notices.push_back(e.text);
-        if (p_.not_profiled.empty())
-          p_.not_profiled = e.text.empty() ? "(no reason given)" : e.text;
-        break;
-      case RecordType::Settings:
-        p_.launches_recorded = e.a != 0;
-        break;
-      case RecordType::ContextDestroy:
-        break;
-      case RecordType::PoolUsage: {
-        DeviceModel& d = device(e.device);
-        auto& pool = d.pools[e.address];
-        d.pool_reserved = d.pool_reserved - pool.reserved + e.a;
-        pool.reserved = e.a;
-        pool.used = e.b;
-        pool.peak_reserved = std::max({pool.peak_reserved, e.a, e.c});
-        d.update_footprint(e.time_ns);
-        // Between two (throttled) answers the pool may have reserved more than either showed:
-        // the driver's high-water mark says how much, so the footprint's peak stays exact.
-        if (e.c > e.a) {
-          uint64_t at_high = d.footprint() - std::min(d.footprint(), e.a) + e.c;
-          if (at_high > d.footprint_peak) d.footprint_peak = at_high;
-        }
-        break;
-      }
+    switch (r.type) {
+      case RecordType::Process: return on_process(r.process);
+      case RecordType::ContextCreate: return on_context(r.context_create);
+      case RecordType::ContextDestroy: return;  // its memory goes by its own frees
+      case RecordType::Alloc: return on_alloc(r.alloc, t);
+      case RecordType::Free: return on_free(r.free, t);
+      case RecordType::AllocFailed: return on_failed(r.alloc_failed, t);
+      case RecordType::Launch: return on_launch(r.launch, t);
+      case RecordType::String: return on_string(r.string);
+      case RecordType::VmmCreate: return on_vmm_create(r.vmm_create, t);
+      case RecordType::VmmRelease: return on_vmm_release(r.vmm_release, t);
+      case RecordType::VmmMap: return on_vmm_map(r.vmm_map);
+      case RecordType::VmmUnmap: return on_vmm_unmap(r.vmm_unmap, t);
+      case RecordType::Dropped: return on_dropped(r.dropped);
+      case RecordType::ProcessExit: return on_process_exit();
+      case RecordType::Notice: return on_notice(r.notice);
+      case RecordType::MemInfo: return on_mem_info(r.mem_info);
+      case RecordType::PoolUsage: return on_pool_usage(r.pool_usage, t);
+      case RecordType::StackNode: return on_stack_node(r.stack_node);
+      case RecordType::PyStackNode: return on_py_stack_node(r.py_stack_node);
+      case RecordType::PyCode: return on_py_code(r.py_code);
+      case RecordType::AllocStack: return on_alloc_stack(r.alloc_stack);
+      case RecordType::Module: return on_module(r.module);
+      case RecordType::RangePush: return on_range_push(r.range_push, t);
+      case RecordType::RangePop: return on_range_pop(r.range_pop, t);
+      case RecordType::UserPool: return on_user_pool(r.user_pool);
+      case RecordType::UserSegment: return on_user_segment(r.user_segment, t);
+      case RecordType::UserBlock: return on_user_block(r.user_block, t, stream);
+      case RecordType::UserOom: return on_allocator_oom(r.user_oom, t);
+      case RecordType::Step: return on_step(t);
+      case RecordType::Settings: return on_settings(r.settings);
     }
   }
 
@@ -407,23 +187,267 @@ class Builder {
     return rd;
   }
 
-  Allocation make(const Event& e, Api api) {
+  // ---- one handler per record type (apply() dispatches) ----
+
+  void on_process(const rec::Process& r) {
+    p_.has_process_record = true;
+    p_.pid = r.pid;
+    p_.ppid = r.ppid;
+    p_.start_realtime_ns = r.realtime_ns;
+    p_.start_ns = r.start_ns;
+    p_.host = std::string(r.host);
+    run_slot_ = SIZE_MAX;  // run-wide devices are keyed by host
+    p_.exe = std::string(r.exe);
+    p_.cmdline = split_nul(r.cmdline);
+    const std::string_view env = r.rank_env;
+    for (size_t start = 0; start < env.size();) {
+      size_t end = env.find('\n', start);
+      if (end == std::string_view::npos) end = env.size();
+      std::string_view kv = env.substr(start, end - start);
+      size_t eq = kv.find('=');
+      // The run id is recorded among these variables, but is not a rank's.
+      if (eq != std::string_view::npos && kv.substr(0, eq) != "VRAMTRACE_RUN_ID")
+        p_.ranks.emplace_back(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+      start = end + 1;
+    }
+  }
+
+  void on_context(const rec::ContextCreate& r) {
+    DeviceModel& d = device(r.device);
+    d.name = std::string(r.name);
+    d.uuid = hex_uuid(r.uuid);
+    d.total_bytes = r.total_bytes;
+    RunDevice& rd = run_dev(r.device);
+    rd.name = d.name;
+    rd.uuid = d.uuid;
+    rd.total_bytes = d.total_bytes;
+  }
+
+  // Taken right after an OOM: attach to it.
+  void on_mem_info(const rec::MemInfo& r) {
+    if (!p_.ooms.empty() && p_.ooms.back().device == r.device && !p_.ooms.back().free_bytes) {
+      p_.ooms.back().free_bytes = r.free_bytes;
+      p_.ooms.back().total_bytes = r.total_bytes;
+    }
+  }
+
+  void on_launch(const rec::Launch& r, uint64_t t) {
+    DeviceModel& d = device(r.device);
+    ++d.launches;
+    const uint32_t id = r.name_id;
+    d.launches_by_kernel.add(id);
+    d.launch_timeline.add(t, d.launches);
+    d.last_kernel = id;
+    ++p_.host_apis[idx(r.api)].calls;
+    on_rhythm(id, t);
+  }
+
+  void on_range_push(const rec::RangePush& r, uint64_t t) {
+    auto& open = p_.open_ranges[r.thread];
+    open.emplace_back(r.name_id, t);
+    if (open.size() == 1) {
+      auto& starts = p_.top_range_starts[r.name_id];
+      if (starts.size() < kMaxRangeStarts) starts.push_back(t);
+    }
+    ranges_seen_ = true;
+  }
+
+  void on_range_pop(const rec::RangePop& r, uint64_t t) {
+    auto it = p_.open_ranges.find(r.thread);
+    if (it == p_.open_ranges.end() || it->second.empty()) return;  // pushed before we started
+    auto [name, start] = it->second.back();
+    it->second.pop_back();
+    auto& st = p_.range_stats[name];
+    ++st.count;
+    st.total_ns += t - std::min(t, start);
+    ++p_.phases_total;
+    if (p_.phases.size() < kMaxPhases)
+      p_.phases.push_back({name, r.thread, static_cast<uint32_t>(it->second.size()), start, t});
+  }
+
+  void on_step(uint64_t t) {
+    if (p_.steps.size() < kMaxRangeStarts) p_.steps.push_back(t);
+  }
+
+  void on_user_pool(const rec::UserPool& r) {
+    UserPool& pool = p_.user_pools[r.pool];
+    pool.device = r.device;
+    pool.torch = r.pool >= kTorchPoolBase;
+    pool.name = pool.torch ? std::string(kTorchPoolName) : p_.kernel_name(r.name_id);
+    if (pool.name.empty()) pool.name = "pool " + std::to_string(r.pool);
+    device(r.device).has_allocator_view = true;
+  }
+
+  void on_user_segment(const rec::UserSegment& r, uint64_t t) {
+    UserPool* pool = user_pool(r.pool);
+    if (!pool) return;
+    const format::SegmentOp op = r.op;
+    bool joined = op == format::SegmentOp::Map || op == format::SegmentOp::Unmap;
+    if (op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map)
+      pool->view.add_segment(r.address, r.bytes, joined);
+    else
+      pool->view.remove_segment(r.address, r.bytes, joined);
+    pool->peak_reserved = std::max(pool->peak_reserved, pool->view.state().reserved);
+    on_allocator_change(pool->device, t,
+                        op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map);
+  }
+
+  void on_user_block(const rec::UserBlock& r, uint64_t t, uint64_t stream) {
+    UserPool* pool = user_pool(r.pool);
+    if (!pool) {
+      pend_->stack = pend_->py = 0;
+      return;
+    }
+    if (r.bytes) {
+      Allocation b = make(Api::Unknown, pool->device, r.address, r.bytes, t, stream, r.thread);
+      b.space = 1;  // a block
+      pool->view.alloc_block(b);
+      pool->peak_in_use = std::max(pool->peak_in_use, pool->view.state().in_use);
+      device(pool->device).blocks.add(b, t);
+    } else if (auto freed = pool->view.free_block(r.address)) {
+      device(pool->device).blocks.remove(*freed, t);
+    }
+    on_allocator_change(pool->device, t, r.bytes != 0);
+  }
+
+  void on_string(const rec::String& r) {
+    p_.kernel_names[r.id] = std::string(r.text);  // kernel, range and pool names
+  }
+
+  void on_stack_node(const rec::StackNode& r) {
+    StackNode n;
+    n.parent = r.parent;
+    n.ip = r.ip;
+    auto it = p_.module_map.upper_bound(r.ip);
+    if (it != p_.module_map.begin()) {
+      --it;
+      if (r.ip < p_.modules[it->second].end) n.module = static_cast<int64_t>(it->second);
+    }
+    p_.stack_nodes[r.id] = n;
+  }
+
+  void on_py_stack_node(const rec::PyStackNode& r) {
+    StackNode n;
+    n.parent = r.parent;
+    n.python = true;
+    n.code = r.code;
+    n.line = r.line;
+    p_.stack_nodes[r.id] = n;
+  }
+
+  void on_py_code(const rec::PyCode& r) {
+    p_.py_codes[r.id] = {std::string(r.file), std::string(r.function)};
+  }
+
+  void on_alloc_stack(const rec::AllocStack& r) {
+    pend_->stack = r.native_leaf;
+    pend_->py = r.py_leaf;
+  }
+
+  void on_module(const rec::Module& r) {
+    if (r.generation != p_.module_generation) {
+      p_.module_generation = r.generation;
+      p_.module_map.clear();
+    }
+    ModuleInfo m{std::string(r.path), std::string(r.build_id), r.load_bias, r.start, r.end};
+    auto key = std::make_tuple(m.path, m.bias, m.start);
+    auto [it, inserted] = module_index_.try_emplace(key, p_.modules.size());
+    if (inserted) p_.modules.push_back(m);
+    p_.module_map[m.start] = it->second;
+  }
+
+  void on_vmm_create(const rec::VmmCreate& r, uint64_t t) {
+    Allocation a = make(Api::cuMemCreate, r.device, r.handle, r.bytes, t, 0, 0);
+    VmmHandle& h = p_.vmm_handles[r.handle];
+    if (h.alloc.bytes) remove_device(h.alloc, t);  // handle reused: lost release
+    h = VmmHandle{a, false, 0};
+    add_device(a, t);
+  }
+
+  void on_vmm_release(const rec::VmmRelease& r, uint64_t t) {
+    auto it = p_.vmm_handles.find(r.handle);
+    if (it == p_.vmm_handles.end()) return;
+    ++device(it->second.alloc.device).apis[idx(Api::cuMemRelease)].calls;
+    it->second.released = true;
+    // Physical memory goes only once no mapping refers to it any more.
+    if (it->second.mappings == 0) {
+      remove_device(it->second.alloc, t);
+      p_.vmm_handles.erase(it);
+    }
+  }
+
+  void on_vmm_map(const rec::VmmMap& r) {
+    auto it = p_.vmm_handles.find(r.handle);
+    if (it == p_.vmm_handles.end()) return;
+    ++it->second.mappings;
+    ++device(it->second.alloc.device).apis[idx(Api::cuMemMap)].calls;
+    device(it->second.alloc.device).apis[idx(Api::cuMemMap)].bytes += r.bytes;
+    p_.vmm_mappings[r.address] = {r.bytes, r.handle};
+  }
+
+  void on_vmm_unmap(const rec::VmmUnmap& r, uint64_t t) {
+    uint64_t end = r.address + r.bytes;
+    for (auto it = p_.vmm_mappings.lower_bound(r.address);
+         it != p_.vmm_mappings.end() && it->first < end;) {
+      uint64_t handle = it->second.second;
+      it = p_.vmm_mappings.erase(it);
+      auto h = p_.vmm_handles.find(handle);
+      if (h == p_.vmm_handles.end()) continue;
+      ++device(h->second.alloc.device).apis[idx(Api::cuMemUnmap)].calls;
+      if (h->second.mappings) --h->second.mappings;
+      if (h->second.released && h->second.mappings == 0) {
+        remove_device(h->second.alloc, t);
+        p_.vmm_handles.erase(h);
+      }
+    }
+  }
+
+  void on_dropped(const rec::Dropped& r) { p_.dropped_events += r.count; }
+
+  void on_process_exit() { p_.clean_exit = true; }
+
+  void on_settings(const rec::Settings& r) { p_.launches_recorded = r.launches != 0; }
+
+  void on_notice(const rec::Notice& r) {
+    p_.notices.emplace_back(r.text);
+    if (p_.not_profiled.empty())
+      p_.not_profiled = r.text.empty() ? "(no reason given)" : std::string(r.text);
+  }
+
+  void on_pool_usage(const rec::PoolUsage& r, uint64_t t) {
+    DeviceModel& d = device(r.device);
+    auto& pool = d.pools[r.pool];
+    d.pool_reserved = d.pool_reserved - pool.reserved + r.reserved;
+    pool.reserved = r.reserved;
+    pool.used = r.used;
+    pool.peak_reserved = std::max({pool.peak_reserved, r.reserved, r.reserved_high});
+    d.update_footprint(t);
+    // Between two (throttled) answers the pool may have reserved more than either showed:
+    // the driver's high-water mark says how much, so the footprint's peak stays exact.
+    if (r.reserved_high > r.reserved) {
+      uint64_t at_high = d.footprint() - std::min(d.footprint(), r.reserved) + r.reserved_high;
+      if (at_high > d.footprint_peak) d.footprint_peak = at_high;
+    }
+  }
+
+  Allocation make(Api api, uint32_t device_index, uint64_t id, uint64_t bytes, uint64_t t,
+                  uint64_t stream, uint32_t thread) {
     Allocation a;
-    a.id = e.address;
+    a.id = id;
     a.api = api;
-    a.device = e.device;
-    a.bytes = e.bytes;
-    a.time_ns = e.time_ns;
+    a.device = device_index;
+    a.bytes = bytes;
+    a.time_ns = t;
     a.seq = seq_;
     a.process = process_;
-    a.stream = e.stream;
-    a.thread = e.thread;
-    a.last_kernel = device(e.device).last_kernel;
+    a.stream = stream;
+    a.thread = thread;
+    a.last_kernel = device(device_index).last_kernel;
     a.stack = pend_->stack;
     a.py_stack = pend_->py;
     pend_->stack = pend_->py = 0;
     if (ranges_seen_) {
-      auto it = p_.open_ranges.find(e.thread);
+      auto it = p_.open_ranges.find(thread);
       if (it != p_.open_ranges.end() && !it->second.empty()) a.phase = it->second.back().first;
     }
     return a;
@@ -477,17 +501,17 @@ class Builder {
   // The pool could not serve a request. PyTorch reports its OOM after the driver's failed
   // cuMemAlloc (and its retry after freeing cached blocks): that OOM gets the pool's view;
   // otherwise (a pool that never asked the driver) it is an OOM of its own.
-  void on_allocator_oom(const Event& e) {
+  void on_allocator_oom(const rec::UserOom& r, uint64_t t) {
     const uint32_t stack = pend_->stack, py_stack = pend_->py;
     pend_->stack = pend_->py = 0;
-    UserPool* pool = user_pool(e.a);
+    UserPool* pool = user_pool(r.pool);
     if (!pool) return;
     ++pool->ooms;
     constexpr uint64_t kSameEpisodeNs = 2000000000;
     OomEvent* o = nullptr;
     auto same_episode = [&](const OomEvent& x) {
       return x.device == pool->device && !x.allocator &&
-             e.time_ns - std::min(e.time_ns, x.time_ns) <= kSameEpisodeNs;
+             t - std::min(t, x.time_ns) <= kSameEpisodeNs;
     };
     if (!p_.ooms.empty() && same_episode(p_.ooms.back())) {
       // The driver's failures of this episode (PyTorch's first try and its retry after
@@ -506,21 +530,21 @@ class Builder {
       o->driver_attempts = 0;
       o->device = pool->device;
       o->pid = p_.pid;
-      o->requested_bytes = e.bytes;
-      o->time_ns = e.time_ns;
-      o->thread = e.thread;
+      o->requested_bytes = r.bytes;
+      o->time_ns = t;
+      o->thread = r.thread;
       o->live_bytes = device(pool->device).memory.live_bytes();
       o->last_kernel = p_.kernel_name(device(pool->device).last_kernel);
       o->stack = stack;
-      if (e.b) o->free_bytes = e.b - 1;
+      if (r.free_plus_one) o->free_bytes = r.free_plus_one - 1;
       fill_live_set(*o);
     }
     if (py_stack && !o->py_stack) o->py_stack = py_stack;
     if (stack && !o->stack) o->stack = stack;
     o->allocator = true;
     o->pool = pool->name;
-    o->allocator_request = e.bytes;
-    o->fragmentation = allocator_state(pool->device, e.time_ns);
+    o->allocator_request = r.bytes;
+    o->fragmentation = allocator_state(pool->device, t);
     if (p_.ooms.size() <= kOomsWithSurvivors) o->survivors = survivors(pool->device);
   }
 
@@ -725,77 +749,77 @@ class Builder {
     rd.timeline.add(now, rd.live_bytes);
   }
 
-  void on_alloc(const Event& e) {
-    Allocation a = make(e, e.api);
-    if (format::memory_kind(e.api) == format::MemoryKind::PinnedHost) {
-      auto& prev = p_.live_host[e.address];
-      if (prev.bytes) p_.pinned_host.remove(prev, e.time_ns);
+  void on_alloc(const rec::Alloc& r, uint64_t t) {
+    Allocation a = make(r.api, r.device, r.address, r.bytes, t, r.stream, r.thread);
+    if (format::memory_kind(r.api) == format::MemoryKind::PinnedHost) {
+      auto& prev = p_.live_host[r.address];
+      if (prev.bytes) p_.pinned_host.remove(prev, t);
       prev = a;
-      p_.pinned_host.add(a, e.time_ns);
-      ApiStats& s = p_.host_apis[idx(e.api)];
+      p_.pinned_host.add(a, t);
+      ApiStats& s = p_.host_apis[idx(r.api)];
       ++s.calls;
-      s.bytes += e.bytes;
+      s.bytes += r.bytes;
       return;
     }
-    uint64_t key = live_key(e.api, e.address);
+    uint64_t key = live_key(r.api, r.address);
     auto it = p_.live.find(key);
     if (it != p_.live.end()) {
       // Same address handed out again without a free we saw (a dropped event): the old one
       // cannot still be live.
       ++device(it->second.device).replaced_without_free;
-      remove_device(it->second, e.time_ns);
+      remove_device(it->second, t);
       p_.live.erase(it);
     }
     p_.live.emplace(key, a);
-    add_device(a, e.time_ns);
+    add_device(a, t);
   }
 
-  void on_free(const Event& e) {
-    if (format::memory_kind(e.api) == format::MemoryKind::PinnedHost) {
-      auto it = p_.live_host.find(e.address);
-      ++p_.host_apis[idx(e.api)].calls;
+  void on_free(const rec::Free& r, uint64_t t) {
+    if (format::memory_kind(r.api) == format::MemoryKind::PinnedHost) {
+      auto it = p_.live_host.find(r.address);
+      ++p_.host_apis[idx(r.api)].calls;
       if (it == p_.live_host.end()) return;
-      p_.pinned_host.remove(it->second, e.time_ns);
+      p_.pinned_host.remove(it->second, t);
       ++p_.host_apis[idx(it->second.api)].frees;
       p_.live_host.erase(it);
       return;
     }
-    DeviceModel& d = device(e.device);
-    ++d.apis[idx(e.api)].calls;
-    auto it = p_.live.find(live_key(e.api, e.address));
+    DeviceModel& d = device(r.device);
+    ++d.apis[idx(r.api)].calls;
+    auto it = p_.live.find(live_key(r.api, r.address));
     if (it == p_.live.end()) {
       ++d.unmatched_frees;
       return;
     }
     ++device(it->second.device).apis[idx(it->second.api)].frees;
-    remove_device(it->second, e.time_ns);
+    remove_device(it->second, t);
     p_.live.erase(it);
   }
 
-  void on_failed(const Event& e) {
+  void on_failed(const rec::AllocFailed& r, uint64_t t) {
     const uint32_t stack = pend_->stack, py_stack = pend_->py;
     pend_->stack = pend_->py = 0;
-    DeviceModel& d = device(e.device);
-    ++d.apis[idx(e.api)].failed;
+    DeviceModel& d = device(r.device);
+    ++d.apis[idx(r.api)].failed;
     constexpr uint64_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
-    if (e.a != kOutOfMemory) {
-      ++p_.failures_by_result[e.a];
+    if (r.result != kOutOfMemory) {
+      ++p_.failures_by_result[r.result];
       return;
     }
     OomEvent o;
-    o.device = e.device;
+    o.device = r.device;
     o.pid = p_.pid;
-    o.requested_bytes = e.bytes;
-    o.time_ns = e.time_ns;
-    o.api = e.api;
-    o.result = e.a;
-    o.thread = e.thread;
+    o.requested_bytes = r.bytes;
+    o.time_ns = t;
+    o.api = r.api;
+    o.result = r.result;
+    o.thread = r.thread;
     o.live_bytes = d.memory.live_bytes();
     o.last_kernel = p_.kernel_name(d.last_kernel);
     o.stack = stack;
     o.py_stack = py_stack;
-    if (d.has_allocator_view) o.fragmentation = allocator_state(e.device, e.time_ns);
-    if (p_.ooms.size() < kOomsWithSurvivors) o.survivors = survivors(e.device);
+    if (d.has_allocator_view) o.fragmentation = allocator_state(r.device, t);
+    if (p_.ooms.size() < kOomsWithSurvivors) o.survivors = survivors(r.device);
     fill_live_set(o);
     p_.ooms.push_back(std::move(o));
   }
@@ -883,18 +907,11 @@ void Timeline::add_bucket(uint64_t t, uint64_t bytes) {
   uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
   if (!points_.empty() && points_.back().time_ns == start) {
     Point& p = points_.back();
-    if (bytes > p.max_bytes) {
-      p.max_bytes = bytes;
-      p.max_ns = t;
-    }
-    if (bytes < p.min_bytes) {
-      p.min_bytes = bytes;
-      p.min_ns = t;
-    }
+    p.max_bytes = std::max(p.max_bytes, bytes);
     p.last_bytes = bytes;
     return;
   }
-  points_.push_back({start, bytes, bytes, bytes, t, t});
+  points_.push_back({start, bytes, bytes});
   if (points_.size() > max_points_) coarsen();
 }
 
@@ -906,18 +923,10 @@ void Timeline::coarsen() {
     for (const Point& p : points_) {
       uint64_t start = origin_ + (p.time_ns - origin_) / width_ * width_;
       if (!merged.empty() && merged.back().time_ns == start) {
-        Point& m = merged.back();
-        if (p.max_bytes > m.max_bytes) {
-          m.max_bytes = p.max_bytes;
-          m.max_ns = p.max_ns;
-        }
-        if (p.min_bytes < m.min_bytes) {
-          m.min_bytes = p.min_bytes;
-          m.min_ns = p.min_ns;
-        }
-        m.last_bytes = p.last_bytes;
+        merged.back().max_bytes = std::max(merged.back().max_bytes, p.max_bytes);
+        merged.back().last_bytes = p.last_bytes;
       } else {
-        merged.push_back({start, p.max_bytes, p.last_bytes, p.min_bytes, p.max_ns, p.min_ns});
+        merged.push_back({start, p.max_bytes, p.last_bytes});
       }
     }
     points_.swap(merged);
@@ -997,14 +1006,15 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
     }
   };
   const size_t n_sources = readers.size() + torch.size();
-  std::vector<Event> pending(readers.size());
+  std::vector<Record> pending(readers.size());
   std::vector<size_t> torch_pos(torch.size(), 0);
   std::vector<size_t> builder_of(n_sources, SIZE_MAX);
   std::vector<size_t> torch_of(readers.size(), SIZE_MAX);  // process -> its PyTorch trace
   std::vector<uint64_t> last_time(n_sources, 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
-  auto event_of = [&](size_t i) -> const Event& {
-    return i < readers.size() ? pending[i] : torch[i - readers.size()].events[torch_pos[i - readers.size()]];
+  auto event_of = [&](size_t i) -> const Record& {
+    return i < readers.size() ? pending[i]
+                              : torch[i - readers.size()].events[torch_pos[i - readers.size()]].record;
   };
   auto pull = [&](size_t i) {
     if (i < readers.size()) {
@@ -1012,8 +1022,8 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
     } else if (torch_pos[i - readers.size()] >= torch[i - readers.size()].events.size()) {
       return;
     }
-    const Event& e = event_of(i);
-    if (e.time_ns) last_time[i] = e.time_ns;
+    const Record& r = event_of(i);
+    if (r.time_ns) last_time[i] = r.time_ns;
     heads.push({last_time[i], i});
   };
   if (torch.empty() && readers.size() == 1) {
@@ -1026,7 +1036,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
     // A trace starts with its Process record: PyTorch's trace goes to the process of its pid.
     for (size_t t = 0; t < torch.size(); ++t) {
       for (size_t i = 0; i < readers.size(); ++i)
-        if (pending[i].type == RecordType::Process && pending[i].a == torch[t].pid)
+        if (pending[i].type == RecordType::Process && pending[i].process.pid == torch[t].pid)
           builder_of[readers.size() + t] = i;
       if (builder_of[readers.size() + t] == SIZE_MAX) {
         run.problems.push_back("PyTorch allocator trace of pid " + std::to_string(torch[t].pid) +
@@ -1042,7 +1052,12 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   while (!heads.empty()) {
     Head h = heads.top();
     heads.pop();
-    builders[builder_of[h.source]].apply(event_of(h.source), h.source >= readers.size());
+    if (h.source < readers.size()) {
+      builders[builder_of[h.source]].apply(pending[h.source]);
+    } else {
+      const TorchEvent& e = torch[h.source - readers.size()].events[torch_pos[h.source - readers.size()]];
+      builders[builder_of[h.source]].apply(e.record, true, e.stream);
+    }
     if (h.source >= readers.size()) ++torch_pos[h.source - readers.size()];
     pull(h.source);
   }

@@ -74,14 +74,14 @@ int recover_unsent(int shared, int out, const StreamPosition& pos) {
   }
   if (ctl.dropped_pending) {
     // Events dropped (both buffers full) after the last Dropped record: a record of no time.
-    uint8_t rec[1 + 10];
-    uint8_t* end = format::put_record(rec, format::RecordType::Dropped, {ctl.dropped_pending});
+    uint8_t record[format::max_fixed_bytes<format::rec::Dropped>()];
+    uint8_t* end = format::put(record, format::rec::Dropped{ctl.dropped_pending});
     format::FrameHeader h{};
-    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(end - rec);
+    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(end - record);
     h.codec = static_cast<uint8_t>(format::Codec::Raw);
     h.record_count = 1;
     h.base_time_ns = last_time;
-    if (!write_all_fd(out, &h, sizeof h) || !write_all_fd(out, rec, h.stored_bytes))
+    if (!write_all_fd(out, &h, sizeof h) || !write_all_fd(out, record, h.stored_bytes))
       return appended;
     ++appended;
   }

@@ -61,7 +61,7 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> nodes;  // (parent, code, line)
   uint32_t next_id = kTorchNodeBase;
   std::map<uint32_t, bool> pools;  // device -> pool record sent
-  std::vector<Event> events;
+  std::vector<TorchEvent> events;
   TorchContext& ctx = t.context;
   std::map<std::pair<uint32_t, uint64_t>, size_t> live_blocks;  // (device, address) -> index
   std::map<uint32_t, uint64_t> last_time;  // device -> its last entry's time
@@ -89,12 +89,12 @@ TorchTrace read_torch_trace(const std::string& path) {
       }
       Frame fr{next_id++, static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))};
       frames[id] = fr;
-      Event code;
-      code.type = RecordType::PyCode;
-      code.a = fr.code;
-      code.text = f[2].substr(0, 4096);
-      code.text2 = f[4].substr(0, 4096);
-      events.push_back(std::move(code));
+      TorchEvent code;
+      code.record.type = RecordType::PyCode;
+      const std::string& file = t.text.emplace_back(f[2].substr(0, 4096));
+      const std::string& function = t.text.emplace_back(f[4].substr(0, 4096));
+      code.record.py_code = {fr.code, file, function};
+      events.push_back(code);
     } else if (f[0] == "E") {
       uint64_t device = 0, addr = 0, bytes = 0, stream = 0, time_us = 0;
       if (f.size() < 9 || !to_u64(f[1], &device) || device >= 4096 || !to_u64(f[3], &addr) ||
@@ -104,66 +104,63 @@ TorchTrace read_torch_trace(const std::string& path) {
       }
       ++entries;
       const std::string& action = f[2];
-      Event e;
-      e.device = static_cast<uint32_t>(device);
-      e.time_ns = static_cast<uint64_t>(static_cast<int64_t>(time_us * 1000) - offset);
-      e.a = kTorchPoolBase + device;
-      e.address = addr;
-      e.bytes = bytes;
-      e.stream = stream;
+      TorchEvent e;
+      format::Record& r = e.record;
+      const auto dev = static_cast<uint32_t>(device);
+      const uint64_t pool = kTorchPoolBase + device;
+      r.time_ns = static_cast<uint64_t>(static_cast<int64_t>(time_us * 1000) - offset);
       if (action == "segment_alloc" || action == "segment_free" || action == "segment_map" ||
           action == "segment_unmap") {
-        e.type = RecordType::UserSegment;
+        r.type = RecordType::UserSegment;
         format::SegmentOp op = action == "segment_alloc" ? format::SegmentOp::AddSegment
                                : action == "segment_free" ? format::SegmentOp::RemoveSegment
                                : action == "segment_map"  ? format::SegmentOp::Map
                                                           : format::SegmentOp::Unmap;
-        e.b = static_cast<uint64_t>(op);
+        r.user_segment = {pool, addr, bytes, op};
       } else if (action == "alloc" || action == "free_completed") {
-        e.type = RecordType::UserBlock;
-        if (action == "free_completed") e.bytes = 0;
+        r.type = RecordType::UserBlock;
+        r.user_block = {pool, addr, action == "free_completed" ? 0 : bytes, 0};
+        e.stream = stream;
       } else if (action == "oom") {
-        e.type = RecordType::UserOom;
+        r.type = RecordType::UserOom;
         uint64_t free_b = 0;
-        e.b = to_u64(f[8], &free_b) ? free_b + 1 : 0;
+        r.user_oom = {pool, bytes, 0, to_u64(f[8], &free_b) ? free_b + 1 : 0};
       } else {
         continue;  // free_requested, snapshot, ...: nothing changes hands
       }
       // One device's entries are in the order they happened, with microsecond times: entries
       // of one microsecond keep that order (a block freed just after another was made was
       // live when it was made).
-      uint64_t& last = last_time[e.device];
-      if (e.time_ns <= last) e.time_ns = last + 1;
-      last = e.time_ns;
-      if (e.type == RecordType::UserBlock) {
-        const std::pair<uint32_t, uint64_t> key{e.device, addr};
-        if (e.bytes) {
+      uint64_t& last = last_time[dev];
+      if (r.time_ns <= last) r.time_ns = last + 1;
+      last = r.time_ns;
+      if (r.type == RecordType::UserBlock) {
+        const std::pair<uint32_t, uint64_t> key{dev, addr};
+        if (r.user_block.bytes) {
           live_blocks[key] = ctx.blocks.size();
-          ctx.blocks.push_back({e.device, addr, bytes, e.time_ns, UINT64_MAX});
+          ctx.blocks.push_back({dev, addr, bytes, r.time_ns, UINT64_MAX});
         } else if (auto it = live_blocks.find(key); it != live_blocks.end()) {
-          ctx.blocks[it->second].free_ns = e.time_ns;
+          ctx.blocks[it->second].free_ns = r.time_ns;
           live_blocks.erase(it);
         }
-      } else if (e.type == RecordType::UserSegment) {
-        const auto op = static_cast<format::SegmentOp>(e.b);
+      } else if (r.type == RecordType::UserSegment) {
+        const auto op = r.user_segment.op;
         const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
-        ctx.reserves.push_back({e.device, addr, e.time_ns,
+        ctx.reserves.push_back({dev, addr, r.time_ns,
                                 grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes)});
-      } else if (e.type == RecordType::UserOom) {
-        ctx.ooms.push_back(e.time_ns);
+      } else if (r.type == RecordType::UserOom) {
+        ctx.ooms.push_back(r.time_ns);
       }
-      if (!pools[e.device]) {
-        pools[e.device] = true;
-        Event pool;
-        pool.type = RecordType::UserPool;
-        pool.a = e.a;
-        pool.device = e.device;
-        pool.text = "PyTorch caching allocator";
-        events.push_back(std::move(pool));
+      if (!pools[dev]) {
+        pools[dev] = true;
+        TorchEvent p;
+        p.record.type = RecordType::UserPool;
+        p.record.user_pool = {pool, dev, 0};  // named kTorchPoolName by its id
+        events.push_back(p);
       }
       // The frames become a Python stack (outermost first in the tree), named just before
       // the block or OOM it belongs to.
-      if ((e.type == RecordType::UserBlock && e.bytes) || e.type == RecordType::UserOom) {
+      if ((r.type == RecordType::UserBlock && r.user_block.bytes) || r.type == RecordType::UserOom) {
         std::vector<uint32_t> ids;
         size_t start = 0;
         const std::string& list = f[7];
@@ -184,26 +181,23 @@ TorchTrace read_torch_trace(const std::string& path) {
           auto [n, added] = nodes.try_emplace({parent, fr.code, fr.line}, 0);
           if (added) {
             n->second = next_id++;
-            Event node;
-            node.type = RecordType::PyStackNode;
-            node.a = n->second;
-            node.b = parent;
-            node.c = fr.code;
-            node.bytes = fr.line;
-            node.time_ns = e.time_ns;
-            events.push_back(std::move(node));
+            TorchEvent node;
+            node.record.type = RecordType::PyStackNode;
+            node.record.py_stack_node = {n->second, parent, fr.code, fr.line};
+            node.record.time_ns = r.time_ns;
+            events.push_back(node);
           }
           parent = n->second;
         }
         if (parent) {
-          Event stack;
-          stack.type = RecordType::AllocStack;
-          stack.b = parent;
-          stack.time_ns = e.time_ns;
-          events.push_back(std::move(stack));
+          TorchEvent stack;
+          stack.record.type = RecordType::AllocStack;
+          stack.record.alloc_stack = {0, parent};
+          stack.record.time_ns = r.time_ns;
+          events.push_back(stack);
         }
       }
-      events.push_back(std::move(e));
+      events.push_back(e);
     } else if (f[0] == "W") {
       uint64_t device = 0, n = 0;
       if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n))
@@ -326,8 +320,8 @@ TorchTrace read_torch_trace(const std::string& path) {
   uint64_t next_time = UINT64_MAX;
   std::vector<std::pair<uint64_t, size_t>> order(events.size());
   for (size_t i = events.size(); i-- > 0;) {
-    if (events[i].time_ns) next_time = events[i].time_ns;
-    order[i] = {events[i].time_ns ? events[i].time_ns : next_time, i};
+    if (events[i].record.time_ns) next_time = events[i].record.time_ns;
+    order[i] = {events[i].record.time_ns ? events[i].record.time_ns : next_time, i};
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -107,18 +108,28 @@ struct TorchContext {
   std::vector<uint64_t> ooms;          // times of the allocator's OOMs
 };
 
+// A record made from PyTorch's trace, and what it knows that the record cannot carry.
+struct TorchEvent {
+  format::Record record;
+  uint64_t stream = 0;  // a block's CUDA stream
+};
+
 struct TorchTrace {
   TorchContext context;
   uint64_t pid = 0;
   std::string torch_version;
   // UserPool, UserSegment, UserBlock, UserOom records (with PyCode, PyStackNode and AllocStack
   // records for their frames), in time order, times on the traced host's CLOCK_MONOTONIC.
-  std::vector<Event> events;
+  std::vector<TorchEvent> events;
+  // The text the PyCode records view (a deque: its strings never move, nor when it is moved).
+  std::deque<std::string> text;
   std::string problem;  // why it is incomplete ("" when complete)
 };
 
 // Pool ids of PyTorch's per-device pools (never handed out by vramtrace.h, which counts up).
 inline constexpr uint64_t kTorchPoolBase = 1ull << 62;
+// The name of PyTorch's pools (a UserPool record of kTorchPoolBase + device).
+inline constexpr const char* kTorchPoolName = "PyTorch caching allocator";
 // Trace-tree and code ids of PyTorch's frames (the traced process's own count up from 1).
 inline constexpr uint32_t kTorchNodeBase = 0xC0000000u;
 

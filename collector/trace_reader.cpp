@@ -1,4 +1,4 @@
-// Decoding of vramtrace streams (see trace_reader.h and common/format.h).
+// Decoding of vramtrace streams: the framing here, the records in common/records.h.
 #include "collector/trace_reader.h"
 
 #include <sys/stat.h>
@@ -8,12 +8,6 @@
 #include <cstring>
 
 namespace vramtrace::collector {
-
-using format::RecordType;
-
-namespace {
-constexpr uint32_t kMaxDeviceOrdinals = 4096;
-}  // namespace
 
 TraceReader::TraceReader(const std::string& path) : name_(path) {
   file_ = std::fopen(path.c_str(), "rbe");
@@ -135,235 +129,18 @@ bool TraceReader::load_frame() {
   return true;
 }
 
-bool TraceReader::decode(format::ByteReader& r, Event& e) {
-  auto type = static_cast<RecordType>(r.u8());
-  // `e` is reused from the record before: clear what this record may not set (the strings are
-  // assigned by the records that carry them).
-  e.type = type;
-  e.time_ns = 0;
-  e.api = format::Api::Unknown;
-  e.device = 0;
-  e.address = e.bytes = e.stream = e.a = e.b = e.c = 0;
-  e.thread = 0;
-  auto time = [&] {
-    frame_time_ += r.varint();
-    e.time_ns = frame_time_;
-  };
-  auto api = [&] { e.api = static_cast<format::Api>(r.u8()); };
-  auto str = [&](std::string& out) {
-    size_t n = 0;
-    const char* s = r.bytes(&n);
-    out.assign(s, n);
-  };
-  switch (type) {
-    case RecordType::Process:
-      e.a = r.varint();  // pid
-      e.b = r.varint();  // ppid
-      e.c = r.varint();  // realtime ns at start
-      e.time_ns = r.varint();
-      str(e.text);   // host
-      str(e.text2);  // exe
-      str(e.text3);  // cmdline
-      str(e.text4);  // rank environment
-      break;
-    case RecordType::ContextCreate:
-      time();
-      e.address = r.varint();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.bytes = r.varint();
-      str(e.text);   // device name
-      str(e.text2);  // uuid bytes
-      break;
-    case RecordType::ContextDestroy:
-      time();
-      e.address = r.varint();
-      break;
-    case RecordType::Alloc:
-      time();
-      api();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.address = r.varint();
-      e.bytes = r.varint();
-      e.stream = r.varint();
-      e.thread = static_cast<uint32_t>(r.varint());
-      break;
-    case RecordType::Free:
-      time();
-      api();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.address = r.varint();
-      e.stream = r.varint();
-      e.thread = static_cast<uint32_t>(r.varint());
-      break;
-    case RecordType::AllocFailed:
-      time();
-      api();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.bytes = r.varint();
-      e.a = r.varint();  // CUresult
-      e.thread = static_cast<uint32_t>(r.varint());
-      break;
-    case RecordType::Launch:
-      time();
-      api();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.stream = r.varint();
-      e.a = r.varint();  // kernel name id
-      break;
-    case RecordType::String:
-      e.a = r.varint();
-      str(e.text);
-      break;
-    case RecordType::VmmCreate:
-      time();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.address = r.varint();  // handle
-      e.bytes = r.varint();
-      break;
-    case RecordType::VmmRelease:
-      time();
-      e.address = r.varint();
-      break;
-    case RecordType::VmmMap:
-      time();
-      e.address = r.varint();  // virtual address
-      e.bytes = r.varint();
-      e.a = r.varint();  // offset
-      e.b = r.varint();  // handle
-      break;
-    case RecordType::VmmUnmap:
-      time();
-      e.address = r.varint();
-      e.bytes = r.varint();
-      break;
-    case RecordType::Dropped:
-      e.a = r.varint();
-      break;
-    case RecordType::ProcessExit:
-      time();
-      e.a = r.varint();  // events recorded
-      e.b = r.varint();  // events dropped
-      break;
-    case RecordType::Notice:
-      str(e.text);
-      break;
-    case RecordType::MemInfo:
-      time();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.a = r.varint();  // free
-      e.b = r.varint();  // total
-      break;
-    case RecordType::PoolUsage:
-      time();
-      e.device = static_cast<uint32_t>(r.varint());
-      e.address = r.varint();  // pool handle
-      e.a = r.varint();        // reserved
-      e.b = r.varint();        // used
-      e.c = r.varint();        // reserved high-water mark
-      break;
-    case RecordType::StackNode:
-      e.a = r.varint();        // node id
-      e.b = r.varint();        // parent id
-      e.address = r.varint();  // return address
-      break;
-    case RecordType::PyStackNode:
-      e.a = r.varint();  // node id
-      e.b = r.varint();  // parent id
-      e.c = r.varint();  // code id
-      e.bytes = r.varint();  // line
-      break;
-    case RecordType::PyCode:
-      e.a = r.varint();  // code id
-      str(e.text);       // file
-      str(e.text2);      // function
-      break;
-    case RecordType::AllocStack:
-      e.a = r.varint();  // native leaf
-      e.b = r.varint();  // Python leaf
-      break;
-    case RecordType::Module:
-      e.a = r.varint();        // generation
-      e.address = r.varint();  // load bias
-      e.b = r.varint();        // lowest address
-      e.c = r.varint();        // end address
-      str(e.text);             // path
-      str(e.text2);            // build-id bytes
-      break;
-    case RecordType::RangePush:
-      time();
-      e.thread = static_cast<uint32_t>(r.varint());
-      e.a = r.varint();  // name string id
-      break;
-    case RecordType::RangePop:
-      time();
-      e.thread = static_cast<uint32_t>(r.varint());
-      break;
-    case RecordType::UserPool:
-      e.a = r.varint();  // pool id
-      e.device = static_cast<uint32_t>(r.varint());
-      e.b = r.varint();  // name string id
-      break;
-    case RecordType::UserSegment:
-      time();
-      e.a = r.varint();  // pool id
-      e.address = r.varint();
-      e.bytes = r.varint();
-      e.b = r.varint();  // SegmentOp
-      if (e.b > static_cast<uint64_t>(format::SegmentOp::Unmap)) return false;
-      break;
-    case RecordType::UserBlock:
-      time();
-      e.a = r.varint();  // pool id
-      e.address = r.varint();
-      e.bytes = r.varint();
-      e.thread = static_cast<uint32_t>(r.varint());
-      break;
-    case RecordType::UserOom:
-      time();
-      e.a = r.varint();  // pool id
-      e.bytes = r.varint();
-      e.thread = static_cast<uint32_t>(r.varint());
-      e.b = r.varint();  // device free bytes + 1
-      break;
-    case RecordType::Step:
-      time();
-      e.a = r.varint();  // step number
-      break;
-    case RecordType::Settings: {
-      const uint64_t n = r.varint();  // fields
-      if (n > format::kMaxSettings) return false;
-      e.a = 1;  // launches recorded, unless the record says otherwise
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t v = r.varint();
-        if (i == static_cast<uint64_t>(format::Setting::Launches)) {
-          if (v > 1) return false;
-          e.a = v;
-        }  // fields of later settings: skipped
-      }
-      e.b = n;
-      break;
-    }
-    default:
-      return false;
-  }
-  // A CUDA device ordinal is below cuDeviceGetCount(); one this large is corruption, and each
-  // distinct one costs a device in the model and the report (a crafted 0.5 MB trace of 40k
-  // ordinals made a 150 MB report.json and 1.4 GiB of memory).
-  if (e.device >= kMaxDeviceOrdinals) return false;
-  return r.ok();
+std::optional<Record> TraceReader::next() {
+  Record r;
+  if (!next(r)) return std::nullopt;
+  return r;
 }
 
-std::optional<Event> TraceReader::next() {
-  Event e;
-  if (!next(e)) return std::nullopt;
-  return e;
-}
-
-bool TraceReader::next(Event& e) {
+bool TraceReader::next(Record& r) {
   if (done_) return false;
   while (cursor_.at_end())
     if (!next_frame()) return stop();
-  if (!decode(cursor_, e)) return stop(Stop::CorruptRecord, static_cast<int>(e.type));
+  if (!format::decode(cursor_, frame_time_, r))
+    return stop(Stop::CorruptRecord, static_cast<int>(r.type));
   if (frame_records_left_ == 0) return stop(Stop::TooManyRecords);
   --frame_records_left_;
   return true;

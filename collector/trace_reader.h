@@ -1,4 +1,5 @@
-// Reading a vramtrace stream: file header, frames, records -> decoded events, in stream order.
+// Reading a vramtrace stream: file header, frames, records -> typed records (format::Record, see
+// common/records.h), in stream order.
 //
 // The reader pulls one frame at a time, so memory stays at one frame whatever the trace size.
 // It never trusts its input: a wrong magic or version is refused with a message naming what was
@@ -24,20 +25,9 @@ struct TraceError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct Event {
-  format::RecordType type{};
-  uint64_t time_ns = 0;  // CLOCK_MONOTONIC of the traced host; 0 for records without time
-  format::Api api = format::Api::Unknown;
-  uint32_t device = 0;
-  uint64_t address = 0;  // device pointer, array or VMM handle, context, host pointer
-  uint64_t bytes = 0;
-  uint64_t stream = 0;
-  uint32_t thread = 0;
-  // record-specific extras (see format.h for each type; Settings: a launches recorded (1) or
-  // not (0), b the record's field count)
-  uint64_t a = 0, b = 0, c = 0;
-  std::string text, text2, text3, text4;  // strings of Process / ContextCreate / String / Notice
-};
+// A decoded record: its type, its time and its fields (r.alloc for an Alloc). Its strings view
+// the reader's current frame: they are valid until the reader's next call.
+using format::Record;
 
 class TraceReader {
  public:
@@ -48,10 +38,10 @@ class TraceReader {
                                                  std::string name = "<memory>");
   ~TraceReader();
 
-  // The next event, or nullopt at the end of the stream (clean or not: see partial()).
-  std::optional<Event> next();
-  // The same into `e`, reusing its storage (the collector's hot loop); false at the end.
-  bool next(Event& e);
+  // The next record, or nullopt at the end of the stream (clean or not: see partial()).
+  std::optional<Record> next();
+  // The same into `r` (the collector's hot loop); false at the end.
+  bool next(Record& r);
 
   const std::string& name() const { return name_; }
   bool partial() const { return !problem_.empty(); }
@@ -70,8 +60,6 @@ class TraceReader {
   [[gnu::noinline]] bool stop(Stop why = Stop::End, int type = 0);  // ends the stream: false
   bool read_exact(void* dst, size_t n, size_t* got);
   uint64_t remaining_input() const;  // bytes left to read, UINT64_MAX when unknown
-  // One record into `e`; false when it is corrupt. Inlined into next(), its only caller.
-  [[gnu::always_inline]] inline bool decode(format::ByteReader& r, Event& e);
 
   std::string name_;
   std::FILE* file_ = nullptr;

@@ -1,7 +1,7 @@
-// The vramtrace event stream, defined once for both sides of the pipeline.
-//
-// interpose/ (the preloaded library) encodes records with the put_* helpers below; collector/
-// decodes them with ByteReader. Nothing here allocates or formats: it is safe on the hot path.
+// The vramtrace event stream, defined once for both sides of the pipeline: the file and frame
+// headers, the api ids, and the varint primitives that common/records.h (the table of records,
+// their encoder and decoder) is built on. Nothing here allocates or formats: it is safe on the
+// hot path.
 //
 // A stream is a FileHeader followed by frames. A frame is a FrameHeader and a payload of
 // records. Each record is one byte of RecordType followed by LEB128 varints and length-prefixed
@@ -17,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 
 namespace vramtrace::format {
 
@@ -45,99 +44,6 @@ static_assert(sizeof(FrameHeader) == 24, "FrameHeader layout is part of the form
 
 // A frame larger than this is corrupt: the writer never produces one.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
-
-enum class RecordType : uint8_t {
-  // pid, ppid, realtime_ns at start, monotonic_ns at start, hostname, exe, cmdline
-  // (arguments joined by '\0'), rank environment ("RANK=0\nLOCAL_RANK=0\n...")
-  Process = 1,
-  // dt, context uid, device ordinal, device total bytes, device name, uuid (16 raw bytes)
-  ContextCreate = 2,
-  // dt, context uid
-  ContextDestroy = 3,
-  // dt, api, device, address, bytes, stream, thread id
-  Alloc = 4,
-  // dt, api, device, address, stream, thread id   (recorded before the real free runs)
-  Free = 5,
-  // dt, api, device, requested bytes, CUresult, thread id
-  AllocFailed = 6,
-  // dt, api, device, stream, kernel name id
-  Launch = 7,
-  // id, text: an interned string (kernel name) referred to by id
-  String = 8,
-  // dt, device, VMM handle, bytes            (cuMemCreate: physical memory made)
-  VmmCreate = 9,
-  // dt, VMM handle                           (cuMemRelease; bytes stay while still mapped)
-  VmmRelease = 10,
-  // dt, virtual address, bytes, offset, VMM handle
-  VmmMap = 11,
-  // dt, virtual address, bytes
-  VmmUnmap = 12,
-  // events dropped since the previous Dropped record (buffer full)
-  Dropped = 13,
-  // dt, events recorded in total, events dropped in total: the process reached exit() cleanly
-  ProcessExit = 14,
-  // text: the library gave up on this process (no CUPTI, CUPTI held by another tool): it is not
-  // profiled, and the one-line text says why. Only give_up() (interpose/cupti_hooks.cpp) writes
-  // it; a notice that does not mean "not profiled" would need a record type of its own.
-  Notice = 15,
-  // dt, device, free bytes, total bytes (cuMemGetInfo, taken at context creation and at an OOM)
-  MemInfo = 16,
-  // dt, device, pool handle, reserved bytes, used bytes, reserved high-water mark: a
-  // stream-ordered pool's footprint, sent after async allocations and frees (throttled) when
-  // it changed
-  PoolUsage = 17,
-  // ---- stacks (trace tree, interned in the target; see interpose/stacks.cpp) ----
-  // node id, parent node id (0: the root), return address: a native frame, written once
-  StackNode = 18,
-  // node id, parent node id, Python code id (a PyCode record), line: a Python frame
-  PyStackNode = 19,
-  // code id, file name, function name: a Python code location, written once
-  PyCode = 20,
-  // native leaf node id, Python leaf node id (0: none): the stack of the Alloc, AllocFailed or
-  // VmmCreate record that immediately follows it (same frame, no time of its own)
-  AllocStack = 21,
-  // generation, load bias, lowest address, end address, path, GNU build-id (raw bytes): one
-  // loaded module. A generation different from the previous Module record's starts a new map
-  // (sent at start and again after dlopen/dlclose); stack nodes are resolved against the map
-  // current when they were written.
-  Module = 22,
-  // ---- phases and sub-allocators (interpose/annotate.cpp; vramtrace.h; PyTorch's trace) ----
-  // dt, thread id, name string id (a String record): an NVTX range pushed on that thread
-  RangePush = 23,
-  // dt, thread id: the innermost NVTX range of that thread ends
-  RangePop = 24,
-  // pool id, device ordinal, name string id: a sub-allocator's pool (vramtrace_pool_create)
-  UserPool = 25,
-  // dt, pool id, address, bytes, op (SegmentOp): memory the pool carves blocks from
-  UserSegment = 26,
-  // dt, pool id, address, bytes, thread id: a block handed out by the pool (bytes 0: freed)
-  UserBlock = 27,
-  // dt, pool id, requested bytes, thread id, device free bytes + 1 (0: unknown): the pool could
-  // not satisfy a request
-  UserOom = 28,
-  // dt, step number: the program starts an iteration (vramtrace_step)
-  Step = 29,
-  // ---- the recorder's settings ----
-  // field count, then that many varints, one per Setting (below), in their order: what the
-  // library was set to record, written once, right after the Process record, and only when a
-  // setting is not its default (a default trace stays readable by older readers). A reader ignores
-  // the fields after those it knows (a later library appends settings as fields), and a trace
-  // without this record was recorded with every setting at its default. No time.
-  Settings = 30,
-};
-
-// The fields of a Settings record, by position. Append only.
-enum class Setting : uint8_t {
-  // 1: kernel launches recorded (the default); 0: not recorded (VRAMTRACE_LAUNCHES=off,
-  // `vramtrace run --launches=off`): the launch callbacks were never enabled, so the trace has
-  // no Launch record, and launch counts, the kernel at the peak and iterations found by the
-  // launch rhythm are unknown, not zero.
-  Launches = 0,
-  kCount
-};
-
-// More fields than this in a Settings record is corruption.
-inline constexpr uint64_t kMaxSettings = 64;
 
 // What a UserSegment record does. A segment is separate from its neighbours (cudaMalloc'd
 // memory: a free block never spans two); a mapping joins the mappings next to it (expandable
@@ -213,9 +119,6 @@ inline const char* memory_kind_name(MemoryKind k) {
 
 // ---- encoding (hot path: no allocation, caller guarantees room) ------------------------------
 
-// The largest record the library writes, strings excluded: type + 7 varints of 10 bytes.
-inline constexpr size_t kMaxFixedRecordBytes = 1 + 7 * 10;
-
 inline uint8_t* put_u8(uint8_t* p, uint8_t v) {
   *p++ = v;
   return p;
@@ -230,24 +133,10 @@ inline uint8_t* put_varint(uint8_t* p, uint64_t v) {
   return p;
 }
 
-// A record of fixed fields: its type, then each field as a varint. An Api or any value below 128
-// is one byte either way, so the fields of every fixed record can be written by this one helper.
-inline uint8_t* put_record(uint8_t* p, RecordType type, std::initializer_list<uint64_t> fields) {
-  p = put_u8(p, static_cast<uint8_t>(type));
-  for (uint64_t f : fields) p = put_varint(p, f);
-  return p;
-}
-
 inline uint8_t* put_bytes(uint8_t* p, const void* data, size_t n) {
   p = put_varint(p, n);
   std::memcpy(p, data, n);
   return p + n;
-}
-
-// A String record: an id and its text (kernel, range and pool names share the ids). No time.
-inline uint8_t* put_string_record(uint8_t* p, uint64_t id, const char* text, size_t n) {
-  p = put_record(p, RecordType::String, {id});
-  return put_bytes(p, text, n);
 }
 
 // ---- decoding (collector: every read is bounds-checked) --------------------------------------
@@ -339,3 +228,6 @@ class ByteReader {
 };
 
 }  // namespace vramtrace::format
+
+// The records themselves (their table, structs, encoder and decoder).
+#include "common/records.h"  // IWYU pragma: export

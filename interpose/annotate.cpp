@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "common/format.h"
+#include "interpose/emit.h"
+#include "interpose/hash.h"
 #include "interpose/hooks.h"
 #include "interpose/live.h"
 #include "interpose/recorder.h"
@@ -20,7 +22,7 @@
 namespace vramtrace::interpose {
 namespace {
 
-using format::RecordType;
+namespace rec = format::rec;
 
 constexpr size_t kMaxRangeName = 512;
 
@@ -33,9 +35,7 @@ struct NameSlot {
 NameSlot g_names[kNameSlots];
 
 uint64_t hash_bytes(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ull;
-  return h | 1;  // never 0: 0 marks an empty slot
+  return hash::fnv1a(hash::kFnvOffset, s, n) | 1;  // never 0: 0 marks an empty slot
 }
 
 // The id of `name`; writes its String record first when it is new. Inside a RecordSlot.
@@ -55,7 +55,7 @@ uint8_t* intern(uint8_t* p, const char* name, size_t n, uint32_t* id, uint32_t* 
     }
   }
   if (*id == 0) *id = allocate_string_id();  // table full: send the name again, fresh id
-  p = format::put_string_record(p, *id, name, n);
+  p = format::put(p, rec::String{*id, {name, n}});
   ++*records;
   return p;
 }
@@ -73,7 +73,7 @@ int push_range(const char* name) {
   uint8_t* p = slot.begin();
   uint32_t id = 0, records = 1;
   p = intern(p, name, n, &id, &records);
-  p = format::put_record(p, RecordType::RangePush, {slot.delta_ns(), thread_id(), id});
+  p = format::put(p, rec::RangePush{thread_id(), id}, slot.delta_ns());
   slot.commit(p, records);
   return t_depth - 1;
 }
@@ -81,7 +81,7 @@ int push_range(const char* name) {
 int pop_range() {
   ReentryGuard guard;
   if (t_depth > 0) --t_depth;
-  if (guard.entered_first) emit(RecordType::RangePop, {thread_id()});
+  if (guard.entered_first) emit(rec::RangePop{thread_id()});
   return t_depth;
 }
 
@@ -108,7 +108,7 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, F* fn) {
 }  // namespace vramtrace::interpose
 
 using namespace vramtrace::interpose;
-using vramtrace::format::RecordType;
+namespace rec = vramtrace::format::rec;
 
 // NVTX's loader calls this once per process (NVTX_INJECTION64_PATH names this library): we
 // take the range push/pop entry points and leave every other NVTX call a no-op.
@@ -152,8 +152,8 @@ extern "C" __attribute__((visibility("default"))) unsigned long long vramtrace_v
   uint32_t name_id = 0, records = 1;
   p = intern(p, name, n, &name_id, &records);
   live_pool(id, device);
-  p = vramtrace::format::put_record(
-      p, RecordType::UserPool, {id, static_cast<uint64_t>(device < 0 ? 0 : device), name_id});
+  p = vramtrace::format::put(p, rec::UserPool{id, static_cast<uint32_t>(device < 0 ? 0 : device),
+                                              name_id});
   slot.commit(p, records);
   return id;
 }
@@ -164,8 +164,8 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_segment
   if (!guard.entered_first || op < 0 || op > 3) return;
   // op 1 and 2 add memory to the pool, 0 and 3 take it away (vramtrace.h).
   live_segment(pool, reinterpret_cast<uintptr_t>(base), bytes, op == 1 || op == 2);
-  emit(RecordType::UserSegment, {pool, reinterpret_cast<uintptr_t>(base), bytes,
-                                 static_cast<uint64_t>(op)});
+  emit(rec::UserSegment{pool, reinterpret_cast<uintptr_t>(base), bytes,
+                        static_cast<vramtrace::format::SegmentOp>(op)});
 }
 
 extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(
@@ -180,8 +180,8 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(
     live_alloc(LiveKind::Block, -1, reinterpret_cast<uintptr_t>(ptr), bytes, stack, pool);
   else
     live_free(LiveKind::Block, reinterpret_cast<uintptr_t>(ptr), pool);
-  emit_with_stack(RecordType::UserBlock, stack,
-                  {pool, reinterpret_cast<uintptr_t>(ptr), bytes, thread_id()});
+  emit_with_stack(rec::UserBlock{pool, reinterpret_cast<uintptr_t>(ptr), bytes, thread_id()},
+                  stack);
 }
 
 extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_oom(
@@ -190,14 +190,14 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_oom(
   if (!guard.entered_first) return;
   CapturedStack stack;
   if (async_stack_wanted(requested, true)) capture_stack(&stack);
-  emit_with_stack(RecordType::UserOom, stack, {pool, requested, thread_id(), 0});
+  emit_with_stack(rec::UserOom{pool, requested, thread_id(), 0}, stack);
   recorder_flush_failure();
 }
 
 extern "C" __attribute__((visibility("default"))) void vramtrace_v1_step(long long step) {
   ReentryGuard guard;
   if (!guard.entered_first) return;
-  emit(RecordType::Step, {static_cast<uint64_t>(step < 0 ? 0 : step)});
+  emit(rec::Step{static_cast<uint64_t>(step < 0 ? 0 : step)});
 }
 
 // An NVTX-like range of the calling thread, for programs that do not link NVTX (the Python API's

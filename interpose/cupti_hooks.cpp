@@ -21,6 +21,7 @@
 
 #include "common/format.h"
 #include "interpose/driver_callbacks.h"
+#include "interpose/emit.h"
 #include "interpose/hooks.h"
 #include "interpose/live.h"
 #include "interpose/notice.h"
@@ -35,7 +36,7 @@ namespace vramtrace::interpose {
 namespace {
 
 using format::Api;
-using format::RecordType;
+namespace rec = format::rec;
 
 // ---- the few CUPTI and driver functions we call, found at run time ---------------------------
 
@@ -70,8 +71,8 @@ void resolve(void* lib, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(lib, name));
 }
 
-void* open_cupti() {
-  const char* env = getenv("VRAMTRACE_CUPTI");
+// `env`: VRAMTRACE_CUPTI, tried first.
+void* open_cupti(const char* env) {
   if (env && *env) {
     if (void* h = dlopen(env, RTLD_NOW | RTLD_LOCAL)) return h;
   }
@@ -187,57 +188,29 @@ constexpr size_t kMaxNameBytes = 4096;
 
 uint64_t stream_id(CUstream s) { return reinterpret_cast<uintptr_t>(s); }
 
-// The stack of an allocation is captured before the slot is taken (unwinding is the slow part)
-// and written in the same slot, just before the record it belongs to: the tree nodes it adds
-// and an AllocStack naming its leaves, then the record of fixed fields that starts with its
-// time. Returns false when the record was dropped.
-bool record_timed_with_stack(RecordType type, const CapturedStack& stack,
-                             std::initializer_list<uint64_t> fields) {
-  const bool with_stack = stack.depth || stack.py_depth;
-  RecordSlot slot(format::kMaxFixedRecordBytes + (with_stack ? stack_record_bytes(stack) : 0));
-  if (!slot.ok()) return false;
-  uint8_t* p = slot.begin();
-  uint32_t records = 1;
-  if (with_stack) p = write_stack(p, stack, &records);
-  p = format::put_record(p, type, {slot.delta_ns()});
-  for (uint64_t f : fields) p = format::put_varint(p, f);
-  slot.commit(p, records);
-  return true;
-}
-
 void record_alloc(Api api, int device, uint64_t address, uint64_t bytes, CUstream stream,
                   const CapturedStack& stack) {
-  record_timed_with_stack(RecordType::Alloc, stack,
-                          {static_cast<uint64_t>(api), static_cast<uint64_t>(device), address,
-                           bytes, stream_id(stream), thread_id()});
-}
-
-// A record of fixed fields that starts with its time: `fields` are the ones after it.
-void record_timed(RecordType type, std::initializer_list<uint64_t> fields) {
-  RecordSlot slot(format::kMaxFixedRecordBytes);
-  if (!slot.ok()) return;
-  uint8_t* p = format::put_record(slot.begin(), type, {slot.delta_ns()});
-  for (uint64_t f : fields) p = format::put_varint(p, f);
-  slot.commit(p);
+  emit_with_stack(rec::Alloc{api, static_cast<uint32_t>(device), address, bytes, stream_id(stream),
+                             thread_id()},
+                  stack);
 }
 
 void record_free(Api api, int device, uint64_t address, CUstream stream) {
   if (api != Api::cuMemFreeHost) live_free(LiveKind::Driver, address);
-  record_timed(RecordType::Free, {static_cast<uint64_t>(api), static_cast<uint64_t>(device),
-                                  address, stream_id(stream), thread_id()});
+  emit(rec::Free{api, static_cast<uint32_t>(device), address, stream_id(stream), thread_id()});
 }
 
 void record_meminfo(int device) {
   size_t free_b = 0, total_b = 0;
   if (!g_drv.mem_get_info || g_drv.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) return;
-  record_timed(RecordType::MemInfo, {static_cast<uint64_t>(device), free_b, total_b});
+  emit(rec::MemInfo{static_cast<uint32_t>(device), free_b, total_b});
 }
 
 void record_failed(Api api, int device, uint64_t bytes, CUresult result,
                    const CapturedStack& stack) {
-  if (!record_timed_with_stack(RecordType::AllocFailed, stack,
-                               {static_cast<uint64_t>(api), static_cast<uint64_t>(device), bytes,
-                                static_cast<uint64_t>(result), thread_id()}))
+  if (!emit_with_stack(rec::AllocFailed{api, static_cast<uint32_t>(device), bytes,
+                                        static_cast<uint64_t>(result), thread_id()},
+                       stack))
     return;
   // What the driver says is free at the moment of the OOM (it includes other processes' use).
   if (result == CUDA_ERROR_OUT_OF_MEMORY) record_meminfo(device);
@@ -273,23 +246,18 @@ void record_launch(Api api, int device, CUstream stream, const char* name) {
       fresh = true;
     }
     if (fresh) {
-      p = format::put_string_record(p, id, name, strnlen(name, kMaxNameBytes));
+      p = format::put(p, rec::String{id, {name, strnlen(name, kMaxNameBytes)}});
       ++records;
     }
   }
   // The String record (if any) carries no time, so the Launch's delta is still right.
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Launch));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_u8(p, static_cast<uint8_t>(api));
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, stream_id(stream));
-  p = format::put_varint(p, id);
+  p = format::put(p, rec::Launch{api, static_cast<uint32_t>(device), stream_id(stream), id},
+                  slot.delta_ns());
   slot.commit(p, records);
 }
 
 void record_vmm_create(int device, uint64_t handle, uint64_t bytes, const CapturedStack& stack) {
-  record_timed_with_stack(RecordType::VmmCreate, stack,
-                          {static_cast<uint64_t>(device), handle, bytes});
+  emit_with_stack(rec::VmmCreate{static_cast<uint32_t>(device), handle, bytes}, stack);
 }
 
 
@@ -303,15 +271,11 @@ void record_context(CUcontext ctx, int device) {
   size_t name_len = strnlen(name, sizeof name);
   RecordSlot slot(format::kMaxFixedRecordBytes + name_len + 32);
   if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::ContextCreate));
-  p = format::put_varint(p, slot.delta_ns());
-  p = format::put_varint(p, reinterpret_cast<uintptr_t>(ctx));
-  p = format::put_varint(p, static_cast<uint64_t>(device));
-  p = format::put_varint(p, total);
-  p = format::put_bytes(p, name, name_len);
-  p = format::put_bytes(p, uuid.bytes, sizeof uuid.bytes);
-  slot.commit(p);
+  slot.commit(format::put(slot.begin(),
+                          rec::ContextCreate{reinterpret_cast<uintptr_t>(ctx),
+                                             static_cast<uint32_t>(device), total,
+                                             {name, name_len}, {uuid.bytes, sizeof uuid.bytes}},
+                          slot.delta_ns()));
 }
 
 // Stream-ordered pools keep freed memory reserved: their footprint is the reserved size, which
@@ -363,8 +327,8 @@ void record_pool(int device, CUmemoryPool pool) {
     high = reserved;
   if (slot && slot->reserved.exchange(reserved) == reserved && slot->high.exchange(high) == high)
     return;  // unchanged
-  record_timed(RecordType::PoolUsage, {static_cast<uint64_t>(device),
-                                       reinterpret_cast<uintptr_t>(pool), reserved, used, high});
+  emit(rec::PoolUsage{static_cast<uint32_t>(device), reinterpret_cast<uintptr_t>(pool), reserved,
+                      used, high});
 }
 
 size_t array_element_bytes(CUarray_format f) {
@@ -557,19 +521,19 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       if (enter) {
         auto* a = static_cast<const cuMemRelease_params*>(params);
         live_free(LiveKind::Vmm, a->handle);
-        record_timed(RecordType::VmmRelease, {a->handle});
+        emit(rec::VmmRelease{a->handle});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
       if (!enter && succeeded(cb)) {
         auto* a = static_cast<const cuMemMap_params*>(params);
-        record_timed(RecordType::VmmMap, {a->ptr, a->size, a->offset, a->handle});
+        emit(rec::VmmMap{a->ptr, a->size, a->offset, a->handle});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
       if (enter) {
         auto* a = static_cast<const cuMemUnmap_params*>(params);
-        record_timed(RecordType::VmmUnmap, {a->ptr, a->size});
+        emit(rec::VmmUnmap{a->ptr, a->size});
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
@@ -660,7 +624,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       int device = remember_context(r->context, query_device(r->context));
       record_context(r->context, device);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-      record_timed(RecordType::ContextDestroy, {reinterpret_cast<uintptr_t>(r->context)});
+      emit(rec::ContextDestroy{reinterpret_cast<uintptr_t>(r->context)});
       forget_context(r->context);
     }
   }
@@ -671,10 +635,7 @@ void record_notice(const char* text) {
   size_t n = strnlen(text, 1024);
   RecordSlot slot(16 + n);
   if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Notice));
-  p = format::put_bytes(p, text, n);
-  slot.commit(p);
+  slot.commit(format::put(slot.begin(), rec::Notice{{text, n}}));
 }
 
 // Whether the launch ids are enabled (VRAMTRACE_LAUNCHES); with launches off they never are.
@@ -688,16 +649,9 @@ void give_up(const char* why) {
 
 }  // namespace
 
-bool emit_with_stack(RecordType type, const CapturedStack& stack,
-                     std::initializer_list<uint64_t> fields) {
-  return record_timed_with_stack(type, stack, fields);
-}
-
-void emit(RecordType type, std::initializer_list<uint64_t> fields) { record_timed(type, fields); }
-
 uint32_t allocate_string_id() { return g_next_name_id++; }
 
-bool subscribe_cupti(bool launches) {
+bool subscribe_cupti(bool launches, const char* cupti_path) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!cuda) cuda = RTLD_DEFAULT;
   resolve(cuda, g_drv.ctx_get_device, "cuCtxGetDevice");
@@ -711,7 +665,7 @@ bool subscribe_cupti(bool launches) {
   resolve(cuda, g_drv.device_get_mempool, "cuDeviceGetMemPool");
   resolve(cuda, g_drv.pool_get_attribute, "cuMemPoolGetAttribute");
 
-  void* lib = open_cupti();
+  void* lib = open_cupti(cupti_path);
   if (!lib) {
     give_up("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
             "(set VRAMTRACE_CUPTI to its path)");

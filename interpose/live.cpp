@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "interpose/hash.h"
 #include "interpose/stacks.h"
 
 namespace vramtrace::interpose {
@@ -88,13 +89,7 @@ struct AtFork {
   AtFork() { pthread_atfork(nullptr, nullptr, reset_lock_in_child); }
 } g_at_fork;
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
+using hash::mix;
 
 uint64_t key_hash(uint8_t kind, uint64_t id, uint64_t pool) {
   return mix(id ^ (pool * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(kind) << 60));
@@ -171,8 +166,8 @@ void clean(char* s) {
 uint64_t site_hash(const CapturedStack& s) {
   if (s.py_depth) return mix(s.py[0].code_hash * 31 + s.py[0].line) | 2;
   if (s.depth) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < s.depth; ++i) h = (h ^ s.ips[i]) * 1099511628211ull;
+    uint64_t h = hash::kFnvOffset;
+    for (int i = 0; i < s.depth; ++i) h = hash::fnv1a_word(h, s.ips[i]);
     return mix(h) | 2;
   }
   return 1;  // no stack recorded

@@ -24,6 +24,7 @@
 #include "interpose/options.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
+#include "common/env_names.h"
 
 namespace vramtrace::interpose {
 namespace {
@@ -32,7 +33,7 @@ namespace {
 // job): `vramtrace report DIR` refuses to mix traces of different runs. Set by `vramtrace run`;
 // without it, by the first process of the tree that loads this library, and inherited through
 // the environment by the processes it starts.
-constexpr const char* kRunIdVariable = "VRAMTRACE_RUN_ID";
+constexpr const char* kRunIdVariable = env::kRunId;
 
 std::atomic<bool> g_injected{false};
 bool g_disabled = false;
@@ -70,19 +71,18 @@ void record_process() {
   uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull +
                       static_cast<uint64_t>(rt.tv_nsec);
   size_t host_len = strnlen(host, sizeof host);
-  RecordSlot slot(8 * 10 + cmd_len + static_cast<size_t>(exe_len) + host_len + r);
+  RecordSlot slot(format::max_fixed_bytes<format::rec::Process>() + cmd_len +
+                  static_cast<size_t>(exe_len) + host_len + r);
   if (!slot.ok()) return;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Process));
-  p = format::put_varint(p, static_cast<uint64_t>(getpid()));
-  p = format::put_varint(p, static_cast<uint64_t>(getppid()));
-  p = format::put_varint(p, realtime);
-  p = format::put_varint(p, now_ns());
-  p = format::put_bytes(p, host, host_len);
-  p = format::put_bytes(p, exe, static_cast<size_t>(exe_len));
-  p = format::put_bytes(p, cmdline, cmd_len);
-  p = format::put_bytes(p, ranks, r);
-  slot.commit(p);
+  slot.commit(format::put(
+      slot.begin(), format::rec::Process{static_cast<uint64_t>(getpid()),
+                                         static_cast<uint64_t>(getppid()),
+                                         realtime,
+                                         now_ns(),
+                                         {host, host_len},
+                                         {exe, static_cast<size_t>(exe_len)},
+                                         {cmdline, cmd_len},
+                                         {ranks, r}}));
 }
 
 // What this library records, written once after the Process record when a setting is not its
@@ -90,13 +90,9 @@ void record_process() {
 // happened). A trace recorded with the defaults has no Settings record, so that a reader from
 // before the record existed still reads it.
 void record_settings(bool launches) {
-  static_assert(static_cast<int>(format::Setting::kCount) == 1, "write every setting");
   RecordSlot slot(format::kMaxFixedRecordBytes);
   if (!slot.ok()) return;
-  uint8_t* p = format::put_record(slot.begin(), format::RecordType::Settings,
-                                  {static_cast<uint64_t>(format::Setting::kCount),
-                                   launches ? 1u : 0u});
-  slot.commit(p);
+  slot.commit(format::put(slot.begin(), format::rec::Settings{launches ? 1u : 0u, 0}));
 }
 
 // This process's start time (ns since the epoch), its pid and 64 random bits: unique to the
@@ -125,8 +121,7 @@ void on_fork_child() {
 }
 
 __attribute__((constructor)) void arm() {
-  const char* off = getenv("VRAMTRACE_DISABLE");
-  if (off && *off && strcmp(off, "0") != 0) {
+  if (disabled_by_environment()) {
     g_disabled = true;
     return;
   }
@@ -165,21 +160,20 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   using namespace vramtrace::interpose;
   ReentryGuard guard;
   if (g_disabled || g_injected.exchange(true)) return 1;
-  if (!recorder_start()) return 1;
-  const char* launches_env = getenv("VRAMTRACE_LAUNCHES");
-  bool bad_launches = false;
-  const bool launches = launches_recorded(launches_env, &bad_launches);
-  if (bad_launches) {
+  const Options options = read_options();
+  if (!recorder_start(options)) return 1;
+  const bool launches = options.launches;
+  if (options.bad_launches) {
     char why[160];
     snprintf(why, sizeof why,
              "VRAMTRACE_LAUNCHES=%.64s is not on or off; kernel launches are recorded (the "
              "default)",
-             launches_env);
+             options.launches_value);
     notice(why);
   }
   record_process();
   if (!launches) record_settings(launches);
-  stacks_init();  // the module map goes out before any stack that refers to it
-  subscribe_cupti(launches);
+  stacks_init(options.stacks);  // the module map goes out before any stack that refers to it
+  subscribe_cupti(launches, options.cupti);
   return 1;
 }

@@ -271,8 +271,7 @@ int open_socket(const char* path) {
 }
 
 // Expands %p in VRAMTRACE_OUTPUT to the pid, so that every process of a tree gets its own file.
-void output_path(char* out, size_t n) {
-  const char* pattern = getenv("VRAMTRACE_OUTPUT");
+void output_path(const char* pattern, char* out, size_t n) {
   if (!pattern || !*pattern) pattern = "vramtrace.%p.vtrace";
   size_t o = 0;
   for (const char* p = pattern; *p && o + 1 < n; ++p) {
@@ -470,11 +469,11 @@ bool recorder_running() {
   return p == kRunning || p == kFinished;
 }
 
-bool recorder_start() {
+bool recorder_start(const Options& options) {
   State& s = state();
   if (s.phase.load() != kOff) return recorder_running();
 
-  const char* sock = getenv("VRAMTRACE_SOCKET");
+  const char* sock = options.socket;
   char path[4096];
   const char* created = nullptr;  // the trace file this process created, removed on failure
   if (sock && *sock) {
@@ -486,7 +485,7 @@ bool recorder_start() {
       return false;
     }
   } else {
-    output_path(path, sizeof path);
+    output_path(options.output, path, sizeof path);
     // O_EXCL first, to know whether the file is ours to remove if what follows fails.
     s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s.fd >= 0) {
@@ -510,8 +509,8 @@ bool recorder_start() {
   }
 
   // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
-  s.capacity = buffer_bytes(getenv("VRAMTRACE_BUFFER_KB"), format::kMaxFrameBytes);
-  s.flush_interval_ns = flush_interval_ns(getenv("VRAMTRACE_FLUSH_MS"));
+  s.capacity = options.buffer_bytes;
+  s.flush_interval_ns = options.flush_interval_ns;
   const int shared_fd = s.is_socket ? map_shared_buffers(s) : -1;
   for (Buffer& b : s.bufs) {
     if (b.data) continue;  // in the shared region
@@ -550,7 +549,7 @@ bool recorder_start() {
   // After the header (a stream is a trace as soon as it exists), in the thread that runs cuInit
   // (where CUPTI is dlopen'd next), not in the writer: the codec is known before the first frame,
   // and the module map sent next already holds libzstd.
-  s.zstd.load(getenv("VRAMTRACE_COMPRESS"), getenv("VRAMTRACE_ZSTD_LIB"));
+  s.zstd.load(options.compress, options.zstd_lib);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_cond_init(&s.wake, &ca);
@@ -627,8 +626,7 @@ RecordSlot::RecordSlot(size_t max_bytes) {
   if (now_ < b->last_time) now_ = b->last_time;
   if (s.dropped_pending) {
     uint8_t* p = b->data + b->used;
-    p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::Dropped));
-    p = format::put_varint(p, s.dropped_pending);
+    p = format::put(p, format::rec::Dropped{s.dropped_pending});
     b->used = static_cast<size_t>(p - b->data);
     ++b->count;
     s.dropped_pending = 0;
@@ -669,15 +667,11 @@ void recorder_finish() {
   State& s = state();
   if (s.phase.load() != kRunning && s.phase.load() != kFinished) return;
   {
-    RecordSlot slot(1 + 3 * 10);
-    if (slot.ok()) {
-      uint8_t* p = slot.begin();
-      p = format::put_u8(p, static_cast<uint8_t>(format::RecordType::ProcessExit));
-      p = format::put_varint(p, slot.delta_ns());
-      p = format::put_varint(p, s.recorded_total + 1);
-      p = format::put_varint(p, s.dropped_total);
-      slot.commit(p);
-    }
+    RecordSlot slot(format::max_fixed_bytes<format::rec::ProcessExit>());
+    if (slot.ok())
+      slot.commit(format::put(slot.begin(),
+                              format::rec::ProcessExit{s.recorded_total + 1, s.dropped_total},
+                              slot.delta_ns()));
   }
   // One deadline for all of it: a writer stuck on a full socket delays exit by 2 s at most.
   timespec deadline = deadline_in(2);

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/format.h"
+#include "interpose/options.h"
 
 namespace vramtrace::interpose {
 
@@ -27,10 +28,10 @@ uint64_t now_ns();
 uint64_t coarse_now_ns();
 uint32_t thread_id();
 
-// Open the output named by the environment (VRAMTRACE_SOCKET, else VRAMTRACE_OUTPUT, else
+// Open the output the options name (VRAMTRACE_SOCKET, else VRAMTRACE_OUTPUT, else
 // ./vramtrace.<pid>.vtrace), write the stream header and start the writer thread.
 // Returns false (after one notice on stderr) when no output could be opened.
-bool recorder_start();
+bool recorder_start(const Options& options);
 bool recorder_running();
 
 // Append records. `max_bytes` bounds what is written at begin(); a timed record puts delta_ns()

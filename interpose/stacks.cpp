@@ -37,13 +37,14 @@
 #include <atomic>
 
 #include "common/format.h"
+#include "interpose/hash.h"
 #include "interpose/options.h"
 #include "interpose/recorder.h"
 
 namespace vramtrace::interpose {
 namespace {
 
-using format::RecordType;
+namespace rec = format::rec;
 
 bool g_native = false;
 bool g_python = false;
@@ -72,14 +73,7 @@ CodeSlot* g_codes = nullptr;
 uint64_t g_code_count = 0;
 uint32_t g_next_code = 1;
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
+using hash::mix;
 
 // Returns the node's id; *fresh is true when it must be written (new, or the table is full).
 uint32_t intern_node(uint64_t value, uint64_t extra, uint32_t parent, bool* fresh) {
@@ -185,17 +179,11 @@ int write_module(dl_phdr_info* info, size_t, void*) {
   const uint8_t* id = nullptr;
   size_t id_len = build_id(info, &id);
   if (id_len > 64) id_len = 0;
-  RecordSlot slot(1 + 4 * 10 + 10 + path_len + 10 + id_len);
+  RecordSlot slot(format::max_fixed_bytes<rec::Module>() + path_len + id_len);
   if (!slot.ok()) return 0;
-  uint8_t* p = slot.begin();
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::Module));
-  p = format::put_varint(p, g_generation);
-  p = format::put_varint(p, info->dlpi_addr);
-  p = format::put_varint(p, lo);
-  p = format::put_varint(p, hi);
-  p = format::put_bytes(p, path, path_len);
-  p = format::put_bytes(p, id, id_len);
-  slot.commit(p);
+  slot.commit(format::put(
+      slot.begin(), rec::Module{g_generation, info->dlpi_addr, lo, hi, {path, path_len},
+                                {reinterpret_cast<const char*>(id), id_len}}));
   return 0;
 }
 
@@ -282,12 +270,9 @@ void resolve_python() {
   g_py_ready.store(true);
 }
 
+// The file, a 0xff byte (in neither name: UTF-8), then the function.
 uint64_t hash_code(const char* file, size_t fl, const char* fn, size_t nl) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < fl; ++i) h = (h ^ static_cast<uint8_t>(file[i])) * 1099511628211ull;
-  h = (h ^ 0xff) * 1099511628211ull;
-  for (size_t i = 0; i < nl; ++i) h = (h ^ static_cast<uint8_t>(fn[i])) * 1099511628211ull;
-  return h;
+  return hash::fnv1a(hash::fnv1a_word(hash::fnv1a(hash::kFnvOffset, file, fl), 0xff), fn, nl);
 }
 
 const char* utf8_attr(void* obj, void* name, uint32_t* len) {
@@ -479,25 +464,12 @@ bool async_stack_wanted(uint64_t bytes, bool failed) {
   return g_async_all || failed || bytes >= g_async_min_bytes;
 }
 
-void stacks_init() {
-  const char* mode = getenv("VRAMTRACE_STACKS");
-  const char* min_async = getenv("VRAMTRACE_ASYNC_STACK_MIN_BYTES");
-  g_async_min_bytes = byte_count_option(min_async, g_async_min_bytes);
-  if (!mode || !*mode || strcmp(mode, "auto") == 0) {
-    g_native = g_python = true;
-  } else if (strcmp(mode, "all") == 0) {
-    g_native = g_python = true;
-    g_async_all = true;
-  } else if (strcmp(mode, "native") == 0) {
-    g_native = true;
-  } else if (strcmp(mode, "python") == 0) {
-    g_python = true;
-  }  // "none" and anything unknown: no stacks
-  const char* depth = getenv("VRAMTRACE_MAX_DEPTH");
-  if (depth && *depth) {
-    long d = strtol(depth, nullptr, 10);
-    if (d >= 1) g_max_depth = d > kMaxStackDepth ? kMaxStackDepth : static_cast<int>(d);
-  }
+void stacks_init(const StackOptions& options) {
+  g_native = options.native;
+  g_python = options.python;
+  g_async_all = options.async_all;
+  g_async_min_bytes = options.async_min_bytes;
+  g_max_depth = options.max_depth;
   if (!g_native && !g_python) return;
   ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
   g_exe_len = n > 0 ? static_cast<size_t>(n) : 0;
@@ -520,10 +492,11 @@ void capture_stack(CapturedStack* s) {
 }
 
 size_t stack_record_bytes(const CapturedStack& s) {
-  size_t n = 1 + 2 * 10;  // AllocStack
-  n += static_cast<size_t>(s.depth) * (1 + 3 * 10);
+  size_t n = format::max_fixed_bytes<rec::AllocStack>();
+  n += static_cast<size_t>(s.depth) * format::max_fixed_bytes<rec::StackNode>();
   for (int i = 0; i < s.py_depth; ++i)
-    n += (1 + 4 * 10) + (1 + 3 * 10 + s.py[i].file_len + s.py[i].function_len);
+    n += format::max_fixed_bytes<rec::PyStackNode>() + format::max_fixed_bytes<rec::PyCode>() +
+         s.py[i].file_len + s.py[i].function_len;
   return n;
 }
 
@@ -533,10 +506,7 @@ uint8_t* write_stack(uint8_t* p, const CapturedStack& s, uint32_t* records) {
   for (int i = s.depth - 1; i >= 0; --i) {  // root first: a parent is written before its child
     uint32_t id = intern_node(s.ips[i], 0, native_leaf, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::StackNode));
-      p = format::put_varint(p, id);
-      p = format::put_varint(p, native_leaf);
-      p = format::put_varint(p, s.ips[i]);
+      p = format::put(p, rec::StackNode{id, native_leaf, s.ips[i]});
       ++*records;
     }
     native_leaf = id;
@@ -545,26 +515,17 @@ uint8_t* write_stack(uint8_t* p, const CapturedStack& s, uint32_t* records) {
     const PyFrameRef& f = s.py[i];
     uint32_t code = intern_code(f.code_hash, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::PyCode));
-      p = format::put_varint(p, code);
-      p = format::put_bytes(p, f.file, f.file_len);
-      p = format::put_bytes(p, f.function, f.function_len);
+      p = format::put(p, rec::PyCode{code, {f.file, f.file_len}, {f.function, f.function_len}});
       ++*records;
     }
     uint32_t id = intern_node(f.code_hash, f.line | (1ull << 63), py_leaf, &fresh);
     if (fresh) {
-      p = format::put_u8(p, static_cast<uint8_t>(RecordType::PyStackNode));
-      p = format::put_varint(p, id);
-      p = format::put_varint(p, py_leaf);
-      p = format::put_varint(p, code);
-      p = format::put_varint(p, f.line);
+      p = format::put(p, rec::PyStackNode{id, py_leaf, code, f.line});
       ++*records;
     }
     py_leaf = id;
   }
-  p = format::put_u8(p, static_cast<uint8_t>(RecordType::AllocStack));
-  p = format::put_varint(p, native_leaf);
-  p = format::put_varint(p, py_leaf);
+  p = format::put(p, rec::AllocStack{native_leaf, py_leaf});
   ++*records;
   return p;
 }

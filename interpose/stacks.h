@@ -28,10 +28,11 @@ struct CapturedStack {
   PyFrameRef py[kMaxStackDepth];
 };
 
-// Reads VRAMTRACE_STACKS (auto|none|native|python|all, default auto: native, and Python frames
-// when the allocating thread has Python frames, GIL held or not) and VRAMTRACE_MAX_DEPTH (default 64); maps the intern
+// Takes the stack options (VRAMTRACE_STACKS, VRAMTRACE_MAX_DEPTH,
+// VRAMTRACE_ASYNC_STACK_MIN_BYTES: see options.h; the default mode is auto) and maps the intern
 // tables. Called once, before CUPTI is subscribed.
-void stacks_init();
+struct StackOptions;
+void stacks_init(const StackOptions& options);
 bool stacks_enabled();
 
 // Whether an allocation of `bytes` through a stream-ordered pool gets a stack. In the default

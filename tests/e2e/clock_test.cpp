@@ -28,11 +28,11 @@ TEST_CASE("trace clock: an allocation after a record without time keeps its own 
   REQUIRE(after >= before);
 
   collector::TraceReader reader(trace);
-  collector::Event e;
+  collector::Record e;
   std::vector<std::pair<uint64_t, uint64_t>> allocs;  // bytes, time
   int pools = 0;
   while (reader.next(e)) {
-    if (e.type == format::RecordType::Alloc) allocs.emplace_back(e.bytes, e.time_ns);
+    if (e.type == format::RecordType::Alloc) allocs.emplace_back(e.alloc.bytes, e.time_ns);
     if (e.type == format::RecordType::UserPool) ++pools;
   }
   REQUIRE_FALSE(reader.partial());

@@ -60,19 +60,25 @@ Read read_trace(const std::string& path) {
   collector::TraceReader r(path);
   Read out;
   std::map<uint64_t, std::string> names;
-  collector::Event e;
+  collector::Record e;
+  auto op = [&](format::Api api, uint32_t device, uint64_t bytes, std::string name = "") {
+    out.ops.emplace_back(static_cast<int>(e.type), static_cast<int>(api), device, bytes, name);
+  };
   while (r.next(e)) {
     ++out.records;
     switch (e.type) {
-      case format::RecordType::String: names[e.a] = e.text; break;
-      case format::RecordType::ProcessExit: out.exit_says = e.a; break;
-      case format::RecordType::Alloc:
-      case format::RecordType::Free:
+      case format::RecordType::String: names[e.string.id] = e.string.text; break;
+      case format::RecordType::ProcessExit: out.exit_says = e.process_exit.recorded; break;
+      case format::RecordType::Alloc: op(e.alloc.api, e.alloc.device, e.alloc.bytes); break;
+      case format::RecordType::Free: op(e.free.api, e.free.device, 0); break;
       case format::RecordType::AllocFailed:
+        op(e.alloc_failed.api, e.alloc_failed.device, e.alloc_failed.bytes);
+        break;
       case format::RecordType::Launch:
+        op(e.launch.api, e.launch.device, 0, names[e.launch.name_id]);
+        break;
       case format::RecordType::ContextCreate:
-        out.ops.emplace_back(static_cast<int>(e.type), static_cast<int>(e.api), e.device, e.bytes,
-                             e.type == format::RecordType::Launch ? names[e.a] : "");
+        op(format::Api::Unknown, e.context_create.device, e.context_create.total_bytes);
         break;
       default: break;
     }

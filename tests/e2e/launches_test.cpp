@@ -34,10 +34,10 @@ struct Records {
 Records records_of(const std::string& path) {
   collector::TraceReader r(path);
   Records out;
-  collector::Event e;
+  collector::Record e;
   while (r.next(e)) {
     ++out.count[e.type];
-    if (e.type == format::RecordType::Settings) out.launches_setting = static_cast<int>(e.a);
+    if (e.type == format::RecordType::Settings) out.launches_setting = static_cast<int>(e.settings.launches);
   }
   REQUIRE_FALSE(r.partial());
   return out;

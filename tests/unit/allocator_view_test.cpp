@@ -140,23 +140,24 @@ TEST_CASE("a PyTorch trace file: clock, pools, stacks and the order of records")
   REQUIRE(t.problem.empty());
   REQUIRE(t.torch_version == "2.11.0");
   std::vector<vramtrace::format::RecordType> types;
-  for (auto& e : t.events) types.push_back(e.type);
+  for (auto& e : t.events) types.push_back(e.record.type);
   using R = vramtrace::format::RecordType;
   REQUIRE(types == std::vector<R>{R::PyCode, R::PyCode, R::UserPool, R::UserSegment,
                                   R::PyStackNode, R::PyStackNode, R::AllocStack, R::UserBlock,
                                   R::UserBlock, R::AllocStack, R::UserOom});
-  const Event& seg = t.events[3];
-  REQUIRE(seg.time_ns == 10500000000ull);
-  REQUIRE(seg.b == static_cast<uint64_t>(vramtrace::format::SegmentOp::Map));
-  REQUIRE(seg.a == kTorchPoolBase);
-  REQUIRE(t.events[8].bytes == 0);  // free_completed
-  REQUIRE(t.events[10].bytes == 99);
-  REQUIRE(t.events[10].b == 778);  // device free + 1
-  REQUIRE(t.events[9].b == t.events[4].a);  // the OOM's stack is main alone: a node made before
+  auto r = [&](size_t i) -> const vramtrace::format::Record& { return t.events[i].record; };
+  REQUIRE(r(3).time_ns == 10500000000ull);
+  REQUIRE(r(3).user_segment.op == vramtrace::format::SegmentOp::Map);
+  REQUIRE(r(3).user_segment.pool == kTorchPoolBase);
+  REQUIRE(r(8).user_block.bytes == 0);  // free_completed
+  REQUIRE(r(10).user_oom.bytes == 99);
+  REQUIRE(r(10).user_oom.free_plus_one == 778);  // device free + 1
+  // The OOM's stack is main alone: a node made before.
+  REQUIRE(r(9).alloc_stack.py_leaf == r(4).py_stack_node.id);
   // The stack of the block: main (outermost) then forward (innermost, the leaf).
-  REQUIRE(t.events[4].b == 0);
-  REQUIRE(t.events[5].b == t.events[4].a);
-  REQUIRE(t.events[6].b == t.events[5].a);
+  REQUIRE(r(4).py_stack_node.parent == 0);
+  REQUIRE(r(5).py_stack_node.parent == r(4).py_stack_node.id);
+  REQUIRE(r(6).alloc_stack.py_leaf == r(5).py_stack_node.id);
   std::remove(path.c_str());
 }
 

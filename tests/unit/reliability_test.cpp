@@ -253,7 +253,7 @@ TEST_CASE("a device ordinal of 4096 or more is a corrupt record, not one more de
   auto r = collector::TraceReader::from_bytes(t.bytes());
   std::vector<uint32_t> devices;
   while (auto e = r->next())
-    if (e->type == format::RecordType::Alloc) devices.push_back(e->device);
+    if (e->type == format::RecordType::Alloc) devices.push_back(e->alloc.device);
   REQUIRE(devices == std::vector<uint32_t>{4095});
   REQUIRE(r->problem() == "corrupt record in frame 1 (type 4)");
 }
@@ -446,4 +446,32 @@ TEST_CASE("VRAMTRACE_LAUNCHES: on and off, anything else keeps the default and i
     REQUIRE(launches_recorded(wrong, &bad) == true);
     REQUIRE(bad);
   }
+}
+
+TEST_CASE("VRAMTRACE_STACKS and VRAMTRACE_MAX_DEPTH: modes, depths and what is not one") {
+  using vramtrace::interpose::stack_options;
+  using vramtrace::interpose::StackOptions;
+  auto mode = [](const char* m) { return stack_options(m, nullptr, nullptr, 128); };
+  // auto (also unset or empty): native and Python frames, large stream-ordered allocations.
+  for (const char* a : {static_cast<const char*>(nullptr), "", "auto"}) {
+    StackOptions o = mode(a);
+    REQUIRE((o.native && o.python && !o.async_all));
+    REQUIRE(o.max_depth == 64);
+    REQUIRE(o.async_min_bytes == 64ull << 20);
+  }
+  REQUIRE((mode("all").native && mode("all").python && mode("all").async_all));
+  REQUIRE((mode("native").native && !mode("native").python));
+  REQUIRE((!mode("python").native && mode("python").python));
+  for (const char* off : {"none", "NONE", "yes", "all "}) {
+    StackOptions o = mode(off);
+    REQUIRE((!o.native && !o.python));
+  }
+  auto depth = [](const char* d) { return stack_options(nullptr, d, nullptr, 128).max_depth; };
+  REQUIRE(depth("1") == 1);
+  REQUIRE(depth("32") == 32);
+  REQUIRE(depth("200") == 128);  // the cap
+  REQUIRE(depth("12frames") == 12);  // strtol: the leading number
+  for (const char* bad : {"0", "-3", "x", ""}) REQUIRE(depth(bad) == 64);
+  REQUIRE(stack_options(nullptr, nullptr, "0", 128).async_min_bytes == 0);
+  REQUIRE(stack_options(nullptr, nullptr, "-1", 128).async_min_bytes == 64ull << 20);
 }

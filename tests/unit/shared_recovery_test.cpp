@@ -169,7 +169,7 @@ TEST_CASE("what a dead process had not sent is appended as whole frames, in orde
     uint64_t dropped = 0, records = 0;
     while (auto e = reader.next()) {
       ++records;
-      if (e->type == format::RecordType::Dropped) dropped += e->a;
+      if (e->type == format::RecordType::Dropped) dropped += e->dropped.count;
     }
     REQUIRE(reader.problem().empty());
     REQUIRE(dropped == 5);

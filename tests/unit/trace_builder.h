@@ -1,9 +1,11 @@
-// Builds vramtrace streams in memory for tests, record by record, in the layout of format.h.
+// Builds vramtrace streams in memory for tests, record by record, with the encoder of
+// common/records.h (each record at `step` ns after the one before).
 #pragma once
 
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/format.h"
@@ -12,6 +14,7 @@ namespace vt_test {
 
 using vramtrace::format::Api;
 using vramtrace::format::RecordType;
+namespace rec = vramtrace::format::rec;
 
 class TraceBuilder {
  public:
@@ -23,152 +26,80 @@ class TraceBuilder {
     h.version = vramtrace::format::kFormatVersion;
     h.header_bytes = sizeof h;
     raw(&h, sizeof h);
-    u8(RecordType::Process);
-    v(pid);
-    v(1);
-    v(1'700'000'000'000'000'000ull);
-    v(start_);
-    s(host);
-    s("/bin/test");
-    s(std::string("test\0--flag", 11));
-    s(ranks);
+    add(rec::Process{pid, 1, 1'700'000'000'000'000'000ull, start_, host, "/bin/test",
+                     std::string_view("test\0--flag", 11), ranks});
   }
 
   TraceBuilder& context(uint32_t device, uint64_t total, const std::string& name = "Test GPU") {
-    at(RecordType::ContextCreate);
-    v(0x1000 + device);
-    v(device);
-    v(total);
-    s(name);
-    s(std::string(16, '\x01'));
-    return *this;
+    const std::string uuid(16, '\x01');
+    return add(rec::ContextCreate{0x1000 + device, device, total, name, uuid});
   }
   TraceBuilder& alloc(uint64_t addr, uint64_t bytes, Api api = Api::cuMemAlloc, uint32_t dev = 0) {
-    at(RecordType::Alloc);
-    u8(api);
-    v(dev);
-    v(addr);
-    v(bytes);
-    v(0);
-    v(7);
-    return *this;
+    return add(rec::Alloc{api, dev, addr, bytes, 0, 7});
   }
   TraceBuilder& free(uint64_t addr, Api api = Api::cuMemFree, uint32_t dev = 0) {
-    at(RecordType::Free);
-    u8(api);
-    v(dev);
-    v(addr);
-    v(0);
-    v(7);
-    return *this;
+    return add(rec::Free{api, dev, addr, 0, 7});
   }
   TraceBuilder& failed(uint64_t bytes, uint64_t result = 2, uint32_t dev = 0) {
-    at(RecordType::AllocFailed);
-    u8(Api::cuMemAlloc);
-    v(dev);
-    v(bytes);
-    v(result);
-    v(7);
-    return *this;
+    return add(rec::AllocFailed{Api::cuMemAlloc, dev, bytes, result, 7});
   }
   TraceBuilder& meminfo(uint64_t free_b, uint64_t total, uint32_t dev = 0) {
-    at(RecordType::MemInfo);
-    v(dev);
-    v(free_b);
-    v(total);
-    return *this;
+    return add(rec::MemInfo{dev, free_b, total});
   }
-  TraceBuilder& kernel(uint32_t id, const std::string& name) {
-    u8(RecordType::String);
-    v(id);
-    s(name);
-    return *this;
-  }
+  TraceBuilder& kernel(uint32_t id, const std::string& name) { return add(rec::String{id, name}); }
   TraceBuilder& launch(uint32_t id, uint32_t dev = 0) {
-    at(RecordType::Launch);
-    u8(Api::cuLaunchKernel);
-    v(dev);
-    v(0);
-    v(id);
-    return *this;
+    return add(rec::Launch{Api::cuLaunchKernel, dev, 0, id});
   }
   TraceBuilder& vmm_create(uint64_t handle, uint64_t bytes, uint32_t dev = 0) {
-    at(RecordType::VmmCreate);
-    v(dev);
-    v(handle);
-    v(bytes);
-    return *this;
+    return add(rec::VmmCreate{dev, handle, bytes});
   }
-  TraceBuilder& vmm_release(uint64_t handle) {
-    at(RecordType::VmmRelease);
-    v(handle);
-    return *this;
-  }
+  TraceBuilder& vmm_release(uint64_t handle) { return add(rec::VmmRelease{handle}); }
   TraceBuilder& vmm_map(uint64_t va, uint64_t bytes, uint64_t handle) {
-    at(RecordType::VmmMap);
-    v(va);
-    v(bytes);
-    v(0);
-    v(handle);
-    return *this;
+    return add(rec::VmmMap{va, bytes, 0, handle});
   }
-  TraceBuilder& vmm_unmap(uint64_t va, uint64_t bytes) {
-    at(RecordType::VmmUnmap);
-    v(va);
-    v(bytes);
-    return *this;
-  }
+  TraceBuilder& vmm_unmap(uint64_t va, uint64_t bytes) { return add(rec::VmmUnmap{va, bytes}); }
   // Stacks: the module map, trace-tree nodes, and the AllocStack that precedes an allocation.
   TraceBuilder& module(uint64_t generation, uint64_t bias, uint64_t start, uint64_t end,
                        const std::string& path, const std::string& build_id = "") {
-    u8(RecordType::Module);
-    v(generation);
-    v(bias);
-    v(start);
-    v(end);
-    s(path);
-    s(build_id);
-    return *this;
+    return add(rec::Module{generation, bias, start, end, path, build_id});
   }
   TraceBuilder& stack_node(uint32_t id, uint32_t parent, uint64_t ip) {
-    u8(RecordType::StackNode);
-    v(id);
-    v(parent);
-    v(ip);
-    return *this;
+    return add(rec::StackNode{id, parent, ip});
   }
   TraceBuilder& py_code(uint32_t id, const std::string& file, const std::string& function) {
-    u8(RecordType::PyCode);
-    v(id);
-    s(file);
-    s(function);
-    return *this;
+    return add(rec::PyCode{id, file, function});
   }
   TraceBuilder& py_node(uint32_t id, uint32_t parent, uint32_t code, uint32_t line) {
-    u8(RecordType::PyStackNode);
-    v(id);
-    v(parent);
-    v(code);
-    v(line);
-    return *this;
+    return add(rec::PyStackNode{id, parent, code, line});
   }
   TraceBuilder& alloc_stack(uint32_t native_leaf, uint32_t py_leaf = 0) {
-    u8(RecordType::AllocStack);
-    v(native_leaf);
-    v(py_leaf);
-    return *this;
+    return add(rec::AllocStack{native_leaf, py_leaf});
   }
   TraceBuilder& pool(uint64_t handle, uint64_t reserved, uint64_t used, uint64_t high,
                      uint32_t dev = 0) {
-    at(RecordType::PoolUsage);
-    v(dev);
-    v(handle);
-    v(reserved);
-    v(used);
-    v(high);
+    return add(rec::PoolUsage{dev, handle, reserved, used, high});
+  }
+  // Any record of common/records.h: a timed one `step` ns after the record before.
+  template <typename R>
+  TraceBuilder& add(const R& r) {
+    if (frame_.empty()) count_in_frame_ = 0;
+    ++count_in_frame_;
+    ++count_;
+    const size_t at = frame_.size();
+    frame_.resize(at + vramtrace::format::max_bytes(r));
+    uint8_t* end;
+    if constexpr (R::kTimed) {
+      const uint64_t t_now = last_ + step_;
+      end = vramtrace::format::put(frame_.data() + at, r, t_now - last_);
+      last_ = t_now;  // the frame's base is the last time of the frame before
+    } else {
+      end = vramtrace::format::put(frame_.data() + at, r);
+    }
+    frame_.resize(static_cast<size_t>(end - frame_.data()));
     return *this;
   }
-  // The recorder's settings, in format::Setting order ({0}: launches off). No time.
+  // The recorder's settings, in format::Setting order ({0}: launches off), any number of fields
+  // (rec::Settings writes those of this version only). No time.
   TraceBuilder& settings(std::initializer_list<uint64_t> fields) {
     u8(RecordType::Settings);
     v(fields.size());
@@ -176,17 +107,8 @@ class TraceBuilder {
     return *this;
   }
   // The library gave up on this process (a Notice record has no time).
-  TraceBuilder& notice(const std::string& text) {
-    u8(RecordType::Notice);
-    s(text);
-    return *this;
-  }
-  TraceBuilder& exit_clean() {
-    at(RecordType::ProcessExit);
-    v(count_ + 1);
-    v(0);
-    return *this;
-  }
+  TraceBuilder& notice(const std::string& text) { return add(rec::Notice{text}); }
+  TraceBuilder& exit_clean() { return add(rec::ProcessExit{count_ + 2, 0}); }
   // Time passes between records: every record is `step_ns` after the previous one.
   TraceBuilder& step(uint64_t ns) {
     step_ = ns;
@@ -215,12 +137,6 @@ class TraceBuilder {
   static constexpr uint64_t start_ = 1'000'000'000;
 
  private:
-  void at(RecordType t) {
-    u8(t);
-    uint64_t t_now = last_ + step_;
-    v(t_now - last_);  // the frame's base is the last time of the frame before
-    last_ = t_now;
-  }
   template <typename E>
   void u8(E e) {
     if (frame_.empty()) count_in_frame_ = 0;
@@ -234,10 +150,6 @@ class TraceBuilder {
     uint8_t buf[10];
     uint8_t* end = vramtrace::format::put_varint(buf, x);
     frame_.insert(frame_.end(), buf, end);
-  }
-  void s(const std::string& x) {
-    v(x.size());
-    frame_.insert(frame_.end(), x.begin(), x.end());
   }
   void raw(const void* p, size_t n) {
     auto* b = static_cast<const uint8_t*>(p);

@@ -1,0 +1,44 @@
+// The names of the environment variables vramtrace reads, once for both sides: the preloaded
+// library reads them (interpose/options.cpp, the only place it does) and `vramtrace run` sets
+// them for the command it launches (cli/). The Python hook (interpose/python) reads the
+// VRAMTRACE_TORCH_* ones.
+#pragma once
+
+namespace vramtrace::env {
+
+// ---- read by the preloaded library -------------------------------------------------------------
+// Where the trace goes: a file name pattern (%p: the pid), or the collector's socket (it wins).
+inline constexpr char kOutput[] = "VRAMTRACE_OUTPUT";
+inline constexpr char kSocket[] = "VRAMTRACE_SOCKET";
+// The run a process belongs to: made by the first process of a tree (or by `vramtrace run`),
+// inherited by the processes it starts, recorded with each process.
+inline constexpr char kRunId[] = "VRAMTRACE_RUN_ID";
+// The writer: each buffer's size (KiB), the flush period (ms), frame compression (auto|off) and
+// the libzstd to load.
+inline constexpr char kBufferKb[] = "VRAMTRACE_BUFFER_KB";
+inline constexpr char kFlushMs[] = "VRAMTRACE_FLUSH_MS";
+inline constexpr char kCompress[] = "VRAMTRACE_COMPRESS";
+inline constexpr char kZstdLib[] = "VRAMTRACE_ZSTD_LIB";
+// Stacks at allocations: auto|native|python|all|none, their depth, and the size from which a
+// stream-ordered allocation gets one in auto mode.
+inline constexpr char kStacks[] = "VRAMTRACE_STACKS";
+inline constexpr char kMaxDepth[] = "VRAMTRACE_MAX_DEPTH";
+inline constexpr char kAsyncStackMinBytes[] = "VRAMTRACE_ASYNC_STACK_MIN_BYTES";
+// Kernel launches recorded: on|off.
+inline constexpr char kLaunches[] = "VRAMTRACE_LAUNCHES";
+// Anything but empty or 0: the library stays off in this process.
+inline constexpr char kDisable[] = "VRAMTRACE_DISABLE";
+// The CUPTI library to load, before the usual places.
+inline constexpr char kCupti[] = "VRAMTRACE_CUPTI";
+
+// ---- read by the Python hook (interpose/python/sitecustomize.py) -------------------------------
+inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";
+inline constexpr char kTorchStacks[] = "VRAMTRACE_TORCH_STACKS";
+inline constexpr char kTorchContext[] = "VRAMTRACE_TORCH_CONTEXT";  // off: no categories
+inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no sampling
+
+// ---- read by the command-line tool -----------------------------------------------------------
+inline constexpr char kLib[] = "VRAMTRACE_LIB";
+inline constexpr char kProgress[] = "VRAMTRACE_PROGRESS";
+
+}  // namespace vramtrace::env
