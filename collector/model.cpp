@@ -907,11 +907,18 @@ void Timeline::add_bucket(uint64_t t, uint64_t bytes) {
   uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
   if (!points_.empty() && points_.back().time_ns == start) {
     Point& p = points_.back();
-    p.max_bytes = std::max(p.max_bytes, bytes);
+    if (bytes > p.max_bytes) {
+      p.max_bytes = bytes;
+      p.max_ns = t;
+    }
+    if (bytes < p.min_bytes) {
+      p.min_bytes = bytes;
+      p.min_ns = t;
+    }
     p.last_bytes = bytes;
     return;
   }
-  points_.push_back({start, bytes, bytes});
+  points_.push_back({start, bytes, bytes, bytes, t, t});
   if (points_.size() > max_points_) coarsen();
 }
 
@@ -923,10 +930,18 @@ void Timeline::coarsen() {
     for (const Point& p : points_) {
       uint64_t start = origin_ + (p.time_ns - origin_) / width_ * width_;
       if (!merged.empty() && merged.back().time_ns == start) {
-        merged.back().max_bytes = std::max(merged.back().max_bytes, p.max_bytes);
-        merged.back().last_bytes = p.last_bytes;
+        Point& m = merged.back();
+        if (p.max_bytes > m.max_bytes) {
+          m.max_bytes = p.max_bytes;
+          m.max_ns = p.max_ns;
+        }
+        if (p.min_bytes < m.min_bytes) {
+          m.min_bytes = p.min_bytes;
+          m.min_ns = p.min_ns;
+        }
+        m.last_bytes = p.last_bytes;
       } else {
-        merged.push_back({start, p.max_bytes, p.last_bytes});
+        merged.push_back({start, p.max_bytes, p.last_bytes, p.min_bytes, p.max_ns, p.min_ns});
       }
     }
     points_.swap(merged);

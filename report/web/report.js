@@ -738,7 +738,7 @@
       sitesRest: pk.by_site_rest, libsRest: pk.by_library_rest, stacks: pk.by_stack || [],
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
-      sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: o.live_by_stack || [],
+      sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: [],
       cats: catsAt(d, o.time_ns), modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
     // At the end: what was still live (when the process died of an OOM, what it held then).
     const atExit = d.categories && d.categories.at_exit;
