@@ -24,6 +24,12 @@ else
   setting=(--config-settings "prebuilt=$BUILD")
 fi
 "$VENV/bin/python" -m pip install --no-index --quiet "${setting[@]}" "$ROOT" || exit 2
+# PYDEPS: a folder of pure-Python packages (pytest, pytest-xdist and their dependencies) for a
+# machine without a package index: put on the virtual environment's path.
+if [[ -n ${PYDEPS:-} ]]; then
+  "$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])" |
+    { read -r sp; echo "$(cd "$PYDEPS" && pwd)" > "$sp/vramtrace-pydeps.pth"; }
+fi
 "$VENV/bin/python" -c "import pytest" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest || exit 2
 "$VENV/bin/python" -c "import xdist" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest-xdist ||
   echo "gpu-pytest: pytest-xdist could not be installed; the xdist run is skipped"
