@@ -25,10 +25,16 @@ else
 fi
 "$VENV/bin/python" -m pip install --no-index --quiet "${setting[@]}" "$ROOT" || exit 2
 # PYDEPS: a folder of pure-Python packages (pytest, pytest-xdist and their dependencies) for a
-# machine without a package index: put on the virtual environment's path.
+# machine without a package index: put on the virtual environment's path after everything else
+# (a pytest beside PyTorch wins, with the plugins made for it).
+# The interpreter's own packages (PyTorch in its virtual environment, which a new environment
+# made from it does not inherit) stay visible.
+site=$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")
+"$PYTHON" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))" \
+  > "$site/vramtrace-torch.pth"
 if [[ -n ${PYDEPS:-} ]]; then
   "$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])" |
-    { read -r sp; echo "$(cd "$PYDEPS" && pwd)" > "$sp/vramtrace-pydeps.pth"; }
+    { read -r sp; echo "$(cd "$PYDEPS" && pwd)" > "$sp/zz-vramtrace-pydeps.pth"; }
 fi
 "$VENV/bin/python" -c "import pytest" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest || exit 2
 "$VENV/bin/python" -c "import xdist" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest-xdist ||
