@@ -116,6 +116,7 @@ class Builder {
       case RecordType::Dropped: return on_dropped(r.dropped);
       case RecordType::ProcessExit: return on_process_exit();
       case RecordType::Notice: return on_notice(r.notice);
+      case RecordType::CuptiLibrary: p_.cupti_library = std::string(r.cupti_library.path); return;
       case RecordType::MemInfo: return on_mem_info(r.mem_info);
       case RecordType::PoolUsage: return on_pool_usage(r.pool_usage, t);
       case RecordType::StackNode: return on_stack_node(r.stack_node);

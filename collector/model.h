@@ -258,6 +258,7 @@ struct ProcessModel {
   std::string problem;      // why the stream ended early, if it did
   uint64_t events = 0, dropped_events = 0;
   std::vector<std::string> notices;
+  std::string cupti_library;  // the CUPTI file the process loaded; empty: not recorded
   // Why the library gave up on this process (its first Notice record): empty when profiled. A
   // process that was not profiled used device memory that no record shows.
   std::string not_profiled;

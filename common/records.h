@@ -111,7 +111,9 @@ namespace vramtrace::format {
      readers). On the wire: a count, then that many varints, one per Setting in order; a reader \
      skips the fields after those it knows, and a trace without the record had every default.   \
      Decoded: launches (1 unless the record says 0) and the count. */                            \
-  X(Settings, settings, 30, Custom, F(U64, launches) F(U64, fields))
+  X(Settings, settings, 30, Custom, F(U64, launches) F(U64, fields))                            \
+  /* The CUPTI library the process loaded (its file, as the loader names it). */                \
+  X(CuptiLibrary, cupti_library, 31, Untimed, F(Str, path))
 
 // The fields of a Settings record, by position. Append only.
 enum class Setting : uint8_t {

@@ -672,6 +672,10 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
     return false;
   }
   remember_cupti_path(lib);
+  if (const size_t n = strnlen(g_cupti_path, sizeof g_cupti_path)) {
+    RecordSlot slot(16 + n);
+    if (slot.ok()) slot.commit(format::put(slot.begin(), rec::CuptiLibrary{{g_cupti_path, n}}));
+  }
   resolve(lib, g_cupti.subscribe, "cuptiSubscribe");
   resolve(lib, g_cupti.subscribe_v2, "cuptiSubscribe_v2");
   resolve(lib, g_cupti.enable_callback, "cuptiEnableCallback");

@@ -700,6 +700,7 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["notices"] = p.notices;
     pj["profiled"] = p.profiled();
     if (!p.profiled()) pj["not_profiled_reason"] = p.not_profiled;
+    if (!p.cupti_library.empty()) pj["cupti_library"] = p.cupti_library;
     pj["launches"] = {{"recorded", p.launches_recorded}};
     if (!p.launches_recorded) pj["launches"]["note"] = kLaunchesNotRecorded;
 

@@ -28,6 +28,10 @@ const json& api(const json& device, const char* name) { return device["apis"][na
 void check_basic_report(const json& r) {
   REQUIRE(r["schema"] == "vramtrace.report/1");
   REQUIRE(r["run"]["stand_in"] == true);
+  // Which CUPTI the process loaded: the stand-in's, by its file.
+  const std::string cupti = r["processes"][0]["cupti_library"];
+  REQUIRE(cupti.size() > 15);
+  REQUIRE(cupti.compare(cupti.size() - 15, 15, "/libcupti.so.13") == 0);
   REQUIRE(r["devices"].size() == 1);
   const json& d = r["devices"][0];
   REQUIRE(d["index"] == 0);
