@@ -78,7 +78,7 @@ TEST_CASE("the decoder refuses values no writer produces") {
   REQUIRE(!read_one(bytes_of(rec::UserSegment{1, 2, 3, SegmentOp::Unmap}, 0)).empty());
   REQUIRE(read_one(bytes_of(rec::UserSegment{1, 2, 3, static_cast<SegmentOp>(4)}, 0)).empty());
   // An unknown type, and a record cut short.
-  REQUIRE(read_one({31, 0}).empty());
+  REQUIRE(read_one({32, 0}).empty());
   auto cut = bytes_of(rec::PyCode{1, "file.py", "f"});
   cut.pop_back();
   REQUIRE(read_one(cut).empty());
