@@ -907,16 +907,7 @@ void Timeline::add_bucket(uint64_t t, uint64_t bytes) {
   }
   uint64_t start = origin_ + (t >= origin_ ? (t - origin_) / width_ * width_ : 0);
   if (!points_.empty() && points_.back().time_ns == start) {
-    Point& p = points_.back();
-    if (bytes > p.max_bytes) {
-      p.max_bytes = bytes;
-      p.max_ns = t;
-    }
-    if (bytes < p.min_bytes) {
-      p.min_bytes = bytes;
-      p.min_ns = t;
-    }
-    p.last_bytes = bytes;
+    points_.back().observe(bytes, t);
     return;
   }
   points_.push_back({start, bytes, bytes, bytes, t, t});
@@ -931,16 +922,7 @@ void Timeline::coarsen() {
     for (const Point& p : points_) {
       uint64_t start = origin_ + (p.time_ns - origin_) / width_ * width_;
       if (!merged.empty() && merged.back().time_ns == start) {
-        Point& m = merged.back();
-        if (p.max_bytes > m.max_bytes) {
-          m.max_bytes = p.max_bytes;
-          m.max_ns = p.max_ns;
-        }
-        if (p.min_bytes < m.min_bytes) {
-          m.min_bytes = p.min_bytes;
-          m.min_ns = p.min_ns;
-        }
-        m.last_bytes = p.last_bytes;
+        merged.back().merge(p);
       } else {
         merged.push_back({start, p.max_bytes, p.last_bytes, p.min_bytes, p.max_ns, p.min_ns});
       }

@@ -44,6 +44,27 @@ class Timeline {
     uint64_t last_bytes;
     uint64_t min_bytes;
     uint64_t max_ns, min_ns;  // when max_bytes and min_bytes were first reached
+    // The bucket takes a figure at `t`, or a later bucket's figures (merged when coarsening).
+    void observe(uint64_t bytes, uint64_t t) {
+      extremes(bytes, t, bytes, t);
+      last_bytes = bytes;
+    }
+    void merge(const Point& later) {
+      extremes(later.max_bytes, later.max_ns, later.min_bytes, later.min_ns);
+      last_bytes = later.last_bytes;
+    }
+
+   private:
+    void extremes(uint64_t hi, uint64_t hi_ns, uint64_t lo, uint64_t lo_ns) {
+      if (hi > max_bytes) {
+        max_bytes = hi;
+        max_ns = hi_ns;
+      }
+      if (lo < min_bytes) {
+        min_bytes = lo;
+        min_ns = lo_ns;
+      }
+    }
   };
   explicit Timeline(size_t max_points = 2048) : max_points_(max_points) {}
   void add(uint64_t time_ns, uint64_t bytes) {
@@ -51,15 +72,7 @@ class Timeline {
     if (!points_.empty()) {
       Point& p = points_.back();
       if (time_ns >= p.time_ns && time_ns - p.time_ns < width_) {
-        if (bytes > p.max_bytes) {
-          p.max_bytes = bytes;
-          p.max_ns = time_ns;
-        }
-        if (bytes < p.min_bytes) {
-          p.min_bytes = bytes;
-          p.min_ns = time_ns;
-        }
-        p.last_bytes = bytes;
+        p.observe(bytes, time_ns);
         return;
       }
     }
