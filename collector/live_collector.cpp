@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -44,6 +45,24 @@ void close_connection(Connection& c) {
   close(c.fd);
   close(c.out);
   if (c.shared >= 0) close(c.shared);
+}
+
+// Reads what a still-connected process has sent so far (the bytes queued in the socket when
+// called, never waiting for more) and leaves its trace file at the end of its last whole frame.
+void drain_sent(Connection& c, std::vector<char>& buf) {
+  int queued = 0;
+  if (ioctl(c.fd, FIONREAD, &queued) != 0) queued = 0;
+  for (size_t left = static_cast<size_t>(std::max(queued, 0)); left > 0 && !c.pos.broken;) {
+    ssize_t got = recv(c.fd, buf.data(), std::min(left, buf.size()), MSG_DONTWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    if (!write_all_fd(c.out, buf.data(), static_cast<size_t>(got))) c.pos.broken = true;
+    else c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
+    left -= static_cast<size_t>(got);
+  }
+  if (!c.pos.broken && c.pos.header_done && c.pos.written > c.pos.boundary) {
+    if (ftruncate(c.out, static_cast<off_t>(c.pos.boundary)) == 0) c.pos.written = c.pos.boundary;
+  }
 }
 
 }  // namespace
@@ -178,7 +197,10 @@ void LiveCollector::serve() {
   }
   for (auto& [fd, c] : conns) {
     // Still connected when the launcher stops waiting: the process lives on, and its shared
-    // buffers are not read (it may be writing them).
+    // buffers are not read (it may be writing them). What it sent is kept: the bytes already in
+    // the socket, up to the last whole frame (the report of a process still running is a
+    // snapshot, and a frame cut off there would read as a damaged trace).
+    drain_sent(c, buf);
     still_open_.push_back(c.path);
     close(c.fd);
     close(c.out);

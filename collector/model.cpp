@@ -956,6 +956,20 @@ std::vector<Allocation> PeakTracker::live_at_peak(
   return out;
 }
 
+// The pid in a file name the launcher gave (vramtrace.<pid>.vtrace, vramtrace.<pid>-<k>.vtrace),
+// or 0.
+static uint64_t pid_in_trace_name(const std::string& path) {
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  const std::string prefix = "vramtrace.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
+  uint64_t pid = 0;
+  size_t i = prefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 10; ++i)
+    pid = pid * 10 + static_cast<uint64_t>(name[i] - '0');
+  if (i == prefix.size() || (name.compare(i, 7, ".vtrace") != 0 && name[i] != '-')) return 0;
+  return pid;
+}
+
 Run analyze(const std::vector<std::string>& trace_paths) {
   std::vector<std::unique_ptr<TraceReader>> readers;
   std::vector<std::string> torch_paths;
@@ -1070,8 +1084,12 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
       p.problem = readers[i]->problem();
       run.problems.push_back(readers[i]->name() + ": " + p.problem);
     }
-    if (!p.has_process_record)
+    if (!p.has_process_record) {
       run.problems.push_back(readers[i]->name() + ": no process record (empty stream)");
+      // The launcher names each stream's file after the peer's pid (vramtrace.<pid>[-k].vtrace):
+      // a process still running whose first frame had not arrived is still named.
+      p.pid = pid_in_trace_name(readers[i]->name());
+    }
     for (auto& [index, d] : p.devices)
       if (d.name.find("stand-in") != std::string::npos) run.stand_in = true;
   }
