@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "collector/diagnosis.h"
@@ -97,12 +98,14 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
     in_use.add(t, static_cast<uint64_t>(std::max<int64_t>(0, held)));
   }
   std::map<uint64_t, std::optional<uint64_t>> moments;  // time -> the driver's figure then
-  const auto extremes = [&moments](const collector::Timeline& tl, bool driver) {
+  std::set<uint64_t> rises;  // the driver's highs: moments right after a driver allocation
+  const auto extremes = [&](const collector::Timeline& tl, bool driver) {
     for (const auto& pt : tl.points()) {
       for (auto [t, b] : {std::pair{pt.min_ns, pt.min_bytes}, std::pair{pt.max_ns, pt.max_bytes}}) {
         auto& slot = moments[t];
         if (driver) slot = b;
       }
+      if (driver) rises.insert(pt.max_ns);
     }
   };
   const auto& pts = d.memory.timeline.points();
@@ -117,7 +120,22 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
     times.push_back(t);
     drivers.push_back(driver_now);
   }
-  std::vector<CategoryBytes> series = tm->series(dev, times);
+  // A high of the driver's is the moment a segment came, before the allocator recorded it
+  // and the block it was made for (microseconds later): read the allocator just after that
+  // block (as at the peak), or the new segment would be drawn as memory outside PyTorch.
+  std::vector<uint64_t> read_at(times.size());
+  for (size_t i = 0; i < times.size(); ++i)
+    read_at[i] = rises.count(times[i]) ? tm->after_segment(dev, 0, times[i]) : times[i];
+  if (!times.empty() && times.back() == p.end_ns) read_at.back() = p.end_ns;
+  std::vector<size_t> order(times.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return read_at[a] < read_at[b]; });
+  std::vector<uint64_t> sorted_reads;
+  for (size_t i : order) sorted_reads.push_back(read_at[i]);
+  const std::vector<CategoryBytes> sorted_series = tm->series(dev, sorted_reads);
+  std::vector<CategoryBytes> series(times.size());
+  for (size_t k = 0; k < order.size(); ++k) series[order[k]] = sorted_series[k];
   json columns = json::array({"time_ns"});
   for (size_t i = 0; i < collector::kCategories; ++i) columns.push_back(category_key(static_cast<Category>(i)));
   json points = json::array();
