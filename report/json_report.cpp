@@ -3,6 +3,8 @@
 #include "report/report_keys.h"
 #include "report/torch_json.h"
 #include "collector/diagnosis.h"
+#include "collector/leaks.h"
+#include "collector/oom_findings.h"
 
 #include <cxxabi.h>
 
@@ -131,185 +133,71 @@ json fragmentation_json(const collector::FragmentationState& f, uint64_t origin)
           {"time_ns", f.time_ns >= origin ? f.time_ns - origin : 0}};
 }
 
-// Sites whose memory accumulates across iterations: of what is live at a moment (the end, an
-// OOM), what each site allocated in each iteration. A site grows when what it allocated in at
-// least 3 iterations, and in at least half of the iterations since its first, is still live,
-// up to the last iterations before the moment. Largest rate first.
-json growth_by_site(const std::vector<Allocation>& live, const ProcessModel& p,
-                    collector::StackResolver& stacks, uint64_t until, uint64_t origin) {
-  json out = json::array();
-  if (p.iterations.size() < 3) return out;
-  const int64_t last = p.iteration_of(until);
-  if (last < 2) return out;
-  struct Group {
-    std::map<int64_t, uint64_t> by_iteration;
-    Site site;
-  };
-  std::map<std::string, Group> groups;
-  for (const Allocation& a : live) {
-    int64_t it = p.iteration_of(a.time_ns);
-    if (it < 0) continue;  // before the first iteration: set-up, not growth
-    Site site = site_of(a, stacks);
-    Group& g = groups[site.text];
-    if (!g.site.stack) g.site = site;
-    g.by_iteration[it] += a.bytes;
-  }
-  for (auto& [text, g] : groups) {
-    const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
-    const int64_t span = last - first + 1;
-    const auto k = static_cast<int64_t>(g.by_iteration.size());
-    if (k < 3 || 2 * k < span) continue;
-    if (latest < last - std::max<int64_t>(1, span / 10)) continue;  // stopped growing
-    uint64_t bytes = 0;
-    for (auto& [it, b] : g.by_iteration) bytes += b;
-    const int64_t grown = latest - first + 1;
-    json j = {{"site", text},
-              {"library", g.site.library},
-              {"bytes", bytes},
-              {"bytes_per_iteration", bytes / static_cast<uint64_t>(grown)},
-              {"iterations", k},
-              {"first_iteration", first},
-              {"last_iteration", latest},
-              {"since_ns", p.iterations[static_cast<size_t>(first)] >= origin
-                               ? p.iterations[static_cast<size_t>(first)] - origin
-                               : 0},
-              {"stack", frames_json(g.site.stack)}};
-    out.push_back(j);
-  }
-  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
-    return a["bytes_per_iteration"].get<uint64_t>() > b["bytes_per_iteration"].get<uint64_t>();
-  });
-  return out;
+// A site's growth (collector/leaks.h), its library and stack from one of its allocations.
+json growth_json(const collector::SiteGrowth& g, collector::StackResolver& stacks,
+                 uint64_t origin) {
+  Site site = site_of(g.example, stacks);
+  json j = {{"site", g.site},
+            {"library", site.library},
+            {"bytes", g.bytes},
+            {"bytes_per_iteration", g.bytes_per_iteration},
+            {"iterations", g.iterations},
+            {"first_iteration", g.first_iteration},
+            {"last_iteration", g.last_iteration},
+            {"since_ns", g.since_ns >= origin ? g.since_ns - origin : 0},
+            {"stack", frames_json(site.stack)}};
+  if (!g.seen_at.empty()) j["seen_at"] = g.seen_at;
+  return j;
 }
 
-// The ranked findings of an OOM: each a cause that the run's own figures support, with them
-// as evidence and what to try. `oj` is the OOM's JSON so far.
-json oom_findings(const collector::OomEvent& o, const json& oj, const json& growth,
-                  bool torch_pool) {
+collector::SiteOf site_text_of(collector::StackResolver& stacks) {
+  return [&stacks](const Allocation& a) { return site_of(a, stacks).text; };
+}
+
+// The ranked findings of an OOM (collector/oom_findings.h), rendered.
+json findings_json(const std::vector<collector::OomFinding>& findings,
+                   collector::StackResolver& stacks, uint64_t origin) {
   json out = json::array();
-  auto add = [&](double score, const char* kind, std::string title, json evidence,
-                 std::string suggestion) {
-    out.push_back({{"kind", kind},
-                   {"score", score},
-                   {"title", std::move(title)},
-                   {"evidence", std::move(evidence)},
-                   {"suggestion", std::move(suggestion)}});
-  };
-  const uint64_t request = o.allocator && o.allocator_request ? o.allocator_request
-                                                              : o.requested_bytes;
-  const uint64_t total = o.total_bytes.value_or(0);
-  uint64_t free_b = o.free_bytes.value_or(0);
-  // Under a tighter limit than the card (PyTorch's per-process fraction) the device's free
-  // memory beyond the limit was never available to this process.
-  uint64_t limit = total;
-  if (oj.contains("limit")) {
-    limit = oj["limit"]["bytes"].get<uint64_t>();
-    free_b = std::min(free_b, limit > o.live_bytes ? limit - o.live_bytes : 0);
-    if (oj["limit"]["kind"] == "per_process_fraction" && o.live_bytes + request > limit)
-      add(0.95, "limit_reached",
-          "The process reached its limit, " + oj["limit"]["title"].get<std::string>() +
-              ": it held " + human_bytes(o.live_bytes) + " when it asked for " +
-              human_bytes(request) + " more",
-          {{"limit_bytes", limit}, {"live_bytes", o.live_bytes}, {"requested_bytes", request},
-           {"device_free_bytes", o.free_bytes.value_or(0)}},
-          "Use less memory at the peak (the remedies below say how much each saves), or raise "
-          "the fraction (torch.cuda.set_per_process_memory_fraction).");
-  }
-  if (total && request > total)
-    add(1.0, "request_too_large",
-        "The request alone (" + human_bytes(request) + ") is larger than the GPU (" +
-            human_bytes(total) + ")",
-        {{"requested_bytes", request}, {"total_bytes", total}},
-        "Split the tensor or buffer (shard it, or process it in chunks).");
-  if (o.fragmentation) {
-    const auto& f = *o.fragmentation;
-    json ev = {{"requested_bytes", request},
-               {"free_reserved_bytes", f.free_bytes()},
-               {"largest_free_block_bytes", f.largest_free},
-               {"free_blocks", f.free_blocks},
-               {"external_fragmentation", f.external()}};
-    std::string fix = torch_pool
-        ? "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that PyTorch maps free "
-          "pieces into one range instead of leaving them stranded in fixed segments; or "
-          "allocate the largest long-lived tensors first."
-        : "The pool's free memory is split into blocks smaller than the request: size its "
-          "segments for the largest request, allocate long-lived buffers first, or let it "
-          "release empty segments.";
-    // The cause even under a cap: the memory the request needed was the process's already,
-    // only in pieces, so reaching the cap (limit_reached) is the symptom.
-    if (f.free_bytes() >= request && f.largest_free < request)
-      add(0.97, "fragmentation",
-          human_bytes(f.free_bytes()) + " reserved by " + o.pool + (o.pool.empty() ? "the allocator" : "") +
-              " was free, in " + std::to_string(f.free_blocks) +
-              " blocks, but the largest (" + human_bytes(f.largest_free) +
-              ") is smaller than the request (" + human_bytes(request) + ")",
-          ev, fix);
-    else if (f.free_bytes() < request && f.free_bytes() + free_b >= request &&
-             f.largest_free < request && f.free_bytes() > request / 4)
-      add(0.6, "fragmentation",
-          human_bytes(f.free_bytes()) + " reserved but free and " + human_bytes(free_b) +
-              " free on the device would together have served the request, but neither does "
-              "alone",
-          ev, fix);
-  }
-  if (oj.contains("held_by_others_bytes")) {
-    const uint64_t others = oj["held_by_others_bytes"].get<uint64_t>();
-    // Decisive when, without them, the request would have fit and they are more than a CUDA
-    // context's own overhead (which the driver counts here too).
-    constexpr uint64_t kContextOverhead = 1ull << 30;
-    const bool decisive = others + free_b >= request &&
-                          others >= std::max(kContextOverhead, request / 2);
-    if (others > 0 && (decisive || (total && others * 10 >= total)))
-      add(decisive ? 0.85 : 0.4, "held_by_others",
-          human_bytes(others) + " of the GPU was held by other processes (or the driver) "
-          "when it ran out" + std::string(decisive ? "; without them the request would fit" : ""),
-          {{"held_by_others_bytes", others},
-           {"free_bytes", free_b},
-           {"this_process_bytes", o.live_bytes},
-           {"requested_bytes", request}},
-          "Another process uses this GPU (see nvidia-smi): run the job alone on it, or give "
-          "each job its own GPU with CUDA_VISIBLE_DEVICES.");
-  }
-  if (!growth.empty()) {
-    uint64_t rate = 0, grown = 0;
-    for (const auto& g : growth) {
-      rate += g["bytes_per_iteration"].get<uint64_t>();
-      grown += g["bytes"].get<uint64_t>();
+  for (const auto& f : findings) {
+    const auto& e = f.evidence;
+    json ev = json::object();
+    auto put = [&](const char* key, const auto& v) {
+      if (v) ev[key] = *v;
+    };
+    put("requested_bytes", e.requested_bytes);
+    put("live_bytes", e.live_bytes);
+    put("limit_bytes", e.limit_bytes);
+    put("total_bytes", e.total_bytes);
+    put("device_free_bytes", e.device_free_bytes);
+    put("free_reserved_bytes", e.free_reserved_bytes);
+    put("largest_free_block_bytes", e.largest_free_block_bytes);
+    put("free_blocks", e.free_blocks);
+    put("external_fragmentation", e.external_fragmentation);
+    put("held_by_others_bytes", e.held_by_others_bytes);
+    put("free_bytes", e.free_bytes);
+    put("this_process_bytes", e.this_process_bytes);
+    put("bytes_per_iteration", e.bytes_per_iteration);
+    put("grown_bytes", e.grown_bytes);
+    put("iterations", e.iterations);
+    if (e.since_ns) ev["since_ns"] = *e.since_ns >= origin ? *e.since_ns - origin : 0;
+    if (f.kind == collector::FindingKind::Growth) {
+      json sites = json::array();
+      for (const auto& g : e.growth_sites) sites.push_back(growth_json(g, stacks, origin));
+      ev["sites"] = sites;
     }
-    const json& top = growth[0];
-    add(grown * 4 >= o.live_bytes ? 0.85 : 0.5, "growth",
-        "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
-            std::to_string(top["first_iteration"].get<int64_t>()) + ", led by " +
-            top["site"].get<std::string>(),
-        {{"bytes_per_iteration", rate},
-         {"grown_bytes", grown},
-         {"iterations", top["iterations"]},
-         {"since_ns", top["since_ns"]},
-         {"sites", growth.size() > 5 ? json(std::vector<json>(growth.begin(), growth.begin() + 5))
-                                     : growth}},
-        "Memory is kept across iterations: keep Python numbers rather than tensors "
-        "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
+    if (f.kind == collector::FindingKind::NearCapacity) {
+      json sites = json::array();
+      for (const auto& [site, bytes] : e.top_sites)
+        sites.push_back({{"site", site}, {"bytes", bytes}});
+      ev["top_sites"] = sites;
+    }
+    out.push_back({{"kind", collector::finding_kind_name(f.kind)},
+                   {"score", f.score},
+                   {"title", f.title},
+                   {"evidence", ev},
+                   {"suggestion", f.suggestion},
+                   {"rank", f.rank}});
   }
-  if (limit && (o.live_bytes + request) * 10 > limit * 8 &&
-      !(oj.contains("limit") && oj["limit"]["kind"] == "per_process_fraction")) {
-    json sites = json::array();
-    for (size_t i = 0; i < oj["live_by_site"].size() && i < 3; ++i)
-      sites.push_back({{"site", oj["live_by_site"][i]["site"]},
-                       {"bytes", oj["live_by_site"][i]["bytes"]}});
-    std::string lead = sites.empty() ? "" : ", led by " + sites[0]["site"].get<std::string>();
-    add(0.6, "near_capacity",
-        "This process held " + human_bytes(o.live_bytes) + " (" +
-            std::to_string(o.live_bytes * 100 / limit) + "% of its limit) when it asked for " +
-            human_bytes(request) + lead,
-        {{"live_bytes", o.live_bytes}, {"limit_bytes", limit}, {"requested_bytes", request},
-         {"top_sites", sites}},
-        "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
-        "accumulation), or mixed precision (bf16/fp16).");
-  }
-  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
-    return a["score"].get<double>() > b["score"].get<double>();
-  });
-  for (size_t i = 0; i < out.size(); ++i) out[i]["rank"] = i + 1;
   return out;
 }
 
@@ -606,21 +494,7 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
+std::string human_bytes(uint64_t bytes) { return collector::human_bytes(bytes); }
 
 json to_json(const Run& run, const RunInfo& info) {
   const uint64_t origin = run.origin_ns;
@@ -781,35 +655,13 @@ json to_json(const Run& run, const RunInfo& info) {
       apis_by_device[key] = dj["apis"];
       reserved_by_device[key] = dj["reserved"];
 
-      // Leak suspects: device memory still live when the process ended, grouped by site. What
-      // a sub-allocator only caches (its segments) is retained, not leaked: its blocks still
-      // handed out are the suspects.
-      std::vector<Allocation> suspects;
-      uint64_t retained_segments = 0;
-      for (const Allocation& a : still) {
-        if (collector::held_by_pool(p, a))
-          retained_segments += a.bytes;
-        else
-          suspects.push_back(a);
-      }
-      // A process that died (a signal, an exception that reached the top, a fatal OOM) did
-      // not free what it held: that is what was live when it died, not a leak.
-      bool died = !p.clean_exit;
-      if (p.torch_memory && p.torch_memory->context().exception) died = true;
-      for (const auto& o : p.ooms) died = died || o.fatal;
-      uint64_t model_state = 0;  // named parameters, buffers, gradients, optimizer state
+      // Leak suspects (or what was live when it died), what allocators cached, the model's
+      // own state: collector/leaks.h.
+      const bool died = collector::process_died(p);
+      collector::StillLive left = collector::still_live(p, index, still, died);
+      const uint64_t retained_segments = left.retained_segment_bytes;
       for (auto& [id, pool] : p.user_pools) {
         if (pool.device != index) continue;
-        for (auto& [addr, b] : pool.view.blocks()) {
-          // A model still referenced at exit (a global) is the model, not a leak.
-          const auto* named = p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns)
-                                            : nullptr;
-          if (named && named->label >= 0 && !died) {
-            model_state += b.bytes;
-            continue;
-          }
-          suspects.push_back(b);
-        }
         auto st = pool.view.state();
         if (st.free_bytes())
           retained.push_back({{"pid", p.pid},
@@ -822,44 +674,19 @@ json to_json(const Run& run, const RunInfo& info) {
                               {"note", "reserved by the allocator and free at exit: cached, not "
                                        "leaked (its blocks still in use are in leaks)"}});
       }
-      if (model_state) devices.back()["model_state_at_exit_bytes"] = model_state;
+      if (left.model_state_bytes)
+        devices.back()["model_state_at_exit_bytes"] = left.model_state_bytes;
       if (!still_running)
-        for (json& g : by_site(suspects, stacks)) {
+        for (json& g : by_site(left.suspects, stacks)) {
           g["device"] = index;
           g["pid"] = p.pid;
           (died ? live_at_death : leaks).push_back(g);
         }
-      // Growth, seen at three moments: the end, the in-use peak of the driver's allocations
-      // and that of the pools' blocks (a program that frees what it kept only at its end still
-      // held it at its peak). Per site, the moment that shows the most.
-      {
-        std::map<std::string, json> by_site_growth;
-        auto take = [&](json list, const char* moment) {
-          for (json& g : list) {
-            g["seen_at"] = moment;
-            auto& slot = by_site_growth[g["site"].get<std::string>()];
-            if (slot.is_null() || g["bytes"].get<uint64_t>() > slot["bytes"].get<uint64_t>())
-              slot = g;
-          }
-        };
-        take(growth_by_site(suspects, p, stacks, p.end_ns, origin), "exit");
-        std::vector<Allocation> driver_at_peak;
-        for (const Allocation& a : d.live_at_peak)
-          if (!collector::held_by_pool(p, a)) driver_at_peak.push_back(a);
-        take(growth_by_site(driver_at_peak, p, stacks, d.memory.peak_time(), origin), "peak");
-        if (!d.blocks_at_peak.empty())
-          take(growth_by_site(d.blocks_at_peak, p, stacks, d.blocks.peak_time(), origin),
-               "allocator peak");
-        json list = json::array();
-        for (auto& [site, g] : by_site_growth) list.push_back(g);
-        std::stable_sort(list.begin(), list.end(), [](const json& a, const json& b) {
-          return a["bytes_per_iteration"].get<uint64_t>() > b["bytes_per_iteration"].get<uint64_t>();
-        });
-        for (json& g : list) {
-          g["device"] = index;
-          g["pid"] = p.pid;
-          growth.push_back(g);
-        }
+      for (const auto& g : collector::device_growth(p, d, left.suspects, site_text_of(stacks))) {
+        json j = growth_json(g, stacks, origin);
+        j["device"] = index;
+        j["pid"] = p.pid;
+        growth.push_back(j);
       }
       if (d.has_allocator_view) {
         json av = {{"now", fragmentation_json(d.frag, origin)},
@@ -966,10 +793,8 @@ json to_json(const Run& run, const RunInfo& info) {
       if (o.total_bytes) oj["total_bytes"] = *o.total_bytes;
       // What the device had in use that this process did not hold: other processes, other
       // contexts, the driver itself.
-      if (o.free_bytes && o.total_bytes && *o.total_bytes >= *o.free_bytes + o.live_bytes)
-        oj["held_by_others_bytes"] = *o.total_bytes - *o.free_bytes - o.live_bytes;
-      else if (o.free_bytes && o.total_bytes)
-        oj["held_by_others_bytes"] = 0;
+      const std::optional<uint64_t> others = collector::held_by_others(o);
+      if (others) oj["held_by_others_bytes"] = *others;
       if (!o.last_kernel.empty()) oj["last_kernel"] = demangle(o.last_kernel);
       bool torch_pool = false;
       if (o.allocator) {
@@ -981,23 +806,27 @@ json to_json(const Run& run, const RunInfo& info) {
       if (o.fragmentation) oj["fragmentation"] = fragmentation_json(*o.fragmentation, origin);
       oj["driver_attempts"] = o.driver_attempts;
       if (o.recovered) oj["recovered"] = true;
-      json growth_then = growth_by_site(o.survivors, p, stacks, o.time_ns, origin);
-      if (!growth_then.empty()) oj["growth"] = growth_then;
-      add_torch_oom(oj, p, o, stacks);
-      {
-        // Headroom against the effective limit (PyTorch's per-process fraction, what other
-        // processes left): the device's free memory beyond it was never this process's.
-        std::optional<uint64_t> others;
-        if (oj.contains("held_by_others_bytes")) others = oj["held_by_others_bytes"].get<uint64_t>();
-        // An OOM PyTorch raised without asking the driver (its per-process fraction refused
-        // the segment) has no cuMemGetInfo of its own: the device's capacity stands in.
-        uint64_t total = o.total_bytes.value_or(0);
-        if (!total && p.devices.count(o.device)) total = p.devices.at(o.device).total_bytes;
-        auto lim = collector::effective_limit(total, p.torch_memory.get(), o.device, others);
-        if (lim.kind != "device") oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind},
-                                                 {"title", lim.title}};
+      collector::OomFindingInput fin;
+      fin.oom = &o;
+      fin.held_by_others = others;
+      fin.growth = collector::growth_by_site(o.survivors, p, o.time_ns, site_text_of(stacks));
+      fin.torch_pool = torch_pool;
+      if (!fin.growth.empty()) {
+        json growth_then = json::array();
+        for (const auto& g : fin.growth) growth_then.push_back(growth_json(g, stacks, origin));
+        oj["growth"] = growth_then;
       }
-      oj["findings"] = oom_findings(o, oj, growth_then, torch_pool);
+      add_torch_oom(oj, p, o, stacks);
+      // Headroom against the effective limit (PyTorch's per-process fraction, what other
+      // processes left): the device's free memory beyond it was never this process's.
+      auto lim = collector::oom_limit(o, p);
+      if (lim.kind != "device") {
+        oj["limit"] = {{"bytes", lim.bytes}, {"kind", lim.kind}, {"title", lim.title}};
+        fin.limit = lim;
+      }
+      for (const json& s : oj["live_by_site"])
+        fin.live_by_site.emplace_back(s["site"].get<std::string>(), s["bytes"].get<uint64_t>());
+      oj["findings"] = findings_json(collector::oom_findings(fin), stacks, origin);
       pooms.push_back(oj);
       ooms.push_back(oj);
     }
