@@ -130,7 +130,10 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
     // Decisive when, without them, the request would have fit and they are more than a CUDA
     // context's own overhead (which the driver counts here too).
     constexpr uint64_t kContextOverhead = 1ull << 30;
-    const bool decisive = others + free_b >= request &&
+    // Under PyTorch's fraction, when the device still had the request free, the cap refused
+    // it: the others took nothing this process could have had.
+    const bool device_had_it = fraction && o.free_bytes.value_or(0) >= request;
+    const bool decisive = !device_had_it && others + free_b >= request &&
                           others >= std::max(kContextOverhead, request / 2);
     if (others > 0 && (decisive || (total && others * 10 >= total))) {
       FindingEvidence ev;

@@ -83,6 +83,18 @@ TEST_CASE("oom findings: a process at PyTorch's per-process fraction reached its
   // Under the cap, a request that fits is no limit_reached (the OOM came from elsewhere).
   o.live_bytes = 17 * GiB;
   REQUIRE(oom_findings(input_of(o, p)).empty());
+
+  // Others held 30 GiB of the card, and 31 GiB of it was still free: the cap refused the
+  // request, the others took nothing this process could have had (not decisive, not first).
+  o.live_bytes = 19 * GiB;
+  o.total_bytes = 80 * GiB;
+  o.free_bytes = 31 * GiB;
+  REQUIRE(*held_by_others(o) == 30 * GiB);
+  f = oom_findings(input_of(o, p));
+  REQUIRE(kinds(f) == std::vector<std::string>{"limit_reached", "held_by_others"});
+  REQUIRE(f[1].score == 0.4);
+  REQUIRE(f[1].title ==
+          "30.00 GiB of the GPU was held by other processes (or the driver) when it ran out");
 }
 
 TEST_CASE("oom findings: reserved free memory that would have served the request is the cause") {
