@@ -175,6 +175,5 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   if (!launches) record_settings(launches);
   stacks_init(options.stacks);  // the module map goes out before any stack that refers to it
   subscribe_cupti(launches, options.cupti);
-  recorder_send_soon();
   return 1;
 }

@@ -593,17 +593,6 @@ void recorder_flush_failure() {
   pthread_mutex_unlock(&s.lock);
 }
 
-void recorder_send_soon() {
-  State& s = state();
-  if (s.phase.load() != kRunning) return;
-  pthread_mutex_lock(&s.lock);
-  if (!s.wake_requested) {
-    s.wake_requested = true;
-    pthread_cond_signal(&s.wake);
-  }
-  pthread_mutex_unlock(&s.lock);
-}
-
 RecordSlot::RecordSlot(size_t max_bytes) {
   State& s = state();
   int phase = s.phase.load(std::memory_order_acquire);

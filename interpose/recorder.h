@@ -74,11 +74,6 @@ class RecordSlot {
 // the collector reads it after any death, and the writer is only woken.
 void recorder_flush_failure();
 
-// Wakes the writer to send what is buffered now rather than at the end of the flush period: the
-// Process record and module map go out at once, so that even a process still running when the
-// launcher writes its report is named in it.
-void recorder_send_soon();
-
 // Called from the library's destructor: writes ProcessExit and flushes what is buffered, in the
 // process that started the recorder only. Records after this are written synchronously.
 void recorder_finish();
