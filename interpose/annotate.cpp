@@ -13,8 +13,7 @@
 
 #include "common/format.h"
 #include "interpose/emit.h"
-#include "interpose/hash.h"
-#include "interpose/hooks.h"
+#include "interpose/intern.h"
 #include "interpose/live.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
@@ -26,35 +25,23 @@ namespace rec = format::rec;
 
 constexpr size_t kMaxRangeName = 512;
 
-// Names by content hash: open addressing, guarded by the recorder's lock (used in a RecordSlot).
-constexpr uint32_t kNameSlots = 4096;
+// Names by content: the program's strings are transient, so a name is known by its FNV-1a hash
+// alone (never 0: 0 marks an empty slot), which also places it.
 struct NameSlot {
   uint64_t hash;
   uint32_t id;
+  bool same_key(const NameSlot& o) const { return hash == o.hash; }
 };
-NameSlot g_names[kNameSlots];
-
-uint64_t hash_bytes(const char* s, size_t n) {
-  return hash::fnv1a(hash::kFnvOffset, s, n) | 1;  // never 0: 0 marks an empty slot
-}
+uint64_t name_slot_hash(const NameSlot& n) { return n.hash; }
+InternTable<NameSlot, name_slot_hash, 4096, InternStorage::kStatic, InternFull::kEverySlot>
+    g_names;
 
 // The id of `name`; writes its String record first when it is new. Inside a RecordSlot.
 uint8_t* intern(uint8_t* p, const char* name, size_t n, uint32_t* id, uint32_t* records) {
-  uint64_t h = hash_bytes(name, n);
-  for (uint32_t i = 0; i < kNameSlots; ++i) {
-    NameSlot& s = g_names[(h + i) % kNameSlots];
-    if (s.hash == h) {
-      *id = s.id;
-      return p;
-    }
-    if (s.hash == 0) {
-      s.hash = h;
-      s.id = allocate_string_id();
-      *id = s.id;
-      break;
-    }
-  }
-  if (*id == 0) *id = allocate_string_id();  // table full: send the name again, fresh id
+  const uint64_t h = hash::fnv1a(hash::kFnvOffset, name, n) | 1;
+  const Interned name_id = g_names.intern(NameSlot{h, 0}, allocate_string_id);
+  *id = name_id.id;
+  if (!name_id.fresh) return p;
   p = format::put(p, rec::String{*id, {name, n}});
   ++*records;
   return p;

@@ -1,25 +1,7 @@
 // Writing one record into the recorder's buffer: the records of common/records.h, each in its
 // own RecordSlot (taken under the recorder's lock), with the allocating thread's stack before it
 // when it has one. The hot path of every hook ends here.
-//
-// The hot path: what runs in the traced process per allocation, free and launch.
-//   cupti_hooks.cpp  on_driver_api        CUPTI's callback at the exit of each driver call
-//                                         (entry of a free: recorded before the memory goes)
-//                    device_of            context -> device, a lock-free cache
-//                    on_alloc_exit        the allocation's id, its stack, its record
-//   stacks.cpp       capture_stack        unwind (outside the lock: the slow part), Python frames
-//   live.cpp         live_alloc/_free     the live view (vramtrace.live), its own lock
-//   cupti_hooks.cpp  record_alloc, record_free, record_failed, record_launch (kernel names
-//                    interned by pointer), record_pool (throttled pool queries)
-//   annotate.cpp     push_range/pop_range (NVTX), vramtrace_v1_* (vramtrace.h): names interned
-//                    by content
-//   emit.h           emit, emit_with_stack: one RecordSlot per record
-//   recorder.cpp     RecordSlot           lock, room in the active buffer (a Dropped record when
-//                                         records were lost), the time delta; commit on return
-//   stacks.cpp       write_stack          new trace-tree nodes and the AllocStack, in the slot
-//   records.h        put                  the bytes
-// Off the hot path: the writer thread (recorder.cpp writer_main, write_frame) swaps the buffers
-// and writes each as one frame.
+// The whole hot path, from CUPTI's callback to here, is mapped at the top of hot_path.cpp.
 #pragma once
 
 #include <cstdint>

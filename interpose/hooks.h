@@ -7,10 +7,6 @@
 
 namespace vramtrace::interpose {
 
-// A fresh id for a String record (kernel, range and pool names share one id space). Call only
-// inside a RecordSlot: the recorder's lock guards the counter.
-uint32_t allocate_string_id();
-
 // Loads CUPTI (`cupti_path`, VRAMTRACE_CUPTI, first when set), subscribes and enables the driver
 // and resource callbacks: the launch callbacks only when `launches` (VRAMTRACE_LAUNCHES).
 // Returns false (after one notice on stderr and a Notice record) when this process cannot be

@@ -23,7 +23,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "interpose/hash.h"
+#include "interpose/intern.h"
 #include "interpose/stacks.h"
 
 namespace vramtrace::interpose {

@@ -8,10 +8,9 @@
 //
 // The trace tree (heaptrack's habit): a node is (frame, parent); each new node is written once as
 // a StackNode (native return address) or PyStackNode (Python code id + line) record, and an
-// allocation names only its leaf ids in an AllocStack record. The intern tables live in mmap'd
-// memory and are only touched under the recorder's lock. When a table is full, new nodes are
-// still written (under fresh ids) but no longer remembered: the trace grows, the answer stays
-// right.
+// allocation names only its leaf ids in an AllocStack record. The intern tables (intern.h) live
+// in mmap'd memory and are only touched under the recorder's lock. Once a table is 3/4 full,
+// every node is written again under a fresh id: the trace grows, the answer stays right.
 //
 // Module map: dl_iterate_phdr's adds/subs counters are compared at every capture (one call that
 // stops at the first module); after a dlopen or dlclose the whole map is sent again, before any
@@ -30,14 +29,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include <atomic>
 
 #include "common/format.h"
-#include "interpose/hash.h"
+#include "interpose/intern.h"
 #include "interpose/options.h"
 #include "interpose/recorder.h"
 
@@ -53,69 +51,41 @@ constexpr uint32_t kMaxStringBytes = 1024;
 
 // ---- intern tables (guarded by the recorder's lock) ---------------------------------------
 
+// A trace-tree node: (frame, parent). Native and Python nodes share one table and one id space.
 struct NodeSlot {
   uint64_t value;  // return address, or the code hash of a Python frame
   uint64_t extra;  // 0 for native frames; line | 1 << 63 for Python frames
   uint32_t parent;
-  uint32_t id;     // 0: empty
+  uint32_t id;
+  bool same_key(const NodeSlot& o) const {
+    return value == o.value && extra == o.extra && parent == o.parent;
+  }
 };
-constexpr uint64_t kNodeSlots = 1u << 19;  // 12 MiB of address space, touched as used
-NodeSlot* g_nodes = nullptr;
-uint64_t g_node_count = 0;
+uint64_t node_hash(const NodeSlot& n) {
+  return hash::mix(n.value ^ hash::mix(n.extra + n.parent));
+}
+// 12 MiB of address space, touched as used.
+InternTable<NodeSlot, node_hash, 1u << 19, InternStorage::kMapped, InternFull::kThreeQuarters>
+    g_nodes;
 uint32_t g_next_node = 1;
 
+// A Python code object, by the hash of its file and function name.
 struct CodeSlot {
   uint64_t hash;
   uint32_t id;
+  bool same_key(const CodeSlot& o) const { return hash == o.hash; }
 };
-constexpr uint64_t kCodeSlots = 1u << 16;
-CodeSlot* g_codes = nullptr;
-uint64_t g_code_count = 0;
+uint64_t code_slot_hash(const CodeSlot& c) { return hash::mix(c.hash); }
+InternTable<CodeSlot, code_slot_hash, 1u << 16, InternStorage::kMapped, InternFull::kThreeQuarters>
+    g_codes;
 uint32_t g_next_code = 1;
 
-using hash::mix;
-
-// Returns the node's id; *fresh is true when it must be written (new, or the table is full).
-uint32_t intern_node(uint64_t value, uint64_t extra, uint32_t parent, bool* fresh) {
-  *fresh = true;
-  if (!g_nodes || g_node_count * 4 >= kNodeSlots * 3) return g_next_node++;
-  uint64_t h = mix(value ^ mix(extra + parent));
-  for (uint64_t i = 0;; ++i) {
-    NodeSlot& s = g_nodes[(h + i) & (kNodeSlots - 1)];
-    if (s.id == 0) {
-      s = NodeSlot{value, extra, parent, g_next_node++};
-      ++g_node_count;
-      return s.id;
-    }
-    if (s.value == value && s.extra == extra && s.parent == parent) {
-      *fresh = false;
-      return s.id;
-    }
-  }
+Interned intern_node(uint64_t value, uint64_t extra, uint32_t parent) {
+  return g_nodes.intern(NodeSlot{value, extra, parent, 0}, [] { return g_next_node++; });
 }
 
-uint32_t intern_code(uint64_t hash, bool* fresh) {
-  *fresh = true;
-  if (!g_codes || g_code_count * 4 >= kCodeSlots * 3) return g_next_code++;
-  for (uint64_t i = 0;; ++i) {
-    CodeSlot& s = g_codes[(mix(hash) + i) & (kCodeSlots - 1)];
-    if (s.id == 0) {
-      s = CodeSlot{hash, g_next_code++};
-      ++g_code_count;
-      return s.id;
-    }
-    if (s.hash == hash) {
-      *fresh = false;
-      return s.id;
-    }
-  }
-}
-
-template <typename T>
-T* map_table(uint64_t slots) {
-  void* m = mmap(nullptr, slots * sizeof(T), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return m == MAP_FAILED ? nullptr : static_cast<T*>(m);
+Interned intern_code(uint64_t hash) {
+  return g_codes.intern(CodeSlot{hash, 0}, [] { return g_next_code++; });
 }
 
 // ---- module map ---------------------------------------------------------------------------
@@ -473,8 +443,8 @@ void stacks_init(const StackOptions& options) {
   if (!g_native && !g_python) return;
   ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
   g_exe_len = n > 0 ? static_cast<size_t>(n) : 0;
-  g_nodes = map_table<NodeSlot>(kNodeSlots);
-  g_codes = map_table<CodeSlot>(kCodeSlots);
+  g_nodes.map();
+  g_codes.map();
   send_module_map();
 }
 
@@ -502,28 +472,27 @@ size_t stack_record_bytes(const CapturedStack& s) {
 
 uint8_t* write_stack(uint8_t* p, const CapturedStack& s, uint32_t* records) {
   uint32_t native_leaf = 0, py_leaf = 0;
-  bool fresh;
   for (int i = s.depth - 1; i >= 0; --i) {  // root first: a parent is written before its child
-    uint32_t id = intern_node(s.ips[i], 0, native_leaf, &fresh);
-    if (fresh) {
-      p = format::put(p, rec::StackNode{id, native_leaf, s.ips[i]});
+    const Interned node = intern_node(s.ips[i], 0, native_leaf);
+    if (node.fresh) {
+      p = format::put(p, rec::StackNode{node.id, native_leaf, s.ips[i]});
       ++*records;
     }
-    native_leaf = id;
+    native_leaf = node.id;
   }
   for (int i = s.py_depth - 1; i >= 0; --i) {
     const PyFrameRef& f = s.py[i];
-    uint32_t code = intern_code(f.code_hash, &fresh);
-    if (fresh) {
-      p = format::put(p, rec::PyCode{code, {f.file, f.file_len}, {f.function, f.function_len}});
+    const Interned code = intern_code(f.code_hash);
+    if (code.fresh) {
+      p = format::put(p, rec::PyCode{code.id, {f.file, f.file_len}, {f.function, f.function_len}});
       ++*records;
     }
-    uint32_t id = intern_node(f.code_hash, f.line | (1ull << 63), py_leaf, &fresh);
-    if (fresh) {
-      p = format::put(p, rec::PyStackNode{id, py_leaf, code, f.line});
+    const Interned node = intern_node(f.code_hash, f.line | (1ull << 63), py_leaf);
+    if (node.fresh) {
+      p = format::put(p, rec::PyStackNode{node.id, py_leaf, code.id, f.line});
       ++*records;
     }
-    py_leaf = id;
+    py_leaf = node.id;
   }
   p = format::put(p, rec::AllocStack{native_leaf, py_leaf});
   ++*records;

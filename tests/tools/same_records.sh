@@ -9,12 +9,16 @@
 # 2. Writing: each test program (tests/programs, on the CPU stand-in) run under each build's
 #    library, without address randomisation. Two runs differ in what the clock, the kernel and the
 #    build give them (times, pids, thread ids, frames per write, return addresses and load
-#    addresses, build ids, the build's own path), so those fields are masked; every other field
-#    of every record, and the order of the records, must be the same (context: a stand-in heap
-#    pointer, moves with the length of the build's path). A program whose masked records differ
+#    addresses, build ids, the build's own path), so those fields are masked (and every run is
+#    given one run id, which the Process record carries); every other field
+#    of every record, and the order of the records, must be the same (context, and a stream
+#    other than the default one: stand-in heap pointers, move with the length of the build's
+#    path). A program whose masked records differ
 #    between two runs of one build (threads interleave: the order, and the stand-in addresses
 #    handed out, vary) is compared as a sorted list of records without addresses, and said so;
-#    one that does a different amount of work each run (fork_storm) is not compared.
+#    one that does a different amount of work each run (fork_storm) is not compared. Besides
+#    each program as it is: bench_mix with 200 iterations and the Python scripts py_alloc.py
+#    and py_nogil.py (Python frames in the stacks).
 # Prints one line per input and exits 1 when anything differs.
 set -euo pipefail
 OLD=$(cd "$1" && pwd)
@@ -59,23 +63,29 @@ mask() {
   grep -E '^[A-Z][A-Za-z]+ t=' "$1" | sed -E \
     -e "s#$OLD|$NEW#BUILD#g" \
     -e 's/ (t|pid|ppid|realtime_ns|start_ns|thread|ip|load_bias|start|end|context)=[0-9]+/ \1=*/g' \
-    -e 's/ build_id="[^"]*"/ build_id=*/'
+    -e 's/ build_id="[^"]*"/ build_id=*/' \
+    -e 's/ stream=[1-9][0-9]*/ stream=*/'
 }
-run_prog() {  # BUILD PROGRAM OUT
-  (cd "$WORK" && LD_LIBRARY_PATH="$1/standin" LD_PRELOAD="$1/lib/libvramtrace.so" \
-    VRAMTRACE_OUTPUT="$3" VRAMTRACE_COMPRESS=off timeout 60 setarch "$(uname -m)" -R \
-    "$1/tests/programs/$2" >/dev/null 2>&1) 2>/dev/null || true  # some programs crash on purpose
+# Runs a command under a build's library; @B in its words stands for the build.
+run_prog() {  # BUILD OUT COMMAND...
+  local build=$1 out=$2
+  shift 2
+  (cd "$WORK" && LD_LIBRARY_PATH="$build/standin" LD_PRELOAD="$build/lib/libvramtrace.so" \
+    VRAMTRACE_OUTPUT="$out" VRAMTRACE_COMPRESS=off VRAMTRACE_RUN_ID=same-records \
+    timeout 60 setarch "$(uname -m)" -R "${@//@B/$build}" >/dev/null 2>&1) 2>/dev/null ||
+    true  # some programs crash on purpose
 }
 programs=0
-for exe in "$NEW"/tests/programs/*; do
-  p=$(basename "$exe")
-  [[ -x $exe && ! $p == *.so && ! $p == bench_* ]] || continue
+compared=0
+check_program() {  # LABEL COMMAND...
+  local p=$1
+  shift
   rm -f "$WORK"/*.vtrace
-  run_prog "$OLD" "$p" "$WORK/old1.vtrace"
-  run_prog "$OLD" "$p" "$WORK/old2.vtrace"
-  run_prog "$NEW" "$p" "$WORK/new1.vtrace"
-  run_prog "$NEW" "$p" "$WORK/new2.vtrace"
-  [[ -s $WORK/old1.vtrace && -s $WORK/new1.vtrace ]] || { echo "no trace: $p"; continue; }
+  run_prog "$OLD" "$WORK/old1.vtrace" "$@"
+  run_prog "$OLD" "$WORK/old2.vtrace" "$@"
+  run_prog "$NEW" "$WORK/new1.vtrace" "$@"
+  run_prog "$NEW" "$WORK/new2.vtrace" "$@"
+  [[ -s $WORK/old1.vtrace && -s $WORK/new1.vtrace ]] || { echo "no trace: $p"; return; }
   programs=$((programs + 1))
   # The traces the programs wrote, read by both builds: identical digests.
   for t in old1 new1; do
@@ -95,12 +105,28 @@ for exe in "$NEW"/tests/programs/*; do
     done
     if ! cmp -s "$WORK/old1.masked" "$WORK/old2.masked"; then
       echo "write $p: what it does varies between two runs of one build, not compared"
-      continue
+      return
     fi
   fi
   compare "write $p" "$WORK/old1.masked" "$WORK/new1.masked"
+  compared=$((compared + 1))
   echo "write $p: $(wc -l <"$WORK/new1.masked") records, compared $how"
+}
+for exe in "$NEW"/tests/programs/*; do
+  p=$(basename "$exe")
+  [[ -x $exe && ! $p == *.so && ! $p == bench_* ]] || continue
+  check_program "$p" "@B/tests/programs/$p"
 done
-echo "test programs: $programs run under both builds"
+# Many launches, pools and repeated stacks (kernel names and stack nodes found again), and
+# Python frames (PyCode and PyStackNode records), with and without the GIL.
+check_program "bench_mix 200" "@B/tests/programs/bench_mix" 200
+if command -v python3 >/dev/null; then
+  check_program py_alloc.py python3 "$ROOT/tests/programs/py_alloc.py" "@B/standin/libcudart.so.13"
+  check_program py_nogil.py python3 "$ROOT/tests/programs/py_nogil.py" \
+    "@B/standin/libcudart.so.13" "@B/tests/programs/libnative_thread.so"
+fi
+echo "test programs: $programs run under both builds, $compared of them compared"
+# A comparison of nothing proves nothing.
+[[ $compared -gt 0 ]] || { echo "no program's records were compared"; fail=1; }
 [[ $fail == 0 ]] && echo "SAME" || echo "DIFFERENT"
 exit $fail
