@@ -139,24 +139,32 @@ void TorchMemory::find_private_pools() {
   if (segs.empty()) return;
   // A segment live at the dump was made by the allocator's latest segment_alloc at its address;
   // memory in its range given back before that was another segment's (an address comes back
-  // after empty_cache()), and so were the blocks made there before.
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const TorchPoolSegment& g = segs[s];
-    uint64_t made = 0, gone = 0;
-    for (const TorchReserve& x : ctx_.reserves) {
-      if (x.device != g.device) continue;
-      const uint64_t n = static_cast<uint64_t>(x.delta > 0 ? x.delta : -x.delta);
-      if (x.delta > 0 && x.address == g.address)
-        made = x.time_ns;
-      else if (x.delta < 0 && x.address < g.address + g.bytes && x.address + n > g.address)
-        gone = x.time_ns;
-    }
-    pool_segment_ns_[s] = std::max(made, gone);
-  }
+  // after empty_cache()), and so were the blocks made there before. The segments live at the
+  // dump do not overlap: each of the trace's changes finds its segments by address.
   std::vector<size_t> order(segs.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
   const auto key = [&](size_t s) { return std::pair{segs[s].device, segs[s].address}; };
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  // The first segment (in `order`) that may hold `address` or lie after it.
+  const auto from = [&](uint32_t device, uint64_t address) {
+    auto it = std::upper_bound(order.begin(), order.end(), std::pair{device, address},
+                               [&](const std::pair<uint32_t, uint64_t>& v, size_t s) {
+                                 return v < key(s);
+                               });
+    return it == order.begin() ? it : it - 1;
+  };
+  for (const TorchReserve& x : ctx_.reserves) {  // in time order: the latest wins
+    const uint64_t n = static_cast<uint64_t>(x.delta > 0 ? x.delta : -x.delta);
+    for (auto it = from(x.device, x.address); it != order.end(); ++it) {
+      const TorchPoolSegment& g = segs[*it];
+      if (g.device < x.device) continue;  // the last of the devices before
+      if (g.device > x.device || g.address >= x.address + n) break;
+      if (x.delta > 0 && x.address == g.address)
+        pool_segment_ns_[*it] = x.time_ns;
+      else if (x.delta < 0 && x.address < g.address + g.bytes && x.address + n > g.address)
+        pool_segment_ns_[*it] = x.time_ns;
+    }
+  }
   for (size_t i = 0; i < blocks.size(); ++i) {
     const TorchBlock& b = blocks[i];
     auto it = std::upper_bound(order.begin(), order.end(), std::pair{b.device, b.address},

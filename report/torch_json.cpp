@@ -72,9 +72,11 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                                   {"bytes", pm.device_bytes}}},
               {"at_exit", bytes_json(at_exit)},
               {"note", "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
-                       "and optimizer hooks); the allocator's cache is its segments less its "
-                       "blocks; the rest of the process's device memory is split by the library "
-                       "that allocated it. The categories add up to the device figure."}};
+                       "and optimizer hooks); a private pool's segments (CUDA graphs', "
+                       "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
+                       "allocator's cache is its other segments less their blocks; the rest "
+                       "of the process's device memory is split by the library that allocated "
+                       "it. The categories add up to the device figure."}};
   // The private pools at the dump (CUDA graphs' capture pools, torch.cuda.MemPool): their
   // segments count whole in their category, from the moment each was made.
   if (const auto pools = tm->private_pools(dev); !pools.empty()) {

@@ -11,8 +11,10 @@
 # others, where the collector aligns each block with the traced iteration), the backward pass (torch.autograd.backward, wrapped) and the optimizer's step hooks
 # (phases and iterations), the storages of parameters, buffers, gradients and optimizer state
 # by name (their data pointers, at each step and at each OOM), the user's line that called the
-# model, backward() and step(), PyTorch's per-process memory fraction, and the exception that
-# ended the program. The collector turns these into categories (collector/torch_context.h).
+# model, backward() and step(), PyTorch's per-process memory fraction, the exception that
+# ended the program, and the private pools (their segments at the dump, and which pools CUDA
+# graphs captured into: once per capture). The collector turns these into categories
+# (collector/torch_memory.h).
 #
 # It must never change what the program does: every failure is one line on stderr, and any
 # sitecustomize the environment had is still run after this one.

@@ -85,17 +85,24 @@ TEST_CASE("torch_memory: a private pool's blocks and free bytes, from its segmen
                   {0, 0x400000, 200, 4 * MiB},    // another, given back at 500 (empty_cache)
                   {0, 0x400000, 500, -4 * static_cast<int64_t>(MiB)},
                   {0, 0x400000, 600, 2 * MiB},    // a graph's pool takes the address again
-                  {0, 0x800000, 700, 2 * MiB}};   // a MemPool's
+                  {0, 0x800000, 700, 2 * MiB},    // a MemPool's
+                  // Device 2: a default segment over the pool's range, given back at 60; the
+                  // pool's own making was lost.
+                  {2, 0x300000, 50, 2 * MiB},
+                  {2, 0x300000, 60, -2 * static_cast<int64_t>(MiB)}};
   ctx.blocks = {{0, 0x100000, MiB, 150, UINT64_MAX},
                 {0, 0x400000, MiB, 250, 400},          // the earlier segment's, not the pool's
                 {0, 0x400000, MiB, 650, UINT64_MAX},   // the graph's
                 {0, 0x500000, MiB / 2, 660, 680},      // the graph's, freed
                 {0, 0x800000, MiB, 750, UINT64_MAX},   // the MemPool's
                 {1, 0x400000, 4096, 10, UINT64_MAX},   // device 1: the segment's making was lost
-                {1, 0x900000, 4096, 10, UINT64_MAX}};  // device 1, past that segment
+                {1, 0x900000, 4096, 10, UINT64_MAX},   // device 1, past that segment
+                {2, 0x400000, 4096, 55, 58},           // device 2: a default segment's
+                {2, 0x400000, 4096, 65, UINT64_MAX}};  // the pool's, made after that went
   ctx.pool_segments = {{0, 0x400000, 2 * MiB, {1, 0}, true},
                        {0, 0x800000, 2 * MiB, {0, 1}, false},
-                       {1, 0x400000, 2 * MiB, {0, 1}, false}};
+                       {1, 0x400000, 2 * MiB, {0, 1}, false},
+                       {2, 0x400000, 2 * MiB, {0, 1}, false}};
   TorchMemory tm(std::move(ctx));
   const auto cat = [&](size_t i) { return tm.info()[i].category; };
   REQUIRE(cat(0) == Category::Inputs);
@@ -105,6 +112,10 @@ TEST_CASE("torch_memory: a private pool's blocks and free bytes, from its segmen
   REQUIRE(cat(4) == Category::PrivatePool);
   REQUIRE(cat(5) == Category::PrivatePool);
   REQUIRE(cat(6) == Category::Inputs);
+  REQUIRE(cat(7) == Category::Inputs);
+  REQUIRE(cat(8) == Category::PrivatePool);
+  REQUIRE(tm.private_reserved_at(2, 59) == 0);
+  REQUIRE(tm.private_reserved_at(2, 60) == 2 * MiB);
   REQUIRE(tm.private_reserved_at(0, 599) == 0);
   REQUIRE(tm.private_reserved_at(0, 600) == 2 * MiB);
   REQUIRE(tm.private_reserved_at(0, 700) == 4 * MiB);
@@ -153,5 +164,7 @@ TEST_CASE("torch_memory: a private pool's blocks and free bytes, from its segmen
   const auto on_one = tm.private_pools(1);
   REQUIRE(on_one.size() == 1);
   REQUIRE(on_one[0].in_use_bytes == 4096);
-  REQUIRE(tm.private_pools(2).empty());
+  REQUIRE(tm.private_pools(2).size() == 1);
+  REQUIRE(tm.private_pools(2)[0].in_use_bytes == 4096);
+  REQUIRE(tm.private_pools(3).empty());
 }
