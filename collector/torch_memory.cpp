@@ -14,7 +14,8 @@ namespace vramtrace::collector {
 const char* category_key(Category c) {
   static const char* const keys[] = {"parameters", "gradients",   "optimizer_state",
                                      "activations", "temporaries", "inputs",
-                                     "workspaces", "communication", "allocator_cache",
+                                     "workspaces", "communication", "private_pool",
+                                     "allocator_cache",
                                      "outside_pytorch", "unclassified"};
   return keys[static_cast<size_t>(c)];
 }
@@ -23,7 +24,8 @@ const char* category_title(Category c) {
   static const char* const titles[] = {
       "parameters",        "gradients",     "optimizer state",
       "activations",       "temporaries",   "inputs and data",
-      "library workspaces", "communication (NCCL)", "allocator cache (reserved, free)",
+      "library workspaces", "communication (NCCL)", "CUDA-graph / private pools",
+      "allocator cache (reserved, free)",
       "outside PyTorch (context, other libraries)", "unclassified"};
   return titles[static_cast<size_t>(c)];
 }
@@ -56,6 +58,7 @@ void follow_mark(std::vector<uint32_t>& modules, const TorchMark& m) {
 
 TorchMemory::TorchMemory(TorchContext ctx) : ctx_(std::move(ctx)) {
   find_phases();
+  find_private_pools();
   classify();
   for (size_t i = 0; i < ctx_.blocks.size(); ++i) {
     const uint32_t dev = ctx_.blocks[i].device;
@@ -126,6 +129,54 @@ void TorchMemory::find_phases() {
     iteration_source_ = "forward of " + module_name(first_root);
   }
   for (PhaseSpan& ph : phases_) ph.iteration = iteration_at(ph.start_ns);
+}
+
+void TorchMemory::find_private_pools() {
+  const auto& segs = ctx_.pool_segments;
+  const auto& blocks = ctx_.blocks;
+  pool_segment_ns_.assign(segs.size(), 0);
+  pool_segment_of_.assign(blocks.size(), -1);
+  if (segs.empty()) return;
+  // A segment live at the dump was made by the allocator's latest segment_alloc at its address;
+  // memory in its range given back before that was another segment's (an address comes back
+  // after empty_cache()), and so were the blocks made there before. The segments live at the
+  // dump do not overlap: each of the trace's changes finds its segments by address.
+  std::vector<size_t> order(segs.size());
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  const auto key = [&](size_t s) { return std::pair{segs[s].device, segs[s].address}; };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  // The first segment (in `order`) that may hold `address` or lie after it.
+  const auto from = [&](uint32_t device, uint64_t address) {
+    auto it = std::upper_bound(order.begin(), order.end(), std::pair{device, address},
+                               [&](const std::pair<uint32_t, uint64_t>& v, size_t s) {
+                                 return v < key(s);
+                               });
+    return it == order.begin() ? it : it - 1;
+  };
+  for (const TorchReserve& x : ctx_.reserves) {  // in time order: the latest wins
+    const uint64_t n = static_cast<uint64_t>(x.delta > 0 ? x.delta : -x.delta);
+    for (auto it = from(x.device, x.address); it != order.end(); ++it) {
+      const TorchPoolSegment& g = segs[*it];
+      if (g.device < x.device) continue;  // the last of the devices before
+      if (g.device > x.device || g.address >= x.address + n) break;
+      if (x.delta > 0 && x.address == g.address)
+        pool_segment_ns_[*it] = x.time_ns;
+      else if (x.delta < 0 && x.address < g.address + g.bytes && x.address + n > g.address)
+        pool_segment_ns_[*it] = x.time_ns;
+    }
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const TorchBlock& b = blocks[i];
+    auto it = std::upper_bound(order.begin(), order.end(), std::pair{b.device, b.address},
+                               [&](const std::pair<uint32_t, uint64_t>& v, size_t s) {
+                                 return v < key(s);
+                               });
+    if (it == order.begin()) continue;
+    const size_t s = *--it;
+    if (segs[s].device == b.device && b.address < segs[s].address + segs[s].bytes &&
+        b.alloc_ns >= pool_segment_ns_[s])
+      pool_segment_of_[i] = static_cast<int64_t>(s);
+  }
 }
 
 void TorchMemory::classify() {
@@ -275,6 +326,9 @@ void TorchMemory::classify() {
       live.erase(it);
   }
   apply_labels_until(UINT64_MAX);
+  // A private pool's block is the pool's whatever it held: a graph's replays reuse it.
+  for (size_t i = 0; i < info_.size(); ++i)
+    if (pool_segment_of_[i] >= 0) info_[i].category = Category::PrivatePool;
 }
 
 std::vector<std::pair<uint64_t, int64_t>> TorchMemory::lifetime_events(
@@ -427,13 +481,52 @@ bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {
   return false;
 }
 
+uint64_t TorchMemory::private_reserved_at(uint32_t device, uint64_t t) const {
+  uint64_t r = 0;
+  for (size_t s = 0; s < ctx_.pool_segments.size(); ++s)
+    if (ctx_.pool_segments[s].device == device && pool_segment_ns_[s] <= t)
+      r += ctx_.pool_segments[s].bytes;
+  return r;
+}
+
+std::vector<PrivatePool> TorchMemory::private_pools(uint32_t device) const {
+  std::vector<PrivatePool> out;
+  std::vector<size_t> pool_of(ctx_.pool_segments.size(), SIZE_MAX);
+  for (size_t s = 0; s < ctx_.pool_segments.size(); ++s) {
+    const TorchPoolSegment& g = ctx_.pool_segments[s];
+    if (g.device != device) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const PrivatePool& p) {
+      return p.pool_id[0] == g.pool_id[0] && p.pool_id[1] == g.pool_id[1];
+    });
+    if (it == out.end()) {
+      out.push_back({{g.pool_id[0], g.pool_id[1]}, false, 0, 0, 0});
+      it = out.end() - 1;
+    }
+    it->cuda_graph = it->cuda_graph || g.cuda_graph;
+    ++it->segments;
+    it->bytes += g.bytes;
+    pool_of[s] = static_cast<size_t>(it - out.begin());
+  }
+  for (size_t i = 0; i < ctx_.blocks.size(); ++i)
+    if (pool_segment_of_[i] >= 0 && ctx_.blocks[i].free_ns == UINT64_MAX &&
+        pool_of[static_cast<size_t>(pool_segment_of_[i])] != SIZE_MAX)
+      out[pool_of[static_cast<size_t>(pool_segment_of_[i])]].in_use_bytes += ctx_.blocks[i].bytes;
+  return out;
+}
+
 std::vector<CategoryBytes> TorchMemory::series(uint32_t device,
                                                const std::vector<uint64_t>& times) const {
   std::vector<CategoryBytes> out(times.size(), CategoryBytes{});
   const auto events = lifetime_events(&device);
   CategoryBytes now{};
   int64_t reserved = 0;
-  size_t e = 0, r = 0;
+  size_t e = 0, r = 0, g = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> pool_segments;  // made, bytes
+  for (size_t s = 0; s < ctx_.pool_segments.size(); ++s)
+    if (ctx_.pool_segments[s].device == device)
+      pool_segments.push_back({pool_segment_ns_[s], ctx_.pool_segments[s].bytes});
+  std::sort(pool_segments.begin(), pool_segments.end());
+  uint64_t pools = 0;
   for (size_t k = 0; k < times.size(); ++k) {
     for (; e < events.size() && events[e].first <= times[k]; ++e) {
       const int64_t v = events[e].second;
@@ -443,9 +536,13 @@ std::vector<CategoryBytes> TorchMemory::series(uint32_t device,
     }
     for (; r < ctx_.reserves.size() && ctx_.reserves[r].time_ns <= times[k]; ++r)
       if (ctx_.reserves[r].device == device) reserved += ctx_.reserves[r].delta;
+    for (; g < pool_segments.size() && pool_segments[g].first <= times[k]; ++g)
+      pools += pool_segments[g].second;
     out[k] = now;
     out[k][static_cast<size_t>(Category::AllocatorCache)] =
         reserved > 0 ? static_cast<uint64_t>(reserved) : 0;
+    uint64_t& pool = out[k][static_cast<size_t>(Category::PrivatePool)];
+    pool = std::max(pool, pools);
   }
   return out;
 }
@@ -490,8 +587,12 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
   uint64_t blocks = 0;
   for (size_t i : tm.live_at(device, t)) {
     out[static_cast<size_t>(tm.info()[i].category)] += tm.context().blocks[i].bytes;
-    blocks += tm.context().blocks[i].bytes;
+    if (tm.info()[i].category != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
   }
+  // The private pools' segments whole (their free bytes are no other block's to take).
+  uint64_t& pool = out[static_cast<size_t>(Category::PrivatePool)];
+  pool = std::max(pool, tm.private_reserved_at(device, t));
+  blocks += pool;
   uint64_t reserved = std::min(tm.reserved_at(device, t), driver_total);
   if (blocks > reserved) {
     // The allocator's own records of a segment can trail the driver's by microseconds.

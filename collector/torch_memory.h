@@ -7,6 +7,10 @@
 // memory outside PyTorch) is split by the driver allocations live at the moment.
 //
 // How a block is classified, first rule that holds:
+//   0. it lies in a segment of a private pool (a CUDA graph's capture pool, a torch.cuda.MemPool)
+//      that the hook listed at the dump, and was made after that segment: private pool, for
+//      its whole life (what a graph's replays use is fixed at capture, whatever the tensors
+//      are); the pool's free bytes count there too, not as the allocator's cache;
 //   1. a named storage (parameter, buffer, .grad, optimizer state) live in it: that;
 //   2. made in a training forward: kept past the end of that forward -> activations (saved
 //      for backward), freed inside it -> temporaries; evaluation forward with grad on: the
@@ -37,7 +41,7 @@ class StackResolver;
 
 enum class Category : uint8_t {
   Parameters, Gradients, OptimizerState, Activations, Temporaries, Inputs, Workspaces,
-  Communication, AllocatorCache, OutsidePytorch, Unclassified, kCount
+  Communication, PrivatePool, AllocatorCache, OutsidePytorch, Unclassified, kCount
 };
 inline constexpr size_t kCategories = static_cast<size_t>(Category::kCount);
 const char* category_key(Category c);    // "optimizer_state"
@@ -56,6 +60,14 @@ struct BlockInfo {
 };
 
 using CategoryBytes = std::array<uint64_t, kCategories>;
+
+// One of PyTorch's private pools on a device, as the hook saw it at the dump.
+struct PrivatePool {
+  uint64_t pool_id[2] = {0, 0};
+  bool cuda_graph = false;  // a CUDA graph's capture pool
+  uint64_t segments = 0, bytes = 0;  // its segments then
+  uint64_t in_use_bytes = 0;         // its blocks live then
+};
 
 // A phase as the report draws it: forward, backward, optimizer step or evaluation.
 struct PhaseSpan {
@@ -100,9 +112,14 @@ class TorchMemory {
   uint64_t after_segment(uint32_t device, uint64_t address, uint64_t t) const;
   // Whether a driver allocation at `address` was one of the allocator's segments.
   bool is_segment(uint32_t device, uint64_t address) const;
+  // What the private pools' segments held at `t` (their blocks and free bytes alike).
+  uint64_t private_reserved_at(uint32_t device, uint64_t t) const;
+  // The private pools of `device` at the dump, in the order the hook listed their segments.
+  std::vector<PrivatePool> private_pools(uint32_t device) const;
 
   // Blocks' bytes by category at each of `times` (sorted), plus in [AllocatorCache] what the
-  // allocator had reserved then (the caller subtracts the blocks): one sweep of the blocks.
+  // allocator had reserved then (the caller subtracts the blocks) and in [PrivatePool] what
+  // the private pools' segments held then (their blocks within): one sweep of the blocks.
   std::vector<CategoryBytes> series(uint32_t device, const std::vector<uint64_t>& times) const;
 
   // "layer3.2.conv2 (Conv2d)", "parameter layer1.0.conv1.weight", "backward at train.py:41".
@@ -113,6 +130,7 @@ class TorchMemory {
  private:
   void find_phases();
   void classify();
+  void find_private_pools();  // before classify(): which blocks are the pools'
   // Blocks' allocations (+index+1) and frees (-(index+1)) in time order; all devices when
   // `device` is null.
   std::vector<std::pair<uint64_t, int64_t>> lifetime_events(const uint32_t* device) const;
@@ -125,6 +143,10 @@ class TorchMemory {
   bool autocast_ = false;
   std::vector<std::vector<size_t>> by_address_;  // per device slot: block indices by address
   std::vector<uint32_t> devices_;
+  // Private pools' segments (ctx.pool_segments) with the time each was made (the allocator's
+  // segment_alloc at its address; 0 when the trace lost it), and whether each block is in one.
+  std::vector<uint64_t> pool_segment_ns_;
+  std::vector<int64_t> pool_segment_of_;  // by block: index into ctx.pool_segments, or -1
   // Between its traced iterations the hook marks only the outermost forwards: each of their
   // blocks takes its module from the latest traced forward of the same model and kind, the
   // block at the same position in allocation order, while the sizes agree.
@@ -149,7 +171,8 @@ class TorchMemory {
 // live then (its bytes are the device figure the categories add up to).
 // `driver_total` is what the process held on the device then (the figure the categories add
 // up to); `outside` the driver allocations live then that may lie outside PyTorch's segments
-// (a partial list is fine: what it does not name is "outside PyTorch").
+// (a partial list is fine: what it does not name is "outside PyTorch"). The private pools'
+// segments count whole as CUDA-graph / private pools, their blocks within them.
 CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
                          const std::vector<Allocation>& outside, StackResolver* stacks);
 

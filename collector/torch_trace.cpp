@@ -292,6 +292,19 @@ TorchTrace read_torch_trace(const std::string& path) {
         break;
       }
       ctx.xla[static_cast<uint32_t>(device)] = x;
+    } else if (f[0] == "P") {
+      TorchPoolSegment seg;
+      uint64_t device = 0;
+      if (f.size() < 7 || !to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &seg.address) ||
+          !to_u64(f[3], &seg.bytes) || !to_u64(f[4], &seg.pool_id[0]) ||
+          !to_u64(f[5], &seg.pool_id[1]) || (f[6] != "graph" && f[6] != "pool") ||
+          ctx.pool_segments.size() >= kMaxNames) {
+        fail("bad private pool segment");
+        break;
+      }
+      seg.device = static_cast<uint32_t>(device);
+      seg.cuda_graph = f[6] == "graph";
+      ctx.pool_segments.push_back(seg);
     } else if (v2 && f[0] == "D" && f.size() >= 2) {
       to_u64(f[1], &ctx.dropped_marks);
     } else if (f[0] == "END") {
@@ -302,10 +315,10 @@ TorchTrace read_torch_trace(const std::string& path) {
       break;
     }
   }
-  // A version 2 file whose hook saw nothing of the program (no module, mark or label) has
-  // no context to classify by.
+  // A version 2 file whose hook saw nothing of the program (no module, mark, label or private
+  // pool) has no context to classify by.
   ctx.present = v2 && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty() ||
-                       !ctx.xla.empty());
+                       !ctx.xla.empty() || !ctx.pool_segments.empty());
   std::stable_sort(ctx.marks.begin(), ctx.marks.end(),
                    [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(ctx.labels.begin(), ctx.labels.end(),

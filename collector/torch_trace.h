@@ -21,6 +21,10 @@
 //   D  marks                                           (the oldest marks were dropped)
 //   J  device  in_use  peak_in_use  limit  reserved  largest_alloc   (XLA's pool, from JAX's
 //                               memory_stats() at exit; such files end in .jax)
+//   P  device  address  bytes  pool_id_0  pool_id_1  kind
+//                               (a segment of a private pool at the dump: the snapshot's
+//                               segments whose segment_pool_id is not (0, 0); kind "graph" for
+//                               a CUDA graph's pool, "pool" for another, e.g. torch.cuda.MemPool)
 //   END  entries                                 (the file is complete)
 // frame_ids: comma-separated, innermost first; time_us and time_ns: the Unix epoch (PyTorch's
 // clock agrees with Python's time.time_ns() to the microsecond: tests/gpu/real/probe_hooks.py).
@@ -88,6 +92,15 @@ struct TorchReserve {
   int64_t delta = 0;
 };
 
+// A segment of one of PyTorch's private pools (a CUDA graph's capture pool, a
+// torch.cuda.MemPool) when the file was written: its blocks are that pool's.
+struct TorchPoolSegment {
+  uint32_t device = 0;
+  uint64_t address = 0, bytes = 0;
+  uint64_t pool_id[2] = {0, 0};  // PyTorch's MempoolId_t: (n, 0) a graph's own, (0, n) a handle
+  bool cuda_graph = false;       // the hook saw a CUDA graph capture into it (or (n, 0))
+};
+
 // XLA's allocator on one device, as JAX's memory_stats() read it at exit.
 struct XlaPool {
   uint64_t in_use = 0, peak_in_use = 0, limit = 0, reserved = 0, largest_alloc = 0;
@@ -102,6 +115,7 @@ struct TorchContext {
   std::map<uint32_t, TorchLimit> limits;  // by device
   std::optional<TorchException> exception;
   std::map<uint32_t, XlaPool> xla;  // by device (a JAX program)
+  std::vector<TorchPoolSegment> pool_segments;  // private pools' segments at the dump
   uint64_t dropped_marks = 0;
   std::vector<TorchBlock> blocks;      // in allocation order
   std::vector<TorchReserve> reserves;  // in time order

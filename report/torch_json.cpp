@@ -73,9 +73,23 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                                   {"bytes", pm.device_bytes}}},
               {"at_exit", bytes_json(at_exit)},
               {"note", "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
-                       "and optimizer hooks); the allocator's cache is its segments less its "
-                       "blocks; the rest of the process's device memory is split by the library "
-                       "that allocated it. The categories add up to the device figure."}};
+                       "and optimizer hooks); a private pool's segments (CUDA graphs', "
+                       "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
+                       "allocator's cache is its other segments less their blocks; the rest "
+                       "of the process's device memory is split by the library that allocated "
+                       "it. The categories add up to the device figure."}};
+  // The private pools at the dump (CUDA graphs' capture pools, torch.cuda.MemPool): their
+  // segments count whole in their category, from the moment each was made.
+  if (const auto pools = tm->private_pools(dev); !pools.empty()) {
+    json list = json::array();
+    for (const collector::PrivatePool& pool : pools)
+      list.push_back({{"pool_id", {pool.pool_id[0], pool.pool_id[1]}},
+                      {"cuda_graph", pool.cuda_graph},
+                      {"segments", pool.segments},
+                      {"bytes", pool.bytes},
+                      {"in_use_bytes", pool.in_use_bytes}});
+    cat["private_pools"] = list;
+  }
   // Over time: at the lowest and the highest moment of each bucket of the device's timeline,
   // in time order (every rise and fall wider than a bucket, the exact peak), and at the end:
   // the blocks by category, the cache and the memory outside PyTorch's allocator (the

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The categories, names, phases, diagnosis and remedies on real PyTorch jobs, each compared
 with what PyTorch itself reports (and an OOM caught in a forward, the loop going on). Run by scripts/gpu-categories.sh on a machine with a GPU;
-prints a table of checks and writes every report under --out."""
+prints a table of checks and writes every report under --out. --only runs the cases named
+(those defined as functions in CASES) and nothing else."""
 import argparse, json, os, subprocess, sys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
 ap.add_argument("--scripts", required=True)
 ap.add_argument("--out", required=True)
+ap.add_argument("--only", default="", help="comma-separated cases to run alone (of: %s)" % "cuda-graph")
 args = ap.parse_args()
 VT = os.path.join(args.build, "bin", "vramtrace")
 results = []
@@ -36,12 +38,45 @@ def run(tag, script, **env):
     return p.returncode, r, figs
 
 def gib(b): return "%.3f GiB" % (b / 2**30)
+
 def cats(r, where="at_peak", pid_dev=None):
     for pr in r["processes"]:
         for d in pr["devices"]:
             if "categories" in d:
                 return d["categories"][where], d, pr
     return {}, {}, {}
+
+def finish():
+    print("\n%d/%d checks passed" % (sum(ok for _, ok, _ in results), len(results)))
+    sys.exit(0 if all(ok for _, ok, _ in results) else 1)
+
+def case_cuda_graph():
+    """CUDA graphs (their own pool, a graph_pool_handle() pool) and a MemPool: the private_pool
+    category at exit equals the total_size of the snapshot's segments whose segment_pool_id is
+    not (0, 0), read by the script just before exit; per pool too, graphs' pools said so."""
+    rc, r, figs = run("cuda-graph", "cuda_graph.py")
+    tf = figs[-1] if figs else {}
+    ex, d, pr = cats(r, "at_exit")
+    check("graph: private_pool at exit = the snapshot's private segments",
+          rc == 0 and tf.get("private_bytes", 0) > 0 and ex.get("private_pool") == tf.get("private_bytes"),
+          "exit %s: %s vs %s (%d replays; torch reserved %s)" % (rc, ex.get("private_pool"), tf.get("private_bytes"),
+          tf.get("replays", 0), tf.get("reserved")))
+    live = next((x.get("final_live_bytes") for x in r["devices"] if x.get("index") == d.get("index")), None)
+    check("graph: the categories at exit add up to the device's figure", live is not None and sum(ex.values()) == live,
+          "%s vs %s: %s" % (sum(ex.values()), live, {k: gib(v) for k, v in ex.items() if v}))
+    listed = {"%d,%d" % tuple(p["pool_id"]): p for p in d.get("categories", {}).get("private_pools", [])}
+    check("graph: each pool's bytes as the snapshot's", {k: p["bytes"] for k, p in listed.items()} == tf.get("pools"),
+          "%s vs %s" % ({k: p["bytes"] for k, p in listed.items()}, tf.get("pools")))
+    graphs = set(tf.get("graph_pools", []))
+    said = {k for k, p in listed.items() if p["cuda_graph"]}
+    check("graph: the CUDA graphs' pools are said to be, the MemPool's not", said == graphs and tf.get("mempool") not in said,
+          "said %s, graphs %s, mempool %s" % (sorted(said), sorted(graphs), tf.get("mempool")))
+
+CASES = {"cuda-graph": case_cuda_graph}
+if args.only:
+    for name in args.only.split(","):
+        CASES[name]()
+    finish()
 
 # 1. ResNet-50 at batch 256 limited to 16 GiB: dies of OOM.
 rc, r, figs = run("resnet-oom", "resnet_oom.py", BATCH=256, LIMIT_GIB=16, STEPS=2)
@@ -204,5 +239,7 @@ pool = [d.get("xla_pool") for pr in r["processes"] for d in pr["devices"] if d.g
 check("jax: XLA's peak in use", pool and pool[0]["peak_in_use_bytes"] >= xf.get("bytes_in_use", -1),
       "%s vs last seen %s" % (pool[0]["peak_in_use_bytes"] if pool else None, xf.get("bytes_in_use")))
 
-print("\n%d/%d checks passed" % (sum(ok for _, ok, _ in results), len(results)))
-sys.exit(0 if all(ok for _, ok, _ in results) else 1)
+# 10. CUDA graphs and a MemPool: their private pools, segments whole.
+case_cuda_graph()
+
+finish()

@@ -11,8 +11,10 @@
 # others, where the collector aligns each block with the traced iteration), the backward pass (torch.autograd.backward, wrapped) and the optimizer's step hooks
 # (phases and iterations), the storages of parameters, buffers, gradients and optimizer state
 # by name (their data pointers, at each step and at each OOM), the user's line that called the
-# model, backward() and step(), PyTorch's per-process memory fraction, and the exception that
-# ended the program. The collector turns these into categories (collector/torch_context.h).
+# model, backward() and step(), PyTorch's per-process memory fraction, the exception that
+# ended the program, and the private pools (their segments at the dump, and which pools CUDA
+# graphs captured into: once per capture). The collector turns these into categories
+# (collector/torch_memory.h).
 #
 # It must never change what the program does: every failure is one line on stderr, and any
 # sitecustomize the environment had is still run after this one.
@@ -94,6 +96,7 @@ def _vramtrace_setup():
                 if context is not None and trace:
                     context.write_limit(f, device)
             if context is not None:
+                context.write_pools(f, snap.get("segments", []))
                 context.write(f)
             f.write("END\t%d\n" % count)
         os.replace(tmp, path)
@@ -356,6 +359,37 @@ class _Context:
 
         self.module_class, self.call, self.traced_call = module_class, call, traced_call
         self.set_enabled(True)
+        self.graph_pools = set()  # pools CUDA graphs captured into (their segment_pool_id)
+        self.watch_graphs()
+
+    def watch_graphs(self):
+        """Records the private pool of each CUDA graph capture (torch.cuda.graph,
+        make_graphed_callables and torch.compile's CUDA graphs all go through
+        CUDAGraph.capture_begin): once per capture, so that the pools the report shows can
+        say which are CUDA graphs'. A pool of graph_pool_handle() or torch.cuda.MemPool has an
+        id (0, n) like any other user-made pool; a graph's own pool is (n, 0)."""
+        graphs = getattr(self.torch.cuda, "graphs", None)
+        cls = getattr(graphs, "CUDAGraph", None)
+        begin = getattr(cls, "capture_begin", None)
+        if begin is None:
+            return
+        pools = self.graph_pools
+        import functools
+
+        @functools.wraps(begin)
+        def capture_begin(graph, *args, **kwargs):
+            try:
+                result = begin(graph, *args, **kwargs)
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
+            try:
+                pools.add(tuple(int(x) for x in graph.pool()))
+            except Exception:
+                pass
+            return result
+
+        cls.capture_begin = capture_begin
 
     def module_hooks(self, on):
         for h in self.handles:
@@ -648,6 +682,27 @@ class _Context:
             f.write("Q\t%d\t%.17g\t%d\n" % (device, fraction, total))
         except Exception:
             pass
+
+    def write_pools(self, f, segments):
+        """The P records: each segment of a private pool (segment_pool_id not (0, 0)) now; the
+        collector counts a block in one as that pool's. PyTorch before segment_pool_id: none."""
+        out = []
+        for seg in segments:
+            try:
+                pool = seg.get("segment_pool_id")
+                if pool is None:
+                    continue
+                pool = tuple(int(x) for x in pool)
+                if len(pool) != 2 or pool == (0, 0):
+                    continue
+                graph = pool in self.graph_pools or (pool[0] != 0 and pool[1] == 0)
+                out.append("P\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
+                    int(seg.get("device") or 0), int(seg.get("address") or 0),
+                    int(seg.get("total_size") or 0), pool[0], pool[1],
+                    "graph" if graph else "pool"))
+            except Exception:
+                continue
+        f.write("".join(out))
 
     def write(self, f):
         f.write("".join(self.module_lines))

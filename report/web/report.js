@@ -274,11 +274,19 @@
 
   // ---- categories ---------------------------------------------------------------------------
   const catColors = { parameters: "#3b82f6", gradients: "#8b5cf6", optimizer_state: "#ec4899", activations: "#f59e0b",
-    temporaries: "#eab308", inputs: "#14b8a6", workspaces: "#06b6d4", communication: "#84cc16", cuda_graphs: "#a855f7",
+    temporaries: "#eab308", inputs: "#14b8a6", workspaces: "#06b6d4", communication: "#84cc16", private_pool: "#a855f7",
     allocator_cache: "#94a3b8", context_other: "#64748b", unclassified: "#cbd5e1", live: "#3b82f6" };
   const spare = ["#0ea5e9", "#f97316", "#22c55e", "#d946ef", "#f43f5e", "#10b981"];
   const catColor = (name, i) => catColors[name] || spare[i % spare.length];
-  const catLabel = (name) => String(name).replace(/_/g, " ");
+  // A key whose words alone would not say what it is.
+  const catNames = { private_pool: "CUDA-graph / private pools" };
+  const catLabel = (name) => catNames[name] || String(name).replace(/_/g, " ");
+  // The private pools the start-up hook saw at the end: which are CUDA graphs', their segments.
+  function privatePoolsLine(pools) {
+    if (!Array.isArray(pools) || !pools.length) return null;
+    const one = (p) => `${p.cuda_graph ? "CUDA graph pool" : "private pool"} (${(p.pool_id || []).join(", ")}) ${bytes(p.bytes)} in ${plural(p.segments, "segment")}, ${bytes(p.in_use_bytes)} in use`;
+    return $("div", { class: "muted small", "data-private-pools": String(pools.length), text: `Private pools at the end (counted whole, free bytes included, as CUDA-graph / private pools): ${pools.map(one).join("; ")}.` });
+  }
 
   // ---- the program and its verdict ----------------------------------------------------------
   function analyse(R) {
@@ -915,6 +923,8 @@
         later.push(chart.draw);
       }
       if (d.categories && d.categories.note) card.append($("div", { class: "muted small", text: d.categories.note }));
+      const pools = d.categories && privatePoolsLine(d.categories.private_pools);
+      if (pools) card.append(pools);
       const ooms = A.oomsOf(d.index);
       const recovered = (R.oom || []).filter((o) => o.device === d.index && o.recovered);
       const deviceLimit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device" } : null);

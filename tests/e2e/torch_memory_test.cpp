@@ -3,7 +3,8 @@
 // py_torch_train.py, and the report's categories, named tensors, phases, iterations, the OOM's
 // moment and the diagnosis with its remedies, in exact bytes (the program's docstring derives
 // them: 1 MiB weights, grads and momentum buffers, a 20 MiB batch and a 20 MiB fc1 output
-// live at the OOM, 24 MiB cached of the 70 MiB reserved).
+// live at the OOM, 24 MiB cached of the 70 MiB reserved); and py_torch_graph.py's CUDA graphs
+// and MemPool, whose private pools are one category, segments whole.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -58,6 +59,7 @@ void check_state(const json& c) {
   REQUIRE(c["outside_pytorch"] == 0);
   REQUIRE(c["workspaces"] == 0);
   REQUIRE(c["communication"] == 0);
+  REQUIRE(c["private_pool"] == 0);
   REQUIRE(c["unclassified"] == 0);
   REQUIRE(sum(c) == 70 * MiB);
 }
@@ -389,4 +391,53 @@ TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, on PyTorch 
     REQUIRE(phases[i].contains("end_ns"));
   }
   REQUIRE(j["leaks"].empty());
+}
+
+TEST_CASE("PyTorch's memory by category: CUDA graphs' and a MemPool's private pools") {
+  // py_torch_graph.py's docstring derives the figures: at exit the weight (1 MiB), the static
+  // input (4 MiB), 1 MiB free in the weight's segment, and three private pools: graph 1's own
+  // (id (1, 0): its scratch's 2 MiB segment, free, and its output's 4 MiB), the MemPool's
+  // (id (0, 1): 512 KiB held in 2 MiB) and graph 2's shared one (id (0, 2), like graph 1's).
+  std::string dir = temp_dir();
+  const std::string script = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_graph.py";
+  Result r = sh(kEnv + torch_env() + " " + kVramtrace + " run -o " + dir + " -- python3 " + script);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "py_torch_graph done, replays 3"));
+  REQUIRE(contains(r.out, "CUDA-graph / private pools 14.00 MiB"));
+  json j = load_json(dir + "/report.json");
+  REQUIRE(j["run"]["problems"].empty());
+  const json& p = j["processes"][0];
+  REQUIRE(p["torch_allocator_trace"]["merged"] == true);
+  const json& c = p["devices"][0]["categories"];
+  const json& e = c["at_exit"];
+  REQUIRE(e["private_pool"] == 14 * MiB);  // the blocks' 8.5 MiB and the 5.5 MiB free in them
+  REQUIRE(e["parameters"] == 1 * MiB);
+  REQUIRE(e["inputs"] == 4 * MiB);
+  REQUIRE(e["allocator_cache"] == 1 * MiB);  // the default pool's only
+  for (const char* k : {"gradients", "optimizer_state", "activations", "temporaries", "workspaces",
+                        "communication", "outside_pytorch", "unclassified"}) {
+    INFO(k);
+    REQUIRE(e[k] == 0);
+  }
+  REQUIRE(sum(e) == 20 * MiB);
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 20 * MiB);
+  REQUIRE(c["at_peak"] == e);  // the last segment made the peak; nothing changed after it
+  REQUIRE(c["titles"]["private_pool"] == "CUDA-graph / private pools");
+  REQUIRE(c["private_pools"] == json::parse(R"([
+      {"pool_id": [1, 0], "cuda_graph": true, "segments": 2, "bytes": 6291456, "in_use_bytes": 4194304},
+      {"pool_id": [0, 1], "cuda_graph": false, "segments": 1, "bytes": 2097152, "in_use_bytes": 524288},
+      {"pool_id": [0, 2], "cuda_graph": true, "segments": 2, "bytes": 6291456, "in_use_bytes": 4194304}])"));
+  // Over time: each pool segment counts whole from the moment the allocator made it.
+  const json& columns = c["timeline"]["columns"];
+  size_t col = 0;
+  for (size_t k = 0; k < columns.size(); ++k)
+    if (columns[k] == "private_pool") col = k;
+  REQUIRE(col > 0);
+  std::vector<uint64_t> steps;
+  for (const json& row : c["timeline"]["points"]) {
+    const uint64_t v = row[col].get<uint64_t>();
+    if (steps.empty() || steps.back() != v) steps.push_back(v);
+  }
+  REQUIRE(steps == std::vector<uint64_t>{0, 2 * MiB, 6 * MiB, 8 * MiB, 10 * MiB, 14 * MiB});
 }

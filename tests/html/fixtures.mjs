@@ -51,7 +51,7 @@ const shortStack = (fn, file, line) => [nat("c10::cuda::CUDACachingAllocator::Na
   ...cpython(), py(fn, file, line), ...cpython(), py("main", "/work/resnet/train.py", 131), ...cpython(), py("<module>", "/work/resnet/train.py", 140), ...start()];
 
 const cats = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces",
-  "communication", "cuda_graphs", "allocator_cache", "context_other", "unclassified"];
+  "communication", "private_pool", "allocator_cache", "context_other", "unclassified"];
 
 // A training run: `iters` iterations of forward, backward and optimizer, activations growing in
 // forward and freed in backward; the last forward dies of OOM (or, with oom false, completes).
@@ -60,7 +60,7 @@ function trainTimeline(iters, perIter, oom) {
   const params = 97 * MiB, grads = 97 * MiB, opt = 194 * MiB, inputs = 588 * MiB;
   let t = 1.2e9;
   let act = 0;
-  const row = (o) => [Math.round(t), params, o.grads, o.opt, Math.round(o.act), o.tmp, inputs, 512 * MiB, 0, 0, o.cache, 0, o.uncl];
+  const row = (o) => [Math.round(t), params, o.grads, o.opt, Math.round(o.act), o.tmp, inputs, 384 * MiB, 0, 128 * MiB, o.cache, 0, o.uncl];
   for (let it = 0; it < iters; it++) {
     const f0 = t;
     const last = oom && it === iters - 1;
@@ -164,7 +164,9 @@ export function torchOom() {
       peak: { bytes: liveAt, time_ns: lastRow[0], phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s) },
       timeline: { points: totalPoints },
       categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
-        note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces)." },
+        note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces).",
+        private_pools: [{ pool_id: [1, 0], cuda_graph: true, segments: 3, bytes: 96 * MiB, in_use_bytes: 80 * MiB },
+          { pool_id: [0, 1], cuda_graph: false, segments: 1, bytes: 32 * MiB, in_use_bytes: 0 }] },
       phases: tl.phases,
     }],
     processes: [{

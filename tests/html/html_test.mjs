@@ -271,6 +271,9 @@ for (const width of [1400, 1000]) {
   check(`${w}: the memory axis has round binary ticks`, ticks.length >= 3 && ticks.every((t) => /^(0|\d+ (KiB|MiB|GiB))$/.test(t)) && ticks.includes("16 GiB"), ticks.join(","));
   const legend = await page.locator(".u-legend").first().textContent();
   check(`${w}: the chart is stacked by category`, ["parameters", "gradients", "optimizer state", "activations", "allocator cache"].every((c) => legend.includes(c)), legend);
+  check(`${w}: private pools in the legend by their title`, legend.includes("CUDA-graph / private pools"), legend);
+  const pools = await page.locator("[data-private-pools]").first().textContent();
+  check(`${w}: which private pools are CUDA graphs'`, pools === "Private pools at the end (counted whole, free bytes included, as CUDA-graph / private pools): CUDA graph pool (1, 0) 96.00 MiB in 3 segments, 80.00 MiB in use; private pool (0, 1) 32.00 MiB in 1 segment, 0 B in use.", pools);
   const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
   check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
   await kernel.click();

@@ -1,6 +1,7 @@
 // Unit tests of the allocator's view (collector/allocator_view.h) and of reading PyTorch's
 // allocator trace (collector/torch_trace.h): free blocks, the largest, joined mappings of
-// expandable segments, inconsistent input, and the trace file's clock, order and bad lines.
+// expandable segments, inconsistent input, and the trace file's clock, order, private pools'
+// segments and bad lines.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -203,4 +204,58 @@ TEST_CASE("PyTorch trace files that are cut, corrupt or not one at all") {
   REQUIRE_THROWS_WITH(read_torch_trace(junk), Catch::Contains("not a PyTorch allocator trace"));
   REQUIRE_THROWS_WITH(read_torch_trace("/nonexistent.torch"), Catch::Contains("cannot open"));
   for (auto* p : {&cut, &bad, &wrapped, &other, &junk}) std::remove(p->c_str());
+}
+
+TEST_CASE("PyTorch trace files list the private pools' segments at the dump") {
+  std::string path = write_temp(
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "E\t0\tsegment_alloc\t4194304\t2097152\t0\t1000500000\t\t\n"
+      "E\t0\talloc\t4194304\t1024\t0\t1000500001\t\t\n"
+      "P\t0\t4194304\t2097152\t3\t0\tgraph\n"
+      "P\t1\t8388608\t20971520\t0\t18446744073709551615\tpool\n"
+      "END\t2\n");
+  TorchTrace t = read_torch_trace(path);
+  REQUIRE(t.problem.empty());
+  const auto& segs = t.context.pool_segments;
+  REQUIRE(segs.size() == 2);
+  REQUIRE(segs[0].device == 0);
+  REQUIRE(segs[0].address == 4194304);
+  REQUIRE(segs[0].bytes == 2097152);
+  REQUIRE(segs[0].pool_id[0] == 3);
+  REQUIRE(segs[0].pool_id[1] == 0);
+  REQUIRE(segs[0].cuda_graph);
+  REQUIRE(segs[1].device == 1);
+  REQUIRE(segs[1].address == 8388608);
+  REQUIRE(segs[1].bytes == 20 * MiB);
+  REQUIRE(segs[1].pool_id[1] == UINT64_MAX);
+  REQUIRE_FALSE(segs[1].cuda_graph);
+  // No module, mark or label, yet pools: the blocks have a category to be classified into.
+  REQUIRE(t.context.present);
+  REQUIRE(t.context.blocks.size() == 1);
+
+  // A trace without them reads as before: no pools, nothing to classify.
+  std::string plain = write_temp(
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "E\t0\tsegment_alloc\t4194304\t2097152\t0\t1000500000\t\t\n"
+      "END\t1\n");
+  TorchTrace p = read_torch_trace(plain);
+  REQUIRE(p.problem.empty());
+  REQUIRE(p.context.pool_segments.empty());
+  REQUIRE_FALSE(p.context.present);
+
+  // A bad one stops the reading there.
+  for (const char* line : {"P\t0\t4194304\t2097152\t3\t0\tcustom\n",  // unknown kind
+                           "P\t0\t4194304\t2097152\t3\tgraph\n",        // a field short
+                           "P\t0\t0x400000\t2097152\t3\t0\tgraph\n",   // not a number
+                           "P\t4096\t4194304\t2097152\t3\t0\tgraph\n"}) {
+    INFO(line);
+    std::string bad = write_temp(std::string("vramtrace.torch/2\t42\t1\t1\tx\n") + line +
+                                 "END\t0\n");
+    TorchTrace b = read_torch_trace(bad);
+    REQUIRE(b.problem == "line 2: bad private pool segment");
+    REQUIRE(b.context.pool_segments.empty());
+    std::remove(bad.c_str());
+  }
+  std::remove(path.c_str());
+  std::remove(plain.c_str());
 }

@@ -1,6 +1,9 @@
 # torch.cuda of the stand-in PyTorch: the allocator's memory module, PyTorch's per-process
-# memory fraction (enforced by memory.segment()) and the device's total memory.
-from . import memory  # noqa: F401
+# memory fraction (enforced by memory.segment()), the device's total memory, and CUDA graphs
+# and private pools (graphs.py).
+from . import graphs, memory  # noqa: F401
+from .graphs import (CUDAGraph, MemPool, graph, graph_pool_handle,  # noqa: F401
+                     use_mem_pool)
 from .memory import OutOfMemoryError  # noqa: F401
 
 

@@ -5,7 +5,10 @@
 # malloc()/release() are the caching allocator that the stand-in tensors use: best fit among
 # the free blocks of the segments (the smallest that fits, the oldest segment first), split
 # and merged again on release, a new segment (the request rounded up to 2 MiB) only when none
-# fits; the cache is never given back to the driver. With a per-process memory fraction, a
+# fits; the cache is never given back to the driver. Each segment belongs to one pool: the
+# default (0, 0), or the private pool that was current when it was made (a CUDA graph's
+# capture, torch.cuda.use_mem_pool: see cuda/graphs.py); a block comes only from segments of
+# the current pool, and _snapshot() lists the segments with their segment_pool_id. With a per-process memory fraction, a
 # segment that would take what the allocator reserved past fraction x the device's memory is
 # refused without asking the driver, as PyTorch refuses it.
 import ctypes
@@ -21,7 +24,8 @@ _recording = False
 _context = None
 _observers = []
 _sizes = {}
-_segments = []  # [base, bytes, blocks]; blocks: [offset, bytes, in_use], by offset
+_segments = []  # [base, bytes, blocks, pool]; blocks: [offset, bytes, in_use], by offset
+_pool = (0, 0)  # the pool new blocks come from (segment_pool_id)
 _reserved = 0
 _fraction = 1.0
 _SEGMENT_ROUND = 2 << 20
@@ -42,7 +46,10 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
 
 
 def _snapshot():
-    return {"segments": [], "device_traces": [list(_trace)]}
+    segments = [{"device": 0, "address": seg[0], "total_size": seg[1], "segment_pool_id": seg[3],
+                 "allocated_size": sum(b[1] for b in seg[2] if b[2]), "is_expandable": False}
+                for seg in _segments]
+    return {"segments": segments, "device_traces": [list(_trace)]}
 
 
 def _frames():
@@ -108,6 +115,8 @@ def oom(nbytes, segment_bytes):
 def malloc(nbytes):
     best = None
     for seg in _segments:
+        if seg[3] != _pool:
+            continue
         for i, b in enumerate(seg[2]):
             if not b[2] and b[1] >= nbytes and (best is None or b[1] < best[0][2][best[1]][1]):
                 best = (seg, i)
@@ -116,7 +125,7 @@ def malloc(nbytes):
         base = segment(size)
         if base is None:
             _fail(nbytes)
-        _segments.append([base, size, [[0, size, False]]])
+        _segments.append([base, size, [[0, size, False]], _pool])
         best = (_segments[-1], 0)
     seg, i = best
     b = seg[2][i]
