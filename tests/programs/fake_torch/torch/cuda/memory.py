@@ -8,6 +8,7 @@
 # fits; the cache is never given back to the driver. With a per-process memory fraction, a
 # segment that would take what the allocator reserved past fraction x the device's memory is
 # refused without asking the driver, as PyTorch refuses it.
+import collections
 import ctypes
 import os
 import sys
@@ -36,13 +37,20 @@ OutOfMemoryError.__module__ = "torch"
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0, **kw):
-    global _recording, _context
+    global _recording, _context, _trace
     _recording = bool(enabled)
     _context = context
+    # A ring of the latest max_entries entries, as PyTorch keeps them.
+    _trace = collections.deque(_trace, maxlen=max_entries or None)
 
 
 def _snapshot():
-    return {"segments": [], "device_traces": [list(_trace)]}
+    # The segments with their blocks in address order (size, state), as PyTorch lists them.
+    segments = [{"device": 0, "address": base, "total_size": size, "segment_pool_id": (0, 0),
+                 "blocks": [{"size": b[1], "state": "active_allocated" if b[2] else "inactive"}
+                            for b in blocks]}
+                for base, size, blocks in _segments]
+    return {"segments": segments, "device_traces": [list(_trace)]}
 
 
 def _frames():
