@@ -247,6 +247,11 @@ void TorchMemory::classify() {
     // The latest phase begun may have ended: then the block is outside any phase.
     const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
     BlockInfo& b = info_[i];
+    if (blocks[i].before_window) {
+      // Its moment is not known (only that it came before the ring's window): not a phase's.
+      b.category = Category::Unclassified;
+      continue;
+    }
     b.iteration = iteration_at(t);
     if (!in) {
       b.phase = TorchPhase::None;
@@ -316,6 +321,25 @@ void TorchMemory::classify() {
                                        : Category::Parameters;
     }
   };
+  // A block from before the ring's window takes the latest name its address had before the
+  // window (the hook names a parameter or optimizer state once, at the first steps): the
+  // storage it names is still there unless another name came since.
+  std::map<std::pair<uint32_t, uint64_t>, size_t> named_before;
+  for (size_t k = 0; k < ctx_.labels.size(); ++k) {
+    const TorchLabel& l = ctx_.labels[k];
+    auto w = ctx_.window_start.find(l.device);
+    if (w != ctx_.window_start.end() && l.time_ns < w->second) named_before[{l.device, l.ptr}] = k;
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!blocks[i].before_window) continue;
+    auto it = named_before.find({blocks[i].device, blocks[i].address});
+    if (it == named_before.end() || ctx_.labels[it->second].bytes > blocks[i].bytes) continue;
+    const TorchLabel& l = ctx_.labels[it->second];
+    info_[i].label = static_cast<int64_t>(it->second);
+    info_[i].category = l.kind == "grad"    ? Category::Gradients
+                        : l.kind == "state" ? Category::OptimizerState
+                                            : Category::Parameters;
+  }
   for (const auto& [t, e] : events) {
     apply_labels_until(t);
     const size_t i = static_cast<size_t>(e > 0 ? e : -e) - 1;
@@ -566,6 +590,8 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
                        : l.kind == "buffer" ? "buffer " : "parameter ";
     return what + l.name;
   }
+  if (b.category == Category::Unclassified)
+    return "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
   std::string where = site_text(b.site);
   std::string text;
   if (b.module) {
@@ -594,6 +620,10 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
   pool = std::max(pool, tm.private_reserved_at(device, t));
   blocks += pool;
   uint64_t reserved = std::min(tm.reserved_at(device, t), driver_total);
+  // Before the window of a ring that dropped its earliest entries, what PyTorch's allocator
+  // held is not known: its segments' bytes are unclassified, not cache nor outside PyTorch.
+  const auto window = tm.context().window_start.find(device);
+  const bool unknown = window != tm.context().window_start.end() && t < window->second;
   if (blocks > reserved) {
     // The allocator's own records of a segment can trail the driver's by microseconds.
     reserved = std::min(blocks, driver_total);
@@ -617,7 +647,7 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
     out[static_cast<size_t>(c)] += take;
     rest -= take;
   }
-  out[static_cast<size_t>(Category::OutsidePytorch)] += rest;
+  out[static_cast<size_t>(unknown ? Category::Unclassified : Category::OutsidePytorch)] += rest;
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 namespace vramtrace::collector {
@@ -64,6 +65,18 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::vector<TorchEvent> events;
   TorchContext& ctx = t.context;
   std::map<std::pair<uint32_t, uint64_t>, size_t> live_blocks;  // (device, address) -> index
+  // A ring that dropped its earliest entries: what was live when its window began is what the
+  // window frees without having made, and what the dump's allocator state holds that the
+  // window did not make (device, address, bytes; the free's time, or UINT64_MAX).
+  struct BeforeWindow {
+    uint32_t device = 0;
+    uint64_t address = 0, bytes = 0, free_ns = UINT64_MAX;
+  };
+  std::set<uint32_t> wrapped;
+  std::map<uint32_t, uint64_t> first_time;  // device -> its first entry's time
+  std::vector<BeforeWindow> blocks_before, segments_before;
+  std::set<std::pair<uint32_t, uint64_t>> live_segments;  // made in the window, not yet freed
+  std::vector<BeforeWindow> dump_blocks, dump_segments;   // A and G lines
   std::map<uint32_t, uint64_t> last_time;  // device -> its last entry's time
   auto to_mono = [&](uint64_t realtime_ns) {
     return static_cast<uint64_t>(static_cast<int64_t>(realtime_ns) - offset);
@@ -134,6 +147,7 @@ TorchTrace read_torch_trace(const std::string& path) {
       uint64_t& last = last_time[dev];
       if (r.time_ns <= last) r.time_ns = last + 1;
       last = r.time_ns;
+      first_time.try_emplace(dev, r.time_ns);
       if (r.type == RecordType::UserBlock) {
         const std::pair<uint32_t, uint64_t> key{dev, addr};
         if (r.user_block.bytes) {
@@ -142,10 +156,16 @@ TorchTrace read_torch_trace(const std::string& path) {
         } else if (auto it = live_blocks.find(key); it != live_blocks.end()) {
           ctx.blocks[it->second].free_ns = r.time_ns;
           live_blocks.erase(it);
+        } else if (wrapped.count(dev)) {
+          blocks_before.push_back({dev, addr, bytes, r.time_ns});
         }
       } else if (r.type == RecordType::UserSegment) {
         const auto op = r.user_segment.op;
         const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
+        if (grow)
+          live_segments.insert({dev, addr});
+        else if (!live_segments.erase({dev, addr}) && wrapped.count(dev))
+          segments_before.push_back({dev, addr, bytes, r.time_ns});
         ctx.reserves.push_back({dev, addr, r.time_ns,
                                 grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes)});
       } else if (r.type == RecordType::UserOom) {
@@ -200,9 +220,22 @@ TorchTrace read_torch_trace(const std::string& path) {
       events.push_back(e);
     } else if (f[0] == "W") {
       uint64_t device = 0, n = 0;
-      if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n))
+      if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n) && device < 4096) {
+        wrapped.insert(static_cast<uint32_t>(device));
         t.problem = "PyTorch's trace buffer of device " + std::to_string(device) + " was full (" +
-                    std::to_string(n) + " entries): its earliest events are missing";
+                    std::to_string(n) + " entries): its earliest events are missing (what "
+                    "was live before them is read from the allocator's state at the end; "
+                    "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
+      }
+    } else if (v2 && (f[0] == "A" || f[0] == "G") && f.size() >= 4) {
+      uint64_t device = 0, addr = 0, bytes = 0;
+      if (!to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &addr) ||
+          !to_u64(f[3], &bytes)) {
+        fail("bad allocator state");
+        break;
+      }
+      (f[0] == "A" ? dump_blocks : dump_segments)
+          .push_back({static_cast<uint32_t>(device), addr, bytes});
     } else if (v2 && f[0] == "M" && f.size() >= 6) {
       uint64_t id = 0, ln = 0;
       if (!to_u64(f[1], &id) || id != ctx.modules.size() + 1 || id > kMaxNames || !to_u64(f[5], &ln)) {
@@ -313,6 +346,54 @@ TorchTrace read_torch_trace(const std::string& path) {
     } else if (!line.empty()) {
       fail("unknown record '" + f[0].substr(0, 16) + "'");
       break;
+    }
+  }
+  // Before each wrapped device's window: its segments and blocks, made a nanosecond before
+  // its first entry (with its pool record), so that the window's frees find what they free
+  // and the state at the end is the allocator's.
+  for (uint32_t dev : wrapped) {
+    auto first = first_time.find(dev);
+    if (first == first_time.end() || first->second < 2) continue;
+    const uint64_t ts = first->second - 1;
+    ctx.window_start[dev] = first->second;
+    const uint64_t pool = kTorchPoolBase + dev;
+    TorchEvent p;
+    p.record.type = RecordType::UserPool;
+    p.record.user_pool = {pool, dev, 0};
+    p.record.time_ns = ts;
+    events.push_back(p);
+    std::vector<BeforeWindow> segs, blocks;
+    for (const auto& x : segments_before)
+      if (x.device == dev) segs.push_back(x);
+    for (const auto& x : dump_segments) {
+      // Not one the window made, nor one it mapped pieces of (expandable segments: the
+      // snapshot's segment is the whole range, the window's maps are pieces of it).
+      auto in = live_segments.lower_bound({dev, x.address});
+      if (x.device == dev && (in == live_segments.end() || in->first != dev ||
+                              in->second >= x.address + x.bytes))
+        segs.push_back(x);
+    }
+    for (const auto& x : blocks_before)
+      if (x.device == dev) blocks.push_back(x);
+    for (const auto& x : dump_blocks)
+      if (x.device == dev && !live_blocks.count({dev, x.address})) blocks.push_back(x);
+    for (const auto& x : segs) {
+      TorchEvent e;
+      e.record.type = RecordType::UserSegment;
+      e.record.user_segment = {pool, x.address, x.bytes, format::SegmentOp::AddSegment};
+      e.record.time_ns = ts;
+      events.push_back(e);
+      ctx.reserves.push_back({dev, x.address, ts, static_cast<int64_t>(x.bytes)});
+    }
+    for (const auto& x : blocks) {
+      TorchEvent e;
+      e.record.type = RecordType::UserBlock;
+      e.record.user_block = {pool, x.address, x.bytes, 0};
+      e.record.time_ns = ts;
+      events.push_back(e);
+      TorchBlock b{dev, x.address, x.bytes, ts, x.free_ns};
+      b.before_window = true;
+      ctx.blocks.push_back(b);
     }
   }
   // A version 2 file whose hook saw nothing of the program (no module, mark, label or private

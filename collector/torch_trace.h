@@ -83,6 +83,9 @@ struct TorchBlock {
   uint32_t device = 0;
   uint64_t address = 0, bytes = 0;
   uint64_t alloc_ns = 0, free_ns = UINT64_MAX;  // UINT64_MAX: still live at the end
+  // Made before the earliest entry PyTorch's ring still held (a long run): known from its
+  // free or from the allocator's state at the dump, its moment and context are not.
+  bool before_window = false;
 };
 // A change of what the allocator reserved from the driver (segments and their mappings).
 struct TorchReserve {
@@ -120,6 +123,8 @@ struct TorchContext {
   std::vector<TorchBlock> blocks;      // in allocation order
   std::vector<TorchReserve> reserves;  // in time order
   std::vector<uint64_t> ooms;          // times of the allocator's OOMs
+  // Devices whose ring had dropped its earliest entries: the time of the first entry left.
+  std::map<uint32_t, uint64_t> window_start;
 };
 
 // A record made from PyTorch's trace, and what it knows that the record cannot carry.

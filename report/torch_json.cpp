@@ -90,6 +90,17 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                       {"in_use_bytes", pool.in_use_bytes}});
     cat["private_pools"] = list;
   }
+  // A run longer than PyTorch's ring: the blocks made before its earliest entry are known
+  // from the allocator's state at the end, but not when or by what they were made.
+  const auto window = tm->context().window_start.find(dev);
+  const uint64_t window_start = window == tm->context().window_start.end() ? 0 : window->second;
+  if (window_start)
+    cat["note"] = cat["note"].get<std::string>() +
+                  " PyTorch's trace held only the latest entries (from " +
+                  std::to_string((window_start >= origin ? window_start - origin : 0) / 1000000) +
+                  " ms on; VRAMTRACE_TORCH_MAX_ENTRIES raises its size): the blocks made "
+                  "before them are unclassified unless named (parameters, gradients, optimizer "
+                  "state), and the categories over time begin there.";
   // Over time: at the lowest and the highest moment of each bucket of the device's timeline,
   // in time order (every rise and fall wider than a bucket, the exact peak), and at the end:
   // the blocks by category, the cache and the memory outside PyTorch's allocator (the
@@ -131,6 +142,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   uint64_t driver_now = 0;
   for (const auto& [t, b] : moments) {
     if (b) driver_now = *b;
+    if (t < window_start) continue;  // before the ring's window: PyTorch's side unknown
     times.push_back(t);
     drivers.push_back(driver_now);
   }

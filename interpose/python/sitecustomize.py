@@ -58,9 +58,11 @@ def _vramtrace_setup():
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write("vramtrace.torch/2\t%d\t%d\t%d\t%s\n"
                     % (os.getpid(), realtime_ns, monotonic_ns, clean(torch.__version__)))
+            wrapped = False
             for device, trace in enumerate(snap.get("device_traces", [])):
                 if len(trace) >= max_entries:
                     f.write("W\t%d\t%d\n" % (device, len(trace)))
+                    wrapped = True
                 # Written in chunks, with each action's text cleaned once: about 1 s per million
                 # entries at exit instead of 1.8 (the ring holds up to max_entries).
                 actions = {}
@@ -95,6 +97,10 @@ def _vramtrace_setup():
                 count += len(trace)
                 if context is not None and trace:
                     context.write_limit(f, device)
+            if wrapped:
+                # The ring held only the latest entries: what the allocator holds now (its
+                # segments and the blocks in use) tells the collector what was live before them.
+                f.write(_allocator_state(snap))
             if context is not None:
                 context.write_pools(f, snap.get("segments", []))
                 context.write(f)
@@ -233,6 +239,21 @@ def _vramtrace_setup():
             attacher(sys.modules[name])
     if len(done) < len(attachers):
         sys.meta_path.insert(0, ImportHook())
+
+
+def _allocator_state(snap):
+    """G lines (segments: device, address, bytes) and A lines (blocks in use: device, address,
+    bytes) of a memory snapshot. A segment's blocks are listed in address order."""
+    out = []
+    for seg in snap.get("segments", []):
+        device, address = int(seg.get("device", 0) or 0), int(seg.get("address", 0) or 0)
+        out.append("G\t%d\t%d\t%d\n" % (device, address, int(seg.get("total_size", 0) or 0)))
+        for block in seg.get("blocks", []):
+            size = int(block.get("size", 0) or 0)
+            if block.get("state") in ("active_allocated", "active_pending_free"):
+                out.append("A\t%d\t%d\t%d\n" % (device, int(block.get("address", address)), size))
+            address += size
+    return "".join(out)
 
 
 def _hide_own_frame(ex):

@@ -317,6 +317,37 @@ TEST_CASE("PyTorch's memory by category: the per-process memory fraction is the 
   REQUIRE(remedy(dg["remedies"], "mixed_precision")["saves_bytes"] == 10 * MiB);
 }
 
+TEST_CASE("PyTorch's memory by category: a run longer than PyTorch's trace ring") {
+  // A ring of 12 entries holds only iteration 3 of the 70 the run makes: the weights, grads and
+  // momentum buffers were made before it. What was live then comes from the allocator's state
+  // at the OOM (its segments, the blocks in use) and the hook's names: the moment reads as it
+  // does with the whole trace.
+  std::string dir = temp_dir(), out;
+  json j = run_train("", dir, 1, &out, "VRAMTRACE_TORCH_MAX_ENTRIES=12");
+  REQUIRE(contains(out, "torch.OutOfMemoryError: CUDA out of memory"));
+  REQUIRE(j["oom"].size() == 1);
+  check_oom_moment(j["oom"][0]);
+  check_state(j["diagnosis"]["categories"]);
+  std::map<std::string, uint64_t> dead;
+  for (const json& g : j["live_at_death"]) dead[g["site"]] += g["bytes"].get<uint64_t>();
+  REQUIRE(dead.at("parameter fc1.weight") == 1 * MiB);
+  REQUIRE(dead.at("optimizer state fc2.weight.momentum_buffer") == 1 * MiB);
+  REQUIRE(dead.at("gradient fc2.weight.grad") == 1 * MiB);
+  uint64_t total = 0;
+  for (const auto& [site, bytes] : dead) total += bytes;
+  REQUIRE(total == 46 * MiB);
+  const json& problems = j["run"]["problems"];
+  REQUIRE(problems.size() == 1);
+  REQUIRE(contains(problems[0].get<std::string>(),
+                   "PyTorch's trace buffer of device 0 was full (12 entries)"));
+  const json& cat = j["processes"][0]["devices"][0]["categories"];
+  REQUIRE(contains(cat["note"].get<std::string>(), "PyTorch's trace held only the latest entries"));
+  // The categories over time begin with the ring's window (PyTorch's side before it is not
+  // known): later than the run's first driver allocation.
+  REQUIRE(cat["timeline"]["points"][0][0].get<uint64_t>() >
+          j["processes"][0]["devices"][0]["timeline"]["points"][0][4].get<uint64_t>());
+}
+
 TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, the loop goes on") {
   std::string dir = temp_dir(), out;
   json j = run_train("--recover", dir, 0, &out);

@@ -11,6 +11,7 @@
 # the current pool, and _snapshot() lists the segments with their segment_pool_id. With a per-process memory fraction, a
 # segment that would take what the allocator reserved past fraction x the device's memory is
 # refused without asking the driver, as PyTorch refuses it.
+import collections
 import ctypes
 import os
 import sys
@@ -40,14 +41,20 @@ OutOfMemoryError.__module__ = "torch"
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0, **kw):
-    global _recording, _context
+    global _recording, _context, _trace
     _recording = bool(enabled)
     _context = context
+    # A ring of the latest max_entries entries, as PyTorch keeps them.
+    _trace = collections.deque(_trace, maxlen=max_entries or None)
 
 
 def _snapshot():
+    # The segments with their pool and their blocks in address order (size, state), as
+    # PyTorch lists them.
     segments = [{"device": 0, "address": seg[0], "total_size": seg[1], "segment_pool_id": seg[3],
-                 "allocated_size": sum(b[1] for b in seg[2] if b[2]), "is_expandable": False}
+                 "allocated_size": sum(b[1] for b in seg[2] if b[2]), "is_expandable": False,
+                 "blocks": [{"size": b[1], "state": "active_allocated" if b[2] else "inactive"}
+                            for b in seg[2]]}
                 for seg in _segments]
     return {"segments": segments, "device_traces": [list(_trace)]}
 
