@@ -9,7 +9,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
 ap.add_argument("--scripts", required=True)
 ap.add_argument("--out", required=True)
-ap.add_argument("--only", default="", help="comma-separated cases to run alone (of: %s)" % "cuda-graph")
+ap.add_argument("--only", default="", help="comma-separated cases to run alone (of: cuda-graph, long-run)")
 args = ap.parse_args()
 VT = os.path.join(args.build, "bin", "vramtrace")
 results = []
@@ -72,7 +72,27 @@ def case_cuda_graph():
     check("graph: the CUDA graphs' pools are said to be, the MemPool's not", said == graphs and tf.get("mempool") not in said,
           "said %s, graphs %s, mempool %s" % (sorted(said), sorted(graphs), tf.get("mempool")))
 
-CASES = {"cuda-graph": case_cuda_graph}
+def case_long_run():
+    """A run longer than PyTorch's trace ring (VRAMTRACE_TORCH_MAX_ENTRIES=200, a few hundred
+    entries of a ResNet-50 step): what was live before the ring's window comes from the
+    allocator's state at exit and the hook's names, so parameters, gradients and optimizer
+    state at exit are the same as with the whole trace, and the categories add up."""
+    runs = {}
+    for tag, env in (("long-run-full", {}), ("long-run-ring", {"VRAMTRACE_TORCH_MAX_ENTRIES": 200})):
+        runs[tag] = run(tag, "resnet_oom.py", BATCH=32, LIMIT_GIB=0, STEPS=3, **env)
+    (rc1, r1, f1), (rc2, r2, f2) = runs["long-run-full"], runs["long-run-ring"]
+    ex1, d1, _ = cats(r1, "at_exit")
+    ex2, d2, _ = cats(r2, "at_exit")
+    for k in ("parameters", "gradients", "optimizer_state"):
+        check("long run: %s at exit as with the whole trace" % k, rc2 == 0 and ex1.get(k) and ex1.get(k) == ex2.get(k),
+              "%s vs %s" % (ex2.get(k), ex1.get(k)))
+    live = next((x.get("final_live_bytes") for x in r2["devices"] if x.get("index") == d2.get("index")), None)
+    check("long run: the categories at exit add up", live is not None and sum(ex2.values()) == live,
+          "%s vs %s: %s" % (sum(ex2.values()), live, {k: gib(v) for k, v in ex2.items() if v}))
+    check("long run: the wrapped ring is said", any("was full" in p for p in r2["run"].get("problems", [])),
+          str(r2["run"].get("problems", []))[:300])
+
+CASES = {"cuda-graph": case_cuda_graph, "long-run": case_long_run}
 if args.only:
     for name in args.only.split(","):
         CASES[name]()
@@ -241,5 +261,6 @@ check("jax: XLA's peak in use", pool and pool[0]["peak_in_use_bytes"] >= xf.get(
 
 # 10. CUDA graphs and a MemPool: their private pools, segments whole.
 case_cuda_graph()
+case_long_run()
 
 finish()
