@@ -223,9 +223,7 @@ TorchTrace read_torch_trace(const std::string& path) {
       if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n) && device < 4096) {
         wrapped.insert(static_cast<uint32_t>(device));
         t.problem = "PyTorch's trace buffer of device " + std::to_string(device) + " was full (" +
-                    std::to_string(n) + " entries): its earliest events are missing (what "
-                    "was live before them is read from the allocator's state at the end; "
-                    "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
+                    std::to_string(n) + " entries): its earliest events are missing";
       }
     } else if (v2 && (f[0] == "A" || f[0] == "G") && f.size() >= 4) {
       uint64_t device = 0, addr = 0, bytes = 0;
@@ -351,6 +349,10 @@ TorchTrace read_torch_trace(const std::string& path) {
   // Before each wrapped device's window: its segments and blocks, made a nanosecond before
   // its first entry (with its pool record), so that the window's frees find what they free
   // and the state at the end is the allocator's.
+  if (!wrapped.empty() && (!dump_blocks.empty() || !dump_segments.empty()) &&
+      t.problem.rfind("PyTorch's trace buffer", 0) == 0)
+    t.problem += " (what was live before them is read from the allocator's state at the end; "
+                 "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
   for (uint32_t dev : wrapped) {
     auto first = first_time.find(dev);
     if (first == first_time.end() || first->second < 2) continue;

@@ -206,6 +206,53 @@ TEST_CASE("PyTorch trace files that are cut, corrupt or not one at all") {
   for (auto* p : {&cut, &bad, &wrapped, &other, &junk}) std::remove(p->c_str());
 }
 
+TEST_CASE("A wrapped PyTorch ring: what was live before its window, from its frees and the dump") {
+  // Realtime 1000 s, monotonic 10 s: an entry at 1000.5 s (in us) is at 10.5 s monotonic.
+  // The window frees block 0x100000 (64 KiB) it never saw made, makes block 0x300000 in a
+  // segment it made; the dump's state holds segment 0x0 (2 MiB, never seen made) with block
+  // 0x0 (4 KiB) in use, and the window's own segment and block.
+  std::string path = write_temp(
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "W\t0\t3\n"
+      "E\t0\tfree_completed\t1048576\t65536\t0\t1000500000\t\t\n"
+      "E\t0\tsegment_alloc\t3145728\t2097152\t0\t1000500001\t\t\n"
+      "E\t0\talloc\t3145728\t8192\t0\t1000500002\t\t\n"
+      "G\t0\t0\t2097152\n"
+      "A\t0\t0\t4096\n"
+      "G\t0\t3145728\t2097152\n"
+      "A\t0\t3145728\t8192\n"
+      "K\t10500000003\t7\t1\n"
+      "END\t3\n");
+  TorchTrace t = read_torch_trace(path);
+  REQUIRE(t.problem ==
+          "PyTorch's trace buffer of device 0 was full (3 entries): its earliest events are "
+          "missing (what was live before them is read from the allocator's state at the end; "
+          "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)");
+  const auto& ctx = t.context;
+  REQUIRE(ctx.window_start.at(0) == 10500000000ull);
+  REQUIRE(ctx.blocks.size() == 3);
+  REQUIRE(!ctx.blocks[0].before_window);  // the window's own
+  REQUIRE(ctx.blocks[0].address == 3145728);
+  // Freed in the window: live from just before it until then.
+  REQUIRE(ctx.blocks[1].before_window);
+  REQUIRE(ctx.blocks[1].address == 1048576);
+  REQUIRE(ctx.blocks[1].bytes == 65536);
+  REQUIRE(ctx.blocks[1].alloc_ns == 10499999999ull);
+  REQUIRE(ctx.blocks[1].free_ns == 10500000000ull);
+  // In use at the dump, never seen made.
+  REQUIRE(ctx.blocks[2].before_window);
+  REQUIRE(ctx.blocks[2].address == 0);
+  REQUIRE(ctx.blocks[2].bytes == 4096);
+  REQUIRE(ctx.blocks[2].free_ns == UINT64_MAX);
+  // Segment 0x0 from before the window; the window's segment once.
+  REQUIRE(ctx.reserves.size() == 2);
+  REQUIRE(ctx.reserves[0].address == 0);
+  REQUIRE(ctx.reserves[0].time_ns == 10499999999ull);
+  REQUIRE(ctx.reserves[0].delta == 2097152);
+  REQUIRE(ctx.reserves[1].address == 3145728);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("PyTorch trace files list the private pools' segments at the dump") {
   std::string path = write_temp(
       "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
