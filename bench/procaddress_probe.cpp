@@ -23,7 +23,7 @@ using LaunchKernelEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, v
 
 std::atomic<unsigned long> g_wrapped{0}, g_cupti_launches{0}, g_procaddress_calls{0};
 std::atomic<unsigned long> g_swapped{0};
-LaunchKernel g_real_lk[2] = {nullptr, nullptr};      // [0] default stream, [1] per-thread
+LaunchKernel g_real_lk[2] = {nullptr, nullptr};  // [0] default stream, [1] per-thread
 LaunchKernelEx g_real_lkex[2] = {nullptr, nullptr};
 
 template <int Slot>
@@ -74,8 +74,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId i
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
       if (cb->callbackSite == CUPTI_API_ENTER) g_cupti_launches.fetch_add(1);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -83,8 +82,7 @@ __attribute__((destructor)) void report() {
   fprintf(stderr,
           "procaddress_probe: cuGetProcAddress_v2 calls seen %lu, pointers swapped %lu; "
           "launches: CUPTI %lu, through swapped pointers %lu\n",
-          g_procaddress_calls.load(), g_swapped.load(), g_cupti_launches.load(),
-          g_wrapped.load());
+          g_procaddress_calls.load(), g_swapped.load(), g_cupti_launches.load(), g_wrapped.load());
 }
 
 }  // namespace
@@ -97,8 +95,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     return 1;
   }
   using Subscribe = CUptiResult (*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
-  using Enable = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
-                                 CUpti_CallbackId);
+  using Enable =
+      CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
   auto subscribe = reinterpret_cast<Subscribe>(dlsym(lib, "cuptiSubscribe"));
   auto enable = reinterpret_cast<Enable>(dlsym(lib, "cuptiEnableCallback"));
   CUpti_SubscriberHandle subscriber = nullptr;

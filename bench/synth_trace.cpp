@@ -102,9 +102,11 @@ int main(int argc, char** argv) {
   auto free_ = [&](uint64_t addr, Api api) {
     w.add(rec::Free{api, 0, addr, 0x5000, 77}, t += 300);
   };
-  for (uint64_t i = 0; i < 1000; ++i) alloc(0x7f0000000000ull + i * (64 << 20), 16 << 20, Api::cuMemAlloc);
+  for (uint64_t i = 0; i < 1000; ++i)
+    alloc(0x7f0000000000ull + i * (64 << 20), 16 << 20, Api::cuMemAlloc);
   for (uint64_t it = 0; w.written < target; ++it) {
-    for (uint64_t a = 0; a < 6; ++a) alloc(0x7e0000000000ull + a * (1 << 28), (32 + it % 7) << 20, Api::cuMemAllocAsync);
+    for (uint64_t a = 0; a < 6; ++a)
+      alloc(0x7e0000000000ull + a * (1 << 28), (32 + it % 7) << 20, Api::cuMemAllocAsync);
     for (uint32_t k = 0; k < 20; ++k)
       w.add(rec::Launch{Api::cuLaunchKernel, 0, 0x5000, 1 + k % 8}, t += 5000);
     for (uint64_t a = 0; a < 6; ++a) free_(0x7e0000000000ull + a * (1 << 28), Api::cuMemFreeAsync);

@@ -56,8 +56,8 @@ void write_gate_failure_of_args(int argc, char** argv, const std::string& why) {
   CheckOptions named;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    for (auto [flag, file] : {std::pair{"--markdown", &named.markdown},
-                              std::pair{"--junit", &named.junit}}) {
+    for (auto [flag, file] :
+         {std::pair{"--markdown", &named.markdown}, std::pair{"--junit", &named.junit}}) {
       const std::string f = flag;
       if (a == f && i + 1 < argc && argv[i + 1][0] != '-') *file = argv[i + 1];
       if (a.rfind(f + "=", 0) == 0 && a.size() > f.size() + 1) *file = a.substr(f.size() + 1);

@@ -17,9 +17,9 @@
 
 #include "cli/commands.h"
 #include "collector/live_collector.h"
+#include "common/env_names.h"
 #include "report/check.h"
 #include "report/html_assets.h"
-#include "common/env_names.h"
 
 namespace fs = std::filesystem;
 
@@ -37,7 +37,9 @@ void forward_signal(int sig) {
 // The user's core-file limit. vramtrace itself runs with none (when the command crashes and
 // vramtrace ends itself with the same signal, the core that is left is the command's, never
 // vramtrace's); the command gets the user's limit back.
-struct rlimit g_core_limit{RLIM_INFINITY, RLIM_INFINITY};
+struct rlimit g_core_limit {
+  RLIM_INFINITY, RLIM_INFINITY
+};
 
 std::string self_dir() {
   std::error_code ec;
@@ -49,8 +51,8 @@ std::string find_library(const std::string& given) {
   if (!given.empty()) return fs::absolute(given).string();
   const char* env = getenv(env::kLib);
   if (env && *env) return fs::absolute(env).string();
-  for (const char* rel : {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so",
-                          "/libvramtrace.so"}) {
+  for (const char* rel :
+       {"/../lib/libvramtrace.so", "/../lib/vramtrace/libvramtrace.so", "/libvramtrace.so"}) {
     fs::path p = fs::path(self_dir() + rel).lexically_normal();
     if (fs::exists(p)) return p.string();
   }
@@ -106,7 +108,9 @@ void take_terminal_back(pid_t group) {
 
 void no_core_for_vramtrace() {
   if (getrlimit(RLIMIT_CORE, &g_core_limit) != 0) return;
-  struct rlimit none{0, g_core_limit.rlim_max};
+  struct rlimit none {
+    0, g_core_limit.rlim_max
+  };
   setrlimit(RLIMIT_CORE, &none);
   // A report larger than RLIMIT_FSIZE is a failed write (EFBIG, reported), not a death by
   // SIGXFSZ with a truncated file.
@@ -136,9 +140,9 @@ int Launch::prepare() {
     gethostname(host, sizeof host - 1);
     nlohmann::json marker = {
         {"run_id", run_id_}, {"host", host}, {"pid", getpid()}, {"command", cmd_}};
-    if (!write_private_file(options_.out_dir + "/" + kRunMarker,
-                            marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                                "\n"))
+    if (!write_private_file(
+            options_.out_dir + "/" + kRunMarker,
+            marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
       return kExitWriteFailed;
   }
 
@@ -156,7 +160,8 @@ int Launch::prepare() {
 int Launch::spawn() {
   // The command runs in a process group of its own. Signals sent to the launcher are passed
   // on to that group; a terminal's ^C reaches it directly when it holds the terminal (below).
-  struct sigaction fwd{}, old_int{}, old_quit{}, old_term{}, old_hup{};
+  struct sigaction fwd {
+  }, old_int{}, old_quit{}, old_term{}, old_hup{};
   fwd.sa_handler = forward_signal;
   sigemptyset(&fwd.sa_mask);
   fwd.sa_flags = SA_RESTART;
@@ -203,8 +208,7 @@ int Launch::spawn() {
     unsetenv(env::kOutput);
     setenv(env::kRunId, run_id_.c_str(), 1);  // recorded in each trace, as in the marker
     if (!stacks.mode.empty()) setenv(env::kStacks, stacks.mode.c_str(), 1);
-    if (stacks.max_depth > 0)
-      setenv(env::kMaxDepth, std::to_string(stacks.max_depth).c_str(), 1);
+    if (stacks.max_depth > 0) setenv(env::kMaxDepth, std::to_string(stacks.max_depth).c_str(), 1);
     if (!stacks.launches.empty()) setenv(env::kLaunches, stacks.launches.c_str(), 1);
     if (!hook_dir_.empty()) {
       const char* py = getenv("PYTHONPATH");
@@ -232,8 +236,7 @@ int Launch::spawn() {
 }
 
 report::RunInfo Launch::wait() {
-  while (waitpid(child_, &status_, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(child_, &status_, 0) < 0 && errno == EINTR) {}
   take_terminal_back(terminal_owner_);
 
   // Processes of the command that outlive it (daemons, workers left behind) are still sending:

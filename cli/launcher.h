@@ -26,7 +26,7 @@ namespace vramtrace::cli {
 // What `run` asks the library to record: at each allocation (VRAMTRACE_STACKS, _MAX_DEPTH),
 // PyTorch's allocator trace, and kernel launches (VRAMTRACE_LAUNCHES).
 struct StackOptions {
-  std::string mode;  // auto|none|native|python|all; empty: the library's default (auto)
+  std::string mode;   // auto|none|native|python|all; empty: the library's default (auto)
   int max_depth = 0;  // 0: the library's default (64)
   // auto: PyTorch's allocator trace when the program imports torch; stacks: with the Python
   // frames of each block (costs what PyTorch's own recorder costs); off.

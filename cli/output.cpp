@@ -54,8 +54,8 @@ std::string new_numbered_dir(const std::string& prefix) {
   std::error_code ec;
   if (!fs::exists(kDefaultOutputRoot, ec)) {
     if (mkdir(kDefaultOutputRoot, 0700) != 0 && errno != EEXIST) {
-      std::cerr << "vramtrace: cannot create " << kDefaultOutputRoot << ": "
-                << std::strerror(errno) << "\n";
+      std::cerr << "vramtrace: cannot create " << kDefaultOutputRoot << ": " << std::strerror(errno)
+                << "\n";
       return {};
     }
   }
@@ -117,8 +117,7 @@ std::string run_id_of_dir(const std::string& dir) {
   try {
     nlohmann::json j = nlohmann::json::parse(in);
     if (j.contains("run_id") && j["run_id"].is_string()) return j["run_id"].get<std::string>();
-  } catch (const nlohmann::json::exception&) {
-  }
+  } catch (const nlohmann::json::exception&) {}
   return "(unreadable " + std::string(kRunMarker) + ")";
 }
 
@@ -148,8 +147,8 @@ bool ensure_output_dir(const std::string& dir) {
 std::string stage_private_file(const std::string& path, const std::string& content) {
   fs::path target(path);
   std::string dir = target.parent_path().string();
-  std::string tmp = (dir.empty() ? std::string(".") : dir) + "/." +
-                    target.filename().string() + ".tmp-XXXXXX";
+  std::string tmp =
+      (dir.empty() ? std::string(".") : dir) + "/." + target.filename().string() + ".tmp-XXXXXX";
   auto fail = [&](int err) {
     std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(err) << "\n";
     return std::string();
@@ -201,7 +200,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
   *ok = true;
   std::set<std::pair<dev_t, ino_t>> seen;  // one file named twice (or through a link) counts once
   auto add = [&](const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     if (stat(path.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
       std::cerr << "vramtrace: " << report::printable(path)
                 << ": the same trace as one given before: counted once\n";

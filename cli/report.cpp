@@ -39,7 +39,7 @@ int report_command(ReportArgs& a) {
   // (PyTorch's allocator traces are read with the trace of their process: a bad one is a
   // problem of the report, not a refusal.)
   std::vector<std::string> kept;
-  std::map<std::string, std::string> identities;  // process -> the trace that recorded it
+  std::map<std::string, std::string> identities;         // process -> the trace that recorded it
   std::map<std::string, std::vector<std::string>> runs;  // run id -> its traces
   for (const auto& t : traces) {
     std::string run_of_trace;

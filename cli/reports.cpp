@@ -71,7 +71,8 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   const std::string path = out_dir + "/report.json", html = out_dir + "/report.html";
   std::string tmp_json = stage_private_file(
       path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  std::string tmp_html = tmp_json.empty() ? std::string() : stage_private_file(html, report::to_html(j));
+  std::string tmp_html =
+      tmp_json.empty() ? std::string() : stage_private_file(html, report::to_html(j));
   bool ok = !tmp_json.empty() && !tmp_html.empty();
   if (ok) ok = commit_private_file(tmp_json, path) && commit_private_file(tmp_html, html);
   if (!ok) {

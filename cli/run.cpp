@@ -60,13 +60,13 @@ int run_command(const RunArgs& a) {
   if (!check.baseline.empty() && command_ok && written == 0)
     return gate(baseline, report_json, check, "vramtrace run");
   if (!check.baseline.empty())
-    write_gate_failure(check, written != 0 && command_ok
-                                  ? std::string("the report could not be written: not checked")
-                              : WIFSIGNALED(status)
-                                  ? "the command was killed by signal " +
-                                        std::to_string(WTERMSIG(status)) + ": not checked"
-                                  : "the command exited " + std::to_string(WEXITSTATUS(status)) +
-                                        ": not checked");
+    write_gate_failure(
+        check, written != 0 && command_ok
+                   ? std::string("the report could not be written: not checked")
+               : WIFSIGNALED(status)
+                   ? "the command was killed by signal " + std::to_string(WTERMSIG(status)) +
+                         ": not checked"
+                   : "the command exited " + std::to_string(WEXITSTATUS(status)) + ": not checked");
   return exit_as_command(status, written);
 }
 
@@ -83,8 +83,8 @@ std::pair<int, bool> command_start(CLI::App* run, int argc, char** argv, int fir
     if (a.rfind("--", 0) != 0 && a.size() > 2) name = a.substr(0, 2);  // -oDIR
     const CLI::Option* opt = run->get_option_no_throw(name);
     if (!opt) continue;  // unknown: CLI11 says so
-    const bool inline_value = a.find('=') != std::string::npos ||
-                              (a.rfind("--", 0) != 0 && a.size() > 2);
+    const bool inline_value =
+        a.find('=') != std::string::npos || (a.rfind("--", 0) != 0 && a.size() > 2);
     if (opt->get_expected_min() > 0 && !inline_value) ++i;  // its value
   }
   return {argc, false};
@@ -141,9 +141,9 @@ Command add_run_command(CLI::App& app) {
                   "enabled: less overhead on launch-bound jobs, allocations recorded as ever)")
       ->check(CLI::IsMember({"on", "off"}));
   run->add_flag("--no-progress", args->no_progress, kProgressHelp);
-  auto* run_baseline = run->add_option(
-      "--baseline", args->check.baseline,
-      "Check the run against this baseline (report.json, trace or run directory)");
+  auto* run_baseline =
+      run->add_option("--baseline", args->check.baseline,
+                      "Check the run against this baseline (report.json, trace or run directory)");
   add_budget_options(run, args->check);
   // Without --baseline these would be ignored, and a CI job would pass without its gate.
   for (const char* name : {"--max-increase", "--max-peak", "--device", "--markdown", "--junit"})

@@ -9,7 +9,7 @@
 namespace vramtrace::collector {
 
 struct Allocation {
-  uint64_t id = 0;  // device address, array handle or VMM handle
+  uint64_t id = 0;    // device address, array handle or VMM handle
   uint8_t space = 0;  // 0: a driver allocation; 1: a block a sub-allocator pool handed out
   format::Api api = format::Api::Unknown;
   uint32_t device = 0;

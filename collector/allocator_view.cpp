@@ -3,8 +3,7 @@
 
 namespace vramtrace::collector {
 
-std::map<uint64_t, PoolView::Range>::const_iterator PoolView::segment_of(
-    uint64_t address) const {
+std::map<uint64_t, PoolView::Range>::const_iterator PoolView::segment_of(uint64_t address) const {
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin()) return segments_.end();
   --it;
@@ -29,7 +28,8 @@ void PoolView::count_gaps(uint64_t start, uint64_t end, bool add) {
     cursor = std::max(cursor, std::min(end, prev->first + prev->second.bytes));
   }
   for (; b != blocks_.end() && b->first < end; ++b) {
-    if (b->first > cursor) add ? (void)gaps_.insert(b->first - cursor) : drop_gap(b->first - cursor);
+    if (b->first > cursor)
+      add ? (void)gaps_.insert(b->first - cursor) : drop_gap(b->first - cursor);
     cursor = std::max(cursor, std::min(end, b->first + b->second.bytes));
   }
   if (end > cursor) add ? (void)gaps_.insert(end - cursor) : drop_gap(end - cursor);
@@ -59,8 +59,8 @@ void PoolView::add_segment(uint64_t address, uint64_t bytes, bool joined) {
     if (prev->second.end > start || (joined && prev->second.joined && prev->second.end == start))
       it = prev;
   }
-  while (it != segments_.end() && (it->first < end || (joined && it->second.joined &&
-                                                       it->first == end))) {
+  while (it != segments_.end() &&
+         (it->first < end || (joined && it->second.joined && it->first == end))) {
     bool overlaps = it->first < end && it->second.end > start;
     if (!overlaps && !(joined && it->second.joined)) {
       ++it;

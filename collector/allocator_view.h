@@ -32,8 +32,7 @@ struct FragmentationState {
   // 1 - largest free block / free bytes: 0 when all free memory is one block (or none is free).
   double external() const {
     uint64_t f = free_bytes();
-    return f ? 1.0 - static_cast<double>(std::min(largest_free, f)) / static_cast<double>(f)
-             : 0.0;
+    return f ? 1.0 - static_cast<double>(std::min(largest_free, f)) / static_cast<double>(f) : 0.0;
   }
   void add(const FragmentationState& o) {  // sums pools of one device
     reserved += o.reserved;

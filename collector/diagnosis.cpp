@@ -46,8 +46,7 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
       const auto cap = static_cast<uint64_t>(it->second.fraction * static_cast<double>(total));
       if (cap < l.bytes) {
         char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "PyTorch's per-process memory fraction (%.4g of %s: %s)",
+        std::snprintf(buf, sizeof buf, "PyTorch's per-process memory fraction (%.4g of %s: %s)",
                       it->second.fraction, gib(total).c_str(), gib(cap).c_str());
         l = {cap, "per_process_fraction", buf};
       }
@@ -93,8 +92,8 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   const uint64_t model_state = params + grads + full_state;
 
   if (act + tmp && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
-    out.push_back({"mixed_precision",
-                   "Run the forward in bf16 mixed precision (torch.autocast)", (act + tmp) / 2,
+    out.push_back({"mixed_precision", "Run the forward in bf16 mixed precision (torch.autocast)",
+                   (act + tmp) / 2,
                    "activations and temporaries (convolution and matmul workspaces among them) "
                    "are float32 now and bf16 halves them",
                    "with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ..."});
@@ -132,14 +131,17 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
       const double f = static_cast<double>(in.limit - fixed) / static_cast<double>(per_batch);
       char buf[200];
       if (f < 1.0)
-        std::snprintf(buf, sizeof buf, "the largest batch that fits the limit is about %.0f%% of "
-                                       "this one", f * 100.0 > 99 ? 99.0 : f * 100.0);
+        std::snprintf(buf, sizeof buf,
+                      "the largest batch that fits the limit is about %.0f%% of "
+                      "this one",
+                      f * 100.0 > 99 ? 99.0 : f * 100.0);
       else
         std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
       r.how = buf;
       if (in.partial_step)
-        r.how = "the job died in its first step, so a whole step needs more than was measured: "
-                "try half the batch and measure again";
+        r.how =
+            "the job died in its first step, so a whole step needs more than was measured: "
+            "try half the batch and measure again";
     } else {
       r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
     }
@@ -147,9 +149,8 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   }
 
   if (state) {
-    out.push_back({"leaner_optimizer",
-                   "Use an optimizer with less state", in.optimizer_state_per_param >= 2
-                       ? full_state / 2 : full_state,
+    out.push_back({"leaner_optimizer", "Use an optimizer with less state",
+                   in.optimizer_state_per_param >= 2 ? full_state / 2 : full_state,
                    in.optimizer_state_per_param >= 2
                        ? "Adam-like optimizers keep two tensors per parameter; SGD with momentum, "
                          "or Adafactor, keeps one"
@@ -167,28 +168,27 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
 
   if (in.eval_activations)
-    out.push_back({"no_grad",
-                   "Evaluate under torch.no_grad() (or torch.inference_mode())",
+    out.push_back({"no_grad", "Evaluate under torch.no_grad() (or torch.inference_mode())",
                    in.eval_activations,
                    "evaluation forwards ran with autograd on and kept their graphs alive",
                    "with torch.no_grad(): out = model(x); total += out.item()"});
 
   if (in.limit && model_state >= in.limit)
-    out.push_back({"offload",
-                   "Shard or offload: parameters, gradients and optimizer state alone exceed the "
-                   "limit",
-                   model_state - std::min(model_state, in.limit / 2),
-                   "model state is the floor that no batch size removes",
-                   "FSDP across GPUs, or optimizer state on the CPU (e.g. DeepSpeed ZeRO-Offload)"});
+    out.push_back(
+        {"offload",
+         "Shard or offload: parameters, gradients and optimizer state alone exceed the "
+         "limit",
+         model_state - std::min(model_state, in.limit / 2),
+         "model state is the floor that no batch size removes",
+         "FSDP across GPUs, or optimizer state on the CPU (e.g. DeepSpeed ZeRO-Offload)"});
 
   std::stable_sort(out.begin(), out.end(),
                    [](const Remedy& a, const Remedy& b) { return a.saves_bytes > b.saves_bytes; });
   return out;
 }
 
-std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm,
-                                                             uint32_t device, uint64_t t,
-                                                             bool activations_only) {
+std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm, uint32_t device,
+                                                             uint64_t t, bool activations_only) {
   std::map<std::string, uint64_t> m;
   for (size_t i : tm.live_at(device, t)) {
     const auto& b = tm.info()[i];
@@ -241,8 +241,8 @@ uint64_t state_tensors_per_param(const TorchMemory& tm) {
   return most;
 }
 
-CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d,
-                                 const PeakMoment& pm, StackResolver* stacks) {
+CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d, const PeakMoment& pm,
+                                 StackResolver* stacks) {
   return categorize(tm, d.index, pm.time_ns, pm.device_bytes, driver_only(d.live_at_peak), stacks);
 }
 

@@ -31,15 +31,15 @@ struct Remedy {
   std::string title;  // one line, imperative
   uint64_t saves_bytes = 0;
   std::string assumption;
-  std::string how;    // the code or setting
+  std::string how;  // the code or setting
 };
 
 struct RemedyInput {
-  CategoryBytes at{};         // the device's memory by category at the moment
-  uint64_t total = 0;         // what the process held then (the sum of `at`)
-  uint64_t limit = 0;         // the effective limit
-  uint64_t request = 0;       // the failed request (0 at a peak)
-  bool fragmented = false;    // the allocator's free memory was there, in pieces too small
+  CategoryBytes at{};             // the device's memory by category at the moment
+  uint64_t total = 0;             // what the process held then (the sum of `at`)
+  uint64_t limit = 0;             // the effective limit
+  uint64_t request = 0;           // the failed request (0 at a peak)
+  bool fragmented = false;        // the allocator's free memory was there, in pieces too small
   uint64_t eval_activations = 0;  // activations made by evaluation forwards with grad on
   std::vector<std::pair<std::string, uint64_t>> activations_by_module;  // largest first
   bool autocast = false;      // forwards already ran under torch.autocast
@@ -64,14 +64,13 @@ PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d);
 
 // The process's device memory by category at its peak moment, and at an OOM (what it held
 // when the request failed). `stacks` splits the memory outside PyTorch by library.
-CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d,
-                                 const PeakMoment& pm, StackResolver* stacks);
+CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d, const PeakMoment& pm,
+                                 StackResolver* stacks);
 CategoryBytes categories_at_oom(const TorchMemory& tm, const OomEvent& o, StackResolver* stacks);
 
 // Activations and temporaries live at `t` by module (full name), largest first.
-std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm,
-                                                             uint32_t device, uint64_t t,
-                                                             bool activations_only);
+std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm, uint32_t device,
+                                                             uint64_t t, bool activations_only);
 
 // Activations grouped at the depth where they split into several modules (layer1..layer4 of
 // a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing.

@@ -8,9 +8,8 @@
 
 namespace vramtrace::collector {
 
-std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live,
-                                       const ProcessModel& p, uint64_t until,
-                                       const SiteOf& site_of) {
+std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, const ProcessModel& p,
+                                       uint64_t until, const SiteOf& site_of) {
   std::vector<SiteGrowth> out;
   if (p.iterations.size() < 3) return out;
   const int64_t last = p.iteration_of(until);

@@ -35,9 +35,8 @@ struct SiteGrowth {
 // site grows when what it allocated in at least 3 iterations, and in at least half of the
 // iterations since its first, is still live, up to the last iterations before `until`.
 // Largest rate first; empty with fewer than 3 iterations.
-std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live,
-                                       const ProcessModel& p, uint64_t until,
-                                       const SiteOf& site_of);
+std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, const ProcessModel& p,
+                                       uint64_t until, const SiteOf& site_of);
 
 // Growth on device `d` seen at three moments: the end (of `suspects`, what was left that no
 // allocator only cached), the in-use peak of the driver's allocations and that of the pools'
@@ -53,9 +52,9 @@ bool process_died(const ProcessModel& p);
 
 // What the process still held on `device` at its end.
 struct StillLive {
-  std::vector<Allocation> suspects;  // leak suspects (what was live at death when it died)
+  std::vector<Allocation> suspects;     // leak suspects (what was live at death when it died)
   uint64_t retained_segment_bytes = 0;  // segments a sub-allocator carves blocks from: cached
-  uint64_t model_state_bytes = 0;  // named parameters, buffers, gradients, optimizer state
+  uint64_t model_state_bytes = 0;       // named parameters, buffers, gradients, optimizer state
 };
 
 // `still`: the driver allocations and VMM handles live at the end on `device`. What a

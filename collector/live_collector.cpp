@@ -56,8 +56,10 @@ void drain_sent(Connection& c, std::vector<char>& buf) {
     ssize_t got = recv(c.fd, buf.data(), std::min(left, buf.size()), MSG_DONTWAIT);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
-    if (!write_all_fd(c.out, buf.data(), static_cast<size_t>(got))) c.pos.broken = true;
-    else c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
+    if (!write_all_fd(c.out, buf.data(), static_cast<size_t>(got)))
+      c.pos.broken = true;
+    else
+      c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
     left -= static_cast<size_t>(got);
   }
   if (!c.pos.broken && c.pos.header_done && c.pos.written > c.pos.boundary) {
@@ -220,7 +222,7 @@ std::vector<std::string> LiveCollector::finish(int grace_ms) {
   // no trace (`vramtrace report DIR` would refuse it) and held no event.
   std::vector<std::string> traces;
   for (const auto& path : files_) {
-    struct stat st{};
+    struct stat st {};
     if (stat(path.c_str(), &st) == 0 && st.st_size == 0)
       unlink(path.c_str());
     else

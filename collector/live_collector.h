@@ -2,10 +2,10 @@
 //
 // Each connection's stream is written as it arrives to OUTDIR/vramtrace.<pid>.vtrace (the pid
 // comes from the peer's credentials; a second stream of one pid, after an exec, goes to
-// vramtrace.<pid>-2.vtrace, never over the first), so everything that left a process is on disk even when
-// that process, or the launcher, dies a moment later. What a process recorded but had not sent
-// when it died (abort, _exit, SIGKILL: its stream ends without its last frames) is read from the
-// event buffers it shares with the collector (common/shared_buffers.h; the memfd comes with the
+// vramtrace.<pid>-2.vtrace, never over the first), so everything that left a process is on disk
+// even when that process, or the launcher, dies a moment later. What a process recorded but had not
+// sent when it died (abort, _exit, SIGKILL: its stream ends without its last frames) is read from
+// the event buffers it shares with the collector (common/shared_buffers.h; the memfd comes with the
 // stream's first bytes) once its stream has ended, and appended to its trace as whole frames.
 // The socket lives in a private directory (mode 0700) made for this run; trace files are
 // created mode 0600.

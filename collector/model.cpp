@@ -17,13 +17,13 @@ namespace rec = format::rec;
 namespace {
 
 constexpr size_t kOomLiveCap = 256;
-constexpr size_t kOomsWithLiveSet = 64;  // per process (see on_failed)
+constexpr size_t kOomsWithLiveSet = 64;   // per process (see on_failed)
 constexpr size_t kOomsWithSurvivors = 4;  // per process: their whole live set, for growth
 constexpr size_t kMaxPhases = 20000;      // completed NVTX ranges kept per process
 constexpr size_t kMaxRangeStarts = 1u << 20;
 constexpr uint64_t kMaxRhythmTimes = 1u << 20;  // launch times kept for the rhythm, in all
 constexpr uint32_t kMaxRhythmNames = 1u << 20;
-constexpr uint64_t kPeakSettleNs = 1000000;     // allocator records of a peak come within 1 ms
+constexpr uint64_t kPeakSettleNs = 1000000;  // allocator records of a peak come within 1 ms
 
 size_t idx(Api api) {
   auto i = static_cast<size_t>(api);
@@ -32,8 +32,8 @@ size_t idx(Api api) {
 
 // Arrays live in their own id space: an array handle may equal some device address.
 uint64_t live_key(Api api, uint64_t id) {
-  bool array = api == Api::cuArrayCreate || api == Api::cuArray3DCreate ||
-               api == Api::cuArrayDestroy;
+  bool array =
+      api == Api::cuArrayCreate || api == Api::cuArray3DCreate || api == Api::cuArrayDestroy;
   return array ? (id ^ 0xA000000000000000ull) : id;
 }
 
@@ -83,7 +83,10 @@ class Builder {
   // `seq`: the run's event counter, shared by the builders of its processes, so that the order
   // of allocations is known across processes (what was live at a device's run-wide peak).
   Builder(Run& run, ProcessModel& p, DeviceIndex& where, uint64_t& seq)
-      : run_(run), p_(p), where_(where), seq_(seq),
+      : run_(run),
+        p_(p),
+        where_(where),
+        seq_(seq),
         process_(static_cast<uint32_t>(&p - run.processes.data())) {}
 
   // `secondary`: the record comes from PyTorch's trace of this process, not from its own trace;
@@ -165,7 +168,8 @@ class Builder {
   // The check is inline and the lookup is not: with the lookup in it, GCC stopped inlining
   // device() into apply(), a call per use on the hot path.
   DeviceModel& device(uint32_t index) {
-    if (last_device_ && last_device_->index == index) [[likely]] return *last_device_;
+    if (last_device_ && last_device_->index == index) [[likely]]
+      return *last_device_;
     return find_device(index);
   }
   [[gnu::noinline]] DeviceModel& find_device(uint32_t index) {
@@ -614,10 +618,14 @@ class Builder {
         char* end = nullptr;
         const double v = std::strtod(m.c_str() + at + 9, &end);
         double scale = 1;
-        if (end && std::strncmp(end, "KiB", 3) == 0) scale = 1024.0;
-        else if (end && std::strncmp(end, "MiB", 3) == 0) scale = 1024.0 * 1024;
-        else if (end && std::strncmp(end, "GiB", 3) == 0) scale = 1024.0 * 1024 * 1024;
-        else if (end && std::strncmp(end, "TiB", 3) == 0) scale = 1024.0 * 1024 * 1024 * 1024;
+        if (end && std::strncmp(end, "KiB", 3) == 0)
+          scale = 1024.0;
+        else if (end && std::strncmp(end, "MiB", 3) == 0)
+          scale = 1024.0 * 1024;
+        else if (end && std::strncmp(end, "GiB", 3) == 0)
+          scale = 1024.0 * 1024 * 1024;
+        else if (end && std::strncmp(end, "TiB", 3) == 0)
+          scale = 1024.0 * 1024 * 1024 * 1024;
         if (v > 0 && v * scale < 1.8e19) o.requested_bytes = static_cast<uint64_t>(v * scale + 0.5);
       }
       o.allocator_request = o.requested_bytes;
@@ -999,8 +1007,7 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   for (const auto& path : torch_paths) {
     try {
       torch.push_back(read_torch_trace(path));
-      if (!torch.back().problem.empty())
-        run.problems.push_back(path + ": " + torch.back().problem);
+      if (!torch.back().problem.empty()) run.problems.push_back(path + ": " + torch.back().problem);
     } catch (const TraceError& e) {
       run.problems.push_back(e.what());
     }
@@ -1025,8 +1032,9 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   std::vector<uint64_t> last_time(n_sources, 0);
   std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
   auto event_of = [&](size_t i) -> const Record& {
-    return i < readers.size() ? pending[i]
-                              : torch[i - readers.size()].events[torch_pos[i - readers.size()]].record;
+    return i < readers.size()
+               ? pending[i]
+               : torch[i - readers.size()].events[torch_pos[i - readers.size()]].record;
   };
   auto pull = [&](size_t i) {
     if (i < readers.size()) {
@@ -1067,7 +1075,8 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
     if (h.source < readers.size()) {
       builders[builder_of[h.source]].apply(pending[h.source]);
     } else {
-      const TorchEvent& e = torch[h.source - readers.size()].events[torch_pos[h.source - readers.size()]];
+      const TorchEvent& e =
+          torch[h.source - readers.size()].events[torch_pos[h.source - readers.size()]];
       builders[builder_of[h.source]].apply(e.record, true, e.stream);
     }
     if (h.source >= readers.size()) ++torch_pos[h.source - readers.size()];

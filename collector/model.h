@@ -121,12 +121,12 @@ struct OomEvent {
   std::optional<uint64_t> free_bytes, total_bytes;  // the driver's cuMemGetInfo then
   std::string last_kernel;
   uint32_t stack = 0, py_stack = 0;  // the failed request's own stack
-  std::vector<Allocation> live;  // the live set then, largest first (capped)
+  std::vector<Allocation> live;      // the live set then, largest first (capped)
   // A sub-allocator's view of the moment (PyTorch's caching allocator, a vramtrace.h pool):
   // the request as the pool saw it and its segments' free blocks then.
-  bool allocator = false;  // reported by the allocator (a driver failure may have come first)
+  bool allocator = false;        // reported by the allocator (a driver failure may have come first)
   uint64_t driver_attempts = 1;  // failed driver calls of this OOM (0: the allocator's alone)
-  bool recovered = false;  // the allocator freed its cache and its retry worked
+  bool recovered = false;        // the allocator freed its cache and its retry worked
   // The OOM that ended the job: the allocator's last OOM before the OutOfMemoryError that
   // reached the top of the Python program, or a native process's last OOM when it then died.
   // The others were survived (a library's workspace attempt that fell back, a caught error).
@@ -204,8 +204,8 @@ struct DeviceModel {
   uint64_t frag_peak_until = 0;
   FragmentationState frag_most_free;
   uint64_t allocator_peak_in_use = 0, allocator_peak_time = 0;
-  Timeline frag_free_timeline;     // reserved but free bytes
-  Timeline frag_largest_timeline;  // largest free block
+  Timeline frag_free_timeline;          // reserved but free bytes
+  Timeline frag_largest_timeline;       // largest free block
   std::vector<uint32_t> phase_at_peak;  // NVTX ranges open on the thread that made the peak
   // The pools' blocks: their own in-use peak and the blocks live at it (filled by finish()),
   // where memory kept across iterations is seen even when the program frees it at the end.
@@ -240,7 +240,7 @@ struct StackNode {
   uint32_t parent = 0;
   bool python = false;
   uint64_t ip = 0;
-  int64_t module = -1;  // index into ProcessModel::modules; -1: in no known module
+  int64_t module = -1;          // index into ProcessModel::modules; -1: in no known module
   uint32_t code = 0, line = 0;  // Python frames
 };
 
@@ -302,19 +302,19 @@ struct ProcessModel {
 
   // Sub-allocators, phases and iterations.
   std::map<uint64_t, UserPool> user_pools;
-  bool torch_trace = false;           // PyTorch's allocator trace was merged in
+  bool torch_trace = false;  // PyTorch's allocator trace was merged in
   // What PyTorch's memory is (the start-up hook's context): categories, modules, phases.
   std::shared_ptr<const TorchMemory> torch_memory;
-  std::string torch_trace_problem;    // why it is incomplete, if it is
+  std::string torch_trace_problem;  // why it is incomplete, if it is
   std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges;
-  std::vector<Phase> phases;          // the first kMaxPhases completed ranges
+  std::vector<Phase> phases;  // the first kMaxPhases completed ranges
   uint64_t phases_total = 0;
   struct RangeStats {
     uint64_t count = 0, total_ns = 0;
   };
-  std::map<uint32_t, RangeStats> range_stats;  // by name id
+  std::map<uint32_t, RangeStats> range_stats;                  // by name id
   std::map<uint32_t, std::vector<uint64_t>> top_range_starts;  // depth-0 ranges by name id
-  std::vector<uint64_t> steps;                 // vramtrace_step() times
+  std::vector<uint64_t> steps;                                 // vramtrace_step() times
   // The launch rhythm: per kernel name, its launches' times while it may mark iterations.
   struct Rhythm {
     uint64_t count = 0, last_index = 0, gap = 0, gap_matches = 0;
@@ -325,7 +325,7 @@ struct ProcessModel {
   uint64_t launch_index = 0, rhythm_times = 0;
   // Iteration starts (finish()), and what they were found from.
   std::vector<uint64_t> iterations;
-  std::string iteration_source;  // "vramtrace_step()", "NVTX range 'NAME'", "kernel"
+  std::string iteration_source;   // "vramtrace_step()", "NVTX range 'NAME'", "kernel"
   uint32_t iteration_kernel = 0;  // the kernel that marks them (source "kernel")
   uint64_t iteration_period = 0;  // in launches
 

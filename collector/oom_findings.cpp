@@ -58,8 +58,8 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
                  std::string suggestion) {
     out.push_back({kind, score, 0, std::move(title), std::move(evidence), std::move(suggestion)});
   };
-  const uint64_t request = o.allocator && o.allocator_request ? o.allocator_request
-                                                              : o.requested_bytes;
+  const uint64_t request =
+      o.allocator && o.allocator_request ? o.allocator_request : o.requested_bytes;
   const uint64_t total = o.total_bytes.value_or(0);
   uint64_t free_b = o.free_bytes.value_or(0);
   const bool fraction = in.limit && in.limit->kind == "per_process_fraction";
@@ -100,13 +100,14 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
     ev.largest_free_block_bytes = f.largest_free;
     ev.free_blocks = f.free_blocks;
     ev.external_fragmentation = f.external();
-    std::string fix = in.torch_pool
-        ? "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that PyTorch maps free "
-          "pieces into one range instead of leaving them stranded in fixed segments; or "
-          "allocate the largest long-lived tensors first."
-        : "The pool's free memory is split into blocks smaller than the request: size its "
-          "segments for the largest request, allocate long-lived buffers first, or let it "
-          "release empty segments.";
+    std::string fix =
+        in.torch_pool
+            ? "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that PyTorch maps free "
+              "pieces into one range instead of leaving them stranded in fixed segments; or "
+              "allocate the largest long-lived tensors first."
+            : "The pool's free memory is split into blocks smaller than the request: size its "
+              "segments for the largest request, allocate long-lived buffers first, or let it "
+              "release empty segments.";
     // The cause even under a cap: the memory the request needed was the process's already,
     // only in pieces, so reaching the cap (limit_reached) is the symptom.
     if (f.free_bytes() >= request && f.largest_free < request)
@@ -142,8 +143,10 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
       ev.this_process_bytes = o.live_bytes;
       ev.requested_bytes = request;
       add(decisive ? 0.85 : 0.4, FindingKind::HeldByOthers,
-          human_bytes(others) + " of the GPU was held by other processes (or the driver) "
-          "when it ran out" + std::string(decisive ? "; without them the request would fit" : ""),
+          human_bytes(others) +
+              " of the GPU was held by other processes (or the driver) "
+              "when it ran out" +
+              std::string(decisive ? "; without them the request would fit" : ""),
           ev,
           "Another process uses this GPU (see nvidia-smi): run the job alone on it, or give "
           "each job its own GPU with CUDA_VISIBLE_DEVICES.");
@@ -161,9 +164,9 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
     ev.grown_bytes = grown;
     ev.iterations = top.iterations;
     ev.since_ns = top.since_ns;
-    ev.growth_sites.assign(in.growth.begin(),
-                           in.growth.begin() + static_cast<std::ptrdiff_t>(
-                                                   std::min<size_t>(in.growth.size(), 5)));
+    ev.growth_sites.assign(
+        in.growth.begin(),
+        in.growth.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(in.growth.size(), 5)));
     add(grown * 4 >= o.live_bytes ? 0.85 : 0.5, FindingKind::Growth,
         "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
             std::to_string(top.first_iteration) + ", led by " + top.site,

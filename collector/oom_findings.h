@@ -30,12 +30,12 @@ std::optional<uint64_t> held_by_others(const OomEvent& o);
 EffectiveLimit oom_limit(const OomEvent& o, const ProcessModel& p);
 
 enum class FindingKind {
-  LimitReached,      // the process reached PyTorch's per-process fraction
-  RequestTooLarge,   // the request alone is larger than the GPU
-  Fragmentation,     // the allocator's free memory was there, in pieces too small
-  HeldByOthers,      // other processes (or the driver) held much of the GPU
-  Growth,            // live memory grew across iterations
-  NearCapacity,      // the process itself held nearly all of its limit
+  LimitReached,     // the process reached PyTorch's per-process fraction
+  RequestTooLarge,  // the request alone is larger than the GPU
+  Fragmentation,    // the allocator's free memory was there, in pieces too small
+  HeldByOthers,     // other processes (or the driver) held much of the GPU
+  Growth,           // live memory grew across iterations
+  NearCapacity,     // the process itself held nearly all of its limit
 };
 const char* finding_kind_name(FindingKind k);  // "limit_reached", ...
 
@@ -66,8 +66,9 @@ struct OomFindingInput {
   // The limit tighter than the device (oom_limit when its kind is not "device"), if any.
   std::optional<EffectiveLimit> limit;
   std::optional<uint64_t> held_by_others;  // held_by_others(oom)
-  std::vector<SiteGrowth> growth;  // growth_by_site of the OOM's survivors, fastest first
-  std::vector<std::pair<std::string, uint64_t>> live_by_site;  // the live set by site, largest first
+  std::vector<SiteGrowth> growth;          // growth_by_site of the OOM's survivors, fastest first
+  std::vector<std::pair<std::string, uint64_t>>
+      live_by_site;         // the live set by site, largest first
   bool torch_pool = false;  // the allocator that ran out is PyTorch's
 };
 

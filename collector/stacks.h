@@ -28,8 +28,8 @@ struct Frame {
   std::string function;  // demangled; empty when unknown
   std::string file;
   uint32_t line = 0;
-  std::string module;    // path of the module (empty for Python frames)
-  uint64_t offset = 0;   // return address relative to the module's load bias
+  std::string module;   // path of the module (empty for Python frames)
+  uint64_t offset = 0;  // return address relative to the module's load bias
   bool python = false;
   bool internal = false;  // inside CUDA, CUPTI or vramtrace: not the caller
 };

@@ -12,21 +12,26 @@
 namespace vramtrace::collector {
 
 const char* category_key(Category c) {
-  static const char* const keys[] = {"parameters", "gradients",   "optimizer_state",
-                                     "activations", "temporaries", "inputs",
-                                     "workspaces", "communication", "private_pool",
-                                     "allocator_cache",
-                                     "outside_pytorch", "unclassified"};
+  static const char* const keys[] = {"parameters",      "gradients",       "optimizer_state",
+                                     "activations",     "temporaries",     "inputs",
+                                     "workspaces",      "communication",   "private_pool",
+                                     "allocator_cache", "outside_pytorch", "unclassified"};
   return keys[static_cast<size_t>(c)];
 }
 
 const char* category_title(Category c) {
-  static const char* const titles[] = {
-      "parameters",        "gradients",     "optimizer state",
-      "activations",       "temporaries",   "inputs and data",
-      "library workspaces", "communication (NCCL)", "CUDA-graph / private pools",
-      "allocator cache (reserved, free)",
-      "outside PyTorch (context, other libraries)", "unclassified"};
+  static const char* const titles[] = {"parameters",
+                                       "gradients",
+                                       "optimizer state",
+                                       "activations",
+                                       "temporaries",
+                                       "inputs and data",
+                                       "library workspaces",
+                                       "communication (NCCL)",
+                                       "CUDA-graph / private pools",
+                                       "allocator cache (reserved, free)",
+                                       "outside PyTorch (context, other libraries)",
+                                       "unclassified"};
   return titles[static_cast<size_t>(c)];
 }
 
@@ -147,10 +152,9 @@ void TorchMemory::find_private_pools() {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
   // The first segment (in `order`) that may hold `address` or lie after it.
   const auto from = [&](uint32_t device, uint64_t address) {
-    auto it = std::upper_bound(order.begin(), order.end(), std::pair{device, address},
-                               [&](const std::pair<uint32_t, uint64_t>& v, size_t s) {
-                                 return v < key(s);
-                               });
+    auto it = std::upper_bound(
+        order.begin(), order.end(), std::pair{device, address},
+        [&](const std::pair<uint32_t, uint64_t>& v, size_t s) { return v < key(s); });
     return it == order.begin() ? it : it - 1;
   };
   for (const TorchReserve& x : ctx_.reserves) {  // in time order: the latest wins
@@ -167,10 +171,9 @@ void TorchMemory::find_private_pools() {
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
     const TorchBlock& b = blocks[i];
-    auto it = std::upper_bound(order.begin(), order.end(), std::pair{b.device, b.address},
-                               [&](const std::pair<uint32_t, uint64_t>& v, size_t s) {
-                                 return v < key(s);
-                               });
+    auto it = std::upper_bound(
+        order.begin(), order.end(), std::pair{b.device, b.address},
+        [&](const std::pair<uint32_t, uint64_t>& v, size_t s) { return v < key(s); });
     if (it == order.begin()) continue;
     const size_t s = *--it;
     if (segs[s].device == b.device && b.address < segs[s].address + segs[s].bytes &&
@@ -194,8 +197,8 @@ void TorchMemory::classify() {
   // how many blocks it has made, and whether they all matched the template so far.
   int64_t building = -1, reading = -1;
   size_t made = 0;
-  bool aligned = true;   // every block so far had the template's size at its position
-  bool cut = false;      // an OOM inside this forward (it may end there)
+  bool aligned = true;  // every block so far had the template's size at its position
+  bool cut = false;     // an OOM inside this forward (it may end there)
   std::vector<size_t> reading_blocks;
   std::map<uint64_t, int64_t> latest;  // template key -> index of its latest traced forward
   // An untraced forward that made as many blocks as its template (sizes may scale with the
@@ -215,7 +218,8 @@ void TorchMemory::classify() {
                      m.kind == MarkKind::ForwardEvalGrad;
     if (m.kind == MarkKind::Oom) cut = true;
     if (m.kind == MarkKind::ForwardEnd) {
-      if (reading >= 0 || (building < 0 && !untraced_.empty() && untraced_.back().end_ns == UINT64_MAX))
+      if (reading >= 0 ||
+          (building < 0 && !untraced_.empty() && untraced_.back().end_ns == UINT64_MAX))
         untraced_.back().end_ns = m.time_ns;
       finish_reading();
       building = reading = -1;
@@ -260,7 +264,8 @@ void TorchMemory::classify() {
     }
     b.phase = in->phase;
     b.site = in->site;
-    if (!modules.empty() && (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation)) {
+    if (!modules.empty() &&
+        (in->phase == TorchPhase::Forward || in->phase == TorchPhase::Evaluation)) {
       b.module = modules.back();
       if (building >= 0) {
         templates_[static_cast<size_t>(building)].blocks.push_back({blocks[i].bytes, b.module});
@@ -274,15 +279,15 @@ void TorchMemory::classify() {
     }
     // A phase still open when the trace ended (the program died in it): what it made and
     // still held then was kept past it; what it made and freed was its own.
-    const bool outlives = in->end_ns == UINT64_MAX ? blocks[i].free_ns == UINT64_MAX
-                                                   : blocks[i].free_ns > in->end_ns;
+    const bool outlives =
+        in->end_ns == UINT64_MAX ? blocks[i].free_ns == UINT64_MAX : blocks[i].free_ns > in->end_ns;
     // Made in the first iteration, never freed, yet no named storage: a library's workspace
     // made through PyTorch's allocator on first use (cuBLAS's, per handle and stream).
     const bool workspace = blocks[i].free_ns == UINT64_MAX && b.iteration <= 0 &&
                            in->end_ns != UINT64_MAX && steps_ > 0;
     switch (in->phase) {
       case TorchPhase::Forward:
-        b.category = workspace ? Category::Workspaces
+        b.category = workspace  ? Category::Workspaces
                      : outlives ? Category::Activations
                                 : Category::Temporaries;
         break;
@@ -293,7 +298,7 @@ void TorchMemory::classify() {
                                 : Category::Inputs;
         break;
       case TorchPhase::Backward:
-        b.category = workspace ? Category::Workspaces
+        b.category = workspace  ? Category::Workspaces
                      : outlives ? Category::Gradients
                                 : Category::Temporaries;
         break;
@@ -422,8 +427,9 @@ uint32_t TorchMemory::aligned_module(const UntracedForward& f, size_t k) const {
   std::vector<const TorchBlock*> made;
   for (const TorchBlock& b : ctx_.blocks)
     if (b.alloc_ns >= f.start_ns && b.alloc_ns <= f.end_ns) made.push_back(&b);
-  std::stable_sort(made.begin(), made.end(),
-                   [](const TorchBlock* a, const TorchBlock* b) { return a->alloc_ns < b->alloc_ns; });
+  std::stable_sort(made.begin(), made.end(), [](const TorchBlock* a, const TorchBlock* b) {
+    return a->alloc_ns < b->alloc_ns;
+  });
   for (size_t j = 0; j < k; ++j)
     if (j >= made.size() || made[j]->bytes != tb[j].first) return 0;
   return tb[k].second;
@@ -433,9 +439,8 @@ const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t 
   auto d = std::find(devices_.begin(), devices_.end(), device);
   if (d == devices_.end()) return nullptr;
   const auto& v = by_address_[static_cast<size_t>(d - devices_.begin())];
-  auto it = std::lower_bound(v.begin(), v.end(), address, [&](size_t i, uint64_t a) {
-    return ctx_.blocks[i].address < a;
-  });
+  auto it = std::lower_bound(v.begin(), v.end(), address,
+                             [&](size_t i, uint64_t a) { return ctx_.blocks[i].address < a; });
   // Blocks at one address over time: the one made closest to alloc_ns (the model's and the
   // trace's times of one block agree to the microsecond).
   const BlockInfo* best = nullptr;
@@ -586,8 +591,10 @@ std::string TorchMemory::site_text(uint32_t site) const {
 std::string TorchMemory::describe(const BlockInfo& b) const {
   if (b.label >= 0) {
     const TorchLabel& l = ctx_.labels[static_cast<size_t>(b.label)];
-    const char* what = l.kind == "grad" ? "gradient " : l.kind == "state" ? "optimizer state "
-                       : l.kind == "buffer" ? "buffer " : "parameter ";
+    const char* what = l.kind == "grad"     ? "gradient "
+                       : l.kind == "state"  ? "optimizer state "
+                       : l.kind == "buffer" ? "buffer "
+                                            : "parameter ";
     return what + l.name;
   }
   if (b.category == Category::Unclassified)
@@ -639,7 +646,8 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
       if (lib.find("nccl") != std::string::npos)
         c = Category::Communication;
       else if (lib.find("cublas") != std::string::npos || lib.find("cudnn") != std::string::npos ||
-               lib.find("cufft") != std::string::npos || lib.find("cusparse") != std::string::npos ||
+               lib.find("cufft") != std::string::npos ||
+               lib.find("cusparse") != std::string::npos ||
                lib.find("cusolver") != std::string::npos)
         c = Category::Workspaces;
     }

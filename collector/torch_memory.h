@@ -40,8 +40,19 @@ struct Allocation;
 class StackResolver;
 
 enum class Category : uint8_t {
-  Parameters, Gradients, OptimizerState, Activations, Temporaries, Inputs, Workspaces,
-  Communication, PrivatePool, AllocatorCache, OutsidePytorch, Unclassified, kCount
+  Parameters,
+  Gradients,
+  OptimizerState,
+  Activations,
+  Temporaries,
+  Inputs,
+  Workspaces,
+  Communication,
+  PrivatePool,
+  AllocatorCache,
+  OutsidePytorch,
+  Unclassified,
+  kCount
 };
 inline constexpr size_t kCategories = static_cast<size_t>(Category::kCount);
 const char* category_key(Category c);    // "optimizer_state"
@@ -64,7 +75,7 @@ using CategoryBytes = std::array<uint64_t, kCategories>;
 // One of PyTorch's private pools on a device, as the hook saw it at the dump.
 struct PrivatePool {
   uint64_t pool_id[2] = {0, 0};
-  bool cuda_graph = false;  // a CUDA graph's capture pool
+  bool cuda_graph = false;           // a CUDA graph's capture pool
   uint64_t segments = 0, bytes = 0;  // its segments then
   uint64_t in_use_bytes = 0;         // its blocks live then
 };
@@ -151,7 +162,7 @@ class TorchMemory {
   // blocks takes its module from the latest traced forward of the same model and kind, the
   // block at the same position in allocation order, while the sizes agree.
   struct Template {
-    uint64_t key = 0;  // root module id * 16 + forward kind
+    uint64_t key = 0;                                   // root module id * 16 + forward kind
     std::vector<std::pair<uint64_t, uint32_t>> blocks;  // bytes, innermost module
   };
   struct UntracedForward {

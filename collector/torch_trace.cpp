@@ -77,7 +77,7 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::vector<BeforeWindow> blocks_before, segments_before;
   std::set<std::pair<uint32_t, uint64_t>> live_segments;  // made in the window, not yet freed
   std::vector<BeforeWindow> dump_blocks, dump_segments;   // A and G lines
-  std::map<uint32_t, uint64_t> last_time;  // device -> its last entry's time
+  std::map<uint32_t, uint64_t> last_time;                 // device -> its last entry's time
   auto to_mono = [&](uint64_t realtime_ns) {
     return static_cast<uint64_t>(static_cast<int64_t>(realtime_ns) - offset);
   };
@@ -125,7 +125,7 @@ TorchTrace read_torch_trace(const std::string& path) {
       if (action == "segment_alloc" || action == "segment_free" || action == "segment_map" ||
           action == "segment_unmap") {
         r.type = RecordType::UserSegment;
-        format::SegmentOp op = action == "segment_alloc" ? format::SegmentOp::AddSegment
+        format::SegmentOp op = action == "segment_alloc"  ? format::SegmentOp::AddSegment
                                : action == "segment_free" ? format::SegmentOp::RemoveSegment
                                : action == "segment_map"  ? format::SegmentOp::Map
                                                           : format::SegmentOp::Unmap;
@@ -180,15 +180,17 @@ TorchTrace read_torch_trace(const std::string& path) {
       }
       // The frames become a Python stack (outermost first in the tree), named just before
       // the block or OOM it belongs to.
-      if ((r.type == RecordType::UserBlock && r.user_block.bytes) || r.type == RecordType::UserOom) {
+      if ((r.type == RecordType::UserBlock && r.user_block.bytes) ||
+          r.type == RecordType::UserOom) {
         std::vector<uint32_t> ids;
         size_t start = 0;
         const std::string& list = f[7];
         while (start < list.size() && ids.size() < 256) {
           size_t comma = list.find(',', start);
           uint64_t id = 0;
-          if (to_u64(list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                   : comma - start), &id)) {
+          if (to_u64(list.substr(start,
+                                 comma == std::string::npos ? std::string::npos : comma - start),
+                     &id)) {
             auto fr = frames.find(id);
             if (fr != frames.end()) ids.push_back(static_cast<uint32_t>(id));
           }
@@ -236,7 +238,8 @@ TorchTrace read_torch_trace(const std::string& path) {
           .push_back({static_cast<uint32_t>(device), addr, bytes});
     } else if (v2 && f[0] == "M" && f.size() >= 6) {
       uint64_t id = 0, ln = 0;
-      if (!to_u64(f[1], &id) || id != ctx.modules.size() + 1 || id > kMaxNames || !to_u64(f[5], &ln)) {
+      if (!to_u64(f[1], &id) || id != ctx.modules.size() + 1 || id > kMaxNames ||
+          !to_u64(f[5], &ln)) {
         fail("bad module");
         break;
       }
@@ -244,7 +247,8 @@ TorchTrace read_torch_trace(const std::string& path) {
                              static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
     } else if (v2 && f[0] == "S" && f.size() >= 5) {
       uint64_t id = 0, ln = 0;
-      if (!to_u64(f[1], &id) || id != ctx.sites.size() + 1 || id > kMaxNames || !to_u64(f[3], &ln)) {
+      if (!to_u64(f[1], &id) || id != ctx.sites.size() + 1 || id > kMaxNames ||
+          !to_u64(f[3], &ln)) {
         fail("bad site");
         break;
       }
@@ -258,8 +262,8 @@ TorchTrace read_torch_trace(const std::string& path) {
         break;
       }
       const auto mk = static_cast<MarkKind>(kind);
-      const bool forward = mk == MarkKind::Forward || mk == MarkKind::ForwardEval ||
-                           mk == MarkKind::ForwardEvalGrad;
+      const bool forward =
+          mk == MarkKind::Forward || mk == MarkKind::ForwardEval || mk == MarkKind::ForwardEvalGrad;
       // A forward's id carries the autocast flag in its top bit and "inner module calls not
       // traced" in bit 30: kept apart.
       ctx.marks.push_back({to_mono(time), mk,
@@ -301,7 +305,8 @@ TorchTrace read_torch_trace(const std::string& path) {
       const std::string& list = f[4];
       while (start < list.size() && x.frames.size() < 64) {
         size_t bar = list.find('|', start);
-        std::string one = list.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+        std::string one =
+            list.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
         // file:line:function, the file may hold ':' itself: split from the right.
         size_t c2 = one.rfind(':');
         size_t c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : one.rfind(':', c2 - 1);
@@ -351,8 +356,9 @@ TorchTrace read_torch_trace(const std::string& path) {
   // and the state at the end is the allocator's.
   if (!wrapped.empty() && (!dump_blocks.empty() || !dump_segments.empty()) &&
       t.problem.rfind("PyTorch's trace buffer", 0) == 0)
-    t.problem += " (what was live before them is read from the allocator's state at the end; "
-                 "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
+    t.problem +=
+        " (what was live before them is read from the allocator's state at the end; "
+        "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
   for (uint32_t dev : wrapped) {
     auto first = first_time.find(dev);
     if (first == first_time.end() || first->second < 2) continue;
@@ -371,8 +377,8 @@ TorchTrace read_torch_trace(const std::string& path) {
       // Not one the window made, nor one it mapped pieces of (expandable segments: the
       // snapshot's segment is the whole range, the window's maps are pieces of it).
       auto in = live_segments.lower_bound({dev, x.address});
-      if (x.device == dev && (in == live_segments.end() || in->first != dev ||
-                              in->second >= x.address + x.bytes))
+      if (x.device == dev &&
+          (in == live_segments.end() || in->first != dev || in->second >= x.address + x.bytes))
         segs.push_back(x);
     }
     for (const auto& x : blocks_before)
@@ -406,8 +412,9 @@ TorchTrace read_torch_trace(const std::string& path) {
                    [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(ctx.labels.begin(), ctx.labels.end(),
                    [](const TorchLabel& a, const TorchLabel& b) { return a.time_ns < b.time_ns; });
-  std::stable_sort(ctx.reserves.begin(), ctx.reserves.end(),
-                   [](const TorchReserve& a, const TorchReserve& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(
+      ctx.reserves.begin(), ctx.reserves.end(),
+      [](const TorchReserve& a, const TorchReserve& b) { return a.time_ns < b.time_ns; });
   if (!complete && t.problem.empty())
     t.problem = "cut short after " + std::to_string(entries) + " entries (no END line)";
   // Each device's entries are in time order; devices interleave. Records without a time of

@@ -43,8 +43,19 @@ namespace vramtrace::collector {
 
 // The kinds of K marks (the hook's _MOD... constants, in the same order).
 enum class MarkKind : uint8_t {
-  Module, ModuleEnd, Forward, ForwardEval, ForwardEnd, Backward, BackwardEnd, Step, StepEnd,
-  Site, Oom, ForwardEvalGrad, kCount
+  Module,
+  ModuleEnd,
+  Forward,
+  ForwardEval,
+  ForwardEnd,
+  Backward,
+  BackwardEnd,
+  Step,
+  StepEnd,
+  Site,
+  Oom,
+  ForwardEvalGrad,
+  kCount
 };
 
 struct TorchSite {
@@ -110,14 +121,14 @@ struct XlaPool {
 };
 
 struct TorchContext {
-  bool present = false;  // a version 2 file: the hook recorded the program's context
+  bool present = false;              // a version 2 file: the hook recorded the program's context
   std::vector<TorchModule> modules;  // by id - 1
   std::vector<TorchSite> sites;      // by id - 1
   std::vector<TorchMark> marks;      // in time order
   std::vector<TorchLabel> labels;    // in time order
   std::map<uint32_t, TorchLimit> limits;  // by device
   std::optional<TorchException> exception;
-  std::map<uint32_t, XlaPool> xla;  // by device (a JAX program)
+  std::map<uint32_t, XlaPool> xla;              // by device (a JAX program)
   std::vector<TorchPoolSegment> pool_segments;  // private pools' segments at the dump
   uint64_t dropped_marks = 0;
   std::vector<TorchBlock> blocks;      // in allocation order

@@ -21,8 +21,7 @@ TraceReader::TraceReader(const std::string& path) : name_(path) {
   }
 }
 
-std::unique_ptr<TraceReader> TraceReader::from_bytes(std::vector<uint8_t> bytes,
-                                                     std::string name) {
+std::unique_ptr<TraceReader> TraceReader::from_bytes(std::vector<uint8_t> bytes, std::string name) {
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->name_ = std::move(name);
   r->memory_ = std::move(bytes);

@@ -79,12 +79,14 @@ enum class Api : uint8_t {
 
 inline const char* api_name(Api api) {
   static const char* const names[] = {
-      "unknown",          "cuMemAlloc",      "cuMemAllocPitch",        "cuMemFree",
-      "cuMemAllocAsync",  "cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuMemAllocManaged",
-      "cuMemCreate",      "cuMemRelease",    "cuMemMap",               "cuMemUnmap",
-      "cuArrayCreate",    "cuArray3DCreate", "cuArrayDestroy",         "cuMemHostAlloc",
-      "cuMemAllocHost",   "cuMemFreeHost",   "cuLaunchKernel",         "cuLaunchKernelEx",
-      "cuLaunchCooperativeKernel", "cuGraphLaunch"};
+      "unknown",        "cuMemAlloc",        "cuMemAllocPitch",
+      "cuMemFree",      "cuMemAllocAsync",   "cuMemAllocFromPoolAsync",
+      "cuMemFreeAsync", "cuMemAllocManaged", "cuMemCreate",
+      "cuMemRelease",   "cuMemMap",          "cuMemUnmap",
+      "cuArrayCreate",  "cuArray3DCreate",   "cuArrayDestroy",
+      "cuMemHostAlloc", "cuMemAllocHost",    "cuMemFreeHost",
+      "cuLaunchKernel", "cuLaunchKernelEx",  "cuLaunchCooperativeKernel",
+      "cuGraphLaunch"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Api::kCount));
   auto i = static_cast<size_t>(api);
   return i < static_cast<size_t>(Api::kCount) ? names[i] : "unknown";

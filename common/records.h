@@ -31,88 +31,87 @@ namespace vramtrace::format {
 
 // X(Name, member, type number, Timed|Untimed|Custom, fields): `member` is the record's name in
 // Record. A Custom record's codec is written by hand below (Settings: a count of fields).
-#define VRAMTRACE_RECORDS(X, F)                                                                  \
-  /* The process: written first in every stream. cmdline: arguments joined by '\0'; rank_env:  \
-     "RANK=0\nLOCAL_RANK=0\n...". */                                                             \
-  X(Process, process, 1, Untimed,                                                                \
-    F(U64, pid) F(U64, ppid) F(U64, realtime_ns) F(At, start_ns) F(Str, host) F(Str, exe)        \
-        F(Str, cmdline) F(Str, rank_env))                                                        \
-  /* A CUDA context made on a device; uuid: 16 raw bytes. */                                     \
-  X(ContextCreate, context_create, 2, Timed,                                                     \
-    F(U64, context) F(Dev, device) F(U64, total_bytes) F(Str, name) F(Str, uuid))                \
-  X(ContextDestroy, context_destroy, 3, Timed, F(U64, context))                                  \
-  /* address: device pointer, array handle or host pointer (see Api). */                         \
-  X(Alloc, alloc, 4, Timed,                                                                      \
-    F(Api, api) F(Dev, device) F(U64, address) F(U64, bytes) F(U64, stream) F(U32, thread))      \
-  /* Recorded before the real free runs. */                                                      \
-  X(Free, free, 5, Timed,                                                                        \
-    F(Api, api) F(Dev, device) F(U64, address) F(U64, stream) F(U32, thread))                    \
-  /* result: the CUresult. */                                                                    \
-  X(AllocFailed, alloc_failed, 6, Timed,                                                         \
-    F(Api, api) F(Dev, device) F(U64, bytes) F(U64, result) F(U32, thread))                      \
-  /* name_id: a String record's id (0: no name, a graph launch). */                              \
-  X(Launch, launch, 7, Timed, F(Api, api) F(Dev, device) F(U64, stream) F(U32, name_id))         \
-  /* An interned string: kernel, range and pool names share the ids. */                          \
-  X(String, string, 8, Untimed, F(U32, id) F(Str, text))                                         \
-  /* cuMemCreate: physical memory made. */                                                       \
-  X(VmmCreate, vmm_create, 9, Timed, F(Dev, device) F(U64, handle) F(U64, bytes))                \
-  /* cuMemRelease: its bytes stay while still mapped. */                                         \
-  X(VmmRelease, vmm_release, 10, Timed, F(U64, handle))                                          \
-  X(VmmMap, vmm_map, 11, Timed, F(U64, address) F(U64, bytes) F(U64, offset) F(U64, handle))     \
-  X(VmmUnmap, vmm_unmap, 12, Timed, F(U64, address) F(U64, bytes))                               \
-  /* Records dropped since the previous Dropped record (the buffers were full). */               \
-  X(Dropped, dropped, 13, Untimed, F(U64, count))                                                \
-  /* The process reached exit() cleanly: records written and dropped in all. */                  \
-  X(ProcessExit, process_exit, 14, Timed, F(U64, recorded) F(U64, dropped))                      \
-  /* The library gave up on this process (no CUPTI, CUPTI held by another tool): it is not       \
-     profiled, and the one-line text says why. Only give_up() (interpose/cupti_hooks.cpp)        \
-     writes it; a notice that does not mean "not profiled" would need a record of its own. */    \
-  X(Notice, notice, 15, Untimed, F(Str, text))                                                   \
-  /* cuMemGetInfo, at context creation and at an OOM. */                                         \
-  X(MemInfo, mem_info, 16, Timed, F(Dev, device) F(U64, free_bytes) F(U64, total_bytes))         \
-  /* A stream-ordered pool's footprint, sent after async allocations and frees (throttled) when  \
-     it changed; reserved_high: the driver's reserved high-water mark. */                        \
-  X(PoolUsage, pool_usage, 17, Timed,                                                            \
-    F(Dev, device) F(U64, pool) F(U64, reserved) F(U64, used) F(U64, reserved_high))             \
-  /* Stacks, a trace tree interned in the target (interpose/stacks.cpp). A native frame, written \
-     once; parent 0: the root. */                                                                \
-  X(StackNode, stack_node, 18, Untimed, F(U32, id) F(U32, parent) F(U64, ip))                    \
-  /* A Python frame; code: a PyCode record's id. */                                              \
-  X(PyStackNode, py_stack_node, 19, Untimed, F(U32, id) F(U32, parent) F(U32, code) F(U32, line)) \
-  /* A Python code location, written once. */                                                    \
-  X(PyCode, py_code, 20, Untimed, F(U32, id) F(Str, file) F(Str, function))                      \
-  /* The stack of the Alloc, AllocFailed, VmmCreate, UserBlock or UserOom record right after it \
-     (py_leaf 0: none). */                                                                       \
-  X(AllocStack, alloc_stack, 21, Untimed, F(U32, native_leaf) F(U32, py_leaf))                   \
-  /* One loaded module. A generation other than the previous Module record's starts a new map   \
-     (sent at start and again after dlopen/dlclose); stack nodes are resolved against the map   \
-     current when they were written. build_id: the GNU build-id, raw bytes. */                  \
-  X(Module, module, 22, Untimed,                                                                 \
-    F(U64, generation) F(U64, load_bias) F(U64, start) F(U64, end) F(Str, path) F(Str, build_id)) \
-  /* Phases and sub-allocators (interpose/annotate.cpp, vramtrace.h, PyTorch's trace). An NVTX  \
-     range pushed on a thread; name_id: a String record's id. */                                 \
-  X(RangePush, range_push, 23, Timed, F(U32, thread) F(U32, name_id))                            \
-  /* The innermost NVTX range of that thread ends. */                                            \
-  X(RangePop, range_pop, 24, Timed, F(U32, thread))                                              \
-  /* A sub-allocator's pool (vramtrace_pool_create). */                                          \
-  X(UserPool, user_pool, 25, Untimed, F(U64, pool) F(Dev, device) F(U32, name_id))               \
-  /* Memory the pool carves blocks from. */                                                      \
-  X(UserSegment, user_segment, 26, Timed, F(U64, pool) F(U64, address) F(U64, bytes) F(Op, op))  \
-  /* A block handed out by the pool (bytes 0: freed). */                                         \
-  X(UserBlock, user_block, 27, Timed, F(U64, pool) F(U64, address) F(U64, bytes) F(U32, thread)) \
-  /* The pool could not satisfy a request; free_plus_one: the device's free bytes + 1 (0:       \
-     unknown). */                                                                                \
-  X(UserOom, user_oom, 28, Timed,                                                                \
-    F(U64, pool) F(U64, bytes) F(U32, thread) F(U64, free_plus_one))                             \
-  /* The program starts an iteration (vramtrace_step). */                                        \
-  X(Step, step, 29, Timed, F(U64, step))                                                         \
-  /* What the library was set to record (see Setting), written right after the Process record   \
-     and only when a setting is not its default (a default trace stays readable by older        \
-     readers). On the wire: a count, then that many varints, one per Setting in order; a reader \
-     skips the fields after those it knows, and a trace without the record had every default.   \
-     Decoded: launches (1 unless the record says 0) and the count. */                            \
-  X(Settings, settings, 30, Custom, F(U64, launches) F(U64, fields))                            \
-  /* The CUPTI library the process loaded (its file, as the loader names it). */                \
+#define VRAMTRACE_RECORDS(X, F)                                                                    \
+  /* The process: written first in every stream. cmdline: arguments joined by '\0'; rank_env:      \
+     "RANK=0\nLOCAL_RANK=0\n...". */                                                               \
+  X(Process, process, 1, Untimed,                                                                  \
+    F(U64, pid) F(U64, ppid) F(U64, realtime_ns) F(At, start_ns) F(Str, host) F(Str, exe)          \
+        F(Str, cmdline) F(Str, rank_env))                                                          \
+  /* A CUDA context made on a device; uuid: 16 raw bytes. */                                       \
+  X(ContextCreate, context_create, 2, Timed,                                                       \
+    F(U64, context) F(Dev, device) F(U64, total_bytes) F(Str, name) F(Str, uuid))                  \
+  X(ContextDestroy, context_destroy, 3, Timed, F(U64, context))                                    \
+  /* address: device pointer, array handle or host pointer (see Api). */                           \
+  X(Alloc, alloc, 4, Timed,                                                                        \
+    F(Api, api) F(Dev, device) F(U64, address) F(U64, bytes) F(U64, stream) F(U32, thread))        \
+  /* Recorded before the real free runs. */                                                        \
+  X(Free, free, 5, Timed,                                                                          \
+    F(Api, api) F(Dev, device) F(U64, address) F(U64, stream) F(U32, thread))                      \
+  /* result: the CUresult. */                                                                      \
+  X(AllocFailed, alloc_failed, 6, Timed,                                                           \
+    F(Api, api) F(Dev, device) F(U64, bytes) F(U64, result) F(U32, thread))                        \
+  /* name_id: a String record's id (0: no name, a graph launch). */                                \
+  X(Launch, launch, 7, Timed, F(Api, api) F(Dev, device) F(U64, stream) F(U32, name_id))           \
+  /* An interned string: kernel, range and pool names share the ids. */                            \
+  X(String, string, 8, Untimed, F(U32, id) F(Str, text))                                           \
+  /* cuMemCreate: physical memory made. */                                                         \
+  X(VmmCreate, vmm_create, 9, Timed, F(Dev, device) F(U64, handle) F(U64, bytes))                  \
+  /* cuMemRelease: its bytes stay while still mapped. */                                           \
+  X(VmmRelease, vmm_release, 10, Timed, F(U64, handle))                                            \
+  X(VmmMap, vmm_map, 11, Timed, F(U64, address) F(U64, bytes) F(U64, offset) F(U64, handle))       \
+  X(VmmUnmap, vmm_unmap, 12, Timed, F(U64, address) F(U64, bytes))                                 \
+  /* Records dropped since the previous Dropped record (the buffers were full). */                 \
+  X(Dropped, dropped, 13, Untimed, F(U64, count))                                                  \
+  /* The process reached exit() cleanly: records written and dropped in all. */                    \
+  X(ProcessExit, process_exit, 14, Timed, F(U64, recorded) F(U64, dropped))                        \
+  /* The library gave up on this process (no CUPTI, CUPTI held by another tool): it is not         \
+     profiled, and the one-line text says why. Only give_up() (interpose/cupti_hooks.cpp)          \
+     writes it; a notice that does not mean "not profiled" would need a record of its own. */      \
+  X(Notice, notice, 15, Untimed, F(Str, text))                                                     \
+  /* cuMemGetInfo, at context creation and at an OOM. */                                           \
+  X(MemInfo, mem_info, 16, Timed, F(Dev, device) F(U64, free_bytes) F(U64, total_bytes))           \
+  /* A stream-ordered pool's footprint, sent after async allocations and frees (throttled) when    \
+     it changed; reserved_high: the driver's reserved high-water mark. */                          \
+  X(PoolUsage, pool_usage, 17, Timed,                                                              \
+    F(Dev, device) F(U64, pool) F(U64, reserved) F(U64, used) F(U64, reserved_high))               \
+  /* Stacks, a trace tree interned in the target (interpose/stacks.cpp). A native frame, written   \
+     once; parent 0: the root. */                                                                  \
+  X(StackNode, stack_node, 18, Untimed, F(U32, id) F(U32, parent) F(U64, ip))                      \
+  /* A Python frame; code: a PyCode record's id. */                                                \
+  X(PyStackNode, py_stack_node, 19, Untimed, F(U32, id) F(U32, parent) F(U32, code) F(U32, line))  \
+  /* A Python code location, written once. */                                                      \
+  X(PyCode, py_code, 20, Untimed, F(U32, id) F(Str, file) F(Str, function))                        \
+  /* The stack of the Alloc, AllocFailed, VmmCreate, UserBlock or UserOom record right after it    \
+     (py_leaf 0: none). */                                                                         \
+  X(AllocStack, alloc_stack, 21, Untimed, F(U32, native_leaf) F(U32, py_leaf))                     \
+  /* One loaded module. A generation other than the previous Module record's starts a new map      \
+     (sent at start and again after dlopen/dlclose); stack nodes are resolved against the map      \
+     current when they were written. build_id: the GNU build-id, raw bytes. */                     \
+  X(Module, module, 22, Untimed,                                                                   \
+    F(U64, generation) F(U64, load_bias) F(U64, start) F(U64, end) F(Str, path) F(Str, build_id))  \
+  /* Phases and sub-allocators (interpose/annotate.cpp, vramtrace.h, PyTorch's trace). An NVTX     \
+     range pushed on a thread; name_id: a String record's id. */                                   \
+  X(RangePush, range_push, 23, Timed, F(U32, thread) F(U32, name_id))                              \
+  /* The innermost NVTX range of that thread ends. */                                              \
+  X(RangePop, range_pop, 24, Timed, F(U32, thread))                                                \
+  /* A sub-allocator's pool (vramtrace_pool_create). */                                            \
+  X(UserPool, user_pool, 25, Untimed, F(U64, pool) F(Dev, device) F(U32, name_id))                 \
+  /* Memory the pool carves blocks from. */                                                        \
+  X(UserSegment, user_segment, 26, Timed, F(U64, pool) F(U64, address) F(U64, bytes) F(Op, op))    \
+  /* A block handed out by the pool (bytes 0: freed). */                                           \
+  X(UserBlock, user_block, 27, Timed, F(U64, pool) F(U64, address) F(U64, bytes) F(U32, thread))   \
+  /* The pool could not satisfy a request; free_plus_one: the device's free bytes + 1 (0:          \
+     unknown). */                                                                                  \
+  X(UserOom, user_oom, 28, Timed, F(U64, pool) F(U64, bytes) F(U32, thread) F(U64, free_plus_one)) \
+  /* The program starts an iteration (vramtrace_step). */                                          \
+  X(Step, step, 29, Timed, F(U64, step))                                                           \
+  /* What the library was set to record (see Setting), written right after the Process record      \
+     and only when a setting is not its default (a default trace stays readable by older           \
+     readers). On the wire: a count, then that many varints, one per Setting in order; a reader    \
+     skips the fields after those it knows, and a trace without the record had every default.      \
+     Decoded: launches (1 unless the record says 0) and the count. */                              \
+  X(Settings, settings, 30, Custom, F(U64, launches) F(U64, fields))                               \
+  /* The CUPTI library the process loaded (its file, as the loader names it). */                   \
   X(CuptiLibrary, cupti_library, 31, Untimed, F(Str, path))
 
 // The fields of a Settings record, by position. Append only.
@@ -135,7 +134,9 @@ inline constexpr uint32_t kMaxDeviceOrdinals = 4096;
 
 #define VRAMTRACE_IGNORE_FIELDS(...)
 #define VRAMTRACE_ENUM_ENTRY(Name, member, id, timing, fields) Name = id,
-enum class RecordType : uint8_t { VRAMTRACE_RECORDS(VRAMTRACE_ENUM_ENTRY, VRAMTRACE_IGNORE_FIELDS) };
+enum class RecordType : uint8_t {
+  VRAMTRACE_RECORDS(VRAMTRACE_ENUM_ENTRY, VRAMTRACE_IGNORE_FIELDS)
+};
 #undef VRAMTRACE_ENUM_ENTRY
 
 // ---- field kinds --------------------------------------------------------------------------------
@@ -152,8 +153,8 @@ struct Fixed {
 };
 
 struct DecodeState {
-  bool bad = false;        // a value no writer produces (the record is corrupt)
-  uint64_t* time_ns;       // the record's time (an At field sets it)
+  bool bad = false;   // a value no writer produces (the record is corrupt)
+  uint64_t* time_ns;  // the record's time (an At field sets it)
 };
 
 struct U64 : Fixed {
@@ -222,11 +223,11 @@ using Api = ApiField;
 namespace rec {
 
 #define VRAMTRACE_FIELD_DECL(kind, name) field::kind::type name;
-#define VRAMTRACE_STRUCT(Name, member, id, timing, fields)                                       \
-  struct Name {                                                                                  \
-    static constexpr RecordType kType = RecordType::Name;                                        \
-    static constexpr bool kTimed = VRAMTRACE_TIMED_##timing;                                     \
-    fields                                                                                       \
+#define VRAMTRACE_STRUCT(Name, member, id, timing, fields)   \
+  struct Name {                                              \
+    static constexpr RecordType kType = RecordType::Name;    \
+    static constexpr bool kTimed = VRAMTRACE_TIMED_##timing; \
+    fields                                                   \
   };
 #define VRAMTRACE_TIMED_Timed true
 #define VRAMTRACE_TIMED_Untimed false
@@ -271,15 +272,15 @@ template <typename R>
 constexpr bool has_text();
 #define VRAMTRACE_FIELD_SIZE(kind, name) +field::kind::kMaxBytes
 #define VRAMTRACE_FIELD_TEXT(kind, name) || field::kind::kText
-#define VRAMTRACE_SIZE(Name, member, id, timing, fields)     \
-  template <>                                                \
-  constexpr size_t max_fixed_bytes<rec::Name>() {            \
-    return 1 + (rec::Name::kTimed ? 10 : 0) fields;          \
+#define VRAMTRACE_SIZE(Name, member, id, timing, fields) \
+  template <>                                            \
+  constexpr size_t max_fixed_bytes<rec::Name>() {        \
+    return 1 + (rec::Name::kTimed ? 10 : 0)fields;       \
   }
-#define VRAMTRACE_TEXT(Name, member, id, timing, fields)     \
-  template <>                                                \
-  constexpr bool has_text<rec::Name>() {                     \
-    return false fields;                                     \
+#define VRAMTRACE_TEXT(Name, member, id, timing, fields) \
+  template <>                                            \
+  constexpr bool has_text<rec::Name>() {                 \
+    return false fields;                                 \
   }
 VRAMTRACE_RECORDS(VRAMTRACE_SIZE, VRAMTRACE_FIELD_SIZE)
 VRAMTRACE_RECORDS(VRAMTRACE_TEXT, VRAMTRACE_FIELD_TEXT)
@@ -290,10 +291,10 @@ VRAMTRACE_RECORDS(VRAMTRACE_TEXT, VRAMTRACE_FIELD_TEXT)
 
 // The most bytes put() writes for `r`, its text included.
 #define VRAMTRACE_FIELD_TEXT_BYTES(kind, name) +field::kind::text_bytes(r.name)
-#define VRAMTRACE_MAX_BYTES(Name, member, id, timing, fields)    \
-  inline size_t max_bytes(const rec::Name& r) {                  \
-    (void)r;                                                     \
-    return max_fixed_bytes<rec::Name>() fields;                  \
+#define VRAMTRACE_MAX_BYTES(Name, member, id, timing, fields) \
+  inline size_t max_bytes(const rec::Name& r) {               \
+    (void)r;                                                  \
+    return max_fixed_bytes<rec::Name>() fields;               \
   }
 VRAMTRACE_RECORDS(VRAMTRACE_MAX_BYTES, VRAMTRACE_FIELD_TEXT_BYTES)
 #undef VRAMTRACE_MAX_BYTES
@@ -302,7 +303,7 @@ VRAMTRACE_RECORDS(VRAMTRACE_MAX_BYTES, VRAMTRACE_FIELD_TEXT_BYTES)
 // The largest record without text, whole (a slot of this size holds any one of them). A record
 // with text is sized by its writer: max_fixed_bytes<R>() plus the lengths of its strings.
 inline constexpr size_t kMaxFixedRecordBytes = 1 + 7 * 10;
-#define VRAMTRACE_SIZE_CHECK(Name, member, id, timing, fields)                         \
+#define VRAMTRACE_SIZE_CHECK(Name, member, id, timing, fields)                                 \
   static_assert(has_text<rec::Name>() || max_fixed_bytes<rec::Name>() <= kMaxFixedRecordBytes, \
                 #Name " does not fit kMaxFixedRecordBytes");
 VRAMTRACE_RECORDS(VRAMTRACE_SIZE_CHECK, VRAMTRACE_IGNORE_FIELDS)
@@ -313,16 +314,16 @@ VRAMTRACE_RECORDS(VRAMTRACE_SIZE_CHECK, VRAMTRACE_IGNORE_FIELDS)
 // put(p, record) for an untimed record, put(p, record, dt_ns) for a timed one (dt_ns: the time
 // since the frame's previous timed record). Returns the end of what was written.
 #define VRAMTRACE_PUT_FIELD(kind, name) p = field::kind::put(p, r.name);
-#define VRAMTRACE_PUT_Timed(Name, fields)                                                    \
-  inline uint8_t* put(uint8_t* p, const rec::Name& r, uint64_t dt_ns) {                     \
-    p = put_u8(p, static_cast<uint8_t>(RecordType::Name));                                  \
-    p = put_varint(p, dt_ns);                                                               \
-    fields return p;                                                                        \
+#define VRAMTRACE_PUT_Timed(Name, fields)                               \
+  inline uint8_t* put(uint8_t* p, const rec::Name& r, uint64_t dt_ns) { \
+    p = put_u8(p, static_cast<uint8_t>(RecordType::Name));              \
+    p = put_varint(p, dt_ns);                                           \
+    fields return p;                                                    \
   }
-#define VRAMTRACE_PUT_Untimed(Name, fields)                                                  \
-  inline uint8_t* put(uint8_t* p, const rec::Name& r) {                                     \
-    p = put_u8(p, static_cast<uint8_t>(RecordType::Name));                                  \
-    fields return p;                                                                        \
+#define VRAMTRACE_PUT_Untimed(Name, fields)                \
+  inline uint8_t* put(uint8_t* p, const rec::Name& r) {    \
+    p = put_u8(p, static_cast<uint8_t>(RecordType::Name)); \
+    fields return p;                                       \
   }
 #define VRAMTRACE_PUT_Custom(Name, fields)
 #define VRAMTRACE_PUT(Name, member, id, timing, fields) VRAMTRACE_PUT_##timing(Name, fields)
@@ -379,13 +380,11 @@ inline bool decode_settings(ByteReader& r, rec::Settings& out) {
     auto& f = out.member;                        \
     fields break;                                \
   }
-#define VRAMTRACE_DECODE_Custom(member, fields) \
+#define VRAMTRACE_DECODE_Custom(member, fields)      \
   if (!decode_##member(r, out.member)) return false; \
   break;
 #define VRAMTRACE_DECODE(Name, member, id, timing, fields) \
-  case RecordType::Name:                                   \
-    out.member = {};                                       \
-    VRAMTRACE_DECODE_##timing(member, fields)
+  case RecordType::Name: out.member = {}; VRAMTRACE_DECODE_##timing(member, fields)
     VRAMTRACE_RECORDS(VRAMTRACE_DECODE, VRAMTRACE_GET_FIELD)
 #undef VRAMTRACE_DECODE
 #undef VRAMTRACE_DECODE_Custom
@@ -394,8 +393,7 @@ inline bool decode_settings(ByteReader& r, rec::Settings& out) {
 #undef VRAMTRACE_TIME_Untimed
 #undef VRAMTRACE_TIME_Timed
 #undef VRAMTRACE_GET_FIELD
-    default:
-      return false;
+    default: return false;
   }
   return !s.bad && r.ok();
 }

@@ -30,7 +30,7 @@ inline constexpr uint32_t kSharedVersion = 1;
 inline constexpr uint64_t kSharedDataOffset = 4096;
 
 struct SharedBufferState {
-  uint64_t used_count;  // committed bytes (low 32 bits) and records (high 32 bits), one store
+  uint64_t used_count;    // committed bytes (low 32 bits) and records (high 32 bits), one store
   uint64_t base_time_ns;  // the frame's first time, set before its first record is committed
   uint64_t epoch;         // when the buffer began to fill: the order of recovery
   uint64_t sending;       // 0, or 1 + the frame number it is being written as
@@ -39,8 +39,8 @@ struct SharedBufferState {
 struct SharedControl {
   char magic[8];
   uint32_t version;
-  uint32_t buffer_count;  // 2
-  uint64_t capacity;      // bytes of each buffer
+  uint32_t buffer_count;     // 2
+  uint64_t capacity;         // bytes of each buffer
   uint64_t dropped_pending;  // events dropped and not yet counted in a Dropped record
   SharedBufferState buffers[2];
 };

@@ -3,17 +3,17 @@
 // from a stream-ordered pool (6 x 32 MiB), a history buffer of 4 MiB kept every iteration and
 // never freed (a leak that grows), and at the end an evaluation batch that asks for 1 GiB more
 // than the device has free (an OOM the program survives).
+#include <cuda_runtime.h>
 #include <cstdio>
 #include <vector>
-#include <cuda_runtime.h>
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));        \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                               \
+    }                                                                         \
   } while (0)
 
 constexpr size_t MiB = 1 << 20;

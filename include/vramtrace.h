@@ -33,12 +33,11 @@ typedef unsigned long long vramtrace_pool_t; /* 0: no pool (vramtrace absent) */
 /* Defined by libvramtrace.so only; null in a process without it. */
 extern vramtrace_pool_t vramtrace_v1_pool_create(const char* name, int device)
     __attribute__((weak));
-extern void vramtrace_v1_pool_segment(vramtrace_pool_t pool, const void* base, size_t bytes,
-                                      int op) __attribute__((weak));
+extern void vramtrace_v1_pool_segment(vramtrace_pool_t pool, const void* base, size_t bytes, int op)
+    __attribute__((weak));
 extern void vramtrace_v1_block(vramtrace_pool_t pool, const void* ptr, size_t bytes)
     __attribute__((weak));
-extern void vramtrace_v1_pool_oom(vramtrace_pool_t pool, size_t requested)
-    __attribute__((weak));
+extern void vramtrace_v1_pool_oom(vramtrace_pool_t pool, size_t requested) __attribute__((weak));
 extern void vramtrace_v1_step(long long step) __attribute__((weak));
 extern int vramtrace_v1_range_push(const char* name) __attribute__((weak));
 extern int vramtrace_v1_range_pop(void) __attribute__((weak));

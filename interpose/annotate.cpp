@@ -33,8 +33,7 @@ struct NameSlot {
   bool same_key(const NameSlot& o) const { return hash == o.hash; }
 };
 uint64_t name_slot_hash(const NameSlot& n) { return n.hash; }
-InternTable<NameSlot, name_slot_hash, 4096, InternStorage::kStatic, InternFull::kEverySlot>
-    g_names;
+InternTable<NameSlot, name_slot_hash, 4096, InternStorage::kStatic, InternFull::kEverySlot> g_names;
 
 // The id of `name`; writes its String record first when it is new. Inside a RecordSlot.
 uint8_t* intern(uint8_t* p, const char* name, size_t n, uint32_t* id, uint32_t* records) {
@@ -139,8 +138,8 @@ extern "C" __attribute__((visibility("default"))) unsigned long long vramtrace_v
   uint32_t name_id = 0, records = 1;
   p = intern(p, name, n, &name_id, &records);
   live_pool(id, device);
-  p = vramtrace::format::put(p, rec::UserPool{id, static_cast<uint32_t>(device < 0 ? 0 : device),
-                                              name_id});
+  p = vramtrace::format::put(
+      p, rec::UserPool{id, static_cast<uint32_t>(device < 0 ? 0 : device), name_id});
   slot.commit(p, records);
   return id;
 }
@@ -155,8 +154,9 @@ extern "C" __attribute__((visibility("default"))) void vramtrace_v1_pool_segment
                         static_cast<vramtrace::format::SegmentOp>(op)});
 }
 
-extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(
-    unsigned long long pool, const void* ptr, size_t bytes) {
+extern "C" __attribute__((visibility("default"))) void vramtrace_v1_block(unsigned long long pool,
+                                                                          const void* ptr,
+                                                                          size_t bytes) {
   ReentryGuard guard;
   if (!guard.entered_first) return;
   CapturedStack stack;

@@ -14,8 +14,8 @@ constexpr unsigned kMinVersion = 10400;
 }  // namespace
 
 bool FrameCompressor::load(const char* mode, const char* library) {
-  if (mode && (!strcmp(mode, "off") || !strcmp(mode, "0") || !strcmp(mode, "none") ||
-               !strcmp(mode, "raw")))
+  if (mode &&
+      (!strcmp(mode, "off") || !strcmp(mode, "0") || !strcmp(mode, "none") || !strcmp(mode, "raw")))
     return false;
   // RTLD_LOCAL: its symbols stay out of the target's global scope.
   void* h = dlopen(library && *library ? library : "libzstd.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -112,8 +112,9 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
 
   void* lib = open_cupti(cupti_path);
   if (!lib) {
-    give_up("CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
-            "(set VRAMTRACE_CUPTI to its path)");
+    give_up(
+        "CUPTI (libcupti.so.13) not found; this process runs without memory profiling "
+        "(set VRAMTRACE_CUPTI to its path)");
     return false;
   }
   remember_cupti_path(lib);
@@ -152,8 +153,10 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
     else {
       const char* msg = "unknown error";
       if (g_cupti.result_string) g_cupti.result_string(r, &msg);
-      snprintf(why, sizeof why, "cannot subscribe to CUPTI (%s); this process runs without "
-               "memory profiling", msg);
+      snprintf(why, sizeof why,
+               "cannot subscribe to CUPTI (%s); this process runs without "
+               "memory profiling",
+               msg);
     }
     give_up(why);
     return false;

@@ -96,8 +96,7 @@ int query_device(CUcontext ctx) {
 int remember_context(CUcontext ctx, int device) {
   for (auto& slot : g_contexts) {
     CUcontext expected = nullptr;
-    if (slot.ctx.load() == ctx ||
-        slot.ctx.compare_exchange_strong(expected, ctx)) {
+    if (slot.ctx.load() == ctx || slot.ctx.compare_exchange_strong(expected, ctx)) {
       slot.device.store(device);
       return device;
     }
@@ -140,8 +139,7 @@ struct KernelNameSlot {
 uint64_t kernel_name_hash(const KernelNameSlot& k) {
   return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(k.name) >> 4) * 2654435761u);
 }
-InternTable<KernelNameSlot, kernel_name_hash, 16384, InternStorage::kStatic,
-            InternFull::kEverySlot>
+InternTable<KernelNameSlot, kernel_name_hash, 16384, InternStorage::kStatic, InternFull::kEverySlot>
     g_kernel_names;
 uint32_t g_next_name_id = 1;  // 0 means "no name" (graph launches)
 constexpr size_t kMaxNameBytes = 4096;
@@ -218,8 +216,10 @@ void record_context(CUcontext ctx, int device) {
   if (!slot.ok()) return;
   slot.commit(format::put(slot.begin(),
                           rec::ContextCreate{reinterpret_cast<uintptr_t>(ctx),
-                                             static_cast<uint32_t>(device), total,
-                                             {name, name_len}, {uuid.bytes, sizeof uuid.bytes}},
+                                             static_cast<uint32_t>(device),
+                                             total,
+                                             {name, name_len},
+                                             {uuid.bytes, sizeof uuid.bytes}},
                           slot.delta_ns()));
 }
 
@@ -316,14 +316,13 @@ uint64_t allocated_id(const CUpti_CallbackData* cb, const T* out) {
 
 // An allocation's exit: the record if it worked, an AllocFailed (the OOM moment) if not.
 template <typename T>
-void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, const T* out,
-                   uint64_t bytes, CUstream stream) {
+void on_alloc_exit(const CUpti_CallbackData* cb, Api api, int device, const T* out, uint64_t bytes,
+                   CUstream stream) {
   const uint64_t address = allocated_id(cb, out);
   const bool ok = succeeded(cb);
   CapturedStack stack;
   const bool async = api == Api::cuMemAllocAsync || api == Api::cuMemAllocFromPoolAsync;
-  if (!async || async_stack_wanted(bytes, !ok))
-    capture_stack(&stack);
+  if (!async || async_stack_wanted(bytes, !ok)) capture_stack(&stack);
   if (ok) {
     record_alloc(api, device, address, bytes, stream, stack);
     if (api != Api::cuMemHostAlloc && api != Api::cuMemAllocHost)
@@ -351,8 +350,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
       if (!enter) {
         auto* a = static_cast<const cuMemAlloc_v2_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAlloc, device, a->dptr, a->bytesize,
-                      nullptr);
+        on_alloc_exit(cb, Api::cuMemAlloc, device, a->dptr, a->bytesize, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
@@ -366,16 +364,14 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocManaged_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocManaged, device, a->dptr,
-                      a->bytesize, nullptr);
+        on_alloc_exit(cb, Api::cuMemAllocManaged, device, a->dptr, a->bytesize, nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocAsync, device, a->dptr, a->bytesize,
-                      a->hStream);
+        on_alloc_exit(cb, Api::cuMemAllocAsync, device, a->dptr, a->bytesize, a->hStream);
         if (succeeded(cb)) record_pool(device, nullptr);
       }
       break;
@@ -383,8 +379,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
       if (!enter) {
         auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, a->dptr,
-                      a->bytesize, a->hStream);
+        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, a->dptr, a->bytesize, a->hStream);
         if (succeeded(cb)) record_pool(device, a->pool);
       }
       break;
@@ -435,16 +430,15 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
       if (enter) {
         auto* a = static_cast<const cuMemFreeHost_params*>(params);
-        if (a->p) record_free(Api::cuMemFreeHost, device, reinterpret_cast<uintptr_t>(a->p),
-                              nullptr);
+        if (a->p)
+          record_free(Api::cuMemFreeHost, device, reinterpret_cast<uintptr_t>(a->p), nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy:
       if (enter) {
         auto* a = static_cast<const cuArrayDestroy_params*>(params);
         if (a->hArray)
-          record_free(Api::cuArrayDestroy, device, reinterpret_cast<uintptr_t>(a->hArray),
-                      nullptr);
+          record_free(Api::cuArrayDestroy, device, reinterpret_cast<uintptr_t>(a->hArray), nullptr);
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
@@ -510,8 +504,7 @@ void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
         record_launch(Api::cuGraphLaunch, device, a->hStream, nullptr);
       }
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

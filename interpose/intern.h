@@ -54,8 +54,8 @@ enum class InternStorage { kStatic, kMapped };
 
 // When a table counts as full, and what it still does then:
 //   kEverySlot: it fills every slot; a key already in it is still found.
-//   kThreeQuarters: it stops at 3/4 of its slots, and from then on looks nothing up: every key,
-//     known or not, gets a fresh id and is written again.
+//   kThreeQuarters: it takes no new key past 3/4 of its slots (a quarter stays empty, so that a
+//     lookup ends at an empty slot after a few probes); a key already in it is still found.
 enum class InternFull { kEverySlot, kThreeQuarters };
 
 // The id of a key, and whether the caller must write the key's record under it (a new key, or
@@ -110,7 +110,7 @@ class InternTable {
   bool usable() const {
     if constexpr (kStorage == InternStorage::kMapped)
       if (!slots_) return false;
-    return kFull == InternFull::kEverySlot || count_ < kMaxEntries;
+    return true;
   }
 
   std::conditional_t<kStorage == InternStorage::kMapped, Entry*, Entry[kSlots]> slots_;

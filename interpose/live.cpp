@@ -286,8 +286,10 @@ void live_alloc(LiveKind kind, int device, uint64_t id, uint64_t bytes, const Ca
     Device& od = g_dev[old->device];
     od.live -= kind == LiveKind::Block ? 0 : static_cast<int64_t>(old->bytes);
     if (kind == LiveKind::Block) od.blocks -= static_cast<int64_t>(old->bytes);
-    if (!old->segment) site_add(old->site, -static_cast<int64_t>(old->bytes));
-    else od.segments -= static_cast<int64_t>(old->bytes);
+    if (!old->segment)
+      site_add(old->site, -static_cast<int64_t>(old->bytes));
+    else
+      od.segments -= static_cast<int64_t>(old->bytes);
     erase(old);
   }
   if (!reserve()) {
@@ -381,8 +383,12 @@ extern "C" __attribute__((visibility("default"))) int vramtrace_v1_live_figures(
   if (!valid_device(device) || !out || n <= 0) return 0;
   Lock lock;
   const Device& d = g_dev[device];
-  const long long v[] = {d.live, d.peak, d.live - d.segments + d.blocks, d.in_use_peak_mark,
-                         d.live_peak_mark, static_cast<long long>(g_untracked)};
+  const long long v[] = {d.live,
+                         d.peak,
+                         d.live - d.segments + d.blocks,
+                         d.in_use_peak_mark,
+                         d.live_peak_mark,
+                         static_cast<long long>(g_untracked)};
   const int count = std::min<int>(n, sizeof v / sizeof v[0]);
   for (int i = 0; i < count; ++i) out[i] = v[i];
   return count;
@@ -435,9 +441,9 @@ extern "C" __attribute__((visibility("default"))) size_t vramtrace_v1_live_sites
   size_t used = 0;
   for (uint32_t k = 0; k < shown; ++k) {
     const uint32_t i = g_order[k];
-    int len = snprintf(buf + used, cap - used, "%lld\t%llu\t%s\n",
-                       static_cast<long long>(g_acc_bytes[i]),
-                       static_cast<unsigned long long>(g_acc_count[i]), g_sites[i].name);
+    int len =
+        snprintf(buf + used, cap - used, "%lld\t%llu\t%s\n", static_cast<long long>(g_acc_bytes[i]),
+                 static_cast<unsigned long long>(g_acc_count[i]), g_sites[i].name);
     if (len < 0 || static_cast<size_t>(len) >= cap - used) {
       buf[used] = 0;  // a line that does not fit is left out whole
       break;

@@ -16,7 +16,8 @@ inline void notice(const char* message) {
   char line[512];
   int n = snprintf(line, sizeof line, "vramtrace: %s\n", message);
   if (n > 0) {
-    ssize_t ignored = write(2, line, static_cast<size_t>(n < (int)sizeof line ? n : (int)sizeof line - 1));
+    ssize_t ignored =
+        write(2, line, static_cast<size_t>(n < (int)sizeof line ? n : (int)sizeof line - 1));
     (void)ignored;
   }
 }

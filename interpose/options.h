@@ -99,12 +99,12 @@ inline StackOptions stack_options(const char* mode, const char* depth, const cha
 // Everything the library reads from the environment when CUDA starts it (InitializeInjection):
 // strings are the environment's own (nullptr when unset).
 struct Options {
-  const char* output;    // VRAMTRACE_OUTPUT: a file name pattern
-  const char* socket;    // VRAMTRACE_SOCKET: the collector's socket (wins over output)
+  const char* output;          // VRAMTRACE_OUTPUT: a file name pattern
+  const char* socket;          // VRAMTRACE_SOCKET: the collector's socket (wins over output)
   uint64_t buffer_bytes;       // VRAMTRACE_BUFFER_KB
   uint64_t flush_interval_ns;  // VRAMTRACE_FLUSH_MS
-  const char* compress;  // VRAMTRACE_COMPRESS
-  const char* zstd_lib;  // VRAMTRACE_ZSTD_LIB
+  const char* compress;        // VRAMTRACE_COMPRESS
+  const char* zstd_lib;        // VRAMTRACE_ZSTD_LIB
   StackOptions stacks;
   const char* launches_value;  // VRAMTRACE_LAUNCHES as set, for the notice of a bad value
   bool launches;

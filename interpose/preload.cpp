@@ -18,13 +18,13 @@
 #include <atomic>
 #include <initializer_list>
 
+#include "common/env_names.h"
 #include "common/format.h"
 #include "interpose/hooks.h"
 #include "interpose/notice.h"
 #include "interpose/options.h"
 #include "interpose/recorder.h"
 #include "interpose/stacks.h"
-#include "common/env_names.h"
 
 namespace vramtrace::interpose {
 namespace {
@@ -68,21 +68,20 @@ void record_process() {
   if (r >= sizeof ranks) r = sizeof ranks - 1;
   timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
-  uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull +
-                      static_cast<uint64_t>(rt.tv_nsec);
+  uint64_t realtime =
+      static_cast<uint64_t>(rt.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(rt.tv_nsec);
   size_t host_len = strnlen(host, sizeof host);
   RecordSlot slot(format::max_fixed_bytes<format::rec::Process>() + cmd_len +
                   static_cast<size_t>(exe_len) + host_len + r);
   if (!slot.ok()) return;
-  slot.commit(format::put(
-      slot.begin(), format::rec::Process{static_cast<uint64_t>(getpid()),
-                                         static_cast<uint64_t>(getppid()),
-                                         realtime,
-                                         now_ns(),
-                                         {host, host_len},
-                                         {exe, static_cast<size_t>(exe_len)},
-                                         {cmdline, cmd_len},
-                                         {ranks, r}}));
+  slot.commit(format::put(slot.begin(), format::rec::Process{static_cast<uint64_t>(getpid()),
+                                                             static_cast<uint64_t>(getppid()),
+                                                             realtime,
+                                                             now_ns(),
+                                                             {host, host_len},
+                                                             {exe, static_cast<size_t>(exe_len)},
+                                                             {cmdline, cmd_len},
+                                                             {ranks, r}}));
 }
 
 // What this library records, written once after the Process record when a setting is not its
@@ -133,8 +132,9 @@ __attribute__((constructor)) void arm() {
   if (current && *current) {
     char resolved[PATH_MAX];
     if (!realpath(current, resolved) || strcmp(resolved, self) != 0) {
-      notice("CUDA_INJECTION64_PATH already names another tool; vramtrace stays off in this "
-             "process");
+      notice(
+          "CUDA_INJECTION64_PATH already names another tool; vramtrace stays off in this "
+          "process");
       g_disabled = true;
       return;
     }

@@ -98,7 +98,9 @@ State& state() {
 
 // A store the collector may read after the process died at any instruction: release order, so
 // that the bytes of a record are in memory before the count that covers them.
-inline void shared_store(uint64_t* field, uint64_t v) { __atomic_store_n(field, v, __ATOMIC_RELEASE); }
+inline void shared_store(uint64_t* field, uint64_t v) {
+  __atomic_store_n(field, v, __ATOMIC_RELEASE);
+}
 
 inline void publish_used(State& s, int i) {
   if (s.ctl)
@@ -382,7 +384,8 @@ void flush_both(State& s) {
 
 // ---- the crash path (no shared buffers) ------------------------------------------------------
 
-constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGPIPE};
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS,  SIGFPE, SIGILL,
+                                 SIGABRT, SIGTRAP, SIGSYS, SIGPIPE};
 struct sigaction g_previous[NSIG];
 
 // In a signal handler: only trylock, and a bounded wait for a writer in the middle of a frame.
@@ -391,7 +394,7 @@ void crash_flush() {
   int phase = s.phase.load();
   if ((phase != kRunning && phase != kFinished) || s.ctl) return;
   if (pthread_mutex_trylock(&s.lock) != 0) return;  // this thread died inside the recorder
-  for (int i = 0; i < 200; ++i) {  // 200 ms at most
+  for (int i = 0; i < 200; ++i) {                   // 200 ms at most
     if (pthread_mutex_trylock(&s.io_lock) == 0) {
       if (s.phase.load() != kStopped) flush_both(s);
       pthread_mutex_unlock(&s.io_lock);
@@ -427,14 +430,14 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
 // ignored one stays ignored.
 void install_crash_handlers() {
   for (int sig : kFatalSignals) {
-    struct sigaction cur{};
+    struct sigaction cur {};
     if (sigaction(sig, nullptr, &cur) != 0) continue;
     if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue;
     // The program's own handler keeps its mask and flags (restarted system calls, its
     // alternate stack) while ours runs first.
     const bool program_handler =
         (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != nullptr : cur.sa_handler != SIG_DFL;
-    struct sigaction ours{};
+    struct sigaction ours {};
     ours.sa_sigaction = on_fatal_signal;
     ours.sa_flags = SA_SIGINFO | SA_ONSTACK |
                     (program_handler ? cur.sa_flags & (SA_RESTART | SA_NODEFER) : SA_RESTART);
@@ -480,7 +483,8 @@ bool recorder_start(const Options& options) {
     s.fd = open_socket(sock);
     s.is_socket = true;
     if (s.fd < 0) {
-      notice_errno("cannot connect to the vramtrace collector; this process is not profiled", errno);
+      notice_errno("cannot connect to the vramtrace collector; this process is not profiled",
+                   errno);
       s.phase.store(kStopped);
       return false;
     }

@@ -61,9 +61,7 @@ struct NodeSlot {
     return value == o.value && extra == o.extra && parent == o.parent;
   }
 };
-uint64_t node_hash(const NodeSlot& n) {
-  return hash::mix(n.value ^ hash::mix(n.extra + n.parent));
-}
+uint64_t node_hash(const NodeSlot& n) { return hash::mix(n.value ^ hash::mix(n.extra + n.parent)); }
 // 12 MiB of address space, touched as used.
 InternTable<NodeSlot, node_hash, 1u << 19, InternStorage::kMapped, InternFull::kThreeQuarters>
     g_nodes;
@@ -151,9 +149,12 @@ int write_module(dl_phdr_info* info, size_t, void*) {
   if (id_len > 64) id_len = 0;
   RecordSlot slot(format::max_fixed_bytes<rec::Module>() + path_len + id_len);
   if (!slot.ok()) return 0;
-  slot.commit(format::put(
-      slot.begin(), rec::Module{g_generation, info->dlpi_addr, lo, hi, {path, path_len},
-                                {reinterpret_cast<const char*>(id), id_len}}));
+  slot.commit(format::put(slot.begin(), rec::Module{g_generation,
+                                                    info->dlpi_addr,
+                                                    lo,
+                                                    hi,
+                                                    {path, path_len},
+                                                    {reinterpret_cast<const char*>(id), id_len}}));
   return 0;
 }
 
@@ -167,7 +168,7 @@ struct PyApi {
   void* (*frame_get_back)(void*) = nullptr;          // new reference
   void* (*frame_get_code)(void*) = nullptr;          // new reference
   int (*frame_get_line)(void*) = nullptr;
-  void* (*get_attr)(void*, void*) = nullptr;         // new reference
+  void* (*get_attr)(void*, void*) = nullptr;  // new reference
   const char* (*as_utf8)(void*, ssize_t*) = nullptr;
   void (*dec_ref)(void*) = nullptr;
   void* (*intern)(const char*) = nullptr;
@@ -188,13 +189,13 @@ struct PyApi {
 //   3.13: tstate->current_frame: f_executable, previous, instr_ptr
 struct PyLayout {
   int minor;
-  uint32_t ts_frame;        // 3.10: frame; 3.11/12: cframe; 3.13: current_frame
-  int32_t cf_current;       // offset of current_frame in _PyCFrame, -1 when no cframe
+  uint32_t ts_frame;   // 3.10: frame; 3.11/12: cframe; 3.13: current_frame
+  int32_t cf_current;  // offset of current_frame in _PyCFrame, -1 when no cframe
   uint32_t fr_code, fr_previous, fr_instr;
-  int32_t fr_owner;         // -1: no owner field
-  bool lasti_int;           // 3.10: int f_lasti; else an instruction pointer
+  int32_t fr_owner;  // -1: no owner field
+  bool lasti_int;    // 3.10: int f_lasti; else an instruction pointer
   uint32_t co_filename, co_name, co_firstlineno;
-  uint32_t co_code;         // co_code_adaptive (3.11+)
+  uint32_t co_code;  // co_code_adaptive (3.11+)
   uint32_t str_state, str_ascii_data, str_utf8_len, str_utf8;
 };
 constexpr PyLayout kLayouts[] = {
@@ -281,7 +282,8 @@ const char* read_str(uintptr_t str, uint32_t* len) {
   const PyLayout& l = *g_layout;
   int64_t length = read_at<int64_t>(str, 16);  // PyASCIIObject.length, after the object header
   uint32_t state = read_at<uint32_t>(str, l.str_state);
-  bool compact = state & (1u << 5), ascii = state & (1u << 6);  // interned:2, kind:3, compact, ascii
+  bool compact = state & (1u << 5),
+       ascii = state & (1u << 6);  // interned:2, kind:3, compact, ascii
   if (!compact || length < 0) return nullptr;
   const char* data;
   if (ascii) {

@@ -11,7 +11,8 @@
 
 namespace vramtrace::interpose {
 
-inline constexpr int kMaxStackDepth = 128;  // the most VRAMTRACE_MAX_DEPTH may ask for (6 KiB of stack)
+inline constexpr int kMaxStackDepth =
+    128;  // the most VRAMTRACE_MAX_DEPTH may ask for (6 KiB of stack)
 
 struct PyFrameRef {
   uint64_t code_hash;  // of file and function name: interning does not trust object addresses

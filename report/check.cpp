@@ -45,8 +45,8 @@ std::string change_bytes(uint64_t base, uint64_t cand) {
 std::string percent(uint64_t base, uint64_t cand) {
   if (base == 0) return cand ? "new" : "0%";
   char buf[32];
-  double p = 100.0 * (static_cast<double>(cand) - static_cast<double>(base)) /
-             static_cast<double>(base);
+  double p =
+      100.0 * (static_cast<double>(cand) - static_cast<double>(base)) / static_cast<double>(base);
   std::snprintf(buf, sizeof buf, "%+.1f%%", p);
   return buf;
 }
@@ -73,14 +73,15 @@ std::map<uint32_t, const json*> devices_of(const json& r) {
 // Name -> (bytes, count) live at the peak, from a device entry (or its process's entry):
 // `list` is "by_site" (named by "site") or "by_library" (named by "library").
 std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report, const json& dev,
-                                                              const char* list, const char* name) {
+                                                             const char* list, const char* name) {
   std::map<std::string, std::pair<int64_t, int64_t>> out;
   const json* sites = nullptr;
   if (dev.contains(field::peak) && dev[field::peak].contains(list)) sites = &dev[field::peak][list];
   if (!sites) {
     for (const auto& p : report[field::processes])
       for (const auto& pd : p[field::devices])
-        if (pd[field::index] == dev[field::index] && pd[field::peak].contains(list)) sites = &pd[field::peak][list];
+        if (pd[field::index] == dev[field::index] && pd[field::peak].contains(list))
+          sites = &pd[field::peak][list];
   }
   if (sites)
     for (const auto& s : *sites) {
@@ -93,8 +94,8 @@ std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report,
   return out;
 }
 
-std::vector<SiteChange> group_changes(const json& a, const json* da, const json& b,
-                                      const json* db, const char* list, const char* name) {
+std::vector<SiteChange> group_changes(const json& a, const json* da, const json& b, const json* db,
+                                      const char* list, const char* name) {
   std::map<std::string, std::pair<int64_t, int64_t>> sa, sb;
   if (da) sa = groups_of(a, *da, list, name);
   if (db) sb = groups_of(b, *db, list, name);
@@ -140,7 +141,7 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
     uint64_t b = *c.baseline_peak;
     // Saturating: a budget of 1e300% or a peak near 2^64 allows everything, it does not wrap.
     double pct_slack = inc.percent ? std::floor(static_cast<double>(b) * *inc.percent / 100.0) : 0;
-    uint64_t slack = !inc.percent                     ? inc.bytes.value_or(0)
+    uint64_t slack = !inc.percent                          ? inc.bytes.value_or(0)
                      : pct_slack >= 18446744073709549568.0 ? UINT64_MAX
                                                            : static_cast<uint64_t>(pct_slack);
     c.allowed_peak = slack > UINT64_MAX - b ? UINT64_MAX : b + slack;
@@ -226,11 +227,20 @@ uint64_t parse_size(const std::string& raw) {
     throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string u;
   for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  static const std::map<std::string, double> units = {
-      {"", 1},          {"b", 1},          {"k", 1024.0},      {"kib", 1024.0},
-      {"m", 1048576.0}, {"mib", 1048576.0}, {"g", 1073741824.0}, {"gib", 1073741824.0},
-      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6},
-      {"gb", 1e9},      {"tb", 1e12}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"b", 1},
+                                                      {"k", 1024.0},
+                                                      {"kib", 1024.0},
+                                                      {"m", 1048576.0},
+                                                      {"mib", 1048576.0},
+                                                      {"g", 1073741824.0},
+                                                      {"gib", 1073741824.0},
+                                                      {"t", 1099511627776.0},
+                                                      {"tib", 1099511627776.0},
+                                                      {"kb", 1e3},
+                                                      {"mb", 1e6},
+                                                      {"gb", 1e9},
+                                                      {"tb", 1e12}};
   auto it = units.find(u);
   if (it == units.end())
     throw CheckError("'" + raw + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB)");
@@ -307,7 +317,8 @@ std::string malformed(const json& r) {
   };
   auto device_ok = [&](const json& d) {
     return uint_at(d, field::index, UINT32_MAX) && d.contains(field::peak) &&
-           uint_at(d[field::peak], field::bytes, UINT64_MAX) && groups_ok(d[field::peak], field::by_site, field::site);
+           uint_at(d[field::peak], field::bytes, UINT64_MAX) &&
+           groups_ok(d[field::peak], field::by_site, field::site);
   };
   const char* bad_libraries = "a peak.by_library entry without library, bytes or count";
   for (const char* key : {field::devices, field::processes, field::leaks, field::oom})
@@ -391,7 +402,8 @@ json load_report(const std::string& path, const std::string& role) {
     throw CheckError(role + " " + path + ": report schema " + r[field::schema].dump() +
                      ", this vramtrace reads \"" + kSchema + "\"");
   std::string problem = malformed(r);
-  if (!problem.empty()) throw CheckError(role + " " + path + ": malformed report (" + problem + ")");
+  if (!problem.empty())
+    throw CheckError(role + " " + path + ": malformed report (" + problem + ")");
   return r;
 }
 
@@ -485,7 +497,8 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
                           ? candidate[field::processes]
                           : no_list;
   auto exe_of = [](const json& p) {
-    std::string exe = p.contains(field::exe) && p[field::exe].is_string() ? p[field::exe].get<std::string>() : "";
+    std::string exe =
+        p.contains(field::exe) && p[field::exe].is_string() ? p[field::exe].get<std::string>() : "";
     exe = exe.substr(exe.find_last_of('/') + 1);
     std::string pid = p.contains(field::pid) && p[field::pid].is_number_unsigned()
                           ? std::to_string(p[field::pid].get<uint64_t>())
@@ -497,8 +510,10 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
   if (procs.empty()) {
     std::string how;
     if (exit_code == 127) how = " (the command exited 127: not found)";
-    why.push_back("the candidate has no profiled process: no process of its command reached "
-                  "vramtrace" + how);
+    why.push_back(
+        "the candidate has no profiled process: no process of its command reached "
+        "vramtrace" +
+        how);
   }
   // Devices the baseline was measured on and the candidate was not.
   if (!unprofiled && candidate.contains(field::devices) && candidate[field::devices].is_array() &&
@@ -508,12 +523,12 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
       if (d.is_object() && d.contains(field::index) && d[field::index].is_number_unsigned())
         have.insert(d[field::index].get<uint64_t>());
     for (const auto& d : baseline[field::devices]) {
-      if (!d.is_object() || !d.contains(field::index) || !d[field::index].is_number_unsigned()) continue;
+      if (!d.is_object() || !d.contains(field::index) || !d[field::index].is_number_unsigned())
+        continue;
       uint64_t i = d[field::index].get<uint64_t>();
       if (have.count(i) || (only_device && *only_device != i)) continue;
-      std::string name = d.contains(field::name) && d[field::name].is_string()
-                             ? " (" + device_name(d) + ")"
-                             : "";
+      std::string name =
+          d.contains(field::name) && d[field::name].is_string() ? " (" + device_name(d) + ")" : "";
       why.push_back("no measurement for device " + std::to_string(i) + name +
                     ", which the baseline has");
     }
@@ -583,11 +598,12 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     const json* b = bdev.count(i) ? bdev[i] : nullptr;
     const json* c = cdev.count(i) ? cdev[i] : nullptr;
     const json* any = c ? c : b;
-    std::string scope =
-        "device " + std::to_string(i) + " (" + printable((*any)[field::name].get<std::string>()) + ")";
+    std::string scope = "device " + std::to_string(i) + " (" +
+                        printable((*any)[field::name].get<std::string>()) + ")";
     Comparison row = compare_one(scope, i, b, c, budgets);
     row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
-    row.library_changes = group_changes(baseline, b, candidate, c, field::by_library, field::library);
+    row.library_changes =
+        group_changes(baseline, b, candidate, c, field::by_library, field::library);
     result.rows.push_back(std::move(row));
   }
 
@@ -603,12 +619,14 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     return out;
   };
   // The worst rank of each run, whichever rank that is.
-  if (baseline.contains(field::worst_rank) && candidate.contains(field::worst_rank) && !budgets.only_device) {
+  if (baseline.contains(field::worst_rank) && candidate.contains(field::worst_rank) &&
+      !budgets.only_device) {
     json bw = {{field::peak, {{field::bytes, baseline[field::worst_rank][field::peak_bytes]}}}};
     json cw = {{field::peak, {{field::bytes, candidate[field::worst_rank][field::peak_bytes]}}}};
     // A rank from a trace is the process's environment: any bytes, not always UTF-8.
     auto rank = [](const json& r) {
-      return printable(r[field::worst_rank][field::rank].dump(-1, ' ', false, json::error_handler_t::replace));
+      return printable(
+          r[field::worst_rank][field::rank].dump(-1, ' ', false, json::error_handler_t::replace));
     };
     std::string scope = "worst rank (rank " + rank(baseline) + " -> rank " + rank(candidate) + ")";
     uint32_t dev = candidate[field::worst_rank][field::device].get<uint32_t>();
@@ -625,7 +643,8 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     std::string scope = "rank " + printable(k.first) + ", device " + std::to_string(k.second);
     Comparison row = compare_one(scope, k.second, b, c, budgets);
     row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
-    row.library_changes = group_changes(baseline, b, candidate, c, field::by_library, field::library);
+    row.library_changes =
+        group_changes(baseline, b, candidate, c, field::by_library, field::library);
     result.rows.push_back(std::move(row));
   }
   result.incomplete =
@@ -645,7 +664,8 @@ std::string check_text(const CheckResult& r) {
                        (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + ", candidate " +
                        (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
     if (c.baseline_peak && c.candidate_peak) {
-      line += ", " + change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      line += ", " + change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" +
+              percent(*c.baseline_peak, *c.candidate_peak) + ")";
     }
     line += ", budget " + c.budget_text + ": " + (c.regression ? "REGRESSION" : "ok");
     if (!c.note.empty()) line += " (" + c.note + ")";
@@ -660,12 +680,11 @@ std::string check_text(const CheckResult& r) {
     for (const auto& s : c.changes) {
       if (shown++ == 5) break;
       out += "  " + std::string(s.diff() >= 0 ? "grew" : "shrank") + ": " + s.site + " " +
-             signed_bytes(s.diff()) + " at the peak (" + std::to_string(s.baseline_count) +
-             " -> " + std::to_string(s.candidate_count) + " allocations)\n";
+             signed_bytes(s.diff()) + " at the peak (" + std::to_string(s.baseline_count) + " -> " +
+             std::to_string(s.candidate_count) + " allocations)\n";
     }
   }
-  if (r.rows.empty() && !r.unprofiled())
-    out += "vramtrace check: neither run used a CUDA device\n";
+  if (r.rows.empty() && !r.unprofiled()) out += "vramtrace check: neither run used a CUDA device\n";
   for (const auto& p : r.not_profiled)
     out += "vramtrace check: candidate NOT PROFILED: " + p + "\n";
   for (const auto& why : r.incomplete)
@@ -677,8 +696,9 @@ std::string check_text(const CheckResult& r) {
     out += "vramtrace check: FAILED: " + std::to_string(r.not_profiled.size()) +
            " process(es) of the candidate not profiled: their device memory is unknown\n";
   if (r.is_incomplete())
-    out += "vramtrace check: FAILED: incomplete measurement: the candidate's peaks are not a "
-           "whole measurement of the baseline's command\n";
+    out +=
+        "vramtrace check: FAILED: incomplete measurement: the candidate's peaks are not a "
+        "whole measurement of the baseline's command\n";
   if (!failed && !r.unprofiled() && !r.is_incomplete())
     out += "vramtrace check: PASSED: " + std::to_string(r.rows.size()) + " within budget\n";
   return out;
@@ -693,7 +713,8 @@ std::string failure_junit(const std::string& why) {
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
          "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"1\" failures=\"1\">\n"
          "  <testcase classname=\"vramtrace.check\" name=\"peak memory checked\"><failure "
-         "message=\"" + escape_xml(why) + "\">" + escape_xml(why) +
+         "message=\"" +
+         escape_xml(why) + "\">" + escape_xml(why) +
          "</failure></testcase>\n</testsuite></testsuites>\n";
 }
 
@@ -723,11 +744,13 @@ std::string check_markdown(const CheckResult& r) {
     out += "**Not profiled** (its device memory is unknown): " + escape_markdown(p) + "\n\n";
   for (const auto& why : r.incomplete)
     out += "**Incomplete measurement**: " + escape_markdown(why) + "\n\n";
-  out += "| scope | baseline | candidate | change | budget | verdict |\n|---|---|---|---|---|---|\n";
+  out +=
+      "| scope | baseline | candidate | change | budget | verdict |\n|---|---|---|---|---|---|\n";
   for (const auto& c : r.rows) {
     std::string change = "-";
     if (c.baseline_peak && c.candidate_peak)
-      change = change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      change = change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" +
+               percent(*c.baseline_peak, *c.candidate_peak) + ")";
     out += "| " + escape_markdown(c.scope) + " | " +
            (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " | " +
            (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " | " +
@@ -740,8 +763,8 @@ std::string check_markdown(const CheckResult& r) {
     out += "\nWhat changed at the peak, " + escape_markdown(c.scope) + ":\n\n";
     for (size_t i = 0; i < c.changes.size() && i < 10; ++i)
       out += "- " + escape_markdown(c.changes[i].site) + " " +
-             escape_markdown(signed_bytes(c.changes[i].diff())) +
-             " (" + std::to_string(c.changes[i].baseline_count) + " \\-> " +
+             escape_markdown(signed_bytes(c.changes[i].diff())) + " (" +
+             std::to_string(c.changes[i].baseline_count) + " \\-> " +
              std::to_string(c.changes[i].candidate_count) + " allocations)\n";
   }
   return out;
@@ -757,33 +780,34 @@ std::string check_junit(const CheckResult& r) {
   if (r.is_incomplete()) {
     std::string detail;
     for (const auto& why : r.incomplete) detail += why + "\n";
-    out += "  <testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
-           "<failure message=\"" +
-           escape_xml("incomplete measurement: " + r.incomplete[0] +
-                      (r.incomplete.size() > 1
-                           ? " (and " + std::to_string(r.incomplete.size() - 1) + " more)"
-                           : std::string())) +
-           "\">" + escape_xml(detail) + "</failure></testcase>\n";
+    out +=
+        "  <testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
+        "<failure message=\"" +
+        escape_xml("incomplete measurement: " + r.incomplete[0] +
+                   (r.incomplete.size() > 1
+                        ? " (and " + std::to_string(r.incomplete.size() - 1) + " more)"
+                        : std::string())) +
+        "\">" + escape_xml(detail) + "</failure></testcase>\n";
   }
   if (r.unprofiled()) {
     std::string detail;
     for (const auto& p : r.not_profiled) detail += p + "\n";
-    out += "  <testcase classname=\"vramtrace.profiled\" name=\"every process profiled\">"
-           "<failure message=\"" +
-           escape_xml(std::to_string(r.not_profiled.size()) +
-                      " process(es) not profiled: their device memory is unknown") +
-           "\">" + escape_xml(detail) + "</failure></testcase>\n";
+    out +=
+        "  <testcase classname=\"vramtrace.profiled\" name=\"every process profiled\">"
+        "<failure message=\"" +
+        escape_xml(std::to_string(r.not_profiled.size()) +
+                   " process(es) not profiled: their device memory is unknown") +
+        "\">" + escape_xml(detail) + "</failure></testcase>\n";
   }
   for (const auto& c : r.rows) {
     out += "  <testcase classname=\"vramtrace.peak\" name=\"" + escape_xml(c.scope) + "\">";
     if (c.regression) {
-      std::string msg = "peak " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") +
-                        " over budget " + c.budget_text +
-                        (c.baseline_peak ? " (baseline " + human_bytes(*c.baseline_peak) + ")"
-                                         : "");
+      std::string msg =
+          "peak " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " over budget " +
+          c.budget_text +
+          (c.baseline_peak ? " (baseline " + human_bytes(*c.baseline_peak) + ")" : "");
       std::string detail;
-      for (const auto& s : c.changes)
-        detail += s.site + " " + signed_bytes(s.diff()) + "\n";
+      for (const auto& s : c.changes) detail += s.site + " " + signed_bytes(s.diff()) + "\n";
       out += "<failure message=\"" + escape_xml(msg) + "\">" + escape_xml(detail) + "</failure>";
     }
     out += "</testcase>\n";
@@ -795,13 +819,14 @@ std::string check_junit(const CheckResult& r) {
 std::string diff_text(const json& a, const json& b, const CheckResult& r) {
   std::string out = "vramtrace diff: A has " + std::to_string(a[field::devices].size()) +
                     " device(s), " + std::to_string(a[field::processes].size()) +
-                    " process(es); B has " + std::to_string(b[field::devices].size()) + " device(s), " +
-                    std::to_string(b[field::processes].size()) + " process(es)\n";
+                    " process(es); B has " + std::to_string(b[field::devices].size()) +
+                    " device(s), " + std::to_string(b[field::processes].size()) + " process(es)\n";
   for (const auto& c : r.rows) {
-    out += c.scope + ": peak " + (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") +
-           " -> " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
+    out += c.scope + ": peak " + (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " -> " +
+           (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-");
     if (c.baseline_peak && c.candidate_peak)
-      out += " (" + change_bytes(*c.baseline_peak, *c.candidate_peak) + ", " + percent(*c.baseline_peak, *c.candidate_peak) + ")";
+      out += " (" + change_bytes(*c.baseline_peak, *c.candidate_peak) + ", " +
+             percent(*c.baseline_peak, *c.candidate_peak) + ")";
     if (!c.note.empty()) out += " [" + c.note + "]";
     out += "\n";
     if (c.changes.empty()) out += "  live at the peak: no difference by site\n";
@@ -816,8 +841,8 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
     for (const auto& l : r[field::leaks]) t += l[field::bytes].get<uint64_t>();
     return t;
   };
-  out += "leak suspects: " + human_bytes(final_bytes(a)) + " -> " + human_bytes(final_bytes(b)) +
-         "\n";
+  out +=
+      "leak suspects: " + human_bytes(final_bytes(a)) + " -> " + human_bytes(final_bytes(b)) + "\n";
   out += "out-of-memory events: " + std::to_string(a[field::oom].size()) + " -> " +
          std::to_string(b[field::oom].size()) + "\n";
   for (const auto& p : unprofiled_processes(a))
@@ -834,8 +859,11 @@ std::string diff_html(const json& a, const json& b, const CheckResult& r) {
   for (const auto& c : r.rows) {
     json rows = json::array();
     for (const auto& s : c.changes)
-      rows.push_back({{"site", s.site}, {"a", s.baseline_bytes}, {"b", s.candidate_bytes},
-                      {"a_count", s.baseline_count}, {"b_count", s.candidate_count}});
+      rows.push_back({{"site", s.site},
+                      {"a", s.baseline_bytes},
+                      {"b", s.candidate_bytes},
+                      {"a_count", s.baseline_count},
+                      {"b_count", s.candidate_count}});
     json row = {{"scope", c.scope}, {"device", c.device}, {"changes", rows}};
     row["a_peak"] = c.baseline_peak ? json(*c.baseline_peak) : json(nullptr);
     row["b_peak"] = c.candidate_peak ? json(*c.candidate_peak) : json(nullptr);

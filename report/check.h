@@ -53,7 +53,7 @@ struct Comparison {
   std::string budget_text;
   uint64_t allowed_peak = 0;  // the largest candidate peak within budget
   bool regression = false;
-  std::string note;  // "new device", "device no longer used", ...
+  std::string note;                         // "new device", "device no longer used", ...
   std::vector<SiteChange> changes;          // by site, largest absolute change first
   std::vector<SiteChange> library_changes;  // by owning library, likewise
 };

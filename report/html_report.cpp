@@ -37,10 +37,9 @@ namespace {
 // and keeps the page of a run with tens of thousands of sites a few megabytes.
 size_t page_limit(const std::string& key) {
   static const std::unordered_map<std::string, size_t> limits = {
-      {"by_site", 500},       {"live_by_site", 500},    {"by_library", 500},
-      {"live_by_library", 500}, {"by_stack", 500},      {"by_module", 500},
-      {"leaks", 500},         {"live_at_death", 500},   {"growth", 500},
-      {"largest", 100},       {"largest_live", 100}};
+      {"by_site", 500},  {"live_by_site", 500}, {"by_library", 500},  {"live_by_library", 500},
+      {"by_stack", 500}, {"by_module", 500},    {"leaks", 500},       {"live_at_death", 500},
+      {"growth", 500},   {"largest", 100},      {"largest_live", 100}};
   auto it = limits.find(key);
   return it == limits.end() ? 0 : it->second;
 }
@@ -50,7 +49,8 @@ uint64_t uint_in(const json& e, const char* key) {
   if (!e.is_object() || !e.contains(key)) return 0;
   const json& v = e[key];
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   return 0;
 }
 uint64_t bytes_in(const json& e) { return uint_in(e, "bytes"); }
@@ -215,7 +215,8 @@ bool has_number(const json& j, const char* key) {
 std::string bytes_of(const json& j, const char* key) {
   if (!has_number(j, key)) return "unknown";
   const double v = j[key].get<double>();
-  return v < 0 ? "-" + human_bytes(static_cast<uint64_t>(-v)) : human_bytes(static_cast<uint64_t>(v));
+  return v < 0 ? "-" + human_bytes(static_cast<uint64_t>(-v))
+               : human_bytes(static_cast<uint64_t>(v));
 }
 std::string secs_of(const json& j, const char* key) {
   if (!has_number(j, key)) return "unknown";
@@ -228,12 +229,14 @@ bool recovered(const json& o) { return o.value("recovered", false) == true; }
 // The page's essentials in plain HTML: the verdict, each device's peak against its limit, the
 // OOMs, and (when the report has a diagnosis) the cause and the remedies.
 std::string noscript_summary(const json& r) {
-  std::string out = "<div class=\"noscript\"><p><strong>JavaScript is off</strong>: this is the "
-                    "summary; turn it on for the charts and breakdowns.</p>";
+  std::string out =
+      "<div class=\"noscript\"><p><strong>JavaScript is off</strong>: this is the "
+      "summary; turn it on for the charts and breakdowns.</p>";
   const json diag = r.is_object() && r.contains("diagnosis") && r["diagnosis"].is_object()
-                        ? r["diagnosis"] : json::object();
-  const json ooms = r.is_object() && r.contains("oom") && r["oom"].is_array() ? r["oom"]
-                                                                               : json::array();
+                        ? r["diagnosis"]
+                        : json::object();
+  const json ooms =
+      r.is_object() && r.contains("oom") && r["oom"].is_array() ? r["oom"] : json::array();
   size_t fatal = 0, failed = 0;
   for (const auto& o : ooms) {
     if (recovered(o)) continue;
@@ -261,10 +264,10 @@ std::string noscript_summary(const json& r) {
     if (recovered(o)) continue;
     out += "<li>Out of memory on device " + escape(text_of(o, "device")) + " at " +
            secs_of(o, "time_ns") + ": " + escape(text_of(o, "api")) + " asked for " +
-           bytes_of(o, "requested_bytes") + " with " + bytes_of(o, "live_bytes") +
-           " live (pid " + escape(text_of(o, "pid")) + ")";
-    const std::string site = text_of(o, "python_site").empty() ? text_of(o, "site")
-                                                                : text_of(o, "python_site");
+           bytes_of(o, "requested_bytes") + " with " + bytes_of(o, "live_bytes") + " live (pid " +
+           escape(text_of(o, "pid")) + ")";
+    const std::string site =
+        text_of(o, "python_site").empty() ? text_of(o, "site") : text_of(o, "python_site");
     if (!site.empty()) out += ", at " + escape(site);
     out += "</li>";
   }
@@ -331,12 +334,14 @@ json page_data(const json& data) {
 std::string to_html(const json& report) { return page(report, noscript_summary(report)); }
 
 std::string diff_to_html(const json& a, const json& b, const json& changes) {
-  json data = {{"diff",
-                {{"a", a}, {"b", b}, {"names", {command_of(a), command_of(b)}}, {"changes", changes}}}};
+  json data = {
+      {"diff",
+       {{"a", a}, {"b", b}, {"names", {command_of(a), command_of(b)}}, {"changes", changes}}}};
   // Without JavaScript: the peaks and the sites that changed as a plain table, then each run's
   // summary.
-  std::string ns = "<div class=\"noscript\"><h2>What changed from A to B</h2><table><tr><th>scope"
-                   "</th><th>site</th><th>A</th><th>B</th></tr>";
+  std::string ns =
+      "<div class=\"noscript\"><h2>What changed from A to B</h2><table><tr><th>scope"
+      "</th><th>site</th><th>A</th><th>B</th></tr>";
   for (const auto& c : changes) {
     ns += "<tr><td>" + escape(text_of(c, "scope")) + "</td><td>peak</td><td>" +
           bytes_of(c, "a_peak") + "</td><td>" + bytes_of(c, "b_peak") + "</td></tr>";

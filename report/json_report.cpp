@@ -1,10 +1,10 @@
 // Rendering the collector's model as report.json (see json_report.h).
 #include "report/json_report.h"
-#include "report/report_keys.h"
-#include "report/torch_json.h"
 #include "collector/diagnosis.h"
 #include "collector/leaks.h"
 #include "collector/oom_findings.h"
+#include "report/report_keys.h"
+#include "report/torch_json.h"
 
 #include <cxxabi.h>
 
@@ -257,7 +257,7 @@ json by_library_of(const std::vector<Allocation>& allocs, StacksOf&& stacks_of) 
     ++g.second;
   }
   std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> sorted(groups.begin(),
-                                                                           groups.end());
+                                                                            groups.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](auto& a, auto& b) { return a.second.first > b.second.first; });
   json out = json::array();
@@ -339,13 +339,17 @@ json by_stack_of(const std::vector<Allocation>& allocs, StacksOf&& stacks_of) {
                    {"stack", frames_json(&at)}});
   }
   if (rest_count)
-    out.push_back({{"site", "(other stacks)"}, {"library", ""}, {"bytes", rest_bytes},
-                   {"count", rest_count}, {"stack", json::array()}});
+    out.push_back({{"site", "(other stacks)"},
+                   {"library", ""},
+                   {"bytes", rest_bytes},
+                   {"count", rest_count},
+                   {"stack", json::array()}});
   return out;
 }
 
 json by_stack(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
-  return by_stack_of(allocs, [&](const Allocation&) -> collector::StackResolver& { return stacks; });
+  return by_stack_of(allocs,
+                     [&](const Allocation&) -> collector::StackResolver& { return stacks; });
 }
 
 json timeline_json(const collector::Timeline& t, uint64_t origin) {
@@ -355,7 +359,8 @@ json timeline_json(const collector::Timeline& t, uint64_t origin) {
     points.push_back({since(p.time_ns), p.max_bytes, p.last_bytes, p.min_bytes, since(p.max_ns),
                       since(p.min_ns)});
   return {{"bucket_ns", t.bucket_ns()},
-          {"columns", {"time_ns", "max_bytes", "last_bytes", "min_bytes", "max_time_ns", "min_time_ns"}},
+          {"columns",
+           {"time_ns", "max_bytes", "last_bytes", "min_bytes", "max_time_ns", "min_time_ns"}},
           {"points", points}};
 }
 
@@ -395,18 +400,22 @@ json ranks_json(const Run& run, uint64_t origin) {
     uint32_t peak_device = 0;
     for (const auto& [index, d] : p.devices) {
       uint64_t b = d.memory.peak_bytes();
-      devices.push_back({{"index", index},
-                         {"peak_bytes", b},
-                         {"peak_time_ns",
-                          d.memory.peak_time() >= origin ? d.memory.peak_time() - origin : 0}});
+      devices.push_back(
+          {{"index", index},
+           {"peak_bytes", b},
+           {"peak_time_ns", d.memory.peak_time() >= origin ? d.memory.peak_time() - origin : 0}});
       if (b > peak) {
         peak = b;
         peak_device = index;
       }
     }
-    json r = {{"rank", rank_value(*rank)}, {"pid", p.pid},     {"host", p.host},
-              {"peak_bytes", peak},        {"peak_device", peak_device},
-              {"devices", devices},        {"oom", p.ooms.size()},
+    json r = {{"rank", rank_value(*rank)},
+              {"pid", p.pid},
+              {"host", p.host},
+              {"peak_bytes", peak},
+              {"peak_device", peak_device},
+              {"devices", devices},
+              {"oom", p.ooms.size()},
               {"clean_exit", p.clean_exit}};
     for (const auto& [k, v] : p.ranks) {
       if (k == "LOCAL_RANK") r["local_rank"] = rank_value(v);
@@ -449,9 +458,12 @@ std::string printable(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     unsigned char c = u[i];
     if (c < 0x80) {
-      if (c == '\n') out += "\\n";
-      else if (c == '\t') out += "\\t";
-      else if (c == '\r') out += "\\r";
+      if (c == '\n')
+        out += "\\n";
+      else if (c == '\t')
+        out += "\\t";
+      else if (c == '\r')
+        out += "\\r";
       else if (c < 0x20 || c == 0x7f) {
         std::snprintf(buf, sizeof buf, "\\x%02x", c);
         out += buf;
@@ -562,9 +574,8 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["end_ns"] = p.end_ns >= origin ? p.end_ns - origin : 0;
     // Still sending when the launcher stopped waiting (it outlived the command): running, not
     // cut short, and what it held then is not a leak.
-    const bool still_running =
-        std::find(info.still_running.begin(), info.still_running.end(), p.trace_path) !=
-        info.still_running.end();
+    const bool still_running = std::find(info.still_running.begin(), info.still_running.end(),
+                                         p.trace_path) != info.still_running.end();
     pj["clean_exit"] = p.clean_exit;
     pj["cut_short"] = !p.clean_exit && !still_running;
     if (still_running) pj["still_running"] = true;
@@ -619,8 +630,9 @@ json to_json(const Run& run, const RunInfo& info) {
           {"reserved",
            {{"peak_bytes", d.footprint_peak},
             {"peak_time_ns", d.footprint_peak_time >= origin ? d.footprint_peak_time - origin : 0},
-            {"note", "device memory this process held: allocations, plus what stream-ordered "
-                     "pools reserved beyond their allocations"}}},
+            {"note",
+             "device memory this process held: allocations, plus what stream-ordered "
+             "pools reserved beyond their allocations"}}},
           {"pools", pools_json(d)},
           {"final_live_bytes", d.memory.live_bytes()},
           {"final_live_allocations", still.size()},
@@ -671,8 +683,9 @@ json to_json(const Run& run, const RunInfo& info) {
                               {"reserved_bytes", st.reserved},
                               {"in_use_bytes", st.in_use},
                               {"blocks_in_use", st.blocks},
-                              {"note", "reserved by the allocator and free at exit: cached, not "
-                                       "leaked (its blocks still in use are in leaks)"}});
+                              {"note",
+                               "reserved by the allocator and free at exit: cached, not "
+                               "leaked (its blocks still in use are in leaks)"}});
       }
       if (left.model_state_bytes)
         devices.back()["model_state_at_exit_bytes"] = left.model_state_bytes;
@@ -741,8 +754,8 @@ json to_json(const Run& run, const RunInfo& info) {
     if (p.phases_total) {
       json phases = json::array();
       for (auto& [name, st] : p.range_stats)
-        phases.push_back({{"name", p.kernel_name(name)}, {"count", st.count},
-                          {"total_ns", st.total_ns}});
+        phases.push_back(
+            {{"name", p.kernel_name(name)}, {"count", st.count}, {"total_ns", st.total_ns}});
       std::stable_sort(phases.begin(), phases.end(), [](const json& a, const json& b) {
         return a["total_ns"].get<uint64_t>() > b["total_ns"].get<uint64_t>();
       });
@@ -872,7 +885,8 @@ json to_json(const Run& run, const RunInfo& info) {
       }
       std::map<uint64_t, uint64_t> count_by_pid;
       for (const Allocation& a : d.live_at_peak) ++count_by_pid[run.processes[a.process].pid];
-      for (json& bp : dj["peak"]["by_process"]) bp["count"] = count_by_pid[bp["pid"].get<uint64_t>()];
+      for (json& bp : dj["peak"]["by_process"])
+        bp["count"] = count_by_pid[bp["pid"].get<uint64_t>()];
       dj["peak"]["live_allocations"] = d.live_at_peak.size();
       dj["peak"]["by_site"] = by_site_of(d.live_at_peak, stacks_of);
       dj["peak"]["by_library"] = by_library_of(d.live_at_peak, stacks_of);
@@ -986,13 +1000,13 @@ std::string summary_text(const json& r) {
     uint64_t total = total_bytes(d);
     double at_s = static_cast<double>(peak_time_ns(d)) / 1e9;
     std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", device_index(d),
-                  printable(device_name(d)).substr(0, 300).c_str(),
-                  human_bytes(peak).c_str());
+                  printable(device_name(d)).substr(0, 300).c_str(), human_bytes(peak).c_str());
     out += line;
     // Against the effective limit when the run had a tighter one than the card.
     const json* lim = nullptr;
     if (r.contains(field::diagnosis) && r[field::diagnosis].contains(field::limit) &&
-        r[field::diagnosis][field::device] == d[field::index] && r[field::diagnosis][field::limit][field::kind] != "device")
+        r[field::diagnosis][field::device] == d[field::index] &&
+        r[field::diagnosis][field::limit][field::kind] != "device")
       lim = &r[field::diagnosis][field::limit];
     if (lim) {
       const uint64_t lb = (*lim)[field::bytes].get<uint64_t>();
@@ -1007,7 +1021,8 @@ std::string summary_text(const json& r) {
     }
     bool died_here = false;  // a process on this device died holding memory
     if (r.contains(field::live_at_death))
-      for (const auto& l : r[field::live_at_death]) died_here = died_here || l[field::device] == d[field::index];
+      for (const auto& l : r[field::live_at_death])
+        died_here = died_here || l[field::device] == d[field::index];
     std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end%s\n", at_s,
                   human_bytes(final_live_bytes(d)).c_str(),
                   died_here ? " (the program died holding it)" : "");
@@ -1016,7 +1031,8 @@ std::string summary_text(const json& r) {
       // What the memory was at the peak, largest first.
       std::vector<std::pair<uint64_t, std::string>> cats;
       for (auto& [k, v] : d[field::categories][field::at_peak].items())
-        if (v.get<uint64_t>()) cats.push_back({v.get<uint64_t>(), d[field::categories][field::titles].value(k, k)});
+        if (v.get<uint64_t>())
+          cats.push_back({v.get<uint64_t>(), d[field::categories][field::titles].value(k, k)});
       std::sort(cats.rbegin(), cats.rend());
       std::string text = "vramtrace:   at the peak:";
       for (size_t i = 0; i < cats.size() && i < 5; ++i)
@@ -1036,16 +1052,14 @@ std::string summary_text(const json& r) {
     }
     std::snprintf(line, sizeof line,
                   "vramtrace: OUT OF MEMORY on device %u: %s requested with %s live (pid %llu)\n",
-                  o[field::device].get<unsigned>(),
-                  human_bytes(requested_bytes(o)).c_str(),
+                  o[field::device].get<unsigned>(), human_bytes(requested_bytes(o)).c_str(),
                   human_bytes(o[field::live_bytes].get<uint64_t>()).c_str(),
                   static_cast<unsigned long long>(o[field::pid].get<uint64_t>()));
     if (o.value(field::recovered, false)) {
       std::snprintf(line, sizeof line,
                     "vramtrace: device %u: a %s request failed and was retried after the "
                     "allocator freed its cache (not an OOM of the program)\n",
-                    o[field::device].get<unsigned>(),
-                    human_bytes(requested_bytes(o)).c_str());
+                    o[field::device].get<unsigned>(), human_bytes(requested_bytes(o)).c_str());
       out += line;
       continue;
     }
@@ -1055,12 +1069,13 @@ std::string summary_text(const json& r) {
       if (o.contains(field::module)) where += " of " + o[field::module].get<std::string>();
       if (o.contains(field::iteration) && o[field::iteration].get<int64_t>() >= 0)
         where += ", iteration " + std::to_string(o[field::iteration].get<int64_t>());
-      if (o.contains(field::python_site)) where += ", at " + o[field::python_site].get<std::string>();
+      if (o.contains(field::python_site))
+        where += ", at " + o[field::python_site].get<std::string>();
       out += where + "\n";
     }
     if (o.contains(field::findings) && !o[field::findings].empty())
-      out += "vramtrace:   likely cause: " + printable(o[field::findings][0][field::title].get<std::string>()) +
-             "\n";
+      out += "vramtrace:   likely cause: " +
+             printable(o[field::findings][0][field::title].get<std::string>()) + "\n";
   }
   if (survived) {
     std::snprintf(line, sizeof line,
@@ -1075,7 +1090,8 @@ std::string summary_text(const json& r) {
     for (const auto& m : dg[field::remedies]) {
       if (n++ == 3) break;
       out += "vramtrace:   remedy: " + m[field::title].get<std::string>() + ": saves " +
-             human_bytes(m[field::saves_bytes].get<uint64_t>()) + " (" + m[field::how].get<std::string>() + ")\n";
+             human_bytes(m[field::saves_bytes].get<uint64_t>()) + " (" +
+             m[field::how].get<std::string>() + ")\n";
     }
   }
   if (r.contains(field::worst_rank)) {
@@ -1086,7 +1102,8 @@ std::string summary_text(const json& r) {
                   printable(w[field::rank].dump(-1, ' ', false, json::error_handler_t::replace))
                       .substr(0, 100)
                       .c_str(),
-                  human_bytes(w[field::peak_bytes].get<uint64_t>()).c_str(), w[field::device].get<unsigned>(),
+                  human_bytes(w[field::peak_bytes].get<uint64_t>()).c_str(),
+                  w[field::device].get<unsigned>(),
                   r[field::rank_imbalance][field::max_over_mean].get<double>());
     out += line;
   }
@@ -1139,8 +1156,9 @@ std::string summary_text(const json& r) {
              " was still running when the report was written: what it held then is not counted "
              "as leaked\n";
   if (r[field::run][field::dropped_events].get<uint64_t>()) {
-    std::snprintf(line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
-                  static_cast<unsigned long long>(r[field::run][field::dropped_events].get<uint64_t>()));
+    std::snprintf(
+        line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
+        static_cast<unsigned long long>(r[field::run][field::dropped_events].get<uint64_t>()));
     out += line;
   }
   for (const auto& p : r[field::run][field::problems])

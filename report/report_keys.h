@@ -85,8 +85,8 @@ inline constexpr Key worst_rank = "worst_rank";
 
 // The launcher variables that give a process its rank (processes[].ranks), in the order they
 // are looked for: torchrun, Slurm, Open MPI, PMI.
-inline constexpr const char* kRankVariables[] = {"RANK", "SLURM_PROCID",
-                                                 "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+inline constexpr const char* kRankVariables[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
+                                                 "PMI_RANK"};
 
 // The contract keys (DESIGN.md, "Outputs"), typed: a device of devices[] (or of a process's
 // devices[]), an entry of oom[].

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 
 #include "collector/diagnosis.h"
 #include "report/json_report.h"
@@ -28,12 +28,12 @@ json bytes_json(const CategoryBytes& c) {
   return j;
 }
 
-
 }  // namespace
 
 json categories_order() {
   json order = json::array(), titles = json::object();
-  for (size_t i = 0; i < collector::kCategories; ++i) order.push_back(category_key(static_cast<Category>(i)));
+  for (size_t i = 0; i < collector::kCategories; ++i)
+    order.push_back(category_key(static_cast<Category>(i)));
   return order;
 }
 
@@ -49,9 +49,10 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
                       {"limit_bytes", x->second.limit},
                       {"reserved_bytes", x->second.reserved},
                       {"largest_allocation_bytes", x->second.largest_alloc},
-                      {"note", "XLA's own allocator (JAX's memory_stats() at exit): the pool it "
-                               "took from the driver is the device figure; its peak in use is "
-                               "what the program's arrays needed"}};
+                      {"note",
+                       "XLA's own allocator (JAX's memory_stats() at exit): the pool it "
+                       "took from the driver is the device figure; its peak in use is "
+                       "what the program's arrays needed"}};
   }
   if (tm->context().blocks.empty()) return;  // no PyTorch blocks to classify
   const collector::PeakMoment pm = collector::peak_moment_of(*tm, d);
@@ -60,24 +61,26 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   std::vector<collector::Allocation> still;
   for (const auto& [k, a] : p.live)
     if (a.device == dev) still.push_back(a);
-  CategoryBytes at_exit = collector::categorize(*tm, dev, p.end_ns, d.memory.live_bytes(), still,
-                                                &stacks);
+  CategoryBytes at_exit =
+      collector::categorize(*tm, dev, p.end_ns, d.memory.live_bytes(), still, &stacks);
   json titles = json::object();
   for (size_t i = 0; i < collector::kCategories; ++i)
     titles[category_key(static_cast<Category>(i))] = category_title(static_cast<Category>(i));
   json cat = {{"order", categories_order()},
               {"titles", titles},
               {"at_peak", bytes_json(at_peak)},
-              {"at_peak_moment", {{"what", pm.moment},
-                                  {"time_ns", peak_t >= origin ? peak_t - origin : 0},
-                                  {"bytes", pm.device_bytes}}},
+              {"at_peak_moment",
+               {{"what", pm.moment},
+                {"time_ns", peak_t >= origin ? peak_t - origin : 0},
+                {"bytes", pm.device_bytes}}},
               {"at_exit", bytes_json(at_exit)},
-              {"note", "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
-                       "and optimizer hooks); a private pool's segments (CUDA graphs', "
-                       "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
-                       "allocator's cache is its other segments less their blocks; the rest "
-                       "of the process's device memory is split by the library that allocated "
-                       "it. The categories add up to the device figure."}};
+              {"note",
+               "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
+               "and optimizer hooks); a private pool's segments (CUDA graphs', "
+               "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
+               "allocator's cache is its other segments less their blocks; the rest "
+               "of the process's device memory is split by the library that allocated "
+               "it. The categories add up to the device figure."}};
   // The private pools at the dump (CUDA graphs' capture pools, torch.cuda.MemPool): their
   // segments count whole in their category, from the moment each was made.
   if (const auto pools = tm->private_pools(dev); !pools.empty()) {
@@ -112,7 +115,8 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   for (const auto& blk : tm->context().blocks) {
     if (blk.device != dev) continue;
     block_events.push_back({blk.alloc_ns, static_cast<int64_t>(blk.bytes)});
-    if (blk.free_ns != UINT64_MAX) block_events.push_back({blk.free_ns, -static_cast<int64_t>(blk.bytes)});
+    if (blk.free_ns != UINT64_MAX)
+      block_events.push_back({blk.free_ns, -static_cast<int64_t>(blk.bytes)});
   }
   std::stable_sort(block_events.begin(), block_events.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -163,7 +167,8 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   std::vector<CategoryBytes> series(times.size());
   for (size_t k = 0; k < order.size(); ++k) series[order[k]] = sorted_series[k];
   json columns = json::array({"time_ns"});
-  for (size_t i = 0; i < collector::kCategories; ++i) columns.push_back(category_key(static_cast<Category>(i)));
+  for (size_t i = 0; i < collector::kCategories; ++i)
+    columns.push_back(category_key(static_cast<Category>(i)));
   json points = json::array();
   for (size_t i = 0; i < times.size(); ++i) {
     CategoryBytes c = series[i];
@@ -171,7 +176,8 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
     uint64_t blocks = 0;
     for (size_t k = 0; k < collector::kCategories; ++k)
       if (k != static_cast<size_t>(Category::AllocatorCache)) blocks += c[k];
-    uint64_t reserved = std::min(std::max(c[static_cast<size_t>(Category::AllocatorCache)], blocks), driver);
+    uint64_t reserved =
+        std::min(std::max(c[static_cast<size_t>(Category::AllocatorCache)], blocks), driver);
     c[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
     c[static_cast<size_t>(Category::OutsidePytorch)] = driver - reserved;
     json row = json::array({times[i] >= origin ? times[i] - origin : 0});
@@ -252,8 +258,11 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
     if (b.label < 0) continue;
     const auto& l = tm->context().labels[static_cast<size_t>(b.label)];
     named.push_back({tm->context().blocks[i].bytes,
-                     {{"name", l.name}, {"kind", l.kind}, {"category", category_key(b.category)},
-                      {"bytes", tm->context().blocks[i].bytes}, {"shape", l.shape},
+                     {{"name", l.name},
+                      {"kind", l.kind},
+                      {"category", category_key(b.category)},
+                      {"bytes", tm->context().blocks[i].bytes},
+                      {"shape", l.shape},
                       {"dtype", l.dtype}}});
   }
   std::stable_sort(named.begin(), named.end(), [](auto& a, auto& b) { return a.first > b.first; });
@@ -291,7 +300,8 @@ void add_torch_oom(json& oj, const collector::ProcessModel& p, const collector::
   const auto& x = tm->context().exception;
   if (o.fatal && x) {
     for (const auto& f : x->frames)
-      if (f.file.find("/torch/") == std::string::npos && f.file.find("/site-packages/") == std::string::npos &&
+      if (f.file.find("/torch/") == std::string::npos &&
+          f.file.find("/site-packages/") == std::string::npos &&
           f.file.find("/dist-packages/") == std::string::npos) {
         oj["python_site"] = f.file + ":" + std::to_string(f.line);
         oj["python_function"] = f.function;
@@ -325,8 +335,7 @@ void lift_single_process(json& report) {
   }
 }
 
-json diagnosis_json(const json& report, const collector::Run& run,
-                    collector::Symbolizer& symbols) {
+json diagnosis_json(const json& report, const collector::Run& run, collector::Symbolizer& symbols) {
   // The moment: the first fatal OOM, else the device whose peak came closest to its limit.
   const json* fatal = nullptr;
   uint64_t recovered = 0, fatal_n = 0;
@@ -361,9 +370,8 @@ json diagnosis_json(const json& report, const collector::Run& run,
           }
         }
   }
-  json dg = {{"verdict", fatal ? "oom" : "peak"},
-             {"fatal_ooms", fatal_n},
-             {"recovered_ooms", recovered}};
+  json dg = {
+      {"verdict", fatal ? "oom" : "peak"}, {"fatal_ooms", fatal_n}, {"recovered_ooms", recovered}};
   if (!proc || !proc->devices.count(device)) return dg;
   const auto& d = proc->devices.at(device);
   const TorchMemory* tm = proc->torch_memory.get();
@@ -419,7 +427,8 @@ json diagnosis_json(const json& report, const collector::Run& run,
                           {"how", "XLA_PYTHON_CLIENT_MEM_FRACTION=.95"}});
     }
     dg["remedies"] = remedies;
-    dg["xla_pool"] = {{"peak_in_use_bytes", x->second.peak_in_use}, {"limit_bytes", x->second.limit}};
+    dg["xla_pool"] = {{"peak_in_use_bytes", x->second.peak_in_use},
+                      {"limit_bytes", x->second.limit}};
     return dg;
   }
   if (tm->context().blocks.empty()) return dg;
@@ -444,8 +453,11 @@ json diagnosis_json(const json& report, const collector::Run& run,
       collector::remedy_input(*tm, device, t, at, lim.bytes, request, fragmented);
   json remedies = json::array();
   for (const auto& r : collector::pytorch_remedies(in)) {
-    json j = {{"kind", r.kind}, {"title", r.title}, {"saves_bytes", r.saves_bytes},
-              {"assumption", r.assumption}, {"how", r.how}};
+    json j = {{"kind", r.kind},
+              {"title", r.title},
+              {"saves_bytes", r.saves_bytes},
+              {"assumption", r.assumption},
+              {"how", r.how}};
     // Against what the moment needed: the held memory and the failed request at an OOM, the
     // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
     const uint64_t base = fatal ? in.total + request : d.memory.peak_bytes();

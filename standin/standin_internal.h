@@ -14,8 +14,8 @@
 // A "function handle" as created by the stand-in runtime for each kernel
 // registered through __cudaRegisterFunction.
 struct CUfunc_st {
-    const char* name;     // mangled device function name
-    const void* hostFun;  // host stub address used as the runtime-side key
+  const char* name;     // mangled device function name
+  const void* hostFun;  // host stub address used as the runtime-side key
 };
 
 extern "C" {

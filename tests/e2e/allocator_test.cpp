@@ -91,7 +91,7 @@ TEST_CASE("vramtrace.h is a no-op without vramtrace") {
 }
 
 TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or kernels") {
-  const std::string keep = "keep_history() (" + kSrc + "leak_steps.cu:20)";
+  const std::string keep = "keep_history() (" + kSrc + "leak_steps.cu:24)";
   struct Mode {
     const char* arg;
     std::string source;
@@ -146,8 +146,8 @@ TEST_CASE("growth that the program frees at its end is seen at the peak") {
 
 TEST_CASE("PyTorch's allocator trace through the start-up hook: fragmentation OOM") {
   std::string dir = temp_dir(), out;
-  json j = run_json(torch_env(), "--torch=stacks -- python3 " + kSrc + "py_torch_frag.py", dir,
-                    &out);
+  json j =
+      run_json(torch_env(), "--torch=stacks -- python3 " + kSrc + "py_torch_frag.py", dir, &out);
   REQUIRE(contains(out, "caught: CUDA out of memory"));
   REQUIRE(contains(out, "py_torch_frag done 0.0+standin"));
   const json& p = j["processes"][0];

@@ -29,8 +29,8 @@ const Runs& runs() {
     const std::string env = kEnv + "VRAMTRACE_STACKS=all ";
     REQUIRE(sh(env + kVramtrace + " run -o " + x.base + " -- " + prog("grow")).code() == 0);
     // The same command (the gate compares only runs of one command), 8 MiB more.
-    REQUIRE(sh(env + "GROW_EXTRA_MIB=8 " + kVramtrace + " run -o " + x.cand + " -- " +
-               prog("grow")).code() == 0);
+    REQUIRE(sh(env + "GROW_EXTRA_MIB=8 " + kVramtrace + " run -o " + x.cand + " -- " + prog("grow"))
+                .code() == 0);
     return x;
   }();
   return r;
@@ -47,8 +47,9 @@ TEST_CASE("check fails a regression, naming what grew, and passes within budget"
   Result bad = sh(check(r.cand + " --baseline " + r.base + "/report.json"));
   INFO(bad.out);
   REQUIRE(bad.code() == 1);
-  REQUIRE(contains(bad.out, "baseline 64.00 MiB, candidate 72.00 MiB, +8.00 MiB (+12.5%), "
-                            "budget +5% (up to 67.20 MiB): REGRESSION"));
+  REQUIRE(contains(bad.out,
+                   "baseline 64.00 MiB, candidate 72.00 MiB, +8.00 MiB (+12.5%), "
+                   "budget +5% (up to 67.20 MiB): REGRESSION"));
   // The site is grow_activations, with its file and line when the program has debug information.
   REQUIRE(contains(bad.out, "grew: grow_activations"));
   REQUIRE(contains(bad.out, "+8.00 MiB at the peak (0 -> 1 allocations)"));
@@ -62,8 +63,9 @@ TEST_CASE("check fails a regression, naming what grew, and passes within budget"
   REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 12.5%")).code() == 0);
   REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 12.4%")).code() == 1);
   // An absolute cap on top of the relative budget, and a per-device budget.
-  REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 20% --max-peak 70MiB"))
-              .code() == 1);
+  REQUIRE(
+      sh(check(r.cand + " --baseline " + r.base + " --max-increase 20% --max-peak 70MiB")).code() ==
+      1);
   REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 0:20%")).code() == 0);
   // A trace file as the candidate works like its report.
   std::vector<std::string> traces = traces_in(r.cand);
@@ -81,8 +83,9 @@ TEST_CASE("check writes a Markdown summary and a JUnit result") {
   REQUIRE(contains(m, "| 64.00 MiB | 72.00 MiB |"));
   REQUIRE(contains(m, "**regression**"));
   REQUIRE(contains(x, "<testsuite name=\"vramtrace peak memory\" tests=\"1\" failures=\"1\">"));
-  REQUIRE(contains(x, "<failure message=\"peak 72.00 MiB over budget +5% (up to 67.20 MiB) "
-                      "(baseline 64.00 MiB)\">"));
+  REQUIRE(contains(x,
+                   "<failure message=\"peak 72.00 MiB over budget +5% (up to 67.20 MiB) "
+                   "(baseline 64.00 MiB)\">"));
 }
 
 TEST_CASE("check answers bad input with exit 2 and says which") {
@@ -101,8 +104,9 @@ TEST_CASE("check answers bad input with exit 2 and says which") {
   write_json(r.dir + "/future.json", j);
   Result schema = sh(check(r.cand + " --baseline " + r.dir + "/future.json"));
   REQUIRE(schema.code() == 2);
-  REQUIRE(contains(schema.out, "report schema \"vramtrace.report/9\", this vramtrace reads "
-                               "\"vramtrace.report/1\""));
+  REQUIRE(contains(schema.out,
+                   "report schema \"vramtrace.report/9\", this vramtrace reads "
+                   "\"vramtrace.report/1\""));
 
   REQUIRE(sh(check(r.cand + " --baseline " + r.base + " --max-increase 5 percent")).code() == 2);
   REQUIRE(sh(check(r.cand)).code() == 2);  // --baseline is required
@@ -120,24 +124,27 @@ TEST_CASE("a device present on one side only") {
   Result added = sh(check(r.dir + "/two.json --baseline " + r.base));
   INFO(added.out);
   REQUIRE(added.code() == 1);
-  REQUIRE(contains(added.out, "device 1 (vramtrace stand-in (CPU)): baseline -, candidate "
-                              "64.00 MiB, budget none: REGRESSION"));
+  REQUIRE(contains(added.out,
+                   "device 1 (vramtrace stand-in (CPU)): baseline -, candidate "
+                   "64.00 MiB, budget none: REGRESSION"));
   REQUIRE(contains(added.out, "new in the candidate: no baseline for it"));
   REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --max-peak 1:64MiB")).code() == 0);
   REQUIRE(sh(check(r.dir + "/two.json --baseline " + r.base + " --device 0")).code() == 0);
   // A device neither run has: an error, not a pass that checked nothing.
   Result typo = sh(check(r.dir + "/two.json --baseline " + r.base + " --device 7"));
   REQUIRE(typo.code() == 2);
-  REQUIRE(contains(typo.out, "vramtrace check: --device names device 7, which neither report "
-                             "has (devices: 0, 1)"));
+  REQUIRE(contains(typo.out,
+                   "vramtrace check: --device names device 7, which neither report "
+                   "has (devices: 0, 1)"));
   // Gone from the candidate: no measurement of a device the baseline has, so the candidate
   // cannot pass (exit 4), unless the check is limited to the devices it has.
   Result gone = sh(check(r.base + " --baseline " + r.dir + "/two.json"));
   INFO(gone.out);
   REQUIRE(gone.code() == 4);
   REQUIRE(contains(gone.out, "(not used by the candidate)"));
-  REQUIRE(contains(gone.out, "vramtrace check: candidate INCOMPLETE: no measurement for device 1 "
-                             "(vramtrace stand-in (CPU)), which the baseline has\n"));
+  REQUIRE(contains(gone.out,
+                   "vramtrace check: candidate INCOMPLETE: no measurement for device 1 "
+                   "(vramtrace stand-in (CPU)), which the baseline has\n"));
   REQUIRE(sh(check(r.base + " --baseline " + r.dir + "/two.json --device 0")).code() == 0);
 }
 
@@ -202,10 +209,12 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
                         xml + extra));
     return g;
   };
-  const std::string kIncomplete = "FAILED: incomplete measurement: the candidate's peaks are not "
-                                  "a whole measurement of the baseline's command\n";
-  const std::string kStandIn = "no measurement for device 0 (vramtrace stand-in (CPU)), which the "
-                               "baseline has";
+  const std::string kIncomplete =
+      "FAILED: incomplete measurement: the candidate's peaks are not "
+      "a whole measurement of the baseline's command\n";
+  const std::string kStandIn =
+      "no measurement for device 0 (vramtrace stand-in (CPU)), which the "
+      "baseline has";
 
   SECTION("a command that does not exist: no process at all") {
     const std::string d = r.dir + "/missing-cmd";
@@ -214,46 +223,54 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     Result g = gate(d);
     INFO(g.out);
     REQUIRE(g.code() == 4);
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate has no profiled process: no "
-                            "process of its command reached vramtrace (the command exited 127: "
-                            "not found)\n"));
+    REQUIRE(contains(g.out,
+                     "candidate INCOMPLETE: the candidate has no profiled process: no "
+                     "process of its command reached vramtrace (the command exited 127: "
+                     "not found)\n"));
     REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate ran a different command than the "
-                            "baseline: '" + r.dir + "/no-such-command', the baseline '" +
-                            prog("grow") + "'\n"));
+    REQUIRE(contains(g.out,
+                     "candidate INCOMPLETE: the candidate ran a different command than the "
+                     "baseline: '" +
+                         r.dir + "/no-such-command', the baseline '" + prog("grow") + "'\n"));
     REQUIRE(contains(g.out, kIncomplete));
     REQUIRE_FALSE(contains(g.out, "PASSED"));
     std::string m = slurp(md), x = slurp(xml);
     REQUIRE(contains(m, "### vramtrace: peak device memory unknown: incomplete measurement\n"));
     REQUIRE(contains(m, "**Incomplete measurement**: the candidate has no profiled process"));
     REQUIRE(contains(x, "<testsuite name=\"vramtrace peak memory\" tests=\"2\" failures=\"1\">"));
-    REQUIRE(contains(x, "<testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
-                        "<failure message=\"incomplete measurement: the candidate has no profiled "
-                        "process: no process of its command reached vramtrace (the command exited "
-                        "127: not found) (and 2 more)\">"));
+    REQUIRE(contains(x,
+                     "<testcase classname=\"vramtrace.complete\" name=\"complete measurement\">"
+                     "<failure message=\"incomplete measurement: the candidate has no profiled "
+                     "process: no process of its command reached vramtrace (the command exited "
+                     "127: not found) (and 2 more)\">"));
   }
 
   SECTION("cut short by SIGABRT after the same work") {
     const std::string d = r.dir + "/aborted";
-    Result run = sh(kEnv + "GROW_THEN=abort " + kVramtrace + " run -o " + d + " -- " + prog("grow"));
+    Result run =
+        sh(kEnv + "GROW_THEN=abort " + kVramtrace + " run -o " + d + " -- " + prog("grow"));
     REQUIRE(run.died_of(SIGABRT));
     Result g = gate(d);
     INFO(g.out);
     REQUIRE(g.code() == 4);
     // Its peak is the baseline's: measured, but not a whole run.
-    REQUIRE(contains(g.out, "baseline 64.00 MiB, candidate 64.00 MiB, +0 B (+0.0%), budget +5% "
-                            "(up to 67.20 MiB): ok"));
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: cut short: the command was killed by signal 6 "
-                            "(SIGABRT)\n"));
+    REQUIRE(contains(g.out,
+                     "baseline 64.00 MiB, candidate 64.00 MiB, +0 B (+0.0%), budget +5% "
+                     "(up to 67.20 MiB): ok"));
+    REQUIRE(contains(g.out,
+                     "candidate INCOMPLETE: cut short: the command was killed by signal 6 "
+                     "(SIGABRT)\n"));
     REQUIRE(std::regex_search(g.out, std::regex("candidate INCOMPLETE: cut short: pid [1-9][0-9]* "
                                                 "\\(grow\\) did not exit cleanly\n")));
     REQUIRE(contains(g.out, kIncomplete));
-    REQUIRE(contains(slurp(md), "**Incomplete measurement**: cut short: the command was killed by "
-                                "signal 6 \\(SIGABRT\\)"));
+    REQUIRE(contains(slurp(md),
+                     "**Incomplete measurement**: cut short: the command was killed by "
+                     "signal 6 \\(SIGABRT\\)"));
     std::string x = slurp(xml);
     REQUIRE(contains(x, "tests=\"2\" failures=\"1\""));
-    REQUIRE(contains(x, "<failure message=\"incomplete measurement: cut short: the command was "
-                        "killed by signal 6 (SIGABRT) (and 1 more)\">"));
+    REQUIRE(contains(x,
+                     "<failure message=\"incomplete measurement: cut short: the command was "
+                     "killed by signal 6 (SIGABRT) (and 1 more)\">"));
   }
 
   SECTION("a different command") {
@@ -262,9 +279,10 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     Result g = gate(d);
     INFO(g.out);
     REQUIRE(g.code() == 4);
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: the candidate ran a different command than the "
-                            "baseline: '" + prog("grow") + " 0', the baseline '" + prog("grow") +
-                            "'\n"));
+    REQUIRE(contains(g.out,
+                     "candidate INCOMPLETE: the candidate ran a different command than the "
+                     "baseline: '" +
+                         prog("grow") + " 0', the baseline '" + prog("grow") + "'\n"));
     REQUIRE(contains(slurp(xml), "tests=\"2\" failures=\"1\""));
   }
 
@@ -279,34 +297,36 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     REQUIRE(g.code() == 4);
     // The trace's one frame is cut: nothing of the run is left.
     REQUIRE(contains(g.out, "candidate INCOMPLETE: damaged trace: " + cut +
-                            ": trace ends inside a frame at byte 16 ("));
+                                ": trace ends inside a frame at byte 16 ("));
     REQUIRE(contains(g.out, "bytes; the process was cut off while writing)\n"));
     REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
     REQUIRE(contains(slurp(md), "**Incomplete measurement**: "));
   }
 
   SECTION("bad input (exit 2) still writes the CI files, failing") {
-    Result g = sh(check(r.cand + " --baseline " + r.dir + "/none.json --markdown " + md +
-                        " --junit " + xml));
+    Result g = sh(
+        check(r.cand + " --baseline " + r.dir + "/none.json --markdown " + md + " --junit " + xml));
     REQUIRE(g.code() == 2);
     const std::string why = "baseline " + r.dir + "/none.json: no such file or directory";
     std::string m = slurp(md);
     REQUIRE(contains(m, "### vramtrace: peak device memory not checked\n\n**Failed**: baseline "));
     REQUIRE(contains(m, "none.json: no such file or directory\n"));
-    REQUIRE(contains(slurp(xml), "<testsuite name=\"vramtrace peak memory\" tests=\"1\" "
-                                 "failures=\"1\">\n  <testcase classname=\"vramtrace.check\" "
-                                 "name=\"peak memory checked\"><failure message=\"" + why + "\">"));
+    REQUIRE(contains(slurp(xml),
+                     "<testsuite name=\"vramtrace peak memory\" tests=\"1\" "
+                     "failures=\"1\">\n  <testcase classname=\"vramtrace.check\" "
+                     "name=\"peak memory checked\"><failure message=\"" +
+                         why + "\">"));
   }
 
   SECTION("a command line refused before anything is read still writes the CI files, failing") {
-    Result g = sh(check(r.cand + " --baseline " + r.base + " --markdown=" + md + " --junit " +
-                        xml + " --device 4096"));
+    Result g = sh(check(r.cand + " --baseline " + r.base + " --markdown=" + md + " --junit " + xml +
+                        " --device 4096"));
     INFO(g.out);
     REQUIRE(g.code() == 2);
     REQUIRE(contains(g.out, "--device: Value 4096 not in range 0 to 4095\n"));
     REQUIRE(contains(slurp(md), "**Failed**: \\-\\-device: Value 4096 not in range 0 to 4095\n"));
-    REQUIRE(contains(slurp(xml),
-                     "<failure message=\"--device: Value 4096 not in range 0 to 4095\">"));
+    REQUIRE(
+        contains(slurp(xml), "<failure message=\"--device: Value 4096 not in range 0 to 4095\">"));
     // `run` with a CI file but no baseline: no gate at all, which the CI file says.
     Result n = sh(kEnv + kVramtrace + " run --junit " + xml + " -- true");
     REQUIRE(n.code() == 2);

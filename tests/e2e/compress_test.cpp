@@ -114,15 +114,21 @@ json figures(const json& r) {
   json leaks = json::array();
   for (const json& l : r["leaks"])
     leaks.push_back({l["bytes"], l["count"], l["site"], l["library"], l["sizes"]});
-  return {d["peak"]["bytes"], d["peak"]["live_allocations"], d["final_live_bytes"], d["apis"],
-          leaks, r["processes"][0]["dropped_events"],
+  return {d["peak"]["bytes"],
+          d["peak"]["live_allocations"],
+          d["final_live_bytes"],
+          d["apis"],
+          leaks,
+          r["processes"][0]["dropped_events"],
           r["processes"][0]["devices"][0]["launches"]["count"],
           r["processes"][0]["devices"][0]["launches"]["top"]};
 }
 
 }  // namespace
 
-TEST_CASE("compressed traces: same events and exact figures as raw ones, off and no libzstd give raw frames") {
+TEST_CASE(
+    "compressed traces: same events and exact figures as raw ones, off and no libzstd give raw "
+    "frames") {
   std::string dir = temp_dir();
   const std::string run = "cd " + dir + " && " + kEnv + "LD_PRELOAD=" + kLib + " ";
   const std::string args = " " + prog("bench_mix") + " " + std::to_string(kIterations);
@@ -146,7 +152,8 @@ TEST_CASE("compressed traces: same events and exact figures as raw ones, off and
     INFO(r.out);
     REQUIRE(r.code() == 0);
     // Nothing of ours on the target's output, compressed or not, libzstd or not.
-    REQUIRE(r.out.rfind("bench_mix: " + std::to_string(kIterations) + " iterations\nwriter_cpu_ns=", 0) == 0);
+    REQUIRE(r.out.rfind("bench_mix: " + std::to_string(kIterations) + " iterations\nwriter_cpu_ns=",
+                        0) == 0);
     REQUIRE_FALSE(contains(r.out, "vramtrace"));
     Frames f = frames_of(trace);
     if (v.env.empty() || contains(v.env, "auto")) {

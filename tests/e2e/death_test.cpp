@@ -85,8 +85,9 @@ TEST_CASE("an OOM followed at once by a death is in the report: LD_PRELOAD file 
   }
 }
 
-TEST_CASE("file mode: a fatal signal writes out what is buffered, SIGKILL and _exit lose at "
-          "most the last flush period") {
+TEST_CASE(
+    "file mode: a fatal signal writes out what is buffered, SIGKILL and _exit lose at "
+    "most the last flush period") {
   std::string dir = temp_dir();
   const std::string preload = kEnv + "VRAMTRACE_OUTPUT=" + dir + "/%p.vtrace LD_PRELOAD=" + kLib;
   auto report_of = [&](const std::string& name) {
@@ -113,8 +114,9 @@ TEST_CASE("file mode: a fatal signal writes out what is buffered, SIGKILL and _e
       require_crash_events(report_of(std::string("rep-") + how));
     }
   }
-  SECTION("the program's own handler, installed before CUDA started, still runs, and sees the "
-          "signal") {
+  SECTION(
+      "the program's own handler, installed before CUDA started, still runs, and sees the "
+      "signal") {
     Result r = sh(preload + " VRAMTRACE_FLUSH_MS=60000 " + prog("crash") + " handled");
     INFO(r.out);
     REQUIRE(r.code() == 9);
@@ -139,7 +141,8 @@ TEST_CASE("file mode: a fatal signal writes out what is buffered, SIGKILL and _e
   }
 }
 
-TEST_CASE("launcher: SIGKILL and _exit lose nothing, even with a flush period longer than the run") {
+TEST_CASE(
+    "launcher: SIGKILL and _exit lose nothing, even with a flush period longer than the run") {
   for (const char* how : {"kill", "exit7", "abort"}) {
     DYNAMIC_SECTION("crash " << how) {
       std::string dir = temp_dir();

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "e2e/e2e_util.h"
 #include <regex>
 #include <sstream>
 #include <string>
+#include "e2e/e2e_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -71,7 +71,7 @@ TEST_CASE("vramtrace run gives the exact peak, leaks, launches, output and exit 
   check_basic_report(load_json(dir + "/report.json"));
   REQUIRE(traces_in(dir).size() == 1);
   // Files are the user's alone.
-  struct stat st{};
+  struct stat st {};
   REQUIRE(stat((dir + "/report.json").c_str(), &st) == 0);
   REQUIRE((st.st_mode & 0777) == 0600);
 
@@ -96,8 +96,8 @@ TEST_CASE("LD_PRELOAD alone writes a trace that vramtrace report turns into the 
 
   // VRAMTRACE_OUTPUT names the file, %p the pid.
   std::string named = temp_dir();
-  sh("cd /tmp && " + kEnv + "VRAMTRACE_OUTPUT=" + named + "/x.%p.vtrace LD_PRELOAD=" + kLib +
-     " " + prog("basic"));
+  sh("cd /tmp && " + kEnv + "VRAMTRACE_OUTPUT=" + named + "/x.%p.vtrace LD_PRELOAD=" + kLib + " " +
+     prog("basic"));
   REQUIRE(traces_in(named).size() == 1);
 }
 
@@ -216,8 +216,9 @@ TEST_CASE("a fork after CUDA started neither hangs nor duplicates events") {
 
 TEST_CASE("CUPTI held by another tool: one line on stderr, the target runs untouched") {
   std::string dir = temp_dir();
-  Result r = sh("cd " + dir + " && " + kEnv + "VRAMTRACE_STANDIN_CUPTI_BUSY=nsys LD_PRELOAD=" +
-                kLib + " " + prog("basic") + " 5");
+  Result r =
+      sh("cd " + dir + " && " + kEnv + "VRAMTRACE_STANDIN_CUPTI_BUSY=nsys LD_PRELOAD=" + kLib +
+         " " + prog("basic") + " 5");
   INFO(r.out);
   REQUIRE(r.code() == 5);
   REQUIRE(r.out.find("basic done\n") != std::string::npos);
@@ -269,8 +270,9 @@ TEST_CASE("bad input and bad usage get a clear message and exit code 2") {
   INFO(cut.out);
   REQUIRE(cut.code() == 2);
   REQUIRE(contains(cut.out, "trace ends inside a frame at byte 16"));
-  REQUIRE(contains(cut.out, "vramtrace report: nothing could be read from the input: no report "
-                            "written\n"));
+  REQUIRE(contains(cut.out,
+                   "vramtrace report: nothing could be read from the input: no report "
+                   "written\n"));
   REQUIRE_FALSE(contains(cut.out, "no CUDA device memory was used"));
   json k = load_json(t + "/report.json");
   REQUIRE(k["devices"][0]["peak"]["bytes"] == 13 * MiB);

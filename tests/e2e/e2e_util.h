@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +15,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
 
 inline constexpr uint64_t MiB = 1 << 20;
 inline const std::string kBuild = VT_BUILD_DIR;

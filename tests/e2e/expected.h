@@ -3,8 +3,8 @@
 // against a program's entry there, so that a figure is written once for both.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -42,8 +42,7 @@ inline json normalize(const json& want) {
 }
 
 // The values at a JSON pointer whose '*' segments stand for every element of an array.
-inline void collect(const json& at, const std::vector<std::string>& path, size_t i,
-                    json& out) {
+inline void collect(const json& at, const std::vector<std::string>& path, size_t i, json& out) {
   if (i == path.size()) {
     out.push_back(at);
     return;
@@ -95,8 +94,7 @@ inline void require_figure(const json& report, const std::string& key, const jso
 
 // Every figure of `program` ("basic") in expected.json; with `standin`, those that hold on
 // the stand-in only as well.
-inline void require_expected(const json& report, const std::string& program,
-                             bool standin = true) {
+inline void require_expected(const json& report, const std::string& program, bool standin = true) {
   const json& e = all().at(program);
   for (const auto& [key, want] : e.at("report").items()) require_figure(report, key, want);
   if (standin && e.contains("standin"))

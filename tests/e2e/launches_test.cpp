@@ -37,7 +37,8 @@ Records records_of(const std::string& path) {
   collector::Record e;
   while (r.next(e)) {
     ++out.count[e.type];
-    if (e.type == format::RecordType::Settings) out.launches_setting = static_cast<int>(e.settings.launches);
+    if (e.type == format::RecordType::Settings)
+      out.launches_setting = static_cast<int>(e.settings.launches);
   }
   REQUIRE_FALSE(r.partial());
   return out;
@@ -114,8 +115,8 @@ TEST_CASE("run --launches=off: the same memory figures, no Launch record, record
   REQUIRE(rec.count[format::RecordType::Alloc] == 5);  // 4 cudaMalloc, 1 cudaMallocHost
   REQUIRE(rec.count[format::RecordType::Free] == 4);
   // The exit code is still the command's.
-  Result three =
-      sh(kEnv + kVramtrace + " run --force --launches off -o " + dir + " -- " + prog("basic") + " 3");
+  Result three = sh(kEnv + kVramtrace + " run --force --launches off -o " + dir + " -- " +
+                    prog("basic") + " 3");
   REQUIRE(three.code() == 3);
 }
 
@@ -138,17 +139,19 @@ TEST_CASE("run with the default or --launches=on records launches as before") {
 
 TEST_CASE("launches off: the launch callback ids are not enabled at all, the memory ids are") {
   std::string dir = temp_dir();
-  Result off = sh(kEnv + kVramtrace + " run --launches=off -o " + dir + "/off -- " +
-                  prog("callback_state"));
+  Result off =
+      sh(kEnv + kVramtrace + " run --launches=off -o " + dir + "/off -- " + prog("callback_state"));
   INFO(off.out);
   REQUIRE(off.code() == 0);
-  REQUIRE(contains(off.out, "memory callbacks enabled: 20 of 20\n"
-                            "launch callbacks enabled: 0 of 8\n"));
+  REQUIRE(contains(off.out,
+                   "memory callbacks enabled: 20 of 20\n"
+                   "launch callbacks enabled: 0 of 8\n"));
   Result on = sh(kEnv + kVramtrace + " run -o " + dir + "/on -- " + prog("callback_state"));
   INFO(on.out);
   REQUIRE(on.code() == 0);
-  REQUIRE(contains(on.out, "memory callbacks enabled: 20 of 20\n"
-                           "launch callbacks enabled: 8 of 8\n"));
+  REQUIRE(contains(on.out,
+                   "memory callbacks enabled: 20 of 20\n"
+                   "launch callbacks enabled: 8 of 8\n"));
   REQUIRE(load_json(dir + "/on/report.json")["processes"][0]["devices"][0]["launches"]["count"] ==
           2);
   REQUIRE(load_json(dir + "/off/report.json")["processes"][0]["launches"]["recorded"] == false);

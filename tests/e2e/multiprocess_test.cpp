@@ -1,8 +1,8 @@
 // End-to-end tests of process trees on the stand-in: forked workers, ranks started by a
 // launcher script, and one report merged from several run directories.
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "e2e/e2e_util.h"
@@ -51,9 +51,9 @@ TEST_CASE("the device's peak over three workers: what each held then, by process
   REQUIRE(peak["by_site"].size() == 1);
   REQUIRE(peak["by_site"][0]["bytes"] == 48 * MiB);
   REQUIRE(peak["by_site"][0]["count"] == 3);
-  REQUIRE(peak["by_site"][0]["sizes"] ==
-          json::array({{{"bytes", 24 * MiB}, {"count", 1}}, {{"bytes", 16 * MiB}, {"count", 1}},
-                       {{"bytes", 8 * MiB}, {"count", 1}}}));
+  REQUIRE(peak["by_site"][0]["sizes"] == json::array({{{"bytes", 24 * MiB}, {"count", 1}},
+                                                      {{"bytes", 16 * MiB}, {"count", 1}},
+                                                      {{"bytes", 8 * MiB}, {"count", 1}}}));
   REQUIRE(peak["by_library"].size() == 1);
   REQUIRE(peak["by_library"][0]["library"] == "workers");
   REQUIRE(peak["by_library"][0]["bytes"] == 48 * MiB);
@@ -89,8 +89,7 @@ TEST_CASE("ranks started by a launcher are recognised: each rank's peak, the wor
     REQUIRE(j["worst_rank"]["peak_bytes"] == static_cast<uint64_t>(n) * 16 * MiB);
     REQUIRE(j["rank_imbalance"]["spread_bytes"] == static_cast<uint64_t>(n - 1) * 16 * MiB);
     double mean = (n + 1) / 2.0 * 16 * MiB;
-    REQUIRE(j["rank_imbalance"]["max_over_mean"].get<double>() ==
-            Approx(n * 16.0 * MiB / mean));
+    REQUIRE(j["rank_imbalance"]["max_over_mean"].get<double>() == Approx(n * 16.0 * MiB / mean));
     REQUIRE(contains(r.out, std::to_string(n) + " ranks; worst rank " + std::to_string(n - 1)));
     if (n == 4) expected::require_expected(j, "rank_alloc");  // the figures the GPU run checks
   }
@@ -98,10 +97,12 @@ TEST_CASE("ranks started by a launcher are recognised: each rank's peak, the wor
 
 TEST_CASE("one report merged from two run directories, checked per rank") {
   std::string a = temp_dir(), b = temp_dir(), merged = temp_dir();
-  REQUIRE(sh(kEnv + "RANK=0 WORLD_SIZE=2 " + kVramtrace + " run -o " + a + " -- " +
-             prog("rank_alloc")).code() == 0);
-  REQUIRE(sh(kEnv + "RANK=1 WORLD_SIZE=2 " + kVramtrace + " run -o " + b + " -- " +
-             prog("rank_alloc")).code() == 0);
+  REQUIRE(
+      sh(kEnv + "RANK=0 WORLD_SIZE=2 " + kVramtrace + " run -o " + a + " -- " + prog("rank_alloc"))
+          .code() == 0);
+  REQUIRE(
+      sh(kEnv + "RANK=1 WORLD_SIZE=2 " + kVramtrace + " run -o " + b + " -- " + prog("rank_alloc"))
+          .code() == 0);
   Result r = sh(kVramtrace + " report --merge " + a + " " + b + " -o " + merged);
   INFO(r.out);
   REQUIRE(r.code() == 0);
@@ -122,9 +123,11 @@ TEST_CASE("one report merged from two run directories, checked per rank") {
   INFO(c.out);
   REQUIRE(c.code() == 1);
   REQUIRE(contains(c.out, "rank 1, device 0: baseline 32.00 MiB, candidate 64.00 MiB"));
-  REQUIRE(contains(c.out, "rank 0, device 0: baseline 16.00 MiB, candidate 16.00 MiB, +0 B "
-                          "(+0.0%), budget +10% (up to 17.60 MiB): ok"));
-  REQUIRE(contains(c.out, "worst rank (rank 1 -> rank 1): baseline 32.00 MiB, candidate 64.00 MiB"));
+  REQUIRE(contains(c.out,
+                   "rank 0, device 0: baseline 16.00 MiB, candidate 16.00 MiB, +0 B "
+                   "(+0.0%), budget +10% (up to 17.60 MiB): ok"));
+  REQUIRE(
+      contains(c.out, "worst rank (rank 1 -> rank 1): baseline 32.00 MiB, candidate 64.00 MiB"));
 }
 
 TEST_CASE("one process on two devices: a peak per device, and a budget per device") {
@@ -141,13 +144,19 @@ TEST_CASE("one process on two devices: a peak per device, and a budget per devic
   REQUIRE(j["processes"][0]["devices"].size() == 2);
 
   REQUIRE(sh(env + "TWO_DEVICES_EXTRA_MIB=4 " + kVramtrace + " run -o " + cand + " -- " +
-             prog("two_devices")).code() == 0);
+             prog("two_devices"))
+              .code() == 0);
   Result c = sh(kVramtrace + " check " + cand + " --baseline " + base);
   INFO(c.out);
   REQUIRE(c.code() == 1);
-  REQUIRE(contains(c.out, "device 0 (vramtrace stand-in (CPU)): baseline 10.00 MiB, candidate 10.00 MiB"));
-  REQUIRE(contains(c.out, "device 1 (vramtrace stand-in (CPU)): baseline 20.00 MiB, candidate 24.00 MiB, +4.00 MiB (+20.0%), budget +5% (up to 21.00 MiB): REGRESSION"));
-  REQUIRE(sh(kVramtrace + " check " + cand + " --baseline " + base + " --max-increase 1:20%").code() == 0);
+  REQUIRE(contains(c.out,
+                   "device 0 (vramtrace stand-in (CPU)): baseline 10.00 MiB, candidate 10.00 MiB"));
+  REQUIRE(contains(c.out,
+                   "device 1 (vramtrace stand-in (CPU)): baseline 20.00 MiB, candidate 24.00 MiB, "
+                   "+4.00 MiB (+20.0%), budget +5% (up to 21.00 MiB): REGRESSION"));
+  REQUIRE(
+      sh(kVramtrace + " check " + cand + " --baseline " + base + " --max-increase 1:20%").code() ==
+      0);
 }
 
 TEST_CASE("forks while another thread allocates: no hang, no events from the children") {
@@ -170,8 +179,8 @@ TEST_CASE("forks while another thread allocates: no hang, no events from the chi
 TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are two runs") {
   std::string d = temp_dir(), one = temp_dir() + "/one", two = temp_dir() + "/two",
               merged = temp_dir() + "/merged";
-  const std::string preload =
-      "cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/vramtrace.%p.vtrace LD_PRELOAD=" + kLib;
+  const std::string preload = "cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d +
+                              "/vramtrace.%p.vtrace LD_PRELOAD=" + kLib;
   // Forked workers and ranks exec'd by a shell both inherit the run of the tree's first process.
   Result w = sh(preload + " " + prog("workers"));
   INFO(w.out);
@@ -205,8 +214,9 @@ TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are
   INFO(c.out);
   REQUIRE(c.code() == 2);
   REQUIRE(contains(c.out, "vramtrace check: these traces come from 2 different runs: "));
-  REQUIRE(contains(c.out, "report them with `vramtrace report --merge`, and give the report "
-                          "instead\n"));
+  REQUIRE(contains(c.out,
+                   "report them with `vramtrace report --merge`, and give the report "
+                   "instead\n"));
   REQUIRE(contains(slurp(junit), "failures=\"1\""));
   REQUIRE(contains(slurp(junit), d + ": traces of different runs"));
   Result df = sh(kVramtrace + " diff " + one + " " + d);
@@ -226,8 +236,8 @@ TEST_CASE("LD_PRELOAD only: the processes of one tree are one run, two trees are
 TEST_CASE("LD_PRELOAD only: processes given one VRAMTRACE_OUTPUT name each keep their own trace") {
   std::string d = temp_dir(), out = temp_dir() + "/out";
   // No %p: the three workers are given the same file name.
-  Result w = sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/t.vtrace LD_PRELOAD=" +
-                kLib + " " + prog("workers"));
+  Result w = sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d +
+                "/t.vtrace LD_PRELOAD=" + kLib + " " + prog("workers"));
   INFO(w.out);
   REQUIRE(w.code() == 0);
   REQUIRE(contains(w.out, "workers done, 0 failed"));
@@ -266,8 +276,9 @@ TEST_CASE("LD_PRELOAD only: processes given one VRAMTRACE_OUTPUT name each keep 
   // A second run with the same name keeps the first run's traces too.
   const auto before = std::filesystem::last_write_time(d + "/t.vtrace");
   const uintmax_t size_before = std::filesystem::file_size(d + "/t.vtrace");
-  REQUIRE(sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/t.vtrace LD_PRELOAD=" +
-             kLib + " " + prog("workers")).code() == 0);
+  REQUIRE(sh("cd " + d + " && " + kEnv + "VRAMTRACE_OUTPUT=" + d + "/t.vtrace LD_PRELOAD=" + kLib +
+             " " + prog("workers"))
+              .code() == 0);
   REQUIRE(traces_in(d).size() == 6);
   REQUIRE(std::filesystem::file_size(d + "/t.vtrace") == size_before);
   REQUIRE(std::filesystem::last_write_time(d + "/t.vtrace") == before);
@@ -293,8 +304,8 @@ TEST_CASE("launcher: a process that execs another CUDA program keeps both traces
   json j = load_json(d + "/report.json");
   REQUIRE(j["processes"].size() == 2);
   REQUIRE(j["processes"][0]["pid"] == j["processes"][1]["pid"]);
-  REQUIRE(traces[0] == d + "/vramtrace." + std::to_string(j["processes"][0]["pid"].get<int>()) +
-                           "-2.vtrace");
+  REQUIRE(traces[0] ==
+          d + "/vramtrace." + std::to_string(j["processes"][0]["pid"].get<int>()) + "-2.vtrace");
   std::map<std::string, uint64_t> peak_of;  // executable name -> its peak
   for (const auto& p : j["processes"]) {
     std::string exe = p["exe"];

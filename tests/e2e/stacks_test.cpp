@@ -51,7 +51,8 @@ TEST_CASE("stacks: the site is the calling function, file and line, the library 
   REQUIRE(peak["by_site"][0]["bytes"] == 8 * MiB);
   REQUIRE(peak["by_site"][0]["library"] == "callchain");
   REQUIRE(peak["by_site"][1]["site"] == scratch);
-  REQUIRE(peak["by_library"] == json::parse(R"([{"library":"callchain","bytes":9437184,"count":2}])"));
+  REQUIRE(peak["by_library"] ==
+          json::parse(R"([{"library":"callchain","bytes":9437184,"count":2}])"));
   REQUIRE(peak["by_stack"].size() == 2);
 
   const json& largest = peak["largest"][0];
@@ -115,8 +116,8 @@ TEST_CASE("stacks: a Python caller's own file and line, with the GIL held") {
     return;
   }
   std::string dir = temp_dir();
-  json j = run_json("-- python3 " + kSrc + "py_alloc.py " + kBuild + "/standin/libcudart.so.13",
-                    dir);
+  json j =
+      run_json("-- python3 " + kSrc + "py_alloc.py " + kBuild + "/standin/libcudart.so.13", dir);
   const json& peak = j["devices"][0]["peak"];
   REQUIRE(peak["bytes"] == 6 * MiB);
   REQUIRE(peak["by_site"].size() == 2);
@@ -135,9 +136,9 @@ TEST_CASE("stacks: a Python caller's own file and line, with the GIL held") {
 
   // Python frames only: no native frame at all.
   std::string only = temp_dir();
-  json p = run_json("--stacks=python -- python3 " + kSrc + "py_alloc.py " + kBuild +
-                        "/standin/libcudart.so.13",
-                    only);
+  json p = run_json(
+      "--stacks=python -- python3 " + kSrc + "py_alloc.py " + kBuild + "/standin/libcudart.so.13",
+      only);
   REQUIRE(p["leaks"][0]["site"] == "load_model (" + kSrc + "py_alloc.py:15)");
   REQUIRE(p["leaks"][0]["stack"].size() == 3);
   REQUIRE(p["leaks"][0]["library"] == "");
@@ -148,16 +149,17 @@ TEST_CASE("stacks: Python frames without the GIL (ctypes.CDLL), on each CPython 
   // PyTorch does. Every pyenv CPython found here runs; a native thread gets no Python frames.
   std::string ran;
   for (const char* v : {"3.10", "3.11", "3.12", "3.13"}) {
-    Result found = sh("ls -d /root/.pyenv/versions/" + std::string(v) + ".*/bin/python3 2>/dev/null"
+    Result found = sh("ls -d /root/.pyenv/versions/" + std::string(v) +
+                      ".*/bin/python3 2>/dev/null"
                       " | head -1");
     std::string py = found.out.substr(0, found.out.find('\n'));
     if (found.code() != 0 || py.empty()) continue;
     INFO("python " << py);
     std::string dir = temp_dir();
-    json j = run_json("-- " + py + " " + kSrc + "py_nogil.py " + kBuild +
-                          "/standin/libcudart.so.13 " + kBuild +
-                          "/tests/programs/libnative_thread.so",
-                      dir);
+    json j =
+        run_json("-- " + py + " " + kSrc + "py_nogil.py " + kBuild + "/standin/libcudart.so.13 " +
+                     kBuild + "/tests/programs/libnative_thread.so",
+                 dir);
     const json& peak = j["devices"][0]["peak"];
     REQUIRE(peak["bytes"] == 6 * MiB);
     REQUIRE(peak["by_site"].size() == 2);

@@ -6,8 +6,8 @@
 // live at the OOM, 24 MiB cached of the 70 MiB reserved); and py_torch_graph.py's CUDA graphs
 // and MemPool, whose private pools are one category, segments whole.
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
@@ -22,9 +22,8 @@ namespace {
 const std::string kTrain = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_train.py";
 
 std::string torch_env() {
-  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
-         VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
-         std::to_string(80 * MiB);
+  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
+         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
 }
 
 // `vramtrace run` of py_torch_train.py with `args`; the run exits as the program did.
@@ -143,7 +142,8 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   REQUIRE(points.size() >= 2);
   const json& dev_points = d["timeline"]["points"];
   REQUIRE(d["timeline"]["columns"] ==
-          json::parse(R"(["time_ns","max_bytes","last_bytes","min_bytes","max_time_ns","min_time_ns"])"));
+          json::parse(
+              R"(["time_ns","max_bytes","last_bytes","min_bytes","max_time_ns","min_time_ns"])"));
   std::map<uint64_t, uint64_t> sum_at;
   uint64_t blocks_max = 0, last_sum = 0;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -174,11 +174,16 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   // (report.html expands a module to them).
   const std::string train = kTrain;
   json by_module = json::array();
-  for (auto [name, bytes, cat] : {std::tuple{"fc1", 20 * MiB, "activations"},
-                                  std::tuple{"fc2", 10 * MiB, "temporaries"}})
-    by_module.push_back({{"module", name}, {"bytes", bytes}, {"count", 1}, {"type", "Linear"},
-                         {"forward_at", train + ":43"}, {"categories", {{cat, bytes}}},
-                         {"sites", {{{"site", "main (" + train + ":70)"}, {"bytes", bytes}, {"count", 1}}}}});
+  for (auto [name, bytes, cat] :
+       {std::tuple{"fc1", 20 * MiB, "activations"}, std::tuple{"fc2", 10 * MiB, "temporaries"}})
+    by_module.push_back(
+        {{"module", name},
+         {"bytes", bytes},
+         {"count", 1},
+         {"type", "Linear"},
+         {"forward_at", train + ":43"},
+         {"categories", {{cat, bytes}}},
+         {"sites", {{{"site", "main (" + train + ":70)"}, {"bytes", bytes}, {"count", 1}}}}});
   REQUIRE(d["peak"]["by_module"] == by_module);
   REQUIRE(d["peak"]["by_top_module"] ==
           json::parse(R"([{"module":"fc1","bytes":20971520},{"module":"fc2","bytes":10485760}])"));
@@ -228,8 +233,8 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   // Module hooks ran in the first three iterations only: the fourth forward's mark says its
   // module calls were not traced (bit 30), so fc1 and fc2 above (at the peak, and the OOM's
   // module) came from the traced iterations and the Python stack at the OOM.
-  Result forwards = sh("awk -F'\t' '$1 == \"K\" && $3 == 2 {print $4}' " + dir +
-                       "/vramtrace.*.torch");
+  Result forwards =
+      sh("awk -F'\t' '$1 == \"K\" && $3 == 2 {print $4}' " + dir + "/vramtrace.*.torch");
   REQUIRE(forwards.out == "1\n1\n1\n1073741825\n");
 
   // Died of it: what was live then is no leak. Its 8 blocks, each named by what it is.
@@ -239,15 +244,15 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
     REQUIRE(g["count"] == 1);
     dead[g["site"]] = g["bytes"];
   }
-  REQUIRE(dead == std::map<std::string, uint64_t>{
-                      {"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
-                      {"outside forward, backward and step", 20 * MiB},
-                      {"parameter fc1.weight", 1 * MiB},
-                      {"parameter fc2.weight", 1 * MiB},
-                      {"gradient fc1.weight.grad", 1 * MiB},
-                      {"gradient fc2.weight.grad", 1 * MiB},
-                      {"optimizer state fc1.weight.momentum_buffer", 1 * MiB},
-                      {"optimizer state fc2.weight.momentum_buffer", 1 * MiB}});
+  REQUIRE(dead ==
+          std::map<std::string, uint64_t>{{"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
+                                          {"outside forward, backward and step", 20 * MiB},
+                                          {"parameter fc1.weight", 1 * MiB},
+                                          {"parameter fc2.weight", 1 * MiB},
+                                          {"gradient fc1.weight.grad", 1 * MiB},
+                                          {"gradient fc2.weight.grad", 1 * MiB},
+                                          {"optimizer state fc1.weight.momentum_buffer", 1 * MiB},
+                                          {"optimizer state fc2.weight.momentum_buffer", 1 * MiB}});
 
   // The diagnosis: the fatal OOM against the card's 80 MiB, 70 held and 20 more asked.
   const json& dg = j["diagnosis"];
@@ -371,10 +376,9 @@ TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, the loop go
   REQUIRE(phases.size() == 13);
   std::vector<std::string> got;
   for (const json& ph : phases) got.push_back(ph["phase"]);
-  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward",
-                                          "backward", "optimizer", "forward", "backward",
-                                          "optimizer", "forward", "forward", "backward",
-                                          "optimizer"});
+  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward", "backward",
+                                          "optimizer", "forward", "backward", "optimizer",
+                                          "forward", "forward", "backward", "optimizer"});
   for (size_t i = 9; i < 13; ++i) {
     INFO("phase " << i);
     REQUIRE(phases[i]["iteration"] == 3);
@@ -398,8 +402,8 @@ TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, on PyTorch 
   // called again, which drops them; the retry is still a forward of its own.
   std::string dir = temp_dir(), out;
   // Module hooks in every iteration: the one that raised is traced too.
-  json j = run_train("--recover", dir, 0, &out,
-                     "FAKE_TORCH_VERSION=2.0 VRAMTRACE_TORCH_MODULES=every");
+  json j =
+      run_train("--recover", dir, 0, &out, "FAKE_TORCH_VERSION=2.0 VRAMTRACE_TORCH_MODULES=every");
   REQUIRE(contains(out, "iteration 4 done"));
   const json& o = j["oom"][0];
   REQUIRE(j["oom"].size() == 1);
@@ -410,10 +414,9 @@ TEST_CASE("PyTorch's memory by category: an OOM caught in a forward, on PyTorch 
   const json& phases = j["processes"][0]["devices"][0]["phases"];
   std::vector<std::string> got;
   for (const json& ph : phases) got.push_back(ph["phase"]);
-  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward",
-                                          "backward", "optimizer", "forward", "backward",
-                                          "optimizer", "forward", "forward", "backward",
-                                          "optimizer"});
+  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward", "backward",
+                                          "optimizer", "forward", "backward", "optimizer",
+                                          "forward", "forward", "backward", "optimizer"});
   REQUIRE_FALSE(phases[9].contains("end_ns"));  // the forward that raised: no end seen
   for (size_t i = 10; i < 13; ++i) {
     INFO("phase " << i);

@@ -3,8 +3,9 @@
 // what loads is compared both ways with each of two fixed, real reports (report::compare) and
 // rendered the ways check and diff render it: baseline.json (one process, the stand-in `basic`)
 // and baseline-ranks.json (two ranks: worst_rank, ranks, by_library), so that the keys compare
-// reads only when both runs have them are reached too. The only exception allowed out is CheckError (the CLI's exit 2);
-// anything else (a json::exception escaping, a crash, a sanitizer finding) is a bug.
+// reads only when both runs have them are reached too. The only exception allowed out is CheckError
+// (the CLI's exit 2); anything else (a json::exception escaping, a crash, a sanitizer finding) is a
+// bug.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -59,14 +60,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const json& baseline : f.baselines) {
     try {
       report::CheckResult a = report::compare(baseline, candidate, budgets);
-      std::string s = report::check_text(a) + report::check_markdown(a) +
-                      report::check_junit(a) + report::diff_text(baseline, candidate, a) +
+      std::string s = report::check_text(a) + report::check_markdown(a) + report::check_junit(a) +
+                      report::diff_text(baseline, candidate, a) +
                       report::diff_html(baseline, candidate, a);
       report::CheckResult b = report::compare(candidate, baseline, budgets);
       s += report::check_text(b) + report::diff_text(candidate, baseline, b);
       (void)s;
-    } catch (const report::CheckError&) {
-    }
+    } catch (const report::CheckError&) {}
   }
   return 0;
 }

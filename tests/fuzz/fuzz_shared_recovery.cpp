@@ -79,7 +79,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json j = report::to_json(run);
     std::string text = report::summary_text(j);
     (void)text;
-  } catch (const collector::TraceError&) {
-  }
+  } catch (const collector::TraceError&) {}
   return 0;
 }

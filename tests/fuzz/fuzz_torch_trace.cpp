@@ -51,8 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.total = 1;
     in.limit = 1;
     (void)pytorch_remedies(in);
-  } catch (const TraceError&) {
-  }
+  } catch (const TraceError&) {}
   unlink(path);
   return 0;
 }

@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr size_t kMagicBytes = sizeof format::kMagic;
   std::vector<size_t> starts{0};
   for (size_t at = 1; starts.size() < 8 && at + kMagicBytes <= size; ++at) {
-    const uint8_t* p = std::search(data + at, data + size, format::kMagic,
-                                   format::kMagic + kMagicBytes);
+    const uint8_t* p =
+        std::search(data + at, data + size, format::kMagic, format::kMagic + kMagicBytes);
     if (p == data + size) break;
     at = static_cast<size_t>(p - data);
     starts.push_back(at);

@@ -51,32 +51,57 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
 
   TraceBuilder basic;
-  basic.context(0, 80ull << 30, "Test GPU").kernel(1, "_Z4fillPffi").launch(1)
-      .alloc(0x1000, 4 << 20).alloc(0x2000, 8 << 20).free(0x1000).alloc(0x3000, 1 << 20)
-      .failed(1ull << 40).meminfo(1 << 20, 80ull << 30).free(0x2000).exit_clean();
+  basic.context(0, 80ull << 30, "Test GPU")
+      .kernel(1, "_Z4fillPffi")
+      .launch(1)
+      .alloc(0x1000, 4 << 20)
+      .alloc(0x2000, 8 << 20)
+      .free(0x1000)
+      .alloc(0x3000, 1 << 20)
+      .failed(1ull << 40)
+      .meminfo(1 << 20, 80ull << 30)
+      .free(0x2000)
+      .exit_clean();
   auto basic_bytes = basic.bytes();
   write(dir, "basic", basic_bytes);
   write(dir, "basic-zstd", compress_frames(basic_bytes));
 
   TraceBuilder apis;
-  apis.context(0, 1ull << 30).context(1, 2ull << 30, "Second GPU")
-      .alloc(0x10, 4096, Api::cuMemAllocAsync).alloc(0x20, 4096, Api::cuMemAllocManaged, 1)
-      .alloc(0x30, 4096, Api::cuArrayCreate).alloc(0x40, 65536, Api::cuMemHostAlloc)
+  apis.context(0, 1ull << 30)
+      .context(1, 2ull << 30, "Second GPU")
+      .alloc(0x10, 4096, Api::cuMemAllocAsync)
+      .alloc(0x20, 4096, Api::cuMemAllocManaged, 1)
+      .alloc(0x30, 4096, Api::cuArrayCreate)
+      .alloc(0x40, 65536, Api::cuMemHostAlloc)
       .flush()
-      .vmm_create(7, 2 << 20).vmm_map(0x7000000, 2 << 20, 7).vmm_release(7)
-      .vmm_unmap(0x7000000, 2 << 20).free(0x10, Api::cuMemFreeAsync)
-      .free(0x40, Api::cuMemFreeHost).free(0x30, Api::cuArrayDestroy).flush()
-      .failed(512, 1).exit_clean();
+      .vmm_create(7, 2 << 20)
+      .vmm_map(0x7000000, 2 << 20, 7)
+      .vmm_release(7)
+      .vmm_unmap(0x7000000, 2 << 20)
+      .free(0x10, Api::cuMemFreeAsync)
+      .free(0x40, Api::cuMemFreeHost)
+      .free(0x30, Api::cuArrayDestroy)
+      .flush()
+      .failed(512, 1)
+      .exit_clean();
   write(dir, "apis", apis.bytes());
 
   // Launches off (a Settings record), with a field from a later library after the known one.
   TraceBuilder launches_off;
-  launches_off.settings({0, 3}).context(0, 1ull << 30).alloc(0x1000, 2 << 20)
-      .failed(1ull << 40).meminfo(1 << 20, 1ull << 30).free(0x1000).exit_clean();
+  launches_off.settings({0, 3})
+      .context(0, 1ull << 30)
+      .alloc(0x1000, 2 << 20)
+      .failed(1ull << 40)
+      .meminfo(1 << 20, 1ull << 30)
+      .free(0x1000)
+      .exit_clean();
   write(dir, "launches-off", launches_off.bytes());
 
   TraceBuilder cut;
-  cut.context(0, 1ull << 30).alloc(0x1000, 1 << 20).flush().alloc(0x2000, 2 << 20)
+  cut.context(0, 1ull << 30)
+      .alloc(0x1000, 1 << 20)
+      .flush()
+      .alloc(0x2000, 2 << 20)
       .alloc(0x3000, 3 << 20);
   auto cut_bytes = cut.bytes();
   cut_bytes.resize(cut_bytes.size() - 5);  // cut off inside the last frame, as by SIGKILL

@@ -3,14 +3,14 @@
 //   bench_native async    200,000 cudaMallocAsync(1 MiB)/cudaFreeAsync pairs (ns per pair)
 //   bench_native clock    what the library's hot path is made of, on this machine, no CUDA:
 //                         ns per clock_gettime(CLOCK_MONOTONIC) and per mutex lock+unlock
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <time.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
-#include <cuda_runtime.h>
-#include <pthread.h>
-#include <time.h>
 
 __global__ void empty_kernel() {}
 
@@ -31,9 +31,10 @@ int clock_costs() {
     pthread_mutex_unlock(&m);
   }
   auto t2 = std::chrono::steady_clock::now();
-  std::printf("{\"mode\": \"clock\", \"clock_gettime_ns\": %.1f, \"mutex_pair_ns\": %.1f, \"sum\": %llu}\n",
-              std::chrono::duration<double, std::nano>(t1 - t0).count() / n,
-              std::chrono::duration<double, std::nano>(t2 - t1).count() / n, sum % 10);
+  std::printf(
+      "{\"mode\": \"clock\", \"clock_gettime_ns\": %.1f, \"mutex_pair_ns\": %.1f, \"sum\": %llu}\n",
+      std::chrono::duration<double, std::nano>(t1 - t0).count() / n,
+      std::chrono::duration<double, std::nano>(t2 - t1).count() / n, sum % 10);
   return 0;
 }
 
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ns.begin(), ns.end());
   if (cudaGetLastError() != cudaSuccess) return 1;
-  std::printf("{\"mode\": \"%s\", \"ns_per_op\": %.1f}\n", launch ? "launch" : "async", ns[ns.size() / 2]);
+  std::printf("{\"mode\": \"%s\", \"ns_per_op\": %.1f}\n", launch ? "launch" : "async",
+              ns[ns.size() / 2]);
   return 0;
 }

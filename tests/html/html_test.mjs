@@ -173,7 +173,7 @@ const grow = profile("growth", [join(build, "tests/programs/leak_steps"), "nvtx"
   check("growth per iteration in the headline", (await stat(page, "growth")) === "1.00 MiB", await stat(page, "growth"));
   check("phase at the peak", (await stat(page, "phase")) === "train_step", await stat(page, "phase"));
   const site = await page.locator("[data-table='growth'] tbody td.code").first().textContent();
-  check("growing site listed", site.startsWith("keep_history() (") && site.endsWith("leak_steps.cu:20)"), site);
+  check("growing site listed", site.startsWith("keep_history() (") && site.endsWith("leak_steps.cu:24)"), site);
   const phase = await page.locator("[data-table='phases'] tbody tr").first().textContent();
   check("NVTX phases listed", phase.startsWith("train_step10"), phase);
   check("no console errors (growth)", errors.length === 0, errors.join("; "));

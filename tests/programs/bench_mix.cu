@@ -61,8 +61,7 @@ long long thread_cpu_ns(const char* name) {
 void spin(long ns) {
   if (ns <= 0) return;
   auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  while (std::chrono::steady_clock::now() < until) {}
 }
 
 void launch(int k, cudaStream_t s, long spin_ns) {

@@ -3,9 +3,9 @@
 // "segv" (a store to address 0), "pipe" (a write to a pipe nobody reads: SIGPIPE), "handled"
 // (abort() with the program's own SIGABRT handler, installed before CUDA starts, which prints
 // "program handler: 6" and calls _exit(9)).
+#include <unistd.h>
 #include <csignal>
 #include <cstring>
-#include <unistd.h>
 #include "check.h"
 
 __global__ void touch(char* p) { p[threadIdx.x] = 1; }

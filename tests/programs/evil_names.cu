@@ -5,7 +5,9 @@
 
 struct script {};
 template <typename T>
-__global__ void render(int* p) { p[threadIdx.x] = 1; }
+__global__ void render(int* p) {
+  p[threadIdx.x] = 1;
+}
 
 int main() {
   int* p;

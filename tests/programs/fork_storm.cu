@@ -2,10 +2,10 @@
 // children that exit at once through exit() (running exit handlers, where a profiler that
 // inherited a held lock would hang). Expected: no hang, exit 0, allocations == frees == the
 // count printed, no events from any child.
-#include <atomic>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <atomic>
+#include <thread>
 #include "check.h"
 
 int main() {

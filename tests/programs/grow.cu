@@ -2,8 +2,9 @@
 // when argv[1] (or else GROW_EXTRA_MIB in the environment: the same command line, for the CI
 // gate, which refuses to compare different commands) is given, that many MiB more from
 // cudaMallocAsync; all freed before exit. Expected peak: (64 + extra) MiB. GROW_THEN=abort: once
-// all is freed, abort() instead of returning (a run cut short, same command line). The extra memory comes from grow_activations(), so that
-// its site (built without -g: the function's name alone) differs from main's.
+// all is freed, abort() instead of returning (a run cut short, same command line). The extra memory
+// comes from grow_activations(), so that its site (built without -g: the function's name alone)
+// differs from main's.
 #include <cstdlib>
 #include <string>
 #include "check.h"

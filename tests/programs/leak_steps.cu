@@ -12,12 +12,16 @@
 #include "check.h"
 #include "vramtrace.h"
 
-__global__ void step_begin(float* p) { if (p) p[0] = 0; }
-__global__ void work(float* p, int n) { if (p && n) p[0] = 1; }
+__global__ void step_begin(float* p) {
+  if (p) p[0] = 0;
+}
+__global__ void work(float* p, int n) {
+  if (p && n) p[0] = 1;
+}
 
 __attribute__((noinline)) void* keep_history() {
   void* p = nullptr;
-  CHECK(cudaMalloc(&p, 1 * MiB));  // leak_steps.cu:20
+  CHECK(cudaMalloc(&p, 1 * MiB));  // leak_steps.cu:24
   return p;
 }
 

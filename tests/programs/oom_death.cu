@@ -1,7 +1,7 @@
 // Test program: three allocations of 16 MiB (48 MiB live), then a request of 32 MiB (argv[2] MiB
 // when given: more than the GPU has) that fails with cudaErrorMemoryAllocation on a 64 MiB device
-// (stand-in: VRAMTRACE_STANDIN_DEVICE_BYTES=67108864), and at once, with no other call in between, a death
-// the way argv[1] says: "abort", "segv" (a store to address 0), "throw" (an uncaught C++
+// (stand-in: VRAMTRACE_STANDIN_DEVICE_BYTES=67108864), and at once, with no other call in between,
+// a death the way argv[1] says: "abort", "segv" (a store to address 0), "throw" (an uncaught C++
 // exception: std::terminate, SIGABRT), "exit" (_exit(3): no exit handlers, no destructors),
 // "kill" (raise(SIGKILL)), "pipe" (a write to a pipe nobody reads: SIGPIPE). The report must
 // still hold the three allocations and the failed request (expected.json, "oom_death").

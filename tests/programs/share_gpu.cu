@@ -2,10 +2,10 @@
 //   share_gpu hold MIB FLAG SECONDS   allocate MIB, create file FLAG, sleep SECONDS, free
 //   share_gpu oom MIB FLAG            wait for FLAG, allocate MIB, then ask for 1 GiB more than
 //                                     the driver says is free (an OOM), free, exit 0
+#include <unistd.h>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <unistd.h>
 #include "check.h"
 
 int main(int argc, char** argv) {

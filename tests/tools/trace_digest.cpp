@@ -41,7 +41,8 @@ void digest_trace(const char* path) {
   constexpr size_t kMagicBytes = sizeof format::kMagic;
   std::vector<size_t> starts{0};
   for (size_t at = 1; starts.size() < 8 && at + kMagicBytes <= data.size(); ++at) {
-    auto p = std::search(data.begin() + at, data.end(), format::kMagic, format::kMagic + kMagicBytes);
+    auto p =
+        std::search(data.begin() + at, data.end(), format::kMagic, format::kMagic + kMagicBytes);
     if (p == data.end()) break;
     at = static_cast<size_t>(p - data.begin());
     starts.push_back(at);
@@ -72,9 +73,10 @@ void digest_torch(const char* path) {
     std::printf("pid=%llu torch=%s problem=%s\n", static_cast<unsigned long long>(t.pid),
                 t.torch_version.c_str(), t.problem.c_str());
     for (const auto& e : t.events)
-      std::puts((format::to_text(e.record) +
-                 (e.record.type == RecordType::UserBlock ? " stream=" + std::to_string(e.stream) : ""))
-                    .c_str());
+      std::puts(
+          (format::to_text(e.record) +
+           (e.record.type == RecordType::UserBlock ? " stream=" + std::to_string(e.stream) : ""))
+              .c_str());
   } catch (const collector::TraceError& e) {
     std::printf("not a trace: %s\n", e.what());
   }

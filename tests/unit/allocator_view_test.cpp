@@ -2,10 +2,10 @@
 // allocator trace (collector/torch_trace.h): free blocks, the largest, joined mappings of
 // expandable segments, inconsistent input, and the trace file's clock, order, private pools'
 // segments and bad lines.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
 #include <string>
 
 #include "collector/allocator_view.h"
@@ -143,9 +143,9 @@ TEST_CASE("a PyTorch trace file: clock, pools, stacks and the order of records")
   std::vector<vramtrace::format::RecordType> types;
   for (auto& e : t.events) types.push_back(e.record.type);
   using R = vramtrace::format::RecordType;
-  REQUIRE(types == std::vector<R>{R::PyCode, R::PyCode, R::UserPool, R::UserSegment,
-                                  R::PyStackNode, R::PyStackNode, R::AllocStack, R::UserBlock,
-                                  R::UserBlock, R::AllocStack, R::UserOom});
+  REQUIRE(types == std::vector<R>{R::PyCode, R::PyCode, R::UserPool, R::UserSegment, R::PyStackNode,
+                                  R::PyStackNode, R::AllocStack, R::UserBlock, R::UserBlock,
+                                  R::AllocStack, R::UserOom});
   auto r = [&](size_t i) -> const vramtrace::format::Record& { return t.events[i].record; };
   REQUIRE(r(3).time_ns == 10500000000ull);
   REQUIRE(r(3).user_segment.op == vramtrace::format::SegmentOp::Map);
@@ -190,7 +190,8 @@ TEST_CASE("PyTorch trace entries of one microsecond keep their order") {
 TEST_CASE("PyTorch trace files that are cut, corrupt or not one at all") {
   std::string cut = write_temp("vramtrace.torch/1\t42\t1\t1\tx\nE\t0\talloc\t1\t2\t0\t3\t\t\n");
   REQUIRE(read_torch_trace(cut).problem == "cut short after 1 entries (no END line)");
-  std::string bad = write_temp("vramtrace.torch/1\t42\t1\t1\tx\nE\t0\talloc\tzz\t2\t0\t3\t\t\nEND\t1\n");
+  std::string bad =
+      write_temp("vramtrace.torch/1\t42\t1\t1\tx\nE\t0\talloc\tzz\t2\t0\t3\t\t\nEND\t1\n");
   TorchTrace b = read_torch_trace(bad);
   REQUIRE(b.problem == "line 2: bad event");
   REQUIRE(b.events.empty());
@@ -292,12 +293,12 @@ TEST_CASE("PyTorch trace files list the private pools' segments at the dump") {
 
   // A bad one stops the reading there.
   for (const char* line : {"P\t0\t4194304\t2097152\t3\t0\tcustom\n",  // unknown kind
-                           "P\t0\t4194304\t2097152\t3\tgraph\n",        // a field short
-                           "P\t0\t0x400000\t2097152\t3\t0\tgraph\n",   // not a number
+                           "P\t0\t4194304\t2097152\t3\tgraph\n",      // a field short
+                           "P\t0\t0x400000\t2097152\t3\t0\tgraph\n",  // not a number
                            "P\t4096\t4194304\t2097152\t3\t0\tgraph\n"}) {
     INFO(line);
-    std::string bad = write_temp(std::string("vramtrace.torch/2\t42\t1\t1\tx\n") + line +
-                                 "END\t0\n");
+    std::string bad =
+        write_temp(std::string("vramtrace.torch/2\t42\t1\t1\tx\n") + line + "END\t0\n");
     TorchTrace b = read_torch_trace(bad);
     REQUIRE(b.problem == "line 2: bad private pool segment");
     REQUIRE(b.context.pool_segments.empty());

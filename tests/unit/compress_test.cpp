@@ -112,7 +112,8 @@ TEST_CASE("compressed frames read back as exactly the events of the raw ones") {
     vt_test::TraceBuilder t;
     t.context(0, 80ull << 30);
     for (uint64_t it = 0; it < 20000; ++it) {
-      t.alloc(0x7e0000000000ull + (it % 6) * (1 << 28), (2 + it % 5) << 20, format::Api::cuMemAllocAsync);
+      t.alloc(0x7e0000000000ull + (it % 6) * (1 << 28), (2 + it % 5) << 20,
+              format::Api::cuMemAllocAsync);
       if (it % 1000 == 999) t.flush();
       t.free(0x7e0000000000ull + (it % 6) * (1 << 28), format::Api::cuMemFreeAsync);
     }

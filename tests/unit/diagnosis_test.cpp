@@ -45,7 +45,8 @@ TEST_CASE("remedies: an Adam-trained model whose state alone exceeds the limit i
   const Remedy* batch = find(r, "smaller_batch");
   REQUIRE(batch);
   REQUIRE(batch->saves_bytes == 1 * GiB);
-  REQUIRE(batch->how == "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
+  REQUIRE(batch->how ==
+          "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
   // Ranked by what each saves.
   for (size_t i = 1; i < r.size(); ++i) REQUIRE(r[i - 1].saves_bytes >= r[i].saves_bytes);
   REQUIRE(r[0].kind == "offload");
@@ -74,7 +75,8 @@ TEST_CASE("remedies: an OOM while Adam makes its state counts the whole state, n
   REQUIRE(lean->saves_bytes == 2 * GiB);  // half of Adam's whole 4 GiB
   const Remedy* batch = find(r, "smaller_batch");
   REQUIRE(batch);
-  REQUIRE(batch->how == "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
+  REQUIRE(batch->how ==
+          "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
 }
 
 TEST_CASE("remedies: what the figures do not support is not offered") {

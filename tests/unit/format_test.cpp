@@ -9,7 +9,7 @@
 using namespace vramtrace;
 
 TEST_CASE("varints round-trip at their edges") {
-  const uint64_t values[] = {0, 1, 127, 128, 16383, 16384, 0xffffffffull, 0x7fffffffffffull,
+  const uint64_t values[] = {0,         1, 127, 128, 16383, 16384, 0xffffffffull, 0x7fffffffffffull,
                              UINT64_MAX};
   const size_t lengths[] = {1, 1, 1, 2, 2, 3, 5, 7, 10};
   for (size_t i = 0; i < 9; ++i) {

@@ -81,8 +81,12 @@ TEST_CASE("a higher peak later replaces the live set of an earlier one") {
 
 TEST_CASE("an OOM keeps the request, the live bytes and the driver's free memory") {
   TraceBuilder b;
-  b.context(0, 64 * MiB).alloc(0xa, 48 * MiB).failed(32 * MiB).meminfo(16 * MiB, 64 * MiB)
-      .failed(7, 1).free(0xa);
+  b.context(0, 64 * MiB)
+      .alloc(0xa, 48 * MiB)
+      .failed(32 * MiB)
+      .meminfo(16 * MiB, 64 * MiB)
+      .failed(7, 1)
+      .free(0xa);
   auto run = run_of({b.bytes()});
   const auto& p = run.processes[0];
   REQUIRE(p.ooms.size() == 1);
@@ -100,7 +104,9 @@ TEST_CASE("an OOM keeps the request, the live bytes and the driver's free memory
 
 TEST_CASE("VMM memory counts once per handle and stays while mapped after release") {
   TraceBuilder b;
-  b.vmm_create(77, 2 * MiB).vmm_map(0x100000, 1 * MiB, 77).vmm_map(0x200000, 1 * MiB, 77)
+  b.vmm_create(77, 2 * MiB)
+      .vmm_map(0x100000, 1 * MiB, 77)
+      .vmm_map(0x200000, 1 * MiB, 77)
       .vmm_release(77);
   auto mid = run_of({TraceBuilder(b).bytes()});
   REQUIRE(mid.processes[0].devices.at(0).memory.live_bytes() == 2 * MiB);
@@ -215,8 +221,13 @@ TEST_CASE("launches of kernel ids past the dense range are counted too") {
 
 TEST_CASE("kernel launches are counted by name and the last kernel before the peak is kept") {
   TraceBuilder b;
-  b.kernel(1, "_Z4fillIfEvPT_S0_i").launch(1).launch(1).kernel(2, "other").launch(2)
-      .alloc(0xa, 100).launch(1);
+  b.kernel(1, "_Z4fillIfEvPT_S0_i")
+      .launch(1)
+      .launch(1)
+      .kernel(2, "other")
+      .launch(2)
+      .alloc(0xa, 100)
+      .launch(1);
   auto run = run_of({b.bytes()});
   const auto& d = run.processes[0].devices.at(0);
   REQUIRE(d.launches == 4);
@@ -231,9 +242,15 @@ TEST_CASE("kernel launches are counted by name and the last kernel before the pe
   REQUIRE(j["devices"][0]["peak"]["last_kernel"] == "other");
 }
 
-TEST_CASE("launches off: a Settings record makes launch counts and the kernel at the peak unknown, not 0") {
+TEST_CASE(
+    "launches off: a Settings record makes launch counts and the kernel at the peak unknown, not "
+    "0") {
   TraceBuilder b;
-  b.settings({0}).context(0, 1ull << 30).alloc(0xa, 4 * MiB).alloc(0xb, 8 * MiB).free(0xa)
+  b.settings({0})
+      .context(0, 1ull << 30)
+      .alloc(0xa, 4 * MiB)
+      .alloc(0xb, 8 * MiB)
+      .free(0xa)
       .exit_clean();
   auto run = run_of({b.bytes()});
   REQUIRE_FALSE(run.processes[0].launches_recorded);
@@ -326,18 +343,20 @@ TEST_CASE("launches off in one process of two: the summary names it") {
   REQUIRE_FALSE(j["devices"][0]["peak"].contains("last_kernel"));
 }
 
-TEST_CASE("a stream-ordered pool's footprint: reserved beyond its allocations, peak from the high-water mark") {
+TEST_CASE(
+    "a stream-ordered pool's footprint: reserved beyond its allocations, peak from the high-water "
+    "mark") {
   TraceBuilder b;
-  b.alloc(0xa, 10 * MiB)                                 // a plain allocation
-      .alloc(0xb, 1 * MiB, Api::cuMemAllocAsync)         // from the pool
-      .pool(0x77, 32 * MiB, 1 * MiB, 32 * MiB)           // the pool reserved 32 MiB for it
+  b.alloc(0xa, 10 * MiB)                          // a plain allocation
+      .alloc(0xb, 1 * MiB, Api::cuMemAllocAsync)  // from the pool
+      .pool(0x77, 32 * MiB, 1 * MiB, 32 * MiB)    // the pool reserved 32 MiB for it
       .free(0xb, Api::cuMemFreeAsync)
-      .pool(0x77, 32 * MiB, 0, 48 * MiB);                // between answers it had reached 48 MiB
+      .pool(0x77, 32 * MiB, 0, 48 * MiB);  // between answers it had reached 48 MiB
   auto run = run_of({b.bytes()});
   const auto& d = run.processes[0].devices.at(0);
-  REQUIRE(d.memory.peak_bytes() == 11 * MiB);            // in use
+  REQUIRE(d.memory.peak_bytes() == 11 * MiB);  // in use
   REQUIRE(d.pools.at(0x77).peak_reserved == 48 * MiB);
-  REQUIRE(d.footprint() == 10 * MiB + 32 * MiB);         // now: plain + what the pool keeps
+  REQUIRE(d.footprint() == 10 * MiB + 32 * MiB);  // now: plain + what the pool keeps
   REQUIRE(d.footprint_peak == 10 * MiB + 48 * MiB);
   auto j = report::to_json(run);
   REQUIRE(j["processes"][0]["devices"][0]["reserved"]["peak_bytes"] == 58 * MiB);

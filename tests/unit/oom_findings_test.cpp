@@ -186,8 +186,10 @@ TEST_CASE("oom findings: memory other processes held, decisive or not") {
   REQUIRE(in.limit);
   REQUIRE(in.limit->kind == "other_processes");
   REQUIRE(in.limit->bytes == 40 * GiB + 512 * MiB);
-  in.live_by_site = {{"train.py:12", 30 * GiB}, {"model.py:7", 6 * GiB},
-                     {"data.py:3", 3 * GiB}, {"util.py:1", 1 * GiB}};
+  in.live_by_site = {{"train.py:12", 30 * GiB},
+                     {"model.py:7", 6 * GiB},
+                     {"data.py:3", 3 * GiB},
+                     {"util.py:1", 1 * GiB}};
   auto f = oom_findings(in);
   REQUIRE(kinds(f) == std::vector<std::string>{"held_by_others", "near_capacity"});
   REQUIRE(f[0].score == 0.85);
@@ -216,8 +218,7 @@ TEST_CASE("oom findings: memory other processes held, decisive or not") {
   REQUIRE(!in.limit);  // the card's capacity is the limit
   f = oom_findings(in);
   REQUIRE(kinds(f) == std::vector<std::string>{"near_capacity", "held_by_others"});
-  REQUIRE(f[0].title ==
-          "This process held 7.02 GiB (87% of its limit) when it asked for 1.00 GiB");
+  REQUIRE(f[0].title == "This process held 7.02 GiB (87% of its limit) when it asked for 1.00 GiB");
   REQUIRE(f[1].score == 0.4);
   REQUIRE(f[1].title ==
           "900.00 MiB of the GPU was held by other processes (or the driver) when it ran out");
@@ -254,10 +255,10 @@ TEST_CASE("growth by site: sites that kept what they allocated each iteration") 
     a.time_ns = 1000 * static_cast<uint64_t>(iteration + 1) + 10;
     live.push_back(a);
   };
-  add(1, 64 * MiB, -1);                           // set-up before the first iteration
-  for (int i = 1; i <= 9; ++i) add(1, MiB, i);    // "a": 1 MiB kept from each of 1..9
-  for (int i = 0; i <= 1; ++i) add(2, MiB, i);    // "b": only two iterations
-  for (int i = 1; i <= 5; ++i) add(3, MiB, i);    // "c": stopped after iteration 5
+  add(1, 64 * MiB, -1);                                // set-up before the first iteration
+  for (int i = 1; i <= 9; ++i) add(1, MiB, i);         // "a": 1 MiB kept from each of 1..9
+  for (int i = 0; i <= 1; ++i) add(2, MiB, i);         // "b": only two iterations
+  for (int i = 1; i <= 5; ++i) add(3, MiB, i);         // "c": stopped after iteration 5
   for (int i = 4; i <= 9; i += 2) add(4, 4 * MiB, i);  // "d": every other iteration from 4
   const SiteOf site = [](const Allocation& a) { return std::string(1, char('a' + a.stack - 1)); };
   auto g = growth_by_site(live, p, 10500, site);
@@ -288,8 +289,7 @@ TEST_CASE("growth by site: sites that kept what they allocated each iteration") 
   auto f = oom_findings(in);
   REQUIRE(kinds(f) == std::vector<std::string>{"growth"});
   REQUIRE(f[0].score == 0.85);
-  REQUIRE(f[0].title ==
-          "Live memory grew by 3.40 MiB per iteration since iteration 4, led by d");
+  REQUIRE(f[0].title == "Live memory grew by 3.40 MiB per iteration since iteration 4, led by d");
   REQUIRE(*f[0].evidence.bytes_per_iteration == 12 * MiB / 5 + MiB);
   REQUIRE(*f[0].evidence.grown_bytes == 21 * MiB);
   REQUIRE(*f[0].evidence.iterations == 3);

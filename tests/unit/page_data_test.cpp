@@ -23,16 +23,18 @@ json big_report() {
   json sites = json::array(), stacks = json::array();
   for (int i = 0; i < 1200; ++i) {
     json stack = {frame(i % 5), frame(100), frame(101)};
-    sites.push_back({{"site", "s" + std::to_string(i)}, {"bytes", (i % 700 + 1) * MiB},
-                     {"count", i % 3 + 1}, {"stack", stack}});
+    sites.push_back({{"site", "s" + std::to_string(i)},
+                     {"bytes", (i % 700 + 1) * MiB},
+                     {"count", i % 3 + 1},
+                     {"stack", stack}});
     stacks.push_back({{"bytes", (i % 700 + 1) * MiB}, {"count", 1}, {"stack", stack}});
   }
   json points = json::array();
   for (int i = 0; i < 2048; ++i) points.push_back({i * 1000, (i % 97) * MiB, (i % 89) * MiB});
   json phases = json::array();
   for (int i = 0; i < 9000; ++i)
-    phases.push_back({{"phase", "forward"}, {"iteration", i}, {"start_ns", i * 10},
-                      {"end_ns", i * 10 + 9}});
+    phases.push_back(
+        {{"phase", "forward"}, {"iteration", i}, {"start_ns", i * 10}, {"end_ns", i * 10 + 9}});
   return {{"devices",
            {{{"index", 0},
              {"total_bytes", 80 * 1024 * MiB},
@@ -43,8 +45,11 @@ json big_report() {
           {"processes",
            {{{"pid", 7}, {"devices", {{{"index", 0}, {"peak", {{"by_stack", stacks}}}}}}}}},
           {"oom",
-           {{{"device", 0}, {"time_ns", 45678}, {"requested_bytes", 2 * MiB},
-             {"live_bytes", 700 * MiB}, {"live_by_site", sites}}}}};
+           {{{"device", 0},
+             {"time_ns", 45678},
+             {"requested_bytes", 2 * MiB},
+             {"live_bytes", 700 * MiB},
+             {"live_by_site", sites}}}}};
 }
 
 uint64_t sum_bytes(const json& list) {
@@ -68,7 +73,8 @@ TEST_CASE("page data: lists keep their 500 largest entries and sum the rest") {
   REQUIRE(sum_bytes(peak["by_site"]) == 247750 * MiB);
   REQUIRE(sum_bytes(peak["by_site"]) + peak["by_site_rest"]["bytes"].get<uint64_t>() == all);
   uint64_t smallest_kept = UINT64_MAX;
-  for (const auto& e : peak["by_site"]) smallest_kept = std::min(smallest_kept, e["bytes"].get<uint64_t>());
+  for (const auto& e : peak["by_site"])
+    smallest_kept = std::min(smallest_kept, e["bytes"].get<uint64_t>());
   REQUIRE(smallest_kept == 351 * MiB);
   REQUIRE(peak["by_site_rest"]["bytes"] == all - sum_bytes(peak["by_site"]));
   // Blocks: sum of (i % 3 + 1) over the 1,200 sites is 2,400, less those kept.

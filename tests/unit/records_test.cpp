@@ -36,14 +36,14 @@ TEST_CASE("a record is its type, its time delta, then its fields in table order"
   // bytes 256 (2 bytes), stream 0, thread 7.
   auto b = bytes_of(rec::Alloc{Api::cuMemAlloc, 0, 0x1000, 256, 0, 7}, 300);
   REQUIRE(b == std::vector<uint8_t>{4, 0xAC, 0x02, 1, 0, 0x80, 0x20, 0x80, 0x02, 0, 7});
-  REQUIRE(read_one(b) ==
-          "Alloc t=1300 api=1 device=0 address=4096 bytes=256 stream=0 thread=7");
+  REQUIRE(read_one(b) == "Alloc t=1300 api=1 device=0 address=4096 bytes=256 stream=0 thread=7");
   // An untimed record has no delta; a string is its length then its bytes.
   REQUIRE(bytes_of(rec::String{3, "ab"}) == std::vector<uint8_t>{8, 3, 2, 'a', 'b'});
   // Process: its start is an absolute time, and the record's time.
   auto p = bytes_of(rec::Process{42, 1, 5, 77, "h", "e", std::string_view("a\0b", 3), ""});
-  REQUIRE(read_one(p) == "Process t=77 pid=42 ppid=1 realtime_ns=5 start_ns=77 host=\"h\" "
-                         "exe=\"e\" cmdline=\"a\\x00b\" rank_env=\"\"");
+  REQUIRE(read_one(p) ==
+          "Process t=77 pid=42 ppid=1 realtime_ns=5 start_ns=77 host=\"h\" "
+          "exe=\"e\" cmdline=\"a\\x00b\" rank_env=\"\"");
   // Settings: the count of this version's settings, then each.
   REQUIRE(bytes_of(rec::Settings{0, 0}) == std::vector<uint8_t>{30, 1, 0});
   REQUIRE(read_one(bytes_of(rec::Settings{0, 0})) == "Settings t=0 launches=0 fields=1");

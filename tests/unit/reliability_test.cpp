@@ -44,8 +44,7 @@ TEST_CASE("budgets that are not numbers, or too large, are bad input, not a cras
   REQUIRE_THROWS_WITH(report::parse_size("0x10"),
                       "'0x10' is not a size (examples: 256MiB, 40GiB, 1048576)");
   report::Budgets b;
-  REQUIRE_THROWS_AS(report::add_increase_option(b, "99999999999999999999:5%"),
-                    report::CheckError);
+  REQUIRE_THROWS_AS(report::add_increase_option(b, "99999999999999999999:5%"), report::CheckError);
   // The edges that are fine stay exact.
   REQUIRE(report::parse_size("15TiB") == 15ull << 40);
   REQUIRE(report::parse_size("18446744073709547520") == 18446744073709547520ull);
@@ -69,13 +68,13 @@ TEST_CASE("a budget too large to add saturates instead of wrapping into a regres
 }
 
 TEST_CASE("check: a device named by --device or a budget that neither report has is an error") {
-  nlohmann::json r = {
-      {"schema", report::kSchema},
-      {"devices", {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", 100}}}},
-                   {{"index", 2}, {"name", "y"}, {"peak", {{"bytes", 100}}}}}},
-      {"processes", nlohmann::json::array()},
-      {"leaks", nlohmann::json::array()},
-      {"oom", nlohmann::json::array()}};
+  nlohmann::json r = {{"schema", report::kSchema},
+                      {"devices",
+                       {{{"index", 0}, {"name", "x"}, {"peak", {{"bytes", 100}}}},
+                        {{"index", 2}, {"name", "y"}, {"peak", {{"bytes", 100}}}}}},
+                      {"processes", nlohmann::json::array()},
+                      {"leaks", nlohmann::json::array()},
+                      {"oom", nlohmann::json::array()}};
   report::Budgets b;
   b.only_device = 1;  // a typo for 0 or 2: it checked nothing and passed
   REQUIRE_THROWS_WITH(report::compare(r, r, b),
@@ -166,10 +165,8 @@ long child_peak_kb(const std::vector<uint8_t>& bytes) {
   if (pid == 0) {
     try {
       auto r = collector::TraceReader::from_bytes(bytes);
-      while (r->next()) {
-      }
-    } catch (...) {
-    }
+      while (r->next()) {}
+    } catch (...) {}
     _exit(0);
   }
   int status = 0;
@@ -192,10 +189,8 @@ TEST_CASE("a frame header claiming 64 MiB in a short trace does not allocate 64 
   t.insert(t.end(), p, p + sizeof h);
   t.insert(t.end(), 16, 0x42);
   auto r = collector::TraceReader::from_bytes(t);
-  while (r->next()) {
-  }
-  REQUIRE(r->problem() == "trace ends inside a frame at byte " +
-                              std::to_string(good.size()) +
+  while (r->next()) {}
+  REQUIRE(r->problem() == "trace ends inside a frame at byte " + std::to_string(good.size()) +
                               " (16 of 67108864 bytes; the process was cut off while writing)");
   REQUIRE(child_peak_kb(t) < child_peak_kb(good) + 16 * 1024);
 
@@ -207,8 +202,7 @@ TEST_CASE("a frame header claiming 64 MiB in a short trace does not allocate 64 
   const uint8_t zstd_frame[16] = {0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x01, 0x09, 0x00, 0x00, 0x41};
   z.insert(z.end(), zstd_frame, zstd_frame + 16);
   auto rz = collector::TraceReader::from_bytes(z);
-  while (rz->next()) {
-  }
+  while (rz->next()) {}
   REQUIRE_THAT(rz->problem(), Catch::StartsWith("corrupt compressed frame at byte"));
   REQUIRE(child_peak_kb(z) < child_peak_kb(good) + 16 * 1024);
 }
@@ -321,8 +315,9 @@ TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a 
 TEST_CASE("a process that was not profiled is marked so, summarised, and fails the gate") {
   // Found by the no-CUPTI test: such a run said "no CUDA device memory was used", and
   // `vramtrace check` of it passed (exit 0) with nothing measured.
-  const std::string why = "CUPTI is already held by another tool (nsys); this process runs "
-                          "without memory profiling";
+  const std::string why =
+      "CUPTI is already held by another tool (nsys); this process runs "
+      "without memory profiling";
   TraceBuilder a(100, "testhost", ""), b(101, "testhost", "");  // no ranks: one row, device 0
   a.context(0, 1ull << 30).alloc(0x1000, 4096).exit_clean();
   b.notice(why).exit_clean();
@@ -344,7 +339,8 @@ TEST_CASE("a process that was not profiled is marked so, summarised, and fails t
   REQUIRE(pb["not_profiled_reason"] == why);
   REQUIRE(pb["notices"] == nlohmann::json::array({why}));
   std::string summary = report::summary_text(j);
-  REQUIRE_THAT(summary, Catch::Contains("vramtrace: NOT PROFILED: pid 101 (test): " + why + "\n"
+  REQUIRE_THAT(summary, Catch::Contains("vramtrace: NOT PROFILED: pid 101 (test): " + why +
+                                        "\n"
                                         "vramtrace: WARNING: 1 of 2 process(es) not profiled: the "
                                         "device memory they used is unknown and not in this "
                                         "report\n"));
@@ -367,7 +363,8 @@ TEST_CASE("a process that was not profiled is marked so, summarised, and fails t
                                "profiled: their device memory is unknown\n"));
   REQUIRE_THAT(report::diff_text(only_a, j, r),
                Catch::EndsWith("out-of-memory events: 0 -> 0\nB NOT PROFILED (its device memory "
-                               "is unknown): pid 101 (test): " + why + "\n"));
+                               "is unknown): pid 101 (test): " +
+                               why + "\n"));
   // A report from before "profiled": a process with a notice was not profiled either.
   nlohmann::json old = j;
   for (auto& p : old["processes"]) {
@@ -378,14 +375,17 @@ TEST_CASE("a process that was not profiled is marked so, summarised, and fails t
   // As the baseline: bad input.
   REQUIRE_THROWS_WITH(report::require_profiled_baseline(old, "b.json"),
                       "baseline b.json: 1 process(es) not profiled, so its peaks are unknown (pid "
-                      "101 (test): " + why + "); record the baseline again where vramtrace can "
-                      "profile every process");
+                      "101 (test): " +
+                          why +
+                          "); record the baseline again where vramtrace can "
+                          "profile every process");
   REQUIRE_NOTHROW(report::require_profiled_baseline(only_a, "a.json"));
   // What unprofiled_processes() reads is checked by load_report.
   const std::string head = R"({"schema":"vramtrace.report/1","devices":[],"leaks":[],"oom":[],
       "processes":[{"devices":[],)";
-  const std::string bad = "malformed report (a process whose pid, exe, profiled, "
-                          "not_profiled_reason or notices are of the wrong type)";
+  const std::string bad =
+      "malformed report (a process whose pid, exe, profiled, "
+      "not_profiled_reason or notices are of the wrong type)";
   REQUIRE_THAT(load_error(head + R"("profiled":"no"}]})"), Catch::Contains(bad));
   REQUIRE_THAT(load_error(head + R"("profiled":false,"not_profiled_reason":5}]})"),
                Catch::Contains(bad));
@@ -408,8 +408,8 @@ TEST_CASE("the library's flush period and buffer size are capped, never wrapped 
   REQUIRE(flush_interval_ns("59999") == 59'999'000'000ull);
   REQUIRE(flush_interval_ns("1") == 1'000'000ull);
   // Not a positive decimal number: the default, 100 ms ("-5" was 2^64 - 5 to strtoull).
-  for (const char* bad : {static_cast<const char*>(nullptr), "", "0", "abc", "-5", "+5", " 5",
-                          "5ms", "0x10", "1e3"})
+  for (const char* bad :
+       {static_cast<const char*>(nullptr), "", "0", "abc", "-5", "+5", " 5", "5ms", "0x10", "1e3"})
     REQUIRE(flush_interval_ns(bad) == 100'000'000ull);
   REQUIRE(buffer_bytes("18014398509481984", max_frame) == max_frame);
   REQUIRE(buffer_bytes("99999999999999999999", max_frame) == max_frame);
@@ -469,7 +469,7 @@ TEST_CASE("VRAMTRACE_STACKS and VRAMTRACE_MAX_DEPTH: modes, depths and what is n
   auto depth = [](const char* d) { return stack_options(nullptr, d, nullptr, 128).max_depth; };
   REQUIRE(depth("1") == 1);
   REQUIRE(depth("32") == 32);
-  REQUIRE(depth("200") == 128);  // the cap
+  REQUIRE(depth("200") == 128);      // the cap
   REQUIRE(depth("12frames") == 12);  // strtol: the leading number
   for (const char* bad : {"0", "-3", "x", ""}) REQUIRE(depth(bad) == 64);
   REQUIRE(stack_options(nullptr, nullptr, "0", 128).async_min_bytes == 0);

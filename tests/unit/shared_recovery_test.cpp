@@ -93,9 +93,9 @@ collector::StreamPosition receive(int out, const std::vector<uint8_t>& stream, s
 
 std::vector<uint8_t> three_frames() {
   vt_test::TraceBuilder b;
-  b.context(0, 1 << 30).alloc(0x1000, 4096).flush();      // frame 0
-  b.alloc(0x2000, 8192).alloc(0x3000, 4096).flush();       // frame 1
-  b.free(0x1000).alloc(0x4000, 65536).failed(1 << 30);     // frame 2
+  b.context(0, 1 << 30).alloc(0x1000, 4096).flush();    // frame 0
+  b.alloc(0x2000, 8192).alloc(0x3000, 4096).flush();    // frame 1
+  b.free(0x1000).alloc(0x4000, 65536).failed(1 << 30);  // frame 2
   return b.bytes();
 }
 

@@ -68,10 +68,10 @@ TEST_CASE("torch_memory: the allocator's state for the peak, just after its segm
   // The driver's record comes microseconds before the allocator's, or (clocks) just after.
   REQUIRE(tm.after_segment(0, 0x400000, 998) == 1004);
   REQUIRE(tm.after_segment(0, 0x400000, 1001) == 1004);
-  REQUIRE(tm.after_segment(0, 0x400000, 4999) == 5003);  // the later segment at that address
-  REQUIRE(tm.after_segment(0, 0x700000, 80) == 150);  // a handle mapped at 0x100000 (VMM)
+  REQUIRE(tm.after_segment(0, 0x400000, 4999) == 5003);    // the later segment at that address
+  REQUIRE(tm.after_segment(0, 0x700000, 80) == 150);       // a handle mapped at 0x100000 (VMM)
   REQUIRE(tm.after_segment(0, 0x700000, 10000) == 10000);  // no segment then: the peak itself
-  REQUIRE(tm.after_segment(1, 0x400000, 1000) == 1000);  // no segment of device 1 there
+  REQUIRE(tm.after_segment(1, 0x400000, 1000) == 1000);    // no segment of device 1 there
   // Read then, the peak's block is live and counted.
   auto live = tm.live_at(0, tm.after_segment(0, 0x400000, 998));
   REQUIRE(live == std::vector<size_t>{0, 1, 2});
@@ -81,11 +81,11 @@ TEST_CASE("torch_memory: a private pool's blocks and free bytes, from its segmen
   constexpr uint64_t MiB = 1 << 20;
   TorchContext ctx;
   ctx.present = true;
-  ctx.reserves = {{0, 0x100000, 100, 2 * MiB},    // a default pool's segment
-                  {0, 0x400000, 200, 4 * MiB},    // another, given back at 500 (empty_cache)
+  ctx.reserves = {{0, 0x100000, 100, 2 * MiB},  // a default pool's segment
+                  {0, 0x400000, 200, 4 * MiB},  // another, given back at 500 (empty_cache)
                   {0, 0x400000, 500, -4 * static_cast<int64_t>(MiB)},
-                  {0, 0x400000, 600, 2 * MiB},    // a graph's pool takes the address again
-                  {0, 0x800000, 700, 2 * MiB},    // a MemPool's
+                  {0, 0x400000, 600, 2 * MiB},  // a graph's pool takes the address again
+                  {0, 0x800000, 700, 2 * MiB},  // a MemPool's
                   // Device 2: a default segment over the pool's range, given back at 60; the
                   // pool's own making was lost.
                   {2, 0x300000, 50, 2 * MiB},
