@@ -8,7 +8,7 @@
 //   F  frame_id  filename  line  function                                 (a Python frame)
 //   E  device  action  address  bytes  stream  time_us  frame_ids  device_free
 //   W  device  entries                          (the trace ring buffer was full: start lost)
-// Version 2 adds what the start-up hook saw of the program (collector/torch_context.h uses it):
+// Version 2 adds what the start-up hook saw of the program (collector/torch_memory.h uses it):
 //   M  module_id  qualified_name  class  file  line    (an nn.Module, first called)
 //   S  site_id  file  line  function                    (a line of the user's code)
 //   K  time_ns  kind  id        (a mark: module call, forward, backward, optimizer step, site;
@@ -25,6 +25,8 @@
 //                               (a segment of a private pool at the dump: the snapshot's
 //                               segments whose segment_pool_id is not (0, 0); kind "graph" for
 //                               a CUDA graph's pool, "pool" for another, e.g. torch.cuda.MemPool)
+//   G  device  address  bytes    (a segment at the dump, written when a ring was full)
+//   A  device  address  bytes    (a block in use at the dump, written when a ring was full)
 //   END  entries                                 (the file is complete)
 // frame_ids: comma-separated, innermost first; time_us and time_ns: the Unix epoch (PyTorch's
 // clock agrees with Python's time.time_ns() to the microsecond: tests/gpu/real/probe_hooks.py).

@@ -275,7 +275,7 @@
   // ---- categories ---------------------------------------------------------------------------
   const catColors = { parameters: "#3b82f6", gradients: "#8b5cf6", optimizer_state: "#ec4899", activations: "#f59e0b",
     temporaries: "#eab308", inputs: "#14b8a6", workspaces: "#06b6d4", communication: "#84cc16", private_pool: "#a855f7",
-    allocator_cache: "#94a3b8", context_other: "#64748b", unclassified: "#cbd5e1", live: "#3b82f6" };
+    allocator_cache: "#94a3b8", outside_pytorch: "#64748b", unclassified: "#cbd5e1", live: "#3b82f6" };
   const spare = ["#0ea5e9", "#f97316", "#22c55e", "#d946ef", "#f43f5e", "#10b981"];
   const catColor = (name, i) => catColors[name] || spare[i % spare.length];
   // A key whose words alone would not say what it is.
