@@ -601,7 +601,7 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
     return "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
   std::string where = site_text(b.site);
   std::string text;
-  if (b.module) {
+  if (b.module && b.module <= ctx_.modules.size()) {  // a damaged file may name no module
     const TorchModule& m = ctx_.modules[b.module - 1];
     text = m.name + (m.name == m.type ? "" : " (" + m.type + ")");
   } else {

@@ -56,7 +56,9 @@ TorchTrace read_torch_trace(const std::string& path) {
       !to_u64(head[3], &mono))
     throw TraceError(path + ": bad header line");
   t.torch_version = head[4].substr(0, 64);
-  const int64_t offset = static_cast<int64_t>(realtime - mono);  // epoch - monotonic, ns
+  // Epoch - monotonic, ns; times are moved by it in unsigned arithmetic (modulo 2^64: the
+  // same result, and a damaged file's huge times wrap instead of overflowing).
+  const uint64_t offset = realtime - mono;
 
   std::unordered_map<uint64_t, Frame> frames;
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> nodes;  // (parent, code, line)
@@ -78,9 +80,7 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::set<std::pair<uint32_t, uint64_t>> live_segments;  // made in the window, not yet freed
   std::vector<BeforeWindow> dump_blocks, dump_segments;   // A and G lines
   std::map<uint32_t, uint64_t> last_time;                 // device -> its last entry's time
-  auto to_mono = [&](uint64_t realtime_ns) {
-    return static_cast<uint64_t>(static_cast<int64_t>(realtime_ns) - offset);
-  };
+  auto to_mono = [&](uint64_t realtime_ns) { return realtime_ns - offset; };
   constexpr size_t kMaxNames = 1 << 20;  // modules, sites: a corrupt file cannot make millions
   bool complete = false;
   uint64_t lineno = 1, entries = 0;
@@ -121,7 +121,7 @@ TorchTrace read_torch_trace(const std::string& path) {
       format::Record& r = e.record;
       const auto dev = static_cast<uint32_t>(device);
       const uint64_t pool = kTorchPoolBase + device;
-      r.time_ns = static_cast<uint64_t>(static_cast<int64_t>(time_us * 1000) - offset);
+      r.time_ns = time_us * 1000 - offset;
       if (action == "segment_alloc" || action == "segment_free" || action == "segment_map" ||
           action == "segment_unmap") {
         r.type = RecordType::UserSegment;

@@ -216,7 +216,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
     if (mods.size() < 200) {
       json mj = {{"module", name}, {"bytes", bytes}};
       auto it = details.find(name);
-      if (it != details.end()) {
+      if (it != details.end() && it->second.id <= tm->context().modules.size()) {
         const ModuleDetail& m = it->second;
         const auto& tmod = tm->context().modules[m.id - 1];
         mj["count"] = m.count;
