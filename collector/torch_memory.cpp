@@ -435,12 +435,22 @@ uint32_t TorchMemory::aligned_module(const UntracedForward& f, size_t k) const {
   return tb[k].second;
 }
 
-const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t alloc_ns) const {
+std::vector<size_t>::const_iterator TorchMemory::first_at(const std::vector<size_t>& v,
+                                                          uint64_t address) const {
+  return std::lower_bound(v.begin(), v.end(), address,
+                          [&](size_t i, uint64_t a) { return ctx_.blocks[i].address < a; });
+}
+
+const std::vector<size_t>* TorchMemory::by_address(uint32_t device) const {
   auto d = std::find(devices_.begin(), devices_.end(), device);
-  if (d == devices_.end()) return nullptr;
-  const auto& v = by_address_[static_cast<size_t>(d - devices_.begin())];
-  auto it = std::lower_bound(v.begin(), v.end(), address,
-                             [&](size_t i, uint64_t a) { return ctx_.blocks[i].address < a; });
+  return d == devices_.end() ? nullptr : &by_address_[static_cast<size_t>(d - devices_.begin())];
+}
+
+const BlockInfo* TorchMemory::block(uint32_t device, uint64_t address, uint64_t alloc_ns) const {
+  const std::vector<size_t>* found = by_address(device);
+  if (!found) return nullptr;
+  const auto& v = *found;
+  auto it = first_at(v, address);
   // Blocks at one address over time: the one made closest to alloc_ns (the model's and the
   // trace's times of one block agree to the microsecond).
   const BlockInfo* best = nullptr;
@@ -497,11 +507,14 @@ uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t 
         break;
       }
   if (!seg) return t;
+  // The first block made in it since: of the device's blocks by address, those in its range.
   const uint64_t start = seg->address, end = start + static_cast<uint64_t>(seg->delta);
-  for (const TorchBlock& b : ctx_.blocks)
-    if (b.device == device && b.alloc_ns >= seg->time_ns && b.address >= start && b.address < end)
-      return b.alloc_ns;
-  return seg->time_ns;
+  uint64_t first = UINT64_MAX;
+  if (const std::vector<size_t>* v = by_address(device))
+    for (auto it = first_at(*v, start); it != v->end() && ctx_.blocks[*it].address < end; ++it)
+      if (const uint64_t a = ctx_.blocks[*it].alloc_ns; a >= seg->time_ns)
+        first = std::min(first, a);
+  return first == UINT64_MAX ? seg->time_ns : first;
 }
 
 bool TorchMemory::is_segment(uint32_t device, uint64_t address) const {

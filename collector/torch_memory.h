@@ -153,6 +153,10 @@ class TorchMemory {
   uint64_t steps_ = 0;
   bool autocast_ = false;
   std::vector<std::vector<size_t>> by_address_;  // per device slot: block indices by address
+  const std::vector<size_t>* by_address(uint32_t device) const;  // null: no block there
+  // The first of `v` (block indices by address) at `address` or above.
+  std::vector<size_t>::const_iterator first_at(const std::vector<size_t>& v,
+                                               uint64_t address) const;
   std::vector<uint32_t> devices_;
   // Private pools' segments (ctx.pool_segments) with the time each was made (the allocator's
   // segment_alloc at its address; 0 when the trace lost it), and whether each block is in one.
