@@ -69,16 +69,6 @@ std::string write_torch_hook(const std::string& out_dir) {
   return fs::absolute(dir).string();
 }
 
-// The pid in a live trace's name (OUTDIR/vramtrace.<pid>.vtrace, or vramtrace.<pid>-N.vtrace
-// for a pid's later stream), "?" when it has none.
-std::string pid_of_trace(const std::string& path) {
-  std::string name = fs::path(path).filename().string();
-  size_t a = name.find('.'), b = name.rfind('.');
-  if (a == std::string::npos || b <= a + 1) return "?";
-  std::string pid = name.substr(a + 1, b - a - 1);
-  return pid.substr(0, pid.find('-'));
-}
-
 // Hands the terminal's foreground to `group` when vramtrace holds it (so that the command reads
 // the terminal and gets ^C as it would alone); returns the group to give it back to, or 0.
 pid_t give_terminal(pid_t group) {
@@ -257,7 +247,10 @@ report::RunInfo Launch::wait() {
   if (!still_running.empty()) {
     std::string pids;
     for (size_t i = 0; i < still_running.size(); ++i)
-      pids += (i ? ", " : "") + pid_of_trace(still_running[i]);
+      if (uint64_t pid = collector::pid_in_trace_name(still_running[i]))
+        pids += (i ? ", " : "") + std::to_string(pid);
+      else
+        pids += i ? ", ?" : "?";
     std::cerr << "vramtrace: " << still_running.size() << " process(es) still running after "
               << grace_ms / 1000.0 << " s (pid " << pids
               << "): reported as still running, their memory then is not counted as leaked\n";

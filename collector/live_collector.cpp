@@ -40,6 +40,15 @@ struct Connection {
   std::string path;  // its trace file
 };
 
+// Appends bytes received from the stream to its trace and follows its frames; a failed write
+// (disk full) leaves the position broken, so that nothing is recovered or cut after it.
+void store(Connection& c, const char* data, size_t n) {
+  if (write_all_fd(c.out, data, n))
+    c.pos.feed(reinterpret_cast<const uint8_t*>(data), n);
+  else
+    c.pos.broken = true;
+}
+
 void close_connection(Connection& c) {
   if (c.shared >= 0) recover_unsent(c.shared, c.out, c.pos);
   close(c.fd);
@@ -56,10 +65,7 @@ void drain_sent(Connection& c, std::vector<char>& buf) {
     ssize_t got = recv(c.fd, buf.data(), std::min(left, buf.size()), MSG_DONTWAIT);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
-    if (!write_all_fd(c.out, buf.data(), static_cast<size_t>(got)))
-      c.pos.broken = true;
-    else
-      c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
+    store(c, buf.data(), static_cast<size_t>(got));
     left -= static_cast<size_t>(got);
   }
   if (!c.pos.broken && c.pos.header_done && c.pos.written > c.pos.boundary) {
@@ -68,6 +74,18 @@ void drain_sent(Connection& c, std::vector<char>& buf) {
 }
 
 }  // namespace
+
+uint64_t pid_in_trace_name(const std::string& path) {
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  const std::string prefix = "vramtrace.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
+  uint64_t pid = 0;
+  size_t i = prefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 10; ++i)
+    pid = pid * 10 + static_cast<uint64_t>(name[i] - '0');
+  if (i == prefix.size() || (name.compare(i, 7, ".vtrace") != 0 && name[i] != '-')) return 0;
+  return pid;
+}
 
 LiveCollector::LiveCollector(std::string out_dir) : out_dir_(std::move(out_dir)) {
   const char* tmp = getenv("TMPDIR");
@@ -185,10 +203,7 @@ void LiveCollector::serve() {
         }
       }
       if (got > 0) {
-        if (write_all_fd(c.out, buf.data(), static_cast<size_t>(got)))
-          c.pos.feed(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(got));
-        else
-          c.pos.broken = true;  // disk full: keep draining the socket so the target never blocks
+        store(c, buf.data(), static_cast<size_t>(got));  // broken: still drained, never blocks
         continue;
       }
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;

@@ -1,6 +1,7 @@
 // Rebuilding the allocation timeline from events (see model.h).
 #include "collector/model.h"
 
+#include "collector/live_collector.h"
 #include "collector/torch_trace.h"
 
 #include <algorithm>
@@ -962,20 +963,6 @@ std::vector<Allocation> PeakTracker::live_at_peak(
   for (const Allocation* a : still_live)
     if (a->seq <= peak_seq_) out.push_back(*a);
   return out;
-}
-
-// The pid in a file name the launcher gave (vramtrace.<pid>.vtrace, vramtrace.<pid>-<k>.vtrace),
-// or 0.
-static uint64_t pid_in_trace_name(const std::string& path) {
-  const std::string name = path.substr(path.find_last_of('/') + 1);
-  const std::string prefix = "vramtrace.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
-  uint64_t pid = 0;
-  size_t i = prefix.size();
-  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 10; ++i)
-    pid = pid * 10 + static_cast<uint64_t>(name[i] - '0');
-  if (i == prefix.size() || (name.compare(i, 7, ".vtrace") != 0 && name[i] != '-')) return 0;
-  return pid;
 }
 
 Run analyze(const std::vector<std::string>& trace_paths) {
