@@ -386,21 +386,22 @@ class _Context:
     def watch_graphs(self):
         """Records the private pool of each CUDA graph capture (torch.cuda.graph,
         make_graphed_callables and torch.compile's CUDA graphs all go through
-        CUDAGraph.capture_begin): once per capture, so that the pools the report shows can
-        say which are CUDA graphs'. A pool of graph_pool_handle() or torch.cuda.MemPool has an
-        id (0, n) like any other user-made pool; a graph's own pool is (n, 0)."""
+        CUDAGraph.capture_end): once per capture, so that the pools the report shows can say
+        which are CUDA graphs'. A pool of graph_pool_handle() or torch.cuda.MemPool has an id
+        (0, n) like any other user-made pool; a graph's own pool is (n, 0). Read at the end of
+        the capture: PyTorch's CUDAGraph.pool() refuses before it."""
         graphs = getattr(self.torch.cuda, "graphs", None)
         cls = getattr(graphs, "CUDAGraph", None)
-        begin = getattr(cls, "capture_begin", None)
-        if begin is None:
+        end = getattr(cls, "capture_end", None)
+        if end is None:
             return
         pools = self.graph_pools
         import functools
 
-        @functools.wraps(begin)
-        def capture_begin(graph, *args, **kwargs):
+        @functools.wraps(end)
+        def capture_end(graph, *args, **kwargs):
             try:
-                result = begin(graph, *args, **kwargs)
+                result = end(graph, *args, **kwargs)
             except BaseException as ex:
                 _hide_own_frame(ex)
                 raise
@@ -410,7 +411,7 @@ class _Context:
                 pass
             return result
 
-        cls.capture_begin = capture_begin
+        cls.capture_end = capture_end
 
     def module_hooks(self, on):
         for h in self.handles:

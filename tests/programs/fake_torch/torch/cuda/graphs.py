@@ -17,6 +17,7 @@ def graph_pool_handle():
 class CUDAGraph:
     def __init__(self):
         self._pool = None
+        self._captured = False
         self.replays = 0
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
@@ -29,11 +30,15 @@ class CUDAGraph:
 
     def capture_end(self):
         memory._pool = self._before
+        self._captured = True
 
     def replay(self):
         self.replays += 1
 
     def pool(self):
+        # As PyTorch's: only once a capture has ended.
+        if not self._captured:
+            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
         return self._pool
 
 
