@@ -40,7 +40,7 @@ namespace vramtrace::collector {
 // The kinds of K marks (the hook's _MOD... constants, in the same order).
 enum class MarkKind : uint8_t {
   Module, ModuleEnd, Forward, ForwardEval, ForwardEnd, Backward, BackwardEnd, Step, StepEnd,
-  Site, Oom, ForwardEvalGrad, kCount
+  Site, Oom, ForwardEvalGrad, Move, MoveEnd, kCount
 };
 
 struct TorchSite {
