@@ -101,6 +101,13 @@ void TorchMemory::find_phases() {
   for (const TorchMark& m : ctx_.marks) {
     switch (m.kind) {
       case MarkKind::Site: site = m.id; break;
+      case MarkKind::Move:
+        moves_.push_back({TorchPhase::None, m.time_ns, UINT64_MAX, -1, site, true});
+        site = 0;
+        break;
+      case MarkKind::MoveEnd:
+        if (!moves_.empty() && moves_.back().end_ns == UINT64_MAX) moves_.back().end_ns = m.time_ns;
+        break;
       case MarkKind::Forward:
       case MarkKind::ForwardEval:
       case MarkKind::ForwardEvalGrad:
@@ -260,6 +267,9 @@ void TorchMemory::classify() {
     if (!in) {
       b.phase = TorchPhase::None;
       b.category = Category::Inputs;
+      auto move = std::upper_bound(moves_.begin(), moves_.end(), t,
+                                   [](uint64_t v, const PhaseSpan& m) { return v < m.start_ns; });
+      if (move != moves_.begin() && t <= std::prev(move)->end_ns) b.site = std::prev(move)->site;
       continue;
     }
     b.phase = in->phase;
@@ -620,8 +630,9 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
   } else {
     text = b.phase == TorchPhase::Backward    ? "backward"
            : b.phase == TorchPhase::Optimizer ? "optimizer step"
-           : b.phase == TorchPhase::None      ? "outside forward, backward and step"
-                                              : "forward";
+           : b.phase == TorchPhase::None
+               ? (b.site ? "moved to the GPU" : "outside forward, backward and step")
+               : "forward";
   }
   if (!where.empty()) text += " at " + where;
   return text;

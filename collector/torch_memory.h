@@ -18,7 +18,8 @@
 //   3. made in the backward pass: kept past its end -> gradients, else temporaries;
 //   4. made in the optimizer step: kept past its end -> optimizer state, else temporaries;
 //   5. made outside all of these -> inputs and data (batches, targets, anything the script
-//      holds between steps).
+//      holds between steps); made while a tensor was moved to the GPU (Tensor.to, .cuda), with
+//      the user's line that moved it.
 // A phase the program died in (an OOM in the forward) ends with the trace: what it made and
 // still held then was kept past it (the forward's activations so far), what it freed was not.
 #pragma once
@@ -148,6 +149,7 @@ class TorchMemory {
   TorchContext ctx_;
   std::vector<BlockInfo> info_;
   std::vector<PhaseSpan> phases_;
+  std::vector<PhaseSpan> moves_;  // tensors moved to the GPU outside the phases (phase None)
   std::vector<uint64_t> iterations_;
   std::string iteration_source_;
   uint64_t steps_ = 0;

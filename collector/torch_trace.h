@@ -57,6 +57,8 @@ enum class MarkKind : uint8_t {
   Site,
   Oom,
   ForwardEvalGrad,
+  Move,
+  MoveEnd,
   kCount
 };
 

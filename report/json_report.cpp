@@ -66,7 +66,7 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
   if (s.text.empty() && a.space == 1)
     if (const auto* tm = stacks.process().torch_memory.get())
       if (const auto* b = tm->block(a.device, a.id, a.time_ns))
-        if (b->label >= 0 || !tm->phases().empty()) s.text = tm->describe(*b);
+        if (b->label >= 0 || !tm->phases().empty() || b->site) s.text = tm->describe(*b);
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);

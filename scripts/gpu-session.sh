@@ -4,7 +4,8 @@
 # and the pip package with its pytest plugin (gpu-pytest.sh). Each part's log goes to
 # $LOGS/<part>.log; a part that runs past its time is cut and the rest still run.
 #
-#   LOGS=/tmp/logs scripts/gpu-session.sh [part ...]   # parts: test quick cost pytest categories
+#   LOGS=/tmp/logs scripts/gpu-session.sh [part ...]
+#   parts: test quick cost pytest categories compile probe
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LOGS=${LOGS:-$ROOT/gpu-out/logs}
@@ -20,6 +21,9 @@ for p in "${parts[@]}"; do
     quick) timeout 150 "$ROOT/scripts/gpu-quick.sh" ;;
     pytest) timeout 150 "$ROOT/scripts/gpu-pytest.sh" ;;
     categories) timeout 300 "$ROOT/scripts/gpu-categories.sh" ;;
+    compile) timeout 240 python3 "$ROOT/scripts/gpu_compile_check.py" --build "${BUILD:-$ROOT/build}" \
+               --scripts "$ROOT/tests/gpu/real" --out "${OUT:-$ROOT/gpu-out}" ;;
+    probe) timeout 60 python3 "$ROOT/tests/gpu/real/probe_context_toggle.py" ;;
     *) echo "unknown part $p" ;;
   esac > "$LOGS/$p.log" 2>&1
   rc=$?

@@ -23,7 +23,7 @@ import sys
 
 # Mark kinds of the K records (kept in step with collector/torch_trace.h).
 (_MOD, _MOD_END, _FWD, _FWD_EVAL, _FWD_END, _BWD, _BWD_END, _STEP, _STEP_END, _SITE, _OOM,
- _FWD_EVAL_GRAD) = range(12)
+ _FWD_EVAL_GRAD, _MOVE, _MOVE_END) = range(14)
 
 
 def _vramtrace_setup():
@@ -379,6 +379,37 @@ class _Context:
                 raise
 
         self.module_class, self.call, self.traced_call = module_class, call, traced_call
+
+        # Tensors moved to the GPU outside a forward, backward or step (a batch, its targets,
+        # model.to("cuda")) are marked with the user's line, so that the blocks they make are
+        # not left without one. Inside those phases, on other threads and while torch.compile
+        # traces, straight through.
+        tensor_class = torch.Tensor
+        self.moves = {name: getattr(tensor_class, name) for name in ("to", "cuda")}
+
+        def traced_move(original):
+            @functools.wraps(original)
+            def move(tensor, *args, **kwargs):
+                try:
+                    if (compiling() or ctx.in_root or ctx.stack or ctx.in_backward
+                            or ctx.in_move or ctx.get_ident() != ctx.main):
+                        return original(tensor, *args, **kwargs)
+                    ctx.mark(_SITE, ctx.site())
+                    ctx.mark(_MOVE, 0)
+                    ctx.in_move = True
+                    try:
+                        return original(tensor, *args, **kwargs)
+                    finally:
+                        ctx.in_move = False
+                        ctx.mark(_MOVE_END, 0)
+                except BaseException as ex:
+                    _hide_own_frame(ex)
+                    raise
+            return move
+
+        self.in_move = False
+        self.traced_moves = {name: traced_move(f) for name, f in self.moves.items()}
+        self.tensor_class = tensor_class
         self.set_enabled(True)
         self.graph_pools = set()  # pools CUDA graphs captured into (their segment_pool_id)
         self.watch_graphs()
@@ -450,6 +481,8 @@ class _Context:
             self.other_handles = [self.optim.register_optimizer_step_pre_hook(self.step_pre),
                                   self.optim.register_optimizer_step_post_hook(self.step_post)]
         self.torch.autograd.backward = self.traced_backward if on else self.backward
+        for name, f in (self.traced_moves if on else self.moves).items():
+            setattr(self.tensor_class, name, f)
         if not self.every:
             self.module_class.__call__ = self.traced_call if on else self.call
 

@@ -65,7 +65,7 @@ def main():
     opt = Momentum(model.parameters())
     for iteration in range(5 if recover else 4):
         batch = 5 * 2048 if iteration == 3 else 2048
-        x = torch.empty(batch, FEATURES)
+        x = torch.empty(batch, FEATURES, device="cpu").to("cuda")  # py_torch_train.py:68
         try:
             out = model(x)  # py_torch_train.py:70
         except torch.OutOfMemoryError:

@@ -50,12 +50,11 @@ class _Storage:
 
 
 class Tensor:
-    is_cuda = True
-
-    def __init__(self, shape, dtype=float32, requires_grad=False):
+    def __init__(self, shape, dtype=float32, requires_grad=False, on_cuda=True):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device = device(0)
+        self.is_cuda = on_cuda
         self.requires_grad = requires_grad
         self.grad = None
         n = dtype.itemsize
@@ -63,7 +62,17 @@ class Tensor:
             n *= d
         self._nbytes = n
         self._addr = 0
-        self._addr = _memory.malloc(n)
+        if on_cuda:
+            self._addr = _memory.malloc(n)
+
+    def to(self, device):
+        # A host tensor moved to the GPU: a new block of its size (a GPU one stays itself).
+        if self.is_cuda or not str(device).startswith("cuda"):
+            return self
+        return Tensor(self.shape, self.dtype)
+
+    def cuda(self):
+        return self.to("cuda")
 
     def untyped_storage(self):
         return _Storage(self)
@@ -93,7 +102,7 @@ class Tensor:
 def empty(*size, dtype=float32, device="cuda", requires_grad=False):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
-    return Tensor(size, dtype, requires_grad)
+    return Tensor(size, dtype, requires_grad, on_cuda=str(device).startswith("cuda"))
 
 
 def empty_like(t):
