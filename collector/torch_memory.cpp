@@ -345,8 +345,14 @@ void TorchMemory::classify() {
     auto w = ctx_.window_start.find(l.device);
     if (w != ctx_.window_start.end() && l.time_ns < w->second) named_before[{l.device, l.ptr}] = k;
   }
+  // Where the hook labelled every named storage at the dump, a block still live then that it
+  // did not label is none of them, whatever its address held before the window.
+  uint64_t named_all_ns = 0;
+  for (const TorchMark& m : ctx_.marks)
+    if (m.kind == MarkKind::Named) named_all_ns = m.time_ns;
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (!blocks[i].before_window) continue;
+    if (named_all_ns && blocks[i].free_ns > named_all_ns) continue;
     auto it = named_before.find({blocks[i].device, blocks[i].address});
     if (it == named_before.end() || ctx_.labels[it->second].bytes > blocks[i].bytes) continue;
     const TorchLabel& l = ctx_.labels[it->second];

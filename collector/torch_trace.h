@@ -59,6 +59,7 @@ enum class MarkKind : uint8_t {
   ForwardEvalGrad,
   Move,
   MoveEnd,
+  Named,  // every named storage (parameter, gradient, optimizer state) was labelled just now
   kCount
 };
 

@@ -23,7 +23,7 @@ import sys
 
 # Mark kinds of the K records (kept in step with collector/torch_trace.h).
 (_MOD, _MOD_END, _FWD, _FWD_EVAL, _FWD_END, _BWD, _BWD_END, _STEP, _STEP_END, _SITE, _OOM,
- _FWD_EVAL_GRAD, _MOVE, _MOVE_END) = range(14)
+ _FWD_EVAL_GRAD, _MOVE, _MOVE_END, _NAMED) = range(15)
 
 
 def _vramtrace_setup():
@@ -99,8 +99,12 @@ def _vramtrace_setup():
                     context.write_limit(f, device)
             if wrapped:
                 # The ring held only the latest entries: what the allocator holds now (its
-                # segments and the blocks in use) tells the collector what was live before them.
+                # segments and the blocks in use) tells the collector what was live before them,
+                # and every named storage labelled now says what those blocks are (a label from
+                # before the window may name a storage freed since).
                 f.write(_allocator_state(snap))
+                if context is not None:
+                    context.label_all_now()
             if context is not None:
                 context.write_pools(f, snap.get("segments", []))
                 context.write(f)
@@ -243,7 +247,9 @@ def _vramtrace_setup():
 
 def _allocator_state(snap):
     """G lines (segments: device, address, bytes) and A lines (blocks in use: device, address,
-    bytes) of a memory snapshot. A segment's blocks are listed in address order."""
+    bytes) of a memory snapshot. A segment's blocks are listed in address order. A block in use
+    is given the size asked for (requested_size), as the trace's entries give it: its own size
+    can be larger by the rest of a segment too small to split off."""
     out = []
     for seg in snap.get("segments", []):
         device, address = int(seg.get("device", 0) or 0), int(seg.get("address", 0) or 0)
@@ -251,7 +257,9 @@ def _allocator_state(snap):
         for block in seg.get("blocks", []):
             size = int(block.get("size", 0) or 0)
             if block.get("state") in ("active_allocated", "active_pending_free"):
-                out.append("A\t%d\t%d\t%d\n" % (device, int(block.get("address", address)), size))
+                asked = int(block.get("requested_size", 0) or 0)
+                out.append("A\t%d\t%d\t%d\n" % (device, int(block.get("address", address)),
+                                                   asked if 0 < asked <= size else size))
             address += size
     return "".join(out)
 
@@ -638,6 +646,14 @@ class _Context:
             self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
         if self.steps <= 3 or self.steps % 50 == 0:
             self.label_all()
+
+    def label_all_now(self):
+        """Every named storage labelled at this moment, those labelled before included, and a
+        mark saying so: the collector trusts no older label for a block still live here."""
+        self.labelled.clear()
+        self.label_all()
+        self.times.append(self.now())
+        self.codes.append(_NAMED)
 
     def label(self, t, kind, name):
         try:

@@ -168,3 +168,40 @@ TEST_CASE("torch_memory: a private pool's blocks and free bytes, from its segmen
   REQUIRE(tm.private_pools(2)[0].in_use_bytes == 4096);
   REQUIRE(tm.private_pools(3).empty());
 }
+
+TEST_CASE(
+    "torch_memory: before a ring's window, an address's old name holds unless the dump "
+    "named everything anew") {
+  // The window starts at 1000. Before it the hook named a gradient at 0x100000 and a parameter
+  // at 0x200000; the gradient was freed (set_to_none) and an input took its address, still
+  // live at the dump (2000), where the hook named every storage again: the parameter, not the
+  // input. Block 2 was freed inside the window: its old name is all there is.
+  auto context = [](bool named_at_dump) {
+    TorchContext ctx;
+    ctx.present = true;
+    ctx.window_start[0] = 1000;
+    ctx.blocks = {{0, 0x100000, 0x1000, 999, UINT64_MAX},
+                  {0, 0x200000, 0x1000, 999, UINT64_MAX},
+                  {0, 0x300000, 0x1000, 999, 1500}};
+    for (auto& b : ctx.blocks) b.before_window = true;
+    ctx.labels = {{10, 0, 0x100000, 0x1000, "grad", "fc.weight.grad", "1024", "float32"},
+                  {11, 0, 0x200000, 0x1000, "param", "fc.weight", "1024", "float32"},
+                  {12, 0, 0x300000, 0x1000, "grad", "fc.bias.grad", "1024", "float32"}};
+    if (named_at_dump) {
+      ctx.labels.push_back({2000, 0, 0x200000, 0x1000, "param", "fc.weight", "1024", "float32"});
+      ctx.marks.push_back({2001, MarkKind::Named, 0});
+    }
+    return ctx;
+  };
+  TorchMemory named(context(true));
+  // Not the old gradient: made before the window, by no name known -> unclassified.
+  REQUIRE(named.info()[0].category == Category::Unclassified);
+  REQUIRE(named.info()[0].label == -1);
+  REQUIRE(named.info()[1].category == Category::Parameters);
+  REQUIRE(named.info()[2].category == Category::Gradients);
+  // An older hook (no such mark): the latest name before the window, as before.
+  TorchMemory old(context(false));
+  REQUIRE(old.info()[0].category == Category::Gradients);
+  REQUIRE(old.info()[1].category == Category::Parameters);
+  REQUIRE(old.info()[2].category == Category::Gradients);
+}
