@@ -162,6 +162,16 @@ static bool is_framework_file(const std::string& file) {
          file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
 }
 
+// vramtrace's own start-up hook (the launcher writes it as sitecustomize.py beside the trace):
+// its wrappers of Module.__call__ and Tensor.to run inside the program's calls, so they sit
+// between the program's line and PyTorch's frames in every stack. A sitecustomize.py is never
+// a program's training code: its frames are internal, kept in the stack, never the site.
+static bool is_startup_hook_file(const std::string& file) {
+  const size_t slash = file.rfind('/');
+  return file.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos,
+                      "sitecustomize.py") == 0;
+}
+
 const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_leaf) {
   auto key = std::make_pair(native_leaf, py_leaf);
   auto [it, inserted] = cache_.try_emplace(key);
@@ -181,6 +191,7 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
       f.function = code->second.second;
     }
     f.line = n->second.line;
+    f.internal = is_startup_hook_file(f.file);
     py.push_back(std::move(f));
     if (n->second.parent >= id) break;
     id = n->second.parent;
@@ -205,12 +216,12 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
   // installed packages) only when no frame is the program's.
   const Frame* site = nullptr;
   for (const Frame& f : a.frames)
-    if (f.python && !is_framework_file(f.file)) {
+    if (f.python && !f.internal && !is_framework_file(f.file)) {
       site = &f;
       break;
     }
   for (const Frame& f : a.frames)
-    if (!site && f.python) {
+    if (!site && f.python && !f.internal) {
       site = &f;
       break;
     }

@@ -134,6 +134,39 @@ TEST_CASE("Python frames: interned codes, the innermost frame is the site") {
   REQUIRE(j["devices"][0]["peak"]["by_site"][1]["site"] == "build (model.py:12)");
 }
 
+TEST_CASE("Python frames of vramtrace's start-up hook are kept in the stack, never the site") {
+  // The program's line calls the model; the hook's Module.__call__ wrapper runs in between;
+  // PyTorch's own frames are innermost.
+  TraceBuilder b = traced();
+  b.py_code(1, "/work/train.py", "<module>")
+      .py_code(2, "/work/out/.python/sitecustomize.py", "traced_call")
+      .py_code(3, "/usr/lib/python3/site-packages/torch/nn/modules/conv.py", "forward")
+      .py_node(6, 0, 1, 36)
+      .py_node(7, 6, 2, 373)
+      .py_node(8, 7, 3, 548)
+      .alloc_stack(0, 8)
+      .alloc(0xc, 4 * MiB)
+      .alloc_stack(0, 7)  // made in the hook itself, under the program's line
+      .alloc(0xd, 2 * MiB);
+  collector::Run run = run_of(b.bytes());
+  collector::Symbolizer symbols;
+  collector::StackResolver stacks(run.processes[0], symbols);
+  const collector::Attribution& a = stacks.attribute(0, 8);
+  REQUIRE(a.site == "<module> (/work/train.py:36)");
+  REQUIRE(a.frames.size() == 3);
+  REQUIRE(a.frames[1].function == "traced_call");
+  REQUIRE(a.frames[1].internal);
+  REQUIRE_FALSE(a.frames[0].internal);
+  REQUIRE_FALSE(a.frames[2].internal);
+  REQUIRE(stacks.attribute(0, 7).site == "<module> (/work/train.py:36)");
+  // A stack of the hook alone has no site of the program's: no line rather than the hook's.
+  b = traced();
+  b.py_code(2, "/work/out/.python/sitecustomize.py", "dump").py_node(6, 0, 2, 50);
+  collector::Run hook_only = run_of(b.bytes());
+  collector::StackResolver only(hook_only.processes[0], symbols);
+  REQUIRE(only.attribute(0, 6).site.empty());
+}
+
 TEST_CASE("an AllocStack applies only to the allocation record right after it") {
   TraceBuilder b = traced();
   b.alloc_stack(3).free(0xa).alloc(0xc, 4 * MiB);  // a stray AllocStack before a Free
