@@ -11,7 +11,7 @@ ap.add_argument("--scripts", required=True)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
 VT = os.path.join(args.build, "bin", "vramtrace")
-script = os.path.join(args.scripts, "compiled_train.py")
+script = os.path.abspath(os.path.join(args.scripts, "compiled_train.py"))
 failed = 0
 
 
@@ -50,8 +50,10 @@ for mode in ("default", "reduce-overhead"):
                                               a["unique_graphs"], b["unique_graphs"]))
     r = json.load(open(os.path.join(out, "report.json")))
     texts = json.dumps(r)
-    check("%s: the batch's line named" % mode, "moved to the GPU at %s:17" % script in texts,
-          "found" if "moved to the GPU at" in texts else "no 'moved to the GPU' site")
+    line = next(i for i, l in enumerate(open(script), 1) if "# the batch's line" in l)
+    check("%s: the batch's line named" % mode, "moved to the GPU at %s:%d" % (script, line) in texts,
+          texts[texts.find("moved to the GPU at"):][:200] if "moved to the GPU at" in texts
+          else "no 'moved to the GPU' site")
     cats = {}
     for p in r["processes"]:
         for d in p["devices"]:

@@ -470,12 +470,23 @@ class _Context:
 
     def trace_modules(self, full):
         """Module hooks on (full) or off for the next iteration; only between forwards."""
-        if self.every or full == self.full:
+        if self.every or full == self.full or self.dynamo_compiled():
             return
         self.full = full
         self.stack.clear()
         if self.enabled:
             self.module_hooks(full)
+
+    @staticmethod
+    def dynamo_compiled():
+        """Whether torch.compile has made a graph in this process. Its graphs guard on the
+        number of global module hooks: adding or removing ours afterwards would make it compile
+        again, so from then on the module hooks stay as they are."""
+        utils = sys.modules.get("torch._dynamo.utils")
+        try:
+            return bool(utils is not None and utils.counters["stats"]["unique_graphs"])
+        except Exception:
+            return False
 
     def set_enabled(self, on):
         """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
@@ -584,7 +595,9 @@ class _Context:
         return mid
 
     def pre(self, module, args):
-        if self.get_ident() != self.main or self.compiling():
+        # is_compiling() first: torch.compile inlines global module hooks into what it traces,
+        # and a call it cannot trace (threading.get_ident) would break the graph there.
+        if self.compiling() or self.get_ident() != self.main:
             return None
         if not self.always_call:
             # A module called again while still on the stack raised the last time (models do
@@ -605,8 +618,10 @@ class _Context:
         return None
 
     def post(self, module, args, output):
+        if self.compiling():
+            return None
         stack = self.stack
-        if not stack or self.get_ident() != self.main or self.compiling():
+        if not stack or self.get_ident() != self.main:
             return None
         # A module that raised never reaches its post hook: unwind to the one returning now.
         if stack[-1][1] is not module:

@@ -13,7 +13,7 @@ step_fn = torch.compile(model, mode=None if mode == "default" else mode)
 from torch._dynamo.utils import counters
 losses = []
 for i in range(8):
-    x = torch.randn(256, 512, generator=torch.Generator().manual_seed(i)).to("cuda")  # compiled_train.py:17
+    x = torch.randn(256, 512, generator=torch.Generator().manual_seed(i)).to("cuda")  # the batch's line
     y = torch.zeros(256, 512, device="cuda")
     out = step_fn(x)
     loss = torch.nn.functional.mse_loss(out, y)
