@@ -19,6 +19,9 @@
 #    one that does a different amount of work each run (fork_storm) is not compared. Besides
 #    each program as it is: bench_mix with 200 iterations and the Python scripts py_alloc.py
 #    and py_nogil.py (Python frames in the stacks).
+# On a GPU (PROGRAMS=a folder of CUDA programs, e.g. scripts/gpu-test.sh's gpu-out/bin): step 2
+# only, those programs on the real driver (no stand-in), the records read by NEW's digest; OLD
+# then needs only lib/libvramtrace.so.
 # Prints one line per input and exits 1 when anything differs.
 set -euo pipefail
 OLD=$(cd "$1" && pwd)
@@ -44,13 +47,14 @@ compare() {  # LABEL A B
   fi
 }
 
+PROGRAMS=${PROGRAMS:-}
 # ---- 1. reading: the fuzz corpora -------------------------------------------------------------
-for f in "$ROOT"/tests/fuzz/corpus/trace_reader/* "$ROOT"/tests/fuzz/corpus/report_json/*.vtrace; do
+[[ -z $PROGRAMS ]] && for f in "$ROOT"/tests/fuzz/corpus/trace_reader/* "$ROOT"/tests/fuzz/corpus/report_json/*.vtrace; do
   digest "$OLD" trace "$f" "$WORK/old"
   digest "$NEW" trace "$f" "$WORK/new"
   compare "decode $f" "$WORK/old" "$WORK/new"
 done
-for f in "$ROOT"/tests/fuzz/corpus/torch_trace/*; do
+[[ -z $PROGRAMS ]] && for f in "$ROOT"/tests/fuzz/corpus/torch_trace/*; do
   digest "$OLD" torch "$f" "$WORK/old"
   digest "$NEW" torch "$f" "$WORK/new"
   compare "decode $f" "$WORK/old" "$WORK/new"
@@ -70,7 +74,9 @@ mask() {
 run_prog() {  # BUILD OUT COMMAND...
   local build=$1 out=$2
   shift 2
-  (cd "$WORK" && LD_LIBRARY_PATH="$build/standin" LD_PRELOAD="$build/lib/libvramtrace.so" \
+  local standin="$build/standin"
+  [[ -n $PROGRAMS ]] && standin=${LD_LIBRARY_PATH:-}
+  (cd "$WORK" && LD_LIBRARY_PATH="$standin" LD_PRELOAD="$build/lib/libvramtrace.so" \
     VRAMTRACE_OUTPUT="$out" VRAMTRACE_COMPRESS=off VRAMTRACE_RUN_ID=same-records \
     timeout 60 setarch "$(uname -m)" -R "${@//@B/$build}" >/dev/null 2>&1) 2>/dev/null ||
     true  # some programs crash on purpose
@@ -88,7 +94,7 @@ check_program() {  # LABEL COMMAND...
   [[ -s $WORK/old1.vtrace && -s $WORK/new1.vtrace ]] || { echo "no trace: $p"; return; }
   programs=$((programs + 1))
   # The traces the programs wrote, read by both builds: identical digests.
-  for t in old1 new1; do
+  [[ -z $PROGRAMS ]] && for t in old1 new1; do
     digest "$OLD" trace "$WORK/$t.vtrace" "$WORK/$t.by-old"
     digest "$NEW" trace "$WORK/$t.vtrace" "$WORK/$t.by-new"
     compare "decode $p ($t's trace)" "$WORK/$t.by-old" "$WORK/$t.by-new"
@@ -112,6 +118,15 @@ check_program() {  # LABEL COMMAND...
   compared=$((compared + 1))
   echo "write $p: $(wc -l <"$WORK/new1.masked") records, compared $how"
 }
+if [[ -n $PROGRAMS ]]; then
+  for exe in "$PROGRAMS"/*; do
+    [[ -x $exe && -f $exe ]] && check_program "$(basename "$exe")" "$exe"
+  done
+  echo "test programs: $programs run under both builds, $compared of them compared"
+  [[ $compared -gt 0 ]] || { echo "no program's records were compared"; fail=1; }
+  [[ $fail == 0 ]] && echo "SAME" || echo "DIFFERENT"
+  exit $fail
+fi
 for exe in "$NEW"/tests/programs/*; do
   p=$(basename "$exe")
   [[ -x $exe && ! $p == *.so && ! $p == bench_* ]] || continue
