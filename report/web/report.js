@@ -78,9 +78,12 @@
     let s = s0, loc = "";
     const m = s.match(/ \([^()]*:\d+\)$/);
     if (m) { loc = m[0]; s = s.slice(0, -loc.length); }
-    if (s.length <= 56) return s0;
+    // The file of a location by its name alone: a long directory would push the line, the part
+    // that tells rows apart, out of a narrow column.
+    loc = loc.replace(/^ \([^()]*\/([^()/]*:\d+)\)$/, " ($1)");
+    if (s.length <= 56) return s + loc;
     // Not a C++ name (a path, a Python line): only cut in the middle when very long.
-    if (!/[(<]|::/.test(s)) return s0.length > 120 ? s0.slice(0, 50) + "…" + s0.slice(-69) : s0;
+    if (!/[(<]|::/.test(s)) { const t = s + loc; return t.length > 120 ? t.slice(0, 50) + "…" + t.slice(-69) : t; }
     if (/\boperator\b/.test(s)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
     let out = "", depth = 0;
     for (const c of s) {

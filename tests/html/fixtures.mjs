@@ -99,8 +99,9 @@ export function torchOom() {
     const bytes = k === units.length - 1 ? atPeak.activations - given : Math.round(atPeak.activations * u.w / wsum / MiB) * MiB;
     given += bytes;
     const stack = torchStack(u.layer, u.conv);
-    const site = `forward (resnet.py:${convLine[u.conv]})`;
-    modules.push({ module: `layer${u.layer}.${u.b}.${u.conv}`, bytes, category: "activations", site: `resnet.py:${convLine[u.conv]}` });
+    // As the collector writes a Python site: the function and its file's whole path.
+    const site = `forward (${resnet}:${convLine[u.conv]})`;
+    modules.push({ module: `layer${u.layer}.${u.b}.${u.conv}`, bytes, category: "activations", site });
     stacks.push({ bytes, count: 4, stack });
     const g = bySite.get(site) || { site, bytes: 0, count: 0, library: "libtorch_cuda.so", stack, sizes: [] };
     g.bytes += bytes; g.count += 4;

@@ -274,6 +274,9 @@ for (const width of [1400, 1000]) {
   check(`${w}: private pools in the legend by their title`, legend.includes("CUDA-graph / private pools"), legend);
   const pools = await page.locator("[data-private-pools]").first().textContent();
   check(`${w}: which private pools are CUDA graphs'`, pools === "Private pools at the end (counted whole, free bytes included, as CUDA-graph / private pools): CUDA graph pool (1, 0) 96.00 MiB in 3 segments, 80.00 MiB in use; private pool (0, 1) 32.00 MiB in 1 segment, 0 B in use.", pools);
+  const siteCell = page.locator("[data-table='peak-sites'] tbody td.code").first();
+  check(`${w}: a site's file by its name, the whole path on hover`, /^forward \(resnet\.py:\d+\)$/.test(await siteCell.textContent()) &&
+        (await siteCell.getAttribute("title")).startsWith("forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:"), await siteCell.textContent());
   const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
   check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
   await kernel.click();
@@ -302,7 +305,7 @@ for (const width of [1400, 1000]) {
   const leafName = await leaf.locator(".modname").textContent();
   await leaf.locator("summary").click();
   const leafText = await leaf.locator(".moddetail").innerText();
-  check(`${w}: a module's leaf expands to its line and stack`, /^layer3\.\d\.(conv[123]|bn3)$/.test(leafName) && /^activations [\d.]+ (MiB|GiB)\nRun from resnet\.py:1\d\d: /.test(leafText) && leafText.includes("_conv_forward (conv.py:549)") && leafText.includes("interpreter frames folded"), `${leafName}: ${leafText.slice(0, 300)}`);
+  check(`${w}: a module's leaf expands to its line and stack`, /^layer3\.\d\.(conv[123]|bn3)$/.test(leafName) && /^activations [\d.]+ (MiB|GiB)\nRun from (resnet\.py:1\d\d|forward \(resnet\.py:1\d\d\)): /.test(leafText) && leafText.includes("_conv_forward (conv.py:549)") && leafText.includes("interpreter frames folded"), `${leafName}: ${leafText.slice(0, 300)}`);
   await page.locator("[data-table='peak-sites'] button.twisty").first().click();
   const frames = await page.locator("[data-table='peak-sites'] tr.detail li").allTextContents();
   check(`${w}: a site expands to its stack, interpreter frames folded`, frames.includes("5 interpreter frames folded") && frames.some((f) => f.startsWith("forward (resnet.py:")) && !frames.some((f) => f.startsWith("_PyEval")), frames.slice(0, 6).join(" | "));
@@ -459,7 +462,7 @@ for (const width of [1400, 1000]) {
   const plain = await browser.newPage({ javaScriptEnabled: false });
   await plain.goto("file://" + join(dir, "diff.html"));
   const text = await plain.locator("body").innerText();
-  check("diff, JavaScript off: the peaks, the changed sites and both runs' summaries", text.includes("What changed from A to B") && text.includes("forward (resnet.py:146)\t3.59 GiB\t1.80 GiB") &&
+  check("diff, JavaScript off: the peaks, the changed sites and both runs' summaries", text.includes("What changed from A to B") && text.includes("forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:146)\t3.59 GiB\t1.80 GiB") &&
         text.includes("Run A") && text.includes("Out of memory: the program died") && text.includes("Run B") && text.includes("No out-of-memory error"), text.slice(0, 400));
   await plain.close();
 }
