@@ -84,9 +84,13 @@
     if (s.length <= 56) return s + loc;
     // Not a C++ name (a path, a Python line): only cut in the middle when very long.
     if (!/[(<]|::/.test(s)) { const t = s + loc; return t.length > 120 ? t.slice(0, 50) + "…" + t.slice(-69) : t; }
-    if (/\boperator\b/.test(s)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
+    // A call operator (lambdas inside kernels' template arguments: "::{lambda()#1}::operator()()
+    // const") has no angle bracket and is parsed through; an operator with one (operator<,
+    // operator->) would upset the bracket count: such names are only cut.
+    const t = s.replace(/\boperator\(\)/g, "\u0001");
+    if (/\boperator\b/.test(t)) return s0.length > 160 ? s0.slice(0, 157) + "…" : s0;
     let out = "", depth = 0;
-    for (const c of s) {
+    for (const c of t) {
       if (c === "<") { if (depth === 0) out += "<…"; depth++; continue; }
       if (c === ">" && depth > 0) { depth--; if (depth === 0) out += ">"; continue; }
       if (depth === 0) out += c;
@@ -110,6 +114,7 @@
       else if (c === " " && d === 0) cut = i;
     }
     if (cut > 0) out = out.slice(cut + 1);
+    out = out.replace(/\u0001/g, "operator()");
     if (out.length > 120) out = out.slice(0, 60) + "…" + out.slice(-59);
     return (out || s0) + loc;
   }

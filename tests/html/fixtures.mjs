@@ -7,7 +7,10 @@
 const MiB = 1024 ** 2, GiB = 1024 ** 3;
 
 // A demangled CUDA kernel name as PyTorch's builds have them: hundreds of characters.
-export const longKernel = (i) =>
+// Odd ones as PyTorch's clamp kernel is named on an H200: lambdas with a call operator in the
+// template arguments.
+export const longKernel = (i) => i % 2 ?
+  `void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#${i}}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#${i}}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)` :
   `void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}}>(int, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}})`;
 
 const py = (fn, file, line) => ({ function: fn, file, line, python: true });

@@ -279,6 +279,9 @@ for (const width of [1400, 1000]) {
         (await siteCell.getAttribute("title")).startsWith("forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:"), await siteCell.textContent());
   const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
   check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
+  const kernelNames = await page.locator("[data-table='kernels'] tbody td.code").allTextContents();
+  check(`${w}: kernels with lambdas and call operators in their templates shown short too`,
+        kernelNames.includes("at::native::vectorized_elementwise_kernel<…>") && kernelNames.every((k) => k.length <= 60), kernelNames.slice(0, 4).join(" | "));
   await kernel.click();
   check(`${w}: a click shows the full name`, (await kernel.textContent()) === longKernel(0));
   await kernel.click();
