@@ -239,4 +239,29 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
   return a;
 }
 
+const Allocation* StackResolver::segment_made_for(uint32_t device, uint64_t address,
+                                                  uint64_t time_ns, uint64_t within_ns) {
+  if (!segments_indexed_) {
+    segments_indexed_ = true;
+    auto add = [&](const Allocation& a) {
+      if (a.space == 0) segments_[{a.device, a.id}].push_back(&a);
+    };
+    for (const auto& [key, a] : p_.live) add(a);
+    for (const auto& [index, d] : p_.devices)
+      for (const Allocation& a : d.live_at_peak) add(a);
+    for (const OomEvent& o : p_.ooms) {
+      for (const Allocation& a : o.live) add(a);
+      for (const Allocation& a : o.survivors) add(a);
+    }
+  }
+  auto it = segments_.find({device, address});
+  if (it == segments_.end()) return nullptr;
+  // Either side: the allocator's times come from another clock (PyTorch's trace, in
+  // microseconds of the realtime clock) than the driver call's.
+  for (const Allocation* a : it->second)
+    if ((a->time_ns <= time_ns ? time_ns - a->time_ns : a->time_ns - time_ns) <= within_ns)
+      return a;
+  return nullptr;
+}
+
 }  // namespace vramtrace::collector

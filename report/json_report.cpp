@@ -66,7 +66,22 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
   if (s.text.empty() && a.space == 1)
     if (const auto* tm = stacks.process().torch_memory.get())
       if (const auto* b = tm->block(a.device, a.id, a.time_ns))
-        if (b->label >= 0 || !tm->phases().empty() || b->site) s.text = tm->describe(*b);
+        if (b->label >= 0 || !tm->phases().empty() || b->site) {
+          s.text = tm->describe(*b);
+          // Made outside the phases by no call the hook marks (a factory such as torch.randn
+          // with device="cuda"): when the block made its own segment, that driver call's
+          // Python line (a millisecond covers the allocator's bookkeeping between the two).
+          if (b->phase == collector::TorchPhase::None && !b->site && b->label < 0)
+            if (const Allocation* seg = stacks.segment_made_for(a.device, a.id, a.time_ns, 1000000))
+              if (seg->stack || seg->py_stack) {
+                const collector::Attribution& at = stacks.attribute(seg->stack, seg->py_stack);
+                if (!at.site_file.empty()) {
+                  s.text += " at " + at.site_file + ":" + std::to_string(at.site_line);
+                  s.stack = &at;
+                  s.library = at.library;
+                }
+              }
+        }
   if (s.text.empty())
     s.text = a.space == 1 ? "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)"
                           : format::api_name(a.api);

@@ -457,6 +457,12 @@ TEST_CASE("PyTorch's memory by category: CUDA graphs' and a MemPool's private po
   REQUIRE(sum(e) == 20 * MiB);
   REQUIRE(j["devices"][0]["peak"]["bytes"] == 20 * MiB);
   REQUIRE(c["at_peak"] == e);  // the last segment made the peak; nothing changed after it
+  // The static input and the MemPool's buffer are made outside forward, backward and step by
+  // factories (no call the hook marks), each in a segment of its own: the driver call's line.
+  std::map<std::string, uint64_t> still_held;
+  for (const json& g : j["leaks"]) still_held[g["site"]] += g["bytes"].get<uint64_t>();
+  REQUIRE(still_held.at("outside forward, backward and step at " + script + ":32") == 4 * MiB);
+  REQUIRE(still_held.at("outside forward, backward and step at " + script + ":40") == MiB / 2);
   REQUIRE(c["titles"]["private_pool"] == "CUDA-graph / private pools");
   REQUIRE(c["private_pools"] == json::parse(R"([
       {"pool_id": [1, 0], "cuda_graph": true, "segments": 2, "bytes": 6291456, "in_use_bytes": 4194304},
