@@ -103,6 +103,10 @@ StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<A
         out.model_state_bytes += b.bytes;
         continue;
       }
+      if (named && !died && p.torch_memory->in_cuda_graph_pool(*named)) {
+        out.cuda_graph_bytes += b.bytes;
+        continue;
+      }
       out.suspects.push_back(b);
     }
   }

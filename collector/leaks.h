@@ -55,12 +55,14 @@ struct StillLive {
   std::vector<Allocation> suspects;     // leak suspects (what was live at death when it died)
   uint64_t retained_segment_bytes = 0;  // segments a sub-allocator carves blocks from: cached
   uint64_t model_state_bytes = 0;       // named parameters, buffers, gradients, optimizer state
+  uint64_t cuda_graph_bytes = 0;        // blocks in CUDA graphs' private pools: the graphs' own
 };
 
 // `still`: the driver allocations and VMM handles live at the end on `device`. What a
 // sub-allocator only caches (its segments) is retained, not leaked: its blocks still handed
 // out are the suspects, except a model still referenced at exit (a global) of a process that
-// did not die, which is the model.
+// did not die, which is the model, and the blocks of its CUDA graphs' private pools (a graph's
+// static outputs and scratch, held by the graph for its next replay).
 StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<Allocation>& still,
                      bool died);
 

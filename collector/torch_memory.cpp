@@ -547,6 +547,12 @@ uint64_t TorchMemory::private_reserved_at(uint32_t device, uint64_t t) const {
   return r;
 }
 
+bool TorchMemory::in_cuda_graph_pool(const BlockInfo& b) const {
+  if (&b < info_.data() || &b >= info_.data() + info_.size()) return false;
+  const int64_t s = pool_segment_of_[static_cast<size_t>(&b - info_.data())];
+  return s >= 0 && ctx_.pool_segments[static_cast<size_t>(s)].cuda_graph;
+}
+
 std::vector<PrivatePool> TorchMemory::private_pools(uint32_t device) const {
   std::vector<PrivatePool> out;
   std::vector<size_t> pool_of(ctx_.pool_segments.size(), SIZE_MAX);

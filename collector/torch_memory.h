@@ -128,6 +128,9 @@ class TorchMemory {
   uint64_t private_reserved_at(uint32_t device, uint64_t t) const;
   // The private pools of `device` at the dump, in the order the hook listed their segments.
   std::vector<PrivatePool> private_pools(uint32_t device) const;
+  // Whether a block (one of info()) lies in a CUDA graph's private pool: the graph's own memory,
+  // which each replay uses again.
+  bool in_cuda_graph_pool(const BlockInfo& b) const;
 
   // Blocks' bytes by category at each of `times` (sorted), plus in [AllocatorCache] what the
   // allocator had reserved then (the caller subtracts the blocks) and in [PrivatePool] what

@@ -704,6 +704,8 @@ json to_json(const Run& run, const RunInfo& info) {
       }
       if (left.model_state_bytes)
         devices.back()["model_state_at_exit_bytes"] = left.model_state_bytes;
+      if (left.cuda_graph_bytes)
+        devices.back()["cuda_graph_blocks_at_exit_bytes"] = left.cuda_graph_bytes;
       if (!still_running)
         for (json& g : by_site(left.suspects, stacks)) {
           g["device"] = index;
