@@ -152,6 +152,11 @@
     return `${base(f.module) || "??"}+${f.offset || "0x0"}`;
   };
   const visibleFrames = (stack) => (stack || []).filter((f) => !f.internal && !isInterpreter(f));
+  // nn.Module's call machinery (three frames between a module's caller and its forward, at each
+  // level of nesting): the icicle folds it so that the forwards nest as the modules do; a
+  // stack's own list keeps it.
+  const isModuleCall = (f) => f.python && /(^|\/)torch\/nn\/modules\/module\.py$/.test(f.file || "") &&
+    /^(_wrapped_call_impl|_call_impl|inner|__call__)$/.test(f.function || "");
   const stackList = (stack) => {
     const ol = $("ol", { class: "frames" });
     const frames = stack || [];
@@ -809,7 +814,7 @@
       }
     };
     for (const g of peak.by_stack || peak.by_site || []) {
-      const frames = visibleFrames(g.stack).map(frameLabel).reverse();
+      const frames = visibleFrames(g.stack).filter((f) => !isModuleCall(f)).map(frameLabel).reverse();
       add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
     // The smallest stacks the page did not keep, as one frame: the graph still sums to the whole.
@@ -1013,7 +1018,7 @@
         // Several processes: every process's at the device's peak.
         const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
         const tree = peakTree(pk);
-        if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter frames folded)" }), icicle(tree));
+        if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter and nn.Module call frames folded)" }), icicle(tree));
         const largest = (pk.largest || []).slice();
         if (largest.length) {
           card.append($("h3", { text: "Largest blocks live at the peak" }));

@@ -289,6 +289,7 @@ for (const width of [1400, 1000]) {
   check(`${w}: the icicle graph folds CPython's and the C runtime's frames`, cells.length > 10 && !cells.some((c) => /^(_PyEval|_PyObject|slot_tp|_start|__libc_start|Py_BytesMain|python3|_PyFunction)/.test(c)) &&
         cells.some((c) => c.startsWith("<module> (train.py:140)")) && cells.some((c) => c.startsWith("forward (resnet.py:150)")) &&
         cells.some((c) => c.startsWith("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc ")), cells.slice(0, 12).join(" | "));
+  check(`${w}: the icicle graph folds nn.Module's call machinery`, !cells.some((c) => /^(_call_impl|_wrapped_call_impl|inner) \(module\.py:/.test(c)), cells.filter((c) => c.includes("module.py")).slice(0, 4).join(" | "));
   await page.locator(".icicle-cell", { hasText: "main (train.py:131)" }).first().click();
   await page.locator(".icicle-cell", { hasText: "train_step (train.py:88)" }).first().click().catch(() => {});
   const crumbs = await page.locator(".crumbs .crumb").count();
