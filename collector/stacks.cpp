@@ -240,7 +240,7 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
 }
 
 const Allocation* StackResolver::segment_made_for(uint32_t device, uint64_t address,
-                                                  uint64_t time_ns, uint64_t within_ns) {
+                                                  uint64_t time_ns, uint64_t skew_ns) {
   if (!segments_indexed_) {
     segments_indexed_ = true;
     auto add = [&](const Allocation& a) {
@@ -256,12 +256,10 @@ const Allocation* StackResolver::segment_made_for(uint32_t device, uint64_t addr
   }
   auto it = segments_.find({device, address});
   if (it == segments_.end()) return nullptr;
-  // Either side: the allocator's times come from another clock (PyTorch's trace, in
-  // microseconds of the realtime clock) than the driver call's.
+  const Allocation* latest = nullptr;
   for (const Allocation* a : it->second)
-    if ((a->time_ns <= time_ns ? time_ns - a->time_ns : a->time_ns - time_ns) <= within_ns)
-      return a;
-  return nullptr;
+    if (a->time_ns <= time_ns + skew_ns && (!latest || a->time_ns > latest->time_ns)) latest = a;
+  return latest;
 }
 
 }  // namespace vramtrace::collector

@@ -66,13 +66,12 @@ class StackResolver {
   StackResolver(const ProcessModel& p, Symbolizer& symbols) : p_(p), symbols_(symbols) {}
   const Attribution& attribute(uint32_t native_leaf, uint32_t py_leaf);
   const ProcessModel& process() const { return p_; }
-  // The driver allocation made at `address` on `device` within `within_ns` of `time_ns`:
-  // the segment a sub-allocator made for the block it then put at the segment's start (a
-  // PyTorch block made outside the program's phases takes that call's Python line). Among the
-  // allocations the model keeps (live at the end, at each device's peak, at each OOM); null
-  // when none.
+  // The latest driver allocation at `address` on `device` made before `time_ns` (or up to
+  // `skew_ns` after it: another clock): the segment holding a block at its start made then.
+  // Among the allocations the model keeps (live at the end, at each device's peak, at each
+  // OOM); null when none.
   const Allocation* segment_made_for(uint32_t device, uint64_t address, uint64_t time_ns,
-                                     uint64_t within_ns);
+                                     uint64_t skew_ns);
 
  private:
   const Frame& native_frame(uint32_t node);

@@ -547,6 +547,16 @@ uint64_t TorchMemory::private_reserved_at(uint32_t device, uint64_t t) const {
   return r;
 }
 
+uint64_t TorchMemory::first_block_at(uint32_t device, uint64_t address, uint64_t from_ns) const {
+  uint64_t first = UINT64_MAX;
+  const std::vector<size_t>* found = by_address(device);
+  if (!found) return first;
+  for (auto it = first_at(*found, address);
+       it != found->end() && ctx_.blocks[*it].address == address; ++it)
+    if (ctx_.blocks[*it].alloc_ns >= from_ns) first = std::min(first, ctx_.blocks[*it].alloc_ns);
+  return first;
+}
+
 bool TorchMemory::in_cuda_graph_pool(const BlockInfo& b) const {
   if (&b < info_.data() || &b >= info_.data() + info_.size()) return false;
   const int64_t s = pool_segment_of_[static_cast<size_t>(&b - info_.data())];

@@ -128,6 +128,8 @@ class TorchMemory {
   uint64_t private_reserved_at(uint32_t device, uint64_t t) const;
   // The private pools of `device` at the dump, in the order the hook listed their segments.
   std::vector<PrivatePool> private_pools(uint32_t device) const;
+  // When the first block at `address` made at `from_ns` or later was made (UINT64_MAX: none).
+  uint64_t first_block_at(uint32_t device, uint64_t address, uint64_t from_ns) const;
   // Whether a block (one of info()) lies in a CUDA graph's private pool: the graph's own memory,
   // which each replay uses again.
   bool in_cuda_graph_pool(const BlockInfo& b) const;
