@@ -974,7 +974,9 @@
         const box = $("div", { class: "finding", "data-oom": "1" });
         const total = known(o.total_bytes) ? o.total_bytes : d.total_bytes;
         box.append($("h3", { text: `Out of memory${ooms.length > 1 ? " " + (i + 1) : ""} at ${secs(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
-        const what = [`${o.api} asked for ${bytes(o.requested_bytes)} (pid ${o.pid}, thread ${o.thread})`];
+        // A pool's OOM (api "pool NAME") is a request made to the pool, not by it.
+        const api = String(o.api || "");
+        const what = [(api.startsWith("pool ") ? `A request of ${bytes(o.requested_bytes)} to ${api.slice(5)}` : `${api} asked for ${bytes(o.requested_bytes)}`) + ` (pid ${o.pid}, thread ${o.thread})`];
         if (o.phase) what.push(`in ${o.phase}${known(o.iteration) ? " of iteration " + o.iteration : ""}`);
         if (o.module) what.push(`in module ${o.module}`);
         box.append($("div", { text: what.join(", ") + "." }));

@@ -134,7 +134,7 @@ export function torchOom() {
   const totalPoints = tl.points.map((p) => [p[0], p.slice(1).reduce((s, v) => s + v, 0)]);
   const requested = 2 * GiB;
   const oom = {
-    device: 0, pid: 31337, thread: 4242, time_ns: oomAt, api: "cudaMalloc", error: "CUDA_ERROR_OUT_OF_MEMORY", requested_bytes: requested,
+    device: 0, pid: 31337, thread: 4242, time_ns: oomAt, api: "pool PyTorch caching allocator", error: "CUDA_ERROR_OUT_OF_MEMORY", requested_bytes: requested,
     live_bytes: liveAt, free_bytes: Math.round(deviceTotal - liveAt - 1.1 * GiB), total_bytes: deviceTotal, held_by_others_bytes: Math.round(1.1 * GiB),
     fatal: true, phase: "forward", module: "layer4.0.conv2", iteration: 3, python_site: `${resnet}:150 in forward`,
     site: "forward (resnet.py:150)", library: "libtorch_cuda.so", stack: torchStack(4, "conv2"),

@@ -285,6 +285,8 @@ for (const width of [1400, 1000]) {
   await kernel.click();
   check(`${w}: a click shows the full name`, (await kernel.textContent()) === longKernel(0));
   await kernel.click();
+  const oomLine = await page.locator("[data-oom] > div").first().textContent();
+  check(`${w}: an allocator's OOM reads as a request made to it`, /^A request of 2\.00 GiB to PyTorch caching allocator \(pid \d+, thread \d+\), in forward of iteration 3, in module layer4\.0\.conv2\.$/.test(oomLine), oomLine);
   const cells = await page.locator(".icicle-cell").allTextContents();
   check(`${w}: the icicle graph folds CPython's and the C runtime's frames`, cells.length > 10 && !cells.some((c) => /^(_PyEval|_PyObject|slot_tp|_start|__libc_start|Py_BytesMain|python3|_PyFunction)/.test(c)) &&
         cells.some((c) => c.startsWith("<module> (train.py:140)")) && cells.some((c) => c.startsWith("forward (resnet.py:150)")) &&
