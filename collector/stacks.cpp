@@ -4,10 +4,13 @@
 #include <cxxabi.h>
 #include <elfutils/libdwfl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
+
+#include "collector/torch_memory.h"
 
 namespace vramtrace::collector {
 
@@ -167,9 +170,7 @@ static bool is_framework_file(const std::string& file) {
 // between the program's line and PyTorch's frames in every stack. A sitecustomize.py is never
 // a program's training code: its frames are internal, kept in the stack, never the site.
 static bool is_startup_hook_file(const std::string& file) {
-  const size_t slash = file.rfind('/');
-  return file.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos,
-                      "sitecustomize.py") == 0;
+  return basename_of(file) == "sitecustomize.py";
 }
 
 const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_leaf) {
@@ -239,8 +240,10 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
   return a;
 }
 
-const Allocation* StackResolver::segment_made_for(uint32_t device, uint64_t address,
-                                                  uint64_t time_ns, uint64_t skew_ns) {
+const Allocation* StackResolver::segment_made_for(const Allocation& block) {
+  constexpr uint64_t kSkew = 1000000;
+  const TorchMemory* tm = p_.torch_memory.get();
+  if (!tm) return nullptr;
   if (!segments_indexed_) {
     segments_indexed_ = true;
     auto add = [&](const Allocation& a) {
@@ -254,12 +257,18 @@ const Allocation* StackResolver::segment_made_for(uint32_t device, uint64_t addr
       for (const Allocation& a : o.survivors) add(a);
     }
   }
-  auto it = segments_.find({device, address});
+  auto it = segments_.find({block.device, block.id});
   if (it == segments_.end()) return nullptr;
   const Allocation* latest = nullptr;
   for (const Allocation* a : it->second)
-    if (a->time_ns <= time_ns + skew_ns && (!latest || a->time_ns > latest->time_ns)) latest = a;
-  return latest;
+    if (a->time_ns <= block.time_ns + kSkew && (!latest || a->time_ns > latest->time_ns))
+      latest = a;
+  if (!latest) return nullptr;
+  const uint64_t first = tm->first_block_at(block.device, block.id,
+                                            latest->time_ns - std::min(latest->time_ns, kSkew));
+  if (first == UINT64_MAX) return nullptr;
+  const uint64_t gap = first > block.time_ns ? first - block.time_ns : block.time_ns - first;
+  return gap <= 2000 ? latest : nullptr;  // the model's and the trace's times of one block
 }
 
 }  // namespace vramtrace::collector

@@ -66,12 +66,13 @@ class StackResolver {
   StackResolver(const ProcessModel& p, Symbolizer& symbols) : p_(p), symbols_(symbols) {}
   const Attribution& attribute(uint32_t native_leaf, uint32_t py_leaf);
   const ProcessModel& process() const { return p_; }
-  // The latest driver allocation at `address` on `device` made before `time_ns` (or up to
-  // `skew_ns` after it: another clock): the segment holding a block at its start made then.
-  // Among the allocations the model keeps (live at the end, at each device's peak, at each
-  // OOM); null when none.
-  const Allocation* segment_made_for(uint32_t device, uint64_t address, uint64_t time_ns,
-                                     uint64_t skew_ns);
+  // The driver allocation of the segment PyTorch's allocator made for `block` (one of its
+  // blocks): the latest at the block's address made before it (or up to a millisecond after:
+  // PyTorch's trace keeps microseconds of the realtime clock), when the block is the first the
+  // allocator put there since; its stack holds the call that made the block. Among the
+  // allocations the model keeps (live at the end, at each device's peak, at each OOM); null
+  // when none, or when the block went into a segment made before it.
+  const Allocation* segment_made_for(const Allocation& block);
 
  private:
   const Frame& native_frame(uint32_t node);

@@ -69,21 +69,15 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
         if (b->label >= 0 || !tm->phases().empty() || b->site) {
           s.text = tm->describe(*b);
           // Made outside the phases by no call the hook marks (a factory such as torch.randn
-          // with device="cuda"): when the block is the first the allocator put at the start of
-          // a segment (the segment was made for it), that driver call's Python line. The two
-          // times come from different clocks (PyTorch's trace: microseconds of the realtime
-          // clock): a millisecond either way.
-          constexpr uint64_t kSkew = 1000000;
+          // with device="cuda"): the Python line of the driver call that made its segment,
+          // when that segment was made for it.
           const Allocation* seg =
               b->phase == collector::TorchPhase::None && !b->site && b->label < 0
-                  ? stacks.segment_made_for(a.device, a.id, a.time_ns, kSkew)
+                  ? stacks.segment_made_for(a)
                   : nullptr;
           if (seg && (seg->stack || seg->py_stack)) {
-            const uint64_t first =
-                tm->first_block_at(a.device, a.id, seg->time_ns - std::min(seg->time_ns, kSkew));
-            const uint64_t gap = first > a.time_ns ? first - a.time_ns : a.time_ns - first;
             const collector::Attribution& at = stacks.attribute(seg->stack, seg->py_stack);
-            if (first != UINT64_MAX && gap <= 2000 && !at.site_file.empty()) {
+            if (!at.site_file.empty()) {
               s.text += " at " + at.site_file + ":" + std::to_string(at.site_line);
               s.stack = &at;
               s.library = at.library;
