@@ -264,6 +264,11 @@ const Allocation* StackResolver::segment_made_for(const Allocation& block) {
     if (a->time_ns <= block.time_ns + kSkew && (!latest || a->time_ns > latest->time_ns))
       latest = a;
   if (!latest) return nullptr;
+  // A segment made before the window of a ring that dropped its earliest entries: which block
+  // the allocator put there first is not known.
+  const auto window = tm->context().window_start.find(block.device);
+  if (window != tm->context().window_start.end() && latest->time_ns < window->second)
+    return nullptr;
   const uint64_t first = tm->first_block_at(block.device, block.id,
                                             latest->time_ns - std::min(latest->time_ns, kSkew));
   if (first == UINT64_MAX) return nullptr;

@@ -71,7 +71,8 @@ class StackResolver {
   // PyTorch's trace keeps microseconds of the realtime clock), when the block is the first the
   // allocator put there since; its stack holds the call that made the block. Among the
   // allocations the model keeps (live at the end, at each device's peak, at each OOM); null
-  // when none, or when the block went into a segment made before it.
+  // when none, when the block went into a segment made before it, or when the segment is
+  // older than what PyTorch's ring still holds.
   const Allocation* segment_made_for(const Allocation& block);
 
  private:

@@ -36,6 +36,9 @@ inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";
 inline constexpr char kTorchStacks[] = "VRAMTRACE_TORCH_STACKS";
 inline constexpr char kTorchContext[] = "VRAMTRACE_TORCH_CONTEXT";  // off: no categories
 inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no sampling
+// The Python lines of blocks made between forward, backward and step: off, or the share of an
+// iteration their frames may cost (default 0.005).
+inline constexpr char kTorchLines[] = "VRAMTRACE_TORCH_LINES";
 
 // ---- read by the command-line tool -----------------------------------------------------------
 inline constexpr char kLib[] = "VRAMTRACE_LIB";

@@ -59,28 +59,29 @@ Site site_of(const Allocation& a, collector::StackResolver& stacks) {
     s.text = s.stack->site;
     s.library = s.stack->library;
   }
-  // A PyTorch block without frames: the module that made it and the user's line that ran
-  // the model, backward() or step() (the start-up hook's context). In a program that never
-  // ran one (the allocator used alone), "outside forward, backward and step" says nothing:
-  // the hint to record the lines stays.
-  if (s.text.empty() && a.space == 1)
+  // A PyTorch block: what the start-up hook's context says it is (a named storage, the module
+  // that made it, the user's line that ran the model, backward() or step()), unless its own
+  // frames (--torch=stacks) say more. Blocks made outside the phases by no call the hook marks
+  // (a factory such as torch.randint with device="cuda") take the line of their own frames,
+  // which the hook records between the phases, or else of the driver call that made their
+  // segment, when that segment was made for them. In a program that never ran a phase (the
+  // allocator used alone), "outside forward, backward and step" says nothing: no context.
+  if (a.space == 1)
     if (const auto* tm = stacks.process().torch_memory.get())
       if (const auto* b = tm->block(a.device, a.id, a.time_ns))
-        if (b->label >= 0 || !tm->phases().empty() || b->site) {
+        if ((b->label >= 0 || !tm->phases().empty() || b->site) &&
+            (s.text.empty() || b->label >= 0 || b->phase == collector::TorchPhase::None)) {
           s.text = tm->describe(*b);
-          // Made outside the phases by no call the hook marks (a factory such as torch.randn
-          // with device="cuda"): the Python line of the driver call that made its segment,
-          // when that segment was made for it.
-          const Allocation* seg =
-              b->phase == collector::TorchPhase::None && !b->site && b->label < 0
-                  ? stacks.segment_made_for(a)
-                  : nullptr;
-          if (seg && (seg->stack || seg->py_stack)) {
-            const collector::Attribution& at = stacks.attribute(seg->stack, seg->py_stack);
-            if (!at.site_file.empty()) {
-              s.text += " at " + at.site_file + ":" + std::to_string(at.site_line);
-              s.stack = &at;
-              s.library = at.library;
+          if (b->phase == collector::TorchPhase::None && !b->site) {
+            const collector::Attribution* at =
+                s.stack && !s.stack->site_file.empty() ? s.stack : nullptr;
+            if (!at)
+              if (const Allocation* seg = stacks.segment_made_for(a))
+                if (seg->stack || seg->py_stack) at = &stacks.attribute(seg->stack, seg->py_stack);
+            if (at && !at->site_file.empty()) {
+              s.text += " at " + at->site_file + ":" + std::to_string(at->site_line);
+              s.stack = at;
+              s.library = at->library;
             }
           }
         }

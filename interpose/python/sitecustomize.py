@@ -140,6 +140,8 @@ def _vramtrace_setup():
         if os.environ.get("VRAMTRACE_TORCH_CONTEXT", "on") != "off":
             try:
                 ctx["context"] = _Context(torch, clean)
+                if not with_frames:
+                    ctx["context"].lines_between_phases(max_entries)
             except Exception as ex:
                 say("PyTorch memory categories off: %s" % str(ex)[:200])
 
@@ -349,6 +351,7 @@ class _Context:
             try:
                 if ctx.get_ident() != ctx.main:
                     return backward(*args, **kwargs)
+                ctx.phase_begin()
                 ctx.mark(_SITE, ctx.site())
                 ctx.mark(_BWD, 0)
                 ctx.in_backward += 1
@@ -357,6 +360,7 @@ class _Context:
                 finally:
                     ctx.in_backward -= 1
                     ctx.mark(_BWD_END, 0)
+                    ctx.phase_end()
             except BaseException as ex:
                 _hide_own_frame(ex)
                 raise
@@ -416,6 +420,14 @@ class _Context:
             return move
 
         self.in_move = False
+        # Python lines of the blocks made between the phases (lines_between_phases).
+        self.history = None       # PyTorch's _record_memory_history while the hook switches it
+        self.frames_on = False
+        self.in_step = False
+        self.counting = False     # allocations between phases counted in this iteration
+        self.between = 0
+        self.between_from = 0
+        self.iteration_ns = 0
         self.traced_moves = {name: traced_move(f) for name, f in self.moves.items()}
         self.tensor_class = tensor_class
         self.set_enabled(True)
@@ -515,6 +527,7 @@ class _Context:
         return kind, mid | (1 << 31) if autocast else mid
 
     def root_begin(self, module):
+        self.phase_begin()
         mid = self.module_id(module)
         self.mark(_SITE, self.site())
         kind, ident = self.forward_kind(module, mid)
@@ -527,6 +540,7 @@ class _Context:
     def root_end(self, mid):
         self.mark(_FWD_END, mid)
         self.count_forward(mid)
+        self.phase_end()
 
     def count_forward(self, mid):
         # Without an optimizer the iterations are the first model's forwards.
@@ -534,6 +548,7 @@ class _Context:
             return
         self.forwards += 1
         self.trace_modules(self.forwards < 3 or self.forwards % 50 == 49)
+        self.check_lines(self.forwards)
 
     def mark(self, kind, ident):
         self.times.append(self.now())
@@ -608,6 +623,7 @@ class _Context:
                     break
         mid = self.module_id(module)
         if not self.stack and not self.in_backward:
+            self.phase_begin()
             self.mark(_SITE, self.site())
             if self.first_root is None:
                 self.first_root = mid
@@ -633,6 +649,7 @@ class _Context:
         if not stack and not self.in_backward:
             self.mark(_FWD_END, mid)
             self.count_forward(mid)
+            self.phase_end()
             return None
         self.times.append(self.now())
         self.codes.append(_MOD_END | (mid << 4))
@@ -644,6 +661,8 @@ class _Context:
         if not any(w() is optimizer for w in self.optimizers):
             self.optimizers.append(self.weakref.ref(optimizer))
         first = self.optimizers[0]() is optimizer
+        self.phase_begin()
+        self.in_step = True
         self.mark(_SITE, self.site())
         self.mark(_STEP, 1 if first else 0)
 
@@ -652,6 +671,7 @@ class _Context:
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
+        self.in_step = False
         # Named storages at the first steps, then every 50th (and at each OOM): labelling
         # every gradient at every step cost 2.5 ms a step on a launch-bound model of 200
         # parameters; between labels a gradient is still a gradient (made in backward, kept
@@ -661,6 +681,100 @@ class _Context:
             self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
         if self.steps <= 3 or self.steps % 50 == 0:
             self.label_all()
+        if first:
+            self.check_lines(self.steps)
+        self.phase_end()
+
+    def lines_between_phases(self, max_entries):
+        """The allocator trace's Python frames switched on between the phases (forward,
+        backward, optimizer step) and off inside them: the blocks a program makes between them
+        (a batch's targets from torch.randint(..., device="cuda"), a running loss, a metric)
+        get the user's line, which nothing else gives them (no module, no step), while the
+        phases, where nearly all allocations are, pay nothing. Frames cost about 2 us per
+        allocation and a switch about 2 us; where the allocations between the phases would
+        cost more than 0.5 % of a counted iteration (the first ones and every 50th), the
+        frames stay off from then on. A program that sets the trace itself keeps its own.
+        VRAMTRACE_TORCH_LINES: off, or the share of an iteration they may cost (0.005)."""
+        import functools
+        budget = os.environ.get("VRAMTRACE_TORCH_LINES", "") or "0.005"
+        if budget == "off":
+            return
+        try:
+            self.budget = float(budget)
+        except ValueError:
+            self.budget = 0.005
+        memory = self.torch.cuda.memory
+        record = memory._record_memory_history
+        ctx = self
+
+        @functools.wraps(record)
+        def program_record(*args, **kwargs):
+            ctx.history = None
+            return record(*args, **kwargs)
+
+        memory._record_memory_history = program_record
+        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
+            self.torch.cuda._record_memory_history = program_record
+        stats = getattr(memory, "memory_stats_as_nested_dict", None)
+
+        def allocations():
+            try:
+                return int(stats()["allocation"]["all"]["allocated"])
+            except Exception:
+                return None
+
+        self.allocations = allocations if stats is not None else (lambda: None)
+        self.history = functools.partial(record, enabled="all", stacks="python",
+                                         max_entries=max_entries)
+        self.frames(True)
+
+    def frames(self, on):
+        if on == self.frames_on or self.history is None:
+            return
+        if self.counting:
+            n = self.allocations()
+            if n is None:
+                self.counting = False
+            elif on:
+                self.between_from = n
+            else:
+                self.between += n - self.between_from
+        try:
+            self.history(context="alloc" if on else None)
+            self.frames_on = on
+        except Exception:
+            self.history = None
+
+    def phase_begin(self):
+        if self.frames_on:
+            self.frames(False)
+
+    def phase_end(self):
+        if (self.history is not None and not self.frames_on and not self.stack
+                and not self.in_root and not self.in_backward and not self.in_step):
+            self.frames(True)
+
+    def check_lines(self, done):
+        """At the end of iteration `done` - 1: frames off for good when those between the
+        phases of a counted iteration cost more than 0.5 % of its time; the next counted
+        iteration is the first ones' and every 50th."""
+        if self.history is None:
+            return
+        now = self.now()
+        if self.counting and self.iteration_ns:
+            if self.frames_on:
+                n = self.allocations()
+                self.between += (n or self.between_from) - self.between_from
+                self.between_from = n or 0
+            if self.between * 2000 > self.budget * (now - self.iteration_ns):
+                self.frames(False)
+                self.history = None
+                return
+        self.between = 0
+        self.counting = done < 3 or done % 50 == 49
+        if self.counting and self.frames_on:
+            self.between_from = self.allocations() or 0
+        self.iteration_ns = now
 
     def label_all_now(self):
         """Every named storage labelled at this moment, those labelled before included, and a

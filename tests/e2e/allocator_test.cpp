@@ -196,13 +196,24 @@ TEST_CASE("PyTorch's allocator trace through the start-up hook: fragmentation OO
   REQUIRE(k["oom"][0]["fragmentation"]["largest_free_block_bytes"] == 4 * MiB);
 }
 
-TEST_CASE("PyTorch's allocator trace by default: exact figures, blocks without their lines") {
+TEST_CASE("PyTorch's allocator trace by default: exact figures, every block's line") {
+  // A program that runs no forward, backward or step is between the phases all along: the
+  // start-up hook leaves the allocator trace's frames on, and each block has its line.
   std::string dir = temp_dir();
   json j = run_json(torch_env(), "-- python3 " + kSrc + "py_torch_frag.py", dir);
   check_fragmented(j["oom"][0]["fragmentation"], 64 * MiB);
   REQUIRE(j["oom"][0]["findings"][0]["kind"] == "fragmentation");
+  REQUIRE(j["leaks"].size() == 1);
   REQUIRE(j["leaks"][0]["bytes"] == 32 * MiB);
-  REQUIRE(j["leaks"][0]["site"] ==
+  const std::string site = j["leaks"][0]["site"];
+  REQUIRE(site.size() > 20);
+  REQUIRE(site.substr(site.size() - 20) == "py_torch_frag.py:13)");
+  // Without the hook's context the trace has no frames: the hint says how to get them.
+  std::string bare = temp_dir();
+  json k = run_json(torch_env() + " VRAMTRACE_TORCH_CONTEXT=off",
+                    "-- python3 " + kSrc + "py_torch_frag.py", bare);
+  REQUIRE(k["leaks"][0]["bytes"] == 32 * MiB);
+  REQUIRE(k["leaks"][0]["site"] ==
           "(pool block, no stack; for PyTorch: vramtrace run --torch=stacks)");
 }
 

@@ -247,8 +247,8 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   REQUIRE(dead ==
           std::map<std::string, uint64_t>{{"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
                                           {"moved to the GPU at " + kTrain + ":68", 20 * MiB},
-                                          {"parameter fc1.weight", 1 * MiB},
-                                          {"parameter fc2.weight", 1 * MiB},
+                                          {"parameter fc1.weight at " + kTrain + ":41", 1 * MiB},
+                                          {"parameter fc2.weight at " + kTrain + ":41", 1 * MiB},
                                           {"gradient fc1.weight.grad", 1 * MiB},
                                           {"gradient fc2.weight.grad", 1 * MiB},
                                           {"optimizer state fc1.weight.momentum_buffer", 1 * MiB},
@@ -335,6 +335,8 @@ TEST_CASE("PyTorch's memory by category: a run longer than PyTorch's trace ring"
   check_state(j["diagnosis"]["categories"]);
   std::map<std::string, uint64_t> dead;
   for (const json& g : j["live_at_death"]) dead[g["site"]] += g["bytes"].get<uint64_t>();
+  // Made before the window: their frames, and which block came first in each segment, left
+  // the ring with its earliest entries; no line.
   REQUIRE(dead.at("parameter fc1.weight") == 1 * MiB);
   REQUIRE(dead.at("optimizer state fc2.weight.momentum_buffer") == 1 * MiB);
   REQUIRE(dead.at("gradient fc2.weight.grad") == 1 * MiB);
@@ -484,4 +486,64 @@ TEST_CASE("PyTorch's memory by category: CUDA graphs' and a MemPool's private po
     if (steps.empty() || steps.back() != v) steps.push_back(v);
   }
   REQUIRE(steps == std::vector<uint64_t>{0, 2 * MiB, 6 * MiB, 8 * MiB, 10 * MiB, 14 * MiB});
+}
+
+// `vramtrace run` of py_torch_lines.py: its leak suspects (site -> count) and its trace's
+// alloc entries, each "frames" or "-" (whether PyTorch recorded Python frames for it).
+struct LinesRun {
+  std::map<std::string, uint64_t> leaks;
+  std::string allocs;
+};
+
+LinesRun run_lines(const std::string& env, const std::string& args = "") {
+  const std::string script = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_lines.py";
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + torch_env() + " " + env + " " + kVramtrace + " run -o " + dir +
+                " -- python3 " + script + " " + args);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "py_torch_lines done 6"));
+  json j = load_json(dir + "/report.json");
+  LinesRun out;
+  for (const json& g : j["leaks"]) {
+    REQUIRE(g["bytes"] == 256 * g["count"].get<uint64_t>());
+    out.leaks[g["site"]] += g["count"].get<uint64_t>();
+  }
+  out.allocs =
+      sh("awk -F'\t' '$1 == \"E\" && $3 == \"alloc\" {printf \"%s \", $8 == \"\" ? \"-\" : "
+         "\"frames\"}' " +
+         dir + "/vramtrace.*.torch")
+          .out;
+  return out;
+}
+
+TEST_CASE("PyTorch's memory by category: the line of a block made between the phases") {
+  // py_torch_lines.py's targets: 256 bytes from a factory between the phases, in the weight's
+  // segment (made before them). The hook switches the allocator trace's frames on between
+  // forward, backward and step, off inside them: each iteration's batch (a move) and targets
+  // have frames, the forward's output and the first backward's gradient not. The allocs: the
+  // weight, then per iteration the batch, the targets and the output (and the gradient, once).
+  const std::string line = "outside forward, backward and step at " + std::string(VT_SOURCE_DIR) +
+                           "/tests/programs/py_torch_lines.py:42";
+  // A budget no iteration exceeds: all six have the line.
+  LinesRun all = run_lines("VRAMTRACE_TORCH_LINES=1");
+  REQUIRE(all.leaks == std::map<std::string, uint64_t>{{line, 6}});
+  const std::string iteration = "frames frames - ";
+  std::string expected = "frames " + iteration + "- ";
+  for (int i = 1; i < 6; ++i) expected += iteration;
+  REQUIRE(all.allocs == expected);
+  // No budget: the first counted iteration (the second) is over it, the frames stay off after
+  // it; the other four are outside the phases with no line (their segment was not theirs).
+  LinesRun cut = run_lines("VRAMTRACE_TORCH_LINES=0");
+  REQUIRE(cut.leaks ==
+          std::map<std::string, uint64_t>{{line, 2}, {"outside forward, backward and step", 4}});
+  REQUIRE(cut.allocs == "frames " + iteration + "- " + iteration + "- - - - - - - - - - - - ");
+  LinesRun off = run_lines("VRAMTRACE_TORCH_LINES=off");
+  REQUIRE(off.leaks == std::map<std::string, uint64_t>{{"outside forward, backward and step", 6}});
+  // A program that sets the trace itself keeps its settings: frames for every block.
+  LinesRun own = run_lines("VRAMTRACE_TORCH_LINES=1", "--own-history");
+  REQUIRE(own.leaks == std::map<std::string, uint64_t>{{line, 6}});
+  std::string every;
+  for (int i = 0; i < 20; ++i) every += "frames ";
+  REQUIRE(own.allocs == every);
 }
