@@ -9,6 +9,7 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
              with libvramtrace_selftime.so, whose callbacks can be switched; its timer, about
              35 ns a callback, is included)
   vramtrace-nolaunch   the same with --launches=off (the memory callbacks only)
+  lines      over the context and the trace, the trace's frames between the phases
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
   history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
 
@@ -56,6 +57,8 @@ def main():
         "history": (bench, {"VT_AB": "history"}),
         # The start-up hook's context (module, autograd and optimizer hooks: the categories).
         "context": (bench, {"VT_AB": "context"}),
+        # Over the context and the trace: the trace's frames between the phases.
+        "lines": (bench, {"VT_AB": "lines"}),
         # The same with module hooks in every iteration (VRAMTRACE_TORCH_MODULES=every).
         "context_every": (bench, {"VT_AB": "context", "VRAMTRACE_TORCH_MODULES": "every"}),
         # PyTorch's own tool as its docs start it (context and stacks "all"): the peer.

@@ -120,6 +120,16 @@ if fatal:
 check("oom: no leak suspects for what was live when it died", not r["leaks"] and r.get("live_at_death"),
       "leaks %d, live_at_death %d" % (len(r["leaks"]), len(r.get("live_at_death", []))))
 check("oom: no growth over a first step", not r["growth"], "growth %d" % len(r["growth"]))
+# Every PyTorch block live when it died has the user's line: the targets (2 KiB from
+# torch.randint in a segment made before them) from the allocator trace's frames between the
+# phases, the batch from its own segment, the parameters from model.cuda().
+blocks = [g for g in r.get("live_at_death", []) if not g.get("library")]
+lineless = [(g["site"], g["bytes"]) for g in blocks if ".py:" not in g["site"]]
+check("oom: every PyTorch block live at death has a Python line", blocks and not lineless,
+      "%d groups, without a line: %s" % (len(blocks), lineless[:4]))
+targets = [g["site"] for g in blocks if g["bytes"] == 256 * 8 and g["count"] == 1]
+check("oom: the targets' line is resnet_oom.py:27", targets and all(t.endswith("resnet_oom.py:27") for t in targets),
+      targets)
 print("remedies:", [(m["kind"], gib(m["saves_bytes"])) for m in dg.get("remedies", [])])
 
 # 1b. The same model while another process holds 127 GiB of the GPU.

@@ -71,6 +71,35 @@ def switch():
         spec.loader.exec_module(hook)
         ctx = hook._Context(torch, str)
         return ctx.set_enabled
+    if os.environ.get("VT_AB") == "lines":
+        # The hook's context on throughout, over the allocator trace as --torch=auto sets it;
+        # switched: the trace's frames between the phases (lines_between_phases). Its guard
+        # may switch them off for good (too costly for this step): said on stderr.
+        import importlib.util
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(
+            "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
+        hook = importlib.util.module_from_spec(spec)
+        os.environ.pop("VRAMTRACE_TORCH_DIR", None)
+        spec.loader.exec_module(hook)
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=1000000)
+        ctx = hook._Context(torch, str)
+        ctx.lines_between_phases(1000000)
+        saved = {"history": ctx.history, "on": True}
+
+        def lines(on):
+            if not on and saved["on"] and ctx.history is None and saved["history"] is not None:
+                sys.stderr.write("lines between the phases cut by the hook's guard\n")
+                saved["history"] = None
+            saved["on"] = on
+            if on and saved["history"] is not None:
+                ctx.history = saved["history"]
+                ctx.frames(True)
+            elif not on:
+                ctx.frames(False)
+                ctx.history = None
+        return lines
     if os.environ.get("VT_AB") == "history":
         # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
         enabled = os.environ.get("VT_AB_ENABLED", "all")
