@@ -634,17 +634,17 @@ std::string TorchMemory::site_text(uint32_t site) const {
 }
 
 std::string TorchMemory::describe(const BlockInfo& b) const {
+  std::string where = site_text(b.site);
   if (b.label >= 0) {
     const TorchLabel& l = ctx_.labels[static_cast<size_t>(b.label)];
     const char* what = l.kind == "grad"     ? "gradient "
                        : l.kind == "state"  ? "optimizer state "
                        : l.kind == "buffer" ? "buffer "
                                             : "parameter ";
-    return what + l.name;
+    return what + l.name + (where.empty() ? "" : " at " + where);
   }
   if (b.category == Category::Unclassified)
     return "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
-  std::string where = site_text(b.site);
   std::string text;
   if (b.module && b.module <= ctx_.modules.size()) {  // a damaged file may name no module
     const TorchModule& m = ctx_.modules[b.module - 1];

@@ -139,7 +139,8 @@ class TorchMemory {
   // the private pools' segments held then (their blocks within): one sweep of the blocks.
   std::vector<CategoryBytes> series(uint32_t device, const std::vector<uint64_t>& times) const;
 
-  // "layer3.2.conv2 (Conv2d)", "parameter layer1.0.conv1.weight", "backward at train.py:41".
+  // "layer3.2.conv2 (Conv2d) at train.py:41", "parameter layer1.0.conv1.weight at train.py:12"
+  // (the line that moved it to the GPU), "backward at train.py:41".
   std::string describe(const BlockInfo& b) const;
   std::string site_text(uint32_t site) const;  // "train.py:41", "" when unknown
   std::string module_name(uint32_t module) const;

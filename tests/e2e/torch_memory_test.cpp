@@ -245,14 +245,15 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
     dead[g["site"]] = g["bytes"];
   }
   REQUIRE(dead ==
-          std::map<std::string, uint64_t>{{"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
-                                          {"moved to the GPU at " + kTrain + ":68", 20 * MiB},
-                                          {"parameter fc1.weight at " + kTrain + ":41", 1 * MiB},
-                                          {"parameter fc2.weight at " + kTrain + ":41", 1 * MiB},
-                                          {"gradient fc1.weight.grad", 1 * MiB},
-                                          {"gradient fc2.weight.grad", 1 * MiB},
-                                          {"optimizer state fc1.weight.momentum_buffer", 1 * MiB},
-                                          {"optimizer state fc2.weight.momentum_buffer", 1 * MiB}});
+          std::map<std::string, uint64_t>{
+              {"fc1 (Linear) at " + kTrain + ":70", 20 * MiB},
+              {"moved to the GPU at " + kTrain + ":68", 20 * MiB},
+              {"parameter fc1.weight at " + kTrain + ":41", 1 * MiB},
+              {"parameter fc2.weight at " + kTrain + ":41", 1 * MiB},
+              {"gradient fc1.weight.grad at " + kTrain + ":77", 1 * MiB},
+              {"gradient fc2.weight.grad at " + kTrain + ":77", 1 * MiB},
+              {"optimizer state fc1.weight.momentum_buffer at " + kTrain + ":78", 1 * MiB},
+              {"optimizer state fc2.weight.momentum_buffer at " + kTrain + ":78", 1 * MiB}});
 
   // The diagnosis: the fatal OOM against the card's 80 MiB, 70 held and 20 more asked.
   const json& dg = j["diagnosis"];
