@@ -21,7 +21,7 @@
 #    and py_nogil.py (Python frames in the stacks).
 # On a GPU (PROGRAMS=a folder of CUDA programs, e.g. scripts/gpu-test.sh's gpu-out/bin): step 2
 # only, those programs on the real driver (no stand-in), the records read by NEW's digest; OLD
-# then needs only lib/libvramtrace.so.
+# then needs only lib/libvramtrace.so. There the driver's pool and VMM handles are masked too.
 # Prints one line per input and exits 1 when anything differs.
 set -euo pipefail
 OLD=$(cd "$1" && pwd)
@@ -68,7 +68,14 @@ mask() {
     -e "s#$OLD|$NEW#BUILD#g" \
     -e 's/ (t|pid|ppid|realtime_ns|start_ns|thread|ip|load_bias|start|end|context)=[0-9]+/ \1=*/g' \
     -e 's/ build_id="[^"]*"/ build_id=*/' \
-    -e 's/ stream=[1-9][0-9]*/ stream=*/'
+    -e 's/ stream=[1-9][0-9]*/ stream=*/' |
+    if [[ -n $PROGRAMS ]]; then
+      # The real driver's pool and VMM handles are pointers into the process's heap, whose
+      # layout moves with the library's own allocations (by 16 bytes between two builds).
+      sed -E 's/ (handle|pool)=[1-9][0-9]*/ \1=*/g'
+    else
+      cat
+    fi
 }
 # Runs a command under a build's library; @B in its words stands for the build.
 run_prog() {  # BUILD OUT COMMAND...
