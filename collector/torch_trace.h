@@ -150,6 +150,14 @@ struct TorchEvent {
 };
 
 struct TorchTrace {
+  // Moved, never copied: a copy's records would view the original's text. (A std::vector
+  // grows by copying what has a copy constructor and no noexcept move, as std::deque's is.)
+  TorchTrace() = default;
+  TorchTrace(TorchTrace&&) = default;
+  TorchTrace& operator=(TorchTrace&&) = default;
+  TorchTrace(const TorchTrace&) = delete;
+  TorchTrace& operator=(const TorchTrace&) = delete;
+
   TorchContext context;
   uint64_t pid = 0;
   std::string torch_version;

@@ -548,3 +548,39 @@ TEST_CASE("PyTorch's memory by category: the line of a block made between the ph
   for (int i = 0; i < 20; ++i) every += "frames ";
   REQUIRE(own.allocs == every);
 }
+
+// Every Python frame's file, anywhere in a report.
+void python_files(const json& x, std::vector<std::string>* out) {
+  if (x.is_object()) {
+    if (x.value("python", false) && x.contains("file")) out->push_back(x["file"]);
+    for (const auto& [k, v] : x.items()) python_files(v, out);
+  } else if (x.is_array()) {
+    for (const json& v : x) python_files(v, out);
+  }
+}
+
+TEST_CASE("PyTorch's allocator traces of several processes: each frame's text whole") {
+  // py_torch_procs.py: four processes, each with its PyTorch trace, each keeping 256 KiB made
+  // at line 16. The collector reads the four traces into one list: their frames' text must
+  // survive the list growing.
+  const std::string script = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_procs.py";
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + torch_env() + " " + kVramtrace + " run -o " + dir + " -- python3 " + script);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  json j = load_json(dir + "/report.json");
+  REQUIRE(j["processes"].size() == 4);
+  REQUIRE(j["leaks"].size() == 4);
+  for (const json& g : j["leaks"]) {
+    REQUIRE(g["site"] == "main (" + script + ":16)");
+    REQUIRE(g["bytes"] == 256 * 1024);
+  }
+  std::vector<std::string> files;
+  python_files(j, &files);
+  REQUIRE(files.size() >= 4);
+  for (const std::string& f : files) {
+    INFO(f);
+    REQUIRE((f == script || f.find("/fake_torch/torch/") != std::string::npos ||
+             f.find("/.python/sitecustomize.py") != std::string::npos));
+  }
+}
