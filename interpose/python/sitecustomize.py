@@ -718,12 +718,13 @@ class _Context:
         stats = getattr(memory, "memory_stats_as_nested_dict", None)
 
         def allocations():
+            # 0 where PyTorch cannot say: nothing is counted, the frames are never cut.
             try:
                 return int(stats()["allocation"]["all"]["allocated"])
             except Exception:
-                return None
+                return 0
 
-        self.allocations = allocations if stats is not None else (lambda: None)
+        self.allocations = allocations
         self.history = functools.partial(record, enabled="all", stacks="python",
                                          max_entries=max_entries)
         self.frames(True)
@@ -732,18 +733,21 @@ class _Context:
         if on == self.frames_on or self.history is None:
             return
         if self.counting:
-            n = self.allocations()
-            if n is None:
-                self.counting = False
-            elif on:
-                self.between_from = n
+            if on:
+                self.between_from = self.allocations()
             else:
-                self.between += n - self.between_from
+                self.tally()
         try:
             self.history(context="alloc" if on else None)
             self.frames_on = on
         except Exception:
             self.history = None
+
+    def tally(self):
+        """Adds the allocations made since the frames went on, or since the last tally."""
+        n = self.allocations()
+        self.between += n - self.between_from
+        self.between_from = n
 
     def phase_begin(self):
         if self.frames_on:
@@ -763,9 +767,7 @@ class _Context:
         now = self.now()
         if self.counting and self.iteration_ns:
             if self.frames_on:
-                n = self.allocations()
-                self.between += (n or self.between_from) - self.between_from
-                self.between_from = n or 0
+                self.tally()
             if self.between * 2000 > self.budget * (now - self.iteration_ns):
                 self.frames(False)
                 self.history = None
@@ -773,7 +775,7 @@ class _Context:
         self.between = 0
         self.counting = done < 3 or done % 50 == 49
         if self.counting and self.frames_on:
-            self.between_from = self.allocations() or 0
+            self.between_from = self.allocations()
         self.iteration_ns = now
 
     def label_all_now(self):

@@ -55,33 +55,33 @@ def launch_bound_step(dev):
     return step
 
 
+def load_hook():
+    """vramtrace's start-up hook loaded from its source without the rest of it running (no
+    VRAMTRACE_TORCH_DIR: it attaches nothing), for its _Context."""
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
+    hook = importlib.util.module_from_spec(spec)
+    os.environ.pop("VRAMTRACE_TORCH_DIR", None)
+    spec.loader.exec_module(hook)
+    return hook
+
+
 def switch():
     """The thing launch_bound_ab turns on and off, as a function of one bool."""
     if os.environ.get("VT_AB") == "null":
         return lambda on: None  # the method's own spread: both blocks run the same
     if os.environ.get("VT_AB") == "context":
-        # vramtrace's start-up hook's context (module, autograd and optimizer hooks), loaded
-        # from its source without the rest of the hook; switched by registering and removing.
-        import importlib.util
-        here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(
-            "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
-        hook = importlib.util.module_from_spec(spec)
-        os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-        spec.loader.exec_module(hook)
-        ctx = hook._Context(torch, str)
+        # vramtrace's start-up hook's context (module, autograd and optimizer hooks);
+        # switched by registering and removing.
+        ctx = load_hook()._Context(torch, str)
         return ctx.set_enabled
     if os.environ.get("VT_AB") == "lines":
         # The hook's context on throughout, over the allocator trace as --torch=auto sets it;
         # switched: the trace's frames between the phases (lines_between_phases). Its guard
         # may switch them off for good (too costly for this step): said on stderr.
-        import importlib.util
-        here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(
-            "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
-        hook = importlib.util.module_from_spec(spec)
-        os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-        spec.loader.exec_module(hook)
+        hook = load_hook()
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=1000000)
         ctx = hook._Context(torch, str)
