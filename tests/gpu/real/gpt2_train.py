@@ -1,11 +1,15 @@
 """A GPT-2 (transformers, built from a config: no download) trained with AdamW for STEPS steps;
 prints PyTorch's own figures after the last step: parameter, gradient and optimizer-state
-bytes, memory_allocated, max_memory_allocated/reserved."""
+bytes, memory_allocated, max_memory_allocated/reserved. LIMIT_GIB caps the process with PyTorch's
+per-process fraction (a first-step death at LAYERS=12 BATCH=32 LIMIT_GIB=16)."""
 import json, os
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 steps = int(os.environ.get("STEPS", "4"))
 batch = int(os.environ.get("BATCH", "8"))
+limit = float(os.environ.get("LIMIT_GIB", "0"))
+if limit > 0:
+    torch.cuda.set_per_process_memory_fraction(limit * 2**30 / torch.cuda.get_device_properties(0).total_memory)
 cfg = GPT2Config(n_layer=int(os.environ.get("LAYERS", "6")), n_embd=768, n_head=12, n_positions=1024)
 model = GPT2LMHeadModel(cfg).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
