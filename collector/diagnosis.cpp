@@ -139,9 +139,10 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
         std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
       r.how = buf;
       if (in.partial_step)
-        r.how =
-            "the job died in its first step, so a whole step needs more than was measured: "
-            "try half the batch and measure again";
+        r.how = "the job died " + (in.progress.empty() ? "in its first step" : in.progress) +
+                ", so a whole step needs more than this floor: measure it with `vramtrace run " +
+                "-- " + (in.command.empty() ? "<your command>" : in.command) +
+                "` at half the batch";
     } else {
       r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
     }
@@ -184,6 +185,62 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
 
   std::stable_sort(out.begin(), out.end(),
                    [](const Remedy& a, const Remedy& b) { return a.saves_bytes > b.saves_bytes; });
+  if (in.partial_step)
+    for (Remedy& r : out) r.lower_bound = true;
+  return out;
+}
+
+std::string first_step_progress(const TorchMemory& tm, uint64_t t) {
+  const PhaseSpan* ph = tm.phase_at(t);
+  std::string where = ph && ph->phase == TorchPhase::Backward    ? "in its first backward"
+                      : ph && ph->phase == TorchPhase::Optimizer ? "in its first optimizer step"
+                                                                 : "in its first forward";
+  const auto& ctx = tm.context();
+  std::vector<bool> ran(ctx.modules.size() + 1, false);
+  size_t n = 0;
+  for (const TorchMark& m : ctx.marks) {
+    if (m.time_ns > t) break;
+    const bool call = m.kind == MarkKind::Module || m.kind == MarkKind::Forward ||
+                      m.kind == MarkKind::ForwardEval || m.kind == MarkKind::ForwardEvalGrad;
+    if (call && m.id < ran.size() && !ran[m.id]) {
+      ran[m.id] = true;
+      ++n;
+    }
+  }
+  if (const uint32_t mod = tm.module_at(t)) where += ", in " + tm.module_name(mod);
+  if (n && !ctx.modules.empty() && (!ph || ph->phase != TorchPhase::Optimizer))
+    where += ", after " + std::to_string(n) + " of the model's " +
+             std::to_string(ctx.modules.size()) + " modules had run";
+  return where;
+}
+
+std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
+  std::vector<Remedy> out;
+  if (in.grown_bytes)
+    out.push_back({"free_per_iteration",
+                   "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
+                   in.grown_bytes,
+                   "it kept " + gib(in.bytes_per_iteration) +
+                       " per iteration that no later iteration freed",
+                   "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
+                   "buffer before the loop and reuse it"});
+  if (in.fragmented)
+    out.push_back({"pool_release",
+                   "Size the pool's blocks for the largest request, or let it release free memory",
+                   0,
+                   "the pool's free memory was there, in pieces smaller than the request",
+                   "cudaMallocAsync with cudaMemPoolAttrReleaseThreshold, and allocate the "
+                   "long-lived buffers first"});
+  if (in.needed > in.limit && in.limit) {
+    Remedy r{"smaller_working_set",
+             "Use a smaller working set: process the data in chunks, or keep fewer buffers live "
+             "at once",
+             in.needed - in.limit,
+             "what the program held with its last request exceeded the limit by this much",
+             "split the largest buffers (or the batch) into chunks processed in turn"};
+    r.lower_bound = true;
+    out.push_back(r);
+  }
   return out;
 }
 
@@ -261,7 +318,9 @@ RemedyInput remedy_input(const TorchMemory& tm, uint32_t device, uint64_t t,
   in.fragmented = fragmented;
   in.autocast = tm.autocast();
   // A first-step OOM: the moment came before any optimizer step ended.
-  in.partial_step = request && tm.optimizer_steps() == 0;
+  // (A job without an optimizer, an evaluation, is in its first step only in its first forward.)
+  in.partial_step = request && tm.optimizer_steps() == 0 && !tm.iterations().empty() &&
+                    tm.iteration_at(t) <= 0;
   auto acts = live_by_module(tm, device, t, true);
   uint64_t act_total = 0;
   for (auto& [n, b] : acts) act_total += b;

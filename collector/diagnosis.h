@@ -32,6 +32,14 @@ struct Remedy {
   uint64_t saves_bytes = 0;
   std::string assumption;
   std::string how;  // the code or setting
+  // The job died in its first step: the saving is measured against what that partial step
+  // held, so the predicted peak is a floor that a whole step will exceed.
+  bool lower_bound = false;
+  // The job's memory grows across iterations and this remedy does not stop that.
+  bool leaves_growth = false;
+  // The peak with the remedy, when it is known better than the moment less the saving.
+  std::optional<uint64_t> predicted_peak;
+  bool upper_bound = false;  // predicted_peak is a ceiling the remedy will stay under
 };
 
 struct RemedyInput {
@@ -46,10 +54,27 @@ struct RemedyInput {
   bool partial_step = false;  // the moment came before the first step ended (a first-step OOM)
   std::string param_dtype;    // the parameters' dtype ("float32")
   uint64_t optimizer_state_per_param = 0;  // tensors of state per parameter (2 for Adam)
+  std::string progress;  // partial_step: how far the first step got (first_step_progress)
+  std::string command;   // the command that ran, to measure a remedy with
 };
 
 // Ranked, largest saving first; empty when nothing the figures support would help.
 std::vector<Remedy> pytorch_remedies(const RemedyInput& in);
+
+// How far a job that died in its first step got, at `t`: "in its first forward, in
+// layer3.0.bn1, after 31 of 161 modules had run" ("" without the hook's module marks).
+std::string first_step_progress(const TorchMemory& tm, uint64_t t);
+
+// A native (non-PyTorch) program's remedies in CUDA's terms: memory kept at a growing site
+// (`growth_site`, `grown_bytes` kept since it began), or a working set past the limit.
+struct NativeRemedyInput {
+  std::string growth_site;
+  uint64_t grown_bytes = 0, bytes_per_iteration = 0;
+  uint64_t needed = 0;  // held + the failed request (0 at a peak)
+  uint64_t limit = 0;
+  bool fragmented = false;  // a pool's free memory was there, in pieces too small
+};
+std::vector<Remedy> native_remedies(const NativeRemedyInput& in);
 
 // The moment whose memory the categories explain. A caching allocator's reserved memory only
 // grows, so the driver's peak is when its last segment was made (often a small one in the

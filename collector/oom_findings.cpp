@@ -46,6 +46,8 @@ const char* finding_kind_name(FindingKind k) {
     case FindingKind::HeldByOthers: return "held_by_others";
     case FindingKind::Growth: return "growth";
     case FindingKind::NearCapacity: return "near_capacity";
+    case FindingKind::KeptGraph: return "kept_graph";
+    case FindingKind::KeptOutputs: return "kept_outputs";
   }
   return "";
 }
@@ -152,6 +154,22 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
           "each job its own GPU with CUDA_VISIBLE_DEVICES.");
     }
   }
+  // Memory kept across iterations that makes up much of what was live is the cause: reaching
+  // the limit, or the cache's pieces, are only how the growth ended.
+  const bool kept = in.kept && in.kept->kept_bytes * 4 >= o.live_bytes;
+  if (kept) {
+    const KeptAcrossIterations& k = *in.kept;
+    FindingEvidence ev;
+    ev.bytes_per_iteration = k.bytes_per_iteration;
+    ev.grown_bytes = k.kept_bytes;
+    ev.iterations = k.iterations_keeping;
+    ev.live_bytes = o.live_bytes;
+    ev.requested_bytes = request;
+    for (size_t i = 0; i < k.modules.size() && i < 5; ++i) ev.kept_modules.push_back(k.modules[i]);
+    const auto remedies = kept_remedies(k, 0);
+    add(0.98, k.kind == KeptKind::Graph ? FindingKind::KeptGraph : FindingKind::KeptOutputs,
+        kept_title(k), ev, remedies.empty() ? "" : remedies[0].title + ".");
+  }
   if (!in.growth.empty()) {
     uint64_t rate = 0, grown = 0;
     for (const auto& g : in.growth) {
@@ -167,7 +185,10 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
     ev.growth_sites.assign(
         in.growth.begin(),
         in.growth.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(in.growth.size(), 5)));
-    add(grown * 4 >= o.live_bytes ? 0.85 : 0.5, FindingKind::Growth,
+    // Growth that holds most of the memory is the cause, whatever the limit or the cache say;
+    // when the forwards' kept memory explains it, that finding says it in PyTorch's terms.
+    const double score = kept ? 0.5 : grown * 2 >= o.live_bytes ? 0.98 : grown * 4 >= o.live_bytes ? 0.85 : 0.5;
+    add(score, FindingKind::Growth,
         "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
             std::to_string(top.first_iteration) + ", led by " + top.site,
         ev,

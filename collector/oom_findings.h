@@ -14,6 +14,7 @@
 #include "collector/diagnosis.h"
 #include "collector/leaks.h"
 #include "collector/model.h"
+#include "collector/retention.h"
 
 namespace vramtrace::collector {
 
@@ -36,6 +37,8 @@ enum class FindingKind {
   HeldByOthers,     // other processes (or the driver) held much of the GPU
   Growth,           // live memory grew across iterations
   NearCapacity,     // the process itself held nearly all of its limit
+  KeptGraph,        // forwards' autograd graphs kept across iterations (no backward)
+  KeptOutputs,      // forwards' outputs kept past their step
 };
 const char* finding_kind_name(FindingKind k);  // "limit_reached", ...
 
@@ -50,6 +53,8 @@ struct FindingEvidence {
   std::optional<int64_t> iterations;
   std::vector<SiteGrowth> growth_sites;  // growth: the fastest-growing sites (at most 5)
   std::vector<std::pair<std::string, uint64_t>> top_sites;  // near_capacity: largest live (3)
+  // kept_graph, kept_outputs: the modules that made what was kept, largest first (at most 5).
+  std::vector<std::pair<std::string, uint64_t>> kept_modules;
 };
 
 struct OomFinding {
@@ -70,6 +75,8 @@ struct OomFindingInput {
   std::vector<std::pair<std::string, uint64_t>>
       live_by_site;         // the live set by site, largest first
   bool torch_pool = false;  // the allocator that ran out is PyTorch's
+  // What PyTorch's forwards kept across iterations until the OOM (retention.h), if anything.
+  std::optional<KeptAcrossIterations> kept;
 };
 
 // The findings the figures support, likeliest first (rank 1), ties in the order above.

@@ -203,6 +203,12 @@ json findings_json(const std::vector<collector::OomFinding>& findings,
       for (const auto& g : e.growth_sites) sites.push_back(growth_json(g, stacks, origin));
       ev["sites"] = sites;
     }
+    if (!e.kept_modules.empty()) {
+      json mods = json::array();
+      for (const auto& [module, bytes] : e.kept_modules)
+        mods.push_back({{"module", module}, {"bytes", bytes}});
+      ev["modules"] = mods;
+    }
     if (f.kind == collector::FindingKind::NearCapacity) {
       json sites = json::array();
       for (const auto& [site, bytes] : e.top_sites)
@@ -844,6 +850,7 @@ json to_json(const Run& run, const RunInfo& info) {
       fin.held_by_others = others;
       fin.growth = collector::growth_by_site(o.survivors, p, o.time_ns, site_text_of(stacks));
       fin.torch_pool = torch_pool;
+      if (p.torch_memory) fin.kept = collector::kept_across_iterations(*p.torch_memory, o.device, o.time_ns);
       if (!fin.growth.empty()) {
         json growth_then = json::array();
         for (const auto& g : fin.growth) growth_then.push_back(growth_json(g, stacks, origin));

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "collector/diagnosis.h"
+#include "collector/retention.h"
 #include "report/json_report.h"
 
 namespace vramtrace::report {
@@ -405,15 +406,71 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
         {"largest_free_block_bytes", "largest free block"},
         {"bytes_per_iteration", "growth per iteration"},
         {"grown_bytes", "grown in all"}};
+    const bool kept = f["kind"] == "kept_graph" || f["kind"] == "kept_outputs";
     json ev = json::array();
     for (auto& [k, v] : f["evidence"].items())
       if (v.is_number_unsigned() && k.find("bytes") != std::string::npos) {
         auto w = words.find(k);
-        ev.push_back({{"label", w != words.end() ? w->second : k}, {"bytes", v}});
+        std::string label = w != words.end() ? w->second : k;
+        if (kept && k == "grown_bytes") label = "kept from earlier iterations";
+        if (kept && k == "bytes_per_iteration") label = "kept per iteration";
+        ev.push_back({{"label", label}, {"bytes", v}});
       }
     dg["cause"] = {{"kind", f["kind"]}, {"title", f["title"]}, {"evidence", ev}};
   }
-  if (!tm) return dg;
+  // Growth seen on this device (report.json's growth, fastest first), if any.
+  const json* growth = nullptr;
+  for (const json& g : report["growth"])
+    if (g["pid"] == proc->pid && g["device"] == device) {
+      growth = &g;
+      break;
+    }
+  auto remedy_json = [&](const collector::Remedy& r, uint64_t base) {
+    json j = {{"kind", r.kind},
+              {"title", r.title},
+              {"saves_bytes", r.saves_bytes},
+              {"assumption", r.assumption},
+              {"how", r.how}};
+    j["predicted_peak_bytes"] = r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
+    if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
+    if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
+    if (r.leaves_growth) j["leaves_growth"] = true;
+    return j;
+  };
+  if (!tm || tm->context().blocks.empty()) {
+    // A native program (or PyTorch without its allocator trace): remedies in CUDA's terms.
+    collector::NativeRemedyInput nin;
+    if (growth) {
+      nin.growth_site = (*growth)["site"].get<std::string>();
+      nin.grown_bytes = (*growth)["bytes"].get<uint64_t>();
+      nin.bytes_per_iteration = (*growth)["bytes_per_iteration"].get<uint64_t>();
+      if (!dg.contains("cause"))
+        dg["cause"] = {{"kind", "growth"},
+                       {"title", "Live memory grows by " +
+                                     human_bytes(nin.bytes_per_iteration) +
+                                     " per iteration, kept at " + nin.growth_site},
+                       {"evidence", json::array({{{"label", "growth per iteration"},
+                                                  {"bytes", nin.bytes_per_iteration}},
+                                                 {{"label", "grown in all"},
+                                                  {"bytes", nin.grown_bytes}}})}};
+      dg["growth"] = {{"kind", "growth"},
+                      {"bytes_per_iteration", nin.bytes_per_iteration},
+                      {"kept_bytes", nin.grown_bytes}};
+    }
+    if (fatal) {
+      nin.needed = held + request;
+      nin.limit = lim.bytes;
+      for (const json& f : (*fatal)["findings"])
+        if (f["kind"] == "fragmentation") nin.fragmented = true;
+    }
+    if (!tm && (growth || fatal)) {
+      json remedies = json::array();
+      const uint64_t base = fatal ? held + request : d.memory.peak_bytes();
+      for (const auto& r : collector::native_remedies(nin)) remedies.push_back(remedy_json(r, base));
+      dg["remedies"] = remedies;
+    }
+    if (!tm) return dg;
+  }
   if (auto x = tm->context().xla.find(device); x != tm->context().xla.end()) {
     // JAX: the pool's limit, what the arrays needed at their peak, and the knobs that move it.
     json remedies = json::array();
@@ -449,20 +506,60 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
   if (fatal)
     for (const json& f : (*fatal)["findings"])
       if (f["kind"] == "fragmentation") fragmented = true;
-  const collector::RemedyInput in =
+  collector::RemedyInput in =
       collector::remedy_input(*tm, device, t, at, lim.bytes, request, fragmented);
+  if (in.partial_step) {
+    in.progress = collector::first_step_progress(*tm, t);
+    for (const std::string& w : proc->cmdline) in.command += (in.command.empty() ? "" : " ") + w;
+  }
+  // Memory the forwards keep across iterations: the cause, and the remedies that stop it first;
+  // the others (a smaller batch, bf16, checkpointing) only delay the same end.
+  const auto kept = collector::kept_across_iterations(*tm, device, t);
+  std::vector<collector::Remedy> ranked;
+  if (kept) {
+    // Beyond its blocks the process held the allocator's cache, the context and libraries.
+    const uint64_t held_now = fatal ? in.total : d.memory.peak_bytes();
+    ranked = collector::kept_remedies(*kept, held_now > kept->in_use ? held_now - kept->in_use : 0);
+    if (!dg.contains("cause"))
+      dg["cause"] = {{"kind", collector::kept_kind_name(kept->kind)},
+                     {"title", collector::kept_title(*kept)},
+                     {"evidence", json::array({{{"label", "kept per iteration"},
+                                                {"bytes", kept->bytes_per_iteration}},
+                                               {{"label", "kept from earlier iterations"},
+                                                {"bytes", kept->kept_bytes}}})}};
+    dg["growth"] = {{"kind", collector::kept_kind_name(kept->kind)},
+                    {"bytes_per_iteration", kept->bytes_per_iteration},
+                    {"kept_bytes", kept->kept_bytes},
+                    {"iterations", kept->iterations_keeping}};
+  } else if (growth) {
+    ranked.push_back({"keep_numbers",
+                      "Don't keep tensors across iterations: " +
+                          (*growth)["site"].get<std::string>() + " keeps " +
+                          human_bytes((*growth)["bytes_per_iteration"].get<uint64_t>()) +
+                          " per iteration",
+                      (*growth)["bytes"].get<uint64_t>(),
+                      "what an iteration keeps is only read later: as numbers or on the CPU it "
+                      "needs no GPU memory",
+                      "loss.item(), t.detach().cpu(), or clear the list or cache each iteration"});
+    dg["growth"] = {{"kind", "growth"},
+                    {"bytes_per_iteration", (*growth)["bytes_per_iteration"]},
+                    {"kept_bytes", (*growth)["bytes"]}};
+  }
+  const bool growing = !ranked.empty();
+  for (auto r : collector::pytorch_remedies(in)) {
+    if (kept && kept->kind == collector::KeptKind::Graph && r.kind == "no_grad") continue;
+    r.leaves_growth = growing;
+    ranked.push_back(std::move(r));
+  }
   json remedies = json::array();
-  for (const auto& r : collector::pytorch_remedies(in)) {
-    json j = {{"kind", r.kind},
-              {"title", r.title},
-              {"saves_bytes", r.saves_bytes},
-              {"assumption", r.assumption},
-              {"how", r.how}};
-    // Against what the moment needed: the held memory and the failed request at an OOM, the
-    // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
-    const uint64_t base = fatal ? in.total + request : d.memory.peak_bytes();
-    j["predicted_peak_bytes"] = base - std::min(base, r.saves_bytes);
-    remedies.push_back(j);
+  // Against what the moment needed: the held memory and the failed request at an OOM, the
+  // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
+  const uint64_t base = fatal ? in.total + request : d.memory.peak_bytes();
+  for (auto r : ranked) {
+    // Expandable segments remove the stranded pieces, not what the blocks needed earlier on.
+    if (r.kind == "expandable_segments" && !r.predicted_peak)
+      r.predicted_peak = std::max(base - std::min(base, r.saves_bytes), d.allocator_peak_in_use);
+    remedies.push_back(remedy_json(r, base));
   }
   dg["remedies"] = remedies;
   dg["categories"] = bytes_json(in.at);

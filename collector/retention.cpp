@@ -1,0 +1,191 @@
+// Memory a PyTorch program keeps across iterations, and its fixes (see retention.h).
+#include "collector/retention.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "collector/oom_findings.h"
+
+namespace vramtrace::collector {
+namespace {
+
+// Below this an iteration's leftovers are noise (a running metric, a cached index tensor).
+constexpr uint64_t kMinKeptPerIteration = 1ull << 20;
+// An evaluation that dies in its third forward has one iteration to judge by: it must keep
+// at least this much, and most of what its forward made, to be called a kept graph.
+constexpr uint64_t kMinKeptSingle = 64ull << 20;
+
+bool forward_made(const BlockInfo& b) {
+  return (b.phase == TorchPhase::Forward || b.phase == TorchPhase::Evaluation) && b.label < 0 &&
+         b.iteration >= 0;
+}
+
+// The most PyTorch's blocks in use reached up to `t` without what the forwards of iterations
+// `lag` or more back still held (see KeptAcrossIterations::peak_without_kept).
+uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, int64_t lag,
+                      uint64_t* in_use_at_t) {
+  const auto& blocks = tm.context().blocks;
+  const auto& info = tm.info();
+  std::vector<std::pair<uint64_t, int64_t>> events;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].device != device || blocks[i].alloc_ns > t) continue;
+    events.push_back({blocks[i].alloc_ns, static_cast<int64_t>(i) + 1});
+    if (blocks[i].free_ns <= t) events.push_back({blocks[i].free_ns, -static_cast<int64_t>(i) - 1});
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::map<int64_t, int64_t> live_by_iteration;  // forward-made blocks' live bytes
+  int64_t in_use = 0, earlier = 0, counted_to = -1, best = 0;
+  for (const auto& [time, e] : events) {
+    const size_t i = static_cast<size_t>((e > 0 ? e : -e) - 1);
+    const auto bytes = static_cast<int64_t>(blocks[i].bytes);
+    const int64_t sign = e > 0 ? 1 : -1;
+    in_use += sign * bytes;
+    const int64_t now = tm.iteration_at(time) - lag;
+    for (; counted_to < now; ++counted_to) earlier += live_by_iteration[counted_to + 1];
+    if (forward_made(info[i])) {
+      live_by_iteration[info[i].iteration] += sign * bytes;
+      if (info[i].iteration <= counted_to) earlier += sign * bytes;
+    }
+    best = std::max(best, in_use - earlier);
+  }
+  if (in_use_at_t) *in_use_at_t = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
+  return static_cast<uint64_t>(std::max<int64_t>(best, 0));
+}
+
+}  // namespace
+
+const char* kept_kind_name(KeptKind k) {
+  return k == KeptKind::Graph ? "kept_graph" : "kept_outputs";
+}
+
+std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm, uint32_t device,
+                                                           uint64_t t) {
+  const auto& starts = tm.iterations();
+  const int64_t begun = tm.iteration_at(t) + 1;
+  // Iterations i with i + 2 begun by `t` are judged; the one right before the current may
+  // still hold its predecessor's output legitimately, but what it keeps is given back by the
+  // fix all the same.
+  const int64_t judged = begun - 2;
+  if (judged < 1) return std::nullopt;
+  const auto& blocks = tm.context().blocks;
+  const auto& info = tm.info();
+  std::vector<uint64_t> made(static_cast<size_t>(begun), 0), kept(static_cast<size_t>(begun), 0);
+  std::vector<std::set<uint32_t>> kept_modules(static_cast<size_t>(begun));
+  std::map<uint32_t, uint64_t> by_module;
+  std::vector<bool> eval(static_cast<size_t>(begun), false);
+  KeptAcrossIterations k;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const TorchBlock& b = blocks[i];
+    const BlockInfo& bi = info[i];
+    if (b.device != device || b.alloc_ns > t || !forward_made(bi) || bi.iteration >= begun)
+      continue;
+    const auto it = static_cast<size_t>(bi.iteration);
+    made[it] += b.bytes;
+    if (bi.phase == TorchPhase::Evaluation) eval[it] = true;
+    if (b.free_ns <= t || bi.iteration > begun - 2) continue;
+    kept[it] += b.bytes;
+    kept_modules[it].insert(bi.module);
+    by_module[bi.module] += b.bytes;
+    k.kept_bytes += b.bytes;
+    k.blocks.push_back(i);
+  }
+  std::vector<uint64_t> keeping;
+  int64_t first = -1;
+  bool graph_like = true;
+  for (int64_t it = 0; it < judged; ++it) {
+    const auto i = static_cast<size_t>(it);
+    if (kept[i] < kMinKeptPerIteration) continue;
+    keeping.push_back(kept[i]);
+    if (first < 0) first = it;
+    // A graph keeps nearly everything its forward made, across the model; outputs are a
+    // few tensors of the last modules.
+    if (kept_modules[i].size() < 3 && kept[i] * 2 < made[i]) graph_like = false;
+  }
+  if (keeping.empty()) return std::nullopt;
+  if (judged == 1) {
+    if (kept[0] < kMinKeptSingle || kept[0] * 2 < made[0]) return std::nullopt;
+  } else if (keeping.size() < 2 || static_cast<int64_t>(keeping.size()) * 2 < judged) {
+    return std::nullopt;
+  }
+  std::sort(keeping.begin(), keeping.end());
+  k.bytes_per_iteration = keeping[keeping.size() / 2];
+  k.iterations_keeping = static_cast<int64_t>(keeping.size());
+  k.iterations = begun;
+  k.first_iteration = first;
+  // A backward in the iterations judged: the graph was consumed, what stayed is outputs.
+  const uint64_t from = starts[static_cast<size_t>(first)];
+  const uint64_t until = starts[static_cast<size_t>(begun - 1)];
+  uint32_t site = 0;
+  for (const PhaseSpan& ph : tm.phases()) {
+    if (ph.start_ns < from || ph.start_ns > until) continue;
+    if (ph.phase == TorchPhase::Backward) k.backward = true;
+    if ((ph.phase == TorchPhase::Forward || ph.phase == TorchPhase::Evaluation) && !site)
+      site = ph.site;
+  }
+  for (int64_t it = first; it < judged; ++it)
+    if (eval[static_cast<size_t>(it)]) k.evaluation = true;
+  k.kind = !k.backward && graph_like ? KeptKind::Graph : KeptKind::Outputs;
+  k.site = tm.site_text(site);
+  for (auto& [m, bytes] : by_module) {
+    std::string name = tm.module_name(m);
+    k.modules.emplace_back(name.empty() ? "(outside any module)" : name, bytes);
+  }
+  std::stable_sort(k.modules.begin(), k.modules.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  k.peak_without_kept = peak_without(tm, device, t, 1, &k.in_use);
+  k.peak_keeping_previous = peak_without(tm, device, t, 2, nullptr);
+  return k;
+}
+
+std::string kept_title(const KeptAcrossIterations& k) {
+  const std::string at = k.site.empty() ? "" : " (called at " + k.site + ")";
+  const std::string per = human_bytes(k.bytes_per_iteration) + " per iteration";
+  if (k.kind == KeptKind::Graph)
+    return std::string("Each ") + (k.evaluation ? "evaluation " : "") +
+           "forward's autograd graph stays alive: " + per + " of activations that no backward " +
+           "consumed" + at + ", " + human_bytes(k.kept_bytes) + " kept from " +
+           std::to_string(k.iterations_keeping) + " earlier iteration" +
+           (k.iterations_keeping == 1 ? "" : "s");
+  std::string lead = k.modules.empty() ? "" : " (made by " + k.modules[0].first + ")";
+  return "Outputs of each forward" + lead + " are kept past their step" + at + ": " + per +
+         ", " + human_bytes(k.kept_bytes) + " kept from " + std::to_string(k.iterations_keeping) +
+         " earlier iteration" + (k.iterations_keeping == 1 ? "" : "s");
+}
+
+std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
+  std::vector<Remedy> out;
+  if (k.kind == KeptKind::Graph) {
+    out.push_back({"no_grad", "Evaluate under torch.no_grad() (or torch.inference_mode())",
+                   k.kept_bytes,
+                   "no backward follows these forwards, so their graphs are never needed; "
+                   "without autograd each forward frees its activations as it goes",
+                   "with torch.no_grad(): out = model(x)"});
+    out.push_back({"accumulate_numbers",
+                   "Accumulate Python numbers, not tensors: total += loss.item() (or "
+                   "loss.detach())",
+                   k.kept_bytes,
+                   "a loss kept as a tensor (a sum, a list) holds its whole graph alive",
+                   "total += out.loss.item()   # or losses.append(loss.detach())"});
+    // Without autograd no forward keeps a graph at all: a forward with its graph, as this run's
+    // ran with nothing kept from before, is the most it can need. With numbers accumulated but
+    // autograd on, `out` still holds one graph while the next forward runs.
+    out[0].predicted_peak = k.peak_without_kept + overhead;
+    out[0].upper_bound = true;
+    out[1].predicted_peak = k.peak_keeping_previous + overhead;
+    out[1].saves_bytes = k.in_use > k.peak_keeping_previous ? k.in_use - k.peak_keeping_previous : 0;
+  } else {
+    out.push_back({"detach_outputs",
+                   "Don't keep outputs on the GPU: store out.detach().cpu(), or compute the "
+                   "metric inside the step",
+                   k.kept_bytes,
+                   "the tensors kept each step are only read later, so they can live on the CPU "
+                   "or be reduced at once",
+                   "kept.append(out.logits.detach().cpu())   # or metric.update(out.logits)"});
+    out[0].predicted_peak = k.peak_without_kept + overhead;
+  }
+  return out;
+}
+
+}  // namespace vramtrace::collector

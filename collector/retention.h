@@ -1,0 +1,65 @@
+// What a PyTorch program keeps across iterations: memory made in an iteration's forward that
+// is still live iterations later. Two causes look alike in a growth curve and need different
+// fixes, so they are told apart here:
+//   - a kept autograd graph: forwards that no backward consumed (evaluation with autograd on,
+//     `total += loss`, a list of losses) whose activations, across many modules, stay live;
+//   - kept outputs: a forward's outputs (logits, hidden states) held past the step whose
+//     backward freed the rest of the graph (`outputs.append(out.logits)`).
+// The figures are the blocks' own lives (PyTorch's allocator trace) against the hook's
+// iterations and phases, so they hold whatever the allocator's cache does.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collector/diagnosis.h"
+#include "collector/torch_memory.h"
+
+namespace vramtrace::collector {
+
+enum class KeptKind { Graph, Outputs };
+const char* kept_kind_name(KeptKind k);  // "kept_graph", "kept_outputs"
+
+struct KeptAcrossIterations {
+  KeptKind kind = KeptKind::Graph;
+  // What one iteration's forward leaves behind (the median of the iterations that keep).
+  uint64_t bytes_per_iteration = 0;
+  // What the earlier iterations' forwards still held at the moment: what the fix gives back.
+  uint64_t kept_bytes = 0;
+  int64_t iterations_keeping = 0;  // iterations whose forward memory outlived the next one
+  int64_t iterations = 0;          // iterations begun by the moment
+  int64_t first_iteration = 0;     // the first that kept
+  bool backward = false;           // a backward ran in those iterations (training)
+  bool evaluation = false;         // their forwards ran in eval() mode
+  // Kept bytes by module (the innermost module that made them), largest first.
+  std::vector<std::pair<std::string, uint64_t>> modules;
+  std::string site;  // the line that called the forwards ("eval.py:25"), "" when unknown
+  // The kept blocks, as indices into the trace's blocks (to tell them from leak suspects).
+  std::vector<size_t> blocks;
+  // PyTorch's blocks in use at the moment, and the most they reached up to it had nothing made
+  // by an earlier iteration's forward stayed live (`peak_without_kept`: the fix that frees a
+  // forward's memory with its iteration), or nothing older than the iteration before
+  // (`peak_keeping_previous`: `total += loss.item()` with autograd still on, where `out` holds
+  // the previous forward's graph until the next forward returns).
+  uint64_t in_use = 0, peak_without_kept = 0, peak_keeping_previous = 0;
+};
+
+// Memory kept across iterations on `device` at `t`: made in the forward of an iteration i and
+// still live at `t` while iteration i + 2 has begun by then (the iteration right after may
+// still hold its predecessor's output legitimately: `out` is rebound only when the next
+// forward returns). None when fewer than that are kept, or too little to matter.
+std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm, uint32_t device,
+                                                           uint64_t t);
+
+// "Each evaluation forward's autograd graph stays alive: 10.17 GiB per iteration ..."
+std::string kept_title(const KeptAcrossIterations& k);
+
+// The fixes in PyTorch's words, each with the peak it leads to: the blocks' peak without the
+// kept memory plus `overhead` (what the process held beyond its blocks at the moment: the
+// allocator's cache, the context, libraries).
+std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhead);
+
+}  // namespace vramtrace::collector
