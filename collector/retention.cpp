@@ -139,6 +139,22 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
   return k;
 }
 
+std::vector<Allocation> take_kept(const TorchMemory& tm, const KeptAcrossIterations& k,
+                                  uint32_t device, std::vector<Allocation>& suspects) {
+  const std::set<size_t> kept(k.blocks.begin(), k.blocks.end());
+  const BlockInfo* first = tm.info().data();
+  std::vector<Allocation> out, rest;
+  for (Allocation& a : suspects) {
+    const BlockInfo* b = a.space == 1 ? tm.block(device, a.id, a.time_ns) : nullptr;
+    if (b && kept.count(static_cast<size_t>(b - first)))
+      out.push_back(a);
+    else
+      rest.push_back(a);
+  }
+  suspects.swap(rest);
+  return out;
+}
+
 std::string kept_title(const KeptAcrossIterations& k) {
   const std::string at = k.site.empty() ? "" : " (called at " + k.site + ")";
   const std::string per = human_bytes(k.bytes_per_iteration) + " per iteration";

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "collector/allocation.h"
 #include "collector/diagnosis.h"
 #include "collector/torch_memory.h"
 
@@ -53,6 +54,11 @@ struct KeptAcrossIterations {
 // forward returns). None when fewer than that are kept, or too little to matter.
 std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm, uint32_t device,
                                                            uint64_t t);
+
+// Moves the kept blocks out of `suspects` (what was live at the end on `device`) and returns
+// them: memory a program keeps on purpose or by mistake across iterations, not leaked.
+std::vector<Allocation> take_kept(const TorchMemory& tm, const KeptAcrossIterations& k,
+                                  uint32_t device, std::vector<Allocation>& suspects);
 
 // "Each evaluation forward's autograd graph stays alive: 10.17 GiB per iteration ..."
 std::string kept_title(const KeptAcrossIterations& k);

@@ -3,6 +3,7 @@
 #include "collector/diagnosis.h"
 #include "collector/leaks.h"
 #include "collector/oom_findings.h"
+#include "collector/retention.h"
 #include "report/report_keys.h"
 #include "report/torch_json.h"
 
@@ -715,12 +716,26 @@ json to_json(const Run& run, const RunInfo& info) {
         devices.back()["model_state_at_exit_bytes"] = left.model_state_bytes;
       if (left.cuda_graph_bytes)
         devices.back()["cuda_graph_blocks_at_exit_bytes"] = left.cuda_graph_bytes;
-      if (!still_running)
+      // What the forwards keep across iterations is the diagnosis' cause, not a leak.
+      std::vector<Allocation> kept_blocks;
+      std::optional<collector::KeptAcrossIterations> kept;
+      if (p.torch_memory && !died && !still_running) {
+        kept = collector::kept_across_iterations(*p.torch_memory, index, UINT64_MAX - 1);
+        if (kept) kept_blocks = collector::take_kept(*p.torch_memory, *kept, index, left.suspects);
+      }
+      if (!still_running) {
         for (json& g : by_site(left.suspects, stacks)) {
           g["device"] = index;
           g["pid"] = p.pid;
           (died ? live_at_death : leaks).push_back(g);
         }
+        for (json& g : by_site(kept_blocks, stacks)) {
+          g["device"] = index;
+          g["pid"] = p.pid;
+          g["kept"] = collector::kept_kind_name(kept->kind);
+          leaks.push_back(g);
+        }
+      }
       for (const auto& g : collector::device_growth(p, d, left.suspects, site_text_of(stacks))) {
         json j = growth_json(g, stacks, origin);
         j["device"] = index;
@@ -1111,14 +1126,25 @@ std::string summary_text(const json& r) {
                   static_cast<unsigned long long>(survived));
     out += line;
   }
-  if (r.contains(field::diagnosis) && r[field::diagnosis].contains(field::remedies)) {
+  if (r.contains(field::diagnosis)) {
     const json& dg = r[field::diagnosis];
+    // A job that did not die but keeps memory across iterations: the cause, before the remedies.
+    if (dg.value(field::verdict, "") != "oom" && dg.contains(field::cause))
+      out += "vramtrace:   growing: " + printable(dg[field::cause][field::title].get<std::string>()) +
+             "\n";
     size_t n = 0;
-    for (const auto& m : dg[field::remedies]) {
+    for (const auto& m : dg.value(field::remedies, json::array())) {
       if (n++ == 3) break;
-      out += "vramtrace:   remedy: " + m[field::title].get<std::string>() + ": saves " +
-             human_bytes(m[field::saves_bytes].get<uint64_t>()) + " (" +
-             m[field::how].get<std::string>() + ")\n";
+      std::string peak;
+      if (m.contains(field::predicted_peak_bytes))
+        peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
+                           : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
+                                                                                  : ", peak about ") +
+               human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
+      if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
+      out += "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
+             human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
+             printable(m[field::how].get<std::string>()) + ")\n";
     }
   }
   if (r.contains(field::worst_rank)) {
@@ -1134,8 +1160,13 @@ std::string summary_text(const json& r) {
                   r[field::rank_imbalance][field::max_over_mean].get<double>());
     out += line;
   }
-  uint64_t leak_bytes = 0, leak_count = 0;
+  uint64_t leak_bytes = 0, leak_count = 0, kept_bytes = 0, kept_count = 0;
   for (const auto& l : r[field::leaks]) {
+    if (l.contains("kept")) {
+      kept_bytes += l[field::bytes].get<uint64_t>();
+      kept_count += l[field::count].get<uint64_t>();
+      continue;
+    }
     leak_bytes += l[field::bytes].get<uint64_t>();
     leak_count += l[field::count].get<uint64_t>();
   }
@@ -1149,6 +1180,13 @@ std::string summary_text(const json& r) {
     std::snprintf(line, sizeof line,
                   "vramtrace: %llu allocation(s), %s, still live at exit (leak suspects)\n",
                   static_cast<unsigned long long>(leak_count), human_bytes(leak_bytes).c_str());
+    out += line;
+  }
+  if (kept_count) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu block(s), %s, still live at exit were kept across iterations "
+                  "by the forwards (the cause above), not leaked\n",
+                  static_cast<unsigned long long>(kept_count), human_bytes(kept_bytes).c_str());
     out += line;
   }
   if (r.contains(field::growth)) {

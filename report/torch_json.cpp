@@ -549,6 +549,9 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
   for (auto r : collector::pytorch_remedies(in)) {
     if (kept && kept->kind == collector::KeptKind::Graph && r.kind == "no_grad") continue;
     r.leaves_growth = growing;
+    // How large a batch fits means nothing while every iteration keeps more.
+    if (growing && r.kind == "smaller_batch")
+      r.how = "only delays the end: each iteration still keeps memory that the next one adds to";
     ranked.push_back(std::move(r));
   }
   json remedies = json::array();

@@ -402,6 +402,7 @@
       const head_b = A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (known(lim) ? lim - d.peak.bytes : null);
       head = `Peak ${bytes(d.peak.bytes)}${known(lim) ? ` of ${bytes(lim)} (${pct(d.peak.bytes / lim)})` : ""} on device ${d.index} at ${secs(d.peak.time_ns)}`;
       if (known(head_b)) sub.push(head_b > 0 ? `${bytes(head_b)} headroom left under ${limitText}.` : `No headroom: the peak reached ${limitText}.`);
+      if (A.D && A.D.growth && known(A.D.growth.bytes_per_iteration)) sub.push(`Memory grows by ${bytes(A.D.growth.bytes_per_iteration)} every iteration (${bytes(A.D.growth.kept_bytes)} kept so far): given enough iterations it runs out.`);
       const rec = A.D && A.D.recovered_ooms ? A.D.recovered_ooms : (R.oom || []).filter((x) => x.recovered).length;
       if (rec) sub.push(`${plural(rec, "allocation")} failed and worked when retried after the allocator freed its cache.`);
     } else {
@@ -432,6 +433,12 @@
           const t = $("div", { class: "remedy-title" }, $("span", { text: x.title }));
           if (known(x.saves_bytes) && x.saves_bytes > 0) t.append($("span", { class: "saves", text: `saves ~${bytes(x.saves_bytes)}` }));
           li.append(t);
+          // The peak it leads to, said as the bound it is: a floor when the job died in its first
+          // step, a ceiling where only the most it can need is known.
+          if (known(x.predicted_peak_bytes)) {
+            const how = x.predicted_peak_is_lower_bound ? "at least" : x.predicted_peak_is_upper_bound ? "at most" : "about";
+            li.append($("div", { class: "predicted small", text: `peak with it: ${how} ${bytes(x.predicted_peak_bytes)}` + (x.leaves_growth ? "; memory still grows every iteration" : "") }));
+          } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
           if (x.how) li.append($("code", { class: "how", text: x.how }));
           if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
           return li;
