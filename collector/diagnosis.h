@@ -39,6 +39,8 @@ struct Remedy {
   bool leaves_growth = false;
   // The peak with the remedy, when it is known better than the moment less the saving.
   std::optional<uint64_t> predicted_peak;
+  // When only a range is known: predicted_peak is its low end, this its high end.
+  std::optional<uint64_t> predicted_peak_high;
   bool upper_bound = false;  // predicted_peak is a ceiling the remedy will stay under
 };
 

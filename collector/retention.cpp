@@ -2,6 +2,7 @@
 #include "collector/retention.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
@@ -23,10 +24,64 @@ bool forward_made(const BlockInfo& b) {
 
 // The most PyTorch's blocks in use reached up to `t` without what the forwards of iterations
 // `lag` or more back still held (see KeptAcrossIterations::peak_without_kept).
-uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, int64_t lag,
+// What each iteration's forward made from its last module call on (its outputs: logits, a
+// loss), as a flag per block. The hook marks module calls only in some iterations; in the
+// others the same count of the forward's allocations stands in (as TorchMemory's templates
+// align modules).
+std::vector<bool> forward_tails(const TorchMemory& tm, uint32_t device, uint64_t t) {
+  const auto& blocks = tm.context().blocks;
+  const auto& info = tm.info();
+  std::map<int64_t, uint64_t> tail_from;  // iteration -> its last module call's start
+  std::map<int64_t, bool> traced;
+  const PhaseSpan* fwd = nullptr;
+  for (const TorchMark& m : tm.context().marks) {
+    if (m.time_ns > t) break;
+    const PhaseSpan* ph = tm.phase_at(m.time_ns);
+    if (!ph || (ph->phase != TorchPhase::Forward && ph->phase != TorchPhase::Evaluation)) continue;
+    if (ph != fwd && tail_from.count(ph->iteration)) continue;  // a later forward of it
+    fwd = ph;
+    if (m.kind == MarkKind::Module) traced[ph->iteration] = true;
+    if (m.kind == MarkKind::Module || !tail_from.count(ph->iteration))
+      tail_from[ph->iteration] = m.time_ns;
+  }
+  std::vector<bool> tail(blocks.size(), false);
+  std::map<int64_t, size_t> made;  // forward-made blocks of each iteration so far
+  std::map<int64_t, size_t> tail_at;  // traced iterations: the count made before the tail
+  size_t last_tail_at = SIZE_MAX;
+  int64_t last_it = -1;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].device != device || blocks[i].alloc_ns > t || !forward_made(info[i])) continue;
+    const int64_t it = info[i].iteration;
+    if (it != last_it && last_it >= 0 && traced.count(last_it)) last_tail_at = tail_at[last_it];
+    last_it = it;
+    const size_t pos = made[it]++;
+    if (traced.count(it)) {
+      if (blocks[i].alloc_ns < tail_from[it]) tail_at[it] = pos + 1;
+      tail[i] = blocks[i].alloc_ns >= tail_from[it];
+    } else {
+      tail[i] = last_tail_at != SIZE_MAX && pos >= last_tail_at;
+    }
+  }
+  return tail;
+}
+
+// Which of the forwards' blocks a fix would not have had live, by how old their iteration is.
+enum class Without {
+  Earlier,    // everything the forwards of earlier iterations made (outputs kept on the CPU)
+  OlderThanPrevious,  // of iterations before the previous one (`out` holds one graph)
+  EarlierButOutputs,  // earlier iterations' blocks but the previous forward's outputs
+  Graphs,     // no autograd: as EarlierButOutputs, and the current forward's activations (what
+              // it saved for backward)
+};
+
+// The most PyTorch's blocks in use reached up to `t` without the blocks `w` takes away, and
+// (in_use_at_t) what they were at `t`. One sweep: each iteration's live forward-made bytes in
+// three parts, activations and temporaries before its last module call and its outputs after.
+uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Without w,
                       uint64_t* in_use_at_t) {
   const auto& blocks = tm.context().blocks;
   const auto& info = tm.info();
+  const std::vector<bool> tail = forward_tails(tm, device, t);
   std::vector<std::pair<uint64_t, int64_t>> events;
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i].device != device || blocks[i].alloc_ns > t) continue;
@@ -35,20 +90,35 @@ uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, int64_
   }
   std::stable_sort(events.begin(), events.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::map<int64_t, int64_t> live_by_iteration;  // forward-made blocks' live bytes
-  int64_t in_use = 0, earlier = 0, counted_to = -1, best = 0;
+  enum { kActivations, kTemporaries, kOutputs };
+  std::map<int64_t, std::array<int64_t, 3>> live;  // by iteration
+  auto part = [&](size_t i) {
+    return tail[i] ? kOutputs
+                   : info[i].category == Category::Activations ? kActivations : kTemporaries;
+  };
+  // `old`: the live bytes of every iteration up to `old_to` (inclusive), kept as a running sum.
+  const int64_t lag = w == Without::Earlier ? 1 : 2;
+  int64_t in_use = 0, old = 0, old_to = -1, best = 0;
   for (const auto& [time, e] : events) {
     const size_t i = static_cast<size_t>((e > 0 ? e : -e) - 1);
-    const auto bytes = static_cast<int64_t>(blocks[i].bytes);
-    const int64_t sign = e > 0 ? 1 : -1;
-    in_use += sign * bytes;
-    const int64_t now = tm.iteration_at(time) - lag;
-    for (; counted_to < now; ++counted_to) earlier += live_by_iteration[counted_to + 1];
-    if (forward_made(info[i])) {
-      live_by_iteration[info[i].iteration] += sign * bytes;
-      if (info[i].iteration <= counted_to) earlier += sign * bytes;
+    const int64_t sign = e > 0 ? 1 : -1, bytes = sign * static_cast<int64_t>(blocks[i].bytes);
+    in_use += bytes;
+    const int64_t now = tm.iteration_at(time);
+    for (; old_to < now - lag; ++old_to) {
+      const auto& l = live[old_to + 1];
+      old += l[0] + l[1] + l[2];
     }
-    best = std::max(best, in_use - earlier);
+    if (forward_made(info[i])) {
+      live[info[i].iteration][part(i)] += bytes;
+      if (info[i].iteration <= old_to) old += bytes;
+    }
+    int64_t away = old;
+    if (w == Without::Graphs || w == Without::EarlierButOutputs) {
+      const auto& prev = live[now - 1];
+      away += prev[kActivations] + prev[kTemporaries];
+      if (w == Without::Graphs) away += live[now][kActivations];
+    }
+    best = std::max(best, in_use - away);
   }
   if (in_use_at_t) *in_use_at_t = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
   return static_cast<uint64_t>(std::max<int64_t>(best, 0));
@@ -134,8 +204,10 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
   }
   std::stable_sort(k.modules.begin(), k.modules.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
-  k.peak_without_kept = peak_without(tm, device, t, 1, &k.in_use);
-  k.peak_keeping_previous = peak_without(tm, device, t, 2, nullptr);
+  k.peak_without_kept = peak_without(tm, device, t, Without::Earlier, &k.in_use);
+  k.peak_keeping_previous = peak_without(tm, device, t, Without::OlderThanPrevious, nullptr);
+  k.peak_without_graphs = peak_without(tm, device, t, Without::Graphs, nullptr);
+  k.peak_one_graph = peak_without(tm, device, t, Without::EarlierButOutputs, nullptr);
   return k;
 }
 
@@ -184,11 +256,12 @@ std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhe
                    k.kept_bytes,
                    "a loss kept as a tensor (a sum, a list) holds its whole graph alive",
                    "total += out.loss.item()   # or losses.append(loss.detach())"});
-    // Without autograd no forward keeps a graph at all: a forward with its graph, as this run's
-    // ran with nothing kept from before, is the most it can need. With numbers accumulated but
-    // autograd on, `out` still holds one graph while the next forward runs.
-    out[0].predicted_peak = k.peak_without_kept + overhead;
-    out[0].upper_bound = true;
+    // Without autograd no forward keeps a graph: at least the blocks without any graph (each op's
+    // inputs still live while it runs come on top), at most a forward with its own graph, as
+    // this run's ran with nothing kept from before. With numbers accumulated but autograd on,
+    // `out` still holds one graph while the next forward runs.
+    out[0].predicted_peak = k.peak_without_graphs + overhead;
+    out[0].predicted_peak_high = k.peak_one_graph + overhead;
     out[1].predicted_peak = k.peak_keeping_previous + overhead;
     out[1].saves_bytes = k.in_use > k.peak_keeping_previous ? k.in_use - k.peak_keeping_previous : 0;
   } else {

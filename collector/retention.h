@@ -46,6 +46,12 @@ struct KeptAcrossIterations {
   // (`peak_keeping_previous`: `total += loss.item()` with autograd still on, where `out` holds
   // the previous forward's graph until the next forward returns).
   uint64_t in_use = 0, peak_without_kept = 0, peak_keeping_previous = 0;
+  // Without autograd: no graph of an earlier forward, nor the activations the current one saves
+  // for backward, but the previous forward's outputs (what it made from its last module call
+  // on) held until the next forward returns.
+  uint64_t peak_without_graphs = 0;
+  // The same with the current forward's own graph: one forward with autograd, nothing kept.
+  uint64_t peak_one_graph = 0;
 };
 
 // Memory kept across iterations on `device` at `t`: made in the forward of an iteration i and

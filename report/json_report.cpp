@@ -1136,7 +1136,10 @@ std::string summary_text(const json& r) {
     for (const auto& m : dg.value(field::remedies, json::array())) {
       if (n++ == 3) break;
       std::string peak;
-      if (m.contains(field::predicted_peak_bytes))
+      if (m.contains(field::predicted_peak_high_bytes))
+        peak = ", peak between " + human_bytes(m[field::predicted_peak_bytes].get<uint64_t>()) +
+               " and " + human_bytes(m[field::predicted_peak_high_bytes].get<uint64_t>());
+      else if (m.contains(field::predicted_peak_bytes))
         peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
                            : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
                                                                                   : ", peak about ") +

@@ -71,6 +71,7 @@ inline constexpr Key requested_bytes = "requested_bytes";
 inline constexpr Key run = "run";
 inline constexpr Key saves_bytes = "saves_bytes";
 inline constexpr Key predicted_peak_bytes = "predicted_peak_bytes";
+inline constexpr Key predicted_peak_high_bytes = "predicted_peak_high_bytes";
 inline constexpr Key predicted_peak_is_lower_bound = "predicted_peak_is_lower_bound";
 inline constexpr Key predicted_peak_is_upper_bound = "predicted_peak_is_upper_bound";
 inline constexpr Key leaves_growth = "leaves_growth";

@@ -434,6 +434,7 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     j["predicted_peak_bytes"] = r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
     if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
     if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
+    if (r.predicted_peak_high) j["predicted_peak_high_bytes"] = *r.predicted_peak_high;
     if (r.leaves_growth) j["leaves_growth"] = true;
     return j;
   };

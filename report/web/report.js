@@ -435,7 +435,9 @@
           li.append(t);
           // The peak it leads to, said as the bound it is: a floor when the job died in its first
           // step, a ceiling where only the most it can need is known.
-          if (known(x.predicted_peak_bytes)) {
+          if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
+            li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` }));
+          } else if (known(x.predicted_peak_bytes)) {
             const how = x.predicted_peak_is_lower_bound ? "at least" : x.predicted_peak_is_upper_bound ? "at most" : "about";
             li.append($("div", { class: "predicted small", text: `peak with it: ${how} ${bytes(x.predicted_peak_bytes)}` + (x.leaves_growth ? "; memory still grows every iteration" : "") }));
           } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
