@@ -69,7 +69,8 @@ std::vector<bool> forward_tails(const TorchMemory& tm, uint32_t device, uint64_t
 enum class Without {
   Earlier,    // everything the forwards of earlier iterations made (outputs kept on the CPU)
   OlderThanPrevious,  // of iterations before the previous one (`out` holds one graph)
-  EarlierButOutputs,  // earlier iterations' blocks but the previous forward's outputs
+  EarlierButOutputs,  // earlier iterations' blocks but the previous forward's outputs until
+                      // the current forward returns
   Graphs,     // no autograd: as EarlierButOutputs, and the current forward's activations (what
               // it saved for backward)
 };
@@ -96,6 +97,12 @@ uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Withou
     return tail[i] ? kOutputs
                    : info[i].category == Category::Activations ? kActivations : kTemporaries;
   };
+  // When each iteration's first forward returned: the previous outputs go then (`out` rebound).
+  std::map<int64_t, uint64_t> forward_end;
+  for (const PhaseSpan& ph : tm.phases())
+    if ((ph.phase == TorchPhase::Forward || ph.phase == TorchPhase::Evaluation) &&
+        !forward_end.count(ph.iteration))
+      forward_end[ph.iteration] = ph.end_ns;
   // `old`: the live bytes of every iteration up to `old_to` (inclusive), kept as a running sum.
   const int64_t lag = w == Without::Earlier ? 1 : 2;
   int64_t in_use = 0, old = 0, old_to = -1, best = 0;
@@ -116,6 +123,8 @@ uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Withou
     if (w == Without::Graphs || w == Without::EarlierButOutputs) {
       const auto& prev = live[now - 1];
       away += prev[kActivations] + prev[kTemporaries];
+      auto end = forward_end.find(now);
+      if (end != forward_end.end() && time > end->second) away += prev[kOutputs];
       if (w == Without::Graphs) away += live[now][kActivations];
     }
     best = std::max(best, in_use - away);
@@ -272,7 +281,9 @@ std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhe
                    "the tensors kept each step are only read later, so they can live on the CPU "
                    "or be reduced at once",
                    "kept.append(out.logits.detach().cpu())   # or metric.update(out.logits)"});
-    out[0].predicted_peak = k.peak_without_kept + overhead;
+    // The previous step's outputs stay live until the next forward returns (`out` is rebound
+    // then), whether the list keeps them or not.
+    out[0].predicted_peak = k.peak_one_graph + overhead;
   }
   return out;
 }

@@ -69,15 +69,15 @@ def main():
         for _ in range(n):
             if mode == "nograd":
                 with torch.no_grad():
-                    out = model(x)  # py_torch_kept.py:68
+                    out = model(x)  # py_torch_kept.py:72
             else:
-                out = model(x)  # py_torch_kept.py:70
+                out = model(x)  # py_torch_kept.py:74
             outs.append(out.shape)
         return
     opt = Momentum(model.parameters())
     kept = []
     for _ in range(n):
-        logits = model(x)  # py_torch_kept.py:76
+        logits = model(x)  # py_torch_kept.py:80
         logits.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
