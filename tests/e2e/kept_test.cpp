@@ -1,0 +1,130 @@
+// End-to-end tests of memory a PyTorch program keeps across iterations, on the stand-in PyTorch
+// (tests/programs/py_torch_kept.py, whose header derives the sizes): an evaluation that keeps
+// every forward's graph and a training loop that keeps every step's outputs, each read as its
+// cause (not as fragmentation, a limit or leak suspects), with the fix's predicted peak checked
+// against the same program with the fix applied.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+const std::string kKept = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_kept.py";
+
+// `vramtrace run` of py_torch_kept.py on a stand-in device of `device_mib`.
+json run_kept(const std::string& args, const std::string& dir, uint64_t device_mib, int code,
+              std::string* out) {
+  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
+                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
+                std::to_string(device_mib * MiB) + " " + kVramtrace + " run -o " + dir +
+                " -- python3 " + kKept + " " + args);
+  INFO(r.out);
+  REQUIRE(r.code() == code);
+  *out = r.out;
+  return load_json(dir + "/report.json");
+}
+
+const json& remedy(const json& remedies, const std::string& kind) {
+  for (const json& r : remedies)
+    if (r["kind"] == kind) return r;
+  FAIL("no remedy " << kind << " in " << remedies.dump());
+  return remedies;
+}
+
+}  // namespace
+
+TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {
+  const std::string dir = temp_dir();
+  std::string out;
+  // Six forwards, no OOM. At the peak (the sixth forward's head output) iterations 0-4 each
+  // still hold their three 2 MiB outputs (30 MiB) and the fifth its 4 MiB head output (`out`,
+  // rebound when the sixth returns): 34 MiB kept; iterations 0-3 are judged: 6 MiB each.
+  json j = run_kept("eval", dir + "/eval", 80, 0, &out);
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "peak");
+  REQUIRE(dg["cause"]["kind"] == "kept_graph");
+  REQUIRE(dg["cause"]["title"] ==
+          "Each evaluation forward's autograd graph stays alive: 6.00 MiB per iteration of "
+          "activations that no backward consumed (called at " +
+              kKept + ":74), 34.00 MiB kept from 4 earlier iterations");
+  REQUIRE(dg["growth"] == json({{"kind", "kept_graph"},
+                                {"bytes_per_iteration", 6 * MiB},
+                                {"kept_bytes", 34 * MiB},
+                                {"iterations", 4}}));
+  // The fixes first. no_grad: from no graph at all (weights 3, batch 2, the previous and the
+  // current head output 4 + 4, and 1 MiB beyond the blocks: 14 MiB) to one forward's own graph
+  // (+6: 20 MiB). loss.item() with autograd on: the previous forward's graph and output stay
+  // while the next runs: 3 + 2 + 10 + 10 + 1 = 26 MiB, 24 MiB less than the 49 MiB in use.
+  const json& rs = dg["remedies"];
+  REQUIRE(rs[0]["kind"] == "no_grad");
+  REQUIRE(rs[0]["saves_bytes"] == 34 * MiB);
+  REQUIRE(rs[0]["predicted_peak_bytes"] == 14 * MiB);
+  REQUIRE(rs[0]["predicted_peak_high_bytes"] == 20 * MiB);
+  REQUIRE(rs[1]["kind"] == "accumulate_numbers");
+  REQUIRE(rs[1]["saves_bytes"] == 24 * MiB);
+  REQUIRE(rs[1]["predicted_peak_bytes"] == 26 * MiB);
+  // The others cannot stop the growth, and say so.
+  for (size_t i = 2; i < rs.size(); ++i) REQUIRE(rs[i]["leaves_growth"] == true);
+  // The kept graph is not a list of leak suspects: 15 blocks of fc1-3 (iterations 0-4) are
+  // marked kept; the sixth forward's three outputs are what is left.
+  uint64_t kept = 0, suspects = 0;
+  for (const json& l : j["leaks"]) (l.contains("kept") ? kept : suspects) += l["count"].get<uint64_t>();
+  REQUIRE(kept == 15);
+  REQUIRE(suspects == 3);
+  REQUIRE(out.find("vramtrace:   growing: Each evaluation forward's autograd graph") !=
+          std::string::npos);
+  REQUIRE(out.find("peak between 14.00 MiB and 20.00 MiB") != std::string::npos);
+  // The fix applied for real: the same forwards under torch.no_grad() stay in that range.
+  json fixed = run_kept("nograd", dir + "/nograd", 80, 0, &out);
+  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 18 * MiB);
+  REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));
+}
+
+TEST_CASE("kept: an evaluation whose kept graphs run out is that, not the device's capacity") {
+  const std::string dir = temp_dir();
+  std::string out;
+  // On a 48 MiB device the sixth forward's head output does not fit: the kept graphs are the
+  // first finding of the fatal OOM, ahead of how full the device was.
+  json j = run_kept("eval", dir + "/eval", 48, 1, &out);
+  REQUIRE(j["diagnosis"]["verdict"] == "oom");
+  const json& o = j["oom"][0];
+  REQUIRE(o["fatal"] == true);
+  REQUIRE(o["findings"][0]["kind"] == "kept_graph");
+  REQUIRE(o["findings"][0]["evidence"]["bytes_per_iteration"] == 6 * MiB);
+  REQUIRE(o["findings"][0]["evidence"]["grown_bytes"] == 34 * MiB);
+  REQUIRE(o["findings"][0]["evidence"]["modules"] ==
+          json::parse(R"([{"module":"fc1","bytes":10485760},{"module":"fc2","bytes":10485760},
+                          {"module":"fc3","bytes":10485760},{"module":"head","bytes":4194304}])"));
+  REQUIRE(j["diagnosis"]["cause"]["kind"] == "kept_graph");
+  REQUIRE(j["diagnosis"]["remedies"][0]["kind"] == "no_grad");
+}
+
+TEST_CASE("kept: a training loop that keeps each step's outputs") {
+  const std::string dir = temp_dir();
+  std::string out;
+  // Six steps; at the peak iterations 0-4's head outputs are kept (20 MiB), 4 MiB a step, all
+  // made by head at the forward's line.
+  json j = run_kept("outputs", dir + "/outputs", 80, 0, &out);
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["cause"]["kind"] == "kept_outputs");
+  REQUIRE(dg["cause"]["title"] ==
+          "Outputs of each forward (made by head) are kept past their step (called at " + kKept +
+              ":80): 4.00 MiB per iteration, 20.00 MiB kept from 4 earlier iterations");
+  const json& fix = remedy(dg["remedies"], "detach_outputs");
+  REQUIRE(dg["remedies"][0]["kind"] == "detach_outputs");
+  REQUIRE(fix["saves_bytes"] == 20 * MiB);
+  REQUIRE(fix["predicted_peak_bytes"] == 26 * MiB);
+  REQUIRE(remedy(dg["remedies"], "smaller_batch")["leaves_growth"] == true);
+  // Applied for real: the outputs kept as shapes on the host.
+  json fixed = run_kept("detach", dir + "/detach", 80, 0, &out);
+  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 26 * MiB);
+  REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));
+  // On a 48 MiB device the kept outputs end in an OOM: they are its first finding.
+  json oom = run_kept("outputs 20", dir + "/oom", 48, 1, &out);
+  REQUIRE(oom["oom"][0]["findings"][0]["kind"] == "kept_outputs");
+  REQUIRE(oom["oom"][0]["findings"][0]["evidence"]["bytes_per_iteration"] == 4 * MiB);
+}
