@@ -2,7 +2,7 @@
 graph to the next, so each forward's activations stay live (no backward ever consumes them).
 GPT-2 from a config (no download), LAYERS (12) x 768, sequence 1024, BATCH (8), BATCHES (16)
 batches; EVAL=1 (default) calls model.eval() first, EVAL=0 leaves it in training mode; NO_GRAD=1
-is the remedy applied; LIMIT_GIB caps the process with PyTorch's per-process fraction. Prints
+is the remedy applied, ITEM=1 the other (total += out.loss.item()); LIMIT_GIB caps the process with PyTorch's per-process fraction. Prints
 PyTorch's memory_allocated after each batch."""
 import json, os, contextlib
 import torch
@@ -23,7 +23,7 @@ alloc = []
 for i in range(batches):
     with guard():
         out = model(ids, labels=ids)
-        total += out.loss
+        total += out.loss.item() if os.environ.get("ITEM") == "1" else out.loss
     torch.cuda.synchronize()
     alloc.append(torch.cuda.memory_allocated())
     print("torch-figures", json.dumps({"batch": i, "allocated": alloc[-1]}), flush=True)
