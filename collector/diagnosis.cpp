@@ -217,18 +217,17 @@ std::string first_step_progress(const TorchMemory& tm, uint64_t t) {
 std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
   std::vector<Remedy> out;
   if (in.grown_bytes)
-    out.push_back({"free_per_iteration",
-                   "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
-                   in.grown_bytes,
-                   "it kept " + gib(in.bytes_per_iteration) +
-                       " per iteration that no later iteration freed",
-                   "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
-                   "buffer before the loop and reuse it"});
+    out.push_back(
+        {"free_per_iteration",
+         "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
+         in.grown_bytes,
+         "it kept " + gib(in.bytes_per_iteration) + " per iteration that no later iteration freed",
+         "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
+         "buffer before the loop and reuse it"});
   if (in.fragmented)
     out.push_back({"pool_release",
                    "Size the pool's blocks for the largest request, or let it release free memory",
-                   0,
-                   "the pool's free memory was there, in pieces smaller than the request",
+                   0, "the pool's free memory was there, in pieces smaller than the request",
                    "cudaMallocAsync with cudaMemPoolAttrReleaseThreshold, and allocate the "
                    "long-lived buffers first"});
   if (in.needed > in.limit && in.limit) {
@@ -319,8 +318,8 @@ RemedyInput remedy_input(const TorchMemory& tm, uint32_t device, uint64_t t,
   in.autocast = tm.autocast();
   // A first-step OOM: the moment came before any optimizer step ended.
   // (A job without an optimizer, an evaluation, is in its first step only in its first forward.)
-  in.partial_step = request && tm.optimizer_steps() == 0 && !tm.iterations().empty() &&
-                    tm.iteration_at(t) <= 0;
+  in.partial_step =
+      request && tm.optimizer_steps() == 0 && !tm.iterations().empty() && tm.iteration_at(t) <= 0;
   auto acts = live_by_module(tm, device, t, true);
   uint64_t act_total = 0;
   for (auto& [n, b] : acts) act_total += b;

@@ -187,7 +187,10 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
         in.growth.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(in.growth.size(), 5)));
     // Growth that holds most of the memory is the cause, whatever the limit or the cache say;
     // when the forwards' kept memory explains it, that finding says it in PyTorch's terms.
-    const double score = kept ? 0.5 : grown * 2 >= o.live_bytes ? 0.98 : grown * 4 >= o.live_bytes ? 0.85 : 0.5;
+    const double score = kept                        ? 0.5
+                         : grown * 2 >= o.live_bytes ? 0.98
+                         : grown * 4 >= o.live_bytes ? 0.85
+                                                     : 0.5;
     add(score, FindingKind::Growth,
         "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
             std::to_string(top.first_iteration) + ", led by " + top.site,

@@ -45,7 +45,7 @@ std::vector<bool> forward_tails(const TorchMemory& tm, uint32_t device, uint64_t
       tail_from[ph->iteration] = m.time_ns;
   }
   std::vector<bool> tail(blocks.size(), false);
-  std::map<int64_t, size_t> made;  // forward-made blocks of each iteration so far
+  std::map<int64_t, size_t> made;     // forward-made blocks of each iteration so far
   std::map<int64_t, size_t> tail_at;  // traced iterations: the count made before the tail
   size_t last_tail_at = SIZE_MAX;
   int64_t last_it = -1;
@@ -67,12 +67,12 @@ std::vector<bool> forward_tails(const TorchMemory& tm, uint32_t device, uint64_t
 
 // Which of the forwards' blocks a fix would not have had live, by how old their iteration is.
 enum class Without {
-  Earlier,    // everything the forwards of earlier iterations made (outputs kept on the CPU)
+  Earlier,  // everything the forwards of earlier iterations made (outputs kept on the CPU)
   OlderThanPrevious,  // of iterations before the previous one (`out` holds one graph)
   EarlierButOutputs,  // earlier iterations' blocks but the previous forward's outputs until
                       // the current forward returns
-  Graphs,     // no autograd: as EarlierButOutputs, and the current forward's activations (what
-              // it saved for backward)
+  Graphs,  // no autograd: as EarlierButOutputs, and the current forward's activations (what
+           // it saved for backward)
 };
 
 // The most PyTorch's blocks in use reached up to `t` without the blocks `w` takes away, and
@@ -94,8 +94,9 @@ uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Withou
   enum { kActivations, kTemporaries, kOutputs };
   std::map<int64_t, std::array<int64_t, 3>> live;  // by iteration
   auto part = [&](size_t i) {
-    return tail[i] ? kOutputs
-                   : info[i].category == Category::Activations ? kActivations : kTemporaries;
+    return tail[i]                                     ? kOutputs
+           : info[i].category == Category::Activations ? kActivations
+                                                       : kTemporaries;
   };
   // When each iteration's first forward returned: the previous outputs go then (`out` rebound).
   std::map<int64_t, uint64_t> forward_end;
@@ -246,9 +247,19 @@ std::string kept_title(const KeptAcrossIterations& k) {
            std::to_string(k.iterations_keeping) + " earlier iteration" +
            (k.iterations_keeping == 1 ? "" : "s");
   std::string lead = k.modules.empty() ? "" : " (made by " + k.modules[0].first + ")";
-  return "Outputs of each forward" + lead + " are kept past their step" + at + ": " + per +
-         ", " + human_bytes(k.kept_bytes) + " kept from " + std::to_string(k.iterations_keeping) +
+  return "Outputs of each forward" + lead + " are kept past their step" + at + ": " + per + ", " +
+         human_bytes(k.kept_bytes) + " kept from " + std::to_string(k.iterations_keeping) +
          " earlier iteration" + (k.iterations_keeping == 1 ? "" : "s");
+}
+
+Remedy growth_remedy(const std::string& site, uint64_t bytes_per_iteration, uint64_t grown_bytes) {
+  return {"keep_numbers",
+          "Don't keep tensors across iterations: " + site + " keeps " +
+              human_bytes(bytes_per_iteration) + " per iteration",
+          grown_bytes,
+          "what an iteration keeps is only read later: as numbers or on the CPU it needs no GPU "
+          "memory",
+          "loss.item(), t.detach().cpu(), or clear the list or cache each iteration"};
 }
 
 std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
@@ -272,7 +283,8 @@ std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhe
     out[0].predicted_peak = k.peak_without_graphs + overhead;
     out[0].predicted_peak_high = k.peak_one_graph + overhead;
     out[1].predicted_peak = k.peak_keeping_previous + overhead;
-    out[1].saves_bytes = k.in_use > k.peak_keeping_previous ? k.in_use - k.peak_keeping_previous : 0;
+    out[1].saves_bytes =
+        k.in_use > k.peak_keeping_previous ? k.in_use - k.peak_keeping_previous : 0;
   } else {
     out.push_back({"detach_outputs",
                    "Don't keep outputs on the GPU: store out.detach().cpu(), or compute the "

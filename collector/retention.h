@@ -69,6 +69,10 @@ std::vector<Allocation> take_kept(const TorchMemory& tm, const KeptAcrossIterati
 // "Each evaluation forward's autograd graph stays alive: 10.17 GiB per iteration ..."
 std::string kept_title(const KeptAcrossIterations& k);
 
+// A PyTorch program's growth at `site` that is not its forwards' (a list of tensors made between
+// the phases, a cache): keep numbers or host copies instead.
+Remedy growth_remedy(const std::string& site, uint64_t bytes_per_iteration, uint64_t grown_bytes);
+
 // The fixes in PyTorch's words, each with the peak it leads to: the blocks' peak without the
 // kept memory plus `overhead` (what the process held beyond its blocks at the moment: the
 // allocator's cache, the context, libraries).

@@ -865,7 +865,8 @@ json to_json(const Run& run, const RunInfo& info) {
       fin.held_by_others = others;
       fin.growth = collector::growth_by_site(o.survivors, p, o.time_ns, site_text_of(stacks));
       fin.torch_pool = torch_pool;
-      if (p.torch_memory) fin.kept = collector::kept_across_iterations(*p.torch_memory, o.device, o.time_ns);
+      if (p.torch_memory)
+        fin.kept = collector::kept_across_iterations(*p.torch_memory, o.device, o.time_ns);
       if (!fin.growth.empty()) {
         json growth_then = json::array();
         for (const auto& g : fin.growth) growth_then.push_back(growth_json(g, stacks, origin));
@@ -1130,8 +1131,9 @@ std::string summary_text(const json& r) {
     const json& dg = r[field::diagnosis];
     // A job that did not die but keeps memory across iterations: the cause, before the remedies.
     if (dg.value(field::verdict, "") != "oom" && dg.contains(field::cause))
-      out += "vramtrace:   growing: " + printable(dg[field::cause][field::title].get<std::string>()) +
-             "\n";
+      out +=
+          "vramtrace:   growing: " + printable(dg[field::cause][field::title].get<std::string>()) +
+          "\n";
     size_t n = 0;
     for (const auto& m : dg.value(field::remedies, json::array())) {
       if (n++ == 3) break;
@@ -1140,10 +1142,11 @@ std::string summary_text(const json& r) {
         peak = ", peak between " + human_bytes(m[field::predicted_peak_bytes].get<uint64_t>()) +
                " and " + human_bytes(m[field::predicted_peak_high_bytes].get<uint64_t>());
       else if (m.contains(field::predicted_peak_bytes))
-        peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
-                           : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
-                                                                                  : ", peak about ") +
-               human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
+        peak =
+            std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
+                        : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
+                                                                               : ", peak about ") +
+            human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
       if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
       out += "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
              human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +

@@ -431,7 +431,8 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
               {"saves_bytes", r.saves_bytes},
               {"assumption", r.assumption},
               {"how", r.how}};
-    j["predicted_peak_bytes"] = r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
+    j["predicted_peak_bytes"] =
+        r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
     if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
     if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
     if (r.predicted_peak_high) j["predicted_peak_high_bytes"] = *r.predicted_peak_high;
@@ -446,14 +447,13 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
       nin.grown_bytes = (*growth)["bytes"].get<uint64_t>();
       nin.bytes_per_iteration = (*growth)["bytes_per_iteration"].get<uint64_t>();
       if (!dg.contains("cause"))
-        dg["cause"] = {{"kind", "growth"},
-                       {"title", "Live memory grows by " +
-                                     human_bytes(nin.bytes_per_iteration) +
-                                     " per iteration, kept at " + nin.growth_site},
-                       {"evidence", json::array({{{"label", "growth per iteration"},
-                                                  {"bytes", nin.bytes_per_iteration}},
-                                                 {{"label", "grown in all"},
-                                                  {"bytes", nin.grown_bytes}}})}};
+        dg["cause"] = {
+            {"kind", "growth"},
+            {"title", "Live memory grows by " + human_bytes(nin.bytes_per_iteration) +
+                          " per iteration, kept at " + nin.growth_site},
+            {"evidence",
+             json::array({{{"label", "growth per iteration"}, {"bytes", nin.bytes_per_iteration}},
+                          {{"label", "grown in all"}, {"bytes", nin.grown_bytes}}})}};
       dg["growth"] = {{"kind", "growth"},
                       {"bytes_per_iteration", nin.bytes_per_iteration},
                       {"kept_bytes", nin.grown_bytes}};
@@ -467,7 +467,8 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     if (!tm && (growth || fatal)) {
       json remedies = json::array();
       const uint64_t base = fatal ? held + request : d.memory.peak_bytes();
-      for (const auto& r : collector::native_remedies(nin)) remedies.push_back(remedy_json(r, base));
+      for (const auto& r : collector::native_remedies(nin))
+        remedies.push_back(remedy_json(r, base));
       dg["remedies"] = remedies;
     }
     if (!tm) return dg;
@@ -522,26 +523,21 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     const uint64_t held_now = fatal ? in.total : d.memory.peak_bytes();
     ranked = collector::kept_remedies(*kept, held_now > kept->in_use ? held_now - kept->in_use : 0);
     if (!dg.contains("cause"))
-      dg["cause"] = {{"kind", collector::kept_kind_name(kept->kind)},
-                     {"title", collector::kept_title(*kept)},
-                     {"evidence", json::array({{{"label", "kept per iteration"},
-                                                {"bytes", kept->bytes_per_iteration}},
-                                               {{"label", "kept from earlier iterations"},
-                                                {"bytes", kept->kept_bytes}}})}};
+      dg["cause"] = {
+          {"kind", collector::kept_kind_name(kept->kind)},
+          {"title", collector::kept_title(*kept)},
+          {"evidence",
+           json::array(
+               {{{"label", "kept per iteration"}, {"bytes", kept->bytes_per_iteration}},
+                {{"label", "kept from earlier iterations"}, {"bytes", kept->kept_bytes}}})}};
     dg["growth"] = {{"kind", collector::kept_kind_name(kept->kind)},
                     {"bytes_per_iteration", kept->bytes_per_iteration},
                     {"kept_bytes", kept->kept_bytes},
                     {"iterations", kept->iterations_keeping}};
   } else if (growth) {
-    ranked.push_back({"keep_numbers",
-                      "Don't keep tensors across iterations: " +
-                          (*growth)["site"].get<std::string>() + " keeps " +
-                          human_bytes((*growth)["bytes_per_iteration"].get<uint64_t>()) +
-                          " per iteration",
-                      (*growth)["bytes"].get<uint64_t>(),
-                      "what an iteration keeps is only read later: as numbers or on the CPU it "
-                      "needs no GPU memory",
-                      "loss.item(), t.detach().cpu(), or clear the list or cache each iteration"});
+    ranked.push_back(collector::growth_remedy((*growth)["site"].get<std::string>(),
+                                              (*growth)["bytes_per_iteration"].get<uint64_t>(),
+                                              (*growth)["bytes"].get<uint64_t>()));
     dg["growth"] = {{"kind", "growth"},
                     {"bytes_per_iteration", (*growth)["bytes_per_iteration"]},
                     {"kept_bytes", (*growth)["bytes"]}};

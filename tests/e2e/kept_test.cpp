@@ -72,7 +72,8 @@ TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {
   // The kept graph is not a list of leak suspects: 15 blocks of fc1-3 (iterations 0-4) are
   // marked kept; the sixth forward's three outputs are what is left.
   uint64_t kept = 0, suspects = 0;
-  for (const json& l : j["leaks"]) (l.contains("kept") ? kept : suspects) += l["count"].get<uint64_t>();
+  for (const json& l : j["leaks"])
+    (l.contains("kept") ? kept : suspects) += l["count"].get<uint64_t>();
   REQUIRE(kept == 15);
   REQUIRE(suspects == 3);
   REQUIRE(out.find("vramtrace:   growing: Each evaluation forward's autograd graph") !=

@@ -18,7 +18,9 @@ constexpr uint64_t MiB = 1 << 20;
 TorchContext five_iterations(bool backward, uint64_t block_bytes) {
   TorchContext ctx;
   ctx.present = true;
-  ctx.modules = {{"Net", "Net", "m.py", 1}, {"a", "L", "m.py", 2}, {"b", "L", "m.py", 3},
+  ctx.modules = {{"Net", "Net", "m.py", 1},
+                 {"a", "L", "m.py", 2},
+                 {"b", "L", "m.py", 3},
                  {"c", "L", "m.py", 4}};
   ctx.sites = {{"eval.py", "main", 25}};
   for (uint64_t i = 0; i < 5; ++i) {
@@ -58,8 +60,8 @@ TEST_CASE("retention: forwards whose graphs no backward consumed are a kept grap
   REQUIRE(k->first_iteration == 0);
   REQUIRE_FALSE(k->backward);
   REQUIRE(k->site == "eval.py:25");
-  REQUIRE(k->modules ==
-          std::vector<std::pair<std::string, uint64_t>>{{"a", 4 * MiB}, {"b", 4 * MiB}, {"c", 4 * MiB}});
+  REQUIRE(k->modules == std::vector<std::pair<std::string, uint64_t>>{
+                            {"a", 4 * MiB}, {"b", 4 * MiB}, {"c", 4 * MiB}});
   REQUIRE(k->blocks.size() == 12);
   // In use at 4500: the five iterations' 15 MiB. Without what earlier iterations made the most
   // was one iteration's 3 MiB and its scratch (a's 1 MiB with the 512 KiB scratch, then b, c);
@@ -78,7 +80,7 @@ TEST_CASE("retention: forwards whose graphs no backward consumed are a kept grap
   REQUIRE_FALSE(kept_across_iterations(tm, 0, 1500));
 }
 
-TEST_CASE("retention: what a backward frees is not kept; too little is not a cause") {
+TEST_CASE("retention: what a backward frees is not kept, and too little is not a cause") {
   TorchMemory trained(five_iterations(true, MiB));
   REQUIRE_FALSE(kept_across_iterations(trained, 0, 4500));
   // 256 KiB blocks: 768 KiB an iteration, under the 1 MiB that counts.
