@@ -272,7 +272,7 @@ struct ProcessModel {
   // one); none: 0 when it exited cleanly, otherwise not known (a trace from before the record,
   // a process killed by a signal or ended by _exit()).
   std::optional<int> exit_status;
-  std::string problem;      // why the stream ended early, if it did
+  std::string problem;  // why the stream ended early, if it did
   uint64_t events = 0, dropped_events = 0;
   std::vector<std::string> notices;
   std::string cupti_library;  // the CUPTI file the process loaded; empty: not recorded

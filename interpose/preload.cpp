@@ -167,7 +167,8 @@ __attribute__((destructor)) void at_exit() {
   if (status > 0) {
     RecordSlot slot(format::max_fixed_bytes<format::rec::ExitStatus>());
     if (slot.ok())
-      slot.commit(format::put(slot.begin(), format::rec::ExitStatus{static_cast<uint64_t>(status)}));
+      slot.commit(
+          format::put(slot.begin(), format::rec::ExitStatus{static_cast<uint64_t>(status)}));
   }
   recorder_finish();
 }

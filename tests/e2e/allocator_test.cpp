@@ -157,10 +157,10 @@ TEST_CASE("a native loop that runs out and exits 3 right after: the OOM is the f
   for (const bool launcher : {true, false}) {
     DYNAMIC_SECTION((launcher ? "launcher" : "LD_PRELOAD file mode")) {
       std::string dir = temp_dir();
-      Result r = launcher ? sh(kEnv + small + kVramtrace + " run -o " + dir + " -- " +
-                               prog("native_loop"))
-                          : sh(kEnv + small + "VRAMTRACE_OUTPUT=" + dir + "/t.vtrace LD_PRELOAD=" +
-                               kLib + " " + prog("native_loop"));
+      Result r =
+          launcher ? sh(kEnv + small + kVramtrace + " run -o " + dir + " -- " + prog("native_loop"))
+                   : sh(kEnv + small + "VRAMTRACE_OUTPUT=" + dir + "/t.vtrace LD_PRELOAD=" + kLib +
+                        " " + prog("native_loop"));
       INFO(r.out);
       REQUIRE(r.code() == 3);
       REQUIRE(contains(r.out, "native_loop: out of memory keeping 64 MiB at iteration 15"));

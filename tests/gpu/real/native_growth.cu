@@ -41,7 +41,10 @@ int main() {
                    cudaGetErrorString(e), keep_mib, it);
       return 3;
     }
-    if (free_kept) cudaFree(keep); else kept.push_back(keep);
+    if (free_kept)
+      cudaFree(keep);
+    else
+      kept.push_back(keep);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     std::printf("native-figures {\"iteration\": %ld, \"used\": %zu}\n", it, total_b - free_b);
