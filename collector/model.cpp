@@ -104,6 +104,11 @@ class Builder {
         r.type != RecordType::UserBlock && r.type != RecordType::UserOom &&
         r.type != RecordType::PyStackNode)
       pend_->stack = pend_->py = 0;
+    if (r.type == RecordType::Alloc || r.type == RecordType::Free ||
+        r.type == RecordType::AllocFailed || r.type == RecordType::VmmCreate ||
+        r.type == RecordType::VmmRelease || r.type == RecordType::UserBlock ||
+        r.type == RecordType::UserOom)
+      ++p_.memory_events;
     switch (r.type) {
       case RecordType::Process: return on_process(r.process);
       case RecordType::ContextCreate: return on_context(r.context_create);
@@ -121,6 +126,7 @@ class Builder {
       case RecordType::ProcessExit: return on_process_exit();
       case RecordType::Notice: return on_notice(r.notice);
       case RecordType::CuptiLibrary: p_.cupti_library = std::string(r.cupti_library.path); return;
+      case RecordType::ExitStatus: return on_exit_status(r.exit_status);
       case RecordType::MemInfo: return on_mem_info(r.mem_info);
       case RecordType::PoolUsage: return on_pool_usage(r.pool_usage, t);
       case RecordType::StackNode: return on_stack_node(r.stack_node);
@@ -412,6 +418,12 @@ class Builder {
 
   void on_process_exit() { p_.clean_exit = true; }
 
+  // The library writes the status as the parent sees it; a larger value no writer produces is
+  // not taken (the exit status stays unknown).
+  void on_exit_status(const rec::ExitStatus& r) {
+    if (r.status <= 255) p_.exit_status = static_cast<int>(r.status);
+  }
+
   void on_settings(const rec::Settings& r) { p_.launches_recorded = r.launches != 0; }
 
   void on_notice(const rec::Notice& r) {
@@ -565,8 +577,10 @@ class Builder {
       uint64_t gap = p_.launch_index - r.last_index;
       if (r.count == 1 || (gap != r.gap && r.gap_matches == 0)) r.gap = gap;
       if (gap == r.gap) ++r.gap_matches;
+      if (p_.memory_events != r.last_memory) ++r.separated;
     }
     r.last_index = p_.launch_index;
+    r.last_memory = p_.memory_events;
     ++r.count;
     if (r.dropped) return;
     // A name whose launches do not come at one distance cannot mark iterations: its times go.
@@ -594,8 +608,9 @@ class Builder {
   // most; the kernel that repeats at a constant distance with the longest period.
   // Which OOM ended the job. With the start-up hook's record of the exception that reached
   // the top: the allocator's last OOM before it, if it was an OutOfMemoryError (none if the
-  // program ended otherwise: every OOM was survived). Without it: the last OOM of a process
-  // that did not reach exit() cleanly.
+  // program ended otherwise: every OOM was survived). Without it: the last OOM not recovered
+  // from of a process that did not reach exit() cleanly or gave exit() a non-zero status (a
+  // native program that checks cudaMalloc and exits with its own error code after the OOM).
   void find_fatal_oom() {
     OomEvent* last = nullptr;
     const TorchContext* ctx = p_.torch_memory ? &p_.torch_memory->context() : nullptr;
@@ -643,7 +658,7 @@ class Builder {
       for (OomEvent& o : p_.ooms)
         if (o.allocator && o.time_ns <= x->time_ns) last = &o;
     } else {
-      if (p_.clean_exit) return;
+      if (p_.clean_exit && p_.exit_status.value_or(0) == 0) return;
       for (OomEvent& o : p_.ooms)
         if (!o.recovered) last = &o;
     }
@@ -686,9 +701,15 @@ class Builder {
     uint32_t anchor_id = 0;
     for (uint32_t id = 0; id < p_.rhythm.size(); ++id) {
       const auto& r = p_.rhythm[id];
-      if (r.dropped || r.count < 3 || r.gap < 2) continue;
+      if (r.dropped || r.count < 3 || r.gap < 1) continue;
       // At most one in ten gaps may differ (a warm-up iteration, a checkpoint step).
       if (r.gap_matches * 10 < (r.count - 1) * 9) continue;
+      // A kernel launched back to back (one kernel per iteration) marks iterations only when
+      // device memory was allocated or freed between most of its launches and it is still
+      // launched in the last tenth of the run's launches: a burst of the same kernel at
+      // start-up has nothing between its launches, or stops long before the end.
+      if (r.gap == 1 && (r.separated * 2 < r.count - 1 || r.last_index * 10 < p_.launch_index * 9))
+        continue;
       // ... and it spans at least half of the run's launches (not a burst at start-up).
       if (r.count * r.gap * 2 < p_.launch_index) continue;
       if (!anchor || r.gap > anchor->gap ||

@@ -268,7 +268,11 @@ struct ProcessModel {
   uint64_t start_realtime_ns = 0, start_ns = 0, end_ns = 0;
   bool has_process_record = false;
   bool clean_exit = false;  // reached exit() and flushed (a ProcessExit record)
-  std::string problem;      // why the stream ended early, if it did
+  // The status it gave exit() (an ExitStatus record, 0-255; the library writes only a non-zero
+  // one); none: 0 when it exited cleanly, otherwise not known (a trace from before the record,
+  // a process killed by a signal or ended by _exit()).
+  std::optional<int> exit_status;
+  std::string problem;  // why the stream ended early, if it did
   uint64_t events = 0, dropped_events = 0;
   std::vector<std::string> notices;
   std::string cupti_library;  // the CUPTI file the process loaded; empty: not recorded
@@ -316,13 +320,18 @@ struct ProcessModel {
   std::map<uint32_t, std::vector<uint64_t>> top_range_starts;  // depth-0 ranges by name id
   std::vector<uint64_t> steps;                                 // vramtrace_step() times
   // The launch rhythm: per kernel name, its launches' times while it may mark iterations.
+  // `separated`: launches with device memory allocated or freed since the name's previous
+  // launch (what tells one kernel per iteration from a burst of it), `last_memory` the process's
+  // memory_events at its previous launch.
   struct Rhythm {
     uint64_t count = 0, last_index = 0, gap = 0, gap_matches = 0;
+    uint64_t separated = 0, last_memory = 0;
     bool dropped = false;
     std::vector<uint64_t> times;
   };
   std::vector<Rhythm> rhythm;  // by kernel name id (ids are small: the library counts them)
   uint64_t launch_index = 0, rhythm_times = 0;
+  uint64_t memory_events = 0;  // allocations, frees and failed allocations seen so far
   // Iteration starts (finish()), and what they were found from.
   std::vector<uint64_t> iterations;
   std::string iteration_source;   // "vramtrace_step()", "NVTX range 'NAME'", "kernel"

@@ -112,7 +112,12 @@ namespace vramtrace::format {
      Decoded: launches (1 unless the record says 0) and the count. */                              \
   X(Settings, settings, 30, Custom, F(U64, launches) F(U64, fields))                               \
   /* The CUPTI library the process loaded (its file, as the loader names it). */                   \
-  X(CuptiLibrary, cupti_library, 31, Untimed, F(Str, path))
+  X(CuptiLibrary, cupti_library, 31, Untimed, F(Str, path))                                        \
+  /* A non-zero status the process gave exit() (or main returned), as its parent sees it (1-255),  \
+     written right before ProcessExit. Only a non-zero one is written, so that the trace of a      \
+     program that exits 0 stays readable by older readers (which stop at a type they do not        \
+     know); ProcessExit without it: 0, or a trace from before the record. */                       \
+  X(ExitStatus, exit_status, 32, Untimed, F(U64, status))
 
 // The fields of a Settings record, by position. Append only.
 enum class Setting : uint8_t {

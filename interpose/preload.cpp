@@ -149,7 +149,29 @@ __attribute__((constructor)) void arm() {
   adopt_run_id();
 }
 
-__attribute__((destructor)) void at_exit() { recorder_finish(); }
+// The status the program gave exit() (or main returned), as its parent sees it; -1: none yet.
+// glibc hands it to on_exit() handlers only, and they run before this library's destructor
+// (registered after the loader's own exit handler, they run before it).
+std::atomic<int> g_exit_status{-1};
+
+void note_exit_status(int status, void*) { g_exit_status.store(status & 0xff); }
+
+// Only stores an int: the program's exit, its other handlers and its status are untouched.
+void watch_exit_status() { on_exit(note_exit_status, nullptr); }
+
+// A non-zero exit status goes right before ProcessExit: a native program that checks cudaMalloc
+// and exits with its own error code after an OOM died of it, though exit() was clean. A zero one
+// is not written (see the record), so that such a trace stays readable by older readers.
+__attribute__((destructor)) void at_exit() {
+  const int status = g_exit_status.load();
+  if (status > 0) {
+    RecordSlot slot(format::max_fixed_bytes<format::rec::ExitStatus>());
+    if (slot.ok())
+      slot.commit(
+          format::put(slot.begin(), format::rec::ExitStatus{static_cast<uint64_t>(status)}));
+  }
+  recorder_finish();
+}
 
 }  // namespace
 }  // namespace vramtrace::interpose
@@ -172,6 +194,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     notice(why);
   }
   record_process();
+  watch_exit_status();
   if (!launches) record_settings(launches);
   stacks_init(options.stacks);  // the module map goes out before any stack that refers to it
   subscribe_cupti(launches, options.cupti);

@@ -611,6 +611,7 @@ json to_json(const Run& run, const RunInfo& info) {
     pj["profiled"] = p.profiled();
     if (!p.profiled()) pj["not_profiled_reason"] = p.not_profiled;
     if (!p.cupti_library.empty()) pj["cupti_library"] = p.cupti_library;
+    if (p.exit_status) pj["exit_status"] = *p.exit_status;
     pj["launches"] = {{"recorded", p.launches_recorded}};
     if (!p.launches_recorded) pj["launches"]["note"] = kLaunchesNotRecorded;
 
@@ -786,8 +787,10 @@ json to_json(const Run& run, const RunInfo& info) {
     // Iterations and NVTX phases.
     std::string source = p.iteration_source;
     if (source == "kernel")
-      source = "kernel " + demangle(p.kernel_name(p.iteration_kernel)) + " (every " +
-               std::to_string(p.iteration_period) + " launches)";
+      source = "kernel " + demangle(p.kernel_name(p.iteration_kernel)) +
+               (p.iteration_period == 1
+                    ? std::string(" (every launch)")
+                    : " (every " + std::to_string(p.iteration_period) + " launches)");
     json iter = {{"count", p.iterations.size()}, {"source", source}};
     if (!p.iterations.empty())
       iter["first_ns"] = p.iterations.front() >= origin ? p.iterations.front() - origin : 0;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "e2e/e2e_util.h"
+#include "e2e/expected.h"
 
 using nlohmann::json;
 
@@ -129,6 +130,50 @@ TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or ke
       } else {
         REQUIRE_FALSE(j["processes"][0].contains("phases"));
       }
+    }
+  }
+}
+
+TEST_CASE("a native loop of one kernel per iteration: iterations and growth per iteration") {
+  std::string dir = temp_dir(), out;
+  json j = run_json("", "-- " + prog("native_loop"), dir, &out);
+  REQUIRE(contains(out, "native_loop done"));
+  // exit(0) writes no ExitStatus record: the trace stays readable by older readers.
+  REQUIRE(j["processes"][0]["clean_exit"] == true);
+  REQUIRE_FALSE(j["processes"][0].contains("exit_status"));
+  expected::require_expected(j, "native_loop");
+  REQUIRE(j["growth"].size() == 1);
+  const json& g = j["growth"][0];
+  REQUIRE(g["iterations"] == 40);
+  REQUIRE(g["first_iteration"] == 0);
+  REQUIRE(g["last_iteration"] == 39);
+  REQUIRE(g["bytes"] == 40 * 64 * MiB);
+  REQUIRE(contains(out, "grows by 64.00 MiB per iteration over 40 iterations: main (" + kSrc +
+                            "native_loop.cu:24)"));
+}
+
+TEST_CASE("a native loop that runs out and exits 3 right after: the OOM is the fatal one") {
+  const std::string small = "VRAMTRACE_STANDIN_DEVICE_BYTES=1048576000 ";
+  for (const bool launcher : {true, false}) {
+    DYNAMIC_SECTION((launcher ? "launcher" : "LD_PRELOAD file mode")) {
+      std::string dir = temp_dir();
+      Result r =
+          launcher ? sh(kEnv + small + kVramtrace + " run -o " + dir + " -- " + prog("native_loop"))
+                   : sh(kEnv + small + "VRAMTRACE_OUTPUT=" + dir + "/t.vtrace LD_PRELOAD=" + kLib +
+                        " " + prog("native_loop"));
+      INFO(r.out);
+      REQUIRE(r.code() == 3);
+      REQUIRE(contains(r.out, "native_loop: out of memory keeping 64 MiB at iteration 15"));
+      if (!launcher) {
+        Result rep = sh(kEnv + kVramtrace + " report " + dir + "/t.vtrace -o " + dir + "/rep");
+        INFO(rep.out);
+        REQUIRE(rep.code() == 0);
+      }
+      json j = load_json(dir + (launcher ? "" : "/rep") + "/report.json");
+      expected::require_expected(j, "native_loop_oom");
+      REQUIRE(j["oom"].size() == 1);
+      REQUIRE(j["processes"][0]["clean_exit"] == true);
+      REQUIRE(j["processes"][0]["exit_status"] == 3);
     }
   }
 }

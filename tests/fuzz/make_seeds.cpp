@@ -97,6 +97,15 @@ int main(int argc, char** argv) {
       .exit_clean();
   write(dir, "launches-off", launches_off.bytes());
 
+  // A native loop of one kernel per iteration that runs out and exits with its own code: the
+  // launch rhythm of gap 1 and an ExitStatus record before ProcessExit.
+  TraceBuilder exit_status;
+  exit_status.context(0, 256ull << 20).kernel(1, "_Z4stepPfm");
+  for (uint64_t i = 0; i < 4; ++i)
+    exit_status.alloc(0x1000, 16 << 20).launch(1).free(0x1000).alloc(0x100000 * (i + 1), 64 << 20);
+  exit_status.failed(64 << 20).meminfo(0, 256ull << 20).exit_with(3);
+  write(dir, "exit-status", exit_status.bytes());
+
   TraceBuilder cut;
   cut.context(0, 1ull << 30)
       .alloc(0x1000, 1 << 20)

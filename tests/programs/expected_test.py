@@ -36,6 +36,8 @@ def main(build):
         ("rank_alloc", ["sh", os.path.join(HERE, "launch_ranks.sh"), "4", prog("rank_alloc")], {}),
         ("two_devices", [prog("two_devices")], {"VRAMTRACE_STANDIN_DEVICES": "2"}),
         ("callchain", [prog("callchain")], {}),
+        ("native_loop", [prog("native_loop")], {}),
+        ("native_loop_oom", [prog("native_loop")], {"VRAMTRACE_STANDIN_DEVICE_BYTES": "1048576000"}),
     ]
     tmp = tempfile.mkdtemp(prefix="vt-expected-")
     for name, argv, extra in runs:

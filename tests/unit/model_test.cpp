@@ -2,6 +2,7 @@
 // pinned host memory, multi-process device totals, and the JSON report's contract keys.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
 
 #include "collector/model.h"
 #include "report/json_report.h"
@@ -361,4 +362,118 @@ TEST_CASE(
   auto j = report::to_json(run);
   REQUIRE(j["processes"][0]["devices"][0]["reserved"]["peak_bytes"] == 58 * MiB);
   REQUIRE(j["processes"][0]["devices"][0]["pools"][0]["peak_reserved_bytes"] == 48 * MiB);
+}
+
+// A native loop of one kernel per iteration, as tests/gpu/real/native_growth.cu: 16 MiB of
+// scratch around the launch, then 64 MiB kept.
+static void native_iterations(TraceBuilder& b, int n, uint32_t kernel = 1) {
+  for (int i = 0; i < n; ++i)
+    b.alloc(0x100000000ull + 0x10000000ull * i, 16 * MiB)
+        .launch(kernel)
+        .free(0x100000000ull + 0x10000000ull * i)
+        .alloc(0x900000000ull + 0x10000000ull * i, 64 * MiB);
+}
+
+TEST_CASE("the launch rhythm: one kernel per iteration marks iterations, a burst of one does not") {
+  SECTION("one kernel per iteration, memory allocated between launches") {
+    TraceBuilder b;
+    b.context(0, 80 * 1024 * MiB).kernel(1, "step");
+    native_iterations(b, 40);
+    b.exit_clean();
+    auto run = run_of({b.bytes()});
+    const auto& p = run.processes[0];
+    REQUIRE(p.iterations.size() == 40);
+    REQUIRE(p.iteration_source == "kernel");
+    REQUIRE(p.iteration_period == 1);
+    REQUIRE(p.kernel_name(p.iteration_kernel) == "step");
+    auto j = report::to_json(run);
+    REQUIRE(j["processes"][0]["iterations"]["count"] == 40);
+    REQUIRE(j["processes"][0]["iterations"]["source"] == "kernel step (every launch)");
+    REQUIRE(j["growth"].size() == 1);
+    REQUIRE(j["growth"][0]["bytes_per_iteration"] == 64 * MiB);
+    REQUIRE(j["growth"][0]["iterations"] == 40);
+    REQUIRE(j["growth"][0]["first_iteration"] == 0);
+    REQUIRE(j["growth"][0]["last_iteration"] == 39);
+    REQUIRE(j["growth"][0]["bytes"] == 40 * 64 * MiB);
+  }
+  SECTION("a burst of one kernel, nothing allocated between its launches") {
+    TraceBuilder b;
+    b.context(0, 80 * 1024 * MiB).kernel(2, "fill").alloc(0xa, 64 * MiB);
+    for (int i = 0; i < 50; ++i) b.launch(2);
+    b.alloc(0xb, 64 * MiB).free(0xa).exit_clean();
+    auto run = run_of({b.bytes()});
+    REQUIRE(run.processes[0].iterations.empty());
+    REQUIRE(run.processes[0].iteration_source.empty());
+  }
+  SECTION("a start-up loop of one kernel per buffer that stops long before the end") {
+    // 50 buffers made and filled one by one (more than half of the launches), then 40 launches
+    // of another kernel in a burst: no iterations, rather than 50 false ones.
+    TraceBuilder b;
+    b.context(0, 80 * 1024 * MiB).kernel(2, "fill").kernel(3, "work");
+    for (int i = 0; i < 50; ++i) b.alloc(0x1000 + i, 1 * MiB).launch(2);
+    for (int i = 0; i < 40; ++i) b.launch(3);
+    b.exit_clean();
+    auto run = run_of({b.bytes()});
+    REQUIRE(run.processes[0].iterations.empty());
+  }
+  SECTION("a burst at start-up, then the loop: the loop's kernel marks the iterations") {
+    TraceBuilder b;
+    b.context(0, 80 * 1024 * MiB).kernel(1, "step").kernel(2, "fill");
+    for (int i = 0; i < 30; ++i) b.launch(2);
+    native_iterations(b, 40);
+    b.exit_clean();
+    auto run = run_of({b.bytes()});
+    const auto& p = run.processes[0];
+    REQUIRE(p.iterations.size() == 40);
+    REQUIRE(p.kernel_name(p.iteration_kernel) == "step");
+  }
+}
+
+TEST_CASE("the exit status: an OOM after which a native program exits non-zero is fatal") {
+  auto oom_then = [](const std::function<void(TraceBuilder&)>& end) {
+    TraceBuilder b;
+    b.context(0, 1024 * MiB).kernel(1, "step");
+    native_iterations(b, 3);
+    b.alloc(0x5000, 16 * MiB).launch(1).free(0x5000).failed(64 * MiB);
+    end(b);
+    return run_of({b.bytes()});
+  };
+  SECTION("exit(3) right after the OOM: fatal, the verdict is oom") {
+    auto run = oom_then([](TraceBuilder& b) { b.exit_with(3); });
+    const auto& p = run.processes[0];
+    REQUIRE(p.clean_exit);
+    REQUIRE(p.exit_status == 3);
+    REQUIRE(p.ooms.size() == 1);
+    REQUIRE(p.ooms[0].fatal);
+    auto j = report::to_json(run);
+    REQUIRE(j["processes"][0]["exit_status"] == 3);
+    REQUIRE(j["oom"][0]["fatal"] == true);
+    REQUIRE(j["diagnosis"]["verdict"] == "oom");
+    REQUIRE(j["diagnosis"]["fatal_ooms"] == 1);
+  }
+  SECTION("exit(0) (no record), or a trace from before the record: survived, verdict peak") {
+    auto run = oom_then([](TraceBuilder& b) { b.exit_clean(); });
+    REQUIRE_FALSE(run.processes[0].exit_status);
+    REQUIRE_FALSE(run.processes[0].ooms[0].fatal);
+    auto j = report::to_json(run);
+    REQUIRE_FALSE(j["processes"][0].contains("exit_status"));
+    REQUIRE(j["diagnosis"]["verdict"] == "peak");
+    REQUIRE(j["diagnosis"]["recovered_ooms"] == 1);
+  }
+  SECTION("a zero status recorded all the same: survived") {
+    auto run = oom_then([](TraceBuilder& b) { b.exit_with(0); });
+    REQUIRE(run.processes[0].exit_status == 0);
+    REQUIRE_FALSE(run.processes[0].ooms[0].fatal);
+  }
+  SECTION("no exit at all (a signal): fatal, as before") {
+    auto run = oom_then([](TraceBuilder&) {});
+    REQUIRE_FALSE(run.processes[0].clean_exit);
+    REQUIRE(run.processes[0].ooms[0].fatal);
+  }
+  SECTION("a status no library writes is not taken") {
+    auto run = oom_then([](TraceBuilder& b) { b.exit_with(256); });
+    REQUIRE_FALSE(run.processes[0].exit_status);
+    REQUIRE_FALSE(run.processes[0].ooms[0].fatal);
+    REQUIRE(run.processes[0].problem.empty());
+  }
 }

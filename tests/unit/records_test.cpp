@@ -47,6 +47,9 @@ TEST_CASE("a record is its type, its time delta, then its fields in table order"
   // Settings: the count of this version's settings, then each.
   REQUIRE(bytes_of(rec::Settings{0, 0}) == std::vector<uint8_t>{30, 1, 0});
   REQUIRE(read_one(bytes_of(rec::Settings{0, 0})) == "Settings t=0 launches=0 fields=1");
+  // ExitStatus: type 32, no time, the status exit() was given.
+  REQUIRE(bytes_of(rec::ExitStatus{3}) == std::vector<uint8_t>{32, 3});
+  REQUIRE(read_one(bytes_of(rec::ExitStatus{255})) == "ExitStatus t=0 status=255");
 }
 
 TEST_CASE("timed records move the frame's clock, untimed ones do not") {
@@ -78,7 +81,7 @@ TEST_CASE("the decoder refuses values no writer produces") {
   REQUIRE(!read_one(bytes_of(rec::UserSegment{1, 2, 3, SegmentOp::Unmap}, 0)).empty());
   REQUIRE(read_one(bytes_of(rec::UserSegment{1, 2, 3, static_cast<SegmentOp>(4)}, 0)).empty());
   // An unknown type, and a record cut short.
-  REQUIRE(read_one({32, 0}).empty());
+  REQUIRE(read_one({33, 0}).empty());
   auto cut = bytes_of(rec::PyCode{1, "file.py", "f"});
   cut.pop_back();
   REQUIRE(read_one(cut).empty());

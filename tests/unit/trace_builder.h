@@ -109,6 +109,9 @@ class TraceBuilder {
   // The library gave up on this process (a Notice record has no time).
   TraceBuilder& notice(const std::string& text) { return add(rec::Notice{text}); }
   TraceBuilder& exit_clean() { return add(rec::ProcessExit{count_ + 2, 0}); }
+  // exit(status): the ExitStatus record the library writes right before ProcessExit (for a
+  // non-zero status only).
+  TraceBuilder& exit_with(uint64_t status) { return add(rec::ExitStatus{status}).exit_clean(); }
   // Time passes between records: every record is `step_ns` after the previous one.
   TraceBuilder& step(uint64_t ns) {
     step_ = ns;
