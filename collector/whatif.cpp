@@ -464,8 +464,16 @@ bool CachingAllocatorModel::alloc_block(Params& p) {
   }
   if (!device_has(p.alloc_size)) return false;  // cudaMalloc: out of memory
   Block* b = new_block();
-  b->ptr = next_address_;
-  next_address_ += kRoundLarge * ((p.alloc_size + kRoundLarge - 1) / kRoundLarge);
+  // Best fit breaks ties by address, so the model lays segments out as the driver did on the
+  // H200: the large pool's from the top down (each below the one before: the newer wins a
+  // tie), the small pool's 2 MiB ones upwards, one after the other, in a range of their own.
+  if (p.pool->is_small) {
+    b->ptr = next_small_address_;
+    next_small_address_ += p.alloc_size;
+  } else {
+    next_address_ -= kRoundLarge * ((p.alloc_size + kRoundLarge - 1) / kRoundLarge);
+    b->ptr = next_address_;
+  }
   b->size = p.alloc_size;
   b->stream = p.stream;
   b->pool = p.pool;
@@ -612,9 +620,9 @@ Block* CachingAllocatorModel::find_expandable_block(uint64_t stream, Pool& pool,
   // Address space for 1 1/8 of the device's memory.
   const uint64_t space = device_total_ + device_total_ / 8;
   seg->pages = std::max<uint64_t>(1, (space + seg->page - 1) / seg->page);
+  next_address_ -= seg->pages * seg->page;
   seg->base = next_address_;
   seg->stream = stream;
-  next_address_ += seg->pages * seg->page;
   Block* c = new_block();
   c->ptr = seg->base;
   c->size = seg->pages * seg->page;

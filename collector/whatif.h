@@ -144,7 +144,8 @@ class CachingAllocatorModel {
   uint64_t allocated_ = 0, peak_allocated_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0;
   uint64_t live_segments_ = 0;  // cudaMalloc'd segments held
-  uint64_t next_address_ = 1ull << 40;  // cudaMalloc's and cuMemAddressReserve's addresses
+  uint64_t next_address_ = 1ull << 56;  // cudaMalloc's and cuMemAddressReserve's, downwards
+  uint64_t next_small_address_ = 1ull << 52;  // the small pool's segments, upwards
   std::unique_ptr<Pool> small_, large_;
   std::vector<Block*> handles_;  // handle -> block (null once freed)
   std::vector<int64_t> free_handles_;
