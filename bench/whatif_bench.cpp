@@ -22,9 +22,9 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(42);
   auto size = [&]() -> uint64_t {
     const uint64_t r = rng() % 100;
-    if (r < 55) return 512 + rng() % (1 << 20);                  // small pool
-    if (r < 90) return (1 << 20) + rng() % (9ull << 20);         // 20 MiB segments
-    return (10ull << 20) + rng() % (190ull << 20);               // their own segments
+    if (r < 55) return 512 + rng() % (1 << 20);           // small pool
+    if (r < 90) return (1 << 20) + rng() % (9ull << 20);  // 20 MiB segments
+    return (10ull << 20) + rng() % (190ull << 20);        // their own segments
   };
   uint64_t t = 1;
   std::vector<size_t> activations;

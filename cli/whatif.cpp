@@ -102,10 +102,10 @@ nlohmann::json json_of(const Replayed& x) {
     j["oom"] = nullptr;
   }
   if (x.max_batch_asked)
-    j["max_batch"] = x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
-                                                  {"reserved_peak_bytes",
-                                                   x.max_batch->at.reserved_peak_bytes}}
-                                 : nlohmann::json();
+    j["max_batch"] =
+        x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
+                                     {"reserved_peak_bytes", x.max_batch->at.reserved_peak_bytes}}
+                    : nlohmann::json();
   return j;
 }
 
@@ -116,8 +116,9 @@ void print_text(const Replayed& x) {
             << ", PyTorch " << (r.torch_version.empty() ? "?" : report::printable(r.torch_version))
             << "\n";
   std::cout << "  settings:  " << (r.conf.empty() ? "PyTorch's defaults" : r.conf)
-            << "   (the run's: " << (r.recorded_conf.empty() ? "defaults" : report::printable(r.recorded_conf))
-            << ", " << r.conf_source << ")\n";
+            << "   (the run's: "
+            << (r.recorded_conf.empty() ? "defaults" : report::printable(r.recorded_conf)) << ", "
+            << r.conf_source << ")\n";
   std::cout << "  limit:     "
             << (r.limit_bytes == UINT64_MAX ? std::string("none") : size_text(r.limit_bytes))
             << " (" << r.limit_source << ")";
@@ -133,8 +134,8 @@ void print_text(const Replayed& x) {
   std::cout << "  rules:     " << report::printable(r.rules) << "\n";
   std::cout << "  verdict:   " << (r.fits() ? "fits" : "out of memory") << " (" << r.requests
             << " requests replayed)\n";
-  std::cout << "  reserved peak: " << size_text(r.reserved_peak_bytes)
-            << " predicted, " << size_text(r.recorded_reserved_peak_bytes) << " recorded\n";
+  std::cout << "  reserved peak: " << size_text(r.reserved_peak_bytes) << " predicted, "
+            << size_text(r.recorded_reserved_peak_bytes) << " recorded\n";
   if (r.oom) {
     const auto& o = *r.oom;
     char t[32];
@@ -213,8 +214,8 @@ int whatif_command(const WhatIfArgs& a) {
     settings.scale_batch = *a.scale_batch;
   }
   bool torch = false;
-  for (const auto& t : traces) torch |= is_torch_trace(t) && t.size() > 6 &&
-                                        t.compare(t.size() - 6, 6, ".torch") == 0;
+  for (const auto& t : traces)
+    torch |= is_torch_trace(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;
   const char* only =
       "vramtrace whatif: what-if models PyTorch's caching allocator only, and this run has no "
       "PyTorch allocator trace (a native CUDA program, JAX, PyTorch with "

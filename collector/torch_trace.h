@@ -100,7 +100,8 @@ struct TorchBlock {
   uint32_t device = 0;
   uint64_t address = 0, bytes = 0;
   uint64_t alloc_ns = 0, free_ns = UINT64_MAX;  // UINT64_MAX: still live at the end
-  uint64_t stream = 0;  // the CUDA stream it was allocated on (the allocator's pools are per stream)
+  uint64_t stream =
+      0;  // the CUDA stream it was allocated on (the allocator's pools are per stream)
   // Made before the earliest entry PyTorch's ring still held (a long run): known from its
   // free or from the allocator's state at the dump, its moment and context are not.
   bool before_window = false;
@@ -146,9 +147,9 @@ struct TorchContext {
   std::map<uint32_t, XlaPool> xla;              // by device (a JAX program)
   std::vector<TorchPoolSegment> pool_segments;  // private pools' segments at the dump
   uint64_t dropped_marks = 0;
-  std::vector<TorchBlock> blocks;      // in allocation order
-  std::vector<TorchReserve> reserves;  // in time order
-  std::vector<uint64_t> ooms;          // times of the allocator's OOMs
+  std::vector<TorchBlock> blocks;             // in allocation order
+  std::vector<TorchReserve> reserves;         // in time order
+  std::vector<uint64_t> ooms;                 // times of the allocator's OOMs
   std::vector<TorchOomRequest> oom_requests;  // the same OOMs, with their requests
   std::string torch_version;                  // torch.__version__ of the traced program
   std::optional<std::string> alloc_conf;      // its allocator settings (C line), when recorded

@@ -28,20 +28,19 @@ uint64_t AllocatorSettings::divisions_for(uint64_t size) const {
 }
 
 const std::vector<std::string>& alloc_conf_keys() {
-  static const std::vector<std::string> keys = {
-      "backend",
-      "expandable_segments",
-      "garbage_collection_threshold",
-      "graph_capture_record_stream_reuse",
-      "max_non_split_rounding_mb",
-      "max_split_size_mb",
-      "per_process_memory_fraction",
-      "pinned_num_register_threads",
-      "pinned_reserve_segment_size_mb",
-      "pinned_use_background_threads",
-      "pinned_use_cuda_host_register",
-      "release_lock_on_cudamalloc",
-      "roundup_power2_divisions"};
+  static const std::vector<std::string> keys = {"backend",
+                                                "expandable_segments",
+                                                "garbage_collection_threshold",
+                                                "graph_capture_record_stream_reuse",
+                                                "max_non_split_rounding_mb",
+                                                "max_split_size_mb",
+                                                "per_process_memory_fraction",
+                                                "pinned_num_register_threads",
+                                                "pinned_reserve_segment_size_mb",
+                                                "pinned_use_background_threads",
+                                                "pinned_use_cuda_host_register",
+                                                "release_lock_on_cudamalloc",
+                                                "roundup_power2_divisions"};
   return keys;
 }
 
@@ -117,7 +116,8 @@ bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::stri
     } else if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
       // CUDAAllocatorConfig: both must exceed kLargeBuffer (20 MiB).
       if (!to_double(value, &d) || d <= 20)
-        return fail("alloc-conf: " + key + " must be a number of MiB above 20, not '" + value + "'");
+        return fail("alloc-conf: " + key + " must be a number of MiB above 20, not '" + value +
+                    "'");
       const uint64_t bytes = d >= static_cast<double>(UINT64_MAX >> 21)
                                  ? UINT64_MAX
                                  : static_cast<uint64_t>(d) * 1048576ull;
@@ -142,8 +142,8 @@ bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::stri
         size_t start = 0;
         while (start <= body.size()) {
           size_t comma = body.find(',', start);
-          std::string e = trim(body.substr(start, comma == std::string::npos ? std::string::npos
-                                                                          : comma - start));
+          std::string e = trim(
+              body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
           start = comma == std::string::npos ? body.size() + 1 : comma + 1;
           if (e.empty()) continue;
           size_t c2 = e.find(':');
@@ -162,7 +162,8 @@ bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::stri
             return fail("alloc-conf: roundup_power2_divisions size '" + k +
                         "' must be a power of 2 (MiB)");
           size_t index = std::min<size_t>(63 - __builtin_clzll(mb), kRoundUpIntervals - 1);
-          if (first) std::fill(div.begin(), div.begin() + static_cast<std::ptrdiff_t>(index), n);
+          if (first)
+            std::fill(div.begin(), div.begin() + static_cast<std::ptrdiff_t>(index), n);
           else
             for (size_t i = last + 1; i < index; ++i) div[i] = div[last];
           div[index] = n;
@@ -496,8 +497,8 @@ bool CachingAllocatorModel::release_available_cached_blocks(const Params& p) {
     if (it == pool.blocks.begin()) return false;
     uint64_t released = 0;
     --it;
-    while (released < key.size && (*it)->size >= s_.max_split_size &&
-           (*it)->stream == p.stream && !(*it)->es) {
+    while (released < key.size && (*it)->size >= s_.max_split_size && (*it)->stream == p.stream &&
+           !(*it)->es) {
       auto cur = it;
       released += (*it)->size;
       if (it != pool.blocks.begin()) {
@@ -648,8 +649,9 @@ bool CachingAllocatorModel::map_block(Block* to_map, uint64_t size) {
   to_map->mapped = true;
   if (bytes < to_map->size) {
     Block* rest = new_block();
-    *rest = Block{to_map->ptr + bytes, to_map->size - bytes, 0, to_map->stream, &pool,
-                  nullptr, nullptr, to_map->es};
+    *rest =
+        Block{to_map->ptr + bytes, to_map->size - bytes, 0, to_map->stream, &pool, nullptr, nullptr,
+              to_map->es};
     rest->mapped = false;
     rest->prev = to_map;
     rest->next = to_map->next;
@@ -880,9 +882,9 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
           "held)";
     } else if (device_total) {
       r.limit_bytes = device_total - std::min(device_total, kDriverReserveEstimate);
-      r.limit_source =
-          "the device's capacity less an estimated " + mib_text(kDriverReserveEstimate) +
-          " for the CUDA context (no OOM recorded to measure it)";
+      r.limit_source = "the device's capacity less an estimated " +
+                       mib_text(kDriverReserveEstimate) +
+                       " for the CUDA context (no OOM recorded to measure it)";
     } else {
       r.limit_bytes = UINT64_MAX;
       r.limit_source = "unknown (the device's capacity was not recorded): no limit";
@@ -896,8 +898,7 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
   } else if (auto it = ctx.limits.find(device); it != ctx.limits.end() && it->second.fraction < 1) {
     const uint64_t total = it->second.total_bytes ? it->second.total_bytes : device_total;
     if (total)
-      r.fraction_limit =
-          static_cast<uint64_t>(it->second.fraction * static_cast<double>(total));
+      r.fraction_limit = static_cast<uint64_t>(it->second.fraction * static_cast<double>(total));
   }
 
   CachingAllocatorModel model(s, r.limit_bytes, r.fraction_limit,
@@ -909,7 +910,8 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
     uint64_t bytes = ctx.blocks[i].bytes;
     if (settings.scale_batch != 1.0 && scales_with_batch(tm->info()[i].category)) {
       const double scaled = std::ceil(static_cast<double>(bytes) * settings.scale_batch);
-      bytes = scaled >= 1.8e19 ? UINT64_MAX / 2 : std::max<uint64_t>(1, static_cast<uint64_t>(scaled));
+      bytes =
+          scaled >= 1.8e19 ? UINT64_MAX / 2 : std::max<uint64_t>(1, static_cast<uint64_t>(scaled));
       ++r.scaled_requests;
     }
     return bytes;
@@ -958,8 +960,8 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
       if (settings.scale_batch != 1.0 && tm) {
         const PhaseSpan* ph = tm->phase_at(o.time_ns);
         if (ph && ph->phase != TorchPhase::Optimizer && ph->phase != TorchPhase::None)
-          bytes = static_cast<uint64_t>(
-              std::ceil(static_cast<double>(bytes) * settings.scale_batch));
+          bytes =
+              static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * settings.scale_batch));
       }
       ++r.requests;
       const int64_t h = model.malloc(bytes, o.stream);

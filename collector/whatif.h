@@ -43,10 +43,10 @@ inline constexpr size_t kRoundUpIntervals = 16;
 
 // PYTORCH_CUDA_ALLOC_CONF as the allocator reads it (CUDAAllocatorConfig::parseArgs).
 struct AllocatorSettings {
-  uint64_t max_split_size = UINT64_MAX;             // max_split_size_mb
-  uint64_t max_non_split_rounding = kLargeBuffer;   // max_non_split_rounding_mb
+  uint64_t max_split_size = UINT64_MAX;                                // max_split_size_mb
+  uint64_t max_non_split_rounding = kLargeBuffer;                      // max_non_split_rounding_mb
   std::array<uint64_t, kRoundUpIntervals> roundup_power2_divisions{};  // 0: none
-  double garbage_collection_threshold = 0;          // 0: off
+  double garbage_collection_threshold = 0;                             // 0: off
   bool expandable_segments = false;
   std::optional<double> per_process_memory_fraction;  // as set_per_process_memory_fraction
   // The divisions for a request of `size` bytes (CUDAAllocatorConfig::roundup_power2_divisions).
@@ -64,9 +64,9 @@ std::string describe_settings(const AllocatorSettings& s);  // "expandable_segme
 
 // The allocator's state at a moment (for the OOM: what the request met).
 struct AllocatorState {
-  uint64_t reserved_bytes = 0;    // segments (mapped pages with expandable segments)
-  uint64_t allocated_bytes = 0;   // blocks handed out, as rounded
-  uint64_t cached_free_bytes = 0; // reserved, not handed out
+  uint64_t reserved_bytes = 0;     // segments (mapped pages with expandable segments)
+  uint64_t allocated_bytes = 0;    // blocks handed out, as rounded
+  uint64_t cached_free_bytes = 0;  // reserved, not handed out
   uint64_t largest_free_block = 0;
   uint64_t free_blocks = 0, segments = 0;
   uint64_t background_bytes = 0;  // the process's memory outside PyTorch then
@@ -143,8 +143,8 @@ class CachingAllocatorModel {
   uint64_t total_allocated_memory_ = 0, peak_reserved_ = 0;
   uint64_t allocated_ = 0, peak_allocated_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0;
-  uint64_t live_segments_ = 0;  // cudaMalloc'd segments held
-  uint64_t next_address_ = 1ull << 56;  // cudaMalloc's and cuMemAddressReserve's, downwards
+  uint64_t live_segments_ = 0;                // cudaMalloc'd segments held
+  uint64_t next_address_ = 1ull << 56;        // cudaMalloc's and cuMemAddressReserve's, downwards
   uint64_t next_small_address_ = 1ull << 52;  // the small pool's segments, upwards
   std::unique_ptr<Pool> small_, large_;
   std::vector<Block*> handles_;  // handle -> block (null once freed)
@@ -175,28 +175,28 @@ inline constexpr uint64_t kDriverReserveEstimate = 512ull << 20;
 struct WhatIfOom {
   uint64_t requested_bytes = 0;  // as the program asked (the allocator's rounding not applied)
   uint64_t rounded_bytes = 0;
-  uint64_t time_ns = 0;          // on the traced host's CLOCK_MONOTONIC, like the model's
+  uint64_t time_ns = 0;  // on the traced host's CLOCK_MONOTONIC, like the model's
   uint64_t stream = 0;
-  int64_t iteration = -1;        // -1: unknown (no iterations)
-  std::string module;            // the nn.Module running then, "" when unknown
-  std::string phase;             // forward, backward, optimizer, evaluation, ""
-  uint64_t request_index = 0;    // which of the device's requests (0-based, recorded order)
-  bool recorded_request = false; // the run's own failed request (the OOM the run had)
-  AllocatorState state;          // what the request met (after the allocator's retries)
+  int64_t iteration = -1;         // -1: unknown (no iterations)
+  std::string module;             // the nn.Module running then, "" when unknown
+  std::string phase;              // forward, backward, optimizer, evaluation, ""
+  uint64_t request_index = 0;     // which of the device's requests (0-based, recorded order)
+  bool recorded_request = false;  // the run's own failed request (the OOM the run had)
+  AllocatorState state;           // what the request met (after the allocator's retries)
 };
 
 struct WhatIfResult {
-  bool ok = false;              // false: nothing to replay (error says why)
+  bool ok = false;  // false: nothing to replay (error says why)
   std::string error;
   uint32_t device = 0;
   std::string torch_version;
-  std::string rules;            // which PyTorch rules were used
-  std::string recorded_conf;    // the settings the run used ("" default), and how known
-  std::string conf_source;      // "recorded", "inferred from the trace", "default"
-  std::string conf;             // the settings replayed
+  std::string rules;          // which PyTorch rules were used
+  std::string recorded_conf;  // the settings the run used ("" default), and how known
+  std::string conf_source;    // "recorded", "inferred from the trace", "default"
+  std::string conf;           // the settings replayed
   AllocatorSettings settings;
-  uint64_t limit_bytes = 0;     // the device's limit used
-  std::string limit_source;     // "--limit", "measured at the recorded OOM", "estimated"
+  uint64_t limit_bytes = 0;  // the device's limit used
+  std::string limit_source;  // "--limit", "measured at the recorded OOM", "estimated"
   std::optional<uint64_t> fraction_limit;
   double scale_batch = 1.0;
   uint64_t requests = 0, frees = 0, requests_replayed = 0;

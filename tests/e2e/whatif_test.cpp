@@ -15,8 +15,8 @@
 // (56 MiB), fc2's scratch reuses the 10 MiB one, and fc2's 20 MiB output is the request the run
 // failed on. The model: 56 + 20 = 76 MiB within the 80 MiB measured at the OOM (10 MiB free on
 // the device + 70 MiB the fake allocator held): it fits, reserved peak 76 MiB.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -64,8 +64,8 @@ json whatif_json(const std::string& dir, const std::string& opts) {
 
 TEST_CASE("whatif: a stand-in PyTorch run replayed under other limits, batch and settings") {
   const std::string dir = temp_dir() + "/run";
-  Result run = sh(kEnv + fake_torch_env() + " " + kVramtrace + " run -o " + dir +
-                  " -- python3 " + kTrainScript);
+  Result run = sh(kEnv + fake_torch_env() + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                  kTrainScript);
   INFO(run.out);
   REQUIRE(run.code() == 1);  // the program's own uncaught OutOfMemoryError
   const auto before = listing(dir);

@@ -23,7 +23,7 @@ AllocatorSettings conf(const std::string& c) {
 
 TEST_CASE("whatif: round_size rounds to 512 B, or to a power-of-two division") {
   CachingAllocatorModel m({}, GiB, std::nullopt);
-  CHECK(m.round_size(1) == 512);     // below kMinBlockSize: 512
+  CHECK(m.round_size(1) == 512);  // below kMinBlockSize: 512
   CHECK(m.round_size(512) == 512);
   CHECK(m.round_size(513) == 1024);  // 512 * ceil(513 / 512)
   CHECK(m.round_size(5 * MiB + 1) == 5 * MiB + 512);
@@ -49,7 +49,7 @@ TEST_CASE("whatif: the small pool packs requests up to 1 MiB into 2 MiB segments
   CHECK(m.reserved() == 2 * MiB);  // one kSmallBuffer segment for both
   CHECK(m.allocated() == 2048);
   CHECK(m.block_address(b) == m.block_address(a) + 1024);  // split off the same segment
-  const int64_t c = m.malloc(1 * MiB, 0);                   // 1 MiB is still small
+  const int64_t c = m.malloc(1 * MiB, 0);                  // 1 MiB is still small
   CHECK(m.block_size(c) == 1 * MiB);
   CHECK(m.reserved() == 2 * MiB);  // 2 MiB - 2048 B free was enough
 }
@@ -225,15 +225,16 @@ TEST_CASE("whatif: PYTORCH_CUDA_ALLOC_CONF is read as the allocator reads it") {
   std::string error;
   CHECK_FALSE(parse_alloc_conf("expandable_segment:True", &s, &error));
   CHECK(error.find("unknown key 'expandable_segment'") != std::string::npos);
-  CHECK(error.find("max_split_size_mb") != std::string::npos);  // the known ones listed
+  CHECK(error.find("max_split_size_mb") != std::string::npos);        // the known ones listed
   CHECK_FALSE(parse_alloc_conf("max_split_size_mb:10", &s, &error));  // must be > 20
   CHECK_FALSE(parse_alloc_conf("garbage_collection_threshold:1.5", &s, &error));
   CHECK_FALSE(parse_alloc_conf("roundup_power2_divisions:3", &s, &error));
   CHECK_FALSE(parse_alloc_conf("backend:cudaMallocAsync", &s, &error));
   CHECK(s.max_split_size == UINT64_MAX);  // unchanged by the refusals
-  REQUIRE(parse_alloc_conf("max_split_size_mb:128, garbage_collection_threshold:0.6,"
-                           "release_lock_on_cudamalloc:True",
-                           &s, &error));
+  REQUIRE(
+      parse_alloc_conf("max_split_size_mb:128, garbage_collection_threshold:0.6,"
+                       "release_lock_on_cudamalloc:True",
+                       &s, &error));
   CHECK(s.max_split_size == 128 * MiB);
   CHECK(s.garbage_collection_threshold == 0.6);
   CHECK(describe_settings(s) == "max_split_size_mb:128,garbage_collection_threshold:0.6");
