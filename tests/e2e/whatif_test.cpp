@@ -161,3 +161,20 @@ TEST_CASE("whatif: a run without PyTorch's allocator is refused, exit 2") {
   CHECK(r.out.find("models PyTorch's caching allocator only") != std::string::npos);
   CHECK(listing(dir) == before);
 }
+
+TEST_CASE("whatif: the run's own PYTORCH_CUDA_ALLOC_CONF is recorded and replayed under") {
+  // The start-up hook writes the settings into the .torch file; --alloc-conf goes over them.
+  // max_split_size_mb:64 changes nothing here (no block reaches 64 MiB): 76 MiB as without it.
+  const std::string dir = temp_dir() + "/run";
+  Result run = sh(kEnv + fake_torch_env() + " PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 " +
+                  kVramtrace + " run -o " + dir + " -- python3 " + kTrainScript);
+  INFO(run.out);
+  REQUIRE(run.code() == 1);
+  json j = whatif_json(dir, "");
+  CHECK(j["settings"]["recorded_alloc_conf"] == "max_split_size_mb:64");
+  CHECK(j["settings"]["recorded_alloc_conf_source"] == "recorded");
+  CHECK(j["settings"]["alloc_conf"] == "max_split_size_mb:64");
+  CHECK(j["reserved_peak_bytes"] == 76 * MiB);
+  j = whatif_json(dir, "--alloc-conf expandable_segments:True");
+  CHECK(j["settings"]["alloc_conf"] == "expandable_segments:True,max_split_size_mb:64");
+}
