@@ -223,7 +223,7 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
 // For a report's remedies: replays `device` of process `p` (of collector::analyze()) under
 // `settings` and says whether it fits. `ok` false (with `error`) when the process has no
 // PyTorch allocator trace for that device, or the settings are bad. Same process, same
-// settings: the same result; costs one pass over the device's blocks (about 0.2 s per million
+// settings: the same result; costs one pass over the device's blocks (about 1.2 s per million
 // requests); it never writes anything.
 WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings);
 
