@@ -46,6 +46,7 @@ Command add_run_command(CLI::App& app);     // cli/run.cpp
 Command add_check_command(CLI::App& app);   // cli/check.cpp
 Command add_diff_command(CLI::App& app);    // cli/diff.cpp
 Command add_report_command(CLI::App& app);  // cli/report.cpp
+Command add_whatif_command(CLI::App& app);  // cli/whatif.cpp
 
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);

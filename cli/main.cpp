@@ -4,6 +4,7 @@
 //   check   cli/check.cpp (the gate: cli/gate.h)         CI gate against a baseline
 //   diff    cli/diff.cpp                                 two runs compared
 //   report  cli/report.cpp                               traces to reports
+//   whatif  cli/whatif.cpp (collector/whatif.h)          a run replayed under other settings
 //
 // Exit codes of vramtrace itself: 2 for bad usage or unrecoverable input; 74 when a report
 // cannot be written (run: unless the command itself failed, whose exit code or signal wins);
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
 
   const std::vector<cli::Command> commands = {
       cli::add_run_command(app), cli::add_check_command(app), cli::add_diff_command(app),
-      cli::add_report_command(app)};
+      cli::add_report_command(app), cli::add_whatif_command(app)};
 
   int parse_argc = argc;
   for (const auto& c : commands)

@@ -730,6 +730,7 @@ class Builder {
     DeviceModel& d = device(a.device);
     uint64_t before = d.memory.peak_bytes();
     d.memory.add(a, now);
+    if (p_.torch_trace) d.driver_log.push_back({now, a.id, a.bytes, a.api, true});
     if (is_async(a.api)) d.async_live += a.bytes;
     d.update_footprint(now);
     if (d.memory.peak_bytes() > before) {
@@ -755,6 +756,7 @@ class Builder {
   void remove_device(const Allocation& a, uint64_t now) {
     DeviceModel& d = device(a.device);
     d.memory.remove(a, now);
+    if (p_.torch_trace) d.driver_log.push_back({now, a.id, a.bytes, a.api, false});
     if (is_async(a.api)) d.async_live -= std::min(d.async_live, a.bytes);
     d.update_footprint(now);
     ++d.frees;
@@ -1092,9 +1094,15 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
   }
 
   for (size_t i = 0; i < readers.size(); ++i) {
-    if (torch_of[i] != SIZE_MAX && torch[torch_of[i]].context.present)
+    if (torch_of[i] != SIZE_MAX && torch[torch_of[i]].context.present) {
       run.processes[i].torch_memory =
           std::make_shared<const TorchMemory>(std::move(torch[torch_of[i]].context));
+      run.processes[i].torch_context = std::shared_ptr<const TorchContext>(
+          run.processes[i].torch_memory, &run.processes[i].torch_memory->context());
+    } else if (torch_of[i] != SIZE_MAX) {
+      run.processes[i].torch_context =
+          std::make_shared<const TorchContext>(std::move(torch[torch_of[i]].context));
+    }
     builders[i].finish();
     ProcessModel& p = run.processes[i];
     if (readers[i]->partial()) {

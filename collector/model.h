@@ -211,6 +211,14 @@ struct DeviceModel {
   // where memory kept across iterations is seen even when the program frees it at the end.
   PeakTracker blocks;
   std::vector<Allocation> blocks_at_peak;
+  // Every driver allocation and free of a process with PyTorch's allocator trace, in order
+  // (collector/whatif.h takes what lay outside PyTorch's segments from it as fixed background).
+  struct DriverChange {
+    uint64_t time_ns = 0, id = 0, bytes = 0;
+    format::Api api = format::Api::Unknown;
+    bool added = false;
+  };
+  std::vector<DriverChange> driver_log;
   void update_footprint(uint64_t now) {
     uint64_t f = footprint();
     footprint_timeline.add(now, f);
@@ -309,6 +317,9 @@ struct ProcessModel {
   bool torch_trace = false;  // PyTorch's allocator trace was merged in
   // What PyTorch's memory is (the start-up hook's context): categories, modules, phases.
   std::shared_ptr<const TorchMemory> torch_memory;
+  // PyTorch's allocator trace itself (the blocks, segments and OOMs in order), also when the hook
+  // saw no context to classify by (torch_memory null); the same object as torch_memory's context.
+  std::shared_ptr<const TorchContext> torch_context;
   std::string torch_trace_problem;  // why it is incomplete, if it is
   std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges;
   std::vector<Phase> phases;  // the first kMaxPhases completed ranges

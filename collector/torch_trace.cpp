@@ -56,6 +56,7 @@ TorchTrace read_torch_trace(const std::string& path) {
       !to_u64(head[3], &mono))
     throw TraceError(path + ": bad header line");
   t.torch_version = head[4].substr(0, 64);
+  t.context.torch_version = t.torch_version;
   // Epoch - monotonic, ns; times are moved by it in unsigned arithmetic (modulo 2^64: the
   // same result, and a damaged file's huge times wrap instead of overflowing).
   const uint64_t offset = realtime - mono;
@@ -152,7 +153,7 @@ TorchTrace read_torch_trace(const std::string& path) {
         const std::pair<uint32_t, uint64_t> key{dev, addr};
         if (r.user_block.bytes) {
           live_blocks[key] = ctx.blocks.size();
-          ctx.blocks.push_back({dev, addr, bytes, r.time_ns, UINT64_MAX});
+          ctx.blocks.push_back({dev, addr, bytes, r.time_ns, UINT64_MAX, stream});
         } else if (auto it = live_blocks.find(key); it != live_blocks.end()) {
           ctx.blocks[it->second].free_ns = r.time_ns;
           live_blocks.erase(it);
@@ -167,9 +168,13 @@ TorchTrace read_torch_trace(const std::string& path) {
         else if (!live_segments.erase({dev, addr}) && wrapped.count(dev))
           segments_before.push_back({dev, addr, bytes, r.time_ns});
         ctx.reserves.push_back({dev, addr, r.time_ns,
-                                grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes)});
+                                grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes),
+                                op == format::SegmentOp::Map || op == format::SegmentOp::Unmap});
       } else if (r.type == RecordType::UserOom) {
         ctx.ooms.push_back(r.time_ns);
+        uint64_t device_free = UINT64_MAX;
+        if (!to_u64(f[8], &device_free)) device_free = UINT64_MAX;
+        ctx.oom_requests.push_back({dev, r.time_ns, bytes, stream, device_free});
       }
       if (!pools[dev]) {
         pools[dev] = true;
@@ -343,6 +348,8 @@ TorchTrace read_torch_trace(const std::string& path) {
       ctx.pool_segments.push_back(seg);
     } else if (v2 && f[0] == "D" && f.size() >= 2) {
       to_u64(f[1], &ctx.dropped_marks);
+    } else if (f[0] == "C" && f.size() >= 2) {
+      ctx.alloc_conf = f[1].substr(0, 4096);
     } else if (f[0] == "END") {
       complete = true;
       break;

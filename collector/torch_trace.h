@@ -27,6 +27,7 @@
 //                               a CUDA graph's pool, "pool" for another, e.g. torch.cuda.MemPool)
 //   G  device  address  bytes    (a segment at the dump, written when a ring was full)
 //   A  device  address  bytes    (a block in use at the dump, written when a ring was full)
+//   C  conf                      (PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF, when set)
 //   END  entries                                 (the file is complete)
 // frame_ids: comma-separated, innermost first; time_us and time_ns: the Unix epoch (PyTorch's
 // clock agrees with Python's time.time_ns() to the microsecond: tests/gpu/real/probe_hooks.py).
@@ -99,9 +100,18 @@ struct TorchBlock {
   uint32_t device = 0;
   uint64_t address = 0, bytes = 0;
   uint64_t alloc_ns = 0, free_ns = UINT64_MAX;  // UINT64_MAX: still live at the end
+  uint64_t stream =
+      0;  // the CUDA stream it was allocated on (the allocator's pools are per stream)
   // Made before the earliest entry PyTorch's ring still held (a long run): known from its
   // free or from the allocator's state at the dump, its moment and context are not.
   bool before_window = false;
+};
+// A request the allocator could not serve (its trace's oom entry): `bytes` is the request as
+// the allocator rounded it (CUDACachingAllocator.cpp's malloc records params.size()).
+struct TorchOomRequest {
+  uint32_t device = 0;
+  uint64_t time_ns = 0, bytes = 0, stream = 0;
+  uint64_t device_free = UINT64_MAX;  // cudaMemGetInfo's free bytes then (UINT64_MAX: unknown)
 };
 // A change of what the allocator reserved from the driver (segments and their mappings).
 struct TorchReserve {
@@ -109,6 +119,7 @@ struct TorchReserve {
   uint64_t address = 0;
   uint64_t time_ns = 0;
   int64_t delta = 0;
+  bool map = false;  // segment_map / segment_unmap: a range of an expandable segment
 };
 
 // A segment of one of PyTorch's private pools (a CUDA graph's capture pool, a
@@ -136,9 +147,12 @@ struct TorchContext {
   std::map<uint32_t, XlaPool> xla;              // by device (a JAX program)
   std::vector<TorchPoolSegment> pool_segments;  // private pools' segments at the dump
   uint64_t dropped_marks = 0;
-  std::vector<TorchBlock> blocks;      // in allocation order
-  std::vector<TorchReserve> reserves;  // in time order
-  std::vector<uint64_t> ooms;          // times of the allocator's OOMs
+  std::vector<TorchBlock> blocks;             // in allocation order
+  std::vector<TorchReserve> reserves;         // in time order
+  std::vector<uint64_t> ooms;                 // times of the allocator's OOMs
+  std::vector<TorchOomRequest> oom_requests;  // the same OOMs, with their requests
+  std::string torch_version;                  // torch.__version__ of the traced program
+  std::optional<std::string> alloc_conf;      // its allocator settings (C line), when recorded
   // Devices whose ring had dropped its earliest entries: the time of the first entry left.
   std::map<uint32_t, uint64_t> window_start;
 };

@@ -58,6 +58,10 @@ def _vramtrace_setup():
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write("vramtrace.torch/2\t%d\t%d\t%d\t%s\n"
                     % (os.getpid(), realtime_ns, monotonic_ns, clean(torch.__version__)))
+            # The allocator's settings, for `vramtrace whatif` to replay the run under them.
+            conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+            if conf:
+                f.write("C\t%s\n" % clean(conf))
             wrapped = False
             for device, trace in enumerate(snap.get("device_traces", [])):
                 if len(trace) >= max_entries:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Validates report.json files against their contract, report/report.schema.json (JSON Schema
+"""Validates report.json files against their contract, report/report.schema.json (and the output
+of `vramtrace whatif --json` against report/whatif.schema.json) (JSON Schema
 draft 2020-12, checked with the jsonschema package: Debian's python3-jsonschema).
 
     tests/contract/validate_report.py REPORT.json...
@@ -13,6 +14,7 @@ import sys
 
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report",
                       "report.schema.json")
+WHATIF_SCHEMA = os.path.join(os.path.dirname(SCHEMA), "whatif.schema.json")
 
 
 def main(paths):
@@ -22,9 +24,16 @@ def main(paths):
         print("validate_report: the jsonschema module is missing (apt-get install "
               "python3-jsonschema; scripts/setup.sh installs it)", file=sys.stderr)
         return 2
-    with open(SCHEMA) as f:
-        schema = json.load(f)
-    validator = jsonschema.Draft202012Validator(schema)
+    validators = {}
+
+    def validator_of(doc):
+        # `vramtrace whatif --json` has its own contract beside the report's.
+        name = WHATIF_SCHEMA if isinstance(doc, dict) and doc.get("schema") == "vramtrace.whatif/1" \
+            else SCHEMA
+        if name not in validators:
+            with open(name) as f:
+                validators[name] = jsonschema.Draft202012Validator(json.load(f))
+        return validators[name]
     bad = 0
     for path in paths:
         try:
@@ -33,7 +42,7 @@ def main(paths):
         except (OSError, ValueError) as e:
             print(f"{path}: cannot be read: {e}", file=sys.stderr)
             return 2
-        errors = sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))
+        errors = sorted(validator_of(report).iter_errors(report), key=lambda e: list(e.absolute_path))
         for e in errors[:20]:
             print(f"{path}: {e.json_path}: {e.message[:300]}")
         if len(errors) > 20:

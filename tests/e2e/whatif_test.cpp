@@ -1,0 +1,180 @@
+// End-to-end tests of `vramtrace whatif` on the stand-in PyTorch (tests/programs/fake_torch):
+// py_torch_train.py recorded under `vramtrace run` (it dies of an OOM on the 80 MiB device, at
+// fc2's 20 MiB output in iteration 3), then replayed through the model of PyTorch's caching
+// allocator under the run's settings, smaller limits, a batch scale and expandable segments,
+// with the figures derived by hand below from CUDACachingAllocator's rules; and the refusals
+// (a native program, an unknown alloc-conf key, a bad size), which write nothing into RUN.
+//
+// The program's requests (all on stream 0): iteration 0 makes the two 1 MiB weights (small
+// pool: one 2 MiB segment), the 4 MiB batch (large pool: a 20 MiB segment, split), fc1's 2 MiB
+// scratch and 4 MiB output, fc2's the same (all carved from that segment), two 1 MiB grads and
+// two 1 MiB momentum buffers (two more 2 MiB small segments): 26 MiB reserved. Iterations 1 and
+// 2 reuse the 20 MiB segment. Iteration 3 (B = 10240): the 20 MiB batch takes the whole free
+// 20 MiB segment (nothing left to split off), fc1's 10 MiB scratch gets a 10 MiB segment
+// (>= 10 MiB: its own, 2 MiB rounding; 36 MiB), is freed, fc1's 20 MiB output a 20 MiB segment
+// (56 MiB), fc2's scratch reuses the 10 MiB one, and fc2's 20 MiB output is the request the run
+// failed on. The model: 56 + 20 = 76 MiB within the 80 MiB measured at the OOM (10 MiB free on
+// the device + 70 MiB the fake allocator held): it fits, reserved peak 76 MiB.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "e2e/e2e_util.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTrainScript = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_train.py";
+
+std::string fake_torch_env() {
+  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
+         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
+}
+
+std::set<std::string> listing(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    out.insert(e.path().string() + ":" +
+               (e.is_regular_file()
+                    ? std::to_string(e.file_size()) + ":" +
+                          std::to_string(e.last_write_time().time_since_epoch().count())
+                    : std::string("dir")));
+  return out;
+}
+
+json whatif_json(const std::string& dir, const std::string& opts) {
+  Result r = sh(kEnv + kVramtrace + " whatif " + dir + " --json " + opts + " 2>/dev/null");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  const std::string path = temp_dir() + "/whatif.json";
+  {
+    std::ofstream f(path);
+    f << r.out;
+  }
+  return load_json(path);  // validated against report/whatif.schema.json (its "schema" key)
+}
+
+}  // namespace
+
+TEST_CASE("whatif: a stand-in PyTorch run replayed under other limits, batch and settings") {
+  const std::string dir = temp_dir() + "/run";
+  Result run = sh(kEnv + fake_torch_env() + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                  kTrainScript);
+  INFO(run.out);
+  REQUIRE(run.code() == 1);  // the program's own uncaught OutOfMemoryError
+  const auto before = listing(dir);
+
+  SECTION("its own settings: the failed request fits the model's segments") {
+    json j = whatif_json(dir, "");
+    CHECK(j["schema"] == "vramtrace.whatif/1");
+    CHECK(j["verdict"] == "fits");
+    CHECK(j["reserved_peak_bytes"] == 76 * MiB);
+    CHECK(j["recorded_reserved_peak_bytes"] == 70 * MiB);
+    CHECK(j["recorded_oom"] == true);
+    CHECK(j["truncated_at_recorded_oom"] == true);
+    CHECK(j["oom"].is_null());
+    CHECK(j["requests"] == 26);  // 11 + 5 + 5 + 4 allocations, and the failed request
+    CHECK(j["settings"]["limit_bytes"] == 80 * MiB);
+    CHECK(j["settings"]["alloc_conf"] == "");
+    CHECK(j["torch_version"] == "0.0+standin");
+    CHECK(j["replays"].size() == 1);
+  }
+  SECTION("under 60 MiB: the run's own request runs out, after the cache is released") {
+    // 56 + 20 > 60; the free 10 MiB segment goes back (46 MiB), 46 + 20 > 60: out of memory
+    // with 46 MiB reserved, all of it in use (batch 20, fc1's output 20, six 1 MiB blocks).
+    json j = whatif_json(dir, "--limit 60MiB");
+    CHECK(j["verdict"] == "oom");
+    CHECK(j["reserved_peak_bytes"] == 56 * MiB);
+    const json& o = j["oom"];
+    CHECK(o["requested_bytes"] == 20 * MiB);
+    CHECK(o["recorded_request"] == true);
+    CHECK(o["request_index"] == 25);
+    CHECK(o["iteration"] == 3);
+    CHECK(o["module"] == "fc2");
+    CHECK(o["phase"] == "forward");
+    CHECK(o["fragmentation"]["reserved_bytes"] == 46 * MiB);
+    CHECK(o["fragmentation"]["allocated_bytes"] == 46 * MiB);
+    CHECK(o["fragmentation"]["cached_free_bytes"] == 0);
+  }
+  SECTION("under 50 MiB: an earlier request runs out, fc2's scratch") {
+    // fc1's output: 36 + 20 > 50, the free 10 MiB segment released, 26 + 20 = 46; fc2's 10 MiB
+    // scratch then: 46 + 10 > 50 and nothing cached: request 24 (the 25th), out of memory.
+    json j = whatif_json(dir, "--limit 50MiB");
+    CHECK(j["verdict"] == "oom");
+    CHECK(j["reserved_peak_bytes"] == 46 * MiB);
+    CHECK(j["oom"]["requested_bytes"] == 10 * MiB);
+    CHECK(j["oom"]["request_index"] == 24);
+    CHECK(j["oom"]["recorded_request"] == false);
+    CHECK(j["oom"]["module"] == "fc2");
+  }
+  SECTION("half the batch") {
+    // Inputs, temporaries and activations halve (19 requests: the batch, two scratches and two
+    // outputs in each of iterations 0-2, four in iteration 3); weights, grads and momentum do
+    // not. The 1 MiB scratches move to the small pool: a fourth 2 MiB segment (28 MiB). In
+    // iteration 3 the 10 MiB batch and 10 MiB output share the 20 MiB segment, fc2's 5 MiB
+    // scratch takes a new 20 MiB one (48 MiB), where the failed request, in the forward and
+    // halved to 10 MiB, fits.
+    json j = whatif_json(dir, "--scale-batch 0.5");
+    CHECK(j["verdict"] == "fits");
+    CHECK(j["scaled_requests"] == 19);
+    CHECK(j["reserved_peak_bytes"] == 48 * MiB);
+    CHECK(j["settings"]["scale_batch"] == 0.5);
+  }
+  SECTION("the largest batch under 60 MiB is below the recorded one") {
+    json j = whatif_json(dir, "--limit 60MiB --max-batch");
+    REQUIRE(j["max_batch"].is_object());
+    const double scale = j["max_batch"]["scale"];
+    CHECK(scale < 1.0);
+    CHECK(scale > 0.5);  // half the batch needs 48 MiB
+    // The scale found fits, and 1 % more does not.
+    char more[32];
+    std::snprintf(more, sizeof more, "%.4f", scale * 1.01);
+    CHECK(whatif_json(dir, "--limit 60MiB --scale-batch " + std::string(more))["verdict"] == "oom");
+  }
+  SECTION("refusals: an unknown key lists the known ones, a bad size is one line") {
+    Result bad = sh(kEnv + kVramtrace + " whatif " + dir + " --alloc-conf expandable:True");
+    CHECK(bad.code() == 2);
+    CHECK(bad.out.find("unknown key 'expandable'") != std::string::npos);
+    CHECK(bad.out.find("expandable_segments") != std::string::npos);
+    Result size = sh(kEnv + kVramtrace + " whatif " + dir + " --limit 12parsecs");
+    CHECK(size.code() == 2);
+    CHECK(std::count(size.out.begin(), size.out.end(), '\n') == 1);
+    Result scale = sh(kEnv + kVramtrace + " whatif " + dir + " --scale-batch -1");
+    CHECK(scale.code() == 2);
+  }
+  CHECK(listing(dir) == before);  // nothing written into RUN
+}
+
+TEST_CASE("whatif: a run without PyTorch's allocator is refused, exit 2") {
+  const std::string dir = temp_dir() + "/native";
+  Result run = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("basic"));
+  REQUIRE(run.code() == 0);
+  const auto before = listing(dir);
+  Result r = sh(kEnv + kVramtrace + " whatif " + dir);
+  CHECK(r.code() == 2);
+  CHECK(r.out.find("models PyTorch's caching allocator only") != std::string::npos);
+  CHECK(listing(dir) == before);
+}
+
+TEST_CASE("whatif: the run's own PYTORCH_CUDA_ALLOC_CONF is recorded and replayed under") {
+  // The start-up hook writes the settings into the .torch file; --alloc-conf goes over them.
+  // max_split_size_mb:64 changes nothing here (no block reaches 64 MiB): 76 MiB as without it.
+  const std::string dir = temp_dir() + "/run";
+  Result run = sh(kEnv + fake_torch_env() + " PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 " +
+                  kVramtrace + " run -o " + dir + " -- python3 " + kTrainScript);
+  INFO(run.out);
+  REQUIRE(run.code() == 1);
+  json j = whatif_json(dir, "");
+  CHECK(j["settings"]["recorded_alloc_conf"] == "max_split_size_mb:64");
+  CHECK(j["settings"]["recorded_alloc_conf_source"] == "recorded");
+  CHECK(j["settings"]["alloc_conf"] == "max_split_size_mb:64");
+  CHECK(j["reserved_peak_bytes"] == 76 * MiB);
+  j = whatif_json(dir, "--alloc-conf expandable_segments:True");
+  CHECK(j["settings"]["alloc_conf"] == "expandable_segments:True,max_split_size_mb:64");
+}
