@@ -7,6 +7,7 @@
 // process that never calls cuInit writes nothing and pays nothing but this constructor.
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ constexpr const char* kRunIdVariable = env::kRunId;
 
 std::atomic<bool> g_injected{false};
 bool g_disabled = false;
+pid_t g_armed_pid = 0;  // the process that loaded the library (not a fork of it)
 
 size_t read_file(const char* path, char* out, size_t n) {
   FILE* f = fopen(path, "re");
@@ -147,9 +149,58 @@ __attribute__((constructor)) void arm() {
   if (!nvtx || !*nvtx) setenv("NVTX_INJECTION64_PATH", self, 1);
   pthread_atfork(nullptr, nullptr, on_fork_child);
   adopt_run_id();
+  g_armed_pid = getpid();
 }
 
-__attribute__((destructor)) void at_exit() { recorder_finish(); }
+// The CUDA runtime and driver libraries among the process's loaded objects.
+struct CudaLibraries {
+  char runtime[64];  // the first libcudart.so* (its basename), "" without one
+  bool driver;       // a libcuda.so* is loaded
+};
+
+int find_cuda_libraries(dl_phdr_info* info, size_t, void* data) {
+  auto* found = static_cast<CudaLibraries*>(data);
+  const char* name = info->dlpi_name;
+  if (!name || !*name) return 0;
+  const char* slash = strrchr(name, '/');
+  const char* base = slash ? slash + 1 : name;
+  if (strncmp(base, "libcudart.so", 12) == 0 && !found->runtime[0])
+    snprintf(found->runtime, sizeof found->runtime, "%s", base);
+  if (strncmp(base, "libcuda.so", 10) == 0) found->driver = true;
+  return 0;
+}
+
+// A process that loaded a CUDA runtime but never a CUDA driver could not start CUDA: its
+// runtime answered every call with an error ("CUDA driver version is insufficient") and the
+// driver never called InitializeInjection. Said once on stderr; under `vramtrace run` also
+// sent to the launcher as a process that was not profiled, with this reason, so that the
+// report names it instead of finding no process at all.
+void say_cuda_did_not_start() {
+  CudaLibraries found{};
+  dl_iterate_phdr(find_cuda_libraries, &found);
+  if (!found.runtime[0] || found.driver) return;
+  char why[400];
+  snprintf(why, sizeof why,
+           "CUDA could not start in this process: it loaded the CUDA runtime (%s) but no CUDA "
+           "driver (libcuda.so.1 not found: no driver installed, or not on the library path), "
+           "so each CUDA call failed and there is no device memory to profile",
+           found.runtime);
+  notice(why);
+  const char* socket = getenv(env::kSocket);
+  if (!socket || !*socket || g_injected.exchange(true)) return;
+  ReentryGuard guard;
+  if (!recorder_start(read_options())) return;
+  record_process();
+  const size_t n = strnlen(why, sizeof why);
+  RecordSlot slot(16 + n);
+  if (slot.ok()) slot.commit(format::put(slot.begin(), format::rec::Notice{{why, n}}));
+}
+
+__attribute__((destructor)) void at_exit() {
+  if (!g_disabled && !g_injected.load() && !recorder_running() && getpid() == g_armed_pid)
+    say_cuda_did_not_start();
+  recorder_finish();
+}
 
 }  // namespace
 }  // namespace vramtrace::interpose
