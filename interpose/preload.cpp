@@ -170,20 +170,63 @@ int find_cuda_libraries(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-// A process that loaded a CUDA runtime but never a CUDA driver could not start CUDA: its
-// runtime answered every call with an error ("CUDA driver version is insufficient") and the
-// driver never called InitializeInjection. Said once on stderr; under `vramtrace run` also
-// sent to the launcher as a process that was not profiled, with this reason, so that the
-// report names it instead of finding no process at all.
+// Whether the loader could find the CUDA driver, libcuda.so.1: in a folder of LD_LIBRARY_PATH,
+// among the libraries ldconfig lists in /etc/ld.so.cache (their names are strings in it), or in
+// the loader's default folders. Looked up, never loaded: loading a driver at exit costs time.
+bool driver_findable() {
+  char path[PATH_MAX];
+  auto in_folder = [&](const char* dir, size_t len) {
+    if (len == 0 || len + sizeof "/libcuda.so.1" > sizeof path) return false;
+    snprintf(path, sizeof path, "%.*s/libcuda.so.1", static_cast<int>(len), dir);
+    return access(path, F_OK) == 0;
+  };
+  if (const char* dirs = getenv("LD_LIBRARY_PATH"))
+    for (const char* d = dirs; *d;) {
+      size_t len = strcspn(d, ":;");
+      if (in_folder(d, len)) return true;
+      d += len + (d[len] ? 1 : 0);
+    }
+  for (const char* dir :
+       {"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"})
+    if (in_folder(dir, strlen(dir))) return true;
+  FILE* f = fopen("/etc/ld.so.cache", "re");
+  if (!f) return false;
+  static const char kName[] = "libcuda.so.1";
+  const size_t keep = sizeof kName - 1;
+  static char buf[65536];
+  size_t have = 0;
+  bool found = false;
+  while (!found) {
+    size_t got = fread(buf + have, 1, sizeof buf - have, f);
+    if (got == 0) break;
+    have += got;
+    found = memmem(buf, have, kName, sizeof kName) != nullptr;  // with its terminating NUL
+    if (have > keep) {  // the tail may hold the start of the name
+      memmove(buf, buf + have - keep, keep);
+      have = keep;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+// A process that loaded a CUDA runtime where no CUDA driver can be loaded cannot start CUDA:
+// its runtime answers each call with cudaErrorInsufficientDriver and the driver never calls
+// InitializeInjection. Said once on stderr; under `vramtrace run` also sent to the launcher as
+// a process that was not profiled, with this reason, so that the report names it instead of
+// finding no process at all. (With a driver there, a runtime that never loaded it was only not
+// used: the driver is loaded at the first call.)
 void say_cuda_did_not_start() {
   CudaLibraries found{};
   dl_iterate_phdr(find_cuda_libraries, &found);
-  if (!found.runtime[0] || found.driver) return;
+  if (!found.runtime[0] || found.driver || driver_findable()) return;
   char why[400];
   snprintf(why, sizeof why,
-           "CUDA could not start in this process: it loaded the CUDA runtime (%s) but no CUDA "
-           "driver (libcuda.so.1 not found: no driver installed, or not on the library path), "
-           "so each CUDA call failed and there is no device memory to profile",
+           "CUDA cannot start in this process: it loaded the CUDA runtime (%s) but no CUDA "
+           "driver can be loaded (libcuda.so.1 not found: no driver installed, or not on the "
+           "library path), so its CUDA calls answer 'CUDA driver version is insufficient for "
+           "CUDA runtime version' and there is no device memory to profile",
            found.runtime);
   notice(why);
   const char* socket = getenv(env::kSocket);

@@ -235,9 +235,10 @@ def cuda_cannot_start(work):
     check(r.returncode == alone.returncode, "exit %d, alone %d" % (r.returncode, alone.returncode))
     check(r.stdout == alone.stdout, "the program's output changed: %r" % r.stdout)
     check(r.stderr.startswith(alone.stderr), "the program's own stderr first: %r" % r.stderr)
-    why = ("CUDA could not start in this process: it loaded the CUDA runtime (libcudart.so.13) "
-           "but no CUDA driver (libcuda.so.1 not found: no driver installed, or not on the "
-           "library path), so each CUDA call failed and there is no device memory to profile")
+    why = ("CUDA cannot start in this process: it loaded the CUDA runtime (libcudart.so.13) "
+           "but no CUDA driver can be loaded (libcuda.so.1 not found: no driver installed, or "
+           "not on the library path), so its CUDA calls answer 'CUDA driver version is "
+           "insufficient for CUDA runtime version' and there is no device memory to profile")
     check(r.stderr.count("vramtrace: " + why + "\n") == 1, "the library's line: %r" % r.stderr)
     check("no process of the command used CUDA" not in r.stderr, "misleading: %r" % r.stderr)
     rep = vtrel.load(os.path.join(d, "report.json"))
@@ -247,6 +248,22 @@ def cuda_cannot_start(work):
           "the report: %r" % [(p.get("profiled"), p.get("not_profiled_reason")) for p in procs])
     check(procs != [] and ("NOT PROFILED: pid %d (basic): " % procs[0]["pid"]) in r.stderr,
           "the summary names it: %r" % r.stderr)
+    # A runtime loaded and never used where a driver can be found (the driver is loaded at the
+    # first call) is no such case: nothing said. The same where none can be: said.
+    fake = os.path.join(work, "fake-driver")
+    os.mkdir(fake)
+    write(os.path.join(fake, "libcuda.so.1"), "")
+    load = ["python3", "-c", "import ctypes; ctypes.CDLL('libcudart.so.13')"]
+    for libpath, said in ((fake, False), (None, True)):
+        e = dict(env)
+        if libpath:
+            e["LD_LIBRARY_PATH"] = libpath
+        d = os.path.join(work, "loaded-%s" % said)
+        r = run(["run", "-o", d, "--"] + load, work, env=e)
+        check(r.returncode == 0 and (("vramtrace: " + why + "\n") in r.stderr) == said and
+              len(vtrel.load(os.path.join(d, "report.json"))["processes"]) == int(said),
+              "a runtime loaded, never used, a driver %s: %r"
+              % ("findable" if libpath else "nowhere", r.stderr))
     # A command that cannot be run at all: its line alone, no folder left, each time.
     out = os.path.join(work, "mistyped")
     os.mkdir(out)
