@@ -57,9 +57,6 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
     if (!anything) {
       for (const auto& problem : run.problems)
         std::cerr << "vramtrace report: " << report::printable(problem) << "\n";
-      if (run.problems.empty())
-        std::cerr << "vramtrace report: the input holds only trace headers, no record (its "
-                     "processes were cut off before their first write)\n";
       std::cerr << "vramtrace report: nothing could be read from the input: no report written\n";
       return 2;
     }

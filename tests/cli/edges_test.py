@@ -304,8 +304,9 @@ def small_ones(work):
         f.write(good[:16])
     r = run(["report", os.path.join(hdr, "vramtrace.1.vtrace"), "-o", os.path.join(work, "hdr-out")],
             work)
-    check(r.returncode == 2 and r.stderr.endswith("vramtrace report: nothing could be read from "
-                                                  "the input: no report written\n"),
+    check(r.returncode == 2 and r.stderr == "vramtrace report: %s: no process record (empty "
+          "stream)\nvramtrace report: nothing could be read from the input: no report written\n"
+          % os.path.join(hdr, "vramtrace.1.vtrace"),
           "a header-only trace: %d %r" % (r.returncode, r.stderr))
     check(not os.path.exists(os.path.join(work, "hdr-out", "report.json")),
           "a header-only trace gave a report")
