@@ -10,6 +10,7 @@ namespace vramtrace::cli {
 namespace {
 
 int check_command(const std::string& candidate, const CheckOptions& o) {
+  if (!ci_files_allowed(o, {o.baseline, candidate}, "vramtrace check")) return 2;
   for (const std::string& path : {o.baseline, candidate})
     if (!input_is_one_run(path, "vramtrace check")) {
       write_gate_failure(o, path + ": traces of different runs");
@@ -22,7 +23,7 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     nlohmann::json cand = report::load_report(candidate, "candidate");
     return gate(base, cand, o, "vramtrace check");
   } catch (const report::CheckError& e) {
-    std::cerr << "vramtrace check: " << e.what() << "\n";
+    std::cerr << "vramtrace check: " << report::printable(e.what()) << "\n";
     write_gate_failure(o, e.what());
     return 2;
   }
@@ -42,6 +43,8 @@ Command add_check_command(CLI::App& app) {
   chk->add_option("--baseline", args->options.baseline, "report.json, trace or run directory")
       ->required();
   add_budget_options(chk, args->options);
+  chk->add_flag("--force", args->options.force,
+                "Replace an existing --markdown or --junit file (never one of the inputs)");
   return {chk, [args] { return check_command(args->candidate, args->options); }, {}};
 }
 

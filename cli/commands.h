@@ -62,6 +62,21 @@ bool write_private_file(const std::string& path, const std::string& content);
 std::string stage_private_file(const std::string& path, const std::string& content);
 bool commit_private_file(const std::string& tmp, const std::string& path);
 
+// The files an input of `check`, `diff` or `run --baseline` stands for (report::load_report):
+// a file itself; a folder's report.json and its traces.
+std::vector<std::string> input_files(const std::string& path);
+
+// Whether the file that OPTION names (--markdown, --junit, --html) may be written: never when it
+// is one of `inputs`' files (input_files), even with --force; a folder never; an existing file
+// only with `force`. When it may not, says why and what to do in one line (prefixed with `who`;
+// nothing said when `who` is null).
+bool output_file_allowed(const std::string& path, const char* option, bool force,
+                         const std::vector<std::string>& inputs, const char* who);
+
+// Whether two paths name the same file (also through a link, or spelled differently); a path
+// that does not exist yet is compared by its absolute, normalised form.
+bool same_file(const std::string& a, const std::string& b);
+
 // Trace names: vramtrace.*.vtrace, and PyTorch's or JAX's allocator traces (vramtrace.*.torch,
 // vramtrace.*.jax), read with the trace of their process.
 bool is_torch_trace(const std::filesystem::path& p);

@@ -10,7 +10,9 @@
 namespace vramtrace::cli {
 namespace {
 
-int diff_command(const std::string& a, const std::string& b, const std::string& html) {
+int diff_command(const std::string& a, const std::string& b, const std::string& html, bool force) {
+  if (!html.empty() && !output_file_allowed(html, "--html", force, {a, b}, "vramtrace diff"))
+    return 2;
   if (!input_is_one_run(a, "vramtrace diff") || !input_is_one_run(b, "vramtrace diff")) return 2;
   try {
     nlohmann::json ja = report::load_report(a, "A");
@@ -23,13 +25,14 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
       return kExitWriteFailed;
     return 0;
   } catch (const report::CheckError& e) {
-    std::cerr << "vramtrace diff: " << e.what() << "\n";
+    std::cerr << "vramtrace diff: " << report::printable(e.what()) << "\n";
     return 2;
   }
 }
 
 struct DiffArgs {
   std::string a, b, html;
+  bool force = false;
 };
 
 }  // namespace
@@ -41,7 +44,9 @@ Command add_diff_command(CLI::App& app) {
       ->required();
   dif->add_option("b", args->b, "The later run")->required();
   dif->add_option("--html", args->html, "Also write the comparison as an HTML file");
-  return {dif, [args] { return diff_command(args->a, args->b, args->html); }, {}};
+  dif->add_flag("--force", args->force,
+                "Replace an existing --html file (never one of the inputs)");
+  return {dif, [args] { return diff_command(args->a, args->b, args->html, args->force); }, {}};
 }
 
 }  // namespace vramtrace::cli

@@ -28,6 +28,17 @@ CLI::Validator decimal_range(long long lo, long long hi) {
       "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
 }
 
+CLI::Validator folder_name() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v[0] == '-')
+          return "'" + report::printable(v) + "' is not a folder name: give -o a folder (./" +
+                 report::printable(v) + " for one whose name starts with '-')";
+        return {};
+      },
+      "DIR");
+}
+
 void add_budget_options(CLI::App* app, CheckOptions& o) {
   app->add_option("--max-increase", o.max_increase,
                   "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
@@ -47,23 +58,49 @@ report::Budgets budgets_of(const CheckOptions& o) {
   return b;
 }
 
+bool ci_files_allowed(const CheckOptions& o, const std::vector<std::string>& inputs,
+                      const char* who) {
+  if (!o.markdown.empty() && !o.junit.empty() && same_file(o.markdown, o.junit)) {
+    if (who)
+      std::cerr << who << ": --markdown and --junit name the same file ("
+                << report::printable(o.markdown) << "): name two files\n";
+    return false;
+  }
+  for (auto [option, file] : {std::pair{"--markdown", &o.markdown}, std::pair{"--junit", &o.junit}})
+    if (!file->empty() && !output_file_allowed(*file, option, o.force, inputs, who)) return false;
+  return true;
+}
+
 void write_gate_failure(const CheckOptions& o, const std::string& why) {
-  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(why));
-  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(why));
+  const std::string line = report::printable(why);  // it may name a file, as given
+  if (!o.markdown.empty()) write_private_file(o.markdown, report::failure_markdown(line));
+  if (!o.junit.empty()) write_private_file(o.junit, report::failure_junit(line));
 }
 
 void write_gate_failure_of_args(int argc, char** argv, const std::string& why) {
   CheckOptions named;
+  std::vector<std::string> others;  // what may be an input: every other word
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    bool value = false;
     for (auto [flag, file] :
          {std::pair{"--markdown", &named.markdown}, std::pair{"--junit", &named.junit}}) {
       const std::string f = flag;
-      if (a == f && i + 1 < argc && argv[i + 1][0] != '-') *file = argv[i + 1];
-      if (a.rfind(f + "=", 0) == 0 && a.size() > f.size() + 1) *file = a.substr(f.size() + 1);
+      if (a == f && i + 1 < argc && argv[i + 1][0] != '-') {
+        *file = argv[++i];
+        value = true;
+      }
+      if (a.rfind(f + "=", 0) == 0 && a.size() > f.size() + 1) {
+        *file = a.substr(f.size() + 1);
+        value = true;
+      }
     }
+    if (a == "--force") named.force = true;
+    if (!value) others.push_back(a);
   }
-  write_gate_failure(named, why);
+  // The command line was refused already (said by CLI11): a file that may not be written is
+  // left as it is, without a second message.
+  if (ci_files_allowed(named, others, nullptr)) write_gate_failure(named, why);
 }
 
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
@@ -72,7 +109,7 @@ int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const 
   try {
     r = report::compare(baseline, candidate, budgets_of(o));
   } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
-    std::cerr << who << ": " << e.what() << "\n";
+    std::cerr << who << ": " << report::printable(e.what()) << "\n";
     write_gate_failure(o, e.what());
     return 2;
   }

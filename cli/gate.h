@@ -19,16 +19,28 @@ struct CheckOptions {
   std::vector<std::string> max_increase, max_peak;
   std::optional<uint32_t> device;
   std::string markdown, junit;
+  bool force = false;  // replace an existing --markdown or --junit file
 };
 
 // A whole number in decimal digits only, from lo to hi, with CLI::Range's message.
 CLI::Validator decimal_range(long long lo, long long hi);
+
+// The value of -o: a folder's name, not empty and not an option ("run -o -- CMD" would make a
+// folder named "--").
+CLI::Validator folder_name();
 
 // --max-increase, --max-peak, --device, --markdown, --junit on `app`, into `o`.
 void add_budget_options(CLI::App* app, CheckOptions& o);
 
 // Parses the budgets; throws report::CheckError.
 report::Budgets budgets_of(const CheckOptions& o);
+
+// Whether the CI files may be written (cli/commands.h output_file_allowed): neither is one of
+// `inputs` (the baseline, the candidate), they are two different files, and an existing one is
+// replaced only with --force. Otherwise says why in one line (nothing when `who` is null) and
+// returns false: nothing may be written then, not even a failing CI file.
+bool ci_files_allowed(const CheckOptions& o, const std::vector<std::string>& inputs,
+                      const char* who);
 
 // When the gate cannot compare (bad input, a command that failed): the CI files named by
 // --markdown and --junit still appear, failing and saying why, so that a CI page never shows a

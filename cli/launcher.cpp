@@ -1,6 +1,7 @@
 // The launcher of `vramtrace run`: prepare, spawn, wait, exit (cli/launcher.h).
 #include "cli/launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -59,14 +60,22 @@ std::string find_library(const std::string& given) {
   return {};
 }
 
-// Writes the Python start-up hook into DIR/.python (private) and returns that folder.
-std::string write_torch_hook(const std::string& out_dir) {
-  std::string dir = out_dir + "/.python";
+// Writes the Python start-up hook into a new private folder of its own in the temporary
+// directory and returns that folder ("" when it cannot). Never in the output folder: a
+// sitecustomize.py or a .python there may be the user's.
+std::string write_torch_hook() {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) return {};
-  return fs::absolute(dir).string();
+  std::string dir = (fs::temp_directory_path(ec) / "vramtrace-hook-XXXXXX").string();
+  if (ec || !mkdtemp(dir.data())) {  // mode 0700
+    std::cerr << "vramtrace run: cannot create a folder for the Python start-up hook in "
+              << report::printable(dir) << ": " << std::strerror(errno) << "\n";
+    return {};
+  }
+  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) {
+    fs::remove_all(dir, ec);
+    return {};
+  }
+  return dir;
 }
 
 // Hands the terminal's foreground to `group` when vramtrace holds it (so that the command reads
@@ -110,7 +119,11 @@ void no_core_for_vramtrace() {
 Launch::Launch(LaunchOptions options, std::vector<std::string> cmd)
     : options_(std::move(options)), cmd_(std::move(cmd)) {}
 
-Launch::~Launch() = default;
+Launch::~Launch() {
+  // The hook's folder (and the bytecode Python cached there) is the run's only.
+  std::error_code ec;
+  if (!hook_dir_.empty()) fs::remove_all(hook_dir_, ec);
+}
 
 int Launch::prepare() {
   lib_ = find_library(options_.lib);
@@ -118,6 +131,8 @@ int Launch::prepare() {
     std::cerr << "vramtrace run: cannot find libvramtrace.so (use --lib or VRAMTRACE_LIB)\n";
     return kExitUsage;
   }
+  std::error_code ec;
+  made_out_dir_ = options_.out_dir.empty() || !fs::exists(options_.out_dir, ec);
   if (options_.out_dir.empty()) {
     options_.out_dir = new_numbered_dir("run");
     if (options_.out_dir.empty()) return kExitUsage;
@@ -136,12 +151,12 @@ int Launch::prepare() {
       return kExitWriteFailed;
   }
 
-  if (options_.stacks.torch != "off") hook_dir_ = write_torch_hook(options_.out_dir);
+  if (options_.stacks.torch != "off") hook_dir_ = write_torch_hook();
 
   try {
     live_ = std::make_unique<collector::LiveCollector>(options_.out_dir);
   } catch (const std::exception& e) {
-    std::cerr << "vramtrace run: " << e.what() << "\n";
+    std::cerr << "vramtrace run: " << report::printable(e.what()) << "\n";
     return kExitUsage;
   }
   return 0;
@@ -165,6 +180,10 @@ int Launch::spawn() {
   sigaction(SIGTERM, &fwd, &old_term);
   sigaction(SIGHUP, &fwd, &old_hup);
 
+  // Tells the launcher whether the command could be started at all: closed by a successful
+  // exec, or given execvp's errno.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) exec_pipe[0] = exec_pipe[1] = -1;
   pid_t child = fork();
   if (child < 0) {
     std::cerr << "vramtrace run: fork: " << std::strerror(errno) << "\n";
@@ -211,6 +230,10 @@ int Launch::spawn() {
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
     int err = errno;
+    if (exec_pipe[1] >= 0) {
+      ssize_t ignored = write(exec_pipe[1], &err, sizeof err);
+      (void)ignored;
+    }
     std::string msg = "vramtrace run: cannot run '" + report::printable(cmd_[0]) +
                       "': " + std::strerror(err) + "\n";
     ssize_t ignored = write(2, msg.data(), msg.size());
@@ -219,6 +242,14 @@ int Launch::spawn() {
   }
   setpgid(child, child);  // also here: the child may not have run yet
   child_ = child;
+  if (exec_pipe[1] >= 0) {
+    close(exec_pipe[1]);
+    int err = 0;
+    ssize_t n;
+    while ((n = read(exec_pipe[0], &err, sizeof err)) < 0 && errno == EINTR) {}
+    if (n == static_cast<ssize_t>(sizeof err)) exec_errno_ = err;
+    close(exec_pipe[0]);
+  }
   g_child_group = child;
   terminal_owner_ = give_terminal(child);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
@@ -265,6 +296,17 @@ report::RunInfo Launch::wait() {
   if (WIFEXITED(status_)) info.exit_code = WEXITSTATUS(status_);
   if (WIFSIGNALED(status_)) info.signal = WTERMSIG(status_);
   return info;
+}
+
+void Launch::discard() {
+  std::error_code ec;
+  fs::remove(options_.out_dir + "/" + kRunMarker, ec);
+  // A folder that vramtrace made for this run and that holds nothing else.
+  if (!made_out_dir_ || !fs::is_empty(options_.out_dir, ec)) return;
+  fs::remove(options_.out_dir, ec);
+  // The default folders' root, when this run was all it held.
+  const fs::path parent = fs::path(options_.out_dir).parent_path();
+  if (parent == kDefaultOutputRoot && fs::is_empty(parent, ec)) fs::remove(parent, ec);
 }
 
 int exit_as_command(int status, int written) {

@@ -62,6 +62,11 @@ class Launch {
   const std::vector<std::string>& traces() const { return traces_; }
   // After wait(): the command's status, as from waitpid.
   int status() const { return status_; }
+  // After spawn(): execvp's errno when the command could not be started at all, else 0.
+  int exec_errno() const { return exec_errno_; }
+  // For a command that never started: removes what prepare() wrote (the run marker; the output
+  // folder too when prepare() made it and it is empty), so that nothing is left of the run.
+  void discard();
 
  private:
   LaunchOptions options_;
@@ -71,6 +76,8 @@ class Launch {
   pid_t child_ = 0;
   pid_t terminal_owner_ = 0;
   int status_ = 0;
+  int exec_errno_ = 0;
+  bool made_out_dir_ = false;
   std::vector<std::string> traces_;
 };
 

@@ -13,18 +13,27 @@
 // did (the same exit code, the same signal).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/gate.h"
 #include "cli/launcher.h"
+#include "report/json_report.h"
 
 using namespace vramtrace;
 
 int main(int argc, char** argv) {
   cli::no_core_for_vramtrace();
   CLI::App app{"vramtrace: CUDA device-memory profiler"};
+  // CLI11's own message, with the words it quotes from the command line made printable.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    std::string out = report::printable(e.what()) + "\n";
+    if (a->get_help_ptr() != nullptr)
+      out += "Run with " + a->get_help_ptr()->get_name() + " for more information.\n";
+    return out;
+  });
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("vramtrace ") + VRAMTRACE_VERSION);
 
@@ -32,6 +41,15 @@ int main(int argc, char** argv) {
       cli::add_run_command(app), cli::add_check_command(app), cli::add_diff_command(app),
       cli::add_report_command(app), cli::add_whatif_command(app)};
 
+  // CLI11 alone says "A subcommand is required" of a mistyped one, without naming the word.
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(),
+                   [&](const cli::Command& c) { return c.app->get_name() == argv[1]; })) {
+    std::cerr << "vramtrace: '" << report::printable(argv[1])
+              << "' is not a vramtrace command: use run, check, diff or report (vramtrace "
+                 "--help)\n";
+    return cli::kExitUsage;
+  }
   int parse_argc = argc;
   for (const auto& c : commands)
     if (c.words_for_cli11) parse_argc = std::min(parse_argc, c.words_for_cli11(argc, argv));

@@ -133,12 +133,13 @@ bool ensure_output_dir(const std::string& dir) {
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
     if (ec) {
-      std::cerr << "vramtrace: cannot create " << dir << ": " << ec.message() << "\n";
+      std::cerr << "vramtrace: cannot create " << report::printable(dir) << ": " << ec.message()
+                << "\n";
       return false;
     }
     fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   } else if (!fs::is_directory(dir, ec)) {
-    std::cerr << "vramtrace: " << dir << " exists and is not a directory\n";
+    std::cerr << "vramtrace: " << report::printable(dir) << " exists and is not a directory\n";
     return false;
   }
   return true;
@@ -150,7 +151,8 @@ std::string stage_private_file(const std::string& path, const std::string& conte
   std::string tmp =
       (dir.empty() ? std::string(".") : dir) + "/." + target.filename().string() + ".tmp-XXXXXX";
   auto fail = [&](int err) {
-    std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(err) << "\n";
+    std::cerr << "vramtrace: cannot write " << report::printable(path) << ": " << std::strerror(err)
+              << "\n";
     return std::string();
   };
   int fd = mkostemp(tmp.data(), O_CLOEXEC);  // mode 0600
@@ -185,7 +187,8 @@ std::string stage_private_file(const std::string& path, const std::string& conte
 bool commit_private_file(const std::string& tmp, const std::string& path) {
   // rename() replaces the name itself: a symlink there is replaced, never followed.
   if (rename(tmp.c_str(), path.c_str()) == 0) return true;
-  std::cerr << "vramtrace: cannot write " << path << ": " << std::strerror(errno) << "\n";
+  std::cerr << "vramtrace: cannot write " << report::printable(path) << ": " << std::strerror(errno)
+            << "\n";
   unlink(tmp.c_str());
   return false;
 }
@@ -193,6 +196,47 @@ bool commit_private_file(const std::string& tmp, const std::string& path) {
 bool write_private_file(const std::string& path, const std::string& content) {
   std::string tmp = stage_private_file(path, content);
   return !tmp.empty() && commit_private_file(tmp, path);
+}
+
+std::vector<std::string> input_files(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.path().filename() == "report.json" || entry.path().extension() == ".vtrace" ||
+        is_trace_file(entry.path()))
+      out.push_back(entry.path().string());
+  return out;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  const bool has_a = stat(a.c_str(), &sa) == 0, has_b = stat(b.c_str(), &sb) == 0;
+  if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (has_a != has_b) return false;
+  std::error_code ea, eb;
+  return fs::weakly_canonical(fs::absolute(a, ea), ea) ==
+         fs::weakly_canonical(fs::absolute(b, eb), eb);
+}
+
+bool output_file_allowed(const std::string& path, const char* option, bool force,
+                         const std::vector<std::string>& inputs, const char* who) {
+  auto refuse = [&](const std::string& why) {
+    if (who) std::cerr << who << ": " << option << " " << report::printable(path) << why << "\n";
+    return false;
+  };
+  // --force is for an earlier output; a report read by this very command is never one.
+  for (const auto& in : inputs)
+    for (const auto& file : input_files(in))
+      if (same_file(path, file))
+        return refuse(" is read or written by this command (" + report::printable(file) +
+                      "): name another file");
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return true;
+  if (S_ISDIR(st.st_mode)) return refuse(" is a folder: name a file");
+  if (!force) return refuse(" exists: use --force to replace it, or name another file");
+  return true;
 }
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok) {
@@ -217,14 +261,15 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
           found.push_back(entry.path().string());
       std::sort(found.begin(), found.end());
       if (found.empty()) {
-        std::cerr << "vramtrace: " << in << ": no .vtrace files in this directory\n";
+        std::cerr << "vramtrace: " << report::printable(in)
+                  << ": no .vtrace files in this directory\n";
         *ok = false;
       }
       for (const auto& f : found) add(f);
     } else if (fs::exists(in, ec)) {
       add(in);
     } else {
-      std::cerr << "vramtrace: " << in << ": no such file or directory\n";
+      std::cerr << "vramtrace: " << report::printable(in) << ": no such file or directory\n";
       *ok = false;
     }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/gate.h"
 #include "collector/trace_reader.h"
 #include "report/check.h"
 
@@ -32,7 +33,7 @@ int report_command(ReportArgs& a) {
   if (!ok) return 2;
   std::error_code ec;
   if (!a.out.empty() && fs::exists(a.out, ec) && !fs::is_directory(a.out, ec)) {
-    std::cerr << "vramtrace: " << a.out << " exists and is not a directory\n";
+    std::cerr << "vramtrace: " << report::printable(a.out) << " exists and is not a directory\n";
     return 2;
   }
   // Refuse what is not a trace before writing anything.
@@ -43,11 +44,12 @@ int report_command(ReportArgs& a) {
   std::map<std::string, std::vector<std::string>> runs;  // run id -> its traces
   for (const auto& t : traces) {
     std::string run_of_trace;
+    bool identified = false;
     if (!is_torch_trace(t)) {
       try {
         collector::TraceReader probe(t);
       } catch (const collector::TraceError& e) {
-        std::cerr << "vramtrace report: " << e.what() << "\n";
+        std::cerr << "vramtrace report: " << report::printable(e.what()) << "\n";
         return 2;
       }
       // The same process recorded in two files (a copy of a trace): counted once.
@@ -59,11 +61,15 @@ int report_command(ReportArgs& a) {
           continue;
         }
         run_of_trace = id->run_id;
+        identified = true;
       }
     }
     kept.push_back(t);
     if (is_torch_trace(t)) continue;  // read with its process's trace, whose run counts
     if (run_of_trace.empty()) run_of_trace = run_of_folder(t);
+    // A trace cut before its process record names no run: it is reported as damaged, not
+    // taken for a run of an older vramtrace.
+    if (!identified && run_of_trace.empty()) continue;
     runs[run_of_trace].push_back(t);
   }
   if (runs.size() > 1 && !a.merge) {
@@ -87,7 +93,8 @@ Command add_report_command(CLI::App& app) {
   rep->add_option("traces", args->inputs, "Trace files or directories of them")->required();
   rep->add_option("-o,--output", args->out,
                   "Directory for report.json and report.html (default: a new "
-                  "vramtrace-out/report-N); one that holds a report needs --force");
+                  "vramtrace-out/report-N); one that holds a report needs --force")
+      ->check(folder_name());
   rep->add_flag("--force", args->force, "Replace the report in the -o directory");
   rep->add_flag("--merge", args->merge,
                 "Merge traces of different runs (different `vramtrace run` folders) into one "

@@ -48,17 +48,13 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
     run = collector::analyze(std::move(readers), torch);
   }  // the bar is cleared before the summary
   for (auto& u : unreadable) run.problems.push_back(u);
-  // `report` given traces of which nothing could be read (corrupt from their first frame):
-  // there is no report to write, and "no device memory was used" would be a false answer. (A
-  // well-formed trace without events, of a process killed before its first write, is not
-  // corrupt: it is reported as such.)
+  // `report` given traces of which nothing could be read (corrupt from their first frame, or
+  // only a header: the process was cut off before its first write): there is no report to
+  // write, and "no device memory was used" would be a false answer.
   if (info.command.empty() && !traces.empty()) {
-    bool anything = false, corrupt = !unreadable.empty();
-    for (const auto& p : run.processes) {
-      anything = anything || p.has_process_record || p.events;
-      corrupt = corrupt || !p.problem.empty();
-    }
-    if (!anything && corrupt) {
+    bool anything = false;
+    for (const auto& p : run.processes) anything = anything || p.has_process_record || p.events;
+    if (!anything) {
       for (const auto& problem : run.problems)
         std::cerr << "vramtrace report: " << report::printable(problem) << "\n";
       std::cerr << "vramtrace report: nothing could be read from the input: no report written\n";

@@ -21,8 +21,21 @@ struct RunArgs {
   std::vector<std::string> cmd;
 };
 
+// What the CI files of `run --baseline` must never replace: the baseline, and the reports and
+// run marker that the run itself writes into its -o folder.
+std::vector<std::string> run_inputs(const RunArgs& a) {
+  std::vector<std::string> out = {a.check.baseline};
+  if (!a.launch.out_dir.empty())
+    for (const char* own : {"report.json", "report.html", kRunMarker})
+      out.push_back(a.launch.out_dir + "/" + own);
+  return out;
+}
+
 int run_command(const RunArgs& a) {
-  const CheckOptions& check = a.check;
+  CheckOptions check = a.check;
+  check.force = a.launch.force;  // run's --force also replaces its CI files
+  if (!check.baseline.empty() && !ci_files_allowed(check, run_inputs(a), "vramtrace run"))
+    return kExitUsage;
   // With --baseline, bad budgets or a bad baseline are found before the command runs.
   nlohmann::json baseline;
   if (!check.baseline.empty()) {
@@ -35,7 +48,7 @@ int run_command(const RunArgs& a) {
       baseline = report::load_report(check.baseline, "baseline");
       report::require_profiled_baseline(baseline, check.baseline);
     } catch (const report::CheckError& e) {
-      std::cerr << "vramtrace run: " << e.what() << "\n";
+      std::cerr << "vramtrace run: " << report::printable(e.what()) << "\n";
       write_gate_failure(check, e.what());
       return kExitUsage;
     }
@@ -49,6 +62,14 @@ int run_command(const RunArgs& a) {
   if (int rc = launch.prepare()) return rc;
   if (int rc = launch.spawn()) return rc;
   const report::RunInfo info = launch.wait();
+  if (const int err = launch.exec_errno()) {
+    // The command never started (its own line said why): no run, so no report and no folder.
+    launch.discard();
+    if (!check.baseline.empty())
+      write_gate_failure(check, "the command could not be run (" + std::string(std::strerror(err)) +
+                                    "): not checked");
+    return exit_as_command(launch.status(), 0);
+  }
 
   if (launch.traces().empty())
     std::cerr << "vramtrace: no process of the command used CUDA; no device memory to report\n";
@@ -112,7 +133,8 @@ Command add_run_command(CLI::App& app) {
       "command's.");
   run->add_option("-o,--output", launch.out_dir,
                   "Directory for report.json and the raw traces (default: a new "
-                  "vramtrace-out/run-N); one that holds an earlier output needs --force");
+                  "vramtrace-out/run-N); one that holds an earlier output needs --force")
+      ->check(folder_name());
   run->add_flag("--force", launch.force,
                 "Replace the earlier output in the -o directory (its reports and traces; other "
                 "files are left alone)");

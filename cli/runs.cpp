@@ -74,7 +74,9 @@ bool input_is_one_run(const std::string& path, const char* who) {
   std::map<std::string, std::vector<std::string>> runs;
   for (const auto& t : traces) {
     auto id = trace_identity(t);
-    runs[id && !id->run_id.empty() ? id->run_id : run_of_folder(t)].push_back(t);
+    std::string run = id && !id->run_id.empty() ? id->run_id : run_of_folder(t);
+    if (!id && run.empty()) continue;  // cut before its process record: damaged, not a run
+    runs[run].push_back(t);
   }
   if (runs.size() <= 1) return true;
   refuse_runs(who, runs,

@@ -165,8 +165,8 @@ static bool is_framework_file(const std::string& file) {
          file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
 }
 
-// vramtrace's own start-up hook (the launcher writes it as sitecustomize.py beside the trace):
-// its wrappers of Module.__call__ and Tensor.to run inside the program's calls, so they sit
+// vramtrace's own start-up hook (the launcher writes it as sitecustomize.py in a folder of its
+// own): its wrappers of Module.__call__ and Tensor.to run inside the program's calls, so they sit
 // between the program's line and PyTorch's frames in every stack. A sitecustomize.py is never
 // a program's training code: its frames are internal, kept in the stack, never the site.
 static bool is_startup_hook_file(const std::string& file) {

@@ -7,6 +7,7 @@
 // process that never calls cuInit writes nothing and pays nothing but this constructor.
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ constexpr const char* kRunIdVariable = env::kRunId;
 
 std::atomic<bool> g_injected{false};
 bool g_disabled = false;
+pid_t g_armed_pid = 0;  // the process that loaded the library (not a fork of it)
 
 size_t read_file(const char* path, char* out, size_t n) {
   FILE* f = fopen(path, "re");
@@ -147,6 +149,7 @@ __attribute__((constructor)) void arm() {
   if (!nvtx || !*nvtx) setenv("NVTX_INJECTION64_PATH", self, 1);
   pthread_atfork(nullptr, nullptr, on_fork_child);
   adopt_run_id();
+  g_armed_pid = getpid();
 }
 
 // The status the program gave exit() (or main returned), as its parent sees it; -1: none yet.
@@ -159,10 +162,100 @@ void note_exit_status(int status, void*) { g_exit_status.store(status & 0xff); }
 // Only stores an int: the program's exit, its other handlers and its status are untouched.
 void watch_exit_status() { on_exit(note_exit_status, nullptr); }
 
+// The CUDA runtime and driver libraries among the process's loaded objects.
+struct CudaLibraries {
+  char runtime[64];  // the first libcudart.so* (its basename), "" without one
+  bool driver;       // a libcuda.so* is loaded
+};
+
+int find_cuda_libraries(dl_phdr_info* info, size_t, void* data) {
+  auto* found = static_cast<CudaLibraries*>(data);
+  const char* name = info->dlpi_name;
+  if (!name || !*name) return 0;
+  const char* slash = strrchr(name, '/');
+  const char* base = slash ? slash + 1 : name;
+  if (strncmp(base, "libcudart.so", 12) == 0 && !found->runtime[0])
+    snprintf(found->runtime, sizeof found->runtime, "%s", base);
+  if (strncmp(base, "libcuda.so", 10) == 0) found->driver = true;
+  return 0;
+}
+
+// Whether the loader could find the CUDA driver, libcuda.so.1: in a folder of LD_LIBRARY_PATH,
+// among the libraries ldconfig lists in /etc/ld.so.cache (their names are strings in it), or in
+// the loader's default folders. Looked up, never loaded: loading a driver at exit costs time.
+bool driver_findable() {
+  char path[PATH_MAX];
+  auto in_folder = [&](const char* dir, size_t len) {
+    if (len == 0 || len + sizeof "/libcuda.so.1" > sizeof path) return false;
+    snprintf(path, sizeof path, "%.*s/libcuda.so.1", static_cast<int>(len), dir);
+    return access(path, F_OK) == 0;
+  };
+  if (const char* dirs = getenv("LD_LIBRARY_PATH"))
+    for (const char* d = dirs; *d;) {
+      size_t len = strcspn(d, ":;");
+      if (in_folder(d, len)) return true;
+      d += len + (d[len] ? 1 : 0);
+    }
+  for (const char* dir :
+       {"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"})
+    if (in_folder(dir, strlen(dir))) return true;
+  FILE* f = fopen("/etc/ld.so.cache", "re");
+  if (!f) return false;
+  static const char kName[] = "libcuda.so.1";
+  const size_t keep = sizeof kName - 1;
+  static char buf[65536];
+  size_t have = 0;
+  bool found = false;
+  while (!found) {
+    size_t got = fread(buf + have, 1, sizeof buf - have, f);
+    if (got == 0) break;
+    have += got;
+    found = memmem(buf, have, kName, sizeof kName) != nullptr;  // with its terminating NUL
+    if (have > keep) {  // the tail may hold the start of the name
+      memmove(buf, buf + have - keep, keep);
+      have = keep;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+// A process that loaded a CUDA runtime where no CUDA driver can be loaded cannot start CUDA:
+// its runtime answers each call with cudaErrorInsufficientDriver and the driver never calls
+// InitializeInjection. Said once on stderr; under `vramtrace run` also sent to the launcher as
+// a process that was not profiled, with this reason, so that the report names it instead of
+// finding no process at all. (With a driver there, a runtime that never loaded it was only not
+// used: the driver is loaded at the first call.)
+void say_cuda_did_not_start() {
+  CudaLibraries found{};
+  dl_iterate_phdr(find_cuda_libraries, &found);
+  if (!found.runtime[0] || found.driver || driver_findable()) return;
+  char why[400];
+  snprintf(why, sizeof why,
+           "CUDA cannot start in this process: it loaded the CUDA runtime (%s) but no CUDA "
+           "driver can be loaded (libcuda.so.1 not found: no driver installed, or not on the "
+           "library path), so its CUDA calls answer 'CUDA driver version is insufficient for "
+           "CUDA runtime version' and there is no device memory to profile",
+           found.runtime);
+  notice(why);
+  const char* socket = getenv(env::kSocket);
+  if (!socket || !*socket || g_injected.exchange(true)) return;
+  ReentryGuard guard;
+  if (!recorder_start(read_options())) return;
+  record_process();
+  const size_t n = strnlen(why, sizeof why);
+  RecordSlot slot(16 + n);
+  if (slot.ok()) slot.commit(format::put(slot.begin(), format::rec::Notice{{why, n}}));
+}
+
+// A process whose CUDA could not start says so first (say_cuda_did_not_start).
 // A non-zero exit status goes right before ProcessExit: a native program that checks cudaMalloc
 // and exits with its own error code after an OOM died of it, though exit() was clean. A zero one
 // is not written (see the record), so that such a trace stays readable by older readers.
 __attribute__((destructor)) void at_exit() {
+  if (!g_disabled && !g_injected.load() && !recorder_running() && getpid() == g_armed_pid)
+    say_cuda_did_not_start();
   const int status = g_exit_status.load();
   if (status > 0) {
     RecordSlot slot(format::max_fixed_bytes<format::rec::ExitStatus>());

@@ -211,20 +211,27 @@ bool plain_decimal(const std::string& s) {
 }
 }  // namespace
 
-uint64_t parse_size(const std::string& raw) {
+namespace {
+
+// A size in bytes; `with_percent`: the value of --max-increase, whose messages name
+// percentages too.
+uint64_t parse_size_of(const std::string& raw, bool with_percent) {
+  const std::string not_size =
+      "'" + raw +
+      (with_percent ? "' is not a percentage or a size (examples: 5%, 256MiB)"
+                    : "' is not a size (examples: 256MiB, 40GiB, 1048576)");
   std::string s = trim(raw);
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0) throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
+  if (i == 0) throw CheckError(not_size);
   char* end = nullptr;
   const std::string num = s.substr(0, i);
   double v = std::strtod(num.c_str(), &end);  // not stod: "." and 400 digits must not throw
-  if (!end || *end != '\0' || !std::isfinite(v))
-    throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
+  if (!end || *end != '\0' || !std::isfinite(v)) throw CheckError(not_size);
   std::string unit = trim(s.substr(i));
   // "0x10", "1e3", "1 2": what follows the number is more number, not a unit.
   if (std::any_of(unit.begin(), unit.end(), [](char c) { return c == '.' || is_digit(c); }))
-    throw CheckError("'" + raw + "' is not a size (examples: 256MiB, 40GiB, 1048576)");
+    throw CheckError(not_size);
   std::string u;
   for (char ch : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   static const std::map<std::string, double> units = {{"", 1},
@@ -243,11 +250,16 @@ uint64_t parse_size(const std::string& raw) {
                                                       {"tb", 1e12}};
   auto it = units.find(u);
   if (it == units.end())
-    throw CheckError("'" + raw + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB)");
+    throw CheckError("'" + raw + "': unknown unit '" + unit + "' (use " +
+                     (with_percent ? "%, " : "") + "B, KiB, MiB, GiB, TiB)");
   if (v * it->second >= 18446744073709549568.0)  // the largest double below 2^64
     throw CheckError("'" + raw + "': too large");
   return static_cast<uint64_t>(std::round(v * it->second));  // llround stops at 2^63
 }
+
+}  // namespace
+
+uint64_t parse_size(const std::string& raw) { return parse_size_of(raw, false); }
 
 Budget parse_increase(const std::string& raw) {
   std::string s = trim(raw);
@@ -259,8 +271,12 @@ Budget parse_increase(const std::string& raw) {
     if (num.empty() || !end || *end != '\0' || !(p >= 0) || !std::isfinite(p))
       throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
     b.percent = p;
+  } else if (plain_decimal(s)) {
+    // "--max-increase 5" read as 5 bytes fails any growth at all: a share or a size is meant.
+    throw CheckError("'" + raw + "' has no unit: write " + s +
+                     "% for a share of the baseline's peak, or " + s + "MiB for a size");
   } else {
-    b.bytes = parse_size(s);
+    b.bytes = parse_size_of(s, true);
   }
   return b;
 }
@@ -294,6 +310,13 @@ void add_peak_option(Budgets& b, const std::string& value) {
 }
 
 namespace {
+
+std::optional<int64_t> run_int(const json& r, const char* key) {
+  if (!r.contains(field::run) || !r[field::run].is_object() || !r[field::run].contains(key) ||
+      !r[field::run][key].is_number_integer())
+    return std::nullopt;
+  return r[field::run][key].get<int64_t>();
+}
 
 // What is wrong with a report for compare(), check_*() and diff_*(), which read these keys
 // without looking (a missing key there would be undefined behaviour, a wrong type a
@@ -367,43 +390,64 @@ std::string malformed(const json& r) {
 
 }  // namespace
 
+// A JSON file, parsed; throws CheckError saying where it stops being JSON (the parser's own
+// message names its internals: "[json.exception.parse_error.101] ...").
+json parse_json_file(const std::string& file, const std::string& what) {
+  std::ifstream in(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw CheckError(what + ": cannot be read");
+  if (trim(text).empty()) throw CheckError(what + ": not a vramtrace report (an empty file)");
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    const size_t at = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+    const size_t line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+    const size_t newline = at ? text.rfind('\n', at - 1) : std::string::npos;
+    const size_t column = at - (newline == std::string::npos ? 0 : newline + 1) + 1;
+    throw CheckError(what + ": not a vramtrace report (not JSON: " +
+                     (at >= text.size() ? std::string("it ends too early, at line ")
+                                        : std::string("a syntax error at line ")) +
+                     std::to_string(line) + ", column " + std::to_string(column) + ")");
+  }
+}
+
 json load_report(const std::string& path, const std::string& role) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw CheckError(role + " " + path + ": no such file or directory");
+  const std::string what = role + " " + printable(path);
+  if (!fs::exists(path, ec)) throw CheckError(what + ": no such file or directory");
   json r;
   try {
     if (fs::is_directory(path, ec)) {
       if (fs::exists(fs::path(path) / "report.json", ec)) {
-        std::ifstream in(fs::path(path) / "report.json");
-        r = json::parse(in);
+        r = parse_json_file((fs::path(path) / "report.json").string(), what + "/report.json");
       } else {
         std::vector<std::string> traces;
         for (const auto& e : fs::directory_iterator(path, ec))
           if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
         std::sort(traces.begin(), traces.end());
         if (traces.empty())
-          throw CheckError(role + " " + path + ": a directory with neither report.json nor traces");
+          throw CheckError(what + ": a directory with neither report.json nor traces");
         r = report_from_traces(traces);
       }
     } else if (is_trace_file(path)) {
       r = report_from_traces({path});
     } else {
-      std::ifstream in(path);
-      r = json::parse(in);
+      r = parse_json_file(path, what);
     }
-  } catch (const json::exception& e) {
-    throw CheckError(role + " " + path + ": not a vramtrace report (" + e.what() + ")");
+  } catch (const json::exception&) {
+    throw CheckError(what + ": not a vramtrace report");
   } catch (const collector::TraceError& e) {
-    throw CheckError(role + " " + path + ": " + e.what());
+    throw CheckError(what + ": " + printable(e.what()));
   }
   if (!r.is_object() || !r.contains(field::schema))
-    throw CheckError(role + " " + path + ": not a vramtrace report (no \"schema\" key)");
+    throw CheckError(what + ": not a vramtrace report (no \"schema\" key)");
   if (r[field::schema] != kSchema)
-    throw CheckError(role + " " + path + ": report schema " + r[field::schema].dump() +
-                     ", this vramtrace reads \"" + kSchema + "\"");
+    throw CheckError(
+        what + ": report schema " +
+        printable(r[field::schema].dump(-1, ' ', false, json::error_handler_t::replace)) +
+        ", this vramtrace reads \"" + kSchema + "\"");
   std::string problem = malformed(r);
-  if (!problem.empty())
-    throw CheckError(role + " " + path + ": malformed report (" + problem + ")");
+  if (!problem.empty()) throw CheckError(what + ": malformed report (" + problem + ")");
   return r;
 }
 
@@ -429,6 +473,22 @@ std::vector<std::string> unprofiled_processes(const json& r) {
 }
 
 void require_profiled_baseline(const json& baseline, const std::string& path) {
+  // Every device of the candidate would then be "new: no baseline for it", a regression that
+  // is only the baseline's own failure.
+  if (baseline[field::processes].empty()) {
+    const std::optional<int64_t> exit_code = run_int(baseline, field::exit_code);
+    const std::optional<int64_t> sig = run_int(baseline, field::signal);
+    std::string how;
+    if (exit_code == 127)
+      how = " (its command exited 127: not found)";
+    else if (exit_code && *exit_code != 0)
+      how = " (its command exited " + std::to_string(*exit_code) + ")";
+    else if (sig)
+      how = " (its command was killed by signal " + std::to_string(*sig) + ")";
+    throw CheckError("baseline " + printable(path) +
+                     ": no profiled process, so no peak to compare with" + how +
+                     "; record the baseline again from a run whose command used CUDA");
+  }
   std::vector<std::string> missing = unprofiled_processes(baseline);
   if (missing.empty()) return;
   throw CheckError("baseline " + path + ": " + std::to_string(missing.size()) +
@@ -476,13 +536,6 @@ std::string command_of(const json& r) {
     out += (out.empty() ? "" : " ") + a.get<std::string>();
   }
   return out;
-}
-
-std::optional<int64_t> run_int(const json& r, const char* key) {
-  if (!r.contains(field::run) || !r[field::run].is_object() || !r[field::run].contains(key) ||
-      !r[field::run][key].is_number_integer())
-    return std::nullopt;
-  return r[field::run][key].get<int64_t>();
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ struct CheckError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "5%" or "256MiB" (also KiB, GiB, KB, MB, GB, B or a plain number of bytes).
+// "5%" or "256MiB" (also KiB, GiB, KB, MB, GB, B). parse_size also takes a plain number of bytes;
+// parse_increase refuses one ("5" is a share or a size, never 5 bytes), naming both spellings.
 struct Budget {
   std::optional<double> percent;
   std::optional<uint64_t> bytes;

@@ -480,7 +480,17 @@ std::string printable(std::string_view s) {
   out.reserve(s.size());
   char buf[16];
   const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  // A CI runner reads a line whose first characters after blanks are "::" as a workflow
+  // command ("::error::", "::add-mask::"), wherever the line is printed from.
+  size_t lead = 0;
+  while (lead < s.size() && (s[lead] == ' ' || s[lead] == '\t')) ++lead;
+  const size_t command_colon = s.compare(lead, 2, "::") == 0 ? lead : std::string_view::npos;
   for (size_t i = 0; i < s.size();) {
+    if (i == command_colon) {
+      out += "\\x3a";
+      ++i;
+      continue;
+    }
     unsigned char c = u[i];
     if (c < 0x80) {
       if (c == '\n')

@@ -36,7 +36,8 @@ std::string human_bytes(uint64_t bytes);
 // safe for a terminal or a CI log: control characters (C0, DEL, C1) and bidirectional-text
 // controls are written as escapes (\x1b, \n, \u202e), bytes that are not UTF-8 as \xNN; so
 // no such string can move the cursor, colour the terminal or start a line of its own (a CI
-// command such as "::error"). Everything vramtrace prints or writes as text goes through it.
+// command such as "::error"), nor be read as one by a CI runner (a leading "::" is written
+// "\x3a:"). Everything vramtrace prints or writes as text goes through it.
 std::string printable(std::string_view s);
 
 // The readable form of a mangled kernel name (the mangled name itself if it is not one).

@@ -15,6 +15,7 @@ None), after one warning on stderr.
 import ctypes
 import html as _html
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -184,50 +185,65 @@ def _own_trace_file():
     return None
 
 
-def report(out_dir):
+def report(out_dir, force=False):
     """Writes report.html and report.json of this process so far into `out_dir` and returns the
-    path of report.html, or None when it cannot.
+    path of report.html, or None (after one line on stderr saying why) when it cannot.
 
     Possible when the process writes its own trace file (LD_PRELOAD, preload mode): the trace
     written so far (the library flushes every VRAMTRACE_FLUSH_MS, 100 ms by default; this waits
     two periods) is copied and handed to `vramtrace report`. The report then says the trace is
-    not complete: the process had not exited. Under `vramtrace run` the trace goes to the
-    launcher, which writes the reports when the command ends; there this warns and returns None.
+    not complete: the process had not exited. A report already in `out_dir` is replaced only
+    with force=True (other files there are never touched). Under `vramtrace run` the trace goes
+    to the launcher, which writes the reports when the command ends; there this warns and
+    returns None.
     """
+    import sys
+
     if _native.library() is None:
         _native.warn_once("vramtrace.report")
         return None
     if os.environ.get("VRAMTRACE_SOCKET"):
-        import sys
-
         sys.stderr.write("vramtrace.report: under `vramtrace run` the launcher writes the reports "
                          "when the command ends; nothing written now\n")
         return None
     trace = _own_trace_file()
     exe = command_path()
     if not trace or not exe:
-        import sys
-
         sys.stderr.write("vramtrace.report: %s\n" % (
             "no trace file open in this process" if not trace else "no vramtrace command found"))
+        return None
+    earlier = [n for n in ("report.json", "report.html")
+               if os.path.lexists(os.path.join(out_dir, n))]
+    if earlier and not force:
+        sys.stderr.write("vramtrace.report: %s holds an earlier report (%s): pass force=True to "
+                         "replace it, or another folder; nothing written\n"
+                         % (out_dir, ", ".join(earlier)))
         return None
     try:
         flush_ms = max(1, min(60000, int(os.environ.get("VRAMTRACE_FLUSH_MS", "100"))))
     except ValueError:
         flush_ms = 100
     time.sleep(2 * flush_ms / 1000.0 + 0.05)
-    os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    except OSError as ex:
+        sys.stderr.write("vramtrace.report: cannot create %s: %s; nothing written\n"
+                         % (out_dir, ex.strerror or ex))
+        return None
     with tempfile.TemporaryDirectory(prefix="vramtrace-report-") as tmp:
         copy = os.path.join(tmp, os.path.basename(trace))
         shutil.copyfile(trace, copy)
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)  # the reader is not a CUDA program
         # Its summary stays out of the program's output; a failure says why.
-        p = subprocess.run([exe, "report", copy, "-o", out_dir, "--no-progress"], env=env,
+        p = subprocess.run([exe, "report", copy, "-o", out_dir, "--no-progress"] +
+                           (["--force"] if force else []), env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
-            raise RuntimeError("vramtrace report failed (exit %d): %s"
-                               % (p.returncode, p.stderr.strip()[-2000:]))
+            lines = p.stderr.strip().splitlines()
+            sys.stderr.write("vramtrace.report: vramtrace report failed (exit %d): %s\n"
+                             % (p.returncode, lines[-1] if lines else "no message"))
+            return None
     return os.path.join(out_dir, "report.html")
 
 
@@ -261,17 +277,24 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 def parse_size(text):
     """Bytes of "2 GiB", "16MiB", "500 MB", "4096" (KB/MB/GB are powers of 1000, KiB/MiB/GiB of
-    1024)."""
-    if isinstance(text, (int, float)):
+    1024). A size is 0 or more, written in decimal digits: "-5 MiB", "1e3" and "0x10" are not
+    sizes (ValueError)."""
+    example = "(e.g. '2 GiB', '16 MiB', '500 MB')"
+    if isinstance(text, bool):
+        raise ValueError("not a size: %r %s" % (text, example))
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError("not a size: %r, below 0 %s" % (text, example))
+        return text
+    if isinstance(text, float):
+        if not (text >= 0) or text == float("inf"):
+            raise ValueError("not a size: %r %s" % (text, example))
         return int(text)
     s = str(text).strip().lower().replace(" ", "")
-    i = len(s)
-    while i and not (s[i - 1].isdigit() or s[i - 1] == "."):
-        i -= 1
-    number, unit = s[:i], s[i:]
-    if not number or unit not in _UNITS:
-        raise ValueError("not a size: %r (e.g. '2 GiB', '16 MiB', '500 MB')" % (text,))
-    return int(float(number) * _UNITS[unit])
+    m = re.fullmatch(r"(\d+\.?\d*|\.\d+)([a-z]*)", s)
+    if not m or m.group(2) not in _UNITS:
+        raise ValueError("not a size: %r %s" % (text, example))
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def format_bytes(n):

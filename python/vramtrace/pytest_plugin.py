@@ -22,6 +22,8 @@ figures travel to the controller with the test reports.
 import gc
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
 
@@ -66,14 +68,16 @@ def pytest_configure(config):
 
 
 def _run_under_vramtrace(config):
-    """Replaces this process with `vramtrace run -o DIR -- <this pytest command>`."""
+    """Runs this pytest command again as `vramtrace run -o DIR -- <this pytest command>` and
+    exits as it did; returns only when it cannot."""
     exe = vramtrace.command_path()
     args = [str(a) for a in config.invocation_params.args]
     if exe is None or args != sys.argv[1:]:
         sys.stderr.write("vramtrace: libvramtrace.so is not loaded and pytest cannot run itself "
                          "under it here; run `vramtrace run -- pytest --vramtrace ...`\n")
         return
-    out = config.getoption("vramtrace_output") or tempfile.mkdtemp(prefix="vramtrace-pytest-")
+    given = config.getoption("vramtrace_output")
+    out = given or tempfile.mkdtemp(prefix="vramtrace-pytest-")
     argv0 = sys.argv[0]
     if os.path.basename(argv0) == "__main__.py" or not os.access(argv0, os.X_OK):
         command = [sys.executable, "-m", "pytest"]
@@ -87,7 +91,41 @@ def _run_under_vramtrace(config):
         capman.suspend_global_capture(in_=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(exe, [exe, "run", "-o", out, "--"] + command + sys.argv[1:], env)
+    # --force: the folder is the session's, and a session run again replaces its report (only
+    # vramtrace's own files there; pytest cannot pass --force to vramtrace itself).
+    argv = [exe, "run", "--force", "-o", out, "--"] + command + sys.argv[1:]
+    if given:
+        os.execve(exe, argv, env)
+    # A temporary folder is this session's alone: waited for, so that it can be removed when
+    # no test used CUDA (its report would be empty).
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execve(exe, argv, env)
+        finally:
+            os._exit(127)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, lambda number, frame: os.kill(pid, number))
+    _, status = os.waitpid(pid, 0)
+    if _empty_run(out):
+        shutil.rmtree(out, ignore_errors=True)
+        sys.stderr.write("vramtrace: no test used CUDA: nothing to keep, %s removed\n" % out)
+    sys.stderr.flush()
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _empty_run(out):
+    """Whether the run in `out` recorded no process, and the folder holds only its own files."""
+    try:
+        with open(os.path.join(out, "report.json")) as f:
+            processes = json.load(f).get("processes")
+        own = {"report.json", "report.html", "vramtrace.run"}
+        return processes == [] and set(os.listdir(out)) <= own
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _limit(item, name):
@@ -95,12 +133,14 @@ def _limit(item, name):
     if marker is None:
         return None
     try:
-        if len(marker.args) != 1:
-            raise ValueError("one size expected")
+        if len(marker.args) != 1 or marker.kwargs:
+            raise ValueError("one size expected, got %d argument(s)"
+                             % (len(marker.args) + len(marker.kwargs)))
         return vramtrace.parse_size(marker.args[0])
     except ValueError as ex:
-        raise pytest.UsageError("%s takes one size, e.g. %s(\"2 GiB\"): %s"
-                                % (name, name, ex)) from None
+        # One line, not the plugin's traceback: the marker is wrong, not the test.
+        pytest.fail("vramtrace: %s takes one size of 0 or more, e.g. %s(\"16 MiB\"): %s"
+                    % (name, name, ex), pytrace=False)
 
 
 def _torch():
@@ -184,7 +224,7 @@ class Plugin:
         yield
         try:
             devices = measure.finish()
-            if not devices and not measure.lib and _torch() is None:
+            if not devices:  # nothing on a device: no row in the summary
                 return
             item.user_properties.append((_PROPERTY, json.dumps(
                 {str(d): v for d, v in devices.items()}, sort_keys=True)))
@@ -255,7 +295,7 @@ class Plugin:
     def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
         tr.write_sep("=", "vramtrace: device memory per test")
-        if not self.results:
+        if not any(self.results.values()):
             tr.write_line("no device memory measured: no test used CUDA under "
                           "libvramtrace.so or through PyTorch")
             return

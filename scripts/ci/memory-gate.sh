@@ -26,7 +26,7 @@ MAX_INCREASE=${MAX_INCREASE:-5%}
 if [[ ${UPDATE_BASELINE:-0} == 1 || ! -f $baseline ]]; then
   [[ -f $baseline ]] || echo "memory-gate: no baseline at $baseline yet: recording one" >&2
   "$VRAMTRACE" run --force -o "$OUT" -- "$@" || exit $?
-  # A run with a process that was not profiled (exit 2) or cut short (exit 4) cannot be a
+  # A run with no profiled process or one not profiled (exit 2), or cut short (exit 4), cannot be a
   # baseline: check refuses it.
   "$VRAMTRACE" check "$OUT" --baseline "$OUT" > /dev/null || exit $?
   mkdir -p "$(dirname "$baseline")"

@@ -217,8 +217,9 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
       "baseline has";
 
   SECTION("a command that does not exist: no process at all") {
+    // Run by a shell (vramtrace itself leaves nothing of a command it cannot start).
     const std::string d = r.dir + "/missing-cmd";
-    Result run = sh(kEnv + kVramtrace + " run -o " + d + " -- " + r.dir + "/no-such-command");
+    Result run = sh(kEnv + kVramtrace + " run -o " + d + " -- sh -c " + r.dir + "/no-such-command");
     REQUIRE(run.code() == 127);
     Result g = gate(d);
     INFO(g.out);
@@ -230,7 +231,7 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
     REQUIRE(contains(g.out,
                      "candidate INCOMPLETE: the candidate ran a different command than the "
-                     "baseline: '" +
+                     "baseline: 'sh -c " +
                          r.dir + "/no-such-command', the baseline '" + prog("grow") + "'\n"));
     REQUIRE(contains(g.out, kIncomplete));
     REQUIRE_FALSE(contains(g.out, "PASSED"));
@@ -304,6 +305,8 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
   }
 
   SECTION("bad input (exit 2) still writes the CI files, failing") {
+    fs::remove(md);
+    fs::remove(xml);
     Result g = sh(
         check(r.cand + " --baseline " + r.dir + "/none.json --markdown " + md + " --junit " + xml));
     REQUIRE(g.code() == 2);
@@ -319,6 +322,8 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
   }
 
   SECTION("a command line refused before anything is read still writes the CI files, failing") {
+    fs::remove(md);
+    fs::remove(xml);
     Result g = sh(check(r.cand + " --baseline " + r.base + " --markdown=" + md + " --junit " + xml +
                         " --device 4096"));
     INFO(g.out);
@@ -328,12 +333,15 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     REQUIRE(
         contains(slurp(xml), "<failure message=\"--device: Value 4096 not in range 0 to 4095\">"));
     // `run` with a CI file but no baseline: no gate at all, which the CI file says.
+    fs::remove(xml);
     Result n = sh(kEnv + kVramtrace + " run --junit " + xml + " -- true");
     REQUIRE(n.code() == 2);
     REQUIRE(contains(slurp(xml), "<failure message=\"--junit requires --baseline\">"));
   }
 
   SECTION("run --baseline: a command that fails writes the CI files, failing") {
+    fs::remove(md);
+    fs::remove(xml);
     Result g = sh(kEnv + kVramtrace + " run --baseline " + r.base + " --markdown " + md +
                   " --junit " + xml + " -o " + r.dir + "/fails -- sh -c 'exit 3'");
     REQUIRE(g.code() == 3);

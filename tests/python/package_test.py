@@ -210,6 +210,53 @@ def main():
               rows.get("test_cached_block_is_not_a_leak") == ("32.00 MiB", "0 B"),
               "the summary's figures per test%s: %r" % (tag, rows))
 
+    # ---- report() twice: the second is refused in one line (None), force=True replaces -------
+    again = os.path.join(api_dir, "again")
+    twice = ("import ctypes, vramtrace\n"
+             "rt = ctypes.CDLL('libcudart.so.13')\n"
+             "p = ctypes.c_void_p()\n"
+             "assert rt.cudaMalloc(ctypes.byref(p), 2 << 20) == 0\n"
+             "for force in (False, False, True):\n"
+             "    print(vramtrace.report(%r, force=force))\n" % again)
+    p = run([py, "-c", twice], env=clean_env(LD_PRELOAD=lib), cwd=api_dir)
+    html = os.path.join(again, "report.html")
+    check(p.stdout.splitlines() == [html, "None", html],
+          "report() twice, then with force=True: %r (%r)" % (p.stdout, p.stderr))
+    check(p.stderr == "vramtrace.report: %s holds an earlier report (report.json, report.html): "
+          "pass force=True to replace it, or another folder; nothing written\n" % again,
+          "report() twice: one line saying what to do: %r" % p.stderr)
+
+    # ---- the plugin: run again into the same folder, markers that are not sizes ------------
+    again = os.path.join(tmp, "pytest-again")
+    for i in range(2):
+        p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+                 "--vramtrace-output", again, os.path.join(cases, "test_budgets.py")],
+                env=clean_env(), cwd=tmp, expect=1)
+        check(re.search(r"^2 failed, 2 passed", p.stdout, re.M) is not None,
+              "pytest --vramtrace-output DIR, run %d: the tests ran: %r" % (i + 1, p.stdout[-300:]))
+    private_tmp = os.path.join(tmp, "private-tmp")
+    os.mkdir(private_tmp)
+    p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+             os.path.join(cases, "test_markers.py")], env=clean_env(TMPDIR=private_tmp), cwd=tmp,
+            expect=1)
+    out = p.stdout
+    check(re.search(r"^2 failed, 1 passed", out, re.M) is not None, "markers: %r" % out[-600:])
+    for name, size, why in (("limit_gpu_leaks", "-5 MiB", "not a size: '-5 MiB'"),
+                            ("limit_gpu_memory", "lots", "not a size: 'lots'")):
+        line = ("vramtrace: %s takes one size of 0 or more, e.g. %s(\"16 MiB\"): %s "
+                "(e.g. '2 GiB', '16 MiB', '500 MB')" % (name, name, why))
+        check(line in out.splitlines(), "markers: the one line for %s(%r): %r"
+              % (name, size, out[-1500:]))
+    check("Traceback" not in out and "pytest_plugin.py" not in out,
+          "markers: the plugin's traceback is shown: %r" % out[-1500:])
+    check("no device memory measured: no test used CUDA" in out and "  peak      leaked" not in out,
+          "markers: no empty table: %r" % out[-600:])
+    check(os.listdir(private_tmp) == [], "a session without CUDA left %r in TMPDIR"
+          % os.listdir(private_tmp))
+    check(re.search(r"vramtrace: no test used CUDA: nothing to keep, %s/vramtrace-pytest-\w+ "
+                    r"removed\n$" % re.escape(private_tmp), p.stderr) is not None,
+          "markers: the temporary folder's removal said: %r" % p.stderr)
+
     # ---- the plugin with PyTorch (a stand-in with a caching allocator) ---------------------
     p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
              "--vramtrace-output", os.path.join(tmp, "pytest-torch"),

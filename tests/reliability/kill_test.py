@@ -210,6 +210,14 @@ def file_checks(i, delay, log, d):
               "%s: %d-byte trace: exit %d: %s" % (tag, size, rc, text))
         check(done == 0 and before == 0, tag + ": pairs done but an empty trace")
         return
+    if rc == 2 and size == 16 and "no process record (empty stream)" in text:
+        # Killed before its first write: a header and nothing else, nothing to report (exit 2),
+        # as when the first frame is cut.
+        check(text.endswith("vramtrace report: nothing could be read from the input: no report "
+                            "written\n"), "%s: only a header: %s" % (tag, text))
+        check(not os.path.exists(os.path.join(d, "out", "report.json")),
+              tag + ": only a header: a report was written")
+        return
     if rc == 2 and "trace ends inside a frame at byte 16 " in text:
         # Killed while writing its first frame: nothing of the trace can be read, and report
         # says so (exit 2) rather than "no CUDA device memory was used".

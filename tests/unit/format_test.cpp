@@ -1,6 +1,9 @@
 // Unit tests of the event format: varints, bounds-checked reading, headers and frames.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <cstring>
+#include <random>
 
 #include "collector/trace_reader.h"
 #include "common/format.h"
@@ -148,6 +151,70 @@ TEST_CASE("budgets and sizes parse as CI users write them") {
   REQUIRE(*b.max_increase_by_device.at(1).percent == 10.0);
   REQUIRE(b.max_peak_by_device.at(0) == 40ull << 30);
   REQUIRE(*b.max_increase.percent == 5.0);  // the default
+}
+
+// Every value --max-increase may be given: a share ("N%"), a size with its unit, or refused
+// with a message that names the spellings that work. A bare number never passes as bytes.
+TEST_CASE("budgets: a bare number is refused, every accepted value says what it is") {
+  using report::CheckError;
+  using report::parse_increase;
+  std::mt19937_64 rng(20261204);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::pair<std::string, uint64_t>> units = {
+      {"B", 1},     {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+      {"kb", 1000}, {"MB", 1000000},     {"g", 1ull << 30}};
+  const std::vector<std::string> blanks = {"", " ", "  ", "\t"};
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t n = rng() % 1000000;
+    const std::string num = std::to_string(n);
+    const std::string pad = blanks[pick(blanks.size())], pad2 = blanks[pick(blanks.size())];
+    switch (pick(3)) {
+      case 0: {  // a share
+        report::Budget b = parse_increase(pad + num + pad2 + "%" + pad);
+        REQUIRE(b.percent == static_cast<double>(n));
+        REQUIRE_FALSE(b.bytes);
+        break;
+      }
+      case 1: {  // a size
+        const auto& [unit, mult] = units[pick(units.size())];
+        report::Budget b = parse_increase(pad + num + pad2 + unit + pad);
+        REQUIRE(b.bytes == n * mult);
+        REQUIRE_FALSE(b.percent);
+        break;
+      }
+      default: {  // a bare number, whole or not
+        const std::string bare = pick(2) ? num : num + "." + std::to_string(pick(100));
+        REQUIRE_THROWS_WITH(parse_increase(pad + bare + pad),
+                            "'" + pad + bare + pad + "' has no unit: write " + bare +
+                                "% for a share of the baseline's peak, or " + bare +
+                                "MiB for a size");
+      }
+    }
+  }
+  // Random bytes from the characters budgets are made of: each is a share, a size with a
+  // unit, or a CheckError naming the percentage (or too large); nothing else escapes.
+  const std::string alphabet = "0123456789.%:- eEbBkKmMgGiItTx+\t";
+  for (int i = 0; i < 50000; ++i) {
+    std::string v;
+    for (size_t k = pick(9); k > 0; --k) v += alphabet[pick(alphabet.size())];
+    try {
+      report::Budgets b;
+      report::add_increase_option(b, v);
+      const std::string rest = v.substr(v.find(':') == std::string::npos ? 0 : v.find(':') + 1);
+      const bool share = rest.find('%') != std::string::npos;
+      const bool unit = std::any_of(rest.begin(), rest.end(), [](char c) {
+        return std::isalpha(static_cast<unsigned char>(c));
+      });
+      INFO("accepted '" << v << "'");
+      REQUIRE((share || unit));
+    } catch (const CheckError& e) {
+      const std::string what = e.what();
+      INFO("refused '" << v << "': " << what);
+      REQUIRE(what.find('\n') == std::string::npos);
+      REQUIRE((what.find('%') != std::string::npos || what.find("too large") != std::string::npos ||
+               what.find("DEVICE:BUDGET") != std::string::npos));
+    }
+  }
 }
 
 TEST_CASE("strings from the traced program are escaped for Markdown and XML") {
