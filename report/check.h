@@ -49,7 +49,7 @@ std::vector<std::string> category_keys();
 
 struct SiteChange {
   std::string site;
-  std::string what;  // a Python line's categories and module: "activations, transformer.h.3"
+  std::string what;  // a Python line's categories and module: "activations; module lm_head"
   int64_t baseline_bytes = 0, candidate_bytes = 0;
   int64_t baseline_count = 0, candidate_count = 0;
   int64_t diff() const { return candidate_bytes - baseline_bytes; }

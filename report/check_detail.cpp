@@ -199,7 +199,7 @@ std::vector<SiteChange> changes_of(const std::map<std::string, std::pair<int64_t
   return out;
 }
 
-// "activations, transformer.h.3": a line's categories (largest first) and its module, in the
+// "activations; module transformer.h.3": a line's categories (largest first) and its module, in the
 // side where it holds more.
 std::string line_what(const Torch& a, const Torch& b, const std::string& raw, bool in_b) {
   const Torch& t = in_b ? b : a;
@@ -211,7 +211,7 @@ std::string line_what(const Torch& a, const Torch& b, const std::string& raw, bo
   std::string out;
   for (const auto& [v, title] : cats) out += (out.empty() ? "" : ", ") + title;
   if (auto it = t.line_module.find(raw); it != t.line_module.end())
-    out += (out.empty() ? "" : ", ") + it->second;
+    out += (out.empty() ? "module " : "; module ") + it->second;
   return printable(out);
 }
 

@@ -100,7 +100,7 @@ TEST_CASE("check names PyTorch's categories, modules and lines, never the alloca
         "optimizer state, outside PyTorch\n"
         "  module grew: transformer.h.0.attn +1.50 GiB\n"
         "  module grew: transformer.h.0.mlp +1.50 GiB\n"
-        "  line grew: gpt2_train.py:41 +3.00 GiB at the peak (activations, transformer.h.0.mlp; "
+        "  line grew: gpt2_train.py:41 +3.00 GiB at the peak (activations; module transformer.h.0.mlp; "
         "768 -> 1152 blocks)\n"
         "vramtrace check: NOTE: the candidate ran another command than the baseline: 'python "
         "gpt2_train.py --batch 12', the baseline 'python gpt2_train.py --batch 8'\n"
@@ -114,7 +114,7 @@ TEST_CASE("check names PyTorch's categories, modules and lines, never the alloca
   CHECK(md.find("| activations | 6.00 GiB | 9.00 GiB | \\+3.00 GiB \\(\\+50.0%\\) | - |") !=
         std::string::npos);
   CHECK(md.find("| parameters | 475.00 MiB | 475.00 MiB | - | - |") != std::string::npos);
-  CHECK(md.find("- gpt2\\_train.py:41 \\+3.00 GiB \\(activations, transformer.h.0.mlp\\)") !=
+  CHECK(md.find("- gpt2\\_train.py:41 \\+3.00 GiB \\(activations; module transformer.h.0.mlp\\)") !=
         std::string::npos);
   CHECK(md.find("**Note**: the candidate ran another command") != std::string::npos);
   CHECK(md.find("CUDACachingAllocator") == std::string::npos);
