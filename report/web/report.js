@@ -1187,15 +1187,28 @@
     document.getElementById("cmd").textContent = `A: ${names[0]}   B: ${names[1]}`;
     const sum = $("section", { class: "card", id: "diff-changes" }, $("h2", { text: "What changed from A to B" }));
     const rows = [];
+    // PyTorch runs: by category, and PyTorch's blocks by the Python line that made them, not the
+    // caching allocator's segments (each named by whichever line made it, or by a frame inside
+    // the allocator).
+    const catRows = [];
     for (const c of changes || []) {
+      if (c.torch) {
+        for (const k of c.torch.categories || []) if (k.a || k.b) catRows.push({ scope: c.scope, category: k.title, a: k.a, b: k.b, change: k.b - k.a });
+        for (const l of c.torch.lines || []) rows.push({ scope: c.scope, site: l.site, what: l.what || "", a: l.a, b: l.b, change: l.b - l.a });
+        continue;
+      }
       for (const s of c.changes || []) rows.push({ scope: c.scope, site: s.site, a: s.a, b: s.b, change: s.b - s.a });
     }
     const peaks = (changes || []).map((c) => `${c.scope}: A ${bytes(c.a_peak)}, B ${bytes(c.b_peak)} (${known(c.a_peak) && known(c.b_peak) ? (c.b_peak >= c.a_peak ? "+" : "") + bytes(c.b_peak - c.a_peak) : "only in one run"})`);
     for (const p of peaks) sum.append($("div", { class: "diff-peak", text: "Peak of " + p }));
-    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
     // The scope column only when the runs have several devices or ranks.
-    const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
-    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
+    const oneScope = new Set([...rows, ...catRows].map((r) => r.scope)).size <= 1;
+    const signed = (v) => (v > 0 ? "+" : "") + bytes(v);
+    if (catRows.length) sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "category", label: "PyTorch's memory at the peak, by category" },
+      { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes }, { key: "change", label: "change", num: true, fmt: (v) => v ? signed(v) : "-" }], catRows, "diff-categories", { limit: 12 }));
+    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
+    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: catRows.length ? "Python line or site whose live memory at the peak changed" : "site whose live memory at the peak changed", code: true },
+      ...(catRows.length ? [{ key: "what", label: "holding", width: "22em" }] : []), { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
       { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
     // The two charts on one time axis and one byte axis (the cursor and the zoom of one followed
     // by the other), the verdicts side by side, the sites that changed, then each run's views

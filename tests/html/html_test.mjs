@@ -450,6 +450,9 @@ for (const width of [1400, 1000]) {
   b.devices[0].peak.bytes = 9 * 1024 ** 3;
   b.devices[0].peak.by_site = b.devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
   b.processes[0].devices[0].peak.by_site = b.processes[0].devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
+  // Half the batch, half the activations: at train.py:88; the model's state the same.
+  b.devices[0].categories.at_peak = { ...a.devices[0].categories.at_peak, activations: a.devices[0].categories.at_peak.activations / 2 };
+  b.devices[0].peak.by_line = a.devices[0].peak.by_line.map((l) => l.categories.activations ? { ...l, bytes: l.bytes / 2, categories: { activations: l.bytes / 2 } } : l);
   const dir = mkdtempSync(join(tmpdir(), "vt-html-diff-"));
   temps.push(dir);
   writeFileSync(join(dir, "a.json"), JSON.stringify(a));
@@ -482,8 +485,13 @@ for (const width of [1400, 1000]) {
   check("diff: 0 resets both to the whole run", (await ca.getAttribute("data-x-range")) === (await cb.getAttribute("data-x-range")) && Number((await ca.getAttribute("data-x-range")).split(",")[0]) === 0, await ca.getAttribute("data-x-range"));
   const peak = await page.locator(".diff-peak").first().textContent();
   check("diff: the peak change", peak.startsWith("Peak of device 0") && peak.includes("B 9.00 GiB"), peak);
-  check("diff: the sites that changed, largest change first", (await page.locator("[data-table='diff'] tbody tr").count()) === 8 &&
-        (await page.locator("[data-table='diff'] tbody tr").first().textContent()) === "forward (resnet.py:146)3.59 GiB1.80 GiB−1.80 GiB", await page.locator("[data-table='diff'] tbody tr").first().textContent());
+  // PyTorch runs: by category and by the Python line of PyTorch's blocks, not by the segments.
+  const diffRows = await page.locator("[data-table='diff'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check("diff: the Python lines whose PyTorch blocks changed, with what they hold", diffRows.length === 1 &&
+        diffRows[0] === `/work/resnet/train.py:88 | activations; module layer3.0.conv2 | ${(a.devices[0].categories.at_peak.activations / 1024 ** 3).toFixed(2)} GiB | ${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB | −${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB`, diffRows.join(" / "));
+  const catRows = await page.locator("[data-table='diff-categories'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check("diff: PyTorch's memory by category, A and B", catRows.includes("parameters | 97.00 MiB | 97.00 MiB | -") &&
+        catRows.some((r) => r.startsWith("activations | ") && r.endsWith(` | −${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB`)), catRows.join(" / "));
   await layout(page, "diff");
   await page.screenshot({ path: join(shots, "diff.png") });
   check("no console errors (diff)", errors.length === 0, errors.join("; "));
