@@ -173,18 +173,19 @@
     }
     return null;
   };
+  // Each frame's label, or a folded run's { label, full }.
   const foldDispatcher = (frames) => {
     const out = [];
     for (let i = 0; i < frames.length;) {
-      if (!isTorchNative(frames[i])) { out.push(frames[i++]); continue; }
+      if (!isTorchNative(frames[i])) { out.push(frameLabel(frames[i++])); continue; }
       let j = i;
       while (j < frames.length && isTorchNative(frames[j])) j++;
       const run = frames.slice(i, j);
       const op = operatorOf(run);
       if (op || run.length > 1) {
         const name = op || "PyTorch native code";
-        out.push({ label: name, full: `${name}: ${plural(run.length, "native frame")} of PyTorch folded (its dispatcher, kernels and caching allocator), outermost ${frameLabel(run[run.length - 1])}`, dispatcher: run.length });
-      } else out.push(...run);
+        out.push({ label: name, full: `${name}: ${plural(run.length, "native frame")} of PyTorch folded (its dispatcher, kernels and caching allocator), outermost ${frameLabel(run[run.length - 1])}` });
+      } else out.push(...run.map(frameLabel));
       i = j;
     }
     return out;
@@ -863,7 +864,7 @@
       const visible = visibleFrames(g.stack).filter((f) => !isModuleCall(f));
       const folded = foldDispatcher(visible);
       if (folded.length < visible.length) rootNode.folded++;
-      const frames = (unfold ? visible : folded).map((f) => f.dispatcher ? f : frameLabel(f)).reverse();
+      const frames = (unfold ? visible.map(frameLabel) : folded).reverse();
       add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
     // The smallest stacks the page did not keep, as one frame: the graph still sums to the whole.
