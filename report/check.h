@@ -41,8 +41,8 @@ struct Budgets {
 void add_increase_option(Budgets& b, const std::string& value);
 void add_peak_option(Budgets& b, const std::string& value);
 // "CATEGORY:BUDGET" (parameters:0, activations:5%) into b.by_category; false when the part
-// before ':' is not one of PyTorch's categories (the value is another option's). Throws
-// CheckError on a bad budget.
+// before ':' is not one of PyTorch's categories (a device's budget, or a mistake that
+// add_increase_option() refuses). Throws CheckError on a bad budget.
 bool add_category_option(Budgets& b, const std::string& value);
 // The categories a budget may name: report.json's keys of categories.at_peak.
 std::vector<std::string> category_keys();

@@ -100,7 +100,8 @@ TEST_CASE("check names PyTorch's categories, modules and lines, never the alloca
         "optimizer state, outside PyTorch\n"
         "  module grew: transformer.h.0.attn +1.50 GiB\n"
         "  module grew: transformer.h.0.mlp +1.50 GiB\n"
-        "  line grew: gpt2_train.py:41 +3.00 GiB at the peak (activations; module transformer.h.0.mlp; "
+        "  line grew: gpt2_train.py:41 +3.00 GiB at the peak (activations; module "
+        "transformer.h.0.mlp; "
         "768 -> 1152 blocks)\n"
         "vramtrace check: NOTE: the candidate ran another command than the baseline: 'python "
         "gpt2_train.py --batch 12', the baseline 'python gpt2_train.py --batch 8'\n"
@@ -162,7 +163,7 @@ TEST_CASE("budgets per category: parameters may not grow, activations by 5%") {
   add_increase_option(dev, "0:10%");
   CHECK(dev.max_increase_by_device.at(0).percent == 10.0);
   CHECK_THROWS_WITH(add_increase_option(dev, "activation:5%"),
-                    Catch::Contains("'activation' is neither a device nor a category"));
+                    Catch::Contains("expected DEVICE:BUDGET"));
   CHECK_THROWS_AS(add_increase_option(dev, "activations:lots"), CheckError);
 }
 
