@@ -42,7 +42,8 @@ CLI::Validator folder_name() {
 void add_budget_options(CLI::App* app, CheckOptions& o) {
   app->add_option("--max-increase", o.max_increase,
                   "Allowed growth of the peak over the baseline: 5% or 256MiB; DEVICE:BUDGET "
-                  "for one device (default 5%)");
+                  "for one device (default 5%); CATEGORY:BUDGET for one of PyTorch's categories "
+                  "at the peak (parameters:0, activations:5%)");
   app->add_option("--max-peak", o.max_peak, "Largest allowed peak, e.g. 40GiB; or DEVICE:SIZE");
   app->add_option("--device", o.device, "Check this device only")
       ->transform(decimal_range(0, 4095));  // a larger ordinal is a corrupt record

@@ -32,25 +32,6 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
-std::string signed_bytes(int64_t d) {
-  uint64_t magnitude = d < 0 ? 0 - static_cast<uint64_t>(d) : static_cast<uint64_t>(d);
-  return (d < 0 ? "-" : "+") + human_bytes(magnitude);
-}
-
-// cand - base of two peaks (each up to 2^64 - 1), without a signed overflow.
-std::string change_bytes(uint64_t base, uint64_t cand) {
-  return cand >= base ? "+" + human_bytes(cand - base) : "-" + human_bytes(base - cand);
-}
-
-std::string percent(uint64_t base, uint64_t cand) {
-  if (base == 0) return cand ? "new" : "0%";
-  char buf[32];
-  double p =
-      100.0 * (static_cast<double>(cand) - static_cast<double>(base)) / static_cast<double>(base);
-  std::snprintf(buf, sizeof buf, "%+.1f%%", p);
-  return buf;
-}
-
 json report_from_traces(const std::vector<std::string>& traces) {
   collector::Run run = collector::analyze(traces);
   return to_json(run);
@@ -138,13 +119,7 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
   if (cd) c.candidate_peak = peak_bytes(*cd);
   std::string text;
   if (c.baseline_peak) {
-    uint64_t b = *c.baseline_peak;
-    // Saturating: a budget of 1e300% or a peak near 2^64 allows everything, it does not wrap.
-    double pct_slack = inc.percent ? std::floor(static_cast<double>(b) * *inc.percent / 100.0) : 0;
-    uint64_t slack = !inc.percent                          ? inc.bytes.value_or(0)
-                     : pct_slack >= 18446744073709549568.0 ? UINT64_MAX
-                                                           : static_cast<uint64_t>(pct_slack);
-    c.allowed_peak = slack > UINT64_MAX - b ? UINT64_MAX : b + slack;
+    c.allowed_peak = allowed_by(inc, *c.baseline_peak);
     text = inc.text() + " (up to " + human_bytes(c.allowed_peak) + ")";
   } else {
     c.allowed_peak = cap.value_or(0);
@@ -294,6 +269,7 @@ std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& 
 }  // namespace
 
 void add_increase_option(Budgets& b, const std::string& value) {
+  if (add_category_option(b, value)) return;
   auto [dev, rest] = split_device(value);
   if (dev)
     b.max_increase_by_device[*dev] = parse_increase(rest);
@@ -525,19 +501,6 @@ const char* signal_name(int sig) {
   }
 }
 
-// run.command as one line, or "" when the report has none (a report of traces).
-std::string command_of(const json& r) {
-  if (!r.is_object() || !r.contains(field::run) || !r[field::run].is_object() ||
-      !r[field::run].contains(field::command) || !r[field::run][field::command].is_array())
-    return {};
-  std::string out;
-  for (const auto& a : r[field::run][field::command]) {
-    if (!a.is_string()) return {};
-    out += (out.empty() ? "" : " ") + a.get<std::string>();
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<std::string> incomplete_reasons(const json& baseline, const json& candidate,
@@ -586,10 +549,6 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
                     ", which the baseline has");
     }
   }
-  const std::string bc = command_of(baseline), cc = command_of(candidate);
-  if (!bc.empty() && !cc.empty() && bc != cc)
-    why.push_back("the candidate ran a different command than the baseline: '" + cc +
-                  "', the baseline '" + bc + "'");
   if (sig) {
     const char* name = signal_name(static_cast<int>(*sig));
     why.push_back("cut short: the command was killed by signal " + std::to_string(*sig) +
@@ -622,7 +581,8 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
 }
 
 bool CheckResult::regression() const {
-  return std::any_of(rows.begin(), rows.end(), [](const Comparison& c) { return c.regression; });
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const Comparison& c) { return c.regression || c.category_regression(); });
 }
 
 CheckResult compare(const json& baseline, const json& candidate, const Budgets& budgets) {
@@ -657,6 +617,7 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
     row.library_changes =
         group_changes(baseline, b, candidate, c, field::by_library, field::library);
+    compare_torch(baseline, b, candidate, c, budgets, row);
     result.rows.push_back(std::move(row));
   }
 
@@ -698,10 +659,16 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
     row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
     row.library_changes =
         group_changes(baseline, b, candidate, c, field::by_library, field::library);
+    compare_torch(baseline, b, candidate, c, budgets, row);
     result.rows.push_back(std::move(row));
   }
   result.incomplete =
       incomplete_reasons(baseline, candidate, budgets.only_device, result.unprofiled());
+  compare_run_details(baseline, candidate, result);
+  if (!budgets.by_category.empty() &&
+      std::none_of(result.rows.begin(), result.rows.end(), [](auto& r) { return r.torch; }))
+    result.notes.push_back(
+        "the budgets per category were not checked: neither run has PyTorch's categories");
   // A device or rank the candidate lacks may be one of the processes that were not profiled.
   if (result.unprofiled())
     for (auto& row : result.rows)
@@ -723,13 +690,15 @@ std::string check_text(const CheckResult& r) {
     line += ", budget " + c.budget_text + ": " + (c.regression ? "REGRESSION" : "ok");
     if (!c.note.empty()) line += " (" + c.note + ")";
     out += line + "\n";
-    if (c.regression) ++failed;
-    for (size_t i = 0; i < c.library_changes.size() && i < 3; ++i) {
+    if (c.regression || c.category_regression()) ++failed;
+    // PyTorch's blocks by category, module and Python line, not its allocator's segments.
+    out += torch_text(c, "  ");
+    for (size_t i = 0; i < c.library_changes.size() && i < 3 && !c.torch; ++i) {
       const SiteChange& l = c.library_changes[i];
       out += "  library " + std::string(l.diff() >= 0 ? "grew" : "shrank") + ": " + l.site + " " +
              signed_bytes(l.diff()) + " at the peak\n";
     }
-    size_t shown = 0;
+    size_t shown = c.torch ? 5 : 0;
     for (const auto& s : c.changes) {
       if (shown++ == 5) break;
       out += "  " + std::string(s.diff() >= 0 ? "grew" : "shrank") + ": " + s.site + " " +
@@ -742,6 +711,7 @@ std::string check_text(const CheckResult& r) {
     out += "vramtrace check: candidate NOT PROFILED: " + p + "\n";
   for (const auto& why : r.incomplete)
     out += "vramtrace check: candidate INCOMPLETE: " + why + "\n";
+  out += details_text(r, "vramtrace check: ");
   if (failed)
     out += "vramtrace check: FAILED: " + std::to_string(failed) + " of " +
            std::to_string(r.rows.size()) + " over budget\n";
@@ -808,11 +778,13 @@ std::string check_markdown(const CheckResult& r) {
            (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " | " +
            (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " | " +
            escape_markdown(change) + " | " + escape_markdown(c.budget_text) + " | " +
-           (c.regression ? "**regression**" : "ok") +
+           (c.regression || c.category_regression() ? "**regression**" : "ok") +
            (c.note.empty() ? "" : " (" + escape_markdown(c.note) + ")") + " |\n";
   }
+  for (const auto& c : r.rows) out += torch_markdown(c);
+  out += details_markdown(r);
   for (const auto& c : r.rows) {
-    if (c.changes.empty()) continue;
+    if (c.changes.empty() || c.torch) continue;
     out += "\nWhat changed at the peak, " + escape_markdown(c.scope) + ":\n\n";
     for (size_t i = 0; i < c.changes.size() && i < 10; ++i)
       out += "- " + escape_markdown(c.changes[i].site) + " " +
@@ -825,7 +797,7 @@ std::string check_markdown(const CheckResult& r) {
 
 std::string check_junit(const CheckResult& r) {
   int failures = r.unprofiled() + r.is_incomplete();
-  for (const auto& c : r.rows) failures += c.regression;
+  for (const auto& c : r.rows) failures += c.regression || c.category_regression();
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += "<testsuites><testsuite name=\"vramtrace peak memory\" tests=\"" +
          std::to_string(r.rows.size() + r.unprofiled() + r.is_incomplete()) + "\" failures=\"" +
@@ -854,13 +826,16 @@ std::string check_junit(const CheckResult& r) {
   }
   for (const auto& c : r.rows) {
     out += "  <testcase classname=\"vramtrace.peak\" name=\"" + escape_xml(c.scope) + "\">";
-    if (c.regression) {
+    if (c.regression || c.category_regression()) {
       std::string msg =
-          "peak " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " over budget " +
-          c.budget_text +
-          (c.baseline_peak ? " (baseline " + human_bytes(*c.baseline_peak) + ")" : "");
-      std::string detail;
-      for (const auto& s : c.changes) detail += s.site + " " + signed_bytes(s.diff()) + "\n";
+          c.regression
+              ? "peak " + (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") +
+                    " over budget " + c.budget_text +
+                    (c.baseline_peak ? " (baseline " + human_bytes(*c.baseline_peak) + ")" : "")
+              : category_failure(c);
+      std::string detail = torch_junit_detail(c);
+      for (const auto& s : c.changes)
+        if (!c.torch) detail += s.site + " " + signed_bytes(s.diff()) + "\n";
       out += "<failure message=\"" + escape_xml(msg) + "\">" + escape_xml(detail) + "</failure>";
     }
     out += "</testcase>\n";
@@ -882,12 +857,15 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
              percent(*c.baseline_peak, *c.candidate_peak) + ")";
     if (!c.note.empty()) out += " [" + c.note + "]";
     out += "\n";
-    if (c.changes.empty()) out += "  live at the peak: no difference by site\n";
-    for (const auto& s : c.changes)
+    out += torch_text(c, "  ");
+    if (c.changes.empty() && !c.torch) out += "  live at the peak: no difference by site\n";
+    for (const auto& s : c.changes) {
+      if (c.torch) break;  // the allocator's segments: torch_text() names the blocks
       out += "  " + s.site + ": " + human_bytes(static_cast<uint64_t>(s.baseline_bytes)) + " in " +
              std::to_string(s.baseline_count) + " -> " +
              human_bytes(static_cast<uint64_t>(s.candidate_bytes)) + " in " +
              std::to_string(s.candidate_count) + " allocations (" + signed_bytes(s.diff()) + ")\n";
+    }
   }
   auto final_bytes = [](const json& r) {
     uint64_t t = 0;
@@ -898,6 +876,7 @@ std::string diff_text(const json& a, const json& b, const CheckResult& r) {
       "leak suspects: " + human_bytes(final_bytes(a)) + " -> " + human_bytes(final_bytes(b)) + "\n";
   out += "out-of-memory events: " + std::to_string(a[field::oom].size()) + " -> " +
          std::to_string(b[field::oom].size()) + "\n";
+  out += details_text(r, "");
   for (const auto& p : unprofiled_processes(a))
     out += "A NOT PROFILED (its device memory is unknown): " + p + "\n";
   for (const auto& p : unprofiled_processes(b))
@@ -921,6 +900,7 @@ std::string diff_html(const json& a, const json& b, const CheckResult& r) {
     row["a_peak"] = c.baseline_peak ? json(*c.baseline_peak) : json(nullptr);
     row["b_peak"] = c.candidate_peak ? json(*c.candidate_peak) : json(nullptr);
     if (!c.note.empty()) row["note"] = c.note;
+    if (c.torch) row["torch"] = torch_html_row(c);
     changes.push_back(row);
   }
   return diff_to_html(a, b, changes);

@@ -31,6 +31,8 @@ uint64_t parse_size(const std::string& s);    // throws CheckError
 
 struct Budgets {
   Budget max_increase{5.0, std::nullopt};  // default: 5%
+  // PyTorch's categories at the peak ("parameters:0", "activations:5%"), on every device.
+  std::map<std::string, Budget> by_category;
   std::map<uint32_t, Budget> max_increase_by_device;
   std::optional<uint64_t> max_peak;
   std::map<uint32_t, uint64_t> max_peak_by_device;
@@ -39,12 +41,31 @@ struct Budgets {
 // Parses "5%", "256MiB", "1:10%" (device 1 only) into `b`. Throws CheckError.
 void add_increase_option(Budgets& b, const std::string& value);
 void add_peak_option(Budgets& b, const std::string& value);
+// "CATEGORY:BUDGET" (parameters:0, activations:5%) into b.by_category; false when the part
+// before ':' is not one of PyTorch's categories (a device's budget, or a mistake that
+// add_increase_option() refuses). Throws CheckError on a bad budget.
+bool add_category_option(Budgets& b, const std::string& value);
+// The categories a budget may name: report.json's keys of categories.at_peak.
+std::vector<std::string> category_keys();
 
 struct SiteChange {
   std::string site;
+  std::string what;  // a Python line's categories and module: "activations; module lm_head"
   int64_t baseline_bytes = 0, candidate_bytes = 0;
   int64_t baseline_count = 0, candidate_count = 0;
   int64_t diff() const { return candidate_bytes - baseline_bytes; }
+};
+
+// A category of PyTorch's memory at the peak (categories.at_peak of each report).
+struct CategoryChange {
+  std::string key, title;  // "optimizer_state", "optimizer state"
+  uint64_t baseline_bytes = 0, candidate_bytes = 0;
+  std::optional<Budget> budget;  // Budgets::by_category
+  uint64_t allowed = 0;          // with a budget: the most the candidate may hold
+  bool regression = false;
+  int64_t diff() const {
+    return static_cast<int64_t>(candidate_bytes) - static_cast<int64_t>(baseline_bytes);
+  }
 };
 
 struct Comparison {
@@ -57,6 +78,13 @@ struct Comparison {
   std::string note;                         // "new device", "device no longer used", ...
   std::vector<SiteChange> changes;          // by site, largest absolute change first
   std::vector<SiteChange> library_changes;  // by owning library, likewise
+  // PyTorch runs (either side has categories): what the blocks at the peak are, and which
+  // modules and Python lines hold them; `changes` then leaves out the allocator's segments.
+  bool torch = false;
+  std::vector<CategoryChange> categories;  // in the report's order, every category of either
+  std::vector<SiteChange> module_changes;  // peak.by_module, largest absolute change first
+  std::vector<SiteChange> line_changes;    // peak.by_line, likewise
+  bool category_regression() const;
 };
 
 struct CheckResult {
@@ -67,6 +95,11 @@ struct CheckResult {
   // Why the candidate is not a whole measurement of the baseline's command (incomplete_reasons()):
   // it cannot pass either.
   std::vector<std::string> incomplete;
+  // Said, never failed on: another command than the baseline's (`--batch 12`).
+  std::vector<std::string> notes;
+  // Growth per iteration (growth[]) and out-of-memory events (oom[]) that appeared, went or
+  // changed, each a sentence.
+  std::vector<std::string> growth_changes, oom_changes;
   bool regression() const;
   bool unprofiled() const { return !not_profiled.empty(); }
   bool is_incomplete() const { return !incomplete.empty(); }
@@ -120,6 +153,33 @@ std::string failure_markdown(const std::string& why);
 std::string failure_junit(const std::string& why);
 std::string diff_text(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
 std::string diff_html(const nlohmann::json& a, const nlohmann::json& b, const CheckResult& r);
+
+// The PyTorch side of a comparison and of the run (check_detail.cpp): fills a row's
+// categories, modules and lines, and the result's growth, OOM changes and notes.
+void compare_torch(const nlohmann::json& baseline, const nlohmann::json* bd,
+                   const nlohmann::json& candidate, const nlohmann::json* cd, const Budgets& b,
+                   Comparison& row);
+void compare_run_details(const nlohmann::json& baseline, const nlohmann::json& candidate,
+                         CheckResult& r);
+// The command line's note (different command), "" when the same or unknown.
+std::string command_note(const nlohmann::json& baseline, const nlohmann::json& candidate);
+// Renderings of a row's PyTorch side and of the run's details, for check_text(), diff_text(),
+// check_markdown() and check_junit().
+std::string torch_text(const Comparison& c, const char* indent);
+std::string details_text(const CheckResult& r, const char* prefix);
+std::string torch_markdown(const Comparison& c);
+std::string details_markdown(const CheckResult& r);
+std::string torch_junit_detail(const Comparison& c);
+std::string category_failure(const Comparison& c);  // "activations +2.90 GiB ... over budget"
+nlohmann::json torch_html_row(const Comparison& c);
+
+// Shared by check.cpp and check_detail.cpp: "+8.00 MiB", "-1.00 GiB"; cand - base of two
+// peaks without a signed overflow; "+12.5%" ("new" from 0); the largest figure within `b` of
+// `base` (saturating).
+std::string signed_bytes(int64_t d);
+std::string change_bytes(uint64_t base, uint64_t cand);
+std::string percent(uint64_t base, uint64_t cand);
+uint64_t allowed_by(const Budget& b, uint64_t base);
 
 // Escaping for the outputs that carry strings from the traced program.
 std::string escape_xml(const std::string& s);

@@ -29,6 +29,68 @@ json bytes_json(const CategoryBytes& c) {
   return j;
 }
 
+// PyTorch's blocks live at the peak by the user's Python line (the phase's call, or the line
+// that moved a tensor to the GPU) with their categories, and the largest blocks themselves:
+// what `check`, `diff` and the page name instead of the allocator's segments, whose sites are
+// the line that happened to make a segment, or a frame inside the caching allocator.
+void add_torch_peak_lines(json& peak, const TorchMemory& tm, uint32_t dev, uint64_t peak_t) {
+  struct Line {
+    uint64_t bytes = 0, count = 0;
+    std::map<std::string, uint64_t> categories, modules;
+  };
+  std::map<std::string, Line> lines;
+  std::vector<size_t> live = tm.live_at(dev, peak_t);
+  for (size_t i : live) {
+    const auto& b = tm.info()[i];
+    const uint64_t n = tm.context().blocks[i].bytes;
+    std::string site = tm.site_text(b.site);
+    Line& l = lines[site.empty() ? "(line unknown)" : site];
+    l.bytes += n;
+    ++l.count;
+    l.categories[category_key(b.category)] += n;
+    if (b.module) l.modules[tm.module_name(b.module)] += n;
+  }
+  std::vector<std::pair<std::string, const Line*>> order;
+  for (const auto& [site, l] : lines) order.push_back({site, &l});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
+  json by_line = json::array();
+  for (size_t k = 0; k < order.size() && k < 200; ++k) {
+    const Line& l = *order[k].second;
+    json j = {{"site", order[k].first},
+              {"bytes", l.bytes},
+              {"count", l.count},
+              {"categories", l.categories}};
+    // The module that holds most of it: which layer a line's forward kept.
+    auto top = std::max_element(l.modules.begin(), l.modules.end(),
+                                [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (top != l.modules.end()) j["module"] = top->first;
+    by_line.push_back(j);
+  }
+  peak["by_line"] = by_line;
+
+  std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) {
+    return tm.context().blocks[a].bytes > tm.context().blocks[b].bytes;
+  });
+  json blocks = json::array();
+  for (size_t k = 0; k < live.size() && k < 50; ++k) {
+    const size_t i = live[k];
+    const auto& b = tm.info()[i];
+    const auto& blk = tm.context().blocks[i];
+    json j = {{"bytes", blk.bytes},
+              {"address", blk.address},
+              {"category", category_key(b.category)},
+              {"what", tm.describe(b)}};
+    if (b.module) j["module"] = tm.module_name(b.module);
+    if (std::string site = tm.site_text(b.site); !site.empty()) j["site"] = site;
+    if (b.label >= 0) j["name"] = tm.context().labels[static_cast<size_t>(b.label)].name;
+    if (b.phase != collector::TorchPhase::None) j["phase"] = collector::phase_key(b.phase);
+    if (b.iteration >= 0) j["iteration"] = b.iteration;
+    blocks.push_back(j);
+  }
+  peak["blocks"] = blocks;
+}
+
 }  // namespace
 
 json categories_order() {
@@ -271,6 +333,7 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   for (size_t i = 0; i < named.size() && i < 100; ++i) tensors.push_back(named[i].second);
   dj["peak"]["tensors"] = tensors;
   dj["peak"]["named_tensors"] = named.size();
+  add_torch_peak_lines(dj["peak"], *tm, dev, peak_t);
 
   // Phases as bands (capped) and the iteration source.
   json phases = json::array();
@@ -331,7 +394,8 @@ void lift_single_process(json& report) {
     if (with != 1 || procs != 1) continue;
     for (const char* k : {"categories", "phases", "xla_pool"})
       if (only->contains(k)) dj[k] = (*only)[k];
-    for (const char* k : {"by_module", "by_top_module", "tensors", "named_tensors"})
+    for (const char* k :
+         {"by_module", "by_top_module", "tensors", "named_tensors", "by_line", "blocks"})
       if ((*only)["peak"].contains(k)) dj["peak"][k] = (*only)["peak"][k];
   }
 }

@@ -10,7 +10,10 @@ A test's figures are measured around its call (not its fixtures), per device:
 "In use" leaves out what an allocator only caches: with PyTorch imported, PyTorch's allocated
 bytes (torch.cuda.memory_allocated, max_memory_allocated), not its reserved ones; otherwise the
 driver allocations that libvramtrace.so counts in the process, less what pools declared with
-vramtrace.h hold but have not handed out. The sites in a failure message come from
+vramtrace.h hold but have not handed out. With PyTorch, a failure message names PyTorch's blocks
+behind the peak or the leak by the Python line that made them and their category (parameters,
+gradients, optimizer state, activations, inputs and data), from PyTorch's allocator trace: the
+plugin keeps its Python frames on for a test with a limit marker. Otherwise the sites come from
 libvramtrace.so (driver allocations: with PyTorch, the segments of its caching allocator).
 
 The figures come from libvramtrace.so in the process, so pytest must run under it: when it is
@@ -26,6 +29,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -154,10 +158,133 @@ def _torch():
     return None
 
 
+# Files whose frames are never the user's line: PyTorch, installed packages, pytest, this package.
+_NOT_USER = (os.sep + "torch" + os.sep, "site-packages", "dist-packages",
+             os.sep + "_pytest" + os.sep, os.sep + "pluggy" + os.sep,
+             os.path.dirname(os.path.abspath(__file__)))
+
+
+def _torch_frames_on(torch):
+    """PyTorch's allocator trace with the Python frames of every block, for the lines of a
+    failure message (vramtrace's start-up hook keeps them off inside forward, backward and the
+    optimizer step, where a training loop makes nearly all of its blocks); from then on for the
+    session, at about 2 us an allocation."""
+    try:
+        entries = int(os.environ.get("VRAMTRACE_TORCH_MAX_ENTRIES", "") or 1000000)
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
+                                                 stacks="python", max_entries=entries)
+        return True
+    except Exception:
+        return False
+
+
+def _named_storages(torch):
+    """The storages of the process's parameters, buffers, gradients and optimizer states:
+    {data_ptr: category}."""
+    out = {}
+    nn = getattr(torch, "nn", None)
+    optim = getattr(torch, "optim", None)
+    module_type = getattr(nn, "Module", None)
+    optimizer_type = getattr(optim, "Optimizer", None)
+
+    def add(tensor, category):
+        try:
+            out.setdefault(tensor.untyped_storage().data_ptr(), category)
+        except Exception:
+            pass
+
+    for obj in gc.get_objects():
+        try:
+            if module_type is not None and isinstance(obj, module_type):
+                for p in obj.parameters(recurse=False):
+                    add(p, "parameters")
+                    if p.grad is not None:
+                        add(p.grad, "gradients")
+                for b in obj.buffers(recurse=False):
+                    add(b, "parameters")
+            elif optimizer_type is not None and isinstance(obj, optimizer_type):
+                for state in obj.state.values():
+                    for v in state.values():
+                        if isinstance(v, torch.Tensor):
+                            add(v, "optimizer state")
+        except Exception:
+            continue
+    return out
+
+
+def _block_line(frames):
+    """The user's line of a block: its innermost frame outside PyTorch, installed packages and
+    pytest; and the category its frames say (a module's forward, autograd, an optimizer)."""
+    line, category = None, "inputs and data"
+    for f in frames or ():
+        name = f.get("filename", "")
+        if os.sep + "torch" + os.sep + "optim" + os.sep in name:
+            category = "optimizer state"
+        elif os.sep + "torch" + os.sep + "autograd" + os.sep in name and category != "optimizer state":
+            category = "gradients"
+        elif (os.sep + "torch" + os.sep + "nn" + os.sep + "modules" + os.sep in name
+              and category == "inputs and data"):
+            category = "activations"
+        if line is None and name and not any(part in name for part in _NOT_USER):
+            line = "%s:%s in %s" % (name, f.get("line", 0), f.get("name", "?"))
+    return line or "(line unknown: PyTorch recorded no frame of the program)", category
+
+
+def torch_blocks(torch, device, since_us, what, top):
+    """PyTorch's blocks behind a test's peak (what "peak": those in use at the moment the
+    blocks made since `since_us` held the most) or its leak ("leak": those made since then and
+    still in use), from the allocator trace; grouped by line and category as
+    [(bytes, count, line, category)], largest first, at most `top`."""
+    try:
+        traces = torch.cuda.memory._snapshot().get("device_traces") or []
+    except Exception:
+        return []
+    entries = [e for e in (traces[device] if device < len(traces) else ())
+               if e.get("time_us", 0) >= since_us]
+
+    def replay(upto):
+        live, held, best, best_at = {}, 0, 0, -1
+        for i, e in enumerate(entries[:upto]):
+            if e.get("action") == "alloc":
+                live[e.get("addr")] = e
+                held += e.get("size", 0)
+                if held > best:
+                    best, best_at = held, i
+            elif e.get("action") == "free_completed" and e.get("addr") in live:
+                held -= live.pop(e.get("addr")).get("size", 0)
+        return live, best_at
+
+    live, best_at = replay(len(entries))
+    if what == "peak":
+        live, _ = replay(best_at + 1)
+    if not live:
+        return []
+    named = _named_storages(torch)
+    groups = {}
+    for addr, e in live.items():
+        line, category = _block_line(e.get("frames"))
+        category = named.get(addr, category)
+        g = groups.setdefault((line, category), [0, 0])
+        g[0] += e.get("size", 0)
+        g[1] += 1
+    rows = sorted(((b, n, line, cat) for (line, cat), (b, n) in groups.items()),
+                  key=lambda r: (-r[0], r[2]))
+    return rows[:top] if top > 0 else rows
+
+
+def _torch_lines(rows):
+    return ["  %10s  %s  (%s, %d block%s)" % (vramtrace.format_bytes(b), line, cat, n,
+                                              "" if n == 1 else "s")
+            for b, n, line, cat in rows]
+
+
 class _Measure:
     """The figures of one test's call: started before it, finished after it."""
 
-    def __init__(self):
+    def __init__(self, lines=False):
+        self.since_us = time.time_ns() // 1000  # PyTorch's trace is on the Unix epoch
+        if lines and _torch() is not None:
+            _torch_frames_on(_torch())
         self.lib = _native.library() is not None
         self.seq = vramtrace.mark() if self.lib else None
         self.lib_before = {f["device"]: f for f in vramtrace.live()} if self.lib else {}
@@ -220,7 +347,7 @@ class Plugin:
         # A bad marker fails here, before the test runs; nothing after the yield raises, so
         # that the other plugins' wrappers around the call always finish.
         limits = (_limit(item, "limit_gpu_memory"), _limit(item, "limit_gpu_leaks"))
-        measure = _Measure()
+        measure = _Measure(lines=limits != (None, None))
         yield
         try:
             devices = measure.finish()
@@ -243,6 +370,12 @@ class Plugin:
             lines.append("  %10s  %s%s" % (vramtrace.format_bytes(size), site, extra))
         return lines
 
+    def _torch_rows(self, device, figures, measure, what):
+        torch = _torch()
+        if figures["source"] != "torch" or torch is None:
+            return []
+        return torch_blocks(torch, device, measure.since_us, what, self.sites_shown)
+
     def _over_budget(self, devices, measure, memory, leaks):
         messages = []
         for d, f in sorted(devices.items()):
@@ -252,7 +385,11 @@ class Plugin:
                                 "its start, over the limit of %s" % (
                                     d, vramtrace.format_bytes(f["peak"]),
                                     vramtrace.format_bytes(memory)))
-                lines = self._sites(d, "peak", 0) if measure.lib else []
+                rows = self._torch_rows(d, f, measure, "peak")
+                if rows:
+                    messages.append("PyTorch's blocks in use at the test's peak, by line:")
+                    messages += _torch_lines(rows)
+                lines = self._sites(d, "peak", 0) if measure.lib and not rows else []
                 if lines:
                     messages.append("top sites in use at the peak%s:" % segments)
                     messages += lines
@@ -262,11 +399,16 @@ class Plugin:
                                 "of %s" % (d, vramtrace.format_bytes(f["leaked"]),
                                            vramtrace.format_bytes(max(0, f["cached"])),
                                            vramtrace.format_bytes(leaks)))
-                lines = self._sites(d, "new", measure.seq) if measure.lib else []
+                rows = self._torch_rows(d, f, measure, "leak")
+                if rows:
+                    messages.append("PyTorch's blocks made during the test and still in use, "
+                                    "by line:")
+                    messages += _torch_lines(rows)
+                lines = self._sites(d, "new", measure.seq) if measure.lib and not rows else []
                 if lines:
                     messages.append("allocated during the test and still held%s:" % segments)
                     messages += lines
-                elif measure.lib:
+                elif measure.lib and not rows:
                     messages.append("no driver allocation made during the test is still held: "
                                     "the leaked memory is inside segments the allocator "
                                     "obtained before the test")

@@ -157,6 +157,39 @@
   // stack's own list keeps it.
   const isModuleCall = (f) => f.python && /(^|\/)torch\/nn\/modules\/module\.py$/.test(f.file || "") &&
     /^(_wrapped_call_impl|_call_impl|inner|__call__)$/.test(f.function || "");
+  // PyTorch's dispatcher (at::_ops::X::call, c10::impl::wrap_kernel_functor..., VariableType,
+  // the CUDA kernels' wrappers) and the caching allocator under it: twenty native frames between
+  // a Python line and its memory that all say one thing, the operator it called. The icicle
+  // folds each run of PyTorch's native frames into one frame named by the outermost operator
+  // (aten::conv2d); a box of the icicle's tools unfolds them.
+  const torchLib = /(^|\/)lib(torch|torch_cpu|torch_cuda|torch_python|c10|c10_cuda)(\.so|-[^/]*\.so)/;
+  const torchFn = /^(at::|c10::|torch::|caffe2::)/;
+  const isTorchNative = (f) => !f.python && ((f.module && torchLib.test(f.module)) || (f.function && torchFn.test(f.function)));
+  const operatorOf = (run) => {
+    // The outermost operator of the run (frames innermost first: the last that names one).
+    for (let i = run.length - 1; i >= 0; i--) {
+      const m = /^at::_ops::([A-Za-z0-9_]+)::(call|redispatch)\(/.exec(run[i].function || "") || /^torch::autograd::THPVariable_([A-Za-z0-9_]+)\(/.exec(run[i].function || "");
+      if (m) return "aten::" + m[1];
+    }
+    return null;
+  };
+  // Each frame's label, or a folded run's { label, full }.
+  const foldDispatcher = (frames) => {
+    const out = [];
+    for (let i = 0; i < frames.length;) {
+      if (!isTorchNative(frames[i])) { out.push(frameLabel(frames[i++])); continue; }
+      let j = i;
+      while (j < frames.length && isTorchNative(frames[j])) j++;
+      const run = frames.slice(i, j);
+      const op = operatorOf(run);
+      if (op || run.length > 1) {
+        const name = op || "PyTorch native code";
+        out.push({ label: name, full: `${name}: ${plural(run.length, "native frame")} of PyTorch folded (its dispatcher, kernels and caching allocator), outermost ${frameLabel(run[run.length - 1])}` });
+      } else out.push(...run.map(frameLabel));
+      i = j;
+    }
+    return out;
+  };
   const stackList = (stack) => {
     const ol = $("ol", { class: "frames" });
     const frames = stack || [];
@@ -498,12 +531,21 @@
       }
     }
     const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
+    // The axis starts at the first CUDA activity on the device: a job that spends seconds in
+    // imports and data loading before its first allocation would otherwise draw all of its
+    // work in the chart's last sliver. Every time below is from there; the caption says the offset.
+    const firstActive = pts.find((p) => p.slice(1).some((v) => v > 0));
+    const starts = [firstActive && firstActive[0], ((d.timeline && d.timeline.points) || [[]])[0][0], (d.peak || {}).time_ns,
+      ...ooms.map((o) => o.time_ns), ...(d.phases || []).map((p) => p.start_ns)].filter((v) => known(v) && v >= 0);
+    const t0 = starts.length && pts.length ? Math.min(...starts) : 0;
+    pts = pts.filter((p) => p[0] >= t0).map((p) => [p[0] - t0, ...p.slice(1)]);
+    const span = end - t0;
     const keep = names.map((n, k) => pts.some((p) => (p[k + 1] || 0) > 0));
     const idx = names.map((n, k) => k).filter((k) => keep[k]);
     if (!idx.length && pts.length) idx.push(0);
     const rows = pts.slice();
     if (!rows.length || rows[0][0] > 0) rows.unshift([0, ...names.map(() => 0)]);
-    if (end > rows[rows.length - 1][0]) rows.push([end, ...rows[rows.length - 1].slice(1)]);
+    if (span > rows[rows.length - 1][0]) rows.push([span, ...rows[rows.length - 1].slice(1)]);
     const xs = rows.map((p) => p[0] / 1e9);
     const raw = idx.map((k) => rows.map((p) => p[k + 1] || 0));
     const cum = [];
@@ -513,7 +555,7 @@
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
     const showLimit = limit && limit.bytes <= peakB * 4;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
-    if (share) { share.xEnd = Math.max(share.xEnd || 0, end); share.yMax = Math.max(share.yMax || 0, ymax); }
+    if (share) { share.xEnd = Math.max(share.xEnd || 0, span); share.yMax = Math.max(share.yMax || 0, ymax); }
     const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
     const data = [xs];
@@ -529,28 +571,29 @@
       series.push({ label: "total", stroke: () => getComputedStyle(root).getPropertyValue("--fg").trim() || "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
       data.push(cum[cum.length - 1]);
     }
-    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-stepped": stepped ? "1" : "0",
+    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-x-start-ns": String(t0), "data-stepped": stepped ? "1" : "0",
       "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
-    const marks = [{ x: (d.peak || {}).time_ns, label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
-    ooms.forEach((o, i) => marks.push({ x: o.time_ns, label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
-    const allPhases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns));
+    const rel = (ns) => known(ns) ? ns - t0 : ns;
+    const marks = [{ x: rel((d.peak || {}).time_ns), label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
+    ooms.forEach((o, i) => marks.push({ x: rel(o.time_ns), label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
+    const allPhases = (d.phases || []).filter((p) => known(p.start_ns) && known(p.end_ns)).map((p) => ({ ...p, start_ns: p.start_ns - t0, end_ns: p.end_ns - t0 }));
     // More phases than a chart has room for (a band every few pixels) pile up into stripes:
     // then only those at the peak and at each OOM are drawn.
-    const atMoment = (p) => [(d.peak || {}).time_ns, ...ooms.map((o) => o.time_ns)].some((t) => known(t) && p.start_ns <= t && t <= p.end_ns);
+    const atMoment = (p) => [rel((d.peak || {}).time_ns), ...ooms.map((o) => rel(o.time_ns))].some((t) => known(t) && p.start_ns <= t && t <= p.end_ns);
     const phases = allPhases.length > 300 ? allPhases.filter(atMoment) : allPhases;
     const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
     let zoomed = false;
     const draw = () => {
       const width = Math.max(320, box.clientWidth || host_width(box));
       // The axes' spans (shared by the diff's charts), for tests and tools.
-      box.dataset.xMaxNs = String(share ? share.xEnd : end);
+      box.dataset.xMaxNs = String(share ? share.xEnd : span);
       box.dataset.yMax = String(Math.round(share ? share.yMax : ymax));
       // Colours from the theme at each draw: the theme toggle redraws the chart.
       const muted = () => getComputedStyle(root).getPropertyValue("--muted").trim() || "#666";
       const card = () => getComputedStyle(root).getPropertyValue("--card").trim() || "#fff";
       const opts = {
         width, height: height || 300,
-        scales: { x: { time: false, range: (u, lo, hi) => (zoomed ? [lo, hi] : [0, Math.max((share ? share.xEnd : end) / 1e9, 1e-9)]) }, y: { range: () => [0, share ? share.yMax : ymax] } },
+        scales: { x: { time: false, range: (u, lo, hi) => (zoomed ? [lo, hi] : [0, Math.max((share ? share.xEnd : span) / 1e9, 1e-9)]) }, y: { range: () => [0, share ? share.yMax : ymax] } },
         legend: { live: true },
         cursor: { points: { show: false }, ...(share ? { sync: { key: share.key, setSeries: false } } : {}) },
         axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
@@ -625,7 +668,7 @@
         },
       };
       // The legend shows the breakdown at the peak while the pointer is not over the chart.
-      const pt = (d.peak || {}).time_ns;
+      const pt = rel((d.peak || {}).time_ns);
       let peakIdx = null;
       if (known(pt)) {
         peakIdx = 0;
@@ -649,7 +692,10 @@
       if (share) share.charts.push(u);
       if (peakIdx != null) setTimeout(() => u.setLegend({ idx: peakIdx }, false), 0);
     };
-    return { box, draw, hasData: pts.length > 0 };
+    // Said under the chart, where the axis starts.
+    const offset = t0 > 0 ? $("div", { class: "muted small", "data-time-offset": String(t0),
+      text: `Time from the first CUDA activity on this device, ${secs(t0)} after the process started (the ${secs(t0)} before it are left out).` }) : null;
+    return { box, draw, hasData: pts.length > 0, offset };
   }
   const host_width = (el) => (el.parentElement && el.parentElement.clientWidth) || 900;
 
@@ -811,19 +857,23 @@
   // ---- icicle graph ---------------------------------------------------------------------------
   // The live set at the peak by stack, outermost frame on top; the interpreter's frames folded.
   // Click a frame to zoom into it, the path above to zoom out; search marks the matching frames.
-  function peakTree(peak) {
-    const rootNode = { name: "blocks live at the peak", full: "blocks live at the peak", value: 0, children: new Map(), parent: null };
+  function peakTree(peak, unfold = false) {
+    const rootNode = { name: "blocks live at the peak", full: "blocks live at the peak", value: 0, children: new Map(), parent: null, folded: 0 };
     const add = (path, value) => {
       let n = rootNode;
       n.value += value;
-      for (const name of path) {
-        if (!n.children.has(name)) n.children.set(name, { name: shortName(name), full: name, value: 0, children: new Map(), parent: n });
+      for (const item of path) {
+        const name = typeof item === "string" ? item : item.label;
+        if (!n.children.has(name)) n.children.set(name, { name: typeof item === "string" ? shortName(name) : name, full: typeof item === "string" ? name : item.full, value: 0, children: new Map(), parent: n });
         n = n.children.get(name);
         n.value += value;
       }
     };
     for (const g of peak.by_stack || peak.by_site || []) {
-      const frames = visibleFrames(g.stack).filter((f) => !isModuleCall(f)).map(frameLabel).reverse();
+      const visible = visibleFrames(g.stack).filter((f) => !isModuleCall(f));
+      const folded = foldDispatcher(visible);
+      if (folded.length < visible.length) rootNode.folded++;
+      const frames = (unfold ? visible.map(frameLabel) : folded).reverse();
       add(frames.length ? frames : (g.library ? [g.library, g.site || "?"] : [g.site || "?"]), g.bytes);
     }
     // The smallest stacks the page did not keep, as one frame: the graph still sums to the whole.
@@ -831,13 +881,20 @@
     if (rest && rest.entries > 0) add([`${rest.entries.toLocaleString("en-US")} smaller stacks`], rest.bytes);
     return rootNode;
   }
-  function icicle(tree) {
+  // `rebuild(unfold)`: the tree again with PyTorch's dispatcher unfolded or folded.
+  function icicle(tree, rebuild) {
     const wrap = $("div", { class: "icicle-wrap" });
     const search = $("input", { type: "search", placeholder: "Search frames (function, file, library)", "aria-label": "search frames" });
     const found = $("span", { class: "muted small" });
     const crumbs = $("div", { class: "crumbs" });
     const box = $("div", { class: "icicle", role: "img", "aria-label": "icicle graph of the live memory at the peak" });
-    wrap.append($("div", { class: "icicle-tools" }, search, found), crumbs, box);
+    const tools = $("div", { class: "icicle-tools" }, search, found);
+    if (rebuild && tree.folded) {
+      const unfold = $("input", { type: "checkbox", "data-unfold-dispatcher": "1" });
+      unfold.addEventListener("change", () => { tree = rebuild(unfold.checked); focus = tree; render(); });
+      tools.append($("label", { class: "small" }, unfold, " show PyTorch's dispatcher frames"));
+    }
+    wrap.append(tools, crumbs, box);
     const palette = ["#93c5fd", "#a5b4fc", "#c4b5fd", "#f9a8d4", "#fcd34d", "#86efac", "#67e8f9"];
     let focus = tree;
     const render = () => {
@@ -939,8 +996,8 @@
       const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
       if (chart.hasData) {
         const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
-        if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box);
-        else card.append($("h3", { class: "chart-title", text: what }), chart.box,
+        if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box, ...(chart.offset ? [chart.offset] : []));
+        else card.append($("h3", { class: "chart-title", text: what }), chart.box, ...(chart.offset ? [chart.offset] : []),
           $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
         later.push(chart.draw);
       }
@@ -1029,11 +1086,27 @@
         // Several processes: every process's at the device's peak.
         const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
         const tree = peakTree(pk);
-        if (tree.value > 0) card.append($("h3", { text: "Live at the peak by stack (interpreter and nn.Module call frames folded)" }), icicle(tree));
+        if (tree.value > 0) card.append($("h3", { text: `Live at the peak by stack (interpreter${tree.folded ? ", nn.Module call and PyTorch dispatcher" : " and nn.Module call"} frames folded)` }), icicle(tree, (unfold) => peakTree(pk, unfold)));
         const largest = (pk.largest || []).slice();
+        // PyTorch's own blocks (tensors) by category, module and line; the driver's allocations
+        // (the caching allocator's segments, each named by whichever line made it) one click away.
+        const blocks = (pk.blocks || d.peak.blocks || []).slice();
+        let segmentsBox = card;
+        if (blocks.length) {
+          card.append($("h3", { text: "Largest PyTorch blocks (tensors) live at the peak" }));
+          const shown = blocks.map((b) => ({ ...b, category: catLabel(b.category), who: b.name || b.module || "", line: b.site || "(line unknown)",
+            when: [b.phase, known(b.iteration) ? `iteration ${b.iteration}` : ""].filter(Boolean).join(", ") }));
+          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "category", label: "category", width: "11em" },
+            { key: "who", label: "tensor or module", code: true }, { key: "line", label: "Python line", code: true }, { key: "when", label: "made in", width: "13em" }],
+          shown, "peak-blocks"));
+          if (largest.length) {
+            segmentsBox = $("details", { class: "segments", "data-segments": "1" }, $("summary", { text: `Driver allocations live at the peak (the caching allocator's segments): the largest ${plural(largest.length, "allocation")}` }));
+            card.append(segmentsBox);
+          }
+        }
         if (largest.length) {
-          card.append($("h3", { text: "Largest blocks live at the peak" }));
-          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
+          if (!blocks.length) card.append($("h3", { text: "Largest blocks live at the peak" }));
+          segmentsBox.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
             { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
           largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
@@ -1124,15 +1197,28 @@
     document.getElementById("cmd").textContent = `A: ${names[0]}   B: ${names[1]}`;
     const sum = $("section", { class: "card", id: "diff-changes" }, $("h2", { text: "What changed from A to B" }));
     const rows = [];
+    // PyTorch runs: by category, and PyTorch's blocks by the Python line that made them, not the
+    // caching allocator's segments (each named by whichever line made it, or by a frame inside
+    // the allocator).
+    const catRows = [];
     for (const c of changes || []) {
+      if (c.torch) {
+        for (const k of c.torch.categories || []) if (k.a || k.b) catRows.push({ scope: c.scope, category: k.title, a: k.a, b: k.b, change: k.b - k.a });
+        for (const l of c.torch.lines || []) rows.push({ scope: c.scope, site: l.site, what: l.what || "", a: l.a, b: l.b, change: l.b - l.a });
+        continue;
+      }
       for (const s of c.changes || []) rows.push({ scope: c.scope, site: s.site, a: s.a, b: s.b, change: s.b - s.a });
     }
     const peaks = (changes || []).map((c) => `${c.scope}: A ${bytes(c.a_peak)}, B ${bytes(c.b_peak)} (${known(c.a_peak) && known(c.b_peak) ? (c.b_peak >= c.a_peak ? "+" : "") + bytes(c.b_peak - c.a_peak) : "only in one run"})`);
     for (const p of peaks) sum.append($("div", { class: "diff-peak", text: "Peak of " + p }));
-    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
     // The scope column only when the runs have several devices or ranks.
-    const oneScope = new Set(rows.map((r) => r.scope)).size <= 1;
-    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: "site whose live memory at the peak changed", code: true }, { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
+    const oneScope = new Set([...rows, ...catRows].map((r) => r.scope)).size <= 1;
+    const signed = (v) => (v > 0 ? "+" : "") + bytes(v);
+    if (catRows.length) sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "category", label: "PyTorch's memory at the peak, by category" },
+      { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes }, { key: "change", label: "change", num: true, fmt: (v) => v ? signed(v) : "-" }], catRows, "diff-categories", { limit: 12 }));
+    if (!rows.length) sum.append($("div", { class: "muted", text: "No site's live memory at the peak changed." }));
+    sum.append(table([...(oneScope ? [] : [{ key: "scope", label: "scope", width: "15em" }]), { key: "site", label: catRows.length ? "Python line or site whose live memory at the peak changed" : "site whose live memory at the peak changed", code: true },
+      ...(catRows.length ? [{ key: "what", label: "holding", width: "22em" }] : []), { key: "a", label: "A", num: true, fmt: bytes }, { key: "b", label: "B", num: true, fmt: bytes },
       { key: "change", label: "change", num: true, fmt: (v) => (v > 0 ? "+" : "") + bytes(v) }], rows, "diff", { limit: 8 }));
     // The two charts on one time axis and one byte axis (the cursor and the zoom of one followed
     // by the other), the verdicts side by side, the sites that changed, then each run's views

@@ -50,9 +50,12 @@ def plugin(xdist):
     check("peaked at 256.00 MiB above its start, over the limit of 128.00 MiB" in out,
           "over budget: 256 MiB over 128 MiB" + tag)
     # The innermost frame of the test file: tensor(), which allocate_big_buffer() called.
-    check(re.search(r"MiB  tensor \(.*test_torch_plugin\.py:12\)", out),
-          "over budget: the site, test_torch_plugin.py:12" + tag)
+    check(re.search(r"256\.00 MiB  \S*test_torch_plugin\.py:12 in tensor  \(inputs and data, "
+                    r"1 block\)", out),
+          "over budget: PyTorch's block at test_torch_plugin.py:12" + tag)
     check("the test leaked 32.00 MiB of device memory" in out, "the leak: 32 MiB" + tag)
+    check(re.search(r"32\.00 MiB  \S*test_torch_plugin\.py:12 in tensor  \(inputs and data, "
+                    r"1 block\)", out), "the leak: PyTorch's block and its line" + tag)
     rows = {}
     for m in re.finditer(r"^\s*(\S+ \S+)\s+(\S+ \S+)\s+(\d+)\s+(\S+::\S+)$", out, re.M):
         rows[m.group(4).split("::")[-1]] = (m.group(1), m.group(2))

@@ -26,8 +26,35 @@ const libtorch = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda
 const libc10 = "/opt/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so";
 const nnmod = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
 
+// PyTorch's dispatcher between a Python call and the kernel that allocates, innermost first, as
+// an H200 run's stacks have it: each operator's wrapper, the boxed kernel functor, at::_ops::X::call
+// (redispatch through autograd's VariableType), up to the Python binding.
+const libtorchCpu = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so";
+const libtorchPy = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_python.so";
+const functor = (sig) => nat(`c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<${sig}>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >, ${sig}>::call(c10::OperatorKernel*, c10::DispatchKeySet, at::Tensor const&)`, libtorchCpu);
+const dispatcher = (bn) => bn ? [
+  nat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_batch_norm(at::Tensor const&, at::Tensor const&)", libtorch), functor("at::Tensor (at::Tensor const&)"),
+  nat("at::_ops::cudnn_batch_norm::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double)", libtorchCpu),
+  nat("at::native::_batch_norm_impl_index(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
+  nat("at::_ops::_batch_norm_impl_index::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu),
+  nat("at::native::batch_norm(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
+  nat("at::_ops::batch_norm::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu),
+  nat("torch::autograd::THPVariable_batch_norm(_object*, _object*, _object*)", libtorchPy)] : [
+  nat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>)", libtorch), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  nat("at::_ops::cudnn_convolution::call(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::SymInt, bool, bool, bool)", libtorchCpu),
+  nat("at::native::_convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  nat("at::_ops::_convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
+  nat("at::native::convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
+  nat("at::_ops::convolution::redispatch(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu),
+  nat("torch::autograd::VariableType::(anonymous namespace)::convolution(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
+  nat("at::_ops::convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
+  nat("at::native::conv2d_symint(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  nat("at::_ops::conv2d::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
+  nat("torch::autograd::THPVariable_conv2d(_object*, _object*, _object*)", libtorchPy)];
+
 // A block's stack, innermost first as the report lists frames: the caching allocator under a
-// convolution of a torchvision Bottleneck, called through nn.Module's machinery and CPython.
+// convolution of a torchvision Bottleneck, through PyTorch's dispatcher, called through
+// nn.Module's machinery and CPython.
 const convLine = { conv1: 146, conv2: 150, conv3: 154, bn3: 155 };
 const resnet = "/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py";
 function torchStack(layer, conv) {
@@ -36,7 +63,7 @@ function torchStack(layer, conv) {
     nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
     nat(conv === "bn3" ? "at::native::cudnn_batch_norm(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, bool, double, double)"
       : "at::native::cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ArrayRef<long>, long, bool, bool, bool)", libtorch),
-    ...cpython(),
+    ...dispatcher(conv === "bn3"), ...cpython(),
     py(conv === "bn3" ? "batch_norm" : "_conv_forward", conv === "bn3" ? "/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py" : "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", conv === "bn3" ? 2812 : 549),
     ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
     py("forward", resnet, convLine[conv]),
@@ -50,7 +77,11 @@ function torchStack(layer, conv) {
     ...cpython(), py("<module>", "/work/resnet/train.py", 140),
     ...start()];
 }
+// A tensor made by a factory (torch.empty, torch.randn, .to("cuda")) outside the modules.
 const shortStack = (fn, file, line) => [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+  nat("at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", libtorch), functor("at::Tensor (c10::ArrayRef<c10::SymInt>)"),
+  nat("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>)", libtorchCpu),
+  nat("torch::autograd::THPVariable_empty(_object*, _object*, _object*)", libtorchPy),
   ...cpython(), py(fn, file, line), ...cpython(), py("main", "/work/resnet/train.py", 131), ...cpython(), py("<module>", "/work/resnet/train.py", 140), ...start()];
 
 const cats = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces",
@@ -97,7 +128,7 @@ export function torchOom() {
       for (const conv of ["conv1", "conv2", "conv3", "bn3"]) units.push({ layer, b, conv, w: (conv === "bn3" ? 1 : 2.5) * (layer === 3 ? 1.4 : 1) });
   const wsum = units.reduce((s, u) => s + u.w, 0);
   let given = 0;
-  const modules = [], stacks = [], largest = [], bySite = new Map();
+  const modules = [], stacks = [], largest = [], bySite = new Map(), blocks = [];
   units.forEach((u, k) => {
     const bytes = k === units.length - 1 ? atPeak.activations - given : Math.round(atPeak.activations * u.w / wsum / MiB) * MiB;
     given += bytes;
@@ -105,6 +136,9 @@ export function torchOom() {
     // As the collector writes a Python site: the function and its file's whole path.
     const site = `forward (${resnet}:${convLine[u.conv]})`;
     modules.push({ module: `layer${u.layer}.${u.b}.${u.conv}`, bytes, category: "activations", site });
+    // PyTorch's own blocks: this module's output, made in the forward that train.py:88 called.
+    blocks.push({ bytes, address: 0x7f0000000000 + k * 0x10000000, category: "activations", module: `layer${u.layer}.${u.b}.${u.conv}`,
+      site: "/work/resnet/train.py:88", phase: "forward", iteration: 3, what: `layer${u.layer}.${u.b}.${u.conv} (${u.conv === "bn3" ? "BatchNorm2d" : "Conv2d"}) at /work/resnet/train.py:88` });
     stacks.push({ bytes, count: 4, stack });
     const g = bySite.get(site) || { site, bytes: 0, count: 0, library: "libtorch_cuda.so", stack, sizes: [] };
     g.bytes += bytes; g.count += 4;
@@ -117,7 +151,12 @@ export function torchOom() {
     ["parameters", "_apply (module.py:942)", nnmod, 942], ["gradients", "backward (graph.py:825)", "/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py", 825],
     ["workspaces", "getCUDABlasLtWorkspace (CUDABlas.cpp:212)", null, 0]];
   for (const [cat, site, file, line] of others) {
-    const stack = file ? shortStack(site.split(" ")[0], file, line) : [nat("at::cuda::getCUDABlasLtWorkspace()", libtorch)];
+    // cuBLASLt's workspace, made through the caching allocator at the first matmul.
+    const stack = file ? shortStack(site.split(" ")[0], file, line) : [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+      nat("at::cuda::getCUDABlasLtWorkspace()", libtorch), nat("at::native::(anonymous namespace)::addmm_out_cuda_impl(at::Tensor&, at::Tensor const&, at::Tensor const&)", libtorch),
+      functor("at::Tensor (at::Tensor const&, at::Tensor const&)"), nat("at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&)", libtorchCpu),
+      nat("torch::autograd::THPVariable_addmm(_object*, _object*, _object*)", libtorchPy), ...cpython(), py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134),
+      ...cpython(), py("main", "/work/resnet/train.py", 131), ...start()];
     bySite.set(site, { site, bytes: atPeak[cat], count: 2, library: "libtorch_cuda.so", stack });
     stacks.push({ bytes: atPeak[cat], count: 2, stack });
   }
@@ -129,6 +168,13 @@ export function torchOom() {
     stacks.push({ bytes, count: 1, stack });
   }
   const sites = [...bySite.values()].sort((a, b) => b.bytes - a.bytes);
+  // The model's state by name, at the lines that made it.
+  blocks.push({ bytes: atPeak.parameters, address: 0x7e0000000000, category: "parameters", name: "fc.weight", what: "parameter fc.weight at /work/resnet/train.py:60", site: "/work/resnet/train.py:60" },
+    { bytes: atPeak.optimizer_state, address: 0x7e1000000000, category: "optimizer_state", name: "fc.weight.exp_avg_sq", what: "optimizer state fc.weight.exp_avg_sq at /work/resnet/train.py:92", site: "/work/resnet/train.py:92", phase: "optimizer", iteration: 2 });
+  blocks.sort((a, b) => b.bytes - a.bytes);
+  const byLine = [{ site: "/work/resnet/train.py:88", bytes: atPeak.activations, count: units.length, categories: { activations: atPeak.activations }, module: "layer3.0.conv2" },
+    { site: "/work/resnet/train.py:92", bytes: atPeak.optimizer_state, count: 161, categories: { optimizer_state: atPeak.optimizer_state } },
+    { site: "/work/resnet/train.py:60", bytes: atPeak.parameters, count: 161, categories: { parameters: atPeak.parameters } }];
   largest.sort((a, b) => b.bytes - a.bytes);
   const atExit = { ...atPeak };
   const totalPoints = tl.points.map((p) => [p[0], p.slice(1).reduce((s, v) => s + v, 0)]);
@@ -165,7 +211,7 @@ export function torchOom() {
     },
     devices: [{
       index: 0, host: "gpu-node-07", name: "NVIDIA H200", total_bytes: deviceTotal,
-      peak: { bytes: liveAt, time_ns: lastRow[0], phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s) },
+      peak: { bytes: liveAt, time_ns: lastRow[0], phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine },
       timeline: { points: totalPoints },
       categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
         note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces).",
@@ -177,7 +223,7 @@ export function torchOom() {
       pid: 31337, host: "gpu-node-07", exe: "/usr/bin/python3.12", cmdline: ["/usr/bin/python3.12", "train.py", "--arch", "resnet50", "--batch-size", "512"],
       clean_exit: false, exit_code: 1, events: 184223, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true },
       launches: { recorded: true },
-      devices: [{ index: 0, peak: { bytes: liveAt, by_site: sites, by_library: oom.live_by_library, by_stack: stacks, largest: largest.slice(0, 30) },
+      devices: [{ index: 0, peak: { bytes: liveAt, by_site: sites, by_library: oom.live_by_library, by_stack: stacks, largest: largest.slice(0, 30), blocks: blocks.slice(0, 50), by_line: byLine },
         launches: { top: Array.from({ length: 12 }, (_, i) => ({ name: longKernel(i), launches: 20000 - i * 1000 })) } }],
       iterations: { count: 4, source: "PyTorch optimizer steps" },
     }],

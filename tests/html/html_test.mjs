@@ -290,14 +290,35 @@ for (const width of [1400, 1000]) {
   const cells = await page.locator(".icicle-cell").allTextContents();
   check(`${w}: the icicle graph folds CPython's and the C runtime's frames`, cells.length > 10 && !cells.some((c) => /^(_PyEval|_PyObject|slot_tp|_start|__libc_start|Py_BytesMain|python3|_PyFunction)/.test(c)) &&
         cells.some((c) => c.startsWith("<module> (train.py:140)")) && cells.some((c) => c.startsWith("forward (resnet.py:150)")) &&
-        cells.some((c) => c.startsWith("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc ")), cells.slice(0, 12).join(" | "));
+        cells.some((c) => c.startsWith("aten::conv2d ")), cells.slice(0, 12).join(" | "));
+  check(`${w}: the icicle graph folds PyTorch's dispatcher into the operator it serves`,
+        cells.some((c) => c.startsWith("aten::batch_norm ")) && !cells.some((c) => /^(c10::|at::_ops::|at::native::|torch::autograd::)/.test(c)),
+        cells.filter((c) => /^(aten|c10|at::)/.test(c)).slice(0, 6).join(" | "));
+  const opTitle = await page.locator(".icicle-cell", { hasText: "aten::conv2d" }).first().getAttribute("title");
+  check(`${w}: the operator's box says what it folds`, opTitle.startsWith("aten::conv2d: 18 native frames of PyTorch folded (its dispatcher, kernels and caching allocator), outermost torch::autograd::THPVariable_conv2d"), opTitle);
+  await page.locator("[data-unfold-dispatcher]").check();
+  const unfolded = await page.locator(".icicle-cell").allTextContents();
+  check(`${w}: a box unfolds the dispatcher's frames`, unfolded.some((c) => c.startsWith("at::_ops::conv2d::call ")) && unfolded.some((c) => c.startsWith("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc ")) && !unfolded.some((c) => c.startsWith("aten::")),
+        unfolded.filter((c) => /^(aten|c10|at::)/.test(c)).slice(0, 6).join(" | "));
+  await page.locator("[data-unfold-dispatcher]").uncheck();
+  const blockRows = await page.locator("[data-table='peak-blocks'] tbody tr").evaluateAll((rows) => rows.slice(0, 2).map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check(`${w}: the largest PyTorch blocks by size, category, module and line`,
+        blockRows[0] === "280.00 MiB | activations | layer3.0.conv1 | /work/resnet/train.py:88 | forward, iteration 3" && blockRows[1] === "280.00 MiB | activations | layer3.0.conv2 | /work/resnet/train.py:88 | forward, iteration 3", blockRows.join(" / "));
+  const segments = page.locator("[data-segments]");
+  check(`${w}: the driver's segments one click away, closed`, (await segments.count()) === 1 && !(await segments.evaluate((e) => e.open)) &&
+        (await segments.locator("summary").textContent()) === "Driver allocations live at the peak (the caching allocator's segments): the largest 30 allocations" &&
+        (await segments.locator("[data-table='peak-largest']").count()) === 1);
+  const offset = await page.locator("[data-time-offset]").first().textContent();
+  check(`${w}: the time axis starts at the first CUDA activity and says where that was`,
+        offset === "Time from the first CUDA activity on this device, 1.200 s after the process started (the 1.200 s before it are left out)." &&
+        (await chart.getAttribute("data-x-start-ns")) === "1200000000", offset);
   check(`${w}: the icicle graph folds nn.Module's call machinery`, !cells.some((c) => /^(_call_impl|_wrapped_call_impl|inner) \(module\.py:/.test(c)), cells.filter((c) => c.includes("module.py")).slice(0, 4).join(" | "));
   await page.locator(".icicle-cell", { hasText: "main (train.py:131)" }).first().click();
   await page.locator(".icicle-cell", { hasText: "train_step (train.py:88)" }).first().click().catch(() => {});
   const crumbs = await page.locator(".crumbs .crumb").count();
   check(`${w}: a click on a frame zooms into it`, crumbs >= 2, String(crumbs));
   await page.locator(".crumbs .crumb").first().click();
-  await page.locator(".icicle-tools input").fill("conv.py");
+  await page.locator(".icicle-tools input[type=search]").fill("conv.py");
   const found = await page.locator(".icicle-tools span").textContent();
   check(`${w}: search marks the frames and sums their memory`, /^\d+\.\d\d GiB \(\d+ %\) under frames matching “conv.py”$/.test(found) && (await page.locator(".icicle-cell.hit").count()) > 0, found);
   const tabs = await page.locator(".tabs button").allTextContents();
@@ -429,6 +450,9 @@ for (const width of [1400, 1000]) {
   b.devices[0].peak.bytes = 9 * 1024 ** 3;
   b.devices[0].peak.by_site = b.devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
   b.processes[0].devices[0].peak.by_site = b.processes[0].devices[0].peak.by_site.map((s) => ({ ...s, bytes: Math.round(s.bytes / 2) }));
+  // Half the batch, half the activations: at train.py:88; the model's state the same.
+  b.devices[0].categories.at_peak = { ...a.devices[0].categories.at_peak, activations: a.devices[0].categories.at_peak.activations / 2 };
+  b.devices[0].peak.by_line = a.devices[0].peak.by_line.map((l) => l.categories.activations ? { ...l, bytes: l.bytes / 2, categories: { activations: l.bytes / 2 } } : l);
   const dir = mkdtempSync(join(tmpdir(), "vt-html-diff-"));
   temps.push(dir);
   writeFileSync(join(dir, "a.json"), JSON.stringify(a));
@@ -447,20 +471,27 @@ for (const width of [1400, 1000]) {
   check("diff: A's and B's charts side by side in one row, the same size", ba && bb && ba.y === bb.y && ba.height === bb.height && Math.abs(ba.width - bb.width) <= 1 && bb.x > ba.x + ba.width, JSON.stringify([ba, bb]));
   const axes = async (c) => [await c.getAttribute("data-x-max-ns"), await c.getAttribute("data-y-max")];
   const [xa, ya] = await axes(ca), [xb, yb] = await axes(cb);
-  check("diff: A and B on the same time and byte axes", xa === xb && ya === yb && Number(ya) > 16 * 1024 ** 3 && Number(xa) === Math.max(a.run.duration_ns, b.run.duration_ns), `${xa} ${xb} ${ya} ${yb}`);
+  // Each from its first CUDA activity: the longer of the two spans.
+  const [sa, sb] = [Number(await ca.getAttribute("data-x-start-ns")), Number(await cb.getAttribute("data-x-start-ns"))];
+  check("diff: A and B on the same time and byte axes", xa === xb && ya === yb && Number(ya) > 16 * 1024 ** 3 && sa > 0 && Number(xa) === Math.max(a.run.duration_ns - sa, b.run.duration_ns - sb), `${xa} ${xb} ${ya} ${yb}`);
   check("diff: the y ticks are the same on both", (await ca.getAttribute("data-yticks")) === (await cb.getAttribute("data-yticks")));
   // Zooming one zooms the other to the same span ("+" zooms every chart; a drag on A too).
   const ov = await page.locator("[data-run='A'][data-aligned='chart'] .u-over").boundingBox();
   await page.mouse.move(ov.x + ov.width * 0.6, ov.y + 40); await page.mouse.down();
   await page.mouse.move(ov.x + ov.width * 0.9, ov.y + 50, { steps: 4 }); await page.mouse.up();
   const [ra, rb] = [await ca.getAttribute("data-x-range"), await cb.getAttribute("data-x-range")];
-  check("diff: a drag on A's chart zooms B's to the same span", ra && ra === rb && Number(ra.split(",")[0]) > 1, `${ra} | ${rb}`);
+  check("diff: a drag on A's chart zooms B's to the same span", ra && ra === rb && Number(ra.split(",")[0]) > 0.5 * Number(xa) / 1e9, `${ra} | ${rb}`);
   await page.keyboard.press("0");
   check("diff: 0 resets both to the whole run", (await ca.getAttribute("data-x-range")) === (await cb.getAttribute("data-x-range")) && Number((await ca.getAttribute("data-x-range")).split(",")[0]) === 0, await ca.getAttribute("data-x-range"));
   const peak = await page.locator(".diff-peak").first().textContent();
   check("diff: the peak change", peak.startsWith("Peak of device 0") && peak.includes("B 9.00 GiB"), peak);
-  check("diff: the sites that changed, largest change first", (await page.locator("[data-table='diff'] tbody tr").count()) === 8 &&
-        (await page.locator("[data-table='diff'] tbody tr").first().textContent()) === "forward (resnet.py:146)3.59 GiB1.80 GiB−1.80 GiB", await page.locator("[data-table='diff'] tbody tr").first().textContent());
+  // PyTorch runs: by category and by the Python line of PyTorch's blocks, not by the segments.
+  const diffRows = await page.locator("[data-table='diff'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check("diff: the Python lines whose PyTorch blocks changed, with what they hold", diffRows.length === 1 &&
+        diffRows[0] === `/work/resnet/train.py:88 | activations; module layer3.0.conv2 | ${(a.devices[0].categories.at_peak.activations / 1024 ** 3).toFixed(2)} GiB | ${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB | −${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB`, diffRows.join(" / "));
+  const catRows = await page.locator("[data-table='diff-categories'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check("diff: PyTorch's memory by category, A and B", catRows.includes("parameters | 97.00 MiB | 97.00 MiB | -") &&
+        catRows.some((r) => r.startsWith("activations | ") && r.endsWith(` | −${(a.devices[0].categories.at_peak.activations / 2 / 1024 ** 3).toFixed(2)} GiB`)), catRows.join(" / "));
   await layout(page, "diff");
   await page.screenshot({ path: join(shots, "diff.png") });
   check("no console errors (diff)", errors.length === 0, errors.join("; "));

@@ -263,15 +263,28 @@ def main():
              os.path.join(cases, "test_torch_budgets.py")],
             env=clean_env(PYTHONPATH=os.path.join(HERE, "fake_torch")), cwd=tmp, expect=1)
     out = p.stdout
-    check(re.search(r"^2 failed, 1 passed", out, re.M) is not None, "torch: two fail, one passes")
+    check(re.search(r"^3 failed, 1 passed", out, re.M) is not None,
+          "torch: three fail, one passes")
     check("the test leaked 4.00 MiB of device memory (still in use after it; 12.00 MiB cached "
           "by allocators not counted)" in out, "torch: the leak inside a cached segment")
-    check("no driver allocation made during the test is still held" in out,
-          "torch: and no new segment to show for it")
+    check("no driver allocation made during the test is still held" not in out,
+          "torch: PyTorch's blocks, not the driver's segments")
+    check(re.search(r"PyTorch's blocks made during the test and still in use, by line:\n"
+                    r" +4\.00 MiB  \S*test_torch_budgets\.py:19 in "
+                    r"test_leak_inside_a_cached_segment  \(inputs and data, 1 block\)\n", out)
+          is not None, "torch: the leaked block's line and category")
+    check(re.search(r"the test leaked 2\.00 MiB.*\n.*by line:\n +2\.00 MiB  "
+                    r"\S*test_torch_budgets\.py:33 in test_leaked_parameter  "
+                    r"\(parameters, 1 block\)\n", out) is not None,
+          "torch: a leaked parameter's line and category")
     check("peaked at 36.00 MiB above its start, over the limit of 20.00 MiB" in out,
           "torch: over budget by PyTorch's allocated bytes")
-    check(re.search(r"40\.00 MiB  _segment_malloc \(.*torch/cuda/__init__\.py:\d+\)", out)
-          is not None, "torch: the segments' site at the peak")
+    check(re.search(r"PyTorch's blocks in use at the test's peak, by line:\n"
+                    r" +24\.00 MiB  \S*test_torch_budgets\.py:25 in test_over_budget  "
+                    r"\(inputs and data, 1 block\)\n"
+                    r" +12\.00 MiB  \S*test_torch_budgets\.py:24 in test_over_budget  "
+                    r"\(inputs and data, 1 block\)\n", out) is not None,
+          "torch: the lines of the blocks at the peak, not the segments' site")
     rows = {}
     for m in re.finditer(r"^\s*(\S+ \S+)\s+(\S+ \S+)\s+(\d+)\s+(\S+::\S+)$", out, re.M):
         rows[m.group(4).split("::")[-1]] = (m.group(1), m.group(2))

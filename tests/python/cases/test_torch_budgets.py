@@ -25,3 +25,10 @@ def test_over_budget():
     b = torch.cuda.empty(24 * MiB)  # a new segment
     torch.cuda.free(a)
     torch.cuda.free(b)
+
+
+@pytest.mark.limit_gpu_leaks("1 MiB")
+def test_leaked_parameter():
+    model = torch.nn.Module()
+    model.add(2 * MiB)  # a parameter's storage: 2 MiB, from the cached segments
+    held.append(model)

@@ -1,6 +1,10 @@
 # torch.cuda of the plugin's stand-in PyTorch: one device, segments from the stand-in's
-# cudaMalloc, blocks carved from them first-fit and never given back to the driver (cached).
+# cudaMalloc, blocks carved from them first-fit and never given back to the driver (cached);
+# each block's alloc and free_completed in the allocator trace, with its Python frames, as
+# torch.cuda.memory._snapshot()["device_traces"] has them.
 import ctypes
+import time
+import traceback
 
 from . import memory  # noqa: F401
 
@@ -49,6 +53,10 @@ def empty(nbytes):
         _segments.append(seg)
         offset = 0
     seg[2].append((offset, nbytes))
+    frames = [{"filename": f.filename, "line": f.lineno, "name": f.name}
+              for f in reversed(traceback.extract_stack()[:-1])]  # innermost first
+    memory._trace.append({"action": "alloc", "addr": seg[0] + offset, "size": nbytes,
+                          "time_us": time.time_ns() // 1000, "frames": frames})
     _allocated += nbytes
     _peak = max(_peak, _allocated)
     return (seg, offset, nbytes)
@@ -58,6 +66,8 @@ def free(block):
     global _allocated
     seg, offset, nbytes = block
     seg[2].remove((offset, nbytes))
+    memory._trace.append({"action": "free_completed", "addr": seg[0] + offset, "size": nbytes,
+                          "time_us": time.time_ns() // 1000, "frames": []})
     _allocated -= nbytes
 
 
