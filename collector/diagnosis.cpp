@@ -216,7 +216,7 @@ std::string first_step_progress(const TorchMemory& tm, uint64_t t) {
 
 std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
   std::vector<Remedy> out;
-  if (in.grown_bytes)
+  if (in.grown_bytes) {
     out.push_back(
         {"free_per_iteration",
          "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
@@ -224,6 +224,12 @@ std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
          "it kept " + gib(in.bytes_per_iteration) + " per iteration that no later iteration freed",
          "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
          "buffer before the loop and reuse it"});
+    // At an OOM the failed request is the next iteration's buffer, which the fix still needs; at
+    // a peak the last iteration's is part of what grew, and still needed too.
+    const uint64_t base = in.needed ? in.needed : in.peak;
+    out.back().predicted_peak =
+        base - std::min(base, in.grown_bytes) + (in.needed ? 0 : in.bytes_per_iteration);
+  }
   if (in.fragmented)
     out.push_back({"pool_release",
                    "Size the pool's blocks for the largest request, or let it release free memory",
@@ -231,13 +237,17 @@ std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
                    "cudaMallocAsync with cudaMemPoolAttrReleaseThreshold, and allocate the "
                    "long-lived buffers first"});
   if (in.needed > in.limit && in.limit) {
-    Remedy r{"smaller_working_set",
-             "Use a smaller working set: process the data in chunks, or keep fewer buffers live "
-             "at once",
-             in.needed - in.limit,
-             "what the program held with its last request exceeded the limit by this much",
-             "split the largest buffers (or the batch) into chunks processed in turn"};
-    r.lower_bound = true;
+    Remedy r{
+        "smaller_working_set",
+        "Use a smaller working set: process the data in chunks, or keep fewer buffers live "
+        "at once",
+        in.needed - in.limit,
+        "what the program held with its last request exceeded the limit by this much: at least "
+        "that must go for it to fit",
+        "split the largest buffers (or the batch) into chunks processed in turn"};
+    r.predicted_peak = in.limit;
+    r.upper_bound = true;
+    r.leaves_growth = in.grown_bytes > 0;
     out.push_back(r);
   }
   return out;

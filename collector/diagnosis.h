@@ -73,6 +73,7 @@ struct NativeRemedyInput {
   std::string growth_site;
   uint64_t grown_bytes = 0, bytes_per_iteration = 0;
   uint64_t needed = 0;  // held + the failed request (0 at a peak)
+  uint64_t peak = 0;    // the device's peak (the moment, when there was no OOM)
   uint64_t limit = 0;
   bool fragmented = false;  // a pool's free memory was there, in pieces too small
 };

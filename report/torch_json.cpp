@@ -522,6 +522,7 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
                       {"bytes_per_iteration", nin.bytes_per_iteration},
                       {"kept_bytes", nin.grown_bytes}};
     }
+    nin.peak = d.memory.peak_bytes();
     if (fatal) {
       nin.needed = held + request;
       nin.limit = lim.bytes;

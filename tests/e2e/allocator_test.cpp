@@ -150,6 +150,14 @@ TEST_CASE("a native loop of one kernel per iteration: iterations and growth per 
   REQUIRE(g["bytes"] == 40 * 64 * MiB);
   REQUIRE(contains(out, "grows by 64.00 MiB per iteration over 40 iterations: main (" + kSrc +
                             "native_loop.cu:24)"));
+  // The growth is the diagnosis' cause, and the remedy is CUDA's: freeing each iteration's
+  // buffer leaves one of them, 64 MiB, at the peak.
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["cause"]["kind"] == "growth");
+  REQUIRE(dg["remedies"].size() == 1);
+  REQUIRE(dg["remedies"][0]["kind"] == "free_per_iteration");
+  REQUIRE(dg["remedies"][0]["saves_bytes"] == 40 * 64 * MiB);
+  REQUIRE(dg["remedies"][0]["predicted_peak_bytes"] == 64 * MiB);
 }
 
 TEST_CASE("a native loop that runs out and exits 3 right after: the OOM is the fatal one") {
@@ -174,6 +182,19 @@ TEST_CASE("a native loop that runs out and exits 3 right after: the OOM is the f
       REQUIRE(j["oom"].size() == 1);
       REQUIRE(j["processes"][0]["clean_exit"] == true);
       REQUIRE(j["processes"][0]["exit_status"] == 3);
+      // The verdict says it died of it, the growth leads, and the advice is CUDA's, never
+      // PyTorch's: free each iteration's buffer (64 MiB left, the request's own), or shrink the
+      // working set by the 24 MiB it was over the 1000 MiB device.
+      const json& dg = j["diagnosis"];
+      REQUIRE(dg["verdict"] == "oom");
+      REQUIRE(dg["cause"]["kind"] == "growth");
+      REQUIRE(dg["remedies"].size() == 2);
+      REQUIRE(dg["remedies"][0]["kind"] == "free_per_iteration");
+      REQUIRE(dg["remedies"][0]["saves_bytes"] == 15 * 64 * MiB);
+      REQUIRE(dg["remedies"][0]["predicted_peak_bytes"] == 64 * MiB);
+      REQUIRE(dg["remedies"][1]["kind"] == "smaller_working_set");
+      REQUIRE(dg["remedies"][1]["saves_bytes"] == 24 * MiB);
+      REQUIRE(dg["remedies"][1]["leaves_growth"] == true);
     }
   }
 }
