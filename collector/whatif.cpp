@@ -1034,6 +1034,20 @@ std::vector<std::pair<uint64_t, uint64_t>> background_of(const ProcessModel& p, 
 
 }  // namespace
 
+std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device,
+                                          const std::string& remedy_kind) {
+  WhatIfSettings s;
+  if (remedy_kind == "expandable_segments")
+    s.alloc_conf = "expandable_segments:True";
+  else if (remedy_kind == "smaller_batch")
+    s.scale_batch = 0.5;
+  else
+    return std::nullopt;
+  WhatIfResult r = replay_run(p, device, s);
+  if (!r.ok) return std::nullopt;
+  return r;
+}
+
 WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings) {
   if (!p.torch_context) {
     WhatIfResult r;

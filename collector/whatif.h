@@ -237,6 +237,13 @@ std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
                                         WhatIfSettings settings, double lo = 0.01,
                                         double hi = 64.0);
 
+// A report's remedy replayed where the model can apply it (expandable_segments: the setting;
+// smaller_batch: half the batch): nullopt for a remedy the allocator cannot model (bf16,
+// checkpointing, no_grad change the program's requests, not the allocator's rules) or a run it
+// cannot replay.
+std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device,
+                                          const std::string& remedy_kind);
+
 // The devices of `p` with PyTorch allocator requests, in order.
 std::vector<uint32_t> replayable_devices(const ProcessModel& p);
 

@@ -1161,6 +1161,21 @@ std::string summary_text(const json& r) {
                                                                                : ", peak about ") +
             human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
       if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
+      if (m.contains(field::replayed)) {
+        // What the allocator's model said when it replayed the run's requests with the remedy.
+        const json& w = m[field::replayed];
+        if (w.value(field::verdict, "") == "fits")
+          peak += "; replayed: fits, PyTorch reserving " +
+                  human_bytes(w.value(field::reserved_peak_bytes, uint64_t{0})) +
+                  (w.value("up_to_recorded_oom", false) ? " (as far as the run got)" : "");
+        else if (w.contains(field::oom))
+          peak += "; replayed: runs out at a " +
+                  human_bytes(w[field::oom].value(field::requested_bytes, uint64_t{0})) +
+                  " request" +
+                  (w[field::oom].value(field::module, std::string()).empty()
+                       ? std::string()
+                       : " in " + printable(w[field::oom][field::module].get<std::string>()));
+      }
       out += "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
              human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
              printable(m[field::how].get<std::string>()) + ")\n";

@@ -11,6 +11,7 @@
 
 #include "collector/diagnosis.h"
 #include "collector/retention.h"
+#include "collector/whatif.h"
 #include "report/json_report.h"
 
 namespace vramtrace::report {
@@ -500,6 +501,20 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
     if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
     if (r.predicted_peak_high) j["predicted_peak_high_bytes"] = *r.predicted_peak_high;
+    // Where the allocator's model can apply the remedy, its replay of the recorded requests.
+    if (const auto w = collector::replay_remedy(*proc, device, r.kind)) {
+      json rj = {{"verdict", w->fits() ? "fits" : "oom"},
+                 {"reserved_peak_bytes", w->reserved_peak_bytes},
+                 {"limit_bytes", w->limit_bytes},
+                 {"up_to_recorded_oom", w->truncated_at_recorded_oom}};
+      if (w->oom) {
+        rj["oom"] = {{"requested_bytes", w->oom->requested_bytes},
+                     {"iteration", w->oom->iteration},
+                     {"module", w->oom->module},
+                     {"phase", w->oom->phase}};
+      }
+      j["replayed"] = rj;
+    }
     if (r.leaves_growth) j["leaves_growth"] = true;
     return j;
   };

@@ -474,6 +474,14 @@
             const how = x.predicted_peak_is_lower_bound ? "at least" : x.predicted_peak_is_upper_bound ? "at most" : "about";
             li.append($("div", { class: "predicted small", text: `peak with it: ${how} ${bytes(x.predicted_peak_bytes)}` + (x.leaves_growth ? "; memory still grows every iteration" : "") }));
           } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
+          // The allocator's model, replaying the run's own requests with the remedy applied.
+          if (x.replayed) {
+            const w = x.replayed;
+            const said = w.verdict === "fits"
+              ? `fits, PyTorch reserving ${bytes(w.reserved_peak_bytes)} of ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " (as far as the run got)" : "")
+              : `runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
+            li.append($("div", { class: "predicted small replayed", text: `replayed through PyTorch's allocator: ${said}` }));
+          }
           if (x.how) li.append($("code", { class: "how", text: x.how }));
           if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
           return li;
