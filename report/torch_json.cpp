@@ -505,7 +505,8 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     if (const auto w = collector::replay_remedy(*proc, device, r.kind)) {
       json rj = {{"verdict", w->fits() ? "fits" : "oom"},
                  {"reserved_peak_bytes", w->reserved_peak_bytes},
-                 {"limit_bytes", w->limit_bytes},
+                 {"limit_bytes", w->fraction_limit ? std::min(w->limit_bytes, *w->fraction_limit)
+                                                   : w->limit_bytes},
                  {"up_to_recorded_oom", w->truncated_at_recorded_oom}};
       if (w->oom) {
         rj["oom"] = {{"requested_bytes", w->oom->requested_bytes},
