@@ -500,7 +500,8 @@ uint64_t TorchMemory::reserved_at(uint32_t device, uint64_t t) const {
   return r > 0 ? static_cast<uint64_t>(r) : 0;
 }
 
-uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t t) const {
+uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t t,
+                                    uint64_t until) const {
   // The allocator's record of that segment: the one at `address` made closest to `t` (an
   // address comes back after a segment is freed), within a second (the two clocks agree to
   // the microsecond).
@@ -519,7 +520,7 @@ uint64_t TorchMemory::after_segment(uint32_t device, uint64_t address, uint64_t 
   if (!seg)
     for (const TorchReserve& x : ctx_.reserves)
       if (x.device == device && x.delta > 0 && x.time_ns + 2000 >= t) {
-        if (x.time_ns <= t + 1'000'000) seg = &x;
+        if (x.time_ns <= (until ? until : t + 1'000'000)) seg = &x;
         break;
       }
   if (!seg) return t;

@@ -121,7 +121,11 @@ class TorchMemory {
   // segments, the one it mapped right then), just after the block the segment was made for
   // (the allocator records both microseconds after the driver); otherwise `t`. Events, not a
   // time window: what the program did afterwards does not count.
-  uint64_t after_segment(uint32_t device, uint64_t address, uint64_t t) const;
+  // Where the driver's address is not the segment's (expandable segments, or unknown: 0), the
+  // first segment the allocator added from a microsecond before `t` up to `until` (the driver's
+  // next change: the allocator records its segment before the driver makes another; 0: a
+  // millisecond after `t`).
+  uint64_t after_segment(uint32_t device, uint64_t address, uint64_t t, uint64_t until = 0) const;
   // Whether a driver allocation at `address` was one of the allocator's segments.
   bool is_segment(uint32_t device, uint64_t address) const;
   // What the private pools' segments held at `t` (their blocks and free bytes alike).

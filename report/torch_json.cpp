@@ -217,9 +217,21 @@ void add_torch_device(json& dj, const collector::ProcessModel& p, const collecto
   // A high of the driver's is the moment a segment came, before the allocator recorded it
   // and the block it was made for (microseconds later): read the allocator just after that
   // block (as at the peak), or the new segment would be drawn as memory outside PyTorch.
+  // Its record comes before the driver's next change, however long the program took between
+  // (the first call of a process can take milliseconds): events, not a time window.
+  std::vector<uint64_t> changes;
+  for (const auto& pt : pts)
+    for (uint64_t t : {pt.min_ns, pt.max_ns}) changes.push_back(t);
+  std::sort(changes.begin(), changes.end());
   std::vector<uint64_t> read_at(times.size());
-  for (size_t i = 0; i < times.size(); ++i)
-    read_at[i] = rises.count(times[i]) ? tm->after_segment(dev, 0, times[i]) : times[i];
+  for (size_t i = 0; i < times.size(); ++i) {
+    if (!rises.count(times[i])) {
+      read_at[i] = times[i];
+      continue;
+    }
+    auto next = std::upper_bound(changes.begin(), changes.end(), times[i]);
+    read_at[i] = tm->after_segment(dev, 0, times[i], next == changes.end() ? UINT64_MAX : *next);
+  }
   if (!times.empty() && times.back() == p.end_ns) read_at.back() = p.end_ns;
   std::vector<size_t> order(times.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
