@@ -413,6 +413,80 @@ void lift_single_process(json& report) {
   }
 }
 
+// A remedy as report.json has it: the peak it leads to (the moment's `base` less its saving,
+// unless it knows better), and, where the allocator's model can apply it, its replay.
+static json remedy_json(const collector::Remedy& r, uint64_t base,
+                        const collector::ProcessModel& proc, uint32_t device) {
+  json j = {{"kind", r.kind},
+            {"title", r.title},
+            {"saves_bytes", r.saves_bytes},
+            {"assumption", r.assumption},
+            {"how", r.how}};
+  j["predicted_peak_bytes"] =
+      r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
+  if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
+  if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
+  if (r.predicted_peak_high) j["predicted_peak_high_bytes"] = *r.predicted_peak_high;
+  // Where the allocator's model can apply the remedy, its replay of the recorded requests.
+  if (const auto w = collector::replay_remedy(proc, device, r.kind)) {
+    json rj = {{"verdict", w->fits() ? "fits" : "oom"},
+               {"reserved_peak_bytes", w->reserved_peak_bytes},
+               {"limit_bytes",
+                w->fraction_limit ? std::min(w->limit_bytes, *w->fraction_limit) : w->limit_bytes},
+               {"up_to_recorded_oom", w->truncated_at_recorded_oom}};
+    if (w->oom) {
+      rj["oom"] = {{"requested_bytes", w->oom->requested_bytes},
+                   {"iteration", w->oom->iteration},
+                   {"module", w->oom->module},
+                   {"phase", w->oom->phase}};
+    }
+    j["replayed"] = rj;
+  }
+  if (r.leaves_growth) j["leaves_growth"] = true;
+  return j;
+}
+
+// The diagnosis' growth, cause and remedies in CUDA's terms, for a program whose memory PyTorch's
+// allocator trace does not explain (a native program; with `remedies_too` false, PyTorch without
+// its trace, whose remedies come from its categories).
+static void native_diagnosis(json& dg, const json* growth, const json* fatal, uint64_t held,
+                             uint64_t request, uint64_t limit, uint64_t peak,
+                             const collector::ProcessModel& proc, uint32_t device,
+                             bool remedies_too) {
+  // A native program (or PyTorch without its allocator trace): remedies in CUDA's terms.
+  collector::NativeRemedyInput nin;
+  if (growth) {
+    nin.growth_site = (*growth)["site"].get<std::string>();
+    nin.grown_bytes = (*growth)["bytes"].get<uint64_t>();
+    nin.bytes_per_iteration = (*growth)["bytes_per_iteration"].get<uint64_t>();
+    if (!dg.contains("cause"))
+      dg["cause"] = {
+          {"kind", "growth"},
+          {"title", "Live memory grows by " + human_bytes(nin.bytes_per_iteration) +
+                        " per iteration, kept at " + nin.growth_site},
+          {"evidence",
+           json::array({{{"label", "growth per iteration"}, {"bytes", nin.bytes_per_iteration}},
+                        {{"label", "grown in all"}, {"bytes", nin.grown_bytes}}})}};
+    dg["growth"] = {{"kind", "growth"},
+                    {"bytes_per_iteration", nin.bytes_per_iteration},
+                    {"kept_bytes", nin.grown_bytes}};
+  }
+  nin.peak = peak;
+  if (fatal) {
+    nin.needed = held + request;
+    nin.limit = limit;
+    for (const json& f : (*fatal)["findings"])
+      if (f["kind"] == "fragmentation") nin.fragmented = true;
+  }
+  if (remedies_too && (growth || fatal)) {
+    json remedies = json::array();
+    const uint64_t base = fatal ? held + request : peak;
+    for (const auto& r : collector::native_remedies(nin))
+      remedies.push_back(remedy_json(r, base, proc, device));
+    dg["remedies"] = remedies;
+  }
+}
+
 json diagnosis_json(const json& report, const collector::Run& run, collector::Symbolizer& symbols) {
   // The moment: the first fatal OOM, else the device whose peak came closest to its limit.
   const json* fatal = nullptr;
@@ -502,68 +576,9 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
       growth = &g;
       break;
     }
-  auto remedy_json = [&](const collector::Remedy& r, uint64_t base) {
-    json j = {{"kind", r.kind},
-              {"title", r.title},
-              {"saves_bytes", r.saves_bytes},
-              {"assumption", r.assumption},
-              {"how", r.how}};
-    j["predicted_peak_bytes"] =
-        r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes);
-    if (r.lower_bound) j["predicted_peak_is_lower_bound"] = true;
-    if (r.upper_bound) j["predicted_peak_is_upper_bound"] = true;
-    if (r.predicted_peak_high) j["predicted_peak_high_bytes"] = *r.predicted_peak_high;
-    // Where the allocator's model can apply the remedy, its replay of the recorded requests.
-    if (const auto w = collector::replay_remedy(*proc, device, r.kind)) {
-      json rj = {{"verdict", w->fits() ? "fits" : "oom"},
-                 {"reserved_peak_bytes", w->reserved_peak_bytes},
-                 {"limit_bytes", w->fraction_limit ? std::min(w->limit_bytes, *w->fraction_limit)
-                                                   : w->limit_bytes},
-                 {"up_to_recorded_oom", w->truncated_at_recorded_oom}};
-      if (w->oom) {
-        rj["oom"] = {{"requested_bytes", w->oom->requested_bytes},
-                     {"iteration", w->oom->iteration},
-                     {"module", w->oom->module},
-                     {"phase", w->oom->phase}};
-      }
-      j["replayed"] = rj;
-    }
-    if (r.leaves_growth) j["leaves_growth"] = true;
-    return j;
-  };
   if (!tm || tm->context().blocks.empty()) {
-    // A native program (or PyTorch without its allocator trace): remedies in CUDA's terms.
-    collector::NativeRemedyInput nin;
-    if (growth) {
-      nin.growth_site = (*growth)["site"].get<std::string>();
-      nin.grown_bytes = (*growth)["bytes"].get<uint64_t>();
-      nin.bytes_per_iteration = (*growth)["bytes_per_iteration"].get<uint64_t>();
-      if (!dg.contains("cause"))
-        dg["cause"] = {
-            {"kind", "growth"},
-            {"title", "Live memory grows by " + human_bytes(nin.bytes_per_iteration) +
-                          " per iteration, kept at " + nin.growth_site},
-            {"evidence",
-             json::array({{{"label", "growth per iteration"}, {"bytes", nin.bytes_per_iteration}},
-                          {{"label", "grown in all"}, {"bytes", nin.grown_bytes}}})}};
-      dg["growth"] = {{"kind", "growth"},
-                      {"bytes_per_iteration", nin.bytes_per_iteration},
-                      {"kept_bytes", nin.grown_bytes}};
-    }
-    nin.peak = d.memory.peak_bytes();
-    if (fatal) {
-      nin.needed = held + request;
-      nin.limit = lim.bytes;
-      for (const json& f : (*fatal)["findings"])
-        if (f["kind"] == "fragmentation") nin.fragmented = true;
-    }
-    if (!tm && (growth || fatal)) {
-      json remedies = json::array();
-      const uint64_t base = fatal ? held + request : d.memory.peak_bytes();
-      for (const auto& r : collector::native_remedies(nin))
-        remedies.push_back(remedy_json(r, base));
-      dg["remedies"] = remedies;
-    }
+    native_diagnosis(dg, growth, fatal, held, request, lim.bytes, d.memory.peak_bytes(), *proc,
+                     device, !tm);
     if (!tm) return dg;
   }
   if (auto x = tm->context().xla.find(device); x != tm->context().xla.end()) {
@@ -652,7 +667,7 @@ json diagnosis_json(const json& report, const collector::Run& run, collector::Sy
     // Expandable segments remove the stranded pieces, not what the blocks needed earlier on.
     if (r.kind == "expandable_segments" && !r.predicted_peak)
       r.predicted_peak = std::max(base - std::min(base, r.saves_bytes), d.allocator_peak_in_use);
-    remedies.push_back(remedy_json(r, base));
+    remedies.push_back(remedy_json(r, base, *proc, device));
   }
   dg["remedies"] = remedies;
   dg["categories"] = bytes_json(in.at);
