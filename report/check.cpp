@@ -246,6 +246,9 @@ Budget parse_increase(const std::string& raw) {
     if (num.empty() || !end || *end != '\0' || !(p >= 0) || !std::isfinite(p))
       throw CheckError("'" + raw + "' is not a percentage (example: 5%)");
     b.percent = p;
+  } else if (plain_decimal(s) && std::strtod(s.c_str(), nullptr) == 0.0) {
+    // Zero is the same in every unit: no growth at all ("parameters:0").
+    b.bytes = 0;
   } else if (plain_decimal(s)) {
     // "--max-increase 5" read as 5 bytes fails any growth at all: a share or a size is meant.
     throw CheckError("'" + raw + "' has no unit: write " + s +

@@ -237,7 +237,8 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
                      "not found)\n"));
     REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
     REQUIRE(contains(g.out, "NOTE: the candidate ran another command than the baseline: 'sh -c " +
-                                r.dir + "/no-such-command', the baseline '" + prog("grow") + "'\n"));
+                                r.dir + "/no-such-command', the baseline '" + prog("grow") +
+                                "'\n"));
     REQUIRE(contains(g.out, kIncomplete));
     REQUIRE_FALSE(contains(g.out, "PASSED"));
     std::string m = slurp(md), x = slurp(xml);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -154,7 +155,8 @@ TEST_CASE("budgets and sizes parse as CI users write them") {
 }
 
 // Every value --max-increase may be given: a share ("N%"), a size with its unit, or refused
-// with a message that names the spellings that work. A bare number never passes as bytes.
+// with a message that names the spellings that work. A bare number never passes as bytes,
+// but zero, which is no growth in every unit.
 TEST_CASE("budgets: a bare number is refused, every accepted value says what it is") {
   using report::CheckError;
   using report::parse_increase;
@@ -184,6 +186,12 @@ TEST_CASE("budgets: a bare number is refused, every accepted value says what it 
       }
       default: {  // a bare number, whole or not
         const std::string bare = pick(2) ? num : num + "." + std::to_string(pick(100));
+        if (std::strtod(bare.c_str(), nullptr) == 0.0) {  // zero is zero in every unit
+          report::Budget b = parse_increase(pad + bare + pad);
+          REQUIRE(b.bytes == 0u);
+          REQUIRE_FALSE(b.percent);
+          break;
+        }
         REQUIRE_THROWS_WITH(parse_increase(pad + bare + pad),
                             "'" + pad + bare + pad + "' has no unit: write " + bare +
                                 "% for a share of the baseline's peak, or " + bare +
@@ -205,8 +213,10 @@ TEST_CASE("budgets: a bare number is refused, every accepted value says what it 
       const bool unit = std::any_of(rest.begin(), rest.end(), [](char c) {
         return std::isalpha(static_cast<unsigned char>(c));
       });
+      const bool zero = rest.find_first_not_of("0. \t") == std::string::npos &&
+                        rest.find('0') != std::string::npos;
       INFO("accepted '" << v << "'");
-      REQUIRE((share || unit));
+      REQUIRE((share || unit || zero));
     } catch (const CheckError& e) {
       const std::string what = e.what();
       INFO("refused '" << v << "': " << what);
