@@ -65,21 +65,22 @@ std::vector<bool> forward_tails(const TorchMemory& tm, uint32_t device, uint64_t
   return tail;
 }
 
-// Which of the forwards' blocks a fix would not have had live, by how old their iteration is.
-enum class Without {
-  Earlier,  // everything the forwards of earlier iterations made (outputs kept on the CPU)
-  OlderThanPrevious,  // of iterations before the previous one (`out` holds one graph)
-  EarlierButOutputs,  // earlier iterations' blocks but the previous forward's outputs until
-                      // the current forward returns
-  Graphs,  // no autograd: as EarlierButOutputs, and the current forward's activations (what
-           // it saved for backward)
+// The most PyTorch's blocks in use reached up to `t` had a fix not kept some of the forwards'
+// blocks live, for each fix at once (see KeptAcrossIterations), and what they were at `t`. One
+// sweep: each iteration's live forward-made bytes in three parts, activations and temporaries
+// before its last module call and its outputs after; and two running sums of whole iterations,
+// those before the current one and those before the previous one.
+struct PeaksWithout {
+  uint64_t in_use = 0;
+  uint64_t earlier = 0;              // everything earlier iterations' forwards made
+  uint64_t older_than_previous = 0;  // of iterations before the previous one
+  uint64_t earlier_but_outputs = 0;  // as `earlier`, but the previous forward's outputs until
+                                     // the current forward returns
+  uint64_t graphs = 0;  // no autograd: as earlier_but_outputs, and the current forward's
+                        // activations (what it saved for backward)
 };
 
-// The most PyTorch's blocks in use reached up to `t` without the blocks `w` takes away, and
-// (in_use_at_t) what they were at `t`. One sweep: each iteration's live forward-made bytes in
-// three parts, activations and temporaries before its last module call and its outputs after.
-uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Without w,
-                      uint64_t* in_use_at_t) {
+PeaksWithout peaks_without(const TorchMemory& tm, uint32_t device, uint64_t t) {
   const auto& blocks = tm.context().blocks;
   const auto& info = tm.info();
   const std::vector<bool> tail = forward_tails(tm, device, t);
@@ -104,34 +105,38 @@ uint64_t peak_without(const TorchMemory& tm, uint32_t device, uint64_t t, Withou
     if ((ph.phase == TorchPhase::Forward || ph.phase == TorchPhase::Evaluation) &&
         !forward_end.count(ph.iteration))
       forward_end[ph.iteration] = ph.end_ns;
-  // `old`: the live bytes of every iteration up to `old_to` (inclusive), kept as a running sum.
-  const int64_t lag = w == Without::Earlier ? 1 : 2;
-  int64_t in_use = 0, old = 0, old_to = -1, best = 0;
+  // The live bytes of every iteration up to `to` (inclusive), kept as a running sum: [0] up to
+  // the iteration before the current one, [1] up to the one before the previous.
+  struct Old {
+    int64_t bytes = 0, to = -1;
+  } old[2];
+  int64_t in_use = 0, best[4] = {0, 0, 0, 0};
   for (const auto& [time, e] : events) {
     const size_t i = static_cast<size_t>((e > 0 ? e : -e) - 1);
     const int64_t sign = e > 0 ? 1 : -1, bytes = sign * static_cast<int64_t>(blocks[i].bytes);
     in_use += bytes;
     const int64_t now = tm.iteration_at(time);
-    for (; old_to < now - lag; ++old_to) {
-      const auto& l = live[old_to + 1];
-      old += l[0] + l[1] + l[2];
-    }
+    for (int64_t lag = 1; lag <= 2; ++lag)
+      for (Old& o = old[lag - 1]; o.to < now - lag; ++o.to) {
+        const auto& l = live[o.to + 1];
+        o.bytes += l[0] + l[1] + l[2];
+      }
     if (forward_made(info[i])) {
       live[info[i].iteration][part(i)] += bytes;
-      if (info[i].iteration <= old_to) old += bytes;
+      for (Old& o : old)
+        if (info[i].iteration <= o.to) o.bytes += bytes;
     }
-    int64_t away = old;
-    if (w == Without::Graphs || w == Without::EarlierButOutputs) {
-      const auto& prev = live[now - 1];
-      away += prev[kActivations] + prev[kTemporaries];
-      auto end = forward_end.find(now);
-      if (end != forward_end.end() && time > end->second) away += prev[kOutputs];
-      if (w == Without::Graphs) away += live[now][kActivations];
-    }
-    best = std::max(best, in_use - away);
+    const auto& prev = live[now - 1];
+    auto end = forward_end.find(now);
+    const int64_t but_outputs =
+        old[1].bytes + prev[kActivations] + prev[kTemporaries] +
+        (end != forward_end.end() && time > end->second ? prev[kOutputs] : 0);
+    const int64_t away[4] = {old[0].bytes, old[1].bytes, but_outputs,
+                             but_outputs + live[now][kActivations]};
+    for (int k = 0; k < 4; ++k) best[k] = std::max(best[k], in_use - away[k]);
   }
-  if (in_use_at_t) *in_use_at_t = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
-  return static_cast<uint64_t>(std::max<int64_t>(best, 0));
+  auto bytes = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  return {bytes(in_use), bytes(best[0]), bytes(best[1]), bytes(best[2]), bytes(best[3])};
 }
 
 }  // namespace
@@ -214,10 +219,12 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
   }
   std::stable_sort(k.modules.begin(), k.modules.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
-  k.peak_without_kept = peak_without(tm, device, t, Without::Earlier, &k.in_use);
-  k.peak_keeping_previous = peak_without(tm, device, t, Without::OlderThanPrevious, nullptr);
-  k.peak_without_graphs = peak_without(tm, device, t, Without::Graphs, nullptr);
-  k.peak_one_graph = peak_without(tm, device, t, Without::EarlierButOutputs, nullptr);
+  const PeaksWithout peaks = peaks_without(tm, device, t);
+  k.in_use = peaks.in_use;
+  k.peak_without_kept = peaks.earlier;
+  k.peak_keeping_previous = peaks.older_than_previous;
+  k.peak_one_graph = peaks.earlier_but_outputs;
+  k.peak_without_graphs = peaks.graphs;
   return k;
 }
 
