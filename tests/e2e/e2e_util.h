@@ -89,6 +89,14 @@ inline void require_valid_report(const std::string& path) {
   REQUIRE(r.code() == 0);
 }
 
+// The diagnosis' remedy of `kind` (a failed test when there is none).
+inline const nlohmann::json& remedy(const nlohmann::json& remedies, const std::string& kind) {
+  for (const nlohmann::json& r : remedies)
+    if (r["kind"] == kind) return r;
+  FAIL("no remedy " << kind << " in " << remedies.dump());
+  return remedies;
+}
+
 // A JSON file (a report.json), parsed; the file must exist. A report (it names its schema) is
 // validated against the contract, so every report an end-to-end test reads is checked.
 inline nlohmann::json load_json(const std::string& path) {

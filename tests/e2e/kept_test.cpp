@@ -28,13 +28,6 @@ json run_kept(const std::string& args, const std::string& dir, uint64_t device_m
   return load_json(dir + "/report.json");
 }
 
-const json& remedy(const json& remedies, const std::string& kind) {
-  for (const json& r : remedies)
-    if (r["kind"] == kind) return r;
-  FAIL("no remedy " << kind << " in " << remedies.dump());
-  return remedies;
-}
-
 }  // namespace
 
 TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {

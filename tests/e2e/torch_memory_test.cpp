@@ -79,13 +79,6 @@ void check_oom_moment(const json& o) {
   REQUIRE(sum(o["categories"]) == o["live_bytes"].get<uint64_t>());
 }
 
-const json& remedy(const json& remedies, const std::string& kind) {
-  for (const json& r : remedies)
-    if (r["kind"] == kind) return r;
-  FAIL("no remedy " << kind << " in " << remedies.dump());
-  return remedies;
-}
-
 }  // namespace
 
 TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in fc2's forward") {
