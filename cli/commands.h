@@ -42,11 +42,12 @@ struct Command {
   std::function<int(int argc, char** argv)> words_for_cli11;
 };
 
-Command add_run_command(CLI::App& app);     // cli/run.cpp
-Command add_check_command(CLI::App& app);   // cli/check.cpp
-Command add_diff_command(CLI::App& app);    // cli/diff.cpp
-Command add_report_command(CLI::App& app);  // cli/report.cpp
-Command add_whatif_command(CLI::App& app);  // cli/whatif.cpp
+Command add_run_command(CLI::App& app);       // cli/run.cpp
+Command add_check_command(CLI::App& app);     // cli/check.cpp
+Command add_diff_command(CLI::App& app);      // cli/diff.cpp
+Command add_report_command(CLI::App& app);    // cli/report.cpp
+Command add_whatif_command(CLI::App& app);    // cli/whatif.cpp
+Command add_snapshot_command(CLI::App& app);  // cli/snapshot.cpp
 
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);

@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/snapshot.h"
 #include "collector/live_collector.h"
 #include "common/env_names.h"
 #include "report/check.h"
@@ -141,13 +142,15 @@ int Launch::prepare() {
   }
   run_id_ = new_run_id();
   {
+    // The marker names this process (`vramtrace snapshot` signals it): SIGUSR2 is caught first.
+    catch_snapshot_signal();
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    nlohmann::json marker = {
-        {"run_id", run_id_}, {"host", host}, {"pid", getpid()}, {"command", cmd_}};
+    marker_ = {{"run_id", run_id_}, {"host", host}, {"pid", getpid()}, {"command", cmd_}};
+    marker_.update(launcher_identity());
     if (!write_private_file(
             options_.out_dir + "/" + kRunMarker,
-            marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
+            marker_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
       return kExitWriteFailed;
   }
 
@@ -197,6 +200,7 @@ int Launch::spawn() {
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGHUP, &old_hup, nullptr);
     signal(SIGXFSZ, SIG_DFL);
+    signal(SIGUSR2, SIG_DFL);  // the launcher's snapshots, never the command's
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     setrlimit(RLIMIT_CORE, &g_core_limit);  // the command's own core files, as without vramtrace
     const char* pre = getenv("LD_PRELOAD");
@@ -256,9 +260,20 @@ int Launch::spawn() {
   return 0;
 }
 
-report::RunInfo Launch::wait() {
-  while (waitpid(child_, &status_, 0) < 0 && errno == EINTR) {}
+report::RunInfo Launch::wait(const std::function<void()>& command_ended) {
+  int status = 0;
+  while (waitpid(child_, &status, 0) < 0 && errno == EINTR) {}
   take_terminal_back(terminal_owner_);
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    status_ = status;
+    command_ended_ = true;
+  }
+  if (command_ended) command_ended();
+  // From here `vramtrace snapshot` says the run has ended.
+  marker_["ended"] = true;
+  write_private_file(options_.out_dir + "/" + kRunMarker,
+                     marker_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   // Processes of the command that outlive it (daemons, workers left behind) are still sending:
   // wait for them, within --grace-ms, and say so. The streams of processes that ended with the
@@ -273,7 +288,11 @@ report::RunInfo Launch::wait() {
               << " s (--grace-ms) for " << still << " process(es) still running\n";
   traces_ = live_->finish(grace_ms - waited_ms);
   std::vector<std::string> still_running = live_->still_open();
-  live_.reset();
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    still_running_ = still_running;
+    live_.reset();
+  }
   g_child_group = 0;  // after the wait: a signal meanwhile still reaches what is left of it
   if (!still_running.empty()) {
     std::string pids;
@@ -295,6 +314,16 @@ report::RunInfo Launch::wait() {
   info.still_running = still_running;
   if (WIFEXITED(status_)) info.exit_code = WEXITSTATUS(status_);
   if (WIFSIGNALED(status_)) info.signal = WTERMSIG(status_);
+  return info;
+}
+
+report::RunInfo Launch::state_now() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  report::RunInfo info;
+  info.command = cmd_;
+  if (command_ended_ && WIFEXITED(status_)) info.exit_code = WEXITSTATUS(status_);
+  if (command_ended_ && WIFSIGNALED(status_)) info.signal = WTERMSIG(status_);
+  info.still_running = live_ ? live_->open_traces() : still_running_;
   return info;
 }
 

@@ -4,14 +4,16 @@
 //   spawn:   the command in a process group of its own, with the library in its environment;
 //            SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to vramtrace are passed on to that group;
 //   wait:    for the command, then (within --grace-ms) for the streams of its processes that
-//            outlive it;
+//            outlive it; SIGUSR2 meanwhile is a snapshot (cli/snapshot.h), never passed on;
 //   exit:    vramtrace ends as the command did (the same exit code, the same signal).
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,8 +56,15 @@ class Launch {
   int prepare();
   int spawn();
   // Until the command has ended and its streams are in (or the grace period is over). Returns
-  // how the command ended and which of its processes were still running.
-  report::RunInfo wait();
+  // how the command ended and which of its processes were still running. `command_ended` is
+  // called as soon as the command has ended, before the run marker says so (snapshots stop
+  // there: cli/snapshot.h).
+  report::RunInfo wait(const std::function<void()>& command_ended = {});
+
+  // How the run stands now (thread-safe, from spawn() to the end): the command, how it ended
+  // once it has, the traces of the processes connected now. What a report of this moment is
+  // made with (cli/live_report.h).
+  report::RunInfo state_now() const;
 
   const std::string& out_dir() const { return options_.out_dir; }
   // After wait(): the trace files of the run, PyTorch's allocator traces included.
@@ -79,6 +88,11 @@ class Launch {
   int exec_errno_ = 0;
   bool made_out_dir_ = false;
   std::vector<std::string> traces_;
+  nlohmann::json marker_;  // the run marker's content (written again, "ended", at the end)
+  // What state_now() reads while wait() changes it.
+  mutable std::mutex state_mutex_;
+  bool command_ended_ = false;
+  std::vector<std::string> still_running_;
 };
 
 // Ends vramtrace as the command ended (status as from waitpid): by the same signal, or with its

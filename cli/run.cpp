@@ -10,6 +10,9 @@
 #include "cli/commands.h"
 #include "cli/gate.h"
 #include "cli/launcher.h"
+#include "cli/live_report.h"
+#include "cli/serve.h"
+#include "cli/snapshot.h"
 
 namespace vramtrace::cli {
 namespace {
@@ -18,8 +21,20 @@ struct RunArgs {
   LaunchOptions launch;
   CheckOptions check;
   bool no_progress = false;
+  std::string serve;  // --serve's address ("" alone)
+  CLI::Option* serve_option = nullptr;
   std::vector<std::string> cmd;
 };
+
+// A word that `--serve 8080 CMD` meant as --serve's address (a port, or ADDR:PORT).
+bool looks_like_address(const std::string& w) {
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 5 && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const size_t colon = w.rfind(':');
+  return digits(w) || (colon != std::string::npos && colon > 0 && digits(w.substr(colon + 1)) &&
+                       w.find('/') == std::string::npos);
+}
 
 // What the CI files of `run --baseline` must never replace: the baseline, and the reports and
 // run marker that the run itself writes into its -o folder.
@@ -58,10 +73,32 @@ int run_command(const RunArgs& a) {
     return kExitUsage;
   }
 
+  const bool serving = a.serve_option && a.serve_option->count() > 0;
+  if (serving && a.serve.empty() && looks_like_address(a.cmd[0])) {
+    std::cerr << "vramtrace run: --serve takes its address after '=' (--serve="
+              << report::printable(a.cmd[0]) << "): '" << report::printable(a.cmd[0])
+              << "' would be run as the command\n";
+    return kExitUsage;
+  }
+
   Launch launch(a.launch, a.cmd);
   if (int rc = launch.prepare()) return rc;
+  // The report of any moment, for the page and for snapshots (SIGUSR2, `vramtrace snapshot`).
+  LiveReport live(launch.out_dir(), [&launch] { return launch.state_now(); });
+  std::unique_ptr<Server> server;
+  if (serving) {
+    // Before the command starts: a port in use is said, and nothing has run.
+    server = Server::start(a.serve, live, "vramtrace run");
+    if (!server) {
+      launch.discard();
+      if (!check.baseline.empty()) write_gate_failure(check, "--serve could not listen");
+      return kExitUsage;
+    }
+    std::cerr << "vramtrace: live report: " << server->url() << "\n";
+  }
+  auto snapshots = std::make_unique<SnapshotTaker>(launch.out_dir(), live);
   if (int rc = launch.spawn()) return rc;
-  const report::RunInfo info = launch.wait();
+  const report::RunInfo info = launch.wait([&snapshots] { snapshots.reset(); });
   if (const int err = launch.exec_errno()) {
     // The command never started (its own line said why): no run, so no report and no folder.
     launch.discard();
@@ -76,6 +113,13 @@ int run_command(const RunArgs& a) {
   nlohmann::json report_json;
   const int written =
       write_reports(launch.traces(), launch.out_dir(), info, &report_json, a.no_progress);
+  if (server) {
+    // The pages open now get the final report, then the server stops: vramtrace ends with
+    // its command, as without --serve (the page keeps what it shows).
+    live.finish(report_json);
+    server->linger(10000);
+    server.reset();
+  }
   const int status = launch.status();
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!check.baseline.empty() && command_ok && written == 0)
@@ -163,6 +207,13 @@ Command add_run_command(CLI::App& app) {
                   "enabled: less overhead on launch-bound jobs, allocations recorded as ever)")
       ->check(CLI::IsMember({"on", "off"}));
   run->add_flag("--no-progress", args->no_progress, kProgressHelp);
+  args->serve_option =
+      run->add_option("--serve", args->serve,
+                      "Serve the report page, updating itself, and /report.json of each moment "
+                      "while the command runs: --serve alone on 127.0.0.1 and any free port, "
+                      "or --serve=PORT, --serve=ADDR:PORT (an address that is not loopback "
+                      "needs the random token of the URL printed on stderr). Read-only")
+          ->expected(0, 1);
   auto* run_baseline =
       run->add_option("--baseline", args->check.baseline,
                       "Check the run against this baseline (report.json, trace or run directory)");

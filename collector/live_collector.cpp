@@ -172,6 +172,10 @@ void LiveCollector::serve() {
           c.out = out;
           c.path = path;
           files_.push_back(path);
+          {
+            std::lock_guard<std::mutex> lock(open_mutex_);
+            open_paths_.insert(path);
+          }
           open_.fetch_add(1);
         }
       }
@@ -208,6 +212,10 @@ void LiveCollector::serve() {
       }
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       close_connection(c);
+      {
+        std::lock_guard<std::mutex> lock(open_mutex_);
+        open_paths_.erase(c.path);
+      }
       conns.erase(fds[i].fd);
       open_.fetch_sub(1);
     }
@@ -223,6 +231,11 @@ void LiveCollector::serve() {
     close(c.out);
     if (c.shared >= 0) close(c.shared);
   }
+}
+
+std::vector<std::string> LiveCollector::open_traces() const {
+  std::lock_guard<std::mutex> lock(open_mutex_);
+  return {open_paths_.begin(), open_paths_.end()};
 }
 
 std::vector<std::string> LiveCollector::finish(int grace_ms) {

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,9 @@ class LiveCollector {
   int connections_seen() const { return connections_.load(); }
   // Connections open now: processes of the tree still running.
   int open_connections() const { return open_.load(); }
+  // The traces of the processes connected now (thread-safe): what a report of this moment
+  // reports as still running.
+  std::vector<std::string> open_traces() const;
   // After finish(): the traces of the processes still connected when it stopped waiting
   // (processes that outlived the command and the grace period).
   const std::vector<std::string>& still_open() const { return still_open_; }
@@ -55,6 +60,8 @@ class LiveCollector {
   std::atomic<long long> deadline_ms_{0};
   std::vector<std::string> files_;
   std::vector<std::string> still_open_;
+  mutable std::mutex open_mutex_;
+  std::set<std::string> open_paths_;
 };
 
 }  // namespace vramtrace::collector

@@ -9,7 +9,10 @@
 
 namespace vramtrace::collector {
 
-TraceReader::TraceReader(const std::string& path) : name_(path) {
+TraceReader::TraceReader(const std::string& path) : TraceReader(path, UINT64_MAX) {}
+
+TraceReader::TraceReader(const std::string& path, uint64_t max_bytes)
+    : name_(path), max_bytes_(max_bytes) {
   file_ = std::fopen(path.c_str(), "rbe");
   if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
   try {
@@ -41,7 +44,9 @@ bool TraceReader::read_exact(void* dst, size_t n, size_t* got) {
     if (*got) std::memcpy(dst, memory_.data() + memory_pos_, *got);  // data() may be null
     memory_pos_ += *got;
   } else {
-    *got = std::fread(dst, 1, n, file_);
+    const uint64_t left = max_bytes_ > offset_ ? max_bytes_ - offset_ : 0;
+    const size_t want = n < left ? n : static_cast<size_t>(left);
+    *got = want ? std::fread(dst, 1, want, file_) : 0;
   }
   offset_ += *got;
   return *got == n;
@@ -51,7 +56,8 @@ uint64_t TraceReader::remaining_input() const {
   if (from_memory_) return memory_.size() - memory_pos_;
   struct stat st {};
   if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return UINT64_MAX;  // a pipe
-  return static_cast<uint64_t>(st.st_size) > offset_ ? st.st_size - offset_ : 0;
+  const uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), max_bytes_);
+  return end > offset_ ? end - offset_ : 0;
 }
 
 void TraceReader::read_header() {

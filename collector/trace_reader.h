@@ -33,6 +33,9 @@ class TraceReader {
  public:
   // Opens a trace file. Throws TraceError when it cannot be opened or is not a trace.
   explicit TraceReader(const std::string& path);
+  // Reads only the first `max_bytes` of the file, as if it ended there: a trace still being
+  // written, read up to the end of its last whole frame (cli/live_report.h).
+  TraceReader(const std::string& path, uint64_t max_bytes);
   // Reads a trace from memory (tests, fuzzing). Throws TraceError like the file constructor.
   static std::unique_ptr<TraceReader> from_bytes(std::vector<uint8_t> bytes,
                                                  std::string name = "<memory>");
@@ -66,6 +69,7 @@ class TraceReader {
   std::vector<uint8_t> memory_;  // whole stream when reading from memory
   size_t memory_pos_ = 0;
   bool from_memory_ = false;
+  uint64_t max_bytes_ = UINT64_MAX;  // of a file: where it is taken to end
 
   std::vector<uint8_t> frame_;   // the current frame's records
   std::vector<uint8_t> stored_;  // a compressed frame as read

@@ -1265,4 +1265,12 @@ std::string summary_text(const json& r) {
   return out;
 }
 
+json sites_json(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  return by_site(allocs, stacks);
+}
+
+json libraries_json(const std::vector<Allocation>& allocs, collector::StackResolver& stacks) {
+  return by_library(allocs, stacks);
+}
+
 }  // namespace vramtrace::report

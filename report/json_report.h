@@ -11,6 +11,10 @@
 
 #include "collector/model.h"
 
+namespace vramtrace::collector {
+class StackResolver;
+}
+
 namespace vramtrace::report {
 
 inline constexpr const char* kSchema = "vramtrace.report/1";
@@ -25,6 +29,14 @@ struct RunInfo {
 };
 
 nlohmann::json to_json(const collector::Run& run, const RunInfo& info = {});
+
+// Allocations of one process grouped as report.json's lists group them: by site
+// ($defs/site_group: site, bytes, count, sizes, library, stack) and by library
+// ($defs/library_group), largest first. For the live report's "what is live now".
+nlohmann::json sites_json(const std::vector<collector::Allocation>& allocs,
+                          collector::StackResolver& stacks);
+nlohmann::json libraries_json(const std::vector<collector::Allocation>& allocs,
+                              collector::StackResolver& stacks);
 
 // A few lines for stderr: peak per device, OOMs, leak suspects, problems.
 std::string summary_text(const nlohmann::json& report);

@@ -10,7 +10,7 @@ SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO=sudo
 
 packages=(cmake g++ make clang-format-14 libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
-  libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev
+  libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libcpp-httplib-dev pkg-config
           chromium python3-venv python3-pytest python3-pytest-xdist python3-jsonschema)
 [[ ${1:-} == --with-fuzz ]] && packages+=(clang-14 libclang-rt-14-dev)
 command -v npm >/dev/null || packages+=(nodejs npm)

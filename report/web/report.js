@@ -6,10 +6,10 @@
 // attribute values, never parsed as HTML.
 (function () {
   "use strict";
-  const DATA = JSON.parse(document.getElementById("vt-data").textContent);
-  // The page's data writes each distinct stack frame once, in DATA.frames; stacks hold indexes.
-  if (Array.isArray(DATA.frames)) {
-    const F = DATA.frames;
+  // The page's data writes each distinct stack frame once, in D.frames; stacks hold indexes.
+  const unpackFrames = (D) => {
+    if (!Array.isArray(D.frames)) return D;
+    const F = D.frames;
     const walk = (x) => {
       if (Array.isArray(x)) { for (const v of x) if (v && typeof v === "object") walk(v); return; }
       for (const k in x) {
@@ -18,8 +18,10 @@
         else if (v && typeof v === "object" && k !== "frames") walk(v);
       }
     };
-    walk(DATA);
-  }
+    walk(D);
+    return D;
+  };
+  let DATA = unpackFrames(JSON.parse(document.getElementById("vt-data").textContent));
   const $ = (tag, attrs, ...kids) => {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -341,7 +343,8 @@
     const isTorch = (p) => !!(p && ((p.torch_allocator_trace && p.torch_allocator_trace.merged) ||
       /(^|\/)python[\d.]*$/.test(String((p.cmdline || [])[0] || p.exe || ""))));
     const anyTorch = procs.some(isTorch);
-    const endOf = (p) => p && (p.clean_exit === false || (known(p.exit_code) && p.exit_code !== 0) || p.signal);
+    // A process still running (a report of a moment of a live run) has not ended at all.
+    const endOf = (p) => p && !p.still_running && (p.clean_exit === false || (known(p.exit_code) && p.exit_code !== 0) || p.signal);
     // An OOM is fatal when the report says so; in a report without that key, when its process
     // did not end cleanly.
     const fatal = (o) => o.fatal === true || (o.fatal == null && !o.recovered && !!endOf(procOf(o.pid)));
@@ -543,7 +546,7 @@
     // imports and data loading before its first allocation would otherwise draw all of its
     // work in the chart's last sliver. Every time below is from there; the caption says the offset.
     const firstActive = pts.find((p) => p.slice(1).some((v) => v > 0));
-    const starts = [firstActive && firstActive[0], ((d.timeline && d.timeline.points) || [[]])[0][0], (d.peak || {}).time_ns,
+    const starts = [firstActive && firstActive[0], (((d.timeline && d.timeline.points) || [])[0] || [])[0], (d.peak || {}).time_ns,
       ...ooms.map((o) => o.time_ns), ...(d.phases || []).map((p) => p.start_ns)].filter((v) => known(v) && v >= 0);
     const t0 = starts.length && pts.length ? Math.min(...starts) : 0;
     pts = pts.filter((p) => p[0] >= t0).map((p) => [p[0] - t0, ...p.slice(1)]);
@@ -815,6 +818,10 @@
     const wrap = $("div", { class: "breakdown" });
     const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!pd || !pd._pid || o.pid === pd._pid));
     const moments = [];
+    // A moment of a running job: what is live now, first.
+    const now = R.live && R.live.running ? (R.live.now || []).find((n) => n.device === d.index && (n.host == null || d.host == null || n.host === d.host)) : null;
+    if (now) moments.push({ id: "now", label: `Now (${bytes(now.bytes)} live)`, bytes: now.bytes, sites: now.by_site || [], libs: now.by_library || [],
+      sitesRest: now.by_site_rest, libsRest: now.by_library_rest, stacks: [], cats: null, modules: null });
     // The device's own live set at its peak, every process's; else (one process, an older
     // report) its process's.
     const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
@@ -845,15 +852,16 @@
       if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest)));
       else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : "oom-sites"), { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: m.sitesRest, restLabel: "sites" });
+        m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : (m.id === "now" ? "now-sites" : "oom-sites")), { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: m.sitesRest, restLabel: "sites" });
       grid.append(card("By site", site));
       if (m.libs.length) grid.append(card("By library (who holds it)", table([{ key: "library", label: "library", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
-        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : "oom-libraries"), { expand: (r) => libraryStacks(r.library, m), expandable: (r) => [m.stacks, m.sites].some((l) => (l || []).some((x) => x.library === r.library && (x.stack || []).length)), rest: m.libsRest, restLabel: "libraries" })));
+        m.libs.slice(), m.id === "peak" ? "peak-libraries" : (m.id === "exit" ? "exit-libraries" : (m.id === "now" ? "now-libraries" : "oom-libraries")), { expand: (r) => libraryStacks(r.library, m), expandable: (r) => [m.stacks, m.sites].some((l) => (l || []).some((x) => x.library === r.library && (x.stack || []).length)), rest: m.libsRest, restLabel: "libraries" })));
       panel.replaceChildren(grid);
     };
     moments.forEach((m, i) => {
       const b = $("button", { type: "button", role: "tab", "data-moment": m.id, text: m.label });
-      b.addEventListener("click", () => show(m, b));
+      // The reader's choice, kept when a live page renders itself again.
+      b.addEventListener("click", () => { wrap.dataset.chosen = m.id; show(m, b); });
       tabs.append(b);
       if (i === 0) setTimeout(() => 0);
     });
@@ -976,7 +984,8 @@
     const run = R.run || {};
     const later = [];
     if (run.stand_in) main.append($("div", { class: "banner warn", id: title ? null : "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
-    if (run.complete === false) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
+    const running = !!(R.live && R.live.running);
+    if (run.complete === false && !running) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
     for (const p of run.problems || []) main.append($("div", { class: "banner bad", text: p }));
     if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
     const unprofiled = A.procs.filter((p) => p.profiled === false);
@@ -1190,7 +1199,7 @@
     const procs = $("section", { class: "card" }, $("h2", { text: "Processes" }));
     procs.append(table([{ key: "pid", label: "pid", num: true, width: "6em" }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
       { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
-    A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.clean_exit ? "exit()" : "cut short") })), "processes"));
+    A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.still_running ? "running" : (p.clean_exit ? "exit()" : "cut short")) })), "processes"));
     main.append(procs);
     return later;
   }
@@ -1245,12 +1254,99 @@
     later = [...renderRun(a, ca, "A", share), ...renderRun(b, cb, "B", share)];
     if (!share.slots.A.chart.childElementCount && !share.slots.B.chart.childElementCount) chartsRow.remove();
   } else {
-    const cmd = ((DATA.run || {}).command || []).join(" ");
-    document.getElementById("cmd").textContent = cmd;
-    document.getElementById("cmd").title = cmd;
-    later = renderRun(DATA, main, null);
+    later = renderReport(DATA);
   }
   if (typeof uPlot !== "undefined") for (const f of later) f();
+  if (!DATA.diff && DATA.live) live();
   // Ready after the charts' first legends (set in timers queued before this one).
   setTimeout(() => { document.body.dataset.ready = "1"; }, 0);
+
+  // One run's page; returns what draws its charts once it is in the document.
+  function renderReport(D) {
+    const cmd = ((D.run || {}).command || []).join(" ");
+    document.getElementById("cmd").textContent = cmd;
+    document.getElementById("cmd").title = cmd;
+    return renderRun(D, main, null);
+  }
+
+  // ---- a moment of a running job ----------------------------------------------------------------
+  // A report of a moment of a running `vramtrace run` (its "live" object): served by --serve, the
+  // page asks its server for the report of each moment (page.json, every 2 s, one request at a
+  // time) and renders itself again, keeping where the reader is (the scroll, each device's moment
+  // tab), until the job has ended and the final report has come; a snapshot's file says when it
+  // was taken.
+  function rerender(D) {
+    const y = window.scrollY;
+    const tabs = {};
+    main.querySelectorAll("section[data-device]").forEach((sec) => {
+      const chosen = sec.querySelector(".breakdown[data-chosen]");
+      if (chosen) tabs[sec.dataset.device] = chosen.dataset.chosen;
+    });
+    for (const c of charts) c.destroy();
+    charts.length = 0;
+    main.replaceChildren();
+    DATA = D;
+    const draw = renderReport(D);
+    if (typeof uPlot !== "undefined") for (const f of draw) f();
+    main.querySelectorAll("section[data-device]").forEach((sec) => {
+      const b = tabs[sec.dataset.device] && sec.querySelector(`.tabs button[data-moment="${tabs[sec.dataset.device]}"]`);
+      if (b && b.getAttribute("aria-selected") !== "true") b.click();
+    });
+    window.scrollTo(0, y);
+  }
+  function live() {
+    const status = $("span", { id: "live", class: "live", role: "status" });
+    const theme = document.getElementById("theme");
+    theme.before(status);
+    const clock = (d) => d.toLocaleTimeString("en-GB", { hour12: false });
+    const taken = () => { const t = Date.parse(DATA.generated_at); return Number.isFinite(t) ? clock(new Date(t)) : "an unknown time"; };
+    const set = (state, text) => { status.dataset.state = state; status.textContent = text; };
+    const ended = () => set("ended", "job ended — final report");
+    const meta = document.querySelector('meta[name="vramtrace-live"]');
+    if (!DATA.live.running) return ended();
+    if (!meta || !/^https?:$/.test(location.protocol)) {
+      return set("moment", DATA.live.snapshot ? `snapshot ${DATA.live.snapshot} of the running job, taken at ${taken()}` : `the running job at ${taken()}`);
+    }
+    const params = new URLSearchParams(location.search);
+    const id = new Uint32Array(2);
+    crypto.getRandomValues(id);
+    params.set("client", Array.from(id, (x) => x.toString(16)).join(""));
+    const url = `${meta.getAttribute("content") || "page.json"}?${params}`;
+    let paused = false, etag = null, updates = 0, failures = 0, timer = null, lastAnswer = new Date();
+    const pause = $("button", { type: "button", id: "live-pause", text: "Pause", title: "Stop updating the page (the job runs on)" });
+    pause.addEventListener("click", () => {
+      paused = !paused;
+      pause.textContent = paused ? "Resume" : "Pause";
+      clearTimeout(timer);
+      if (paused) set("paused", `live — paused at ${clock(new Date())}`);
+      else poll();
+    });
+    theme.before(pause);
+    set("live", `live — updated ${clock(lastAnswer)}`);
+    // Not while the reader types in the page (a search box): the next answer is rendered then.
+    const typing = () => { const a = document.activeElement; return !!a && a.tagName === "INPUT" && main.contains(a); };
+    async function poll() {
+      let next = 2000;
+      try {
+        const res = await fetch(url, { cache: "no-store", headers: etag ? { "If-None-Match": etag } : {} });
+        if (res.status === 200) {
+          const D = unpackFrames(JSON.parse(await res.text()));
+          if (paused) return;
+          if (typing()) etag = null;
+          else { etag = res.headers.get("ETag"); rerender(D); document.body.dataset.updates = String(++updates); }
+        } else if (res.status !== 304) throw new Error(`HTTP ${res.status}`);
+        if (paused) return;
+        failures = 0;
+        lastAnswer = new Date();
+        if (DATA.live && DATA.live.running === false) { pause.remove(); return ended(); }
+        set("live", `live — updated ${clock(lastAnswer)}`);
+      } catch (e) {
+        failures++;
+        set("lost", `live — no answer from vramtrace since ${clock(lastAnswer)}: the job may have ended (its report.html is in the run's folder); trying again`);
+        next = Math.min(30000, 2000 * failures);
+      }
+      timer = setTimeout(poll, next);
+    }
+    timer = setTimeout(poll, 2000);
+  }
 })();

@@ -23,7 +23,9 @@ WRITER_NOT_KEYS = {
     "B": "human_bytes()'s unit names",
     "RANK": "report_keys.h's kRankVariables, names inside processes[].ranks (which holds any)",
 }
-CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/report_keys.h"]
+# cli/live_report.cpp writes the "live" object of a report of a moment (--serve, snapshots).
+CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/report_keys.h",
+               "cli/live_report.cpp"]
 
 
 def schema_keys(node, out):

@@ -1,0 +1,70 @@
+// The report of a moment of a running `vramtrace run`: what `--serve` serves (cli/serve.h) and
+// what a snapshot writes (SIGUSR2, `vramtrace snapshot`). Every caller goes through this class,
+// so that how the moment is computed can change without them.
+//
+// The report is report.json's contract (report/report.schema.json) with a "live" object:
+// {"running": true, "now": [what is live now, per device, by site and by library]}; once the
+// run has ended, the final report itself with {"running": false}. Reports of `run` and `report`
+// never have it.
+//
+// How (for now): the run folder's traces so far are read and analysed whole, each .vtrace up to
+// the end of its last whole frame (the collector appends bytes as they arrive, so a frame may be
+// half there: it is left for the next time, never reported as a cut trace). PyTorch's and JAX's
+// side traces (.torch, .jax) are written whole and renamed into place by the start-up hook.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "report/json_report.h"
+
+namespace vramtrace::cli {
+
+class LiveReport {
+ public:
+  // How the run stands when asked: its command, how it ended once it has, and the traces of
+  // the processes connected now (RunInfo::still_running: reported as running, their memory
+  // not counted as leaked). Called with the report's lock held.
+  using State = std::function<report::RunInfo()>;
+
+  LiveReport(std::string run_dir, State state);
+  ~LiveReport();
+  LiveReport(const LiveReport&) = delete;
+  LiveReport& operator=(const LiveReport&) = delete;
+
+  // The report of this moment. Thread-safe. Made again only when the run's traces grew or its
+  // state changed since the last call; otherwise the same object as then.
+  std::shared_ptr<const nlohmann::json> now();
+
+  // The run's final report, once written (report.json as `run` wrote it): now() gives it from
+  // then on, with "live": {"running": false}.
+  void finish(const nlohmann::json& final_report);
+
+ private:
+  struct TraceState {
+    uint64_t size = 0, whole = 0;  // bytes in the file; end of its last whole frame
+    int64_t mtime_ns = 0;
+  };
+  std::string signature(const report::RunInfo& info);
+
+  const std::string run_dir_;
+  State state_;
+  std::mutex mutex_;
+  std::map<std::string, TraceState> traces_;  // by path
+  std::string last_signature_;
+  std::shared_ptr<const nlohmann::json> last_;
+  bool finished_ = false;
+};
+
+// Where a trace that is being written ends for a reader of this moment: the end of its last
+// whole frame at or after `from` (a frame boundary found before; 0: from the start), or the
+// file's size when a frame header there is not one (a damaged trace: the reader says so).
+// 0 while it has no whole frame (from 0).
+uint64_t whole_frames_end(const std::string& path, uint64_t from = 0);
+
+}  // namespace vramtrace::cli

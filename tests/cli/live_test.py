@@ -1,0 +1,350 @@
+"""A running job watched, end to end on the stand-in (tests/programs/live_steps, a job that the
+test drives step by step through files, so that nothing here depends on the machine's speed):
+  - `vramtrace snapshot RUN_DIR` and SIGUSR2 sent to the launcher write RUN_DIR/snapshot-N
+    (report.json and report.html of that moment, private, never over another) while the job
+    runs on; the final report is that of a run without snapshots;
+  - `vramtrace run --serve`: the page, /report.json of the moment and the final report once the
+    job has ended; read-only (405), another Host refused on loopback (403), a token on any other
+    address (403 without it); vramtrace ends with its command, with its exit status;
+  - bad input, each a clear message and exit 2 with nothing lost: a port in use (before the
+    command starts), an address after a bare --serve, a folder that is not a running run, a
+    snapshot of a run that has ended or whose launcher is gone.
+Every wait is a poll with a generous bound; no sleep is an assertion.
+   live_test.py BUILD_DIR"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reliability"))
+sys.dont_write_bytecode = True
+import vtrel  # noqa: E402  (the reliability tests' helpers)
+from vtrel import check  # noqa: E402
+
+VT = vtrel.VRAMTRACE
+STEPS = os.path.join(vtrel.BUILD, "tests", "programs", "live_steps")
+MiB = 1 << 20
+# A 256 MiB stand-in device: the 1 GiB request after the steps fails.
+ENV = vtrel.env(VRAMTRACE_STANDIN_DEVICE_BYTES=256 * MiB, VRAMTRACE_FLUSH_MS=20)
+
+
+def wait_until(what, cond, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    check(False, "never happened within %d s: %s" % (timeout, what))
+    return None
+
+
+def touch(work, name):
+    with open(os.path.join(work, name), "w"):
+        pass
+
+
+def step(work, name, done):
+    touch(work, name)
+    wait_until(done, lambda: os.path.exists(os.path.join(work, done)))
+
+
+class Job:
+    """`vramtrace run [OPTIONS] -o OUT -- live_steps WORK` in the background."""
+
+    def __init__(self, root, name, options=(), env=None):
+        self.work = os.path.join(root, name + "-work")
+        self.out = os.path.join(root, name)
+        os.mkdir(self.work)
+        self.p = subprocess.Popen([VT, "run", *options, "-o", self.out, "--", STEPS, self.work],
+                                  env=env or ENV, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.err_lines = []
+        wait_until("live_steps started", lambda: self.p.poll() is not None or
+                   os.path.exists(os.path.join(self.work, "started")))
+
+    def url(self):
+        """The URL --serve printed (its line is the launcher's first)."""
+        for line in self.p.stderr:
+            self.err_lines.append(line)
+            m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
+            if m:
+                return m.group(1)
+        return None
+
+    def finish(self):
+        for name, done in (("step-1", "done-1"), ("step-2", "done-2"), ("step-3", "done-3"),
+                           ("oom", "oom-done")):
+            if not os.path.exists(os.path.join(self.work, done)):
+                step(self.work, name, done)
+        touch(self.work, "end")
+        out, err = self.p.communicate(timeout=120)
+        return self.p.returncode, "".join(self.err_lines) + err
+
+
+def snapshot(run_dir, *extra):
+    return subprocess.run([VT, "snapshot", run_dir, *extra], env=ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=180)
+
+
+def figures(rep):
+    """What a run's report says of its memory, without its times, pids and paths."""
+    d = rep["devices"][0]
+    return {"peak": d["peak"]["bytes"], "final": d["final_live_bytes"],
+            "oom": [(o["requested_bytes"], o["live_bytes"]) for o in rep["oom"]],
+            "growth": sorted((g["site"], g["bytes_per_iteration"]) for g in rep["growth"]),
+            "leaks": sorted((l["site"], l["bytes"]) for l in rep["leaks"]),
+            "complete": rep["run"]["complete"], "live": "live" in rep}
+
+
+def snapshots_and_signal(root):
+    job = Job(root, "snap")
+    step(job.work, "step-1", "done-1")
+    # The allocation reaches the launcher within the library's flush period: snapshots are
+    # taken until one holds it, each in a folder of its own.
+    taken = []
+
+    def holds_16_mib():
+        r = snapshot(job.out)
+        check(r.returncode == 0, "snapshot: exit %d (%r)" % (r.returncode, r.stderr))
+        if r.returncode != 0:
+            return "failed"
+        folder = r.stdout.strip()
+        taken.append(folder)
+        check(re.fullmatch(re.escape(job.out) + r"/snapshot-\d+", folder) is not None,
+              "snapshot's stdout: %r" % r.stdout)
+        check(r.stderr == "vramtrace: snapshot: %s/report.html (and report.json)\n" % folder,
+              "snapshot's stderr: %r" % r.stderr)
+        rep = vtrel.load(os.path.join(folder, "report.json"))
+        now = rep["live"]["now"]
+        return rep if now and now[0]["bytes"] == 16 * MiB else None
+
+    rep = wait_until("a snapshot with the first step's 16 MiB", holds_16_mib)
+    if not rep or rep == "failed":
+        job.finish()
+        return
+    check(rep["live"]["running"] is True and rep["live"]["snapshot"] == len(taken),
+          "snapshot's live object: %r" % {k: v for k, v in rep["live"].items() if k != "now"})
+    check([f for f in taken] == [os.path.join(job.out, "snapshot-%d" % (i + 1))
+                                 for i in range(len(taken))],
+          "snapshots numbered 1, 2, ... each in its own folder: %r" % taken)
+    site = rep["live"]["now"][0]["by_site"][0]
+    check(site["site"].startswith("grow_step") and site["bytes"] == 16 * MiB,
+          "what is live now, by site: %r" % site)
+    proc = rep["processes"][0]
+    check(proc.get("still_running") is True and proc["cut_short"] is False and rep["leaks"] == [],
+          "a running process is running, not cut short, with no leak: %r" %
+          {k: proc.get(k) for k in ("still_running", "cut_short")})
+    folder = taken[-1]
+    check(os.stat(folder).st_mode & 0o777 == 0o700, "snapshot folder mode %o" %
+          (os.stat(folder).st_mode & 0o777))
+    for name in ("report.json", "report.html"):
+        path = os.path.join(folder, name)
+        check(os.stat(path).st_mode & 0o777 == 0o600, "%s mode %o" % (name, os.stat(path).st_mode))
+    html = open(os.path.join(folder, "report.html")).read()
+    check("default-src 'none';" in html and '<meta name="vramtrace-live"' not in html and
+          "connect-src" not in html,
+          "a snapshot's page is an offline file (fetches nothing)")
+
+    # SIGUSR2 by hand: the next snapshot; the job runs on (it is the launcher's signal only).
+    marker = vtrel.load(os.path.join(job.out, "vramtrace.run"))
+    check(marker["pid"] == job.p.pid and marker["launcher_start_ticks"] > 0 and
+          marker.get("ended") is None, "the run marker names the launcher: %r" % marker)
+    os.kill(job.p.pid, signal.SIGUSR2)
+    nxt = os.path.join(job.out, "snapshot-%d" % (len(taken) + 1))
+    wait_until("SIGUSR2's snapshot", lambda: os.path.exists(os.path.join(nxt, "report.html")))
+    check(job.p.poll() is None, "the launcher ended on SIGUSR2")
+    step(job.work, "step-2", "done-2")  # the job is alive: it takes its next step
+    rc, err = job.finish()
+    check(rc == 0, "the job with snapshots: exit %d (%r)" % (rc, err))
+    check("vramtrace: snapshot: %s/report.html (and report.json)\n" % nxt in err,
+          "the launcher says where SIGUSR2's snapshot is: %r" % err)
+    final = vtrel.load(os.path.join(job.out, "report.json"))
+    check(vtrel.load(os.path.join(job.out, "vramtrace.run")).get("ended") is True,
+          "the run marker says the run has ended")
+
+    # The same job without snapshots: the same final report.
+    plain = Job(root, "plain")
+    rc2, err2 = plain.finish()
+    check(rc2 == 0, "the job without snapshots: exit %d (%r)" % (rc2, err2))
+    a, b = figures(final), figures(vtrel.load(os.path.join(plain.out, "report.json")))
+    check(a == b and a["live"] is False and a["peak"] == 48 * MiB and len(a["oom"]) == 1,
+          "final report with snapshots %r, without %r" % (a, b))
+
+    # The run has ended: a snapshot is refused, and nothing is written.
+    r = snapshot(job.out)
+    check(r.returncode == 2 and r.stdout == "" and r.stderr ==
+          "vramtrace snapshot: the run in %s has ended: its report is %s/report.html\n"
+          % (job.out, job.out), "snapshot of an ended run: %d %r" % (r.returncode, r.stderr))
+    check(not os.path.exists(os.path.join(job.out, "snapshot-%d" % (len(taken) + 2))),
+          "a snapshot of an ended run was written")
+    print("snapshots (vramtrace snapshot, SIGUSR2, an ended run): checked")
+
+
+def snapshot_bad_input(root):
+    f = os.path.join(root, "a-file")
+    touch(root, "a-file")
+    cases = [
+        (os.path.join(root, "missing"), "%s: no such folder"),
+        (f, "%s is not a folder: give the folder of a running `vramtrace run` (its -o, or "
+            "vramtrace-out/run-N)"),
+        (root + "/empty", "%s is not the folder of a `vramtrace run` (it has no vramtrace.run): "
+                          "give the folder of a running run"),
+    ]
+    os.mkdir(root + "/empty")
+    for path, message in cases:
+        r = snapshot(path)
+        check(r.returncode == 2 and r.stderr == "vramtrace snapshot: " + message % path + "\n",
+              "snapshot %s: %d %r" % (path, r.returncode, r.stderr))
+    # The launcher killed (SIGKILL: it could not mark the run ended): its pid is not signalled.
+    job = Job(root, "gone")
+    os.kill(job.p.pid, signal.SIGKILL)
+    job.p.wait()
+    r = snapshot(job.out)
+    check(r.returncode == 2 and r.stderr.startswith(
+        "vramtrace snapshot: the launcher of the run in %s (pid %d) is no longer running"
+        % (job.out, job.p.pid)), "snapshot of a run whose launcher is gone: %d %r"
+          % (r.returncode, r.stderr))
+    with open(os.path.join(job.work, "started")) as pid_file:
+        os.kill(int(pid_file.read()), signal.SIGKILL)  # the job left behind
+    print("snapshot's bad input (no folder, a file, not a run, launcher gone): checked")
+
+
+def request(url, method="GET", host=None, path=None):
+    m = re.match(r"http://([^/]+)/(.*)$", url)
+    netloc, rest = m.group(1), m.group(2)
+    port = int(netloc.rsplit(":", 1)[1])
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Host": host} if host else {}
+    target = "/" + (rest if path is None else path)
+    c.request(method, target, headers=headers)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), body
+
+
+def serve(root):
+    job = Job(root, "serve", ["--serve"])
+    url = job.url()
+    check(url is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+/", url or "") is not None,
+          "--serve alone: 127.0.0.1 on any free port: %r" % url)
+    if not url:
+        job.finish()
+        return
+    step(job.work, "step-1", "done-1")
+    status, headers, body = request(url)
+    check(status == 200 and b'<meta name="vramtrace-live" content="page.json">' in body and
+          b"connect-src 'self'" in body, "GET /: %d" % status)
+
+    def live_json(path):
+        s, h, b = request(url, path=path)
+        return json.loads(b) if s == 200 else None
+
+    rep = wait_until("/report.json with the first step", lambda: (lambda r: r if r and r[
+        "live"]["now"] and r["live"]["now"][0]["bytes"] == 16 * MiB else None)(
+        live_json("report.json")))
+    check(rep is not None and rep["live"]["running"] is True and rep["schema"] ==
+          "vramtrace.report/1", "/report.json of the moment")
+    page = live_json("page.json")
+    check(page is not None and "live" in page and "frames" in page, "/page.json: the page's data")
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        s, h, b = request(url, method=method, path="report.json")
+        check(s == 405 and h.get("Allow") == "GET, HEAD", "%s: %d %r" % (method, s, h))
+    s, h, b = request(url, host="attacker.example:80")
+    check(s == 403, "another Host header on loopback: %d" % s)
+    s, h, b = request(url, path="etc/passwd")
+    check(s == 404, "an unknown path: %d" % s)
+    s, h, b = request(url, method="HEAD", path="report.json")
+    check(s == 200 and b == b"", "HEAD: %d" % s)
+    step(job.work, "step-2", "done-2")
+    step(job.work, "step-3", "done-3")
+    step(job.work, "oom", "oom-done")
+    rep = wait_until("the OOM in /report.json", lambda: (lambda r: r if r and r["oom"] else None)(
+        live_json("report.json")))
+    check(rep is not None and rep["oom"][0]["requested_bytes"] == 1024 * MiB,
+          "the OOM as it happened")
+    started = time.monotonic()
+    rc, err = job.finish()
+    check(rc == 0, "--serve: exit %d (%r)" % (rc, err))
+    check(time.monotonic() - started < 60, "vramtrace lingered after its command")
+    final = vtrel.load(os.path.join(job.out, "report.json"))
+    check("live" not in final and final["devices"][0]["peak"]["bytes"] == 48 * MiB,
+          "the final report.json of a served run has no live object")
+    print("--serve on loopback (page, report.json, page.json, 405, 403, 404, HEAD): checked")
+
+
+def serve_token(root):
+    job = Job(root, "token", ["--serve=0.0.0.0:0"])
+    url = job.url()
+    m = re.fullmatch(r"http://([^/]+):(\d+)/\?token=([0-9a-f]{32})", url or "")
+    check(m is not None, "--serve on another address: a URL with a 128-bit token: %r" % url)
+    if m:
+        token = m.group(3)
+        s, h, b = request(url, path="report.json")
+        check(s == 403, "no token: %d" % s)
+        s, h, b = request(url, path="report.json?token=" + "0" * 32)
+        check(s == 403, "a wrong token: %d" % s)
+        s, h, b = request(url, path="report.json?token=" + token)
+        check(s == 200 and json.loads(b)["live"]["running"] is True, "the token: %d" % s)
+        s, h, b = request(url, method="POST", path="report.json?token=" + token)
+        check(s == 405, "POST with the token: %d" % s)
+        s, h, b = request(url, path="?token=" + token, host="attacker.example")
+        check(s == 200, "with a token, any Host: %d" % s)
+    rc, err = job.finish()
+    check(rc == 0, "--serve=0.0.0.0:0: exit %d (%r)" % (rc, err))
+    print("--serve on 0.0.0.0 (a token every request must carry): checked")
+
+
+def serve_bad_input(root):
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    out = os.path.join(root, "busy")
+    flag = os.path.join(root, "ran")
+    r = subprocess.run([VT, "run", "--serve=127.0.0.1:%d" % port, "-o", out, "--", "touch", flag],
+                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    check(r.returncode == 2 and r.stderr ==
+          "vramtrace run: --serve: cannot listen on 127.0.0.1:%d: Address already in use (choose "
+          "another port, or --serve alone for any free one)\n" % port,
+          "a port in use: %d %r" % (r.returncode, r.stderr))
+    check(not os.path.exists(flag) and not os.path.exists(out),
+          "a port in use: the command ran, or its folder was left")
+    busy.close()
+    r = subprocess.run([VT, "run", "--serve", "8080", "-o", out, "--", "touch", flag], env=ENV,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(r.returncode == 2 and r.stderr == "vramtrace run: --serve takes its address after '=' "
+          "(--serve=8080): '8080' would be run as the command\n",
+          "--serve 8080: %d %r" % (r.returncode, r.stderr))
+    for value, why in (("99999", "'99999' is not a port (0 to 65535; 0: any free one)"),
+                       ("no.such.host.invalid:1", None)):
+        r = subprocess.run([VT, "run", "--serve=" + value, "-o", out, "--", "touch", flag],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+        check(r.returncode == 2 and r.stderr.startswith("vramtrace run: --serve: ") and
+              (why is None or r.stderr == "vramtrace run: --serve: %s\n" % why),
+              "--serve=%s: %d %r" % (value, r.returncode, r.stderr))
+    check(not os.path.exists(flag) and not os.path.exists(out), "a bad --serve ran the command")
+    # The command's own exit status, as without --serve.
+    r = subprocess.run([VT, "run", "--serve", "-o", os.path.join(root, "exit3"), "--", "sh", "-c",
+                        "exit 3"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    check(r.returncode == 3, "--serve, a command that exits 3: %d %r" % (r.returncode, r.stderr))
+    print("--serve's bad input (port in use, --serve PORT, bad values) and exit status: checked")
+
+
+def main():
+    root = vtrel.temp_dir("vt-live-")
+    for case in (snapshots_and_signal, snapshot_bad_input, serve, serve_token, serve_bad_input):
+        case(root)
+    vtrel.finish("cli live test")
+
+
+main()
