@@ -31,9 +31,14 @@ namespace {
 // The command's process group while it runs: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
 // launcher are passed on to it.
 volatile sig_atomic_t g_child_group = 0;
+// One of them came once the command had ended (nothing left to pass it on to).
+volatile sig_atomic_t g_signalled_after = 0;
 
 void forward_signal(int sig) {
-  if (g_child_group > 0) kill(-static_cast<pid_t>(g_child_group), sig);
+  if (g_child_group > 0)
+    kill(-static_cast<pid_t>(g_child_group), sig);
+  else
+    g_signalled_after = 1;
 }
 
 // The user's core-file limit. vramtrace itself runs with none (when the command crashes and
@@ -337,6 +342,8 @@ void Launch::discard() {
   const fs::path parent = fs::path(options_.out_dir).parent_path();
   if (parent == kDefaultOutputRoot && fs::is_empty(parent, ec)) fs::remove(parent, ec);
 }
+
+bool signalled_after_command() { return g_signalled_after != 0; }
 
 int exit_as_command(int status, int written) {
   if (WIFSIGNALED(status)) {

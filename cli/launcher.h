@@ -99,6 +99,10 @@ class Launch {
 // exit code; a command that succeeded gives `written` (0, or why its report is missing).
 int exit_as_command(int status, int written);
 
+// Whether SIGINT, SIGTERM, SIGHUP or SIGQUIT came once the command had ended (^C while
+// `--serve` waits for an open page to fetch the final report).
+bool signalled_after_command();
+
 // vramtrace itself dumps no core (the command's core, if any, stays the only one) and takes a
 // report larger than RLIMIT_FSIZE as a failed write; the command gets the user's limits back.
 void no_core_for_vramtrace();

@@ -138,7 +138,7 @@ std::string LiveReport::signature(const report::RunInfo& info) {
 
 std::shared_ptr<const json> LiveReport::now() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (finished_) return last_;
+  if (finished_ || (held_ && last_)) return last_;
   const report::RunInfo info = state_();
 
   // The traces so far (the collector names them run_dir + "/vramtrace.<pid>.vtrace": the same
@@ -192,6 +192,11 @@ std::shared_ptr<const json> LiveReport::now() {
   last_ = std::move(j);
   last_signature_ = sig;
   return last_;
+}
+
+void LiveReport::hold() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ = true;
 }
 
 void LiveReport::finish(const json& final_report) {

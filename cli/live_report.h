@@ -41,6 +41,11 @@ class LiveReport {
   // state changed since the last call; otherwise the same object as then.
   std::shared_ptr<const nlohmann::json> now();
 
+  // The command has ended: now() gives the last report until finish() (the final report is
+  // being made from the same traces; a second analysis beside it would only slow it down).
+  // Waits for a report being made.
+  void hold();
+
   // The run's final report, once written (report.json as `run` wrote it): now() gives it from
   // then on, with "live": {"running": false}.
   void finish(const nlohmann::json& final_report);
@@ -58,7 +63,7 @@ class LiveReport {
   std::map<std::string, TraceState> traces_;  // by path
   std::string last_signature_;
   std::shared_ptr<const nlohmann::json> last_;
-  bool finished_ = false;
+  bool finished_ = false, held_ = false;
 };
 
 // Where a trace that is being written ends for a reader of this moment: the end of its last

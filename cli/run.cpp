@@ -98,7 +98,10 @@ int run_command(const RunArgs& a) {
   }
   auto snapshots = std::make_unique<SnapshotTaker>(launch.out_dir(), live);
   if (int rc = launch.spawn()) return rc;
-  const report::RunInfo info = launch.wait([&snapshots] { snapshots.reset(); });
+  const report::RunInfo info = launch.wait([&snapshots, &live] {
+    snapshots.reset();
+    live.hold();
+  });
   if (const int err = launch.exec_errno()) {
     // The command never started (its own line said why): no run, so no report and no folder.
     launch.discard();
@@ -117,7 +120,7 @@ int run_command(const RunArgs& a) {
     // The pages open now get the final report, then the server stops: vramtrace ends with
     // its command, as without --serve (the page keeps what it shows).
     live.finish(report_json);
-    server->linger(10000);
+    server->linger(10000, [] { return signalled_after_command(); });
     server.reset();
   }
   const int status = launch.status();

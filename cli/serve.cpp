@@ -313,7 +313,7 @@ void Server::handle(const vt_http_request& req, vt_http_reply* reply, vt_http_re
   set(reply, 200, type, body->data(), body->size(), headers.c_str());
 }
 
-void Server::linger(int max_ms) {
+void Server::linger(int max_ms, const std::function<bool()>& stop) {
   {
     std::lock_guard<std::mutex> lock(compute_mutex_);
     current_ = live_.now();
@@ -328,7 +328,7 @@ void Server::linger(int max_ms) {
       for (const auto& [id, c] : clients_)
         waiting = waiting || (!c.got_final && start - c.seen < std::chrono::seconds(10));
     }
-    if (!waiting || std::chrono::steady_clock::now() >= deadline) return;
+    if (!waiting || std::chrono::steady_clock::now() >= deadline || (stop && stop())) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

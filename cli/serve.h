@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,9 @@ class Server {
   const std::string& url() const { return url_; }
 
   // The run has ended and `live` holds its final report: returns once every page that polled in
-  // the last 10 s has fetched it, or after `max_ms`. The server answers until destroyed.
-  void linger(int max_ms);
+  // the last 10 s has fetched it, after `max_ms`, or as soon as `stop()` says so (^C). The
+  // server answers until destroyed.
+  void linger(int max_ms, const std::function<bool()>& stop);
 
  private:
   Server(LiveReport& live) : live_(live) {}

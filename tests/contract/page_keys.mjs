@@ -4,10 +4,10 @@
 // read must be a property that report/report.schema.json declares. Keys the page sets on the
 // report's objects itself are its own. The reports: stand-in runs of the test programs (an
 // OOM, a leak that grows, a fragmented pool, several processes, two devices, PyTorch's
-// categories) and a diff page.
+// categories), a diff page and a snapshot of a running job.
 //   node tests/contract/page_keys.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -61,6 +61,20 @@ try {
                 join(diffDir, "diff.html")], { stdio: "pipe" });
 } catch (e) { /* a regression exits 1; the page is what is tested */ }
 pages.push(["diff", join(diffDir, "diff.html")]);
+// A snapshot of a running job (cli/live_report.h's "live" object: what is live now, by site and
+// library), made from the leak run's report as the launcher would make it while it ran.
+{
+  const r = JSON.parse(readFileSync(join(runs.leak, "report.json"), "utf8"));
+  const d = r.devices[0];
+  r.live = { running: true, snapshot: 1, now: [{ host: d.host || "", device: d.index, bytes: d.peak.bytes,
+    count: 1, by_site: d.peak.by_site || [], by_library: d.peak.by_library || [] }] };
+  for (const p of r.processes) p.still_running = true;
+  const dir = mkdtempSync(join(tmpdir(), "vt-keys-live-"));
+  temps.push(dir);
+  writeFileSync(join(dir, "report.json"), JSON.stringify(r));
+  execFileSync(join(build, "bin/vt_render_html"), [join(dir, "report.json"), join(dir, "report.html")]);
+  pages.push(["live", join(dir, "report.html")]);
+}
 
 // Runs in the page before report.js: the reports' objects become recording proxies.
 function record() {
