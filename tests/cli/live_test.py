@@ -279,6 +279,49 @@ def serve(root):
     print("--serve on loopback (page, report.json, page.json, 405, 403, 404, HEAD): checked")
 
 
+def serve_processes(root):
+    """Two processes of one command (a program's workers, ranks): each appears as it connects,
+    and what each holds is live now on the device, by site, with its pid."""
+    w1, w2, out = (os.path.join(root, n) for n in ("procs-w1", "procs-w2", "procs"))
+    os.mkdir(w1)
+    os.mkdir(w2)
+    p = subprocess.Popen([VT, "run", "--serve", "-o", out, "--", "sh", "-c",
+                          '"$0" "$1" & "$0" "$2"; wait', STEPS, w1, w2], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = None
+    for line in p.stderr:
+        m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
+        if m:
+            url = m.group(1)
+            break
+    check(url is not None, "two processes: no URL")
+
+    def report():
+        s, h, b = request(url, path="report.json")
+        return json.loads(b) if s == 200 else None
+
+    both = wait_until("both processes connected", lambda: (lambda r: r if r and len(
+        r["processes"]) == 2 else None)(report()))
+    check(both is not None and all(q.get("still_running") for q in both["processes"]),
+          "two processes, each running")
+    step(w1, "step-1", "done-1")
+    step(w2, "step-1", "done-1")
+    rep = wait_until("32 MiB live now", lambda: (lambda r: r if r and r["live"]["now"] and r[
+        "live"]["now"][0]["bytes"] == 32 * MiB else None)(report()))
+    if rep:
+        pids = sorted(g["pid"] for g in rep["live"]["now"][0]["by_site"])
+        check(pids == sorted(q["pid"] for q in rep["processes"]) and
+              all(g["bytes"] == 16 * MiB for g in rep["live"]["now"][0]["by_site"]),
+              "live now by site, one entry per process: %r" % rep["live"]["now"][0]["by_site"])
+    for w in (w1, w2):
+        for name, done in (("step-2", "done-2"), ("step-3", "done-3"), ("oom", "oom-done")):
+            step(w, name, done)
+        touch(w, "end")
+    p.communicate(timeout=120)
+    check(p.returncode == 0, "two processes: exit %d" % p.returncode)
+    print("--serve with two processes (each as it connects, live now per process): checked")
+
+
 def serve_token(root):
     job = Job(root, "token", ["--serve=0.0.0.0:0"])
     url = job.url()
@@ -342,7 +385,8 @@ def serve_bad_input(root):
 
 def main():
     root = vtrel.temp_dir("vt-live-")
-    for case in (snapshots_and_signal, snapshot_bad_input, serve, serve_token, serve_bad_input):
+    for case in (snapshots_and_signal, snapshot_bad_input, serve, serve_processes, serve_token,
+                 serve_bad_input):
         case(root)
     vtrel.finish("cli live test")
 
