@@ -54,6 +54,9 @@ extern "C" __attribute__((visibility("default"))) vt_http_server* vt_http_start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  // A page asks every 2 s: a connection kept open longer only delays the end (stop() waits
+  // for a connection idle in keep-alive up to this long).
+  s->server.set_keep_alive_timeout(1);
   s->server.set_pre_routing_handler(
       [handler, context](const httplib::Request& req, httplib::Response& res) {
         const std::string host = req.get_header_value("Host");

@@ -106,9 +106,12 @@ check("no cut-short banner while it runs", !((await page.locator(".banner.bad").
 
 // The end: the final report, on the page, which keeps working after vramtrace has stopped.
 touch("end");
+const endAt = Date.now();
 await until("job ended on the page", async () => (await state()) === "ended", LONG);
 check("the page says the job ended", (await text("#live")) === "job ended — final report", await text("#live"));
 await until("vramtrace exited", () => exitCode !== null);
+// Printed, not asserted (the machine's speed): the final report, then the page's last fetch.
+console.log(`      vramtrace exited ${Date.now() - endAt} ms after the job's end, the page having fetched the final report`);
 check("vramtrace exits as its command did", exitCode === 0, `${exitCode}: ${stderr}`);
 const final = JSON.parse(readFileSync(join(out, "report.json"), "utf8"));
 check("the page holds the final report", (await stat("peak")) === "48.00 MiB" && (await page.evaluate(() => document.querySelectorAll(".tabs button[data-moment='now']").length)) === 0 &&
