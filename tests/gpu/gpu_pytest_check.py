@@ -1,4 +1,4 @@
-"""Checks of scripts/gpu-pytest.sh, run by the virtual environment's Python that has the package:
+"""Checks of scripts/gpu/pytest.sh, run by the virtual environment's Python that has the package:
 the pytest plugin on tests/gpu/test_torch_plugin.py (plain, and with pytest-xdist when it is
 installed), then a PyTorch step under the installed `vramtrace run` with every /usr/local/cuda*
 folder hidden by an empty tmpfs in a private mount namespace (root only).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`vramtrace whatif` against real runs: records real PyTorch jobs under vramtrace, asks
 `vramtrace whatif` what another setting, limit or batch would do, then runs the job for real
-that way and compares. Run by scripts/gpu-whatif-check.sh on a machine with a GPU, torch and
+that way and compares. Run by scripts/gpu/whatif.sh on a machine with a GPU, torch and
 torchvision; prints one line per check (PASS/FAIL, the case, predicted vs real) and a table for
 docs/WHATIF.md, and writes every run and every whatif answer under --out.
 

@@ -2,9 +2,9 @@
 # The same records on a GPU from two builds of the library (tests/tools/same_records.sh with
 # PROGRAMS): CUDA test programs built with nvcc, static and shared cudart, each run twice under
 # OLD's and NEW's libvramtrace.so on the real driver; every masked record must be the same.
-#   scripts/gpu-same-records.sh OLD_BUILD [NEW_BUILD]   # NEW needs bin/vt_trace_digest too
+#   scripts/gpu/same-records.sh OLD_BUILD [NEW_BUILD]   # NEW needs bin/vt_trace_digest too
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OLD=$1
 NEW=${2:-$ROOT/build}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}

@@ -4,9 +4,9 @@
 # all under vramtrace on a real GPU. Prints a table of figures and writes it to
 # $OUT_DIR/gpu-results.md. Needs a build of vramtrace (BUILD, default ./build) and nvcc.
 #
-#   scripts/gpu-test.sh            # from the repository root, on a machine with a GPU
+#   scripts/gpu/test.sh            # from the repository root, on a machine with a GPU
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT_DIR=${OUT_DIR:-$ROOT/gpu-out}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -32,11 +32,11 @@ done
 "$NVCC" -g -O0 -arch="$ARCH" -cudart shared -I"$ROOT/tests/programs" \
   -o "$OUT_DIR/bin/callchain-shared" "$ROOT/tests/programs/callchain.cu" || exit 2
 
-python3 "$ROOT/scripts/gpu_check.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
+python3 "$ROOT/scripts/gpu/check.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
   --torch-script "$ROOT/tests/gpu/torch_train.py" \
   --torch-peak-script "$ROOT/tests/gpu/torch_peak.py"
 status=$?
 # The allocator's view: fragmentation, growth across iterations, another process.
-python3 "$ROOT/scripts/gpu_check_allocator.py" --build "$BUILD" --out "$OUT_DIR" \
+python3 "$ROOT/scripts/gpu/check_allocator.py" --build "$BUILD" --out "$OUT_DIR" \
   --scripts "$ROOT/tests/gpu" || status=1
 exit $status

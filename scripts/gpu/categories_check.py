@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The categories, names, phases, diagnosis and remedies on real PyTorch jobs, each compared
-with what PyTorch itself reports (and an OOM caught in a forward, the loop going on). Run by scripts/gpu-categories.sh on a machine with a GPU;
+with what PyTorch itself reports (and an OOM caught in a forward, the loop going on). Run by scripts/gpu/categories.sh on a machine with a GPU;
 prints a table of checks and writes every report under --out. --only runs the cases named
 (those defined as functions in CASES) and nothing else."""
 import argparse, json, os, subprocess, sys

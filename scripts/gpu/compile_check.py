@@ -2,7 +2,7 @@
 """torch.compile under vramtrace: the compiled training loop (tests/gpu/real/compiled_train.py)
 in default mode and in mode="reduce-overhead" (CUDA graphs), run alone and under `vramtrace run`;
 the losses, the number of graphs and of graph breaks must be the same, and the report must name
-the line that moved the batch to the GPU. Run by scripts/gpu-session.sh compile."""
+the line that moved the batch to the GPU. Run by scripts/gpu/session.sh compile."""
 import argparse, json, os, subprocess, sys
 
 ap = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 """GPU workloads for bench/gpu.sh. Prints one JSON line: the median time of a step.
 
-  bench_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_cached_ab|alloc_bound [--record-history]
+  bench/gpu_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_cached_ab|alloc_bound [--record-history]
 
 gpu_bound:    an 8-layer transformer encoder, 1024 wide, training steps (GPU-bound).
 launch_bound: 100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 1,000 kernel
@@ -8,7 +8,7 @@ launch_bound: 100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 1,
 alloc_bound:  torch.empty(1 MiB) and its free, 20,000 times a step, meant to run with
               PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cuMemAllocAsync).
 launch_bound_ab: the launch-bound step, in blocks of steps with something switched on and off
-              inside the one process (scripts/bench_gpu_ab.py): VT_AB=history switches
+              inside the one process (bench/gpu_ab.py): VT_AB=history switches
               PyTorch's allocator trace as vramtrace's --torch=auto sets it (VT_AB_ENABLED,
               VT_AB_MAX_ENTRIES change its settings); VT_AB_LIB=PATH and
               VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
@@ -61,7 +61,7 @@ def load_hook():
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.path.join(here, "..", "..", "interpose", "python", "sitecustomize.py"))
+        "vt_hook", os.path.join(here, "..", "interpose", "python", "sitecustomize.py"))
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The launch-bound step with one thing switched on and off inside each process (because the
 step's spread from one process to the next on the GPU machine, 10 to 16 ms, is larger than the
-3 % to be measured). Runs tests/gpu/bench_torch.py launch_bound_ab REPEATS times for each of:
+3 % to be measured). Runs bench/gpu_torch.py launch_bound_ab REPEATS times for each of:
 
   null       nothing switched: the method's own spread (its ratio should be 1)
   floor      CUPTI's floor: vramtrace's driver callbacks with an empty callback (libvt_cupti_floor.so)
@@ -16,7 +16,7 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
 and prints the median step with it on and off, the median paired ratio (adjacent blocks of one
 process, then the median over processes) and the cost per launch, from LAUNCHES per step.
 Needs `cmake --build build --target vt_bench_libs`.
-  scripts/bench_gpu_ab.py --build build [--repeats 3] [--pin 4-11] [--only null,floor,vramtrace,history,...]"""
+  bench/gpu_ab.py --build build [--repeats 3] [--pin 4-11] [--only null,floor,vramtrace,history,...]"""
 import argparse
 import json
 import os
@@ -39,7 +39,7 @@ def main():
                     help="alloc_cached_ab: 2,000 tensors a step from PyTorch's cache (cost per tensor)")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    bench = [sys.executable, os.path.join(here, "..", "tests", "gpu", "bench_torch.py"), a.workload]
+    bench = [sys.executable, os.path.join(here, "gpu_torch.py"), a.workload]
     lib = os.path.abspath(os.path.join(a.build, "lib"))
     floor = os.path.join(lib, "libvt_cupti_floor.so")
     selftime = os.path.join(lib, "libvramtrace_selftime.so")

@@ -7,11 +7,11 @@
 # self-replay). Runs and whatif answers under $OUT (default ./gpu-out/whatif); prints the checks
 # and the accuracy table for docs/WHATIF.md. Arguments go to the checker: `--only batch,limit`.
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}/whatif
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__)'
-python3 "$ROOT/scripts/gpu_whatif_check.py" --build "${BUILD:-$ROOT/build}" \
+python3 "$ROOT/scripts/gpu/whatif_check.py" --build "${BUILD:-$ROOT/build}" \
   --scripts "$ROOT/tests/gpu/real" --out "$OUT" "$@" 2>&1 | tee "$OUT/check.log"
 exit "${PIPESTATUS[0]}"

@@ -3,12 +3,12 @@
 the report names checked, and every remedy it offers that a program here can apply run for real,
 its measured peak set against the report's prediction. Prints the checks and a Markdown table
 (also written to OUT/causes-table.md) of predicted against measured.
-  python3 scripts/gpu_causes_check.py --build build --out /tmp/causes [--only NAME,...]
+  python3 scripts/gpu/causes_check.py --build build --out /tmp/causes [--only NAME,...]
 Needs torch, torchvision and transformers; the native case needs BUILD/native_growth
 (nvcc -O2 -arch=sm_90 -o BUILD/native_growth tests/gpu/real/native_growth.cu)."""
 import argparse, json, os, subprocess, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 R = os.path.join(ROOT, "tests", "gpu", "real")
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", default=os.path.join(ROOT, "build"))

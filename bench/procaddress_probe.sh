@@ -4,7 +4,7 @@
 # Runs bench/procaddress_probe.cpp's library (`cmake --build build --target vt_bench_libs`) in
 # front of basic.cu built with static and with shared cudart, and a PyTorch launch-bound
 # step, and prints its counts: CUPTI's launch count against the count through swapped pointers.
-#   scripts/gpu-probe-procaddress.sh [BUILD]
+#   bench/procaddress_probe.sh [BUILD]
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the GPU scenarios under vramtrace and checks the reports' figures (see gpu-test.sh).
+"""Runs the GPU scenarios under vramtrace and checks the reports' figures (see test.sh).
 
 Each check compares a figure from report.json with the value the test program is written to
 produce: tests/programs/expected.json, which the stand-in tests read too. Prints one line per check and a markdown
@@ -39,7 +39,7 @@ def load(path):
         return json.load(f)
 
 
-EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "programs",
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "programs",
                         "expected.json")
 SIZE_UNITS = {"B": 0, "KiB": 10, "MiB": 20, "GiB": 30}
 
@@ -112,6 +112,8 @@ def main():
     ap.add_argument("--torch-script", required=True)
     ap.add_argument("--torch-peak-script", help="tests/gpu/torch_peak.py (stacks checks)")
     a = ap.parse_args()
+    # Absolute: the preload-only cases run the programs from a folder of their own.
+    a.build = os.path.abspath(a.build)
     vt = os.path.join(a.build, "bin", "vramtrace")
     lib = os.path.join(a.build, "lib", "libvramtrace.so")
     out = a.out

@@ -2,12 +2,12 @@
 # Runs each way memory runs out, and each remedy applied for real, under `vramtrace run` on a
 # GPU, and keeps the run folders (traces, the PyTorch side channel, report.json, the program's
 # own figures in stdout.txt) so that the analysis can be re-run on them anywhere:
-#   BUILD=build-gpu OUT=/tmp/out scripts/gpu-causes-capture.sh [tag ...]
+#   BUILD=build-gpu OUT=/tmp/out scripts/gpu/causes-capture.sh [tag ...]
 # Writes $OUT/runs/<tag>/ and, packed, $OUT/runs.tar.gz.NN (15 MiB pieces). Needs torch,
 # torchvision, transformers, and the native program built into $BUILD/native_growth
 # (nvcc -O2 -arch=sm_90 -o build-gpu/native_growth tests/gpu/real/native_growth.cu).
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT=${OUT:-$ROOT/gpu-out}
 VT=$BUILD/bin/vramtrace

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A short GPU call: the JAX pool OOM check and the hook context's cost on the launch-bound step
-# (for a session with little device time left; the full runs are gpu-categories.sh and
-# gpu-categories-cost.sh).
+# (for a session with little device time left; the full runs are categories.sh and
+# bench/categories_cost.sh).
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT/q"
 VT=$ROOT/build/bin/vramtrace
@@ -15,5 +15,5 @@ o = [o for o in r["oom"] if o.get("fatal")]
 print("jax fatal", len(o), "requested", o[0]["requested_bytes"] if o else None, "limit", r["diagnosis"].get("limit"),
       "remedies", [(m["kind"], m["saves_bytes"]) for m in r["diagnosis"].get("remedies", [])])
 PY
-VT_AB_PAIRS=12 timeout 70 python3 "$ROOT/scripts/bench_gpu_ab.py" --build "$ROOT/build" --only context,peer \
+VT_AB_PAIRS=12 timeout 70 python3 "$ROOT/bench/gpu_ab.py" --build "$ROOT/build" --only context,peer \
   --repeats 1 --workload launch_bound_ab 2>&1 | grep -E "^\||FAILED"

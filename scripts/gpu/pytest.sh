@@ -5,10 +5,10 @@
 # folder hidden (a private mount namespace: nothing is moved), so that only the driver and
 # PyTorch's pip wheels provide CUDA, and says which CUPTI was used.
 #
-#   scripts/gpu-pytest.sh        # from the repository root; needs a build (BUILD, default ./build)
-#   COMPILE=1 scripts/gpu-pytest.sh   # pip compiles the package itself instead of packaging BUILD
+#   scripts/gpu/pytest.sh        # from the repository root; needs a build (BUILD, default ./build)
+#   COMPILE=1 scripts/gpu/pytest.sh   # pip compiles the package itself instead of packaging BUILD
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 PYTHON=${PYTHON:-python3}
 OUT_DIR=${OUT_DIR:-$ROOT/gpu-out/pytest}

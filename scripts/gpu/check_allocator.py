@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU checks of the allocator's view (called by gpu-test.sh after gpu_check.py): PyTorch
+"""The GPU checks of the allocator's view (called by test.sh after check.py): PyTorch
 scripts that go out of memory from fragmentation and because another process holds the GPU,
 and one that keeps tensors across iterations, each under vramtrace with its default options.
 Each check compares a figure of report.json with what the script is written to produce. Prints
@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpu_check as g  # noqa: E402
+import check as g  # noqa: E402
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -1,7 +1,7 @@
 // Native GPU workloads for bench/gpu.sh; prints the median ns per operation as JSON.
-//   bench_native launch   200,000 launches of an empty kernel (ns per launch)
-//   bench_native async    200,000 cudaMallocAsync(1 MiB)/cudaFreeAsync pairs (ns per pair)
-//   bench_native clock    what the library's hot path is made of, on this machine, no CUDA:
+//   gpu_native launch   200,000 launches of an empty kernel (ns per launch)
+//   gpu_native async    200,000 cudaMallocAsync(1 MiB)/cudaFreeAsync pairs (ns per pair)
+//   gpu_native clock    what the library's hot path is made of, on this machine, no CUDA:
 //                         ns per clock_gettime(CLOCK_MONOTONIC) and per mutex lock+unlock
 #include <cuda_runtime.h>
 #include <pthread.h>

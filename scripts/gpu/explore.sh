@@ -2,7 +2,7 @@
 # One GPU call of exploration on real PyTorch jobs with the current build: the allocator clock
 # probe, and a ResNet-50 OOM under a 16 GiB per-process fraction. Outputs under $OUT.
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 VT=$ROOT/build/bin/vramtrace

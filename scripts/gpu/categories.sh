@@ -7,9 +7,9 @@
 # Reports under $OUT (default ./gpu-out/categories). Arguments go to the checker: `--only
 # cuda-graph` runs that case alone (it needs torch only).
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}/categories
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 "$ROOT/scripts/gpu_categories_check.py" --build "${BUILD:-$ROOT/build}" \
+python3 "$ROOT/scripts/gpu/categories_check.py" --build "${BUILD:-$ROOT/build}" \
   --scripts "$ROOT/tests/gpu/real" --out "$OUT" "$@"
