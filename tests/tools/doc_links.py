@@ -32,29 +32,33 @@ def pages():
 
 def broken(path):
     here = os.path.dirname(path)
-    fenced = False
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
-                continue
-            if fenced:
-                continue
-            for target in LINK.findall(line):
-                if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        lines = f.read().split("\n")
+    fenced = False
+    for n, line in enumerate(lines):  # fenced blocks blanked, so that line numbers stay
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            lines[n] = ""
+        elif fenced:
+            lines[n] = ""
+    text = "\n".join(lines)
+    for m in LINK.finditer(text):  # a link's text may run over two lines
+        target = m.group(1)
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        file = target.split("#", 1)[0]
+        if not os.path.exists(os.path.normpath(os.path.join(here, file))):
+            yield text.count("\n", 0, m.start()) + 1, f"link to {target}: no such file"
+    for n, line in enumerate(lines, 1):
+        for _, span in CODE.findall(line):
+            for word in span.split():
+                word = word.rstrip(".,;:)'\"").lstrip("('\"")
+                if "/" not in word or word.split("/", 1)[0] not in FOLDERS:
                     continue
-                file = target.split("#", 1)[0]
-                if not os.path.exists(os.path.normpath(os.path.join(here, file))):
-                    yield n, f"link to {target}: no such file"
-            for _, span in CODE.findall(line):
-                for word in span.split():
-                    word = word.rstrip(".,;:)'\"").lstrip("('\"")
-                    if "/" not in word or word.split("/", 1)[0] not in FOLDERS:
-                        continue
-                    if PLACEHOLDER.search(word):
-                        continue
-                    if not os.path.exists(os.path.join(ROOT, word)):
-                        yield n, f"`{word}`: no such file or folder"
+                if PLACEHOLDER.search(word):
+                    continue
+                if not os.path.exists(os.path.join(ROOT, word)):
+                    yield n, f"`{word}`: no such file or folder"
 
 
 def main():
