@@ -40,4 +40,4 @@ fi
 "$VENV/bin/python" -c "import xdist" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet pytest-xdist ||
   echo "gpu-pytest: pytest-xdist could not be installed; the xdist run is skipped"
 
-exec "$VENV/bin/python" "$ROOT/tests/gpu/gpu_pytest_check.py" "$ROOT" "$VENV" "$OUT_DIR"
+exec "$VENV/bin/python" "$ROOT/scripts/gpu/pytest_check.py" "$ROOT" "$VENV" "$OUT_DIR"

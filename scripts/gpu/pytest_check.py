@@ -3,7 +3,7 @@ the pytest plugin on tests/gpu/test_torch_plugin.py (plain, and with pytest-xdis
 installed), then a PyTorch step under the installed `vramtrace run` with every /usr/local/cuda*
 folder hidden by an empty tmpfs in a private mount namespace (root only).
 
-  gpu_pytest_check.py ROOT VENV OUT_DIR
+  scripts/gpu/pytest_check.py ROOT VENV OUT_DIR
 """
 import glob
 import json
