@@ -223,6 +223,7 @@ int Launch::spawn() {
       const char* py = getenv("PYTHONPATH");
       setenv("PYTHONPATH", (hook_dir_ + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
       setenv(env::kTorchDir, fs::absolute(options_.out_dir).c_str(), 1);
+      setenv(env::kTorchLive, torch_request_path().c_str(), 1);
       if (stacks.torch == "stacks") setenv(env::kTorchStacks, "1", 1);
     }
     std::vector<char*> argv;

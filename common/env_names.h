@@ -39,6 +39,8 @@ inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no
 // The Python lines of blocks made between forward, backward and step: off, or the share of an
 // iteration their frames may cost (default 0.005).
 inline constexpr char kTorchLines[] = "VRAMTRACE_TORCH_LINES";
+// A file the launcher touches to ask for the allocator's trace of the moment (a live report).
+inline constexpr char kTorchLive[] = "VRAMTRACE_TORCH_LIVE";
 
 // ---- read by the command-line tool -----------------------------------------------------------
 inline constexpr char kLib[] = "VRAMTRACE_LIB";

@@ -134,11 +134,15 @@ def _vramtrace_setup():
             say("PyTorch allocator trace off: %s" % (str(ex).splitlines() or [""])[0][:200])
             return
 
+        import threading
+        dumping = threading.Lock()  # one dump at a time: they share the .tmp file
+
         def write(why):
             try:
-                dump(torch, realtime_ns, monotonic_ns)
+                with dumping:
+                    dump(torch, realtime_ns, monotonic_ns)
             except Exception as ex:
-                if not state["done"]:
+                if not state["done"] and why != "live":
                     say("cannot write the PyTorch allocator trace (%s): %s" % (why, str(ex)[:200]))
 
         if os.environ.get("VRAMTRACE_TORCH_CONTEXT", "on") != "off":
@@ -167,6 +171,37 @@ def _vramtrace_setup():
             state["done"] = True
 
         atexit.register(at_exit)
+        request = os.environ.get("VRAMTRACE_TORCH_LIVE")
+        if request:
+            watch_requests(request, write)
+
+    def watch_requests(request, write):
+        # A report of the moment (`vramtrace run --serve`, `vramtrace snapshot`) asks for the
+        # allocator's trace of now by touching `request`: a thread of ours looks every 0.25 s
+        # (a stat call) and writes it, as at an OOM, in place of the last one. The program's
+        # threads only wait for the GIL while it is written; the one at exit replaces it.
+        import threading
+        import time
+
+        def stamp():
+            try:
+                return os.stat(request).st_mtime_ns
+            except OSError:
+                return None
+
+        def loop():
+            seen = stamp()
+            while not state["done"]:
+                time.sleep(0.25)
+                now = stamp()
+                if now is not None and now != seen:
+                    seen = now
+                    write("live")
+
+        try:
+            threading.Thread(target=loop, name="vramtrace-torch-live", daemon=True).start()
+        except Exception as ex:
+            say("reports of the moment without PyTorch's view: %s" % str(ex)[:200])
 
     def attach_jax(jax):
         # XLA's own allocator takes a pool at start (75 % of the GPU by default) and serves
