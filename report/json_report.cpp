@@ -46,7 +46,7 @@ json frames_json(const collector::Attribution* a) {
     if (f.python) {
       j["python"] = true;
     } else {
-      j["module"] = f.module;
+      j[field::module] = f.module;
       j["offset"] = hex(f.offset);
     }
     out.push_back(j);
@@ -60,7 +60,7 @@ json api_table(const std::array<collector::ApiStats, static_cast<size_t>(format:
     const auto& s = t[i];
     if (!s.calls && !s.frees && !s.failed) continue;
     out[format::api_name(static_cast<format::Api>(i))] = {
-        {"calls", s.calls}, {"bytes", s.bytes}, {"freed", s.frees}, {"failed", s.failed}};
+        {"calls", s.calls}, {field::bytes, s.bytes}, {"freed", s.frees}, {"failed", s.failed}};
   }
   return out;
 }
@@ -94,7 +94,7 @@ json fragmentation_json(const collector::FragmentationState& f, uint64_t origin)
           {"external_fragmentation", f.external()},
           {"blocks", f.blocks},
           {"segments", f.segments},
-          {"time_ns", f.time_ns >= origin ? f.time_ns - origin : 0}};
+          {field::time_ns, since(f.time_ns, origin)}};
 }
 
 // A site's growth (collector/leaks.h), its library and stack from one of its allocations.
