@@ -1,4 +1,5 @@
-// The JSON report (schema "vramtrace.report/1") and the short summary printed after a run.
+// The JSON report (schema "vramtrace.report/1"), written from the run's analysis
+// (collector/analysis.h), and the short summary printed after a run (summary.cpp).
 //
 // Contract keys (DESIGN.md, "Outputs") keep their meaning within a schema version: devices[]
 // with index, name, total_bytes, peak.bytes, peak.time_ns, final_live_bytes; oom[] with device,
@@ -9,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "collector/analysis.h"
 #include "collector/model.h"
 
 namespace vramtrace::report {
@@ -24,9 +26,14 @@ struct RunInfo {
   std::vector<std::string> still_running;
 };
 
+// The analysis as report.json. `a` was made with info.still_running (analysis_of).
+nlohmann::json to_json(const collector::RunAnalysis& a, const RunInfo& info = {});
+
+// The run analysed (with info.still_running) and written, in one call: for tests and tools
+// that have only the model.
 nlohmann::json to_json(const collector::Run& run, const RunInfo& info = {});
 
-// A few lines for stderr: peak per device, OOMs, leak suspects, problems.
+// A few lines for stderr: peak per device, OOMs, leak suspects, problems; from report.json alone.
 std::string summary_text(const nlohmann::json& report);
 
 // "1.50 GiB", "512 B"
