@@ -61,7 +61,8 @@ def load_hook():
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.path.join(here, "..", "interpose", "python", "sitecustomize.py"))
+        "vt_hook", os.path.join(here, "..", "python", "vramtrace", "_hook",
+                                 "sitecustomize.py"))
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)

@@ -17,10 +17,10 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/python_hook.h"
 #include "collector/live_collector.h"
 #include "common/env_names.h"
 #include "report/check.h"
-#include "report/html_assets.h"
 
 namespace fs = std::filesystem;
 
@@ -71,7 +71,7 @@ std::string write_torch_hook() {
               << report::printable(dir) << ": " << std::strerror(errno) << "\n";
     return {};
   }
-  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) {
+  if (!write_private_file(dir + "/sitecustomize.py", kPythonHook)) {
     fs::remove_all(dir, ec);
     return {};
   }

@@ -3,7 +3,7 @@
 # caching-allocator trace is turned on (segments, blocks, OOMs; with --torch=stacks also the
 # Python frames of each block) and written to $VRAMTRACE_TORCH_DIR/vramtrace.<pid>.torch at exit and at each
 # out-of-memory (PyTorch's OOM observer), for the collector to merge with the driver's view
-# (collector/torch_trace.h gives the format). Off with `vramtrace run --torch=off`.
+# (common/side_channel.h declares every line). Off with `vramtrace run --torch=off`.
 #
 # It also records what the memory is, at a cost per optimizer step and per module call, never
 # per tensor: PyTorch's global module forward hooks (which module was running, its qualified
@@ -21,7 +21,7 @@
 import os
 import sys
 
-# Mark kinds of the K records (kept in step with collector/torch_trace.h).
+# Mark kinds of the K records (common/side_channel.h; tests/hook/side_channel_test.py checks).
 (_MOD, _MOD_END, _FWD, _FWD_EVAL, _FWD_END, _BWD, _BWD_END, _STEP, _STEP_END, _SITE, _OOM,
  _FWD_EVAL_GRAD, _MOVE, _MOVE_END, _NAMED) = range(15)
 
