@@ -48,7 +48,7 @@ def main():
         opt.step()
 
     spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.path.join(HERE, "..", "interpose", "python", "sitecustomize.py"))
+        "vt_hook", os.path.join(HERE, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)

@@ -4,7 +4,8 @@
 // nothing of vramtrace's own work, so (vramtrace - floor) is what vramtrace itself adds.
 //   CUDA_INJECTION64_PATH=build/lib/libvt_cupti_floor.so PROGRAM
 // vt_cupti_floor_enable(0 or 1), found with dlopen/dlsym (ctypes), turns the driver callbacks
-// off and on inside the process, for the in-process comparison of bench_torch.py launch_bound_ab.
+// off and on inside the process, for the in-process comparison of bench/gpu_torch.py
+// launch_bound_ab.
 // VRAMTRACE_LAUNCHES=off leaves the launch ids out, as it does in vramtrace.
 #include <cupti.h>
 #include <dlfcn.h>

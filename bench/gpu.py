@@ -37,8 +37,8 @@ def main():
     a = ap.parse_args()
     vt = os.path.join(a.build, "bin", "vramtrace")
     here = os.path.dirname(os.path.abspath(__file__))
-    torch_bench = os.path.join(here, "..", "tests", "gpu", "bench_torch.py")
-    native = os.path.join(a.bin, "bench_native")
+    torch_bench = os.path.join(here, "gpu_torch.py")
+    native = os.path.join(a.bin, "gpu_native")
     workloads = [
         ("GPU-bound transformer step (8 layers, 1024 wide)", [sys.executable, torch_bench, "gpu_bound"], {}, True),
         ("launch-bound step (200 tiny layers, ~1000 launches)", [sys.executable, torch_bench, "launch_bound"], {}, True),

@@ -16,9 +16,9 @@ OUT_DIR=${OUT_DIR:-$ROOT/gpu-out}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$OUT_DIR/bin"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-"$NVCC" -O2 -arch=${ARCH:-native} -o "$OUT_DIR/bin/bench_native" "$ROOT/tests/gpu/bench_native.cu" || exit 2
+"$NVCC" -O2 -arch=${ARCH:-native} -o "$OUT_DIR/bin/gpu_native" "$ROOT/bench/gpu_native.cu" || exit 2
 # What a record is made of on this machine: the clock source and a clock read, a lock.
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
-"$OUT_DIR/bin/bench_native" clock
+"$OUT_DIR/bin/gpu_native" clock
 python3 "$ROOT/bench/gpu.py" --build "$BUILD" --bin "$OUT_DIR/bin" --out "$OUT_DIR" \
   --repeats "${REPEATS:-3}" --only "${ONLY:-}" --variants "${VARIANTS:-}" --pin "${PIN:-}"

@@ -17,11 +17,11 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/python_hook.h"
 #include "cli/snapshot.h"
 #include "collector/live_collector.h"
 #include "common/env_names.h"
 #include "report/check.h"
-#include "report/html_assets.h"
 
 namespace fs = std::filesystem;
 
@@ -77,7 +77,7 @@ std::string write_torch_hook() {
               << report::printable(dir) << ": " << std::strerror(errno) << "\n";
     return {};
   }
-  if (!write_private_file(dir + "/sitecustomize.py", report::assets::torch_hook)) {
+  if (!write_private_file(dir + "/sitecustomize.py", kPythonHook)) {
     fs::remove_all(dir, ec);
     return {};
   }
@@ -232,6 +232,7 @@ int Launch::spawn() {
       const char* py = getenv("PYTHONPATH");
       setenv("PYTHONPATH", (hook_dir_ + (py && *py ? ":" + std::string(py) : "")).c_str(), 1);
       setenv(env::kTorchDir, fs::absolute(options_.out_dir).c_str(), 1);
+      setenv(env::kTorchLive, torch_request_path().c_str(), 1);
       if (stacks.torch == "stacks") setenv(env::kTorchStacks, "1", 1);
     }
     std::vector<char*> argv;

@@ -67,6 +67,12 @@ class Launch {
   report::RunInfo state_now() const;
 
   const std::string& out_dir() const { return options_.out_dir; }
+  // The file whose touch asks the command's PyTorch processes for their allocator trace of the
+  // moment (a report of a running job; "" without the start-up hook). In the hook's own
+  // private folder, gone with it.
+  std::string torch_request_path() const {
+    return hook_dir_.empty() ? std::string() : hook_dir_ + "/torch-request";
+  }
   // After wait(): the trace files of the run, PyTorch's allocator traces included.
   const std::vector<std::string>& traces() const { return traces_; }
   // After wait(): the command's status, as from waitpid.

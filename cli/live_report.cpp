@@ -3,13 +3,18 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "cli/commands.h"
+#include "collector/analysis.h"
+#include "collector/live_collector.h"
+#include "collector/live_set.h"
 #include "collector/model.h"
 #include "collector/stacks.h"
 #include "collector/trace_reader.h"
@@ -62,67 +67,56 @@ uint64_t whole_frames_end(const std::string& path, uint64_t from) {
 
 namespace {
 
-// What is live now on each device, by site and by library, every process's (the page's "now").
-json live_now(const collector::Run& run) {
+// What is live now on each device, every process's (the page's "now"): by site and library,
+// each process's share.
+json live_now(const collector::Run& run, const collector::RunAnalysis& analysis) {
   struct Device {
-    uint64_t bytes = 0, count = 0;
-    json sites = json::array(), libraries = json::array();
-    size_t processes = 0;
+    std::vector<collector::Allocation> live;
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> by_pid;  // pid -> bytes, count
+    uint64_t bytes = 0;
   };
   std::map<std::pair<std::string, uint32_t>, Device> devices;
-  collector::Symbolizer symbols;
-  for (const auto& p : run.processes) {
-    std::map<uint32_t, std::vector<collector::Allocation>> by_device;
-    for (const auto& [key, a] : p.live)
-      if (a.space == 0) by_device[a.device].push_back(a);
-    if (by_device.empty()) continue;
-    collector::StackResolver stacks(p, symbols);
-    for (auto& [index, allocs] : by_device) {
-      Device& d = devices[{p.host, index}];
-      ++d.processes;
-      for (const auto& a : allocs) d.bytes += a.bytes;
-      d.count += allocs.size();
-      for (json& s : report::sites_json(allocs, stacks)) {
-        s["pid"] = p.pid;
-        d.sites.push_back(std::move(s));
-      }
-      for (json& l : report::libraries_json(allocs, stacks)) d.libraries.push_back(std::move(l));
+  for (size_t i = 0; i < run.processes.size(); ++i) {
+    const auto& p = run.processes[i];
+    for (const auto& [key, a] : p.live) {
+      if (a.space != 0) continue;  // a pool's blocks are inside its driver allocations
+      Device& d = devices[{p.host, a.device}];
+      d.live.push_back(a);
+      d.live.back().process = static_cast<uint32_t>(i);
+      d.bytes += a.bytes;
+      auto& [bytes, count] = d.by_pid[p.pid];
+      bytes += a.bytes;
+      ++count;
     }
   }
+  const collector::StacksOf stacks_of =
+      [&analysis](const collector::Allocation& a) -> collector::StackResolver& {
+    return *analysis.stacks[a.process];
+  };
   json out = json::array();
   for (auto& [key, d] : devices) {
-    auto largest = [](const json& a, const json& b) {
-      return a["bytes"].get<uint64_t>() > b["bytes"].get<uint64_t>();
-    };
-    std::stable_sort(d.sites.begin(), d.sites.end(), largest);
-    // A library held by several processes: one row.
-    std::map<std::string, json> libs;
-    for (json& l : d.libraries) {
-      json& into = libs[l["library"].get<std::string>()];
-      if (into.is_null()) {
-        into = std::move(l);
-        continue;
-      }
-      into["bytes"] = into["bytes"].get<uint64_t>() + l["bytes"].get<uint64_t>();
-      into["count"] = into["count"].get<uint64_t>() + l["count"].get<uint64_t>();
-    }
-    json libraries = json::array();
-    for (auto& [name, l] : libs) libraries.push_back(std::move(l));
-    std::stable_sort(libraries.begin(), libraries.end(), largest);
-    out.push_back({{"host", key.first},
-                   {"device", key.second},
-                   {"bytes", d.bytes},
-                   {"count", d.count},
-                   {"by_site", std::move(d.sites)},
-                   {"by_library", std::move(libraries)}});
+    std::stable_sort(d.live.begin(), d.live.end(),
+                     [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    json e = report::live_groups_json(collector::live_set(d.live, stacks_of, 0, false));
+    json by_process = json::array();
+    for (const auto& [pid, figures] : d.by_pid)
+      by_process.push_back({{"pid", pid}, {"bytes", figures.first}, {"count", figures.second}});
+    e["host"] = key.first;
+    e["device"] = key.second;
+    e["bytes"] = d.bytes;
+    e["count"] = d.live.size();
+    e["by_process"] = std::move(by_process);
+    out.push_back(std::move(e));
   }
   return out;
 }
 
 }  // namespace
 
-LiveReport::LiveReport(std::string run_dir, State state)
-    : run_dir_(std::move(run_dir)), state_(std::move(state)) {}
+LiveReport::LiveReport(std::string run_dir, State state, std::string torch_request)
+    : run_dir_(std::move(run_dir)),
+      state_(std::move(state)),
+      torch_request_(std::move(torch_request)) {}
 
 LiveReport::~LiveReport() = default;
 
@@ -136,10 +130,76 @@ std::string LiveReport::signature(const report::RunInfo& info) {
   return s;
 }
 
-std::shared_ptr<const json> LiveReport::now() {
+namespace {
+
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t mtime_ns(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// Whether process `pid` runs PyTorch's Python module (the start-up hook answers there).
+bool runs_torch(uint64_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libtorch_python") != std::string::npos) return true;
+  return false;
+}
+
+// Whether process `pid` is a Python interpreter (which may have imported a PyTorch that maps
+// no libtorch_python, as the tests' stand-in does).
+bool runs_python(uint64_t pid) {
+  std::error_code ec;
+  const std::string exe =
+      fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).filename().string();
+  return !ec && exe.rfind("python", 0) == 0;
+}
+
+}  // namespace
+
+void LiveReport::ask_torch(const report::RunInfo& info, bool wait) {
+  const int fd = open(torch_request_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;  // the hook's folder is gone: the run is ending
+  futimens(fd, nullptr);
+  close(fd);
+  torch_asked_ns_ = monotonic_ns();
+  const int64_t asked = mtime_ns(torch_request_);
+  if (!wait || asked < 0) return;
+  // PyTorch's processes answer within 20 s (the hook looks every 0.25 s, then writes); other
+  // Python processes may have imported a PyTorch too: a second for them.
+  std::vector<std::string> torch, python;
+  for (const auto& trace : info.still_running)
+    if (const uint64_t pid = collector::pid_in_trace_name(trace)) {
+      const std::string answer = run_dir_ + "/vramtrace." + std::to_string(pid) + ".torch";
+      if (runs_torch(pid))
+        torch.push_back(answer);
+      else if (runs_python(pid))
+        python.push_back(answer);
+    }
+  auto answered = [asked](const std::vector<std::string>& files) {
+    return std::all_of(files.begin(), files.end(),
+                       [asked](const std::string& f) { return mtime_ns(f) >= asked; });
+  };
+  for (int waited_ms = 0; waited_ms < 20000; waited_ms += 50) {
+    if (answered(torch) && (waited_ms >= 1000 || answered(python))) return;
+    usleep(50 * 1000);
+  }
+}
+
+std::shared_ptr<const json> LiveReport::now(bool exact) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_ || (held_ && last_)) return last_;
   const report::RunInfo info = state_();
+  if (!torch_request_.empty() &&
+      (exact || torch_asked_ns_ == 0 || monotonic_ns() - torch_asked_ns_ > 30'000'000'000LL))
+    ask_torch(info, exact);
 
   // The traces so far (the collector names them run_dir + "/vramtrace.<pid>.vtrace": the same
   // spelling here, so that RunInfo::still_running finds them).
@@ -187,8 +247,9 @@ std::shared_ptr<const json> LiveReport::now() {
     if (std::find(info.still_running.begin(), info.still_running.end(), p.trace_path) !=
         info.still_running.end())
       for (auto& o : p.ooms) o.fatal = false;
-  auto j = std::make_shared<json>(report::to_json(run, info));
-  (*j)["live"] = {{"running", true}, {"now", live_now(run)}};
+  const collector::RunAnalysis analysis = collector::analysis_of(run, info.still_running);
+  auto j = std::make_shared<json>(report::to_json(analysis, info));
+  (*j)["live"] = {{"running", true}, {"now", live_now(run, analysis)}};
   last_ = std::move(j);
   last_signature_ = sig;
   return last_;

@@ -10,7 +10,10 @@
 // How (for now): the run folder's traces so far are read and analysed whole, each .vtrace up to
 // the end of its last whole frame (the collector appends bytes as they arrive, so a frame may be
 // half there: it is left for the next time, never reported as a cut trace). PyTorch's and JAX's
-// side traces (.torch, .jax) are written whole and renamed into place by the start-up hook.
+// side traces (.torch, .jax) are written whole and renamed into place by the start-up hook, at
+// exit, at an OOM, and when asked: touching the hook's request file (Launch::torch_request_path)
+// makes each PyTorch process of the run write its allocator trace of the moment (its Python
+// threads wait for the GIL meanwhile, so pages ask for it seldom; a snapshot asks and waits).
 #pragma once
 
 #include <cstdint>
@@ -32,14 +35,17 @@ class LiveReport {
   // not counted as leaked). Called with the report's lock held.
   using State = std::function<report::RunInfo()>;
 
-  LiveReport(std::string run_dir, State state);
+  // `torch_request`: the start-up hook's request file ("" without the hook: --torch=off).
+  LiveReport(std::string run_dir, State state, std::string torch_request = "");
   ~LiveReport();
   LiveReport(const LiveReport&) = delete;
   LiveReport& operator=(const LiveReport&) = delete;
 
   // The report of this moment. Thread-safe. Made again only when the run's traces grew or its
-  // state changed since the last call; otherwise the same object as then.
-  std::shared_ptr<const nlohmann::json> now();
+  // state changed since the last call; otherwise the same object as then. PyTorch's view (its
+  // categories, modules, blocks) is the last one its processes wrote, asked for again when it is
+  // older than 30 s; `exact` (a snapshot): asked for now, and waited for (at most 20 s).
+  std::shared_ptr<const nlohmann::json> now(bool exact = false);
 
   // The command has ended: now() gives the last report until finish() (the final report is
   // being made from the same traces; a second analysis beside it would only slow it down).
@@ -56,9 +62,14 @@ class LiveReport {
     int64_t mtime_ns = 0;
   };
   std::string signature(const report::RunInfo& info);
+  // Asks the PyTorch processes still running for their allocator trace; with `wait`, returns
+  // once each has written it (or after 20 s).
+  void ask_torch(const report::RunInfo& info, bool wait);
 
   const std::string run_dir_;
   State state_;
+  const std::string torch_request_;
+  int64_t torch_asked_ns_ = 0;  // CLOCK_MONOTONIC of the last request, 0: never
   std::mutex mutex_;
   std::map<std::string, TraceState> traces_;  // by path
   std::string last_signature_;

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "collector/analysis.h"
 #include "collector/model.h"
 #include "collector/trace_reader.h"
 #include "report/check.h"
@@ -61,7 +62,7 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
       return 2;
     }
   }
-  nlohmann::json j = report::to_json(run, info);
+  nlohmann::json j = report::to_json(collector::analysis_of(run, info.still_running), info);
   // Both files are written aside and renamed into place only when both are whole: a failure
   // leaves the folder as it was, with no truncated report.
   const std::string path = out_dir + "/report.json", html = out_dir + "/report.html";

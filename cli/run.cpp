@@ -84,7 +84,8 @@ int run_command(const RunArgs& a) {
   Launch launch(a.launch, a.cmd);
   if (int rc = launch.prepare()) return rc;
   // The report of any moment, for the page and for snapshots (SIGUSR2, `vramtrace snapshot`).
-  LiveReport live(launch.out_dir(), [&launch] { return launch.state_now(); });
+  LiveReport live(
+      launch.out_dir(), [&launch] { return launch.state_now(); }, launch.torch_request_path());
   std::unique_ptr<Server> server;
   if (serving) {
     // Before the command starts: a port in use is said, and nothing has run.

@@ -79,7 +79,7 @@ unsigned long highest_snapshot(const std::string& dir) {
 void take_snapshot(const std::string& dir, LiveReport& live) {
   std::shared_ptr<const json> now;
   try {
-    now = live.now();
+    now = live.now(true);
   } catch (const std::exception& e) {
     std::cerr << "vramtrace: snapshot: the report of this moment failed: "
               << report::printable(e.what()) << "\n";

@@ -193,7 +193,6 @@ struct DeviceModel {
   // kernel launches over time (their count per bucket: the rhythm of the run).
   Timeline footprint_timeline;
   Timeline launch_timeline;
-  uint64_t launches_in_bucket = 0;
 
   // The sub-allocators' pools on this device, summed: now, at the in-use peak (taken within
   // 1 ms after it: the allocator's records of the segment that made the peak come just after
@@ -201,7 +200,6 @@ struct DeviceModel {
   bool has_allocator_view = false;
   FragmentationState frag;
   std::optional<FragmentationState> frag_at_peak;
-  uint64_t frag_peak_until = 0;
   FragmentationState frag_most_free;
   uint64_t allocator_peak_in_use = 0, allocator_peak_time = 0;
   Timeline frag_free_timeline;          // reserved but free bytes
@@ -301,8 +299,6 @@ struct ProcessModel {
   // Stacks: every module seen (the current map indexes it by start address), the trace tree,
   // Python code locations (file, function).
   std::vector<ModuleInfo> modules;
-  std::map<uint64_t, size_t> module_map;
-  uint64_t module_generation = UINT64_MAX;
   std::unordered_map<uint32_t, StackNode> stack_nodes;
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> py_codes;
 
@@ -310,7 +306,6 @@ struct ProcessModel {
   std::unordered_map<uint64_t, Allocation> live;  // device pointers and array handles
   std::unordered_map<uint64_t, Allocation> live_host;
   std::unordered_map<uint64_t, VmmHandle> vmm_handles;
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> vmm_mappings;  // va -> (bytes, handle)
 
   // Sub-allocators, phases and iterations.
   std::map<uint64_t, UserPool> user_pools;
@@ -321,28 +316,12 @@ struct ProcessModel {
   // saw no context to classify by (torch_memory null); the same object as torch_memory's context.
   std::shared_ptr<const TorchContext> torch_context;
   std::string torch_trace_problem;  // why it is incomplete, if it is
-  std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges;
-  std::vector<Phase> phases;  // the first kMaxPhases completed ranges
+  std::vector<Phase> phases;        // the first kMaxPhases completed ranges
   uint64_t phases_total = 0;
   struct RangeStats {
     uint64_t count = 0, total_ns = 0;
   };
-  std::map<uint32_t, RangeStats> range_stats;                  // by name id
-  std::map<uint32_t, std::vector<uint64_t>> top_range_starts;  // depth-0 ranges by name id
-  std::vector<uint64_t> steps;                                 // vramtrace_step() times
-  // The launch rhythm: per kernel name, its launches' times while it may mark iterations.
-  // `separated`: launches with device memory allocated or freed since the name's previous
-  // launch (what tells one kernel per iteration from a burst of it), `last_memory` the process's
-  // memory_events at its previous launch.
-  struct Rhythm {
-    uint64_t count = 0, last_index = 0, gap = 0, gap_matches = 0;
-    uint64_t separated = 0, last_memory = 0;
-    bool dropped = false;
-    std::vector<uint64_t> times;
-  };
-  std::vector<Rhythm> rhythm;  // by kernel name id (ids are small: the library counts them)
-  uint64_t launch_index = 0, rhythm_times = 0;
-  uint64_t memory_events = 0;  // allocations, frees and failed allocations seen so far
+  std::map<uint32_t, RangeStats> range_stats;  // by name id
   // Iteration starts (finish()), and what they were found from.
   std::vector<uint64_t> iterations;
   std::string iteration_source;   // "vramtrace_step()", "NVTX range 'NAME'", "kernel"

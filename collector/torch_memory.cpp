@@ -190,8 +190,19 @@ void TorchMemory::find_private_pools() {
 }
 
 void TorchMemory::classify() {
+  info_.assign(ctx_.blocks.size(), BlockInfo{});
+  classify_by_phase();
+  classify_named();
+  // A private pool's block is the pool's whatever it held: a graph's replays reuse it.
+  for (size_t i = 0; i < info_.size(); ++i)
+    if (pool_segment_of_[i] >= 0) info_[i].category = Category::PrivatePool;
+}
+
+// Each block by the phase that made it (forward, backward, optimizer, evaluation, outside any)
+// and whether it outlived that phase; its module from the module marks, or, in a forward the hook
+// did not trace, from the template of the last traced forward of the same model.
+void TorchMemory::classify_by_phase() {
   const auto& blocks = ctx_.blocks;
-  info_.assign(blocks.size(), BlockInfo{});
   // Blocks by allocation time (the trace's order, but devices interleave).
   std::vector<size_t> order(blocks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -320,6 +331,12 @@ void TorchMemory::classify() {
   }
   for (; mark < ctx_.marks.size(); ++mark) forward_mark(ctx_.marks[mark]);
   finish_reading();
+}
+
+// Named storages (parameters, gradients, optimizer state) are what the hook's labels say,
+// whatever phase made their blocks.
+void TorchMemory::classify_named() {
+  const auto& blocks = ctx_.blocks;
   // Named storages: the block live at the label's address when it was taken.
   std::map<std::pair<uint32_t, uint64_t>, size_t> live;
   size_t li = 0;
@@ -371,9 +388,6 @@ void TorchMemory::classify() {
       live.erase(it);
   }
   apply_labels_until(UINT64_MAX);
-  // A private pool's block is the pool's whatever it held: a graph's replays reuse it.
-  for (size_t i = 0; i < info_.size(); ++i)
-    if (pool_segment_of_[i] >= 0) info_[i].category = Category::PrivatePool;
 }
 
 std::vector<std::pair<uint64_t, int64_t>> TorchMemory::lifetime_events(

@@ -152,6 +152,8 @@ class TorchMemory {
  private:
   void find_phases();
   void classify();
+  void classify_by_phase();
+  void classify_named();
   void find_private_pools();  // before classify(): which blocks are the pools'
   // Blocks' allocations (+index+1) and frees (-(index+1)) in time order; all devices when
   // `device` is null.

@@ -1,420 +1,471 @@
-// Reading PyTorch's allocator trace files (see torch_trace.h). Never trusts the input: every
-// field is parsed with bounds, a bad line stops the reading there and says which.
+// Reading PyTorch's allocator trace files (see torch_trace.h; their lines are declared in
+// common/side_channel.h). Never trusts the input: every field is read as the table declares it,
+// and a bad line does what its row says (most stop the reading there, saying which line).
 #include "collector/torch_trace.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <charconv>
-#include <fstream>
-#include <map>
-#include <set>
-#include <unordered_map>
+#include <cerrno>
+#include <cstring>
 
 namespace vramtrace::collector {
 namespace {
 
 using format::RecordType;
 
-std::vector<std::string> split_tabs(const std::string& line) {
-  std::vector<std::string> out;
+constexpr size_t kMaxLine = 1 << 16;
+// Modules, sites, private pools' segments: a corrupt file cannot make millions.
+constexpr size_t kMaxNames = 1 << 20;
+
+uint32_t clamp32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
+
+// The frames of an X line: file:line:function, separated by '|', at most 64.
+std::vector<TorchSite> exception_frames(std::string_view list) {
+  std::vector<TorchSite> out;
   size_t start = 0;
-  while (true) {
-    size_t tab = line.find('\t', start);
-    out.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-    if (tab == std::string::npos) break;
-    start = tab + 1;
+  while (start < list.size() && out.size() < 64) {
+    const size_t bar = list.find('|', start);
+    std::string_view one =
+        list.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start);
+    // The file may hold ':' itself: split from the right.
+    const size_t c2 = one.rfind(':');
+    const size_t c1 =
+        c2 == std::string_view::npos || c2 == 0 ? std::string_view::npos : one.rfind(':', c2 - 1);
+    uint64_t ln = 0;
+    if (c1 != std::string_view::npos &&
+        side::field::whole_u64(one.substr(c1 + 1, c2 - c1 - 1), &ln))
+      out.push_back({std::string(one.substr(0, c1)), std::string(one.substr(c2 + 1)), clamp32(ln)});
+    if (bar == std::string_view::npos) break;
+    start = bar + 1;
   }
   return out;
 }
 
-bool to_u64(const std::string& s, uint64_t* v) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
-struct Frame {
-  uint32_t code = 0, line = 0;
+// Closes a file descriptor however read_more() leaves.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
 };
 
 }  // namespace
 
-TorchTrace read_torch_trace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TraceError(path + ": cannot open");
-  TorchTrace t;
-  std::string line;
-  constexpr size_t kMaxLine = 1 << 16;
-  if (!std::getline(in, line) || line.rfind("vramtrace.torch/", 0) != 0)
-    throw TraceError(path + ": not a PyTorch allocator trace (no vramtrace.torch header)");
-  auto head = split_tabs(line);
-  uint64_t realtime = 0, mono = 0;
-  const bool v2 = head[0] == "vramtrace.torch/2";
-  t.context.present = v2;
-  if (head[0] != "vramtrace.torch/1" && !v2)
-    throw TraceError(path + ": PyTorch allocator trace of an unknown version (" + head[0] + ")");
-  if (head.size() < 5 || !to_u64(head[1], &t.pid) || !to_u64(head[2], &realtime) ||
-      !to_u64(head[3], &mono))
-    throw TraceError(path + ": bad header line");
-  t.torch_version = head[4].substr(0, 64);
-  t.context.torch_version = t.torch_version;
+TorchTraceReader::TorchTraceReader(std::string name) : name_(std::move(name)) {}
+
+// ---- lines --------------------------------------------------------------------------------------
+
+void TorchTraceReader::feed(std::string_view bytes) {
+  while (!bytes.empty() && !stopped_) {
+    const size_t nl = bytes.find('\n');
+    if (nl == std::string_view::npos) {
+      pending_.append(bytes);
+      // A line this long is bad however it ends; the header line has no bound.
+      if (header_read_ && pending_.size() > kMaxLine) {
+        ++lineno_;
+        fail("line too long");
+      }
+      return;
+    }
+    if (pending_.empty()) {
+      line(bytes.substr(0, nl));
+    } else {
+      pending_.append(bytes.substr(0, nl));
+      const std::string whole = std::move(pending_);
+      pending_.clear();
+      line(whole);
+    }
+    bytes.remove_prefix(nl + 1);
+  }
+}
+
+void TorchTraceReader::line(std::string_view text) {
+  if (!header_read_) return header(text);
+  ++lineno_;
+  if (text.size() > kMaxLine) return fail("line too long");
+  const side::Split fields = side::split(text);
+  const side::Kind kind = side::kind_of(fields.field[0]);
+  if (kind == side::Kind::kCount || side::spec(kind).since > (v2_ ? 2 : 1)) return unknown(fields);
+  using Dispatch = void (TorchTraceReader::*)(const side::Split&);
+#define VRAMTRACE_SIDE_DISPATCH(Name, tag, since, on_bad, problem, fields) \
+  &TorchTraceReader::dispatch<side::Name>,
+  static constexpr Dispatch kDispatch[] = {
+      VRAMTRACE_SIDE_LINES(VRAMTRACE_SIDE_DISPATCH, VRAMTRACE_SIDE_IGNORE, VRAMTRACE_SIDE_IGNORE)};
+#undef VRAMTRACE_SIDE_DISPATCH
+  (this->*kDispatch[static_cast<size_t>(kind)])(fields);
+}
+
+template <typename Line>
+void TorchTraceReader::dispatch(const side::Split& fields) {
+  const side::Spec& spec = side::spec(Line::kKind);
+  Line l;
+  const side::Decoded d =
+      spec.on_bad == side::OnBad::Unread ? side::Decoded::Ok : side::decode(fields, l);
+  if (d == side::Decoded::Short) {
+    if (spec.on_bad == side::OnBad::Stop)
+      fail(spec.problem);
+    else if (spec.on_bad != side::OnBad::Lax)
+      unknown(fields);  // not a line of this kind
+    return;
+  }
+  if (d == side::Decoded::Ok && on(l)) return;
+  if (spec.on_bad == side::OnBad::Stop || spec.on_bad == side::OnBad::Match) fail(spec.problem);
+}
+
+void TorchTraceReader::unknown(const side::Split& fields) {
+  if (fields.count == 1 && fields.field[0].empty()) return;  // an empty line
+  fail("unknown record '" + std::string(fields.field[0].substr(0, 16)) + "'");
+}
+
+void TorchTraceReader::fail(const std::string& why) {
+  trace_.problem = "line " + std::to_string(lineno_) + ": " + why;
+  stopped_ = true;
+  pending_.clear();
+}
+
+void TorchTraceReader::header(std::string_view text) {
+  if (text.substr(0, std::strlen(side::kMagic)) != side::kMagic)
+    throw TraceError(name_ + ": not a PyTorch allocator trace (no vramtrace.torch header)");
+  const side::Split fields = side::split(text);
+  v2_ = fields.field[0] == "vramtrace.torch/2";
+  if (fields.field[0] != "vramtrace.torch/1" && !v2_)
+    throw TraceError(name_ + ": PyTorch allocator trace of an unknown version (" +
+                     std::string(fields.field[0]) + ")");
+  side::Header h;
+  if (side::decode(fields, h) != side::Decoded::Ok) throw TraceError(name_ + ": bad header line");
+  trace_.pid = h.pid;
+  trace_.torch_version = std::string(h.version);
+  trace_.context.torch_version = trace_.torch_version;
   // Epoch - monotonic, ns; times are moved by it in unsigned arithmetic (modulo 2^64: the
   // same result, and a damaged file's huge times wrap instead of overflowing).
-  const uint64_t offset = realtime - mono;
+  offset_ = h.realtime_ns - h.monotonic_ns;
+  header_read_ = true;
+}
 
-  std::unordered_map<uint64_t, Frame> frames;
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> nodes;  // (parent, code, line)
-  uint32_t next_id = kTorchNodeBase;
-  std::map<uint32_t, bool> pools;  // device -> pool record sent
-  std::vector<TorchEvent> events;
-  TorchContext& ctx = t.context;
-  std::map<std::pair<uint32_t, uint64_t>, size_t> live_blocks;  // (device, address) -> index
-  // A ring that dropped its earliest entries: what was live when its window began is what the
-  // window frees without having made, and what the dump's allocator state holds that the
-  // window did not make (device, address, bytes; the free's time, or UINT64_MAX).
-  struct BeforeWindow {
-    uint32_t device = 0;
-    uint64_t address = 0, bytes = 0, free_ns = UINT64_MAX;
-  };
-  std::set<uint32_t> wrapped;
-  std::map<uint32_t, uint64_t> first_time;  // device -> its first entry's time
-  std::vector<BeforeWindow> blocks_before, segments_before;
-  std::set<std::pair<uint32_t, uint64_t>> live_segments;  // made in the window, not yet freed
-  std::vector<BeforeWindow> dump_blocks, dump_segments;   // A and G lines
-  std::map<uint32_t, uint64_t> last_time;                 // device -> its last entry's time
-  auto to_mono = [&](uint64_t realtime_ns) { return realtime_ns - offset; };
-  constexpr size_t kMaxNames = 1 << 20;  // modules, sites: a corrupt file cannot make millions
-  bool complete = false;
-  uint64_t lineno = 1, entries = 0;
-  auto fail = [&](const std::string& why) {
-    t.problem = "line " + std::to_string(lineno) + ": " + why;
-  };
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.size() > kMaxLine) {
-      fail("line too long");
-      break;
-    }
-    auto f = split_tabs(line);
-    if (f[0] == "F") {
-      uint64_t id = 0, ln = 0;
-      if (f.size() < 5 || !to_u64(f[1], &id) || !to_u64(f[3], &ln)) {
-        fail("bad frame");
-        break;
-      }
-      Frame fr{next_id++, static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))};
-      frames[id] = fr;
-      TorchEvent code;
-      code.record.type = RecordType::PyCode;
-      const std::string& file = t.text.emplace_back(f[2].substr(0, 4096));
-      const std::string& function = t.text.emplace_back(f[4].substr(0, 4096));
-      code.record.py_code = {fr.code, file, function};
-      events.push_back(code);
-    } else if (f[0] == "E") {
-      uint64_t device = 0, addr = 0, bytes = 0, stream = 0, time_us = 0;
-      if (f.size() < 9 || !to_u64(f[1], &device) || device >= 4096 || !to_u64(f[3], &addr) ||
-          !to_u64(f[4], &bytes) || !to_u64(f[5], &stream) || !to_u64(f[6], &time_us)) {
-        fail("bad event");
-        break;
-      }
-      ++entries;
-      const std::string& action = f[2];
-      TorchEvent e;
-      format::Record& r = e.record;
-      const auto dev = static_cast<uint32_t>(device);
-      const uint64_t pool = kTorchPoolBase + device;
-      r.time_ns = time_us * 1000 - offset;
-      if (action == "segment_alloc" || action == "segment_free" || action == "segment_map" ||
-          action == "segment_unmap") {
-        r.type = RecordType::UserSegment;
-        format::SegmentOp op = action == "segment_alloc"  ? format::SegmentOp::AddSegment
-                               : action == "segment_free" ? format::SegmentOp::RemoveSegment
-                               : action == "segment_map"  ? format::SegmentOp::Map
-                                                          : format::SegmentOp::Unmap;
-        r.user_segment = {pool, addr, bytes, op};
-      } else if (action == "alloc" || action == "free_completed") {
-        r.type = RecordType::UserBlock;
-        r.user_block = {pool, addr, action == "free_completed" ? 0 : bytes, 0};
-        e.stream = stream;
-      } else if (action == "oom") {
-        r.type = RecordType::UserOom;
-        uint64_t free_b = 0;
-        r.user_oom = {pool, bytes, 0, to_u64(f[8], &free_b) ? free_b + 1 : 0};
-      } else {
-        continue;  // free_requested, snapshot, ...: nothing changes hands
-      }
-      // One device's entries are in the order they happened, with microsecond times: entries
-      // of one microsecond keep that order (a block freed just after another was made was
-      // live when it was made).
-      uint64_t& last = last_time[dev];
-      if (r.time_ns <= last) r.time_ns = last + 1;
-      last = r.time_ns;
-      first_time.try_emplace(dev, r.time_ns);
-      if (r.type == RecordType::UserBlock) {
-        const std::pair<uint32_t, uint64_t> key{dev, addr};
-        if (r.user_block.bytes) {
-          live_blocks[key] = ctx.blocks.size();
-          ctx.blocks.push_back({dev, addr, bytes, r.time_ns, UINT64_MAX, stream});
-        } else if (auto it = live_blocks.find(key); it != live_blocks.end()) {
-          ctx.blocks[it->second].free_ns = r.time_ns;
-          live_blocks.erase(it);
-        } else if (wrapped.count(dev)) {
-          blocks_before.push_back({dev, addr, bytes, r.time_ns});
-        }
-      } else if (r.type == RecordType::UserSegment) {
-        const auto op = r.user_segment.op;
-        const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
-        if (grow)
-          live_segments.insert({dev, addr});
-        else if (!live_segments.erase({dev, addr}) && wrapped.count(dev))
-          segments_before.push_back({dev, addr, bytes, r.time_ns});
-        ctx.reserves.push_back({dev, addr, r.time_ns,
-                                grow ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes),
-                                op == format::SegmentOp::Map || op == format::SegmentOp::Unmap});
-      } else if (r.type == RecordType::UserOom) {
-        ctx.ooms.push_back(r.time_ns);
-        uint64_t device_free = UINT64_MAX;
-        if (!to_u64(f[8], &device_free)) device_free = UINT64_MAX;
-        ctx.oom_requests.push_back({dev, r.time_ns, bytes, stream, device_free});
-      }
-      if (!pools[dev]) {
-        pools[dev] = true;
-        TorchEvent p;
-        p.record.type = RecordType::UserPool;
-        p.record.user_pool = {pool, dev, 0};  // named kTorchPoolName by its id
-        events.push_back(p);
-      }
-      // The frames become a Python stack (outermost first in the tree), named just before
-      // the block or OOM it belongs to.
-      if ((r.type == RecordType::UserBlock && r.user_block.bytes) ||
-          r.type == RecordType::UserOom) {
-        std::vector<uint32_t> ids;
-        size_t start = 0;
-        const std::string& list = f[7];
-        while (start < list.size() && ids.size() < 256) {
-          size_t comma = list.find(',', start);
-          uint64_t id = 0;
-          if (to_u64(list.substr(start,
-                                 comma == std::string::npos ? std::string::npos : comma - start),
-                     &id)) {
-            auto fr = frames.find(id);
-            if (fr != frames.end()) ids.push_back(static_cast<uint32_t>(id));
-          }
-          if (comma == std::string::npos) break;
-          start = comma + 1;
-        }
-        uint32_t parent = 0;
-        for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-          const Frame& fr = frames[*it];
-          auto [n, added] = nodes.try_emplace({parent, fr.code, fr.line}, 0);
-          if (added) {
-            n->second = next_id++;
-            TorchEvent node;
-            node.record.type = RecordType::PyStackNode;
-            node.record.py_stack_node = {n->second, parent, fr.code, fr.line};
-            node.record.time_ns = r.time_ns;
-            events.push_back(node);
-          }
-          parent = n->second;
-        }
-        if (parent) {
-          TorchEvent stack;
-          stack.record.type = RecordType::AllocStack;
-          stack.record.alloc_stack = {0, parent};
-          stack.record.time_ns = r.time_ns;
-          events.push_back(stack);
-        }
-      }
-      events.push_back(e);
-    } else if (f[0] == "W") {
-      uint64_t device = 0, n = 0;
-      if (f.size() >= 3 && to_u64(f[1], &device) && to_u64(f[2], &n) && device < 4096) {
-        wrapped.insert(static_cast<uint32_t>(device));
-        t.problem = "PyTorch's trace buffer of device " + std::to_string(device) + " was full (" +
-                    std::to_string(n) + " entries): its earliest events are missing";
-      }
-    } else if (v2 && (f[0] == "A" || f[0] == "G") && f.size() >= 4) {
-      uint64_t device = 0, addr = 0, bytes = 0;
-      if (!to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &addr) ||
-          !to_u64(f[3], &bytes)) {
-        fail("bad allocator state");
-        break;
-      }
-      (f[0] == "A" ? dump_blocks : dump_segments)
-          .push_back({static_cast<uint32_t>(device), addr, bytes});
-    } else if (v2 && f[0] == "M" && f.size() >= 6) {
-      uint64_t id = 0, ln = 0;
-      if (!to_u64(f[1], &id) || id != ctx.modules.size() + 1 || id > kMaxNames ||
-          !to_u64(f[5], &ln)) {
-        fail("bad module");
-        break;
-      }
-      ctx.modules.push_back({f[2].substr(0, 1024), f[3].substr(0, 256), f[4].substr(0, 4096),
-                             static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
-    } else if (v2 && f[0] == "S" && f.size() >= 5) {
-      uint64_t id = 0, ln = 0;
-      if (!to_u64(f[1], &id) || id != ctx.sites.size() + 1 || id > kMaxNames ||
-          !to_u64(f[3], &ln)) {
-        fail("bad site");
-        break;
-      }
-      ctx.sites.push_back({f[2].substr(0, 4096), f[4].substr(0, 1024),
-                           static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
-    } else if (v2 && f[0] == "K" && f.size() >= 4) {
-      uint64_t time = 0, kind = 0, id = 0;
-      if (!to_u64(f[1], &time) || !to_u64(f[2], &kind) || !to_u64(f[3], &id) ||
-          kind >= static_cast<uint64_t>(MarkKind::kCount) || id > UINT32_MAX) {
-        fail("bad mark");
-        break;
-      }
-      const auto mk = static_cast<MarkKind>(kind);
-      const bool forward =
-          mk == MarkKind::Forward || mk == MarkKind::ForwardEval || mk == MarkKind::ForwardEvalGrad;
-      // A forward's id carries the autocast flag in its top bit and "inner module calls not
-      // traced" in bit 30: kept apart.
-      ctx.marks.push_back({to_mono(time), mk,
-                           static_cast<uint32_t>(forward ? id & 0x3fffffffu : id),
-                           forward && (id >> 31) != 0, forward && ((id >> 30) & 1) != 0});
-    } else if (v2 && f[0] == "L" && f.size() >= 9) {
-      TorchLabel l;
-      uint64_t time = 0, device = 0;
-      if (!to_u64(f[1], &time) || !to_u64(f[2], &device) || device >= 4096 ||
-          !to_u64(f[3], &l.ptr) || !to_u64(f[4], &l.bytes)) {
-        fail("bad label");
-        break;
-      }
-      l.time_ns = to_mono(time);
-      l.device = static_cast<uint32_t>(device);
-      l.kind = f[5].substr(0, 16);
-      l.name = f[6].substr(0, 1024);
-      l.shape = f[7].substr(0, 256);
-      l.dtype = f[8].substr(0, 64);
-      ctx.labels.push_back(std::move(l));
-    } else if (v2 && f[0] == "Q" && f.size() >= 4) {
-      uint64_t device = 0, total = 0;
-      double fraction = 0;
-      auto [p, ec] = std::from_chars(f[2].data(), f[2].data() + f[2].size(), fraction);
-      if (to_u64(f[1], &device) && device < 4096 && ec == std::errc() && to_u64(f[3], &total) &&
-          fraction > 0 && fraction <= 1)
-        ctx.limits[static_cast<uint32_t>(device)] = {fraction, total};
-    } else if (v2 && f[0] == "X" && f.size() >= 5) {
-      TorchException x;
-      uint64_t time = 0;
-      if (!to_u64(f[1], &time)) {
-        fail("bad exception");
-        break;
-      }
-      x.time_ns = to_mono(time);
-      x.type = f[2].substr(0, 256);
-      x.message = f[3].substr(0, 2048);
-      size_t start = 0;
-      const std::string& list = f[4];
-      while (start < list.size() && x.frames.size() < 64) {
-        size_t bar = list.find('|', start);
-        std::string one =
-            list.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
-        // file:line:function, the file may hold ':' itself: split from the right.
-        size_t c2 = one.rfind(':');
-        size_t c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : one.rfind(':', c2 - 1);
-        uint64_t ln = 0;
-        if (c1 != std::string::npos && to_u64(one.substr(c1 + 1, c2 - c1 - 1), &ln))
-          x.frames.push_back({one.substr(0, c1), one.substr(c2 + 1),
-                              static_cast<uint32_t>(std::min<uint64_t>(ln, UINT32_MAX))});
-        if (bar == std::string::npos) break;
-        start = bar + 1;
-      }
-      ctx.exception = std::move(x);
-    } else if (v2 && f[0] == "J" && f.size() >= 7) {
-      uint64_t device = 0;
-      XlaPool x;
-      if (!to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &x.in_use) ||
-          !to_u64(f[3], &x.peak_in_use) || !to_u64(f[4], &x.limit) || !to_u64(f[5], &x.reserved) ||
-          !to_u64(f[6], &x.largest_alloc)) {
-        fail("bad XLA statistics");
-        break;
-      }
-      ctx.xla[static_cast<uint32_t>(device)] = x;
-    } else if (f[0] == "P") {
-      TorchPoolSegment seg;
-      uint64_t device = 0;
-      if (f.size() < 7 || !to_u64(f[1], &device) || device >= 4096 || !to_u64(f[2], &seg.address) ||
-          !to_u64(f[3], &seg.bytes) || !to_u64(f[4], &seg.pool_id[0]) ||
-          !to_u64(f[5], &seg.pool_id[1]) || (f[6] != "graph" && f[6] != "pool") ||
-          ctx.pool_segments.size() >= kMaxNames) {
-        fail("bad private pool segment");
-        break;
-      }
-      seg.device = static_cast<uint32_t>(device);
-      seg.cuda_graph = f[6] == "graph";
-      ctx.pool_segments.push_back(seg);
-    } else if (v2 && f[0] == "D" && f.size() >= 2) {
-      to_u64(f[1], &ctx.dropped_marks);
-    } else if (f[0] == "C" && f.size() >= 2) {
-      ctx.alloc_conf = f[1].substr(0, 4096);
-    } else if (f[0] == "END") {
-      complete = true;
-      break;
-    } else if (!line.empty()) {
-      fail("unknown record '" + f[0].substr(0, 16) + "'");
-      break;
-    }
-  }
-  // Before each wrapped device's window: its segments and blocks, made a nanosecond before
-  // its first entry (with its pool record), so that the window's frees find what they free
-  // and the state at the end is the allocator's.
-  if (!wrapped.empty() && (!dump_blocks.empty() || !dump_segments.empty()) &&
-      t.problem.rfind("PyTorch's trace buffer", 0) == 0)
-    t.problem +=
-        " (what was live before them is read from the allocator's state at the end; "
-        "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
-  for (uint32_t dev : wrapped) {
-    auto first = first_time.find(dev);
-    if (first == first_time.end() || first->second < 2) continue;
-    const uint64_t ts = first->second - 1;
-    ctx.window_start[dev] = first->second;
-    const uint64_t pool = kTorchPoolBase + dev;
+// ---- the allocator's trace: frames and entries -------------------------------------------------
+
+bool TorchTraceReader::on(const side::Frame& f) {
+  const Frame frame{next_id_++, clamp32(f.line)};
+  frames_[f.id] = frame;
+  std::string text;
+  text.reserve(f.file.size() + f.function.size());
+  text.append(f.file).append(f.function);
+  TorchEvent code;
+  code.text = std::make_shared<const std::string>(std::move(text));
+  const std::string_view all = *code.text;
+  code.record.type = RecordType::PyCode;
+  code.record.py_code = {frame.code, all.substr(0, f.file.size()), all.substr(f.file.size())};
+  trace_.events.push_back(std::move(code));
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Entry& e) {
+  ++entries_;
+  TorchEvent event;
+  if (!entry_record(e, &event))
+    return true;  // free_requested, snapshot, ...: nothing changes hands
+  format::Record& r = event.record;
+  entry_order(e.device, r);
+  entry_context(e, r, e.stream);
+  if (pools_.insert(e.device).second) {
     TorchEvent p;
     p.record.type = RecordType::UserPool;
-    p.record.user_pool = {pool, dev, 0};
-    p.record.time_ns = ts;
-    events.push_back(p);
-    std::vector<BeforeWindow> segs, blocks;
-    for (const auto& x : segments_before)
-      if (x.device == dev) segs.push_back(x);
-    for (const auto& x : dump_segments) {
-      // Not one the window made, nor one it mapped pieces of (expandable segments: the
-      // snapshot's segment is the whole range, the window's maps are pieces of it).
-      auto in = live_segments.lower_bound({dev, x.address});
-      if (x.device == dev &&
-          (in == live_segments.end() || in->first != dev || in->second >= x.address + x.bytes))
-        segs.push_back(x);
-    }
-    for (const auto& x : blocks_before)
-      if (x.device == dev) blocks.push_back(x);
-    for (const auto& x : dump_blocks)
-      if (x.device == dev && !live_blocks.count({dev, x.address})) blocks.push_back(x);
-    for (const auto& x : segs) {
-      TorchEvent e;
-      e.record.type = RecordType::UserSegment;
-      e.record.user_segment = {pool, x.address, x.bytes, format::SegmentOp::AddSegment};
-      e.record.time_ns = ts;
-      events.push_back(e);
-      ctx.reserves.push_back({dev, x.address, ts, static_cast<int64_t>(x.bytes)});
-    }
-    for (const auto& x : blocks) {
-      TorchEvent e;
-      e.record.type = RecordType::UserBlock;
-      e.record.user_block = {pool, x.address, x.bytes, 0};
-      e.record.time_ns = ts;
-      events.push_back(e);
-      TorchBlock b{dev, x.address, x.bytes, ts, x.free_ns};
-      b.before_window = true;
-      ctx.blocks.push_back(b);
-    }
+    p.record.user_pool = {kTorchPoolBase + e.device, e.device,
+                          0};  // named kTorchPoolName by its id
+    trace_.events.push_back(std::move(p));
   }
+  if ((r.type == RecordType::UserBlock && r.user_block.bytes) || r.type == RecordType::UserOom)
+    entry_stack(e.frames, r.time_ns);
+  trace_.events.push_back(std::move(event));
+  return true;
+}
+
+bool TorchTraceReader::entry_record(const side::Entry& e, TorchEvent* event) const {
+  format::Record& r = event->record;
+  const uint64_t pool = kTorchPoolBase + e.device;
+  r.time_ns = e.time_us * 1000 - offset_;
+  const std::string_view a = e.action;
+  if (a == "segment_alloc" || a == "segment_free" || a == "segment_map" || a == "segment_unmap") {
+    r.type = RecordType::UserSegment;
+    const format::SegmentOp op = a == "segment_alloc"  ? format::SegmentOp::AddSegment
+                                 : a == "segment_free" ? format::SegmentOp::RemoveSegment
+                                 : a == "segment_map"  ? format::SegmentOp::Map
+                                                       : format::SegmentOp::Unmap;
+    r.user_segment = {pool, e.address, e.bytes, op};
+  } else if (a == "alloc" || a == "free_completed") {
+    r.type = RecordType::UserBlock;
+    r.user_block = {pool, e.address, a == "free_completed" ? 0 : e.bytes, 0};
+    event->stream = e.stream;
+  } else if (a == "oom") {
+    r.type = RecordType::UserOom;
+    r.user_oom = {pool, e.bytes, 0, e.device_free ? *e.device_free + 1 : 0};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// One device's entries are in the order they happened, with microsecond times: entries of one
+// microsecond keep that order (a block freed just after another was made was live when it was
+// made).
+void TorchTraceReader::entry_order(uint32_t device, format::Record& r) {
+  uint64_t& last = last_time_[device];
+  if (r.time_ns <= last) r.time_ns = last + 1;
+  last = r.time_ns;
+  first_time_.try_emplace(device, r.time_ns);
+}
+
+void TorchTraceReader::entry_context(const side::Entry& e, const format::Record& r,
+                                     uint64_t stream) {
+  TorchContext& ctx = trace_.context;
+  const uint32_t dev = e.device;
+  if (r.type == RecordType::UserBlock) {
+    const std::pair<uint32_t, uint64_t> key{dev, e.address};
+    if (r.user_block.bytes) {
+      live_blocks_[key] = ctx.blocks.size();
+      ctx.blocks.push_back({dev, e.address, e.bytes, r.time_ns, UINT64_MAX, stream});
+    } else if (auto it = live_blocks_.find(key); it != live_blocks_.end()) {
+      ctx.blocks[it->second].free_ns = r.time_ns;
+      live_blocks_.erase(it);
+    } else if (wrapped_.count(dev)) {
+      blocks_before_.push_back({dev, e.address, e.bytes, r.time_ns});
+    }
+  } else if (r.type == RecordType::UserSegment) {
+    const auto op = r.user_segment.op;
+    const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
+    if (grow)
+      live_segments_.insert({dev, e.address});
+    else if (!live_segments_.erase({dev, e.address}) && wrapped_.count(dev))
+      segments_before_.push_back({dev, e.address, e.bytes, r.time_ns});
+    ctx.reserves.push_back({dev, e.address, r.time_ns,
+                            grow ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes),
+                            op == format::SegmentOp::Map || op == format::SegmentOp::Unmap});
+  } else if (r.type == RecordType::UserOom) {
+    ctx.ooms.push_back(r.time_ns);
+    ctx.oom_requests.push_back(
+        {dev, r.time_ns, e.bytes, stream, e.device_free.value_or(UINT64_MAX)});
+  }
+}
+
+// The frames become a Python stack (outermost first in the tree), named just before the block
+// or OOM it belongs to.
+void TorchTraceReader::entry_stack(std::string_view frame_ids, uint64_t time_ns) {
+  Frame stack[256];
+  size_t n = 0;
+  while (!frame_ids.empty() && n < std::size(stack)) {
+    const size_t comma = frame_ids.find(',');
+    uint64_t id = 0;
+    if (side::field::whole_u64(frame_ids.substr(0, comma), &id)) {
+      auto fr = frames_.find(id);
+      if (fr != frames_.end()) stack[n++] = fr->second;
+    }
+    if (comma == std::string_view::npos) break;
+    frame_ids.remove_prefix(comma + 1);
+  }
+  uint32_t parent = 0;
+  while (n-- > 0) {
+    const Frame& fr = stack[n];
+    auto [node, added] = nodes_.try_emplace({parent, fr.code, fr.line}, 0);
+    if (added) {
+      node->second = next_id_++;
+      TorchEvent e;
+      e.record.type = RecordType::PyStackNode;
+      e.record.py_stack_node = {node->second, parent, fr.code, fr.line};
+      e.record.time_ns = time_ns;
+      trace_.events.push_back(std::move(e));
+    }
+    parent = node->second;
+  }
+  if (parent) {
+    TorchEvent e;
+    e.record.type = RecordType::AllocStack;
+    e.record.alloc_stack = {0, parent};
+    e.record.time_ns = time_ns;
+    trace_.events.push_back(std::move(e));
+  }
+}
+
+bool TorchTraceReader::on(const side::Wrapped& w) {
+  wrapped_.insert(w.device);
+  trace_.problem = "PyTorch's trace buffer of device " + std::to_string(w.device) + " was full (" +
+                   std::to_string(w.entries) + " entries): its earliest events are missing";
+  return true;
+}
+
+bool TorchTraceReader::on(const side::DumpSegment& g) {
+  dump_segments_.push_back({g.device, g.address, g.bytes});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::DumpBlock& a) {
+  dump_blocks_.push_back({a.device, a.address, a.bytes});
+  return true;
+}
+
+// ---- what the hook saw of the program --------------------------------------------------------
+
+bool TorchTraceReader::on(const side::Module& m) {
+  auto& modules = trace_.context.modules;
+  if (m.id != modules.size() + 1 || m.id > kMaxNames) return false;
+  modules.push_back(
+      {std::string(m.name), std::string(m.type), std::string(m.file), clamp32(m.line)});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Site& s) {
+  auto& sites = trace_.context.sites;
+  if (s.id != sites.size() + 1 || s.id > kMaxNames) return false;
+  sites.push_back({std::string(s.file), std::string(s.function), clamp32(s.line)});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Mark& k) {
+  if (k.kind >= static_cast<uint64_t>(MarkKind::kCount) || k.id > UINT32_MAX) return false;
+  const auto kind = static_cast<MarkKind>(k.kind);
+  const bool forward = kind == MarkKind::Forward || kind == MarkKind::ForwardEval ||
+                       kind == MarkKind::ForwardEvalGrad;
+  // A forward's id carries the autocast flag in its top bit and "inner module calls not
+  // traced" in bit 30: kept apart.
+  trace_.context.marks.push_back(
+      {k.time_ns - offset_, kind, static_cast<uint32_t>(forward ? k.id & 0x3fffffffu : k.id),
+       forward && (k.id >> 31) != 0, forward && ((k.id >> 30) & 1) != 0});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Label& l) {
+  TorchLabel label;
+  label.time_ns = l.time_ns - offset_;
+  label.device = l.device;
+  label.ptr = l.ptr;
+  label.bytes = l.bytes;
+  label.kind = std::string(l.kind);
+  label.name = std::string(l.name);
+  label.shape = std::string(l.shape);
+  label.dtype = std::string(l.dtype);
+  trace_.context.labels.push_back(std::move(label));
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Limit& q) {
+  if (!(q.fraction > 0 && q.fraction <= 1)) return false;
+  trace_.context.limits[q.device] = {q.fraction, q.total_bytes};
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Exception& x) {
+  TorchException e;
+  e.time_ns = x.time_ns - offset_;
+  e.type = std::string(x.type);
+  e.message = std::string(x.message);
+  e.frames = exception_frames(x.frames);
+  trace_.context.exception = std::move(e);
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Xla& j) {
+  trace_.context.xla[j.device] = {j.in_use, j.peak_in_use, j.limit, j.reserved, j.largest_alloc};
+  return true;
+}
+
+bool TorchTraceReader::on(const side::PoolSegment& p) {
+  auto& segments = trace_.context.pool_segments;
+  if ((p.kind != "graph" && p.kind != "pool") || segments.size() >= kMaxNames) return false;
+  TorchPoolSegment seg;
+  seg.device = p.device;
+  seg.address = p.address;
+  seg.bytes = p.bytes;
+  seg.pool_id[0] = p.pool_id_0;
+  seg.pool_id[1] = p.pool_id_1;
+  seg.cuda_graph = p.kind == "graph";
+  segments.push_back(seg);
+  return true;
+}
+
+bool TorchTraceReader::on(const side::Dropped& d) {
+  trace_.context.dropped_marks = d.marks;
+  return true;
+}
+
+bool TorchTraceReader::on(const side::AllocConf& c) {
+  trace_.context.alloc_conf = std::string(c.conf);
+  return true;
+}
+
+bool TorchTraceReader::on(const side::End&) {
+  complete_ = true;
+  stopped_ = true;
+  pending_.clear();
+  return true;
+}
+
+// ---- the end: the window before a wrapped ring's, time order
+// -------------------------------------
+
+// Before a wrapped device's window: its segments and blocks, made a nanosecond before its first
+// entry (with its pool record), so that the window's frees find what they free and the state at
+// the end is the allocator's.
+void TorchTraceReader::add_before_window(uint32_t dev) {
+  TorchContext& ctx = trace_.context;
+  auto first = first_time_.find(dev);
+  if (first == first_time_.end() || first->second < 2) return;
+  const uint64_t ts = first->second - 1;
+  ctx.window_start[dev] = first->second;
+  const uint64_t pool = kTorchPoolBase + dev;
+  TorchEvent p;
+  p.record.type = RecordType::UserPool;
+  p.record.user_pool = {pool, dev, 0};
+  p.record.time_ns = ts;
+  trace_.events.push_back(std::move(p));
+  std::vector<BeforeWindow> segs, blocks;
+  for (const auto& x : segments_before_)
+    if (x.device == dev) segs.push_back(x);
+  for (const auto& x : dump_segments_) {
+    // Not one the window made, nor one it mapped pieces of (expandable segments: the
+    // snapshot's segment is the whole range, the window's maps are pieces of it).
+    auto in = live_segments_.lower_bound({dev, x.address});
+    if (x.device == dev &&
+        (in == live_segments_.end() || in->first != dev || in->second >= x.address + x.bytes))
+      segs.push_back(x);
+  }
+  for (const auto& x : blocks_before_)
+    if (x.device == dev) blocks.push_back(x);
+  for (const auto& x : dump_blocks_)
+    if (x.device == dev && !live_blocks_.count({dev, x.address})) blocks.push_back(x);
+  for (const auto& x : segs) {
+    TorchEvent e;
+    e.record.type = RecordType::UserSegment;
+    e.record.user_segment = {pool, x.address, x.bytes, format::SegmentOp::AddSegment};
+    e.record.time_ns = ts;
+    trace_.events.push_back(std::move(e));
+    ctx.reserves.push_back({dev, x.address, ts, static_cast<int64_t>(x.bytes)});
+  }
+  for (const auto& x : blocks) {
+    TorchEvent e;
+    e.record.type = RecordType::UserBlock;
+    e.record.user_block = {pool, x.address, x.bytes, 0};
+    e.record.time_ns = ts;
+    trace_.events.push_back(std::move(e));
+    TorchBlock b{dev, x.address, x.bytes, ts, x.free_ns};
+    b.before_window = true;
+    ctx.blocks.push_back(b);
+  }
+}
+
+void TorchTraceReader::finalize() {
+  TorchContext& ctx = trace_.context;
+  if (!wrapped_.empty() && (!dump_blocks_.empty() || !dump_segments_.empty()) &&
+      trace_.problem.rfind("PyTorch's trace buffer", 0) == 0)
+    trace_.problem +=
+        " (what was live before them is read from the allocator's state at the end; "
+        "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
+  for (uint32_t dev : wrapped_) add_before_window(dev);
   // A version 2 file whose hook saw nothing of the program (no module, mark, label or private
   // pool) has no context to classify by.
-  ctx.present = v2 && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty() ||
-                       !ctx.xla.empty() || !ctx.pool_segments.empty());
+  ctx.present = v2_ && (!ctx.marks.empty() || !ctx.labels.empty() || !ctx.modules.empty() ||
+                        !ctx.xla.empty() || !ctx.pool_segments.empty());
   std::stable_sort(ctx.marks.begin(), ctx.marks.end(),
                    [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(ctx.labels.begin(), ctx.labels.end(),
@@ -422,11 +473,12 @@ TorchTrace read_torch_trace(const std::string& path) {
   std::stable_sort(
       ctx.reserves.begin(), ctx.reserves.end(),
       [](const TorchReserve& a, const TorchReserve& b) { return a.time_ns < b.time_ns; });
-  if (!complete && t.problem.empty())
-    t.problem = "cut short after " + std::to_string(entries) + " entries (no END line)";
+  if (!complete_ && trace_.problem.empty())
+    trace_.problem = "cut short after " + std::to_string(entries_) + " entries (no END line)";
   // Each device's entries are in time order; devices interleave. Records without a time of
   // their own (codes, pools) must stay before what refers to them: a stable sort by the time
   // of the next timed record keeps each group together.
+  std::vector<TorchEvent>& events = trace_.events;
   uint64_t next_time = UINT64_MAX;
   std::vector<std::pair<uint64_t, size_t>> order(events.size());
   for (size_t i = events.size(); i-- > 0;) {
@@ -435,9 +487,67 @@ TorchTrace read_torch_trace(const std::string& path) {
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
-  t.events.reserve(events.size());
-  for (auto& [time, i] : order) t.events.push_back(std::move(events[i]));
-  return t;
+  std::vector<TorchEvent> sorted;
+  sorted.reserve(events.size());
+  for (auto& [time, i] : order) sorted.push_back(std::move(events[i]));
+  events = std::move(sorted);
+}
+
+TorchTrace TorchTraceReader::trace() const {
+  if (!header_read_) throw TraceError(name_ + ": no header line read yet");
+  TorchTraceReader copy(*this);
+  copy.finalize();
+  return std::move(copy.trace_);
+}
+
+TorchTrace TorchTraceReader::finish() {
+  if (!stopped_ && !pending_.empty()) {
+    const std::string last = std::move(pending_);
+    pending_.clear();
+    line(last);
+  }
+  if (!header_read_)
+    throw TraceError(name_ + ": not a PyTorch allocator trace (no vramtrace.torch header)");
+  finalize();
+  return std::move(trace_);
+}
+
+// ---- files
+// ---------------------------------------------------------------------------------------
+
+TorchTraceReader::Tail TorchTraceReader::read_more(const std::string& path) {
+  Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw TraceError(path + ": cannot open");
+  struct stat st {};
+  if (fstat(f.fd, &st) != 0) throw TraceError(path + ": cannot open");
+  Tail result = Tail::Nothing;
+  const bool replaced = file_dev_ != static_cast<uint64_t>(st.st_dev) ||
+                        file_ino_ != static_cast<uint64_t>(st.st_ino) ||
+                        static_cast<uint64_t>(st.st_size) < file_offset_;
+  if (file_offset_ > 0 && replaced) {
+    *this = TorchTraceReader(name_);
+    result = Tail::Restarted;
+  }
+  file_dev_ = st.st_dev;
+  file_ino_ = st.st_ino;
+  // Read errors (a folder, an I/O error) end the file where they happen, as for a reader of
+  // lines.
+  std::vector<char> buf(1 << 20);
+  while (!stopped_) {
+    const ssize_t n = pread(f.fd, buf.data(), buf.size(), static_cast<off_t>(file_offset_));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    file_offset_ += static_cast<uint64_t>(n);
+    if (result == Tail::Nothing) result = Tail::More;
+    feed({buf.data(), static_cast<size_t>(n)});
+  }
+  return result;
+}
+
+TorchTrace read_torch_trace(const std::string& path) {
+  TorchTraceReader reader(path);
+  reader.read_more(path);
+  return reader.finish();
 }
 
 }  // namespace vramtrace::collector

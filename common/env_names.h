@@ -1,6 +1,6 @@
 // The names of the environment variables vramtrace reads, once for both sides: the preloaded
 // library reads them (interpose/options.cpp, the only place it does) and `vramtrace run` sets
-// them for the command it launches (cli/). The Python hook (interpose/python) reads the
+// them for the command it launches (cli/). The Python hook (python/vramtrace/_hook) reads the
 // VRAMTRACE_TORCH_* ones.
 #pragma once
 
@@ -31,7 +31,7 @@ inline constexpr char kDisable[] = "VRAMTRACE_DISABLE";
 // The CUPTI library to load, before the usual places.
 inline constexpr char kCupti[] = "VRAMTRACE_CUPTI";
 
-// ---- read by the Python hook (interpose/python/sitecustomize.py) -------------------------------
+// ---- read by the Python hook (python/vramtrace/_hook/sitecustomize.py) --------------------------
 inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";
 inline constexpr char kTorchStacks[] = "VRAMTRACE_TORCH_STACKS";
 inline constexpr char kTorchContext[] = "VRAMTRACE_TORCH_CONTEXT";  // off: no categories
@@ -39,6 +39,8 @@ inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no
 // The Python lines of blocks made between forward, backward and step: off, or the share of an
 // iteration their frames may cost (default 0.005).
 inline constexpr char kTorchLines[] = "VRAMTRACE_TORCH_LINES";
+// A file the launcher touches to ask for the allocator's trace of the moment (a live report).
+inline constexpr char kTorchLive[] = "VRAMTRACE_TORCH_LIVE";
 
 // ---- read by the command-line tool -----------------------------------------------------------
 inline constexpr char kLib[] = "VRAMTRACE_LIB";

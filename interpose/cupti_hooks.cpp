@@ -172,7 +172,7 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
 
 #ifdef VRAMTRACE_SELF_TIME
 // Benchmark build only: turns our driver callbacks off and on again inside one process, so
-// that tests/gpu/bench_torch.py (launch_bound_ab) can compare steps with and without them in
+// that bench/gpu_torch.py (launch_bound_ab) can compare steps with and without them in
 // the same process (process-to-process spread on the GPU machine is larger than the effect).
 extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_callbacks(int on) {
   if (!g_subscriber || !g_cupti.enable_callback) return 0;

@@ -3,9 +3,9 @@
 // named here in the order it runs.
 //
 //   hot_path.cpp  on_callback         CUPTI's callback: the reentry guard, then by domain
-//                 on_driver_api       one case per driver call: allocations at the call's exit
-//                                     (when the address and the result exist), frees at its
-//                                     entry (recorded before the memory goes), launches at entry
+//                 on_driver_api       by the call's site: on_api_exit's allocations (when the
+//                                     address and the result exist), on_api_enter's frees
+//                                     (recorded before the memory goes) and launches
 //                 device_of           context -> device, a lock-free cache
 //                 on_alloc_exit       the allocation's stack, its record, the live view
 //   stacks.cpp    capture_stack       unwind (outside the lock: the slow part), Python frames
@@ -342,170 +342,168 @@ struct LazyDevice {
   }
 };
 
-void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
-  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+// At a call's entry: launches (the most frequent callbacks) and frees, recorded before the
+// address can be handed out again.
+void on_api_enter(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, LazyDevice& device) {
   const void* params = cb->functionParams;
-  LazyDevice device{cb->context};
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAlloc_v2_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAlloc, device, a->dptr, a->bytesize, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAllocPitch_v2_params*>(params);
-        bool ok = succeeded(cb);
-        uint64_t bytes = (ok ? *a->pPitch : a->WidthInBytes) * a->Height;
-        on_alloc_exit(cb, Api::cuMemAllocPitch, device, a->dptr, bytes, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAllocManaged_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocManaged, device, a->dptr, a->bytesize, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAllocAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocAsync, device, a->dptr, a->bytesize, a->hStream);
-        if (succeeded(cb)) record_pool(device, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, a->dptr, a->bytesize, a->hStream);
-        if (succeeded(cb)) record_pool(device, a->pool);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
-      if (!enter) {
-        auto* a = static_cast<const cuMemHostAlloc_params*>(params);
-        on_alloc_exit(cb, Api::cuMemHostAlloc, device, a->pp, a->bytesize, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
-      if (!enter) {
-        auto* a = static_cast<const cuMemAllocHost_v2_params*>(params);
-        on_alloc_exit(cb, Api::cuMemAllocHost, device, a->pp, a->bytesize, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
-      if (!enter) {
-        auto* a = static_cast<const cuArrayCreate_v2_params*>(params);
-        const CUDA_ARRAY_DESCRIPTOR* d = a->pAllocateArray;
-        uint64_t bytes = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
-        on_alloc_exit(cb, Api::cuArrayCreate, device, a->pHandle, bytes, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
-      if (!enter) {
-        auto* a = static_cast<const cuArray3DCreate_v2_params*>(params);
-        const CUDA_ARRAY3D_DESCRIPTOR* d = a->pAllocateArray;
-        uint64_t bytes =
-            d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
-        on_alloc_exit(cb, Api::cuArray3DCreate, device, a->pHandle, bytes, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
-      if (enter) {
-        auto* a = static_cast<const cuMemFree_v2_params*>(params);
-        if (a->dptr) record_free(Api::cuMemFree, device, a->dptr, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
-      if (enter) {
-        auto* a = static_cast<const cuMemFreeAsync_params*>(params);
-        if (a->dptr) record_free(Api::cuMemFreeAsync, device, a->dptr, a->hStream);
-      } else if (succeeded(cb)) {
-        record_pool(device, nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
-      if (enter) {
-        auto* a = static_cast<const cuMemFreeHost_params*>(params);
-        if (a->p)
-          record_free(Api::cuMemFreeHost, device, reinterpret_cast<uintptr_t>(a->p), nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy:
-      if (enter) {
-        auto* a = static_cast<const cuArrayDestroy_params*>(params);
-        if (a->hArray)
-          record_free(Api::cuArrayDestroy, device, reinterpret_cast<uintptr_t>(a->hArray), nullptr);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
-      if (!enter) {
-        auto* a = static_cast<const cuMemCreate_params*>(params);
-        int dev = device;
-        if (a->prop && a->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-          dev = a->prop->location.id;
-        CapturedStack stack;
-        capture_stack(&stack);
-        if (succeeded(cb)) {
-          record_vmm_create(dev, *a->handle, a->size, stack);
-          live_alloc(LiveKind::Vmm, dev, *a->handle, a->size, stack);
-        } else
-          record_failed(Api::cuMemCreate, dev, a->size, result_of(cb), stack);
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
-      if (enter) {
-        auto* a = static_cast<const cuMemRelease_params*>(params);
-        live_free(LiveKind::Vmm, a->handle);
-        emit(rec::VmmRelease{a->handle});
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
-      if (!enter && succeeded(cb)) {
-        auto* a = static_cast<const cuMemMap_params*>(params);
-        emit(rec::VmmMap{a->ptr, a->size, a->offset, a->handle});
-      }
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
-      if (enter) {
-        auto* a = static_cast<const cuMemUnmap_params*>(params);
-        emit(rec::VmmUnmap{a->ptr, a->size});
-      }
-      break;
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-      if (enter) {
-        auto* a = static_cast<const cuLaunchKernel_params*>(params);
-        record_launch(Api::cuLaunchKernel, device, a->hStream, cb->symbolName);
-      }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      auto* a = static_cast<const cuLaunchKernel_params*>(params);
+      record_launch(Api::cuLaunchKernel, device, a->hStream, cb->symbolName);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-      if (enter) {
-        auto* a = static_cast<const cuLaunchKernelEx_params*>(params);
-        record_launch(Api::cuLaunchKernelEx, device, a->config ? a->config->hStream : nullptr,
-                      cb->symbolName);
-      }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      auto* a = static_cast<const cuLaunchKernelEx_params*>(params);
+      record_launch(Api::cuLaunchKernelEx, device, a->config ? a->config->hStream : nullptr,
+                    cb->symbolName);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      if (enter) {
-        auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(params);
-        record_launch(Api::cuLaunchCooperativeKernel, device, a->hStream, cb->symbolName);
-      }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(params);
+      record_launch(Api::cuLaunchCooperativeKernel, device, a->hStream, cb->symbolName);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-      if (enter) {
-        auto* a = static_cast<const cuGraphLaunch_params*>(params);
-        record_launch(Api::cuGraphLaunch, device, a->hStream, nullptr);
-      }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
+      auto* a = static_cast<const cuGraphLaunch_params*>(params);
+      record_launch(Api::cuGraphLaunch, device, a->hStream, nullptr);
       break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: {
+      auto* a = static_cast<const cuMemFree_v2_params*>(params);
+      if (a->dptr) record_free(Api::cuMemFree, device, a->dptr, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: {
+      auto* a = static_cast<const cuMemFreeAsync_params*>(params);
+      if (a->dptr) record_free(Api::cuMemFreeAsync, device, a->dptr, a->hStream);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost: {
+      auto* a = static_cast<const cuMemFreeHost_params*>(params);
+      if (a->p) record_free(Api::cuMemFreeHost, device, reinterpret_cast<uintptr_t>(a->p), nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy: {
+      auto* a = static_cast<const cuArrayDestroy_params*>(params);
+      if (a->hArray)
+        record_free(Api::cuArrayDestroy, device, reinterpret_cast<uintptr_t>(a->hArray), nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
+      auto* a = static_cast<const cuMemRelease_params*>(params);
+      live_free(LiveKind::Vmm, a->handle);
+      emit(rec::VmmRelease{a->handle});
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
+      auto* a = static_cast<const cuMemUnmap_params*>(params);
+      emit(rec::VmmUnmap{a->ptr, a->size});
+      break;
+    }
     default: break;
   }
+}
+
+// At a call's exit: allocations, with their address and result known.
+void on_api_exit(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, LazyDevice& device) {
+  const void* params = cb->functionParams;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+      auto* a = static_cast<const cuMemAlloc_v2_params*>(params);
+      on_alloc_exit(cb, Api::cuMemAlloc, device, a->dptr, a->bytesize, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+      auto* a = static_cast<const cuMemAllocPitch_v2_params*>(params);
+      bool ok = succeeded(cb);
+      uint64_t bytes = (ok ? *a->pPitch : a->WidthInBytes) * a->Height;
+      on_alloc_exit(cb, Api::cuMemAllocPitch, device, a->dptr, bytes, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      auto* a = static_cast<const cuMemAllocManaged_params*>(params);
+      on_alloc_exit(cb, Api::cuMemAllocManaged, device, a->dptr, a->bytesize, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+      auto* a = static_cast<const cuMemAllocAsync_params*>(params);
+      on_alloc_exit(cb, Api::cuMemAllocAsync, device, a->dptr, a->bytesize, a->hStream);
+      if (succeeded(cb)) record_pool(device, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+      auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
+      on_alloc_exit(cb, Api::cuMemAllocFromPoolAsync, device, a->dptr, a->bytesize, a->hStream);
+      if (succeeded(cb)) record_pool(device, a->pool);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+      auto* a = static_cast<const cuMemHostAlloc_params*>(params);
+      on_alloc_exit(cb, Api::cuMemHostAlloc, device, a->pp, a->bytesize, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+      auto* a = static_cast<const cuMemAllocHost_v2_params*>(params);
+      on_alloc_exit(cb, Api::cuMemAllocHost, device, a->pp, a->bytesize, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2: {
+      auto* a = static_cast<const cuArrayCreate_v2_params*>(params);
+      const CUDA_ARRAY_DESCRIPTOR* d = a->pAllocateArray;
+      uint64_t bytes = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
+      on_alloc_exit(cb, Api::cuArrayCreate, device, a->pHandle, bytes, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2: {
+      auto* a = static_cast<const cuArray3DCreate_v2_params*>(params);
+      const CUDA_ARRAY3D_DESCRIPTOR* d = a->pAllocateArray;
+      uint64_t bytes =
+          d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+      on_alloc_exit(cb, Api::cuArray3DCreate, device, a->pHandle, bytes, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: {
+      if (succeeded(cb)) record_pool(device, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
+      auto* a = static_cast<const cuMemCreate_params*>(params);
+      int dev = device;
+      if (a->prop && a->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        dev = a->prop->location.id;
+      CapturedStack stack;
+      capture_stack(&stack);
+      if (succeeded(cb)) {
+        record_vmm_create(dev, *a->handle, a->size, stack);
+        live_alloc(LiveKind::Vmm, dev, *a->handle, a->size, stack);
+      } else
+        record_failed(Api::cuMemCreate, dev, a->size, result_of(cb), stack);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
+      if (!succeeded(cb)) break;
+      auto* a = static_cast<const cuMemMap_params*>(params);
+      emit(rec::VmmMap{a->ptr, a->size, a->offset, a->handle});
+      break;
+    }
+    default: break;
+  }
+}
+
+void on_driver_api(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  LazyDevice device{cb->context};
+  if (cb->callbackSite == CUPTI_API_ENTER)
+    on_api_enter(cbid, cb, device);
+  else
+    on_api_exit(cbid, cb, device);
 }
 
 #ifdef VRAMTRACE_SELF_TIME

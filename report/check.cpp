@@ -34,7 +34,7 @@ std::string trim(std::string s) {
 
 json report_from_traces(const std::vector<std::string>& traces) {
   collector::Run run = collector::analyze(traces);
-  return to_json(run);
+  return to_json(collector::analysis_of(run));
 }
 
 bool is_trace_file(const std::string& path) {

@@ -7,6 +7,4 @@ extern const char* const report_js;
 extern const char* const report_css;
 extern const char* const uplot_js;
 extern const char* const uplot_css;
-// interpose/python/sitecustomize.py: PyTorch's allocator trace, turned on at `import torch`.
-extern const char* const torch_hook;
 }  // namespace vramtrace::report::assets

@@ -1,4 +1,5 @@
-// The JSON report (schema "vramtrace.report/1") and the short summary printed after a run.
+// The JSON report (schema "vramtrace.report/1"), written from the run's analysis
+// (collector/analysis.h), and the short summary printed after a run (summary.cpp).
 //
 // Contract keys (DESIGN.md, "Outputs") keep their meaning within a schema version: devices[]
 // with index, name, total_bytes, peak.bytes, peak.time_ns, final_live_bytes; oom[] with device,
@@ -9,11 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "collector/analysis.h"
 #include "collector/model.h"
-
-namespace vramtrace::collector {
-class StackResolver;
-}
 
 namespace vramtrace::report {
 
@@ -28,17 +26,18 @@ struct RunInfo {
   std::vector<std::string> still_running;
 };
 
+// The analysis as report.json. `a` was made with info.still_running (analysis_of).
+nlohmann::json to_json(const collector::RunAnalysis& a, const RunInfo& info = {});
+
+// The run analysed (with info.still_running) and written, in one call: for tests and tools
+// that have only the model.
 nlohmann::json to_json(const collector::Run& run, const RunInfo& info = {});
 
-// Allocations of one process grouped as report.json's lists group them: by site
-// ($defs/site_group: site, bytes, count, sizes, library, stack) and by library
-// ($defs/library_group), largest first. For the live report's "what is live now".
-nlohmann::json sites_json(const std::vector<collector::Allocation>& allocs,
-                          collector::StackResolver& stacks);
-nlohmann::json libraries_json(const std::vector<collector::Allocation>& allocs,
-                              collector::StackResolver& stacks);
+// A live set's groups as report.json writes them ({"by_site": [$defs/site_group], "by_library":
+// [$defs/library_group]}): what is live now in a report of a moment (cli/live_report.h).
+nlohmann::json live_groups_json(const collector::LiveSet& live);
 
-// A few lines for stderr: peak per device, OOMs, leak suspects, problems.
+// A few lines for stderr: peak per device, OOMs, leak suspects, problems; from report.json alone.
 std::string summary_text(const nlohmann::json& report);
 
 // "1.50 GiB", "512 B"

@@ -1,13 +1,16 @@
-// report.json's keys as its readers name them: `check`, `diff` and the summary read a report
-// through these names (report[field::devices][i][field::peak][field::bytes]) and the typed
-// accessors below, so that a key is spelled in one place on the reading side. The contract
-// itself, every key with its type, is report/report.schema.json; tests/contract/schema_test.py
-// fails on a name here that the schema does not declare.
+// report.json's keys as its writer and its readers name them: `check`, `diff` and the summary
+// read a report through these names (report[field::devices][i][field::peak][field::bytes]) and
+// the typed accessors below, and the writer (json_report.cpp, torch_json.cpp) writes those keys
+// through them, so that a key is spelled in one place. The contract itself, every key with its
+// type, is report/report.schema.json; tests/contract/schema_test.py fails on a name here that
+// the schema does not declare.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "collector/ranks.h"
 
 namespace vramtrace::report {
 
@@ -40,6 +43,7 @@ inline constexpr Key how = "how";
 inline constexpr Key index = "index";
 inline constexpr Key iteration = "iteration";
 inline constexpr Key iterations = "iterations";
+inline constexpr Key kept = "kept";
 inline constexpr Key kind = "kind";
 inline constexpr Key launches = "launches";
 inline constexpr Key leaks = "leaks";
@@ -88,14 +92,14 @@ inline constexpr Key time_ns = "time_ns";
 inline constexpr Key title = "title";
 inline constexpr Key titles = "titles";
 inline constexpr Key total_bytes = "total_bytes";
+inline constexpr Key up_to_recorded_oom = "up_to_recorded_oom";
 inline constexpr Key worst_rank = "worst_rank";
 
 }  // namespace field
 
 // The launcher variables that give a process its rank (processes[].ranks), in the order they
-// are looked for: torchrun, Slurm, Open MPI, PMI.
-inline constexpr const char* kRankVariables[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-                                                 "PMI_RANK"};
+// are looked for: the collector's, which the writer ranks processes by.
+using collector::kRankVariables;
 
 // The contract keys (DESIGN.md, "Outputs"), typed: a device of devices[] (or of a process's
 // devices[]), an entry of oom[].

@@ -1,32 +1,29 @@
 // report.json's sections on what PyTorch's memory is (categories, modules, named tensors,
-// phases), on each OOM's moment, and the run's diagnosis with its remedies (torch_json.cpp).
+// phases), on each OOM's moment, and the run's diagnosis with its remedies (torch_json.cpp):
+// written from collector/torch_device.h's and collector/run_diagnosis.h's typed values.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "collector/model.h"
-#include "collector/stacks.h"
+#include "collector/run_diagnosis.h"
+#include "collector/torch_device.h"
 
 namespace vramtrace::report {
 
-// Adds "categories", "phases", "peak.by_module", "peak.by_top_module" and "peak.tensors" to a
-// process's device when the start-up hook recorded the program's context.
+// Adds "xla_pool", and when PyTorch's blocks were classified "categories", "phases",
+// "peak.by_module", "peak.by_top_module", "peak.tensors", "peak.named_tensors", "peak.by_line"
+// and "peak.blocks", to a device (of process `p`, or the run's device it alone used).
 void add_torch_device(nlohmann::json& dj, const collector::ProcessModel& p,
-                      const collector::DeviceModel& d, collector::StackResolver& stacks,
-                      uint64_t origin);
+                      const collector::TorchDevice& t, uint64_t origin);
 
 // Adds "fatal", and with the hook's context "phase", "iteration", "module", "python_site",
 // "exception" and "categories", to an OOM.
-void add_torch_oom(nlohmann::json& oj, const collector::ProcessModel& p,
-                   const collector::OomEvent& o, collector::StackResolver& stacks);
+void add_torch_oom(nlohmann::json& oj, const collector::OomEvent& o,
+                   const std::optional<collector::TorchOom>& t);
 
-// A device's run-wide entry takes its one PyTorch or JAX process's categories, phases, modules,
-// named tensors and XLA pool (with several processes these stay per process).
-void lift_single_process(nlohmann::json& report);
-
-// The run's verdict, effective limit, cause and remedies: the fatal OOM and its first finding
-// from the report built so far, the categories and remedies from the collector.
-nlohmann::json diagnosis_json(const nlohmann::json& report, const collector::Run& run,
-                              collector::Symbolizer& symbols);
+// The run's verdict, effective limit, cause and remedies.
+nlohmann::json diagnosis_json(const collector::Diagnosis& dg);
 
 }  // namespace vramtrace::report

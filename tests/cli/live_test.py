@@ -2,7 +2,8 @@
 test drives step by step through files, so that nothing here depends on the machine's speed):
   - `vramtrace snapshot RUN_DIR` and SIGUSR2 sent to the launcher write RUN_DIR/snapshot-N
     (report.json and report.html of that moment, private, never over another) while the job
-    runs on; the final report is that of a run without snapshots;
+    runs on; the final report is that of a run without snapshots; a snapshot of a PyTorch job
+    asks the start-up hook for PyTorch's view of the moment (the tests' stand-in PyTorch);
   - `vramtrace run --serve`: the page, /report.json of the moment and the final report once the
     job has ended; read-only (405), another Host refused on loopback (403), a token on any other
     address (403 without it); vramtrace ends with its command, with its exit status;
@@ -186,6 +187,46 @@ def snapshots_and_signal(root):
     print("snapshots (vramtrace snapshot, SIGUSR2, an ended run): checked")
 
 
+def snapshot_torch(root):
+    """A snapshot asks the PyTorch processes of the run (the start-up hook) for their allocator
+    trace of the moment: it is written while the job runs (tests/programs/fake_torch here), and a
+    snapshot has PyTorch's view of that moment."""
+    work, out = os.path.join(root, "torch-work"), os.path.join(root, "torch")
+    os.mkdir(work)
+    script = os.path.join(work, "job.py")
+    with open(script, "w") as f:
+        f.write("import os, time, torch\n"
+                "x = torch.empty(1024, 1024, device='cuda')\n"
+                "open(os.path.join(%r, 'ready'), 'w').close()\n"
+                "while not os.path.exists(os.path.join(%r, 'go')):\n"
+                "    time.sleep(0.02)\n" % (work, work))
+    env = dict(ENV, FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
+               PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                       "programs", "fake_torch"))
+    p = subprocess.Popen([VT, "run", "-o", out, "--", sys.executable, script], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until("the PyTorch job ready", lambda: p.poll() is not None or
+               os.path.exists(os.path.join(work, "ready")))
+    torch_trace = [os.path.join(out, n) for n in os.listdir(out) if n.endswith(".vtrace")]
+    torch_trace = torch_trace[0][:-len(".vtrace")] + ".torch" if torch_trace else None
+    check(torch_trace is not None and not os.path.exists(torch_trace),
+          "before any snapshot, no allocator trace of the moment")
+    r = snapshot(out)
+    check(r.returncode == 0, "snapshot of a PyTorch job: %d %r" % (r.returncode, r.stderr))
+    wait_until("the hook's answer", lambda: torch_trace and os.path.exists(torch_trace))
+    r = snapshot(out)
+    folder = r.stdout.strip()
+    if r.returncode == 0:
+        rep = vtrel.load(os.path.join(folder, "report.json"))
+        merged = (rep["processes"][0].get("torch_allocator_trace") or {}).get("merged")
+        check(merged is True, "the snapshot has PyTorch's view of the moment: %r"
+              % rep["processes"][0].get("torch_allocator_trace"))
+    touch(work, "go")
+    p.communicate(timeout=120)
+    check(p.returncode == 0, "the PyTorch job: exit %d" % p.returncode)
+    print("snapshot of a PyTorch job (the hook's allocator trace of the moment): checked")
+
+
 def snapshot_bad_input(root):
     f = os.path.join(root, "a-file")
     touch(root, "a-file")
@@ -281,7 +322,7 @@ def serve(root):
 
 def serve_processes(root):
     """Two processes of one command (a program's workers, ranks): each appears as it connects,
-    and what each holds is live now on the device, by site, with its pid."""
+    and what they hold is live now on the device, by site (one line for both) and by process."""
     w1, w2, out = (os.path.join(root, n) for n in ("procs-w1", "procs-w2", "procs"))
     os.mkdir(w1)
     os.mkdir(w2)
@@ -309,17 +350,21 @@ def serve_processes(root):
     rep = wait_until("32 MiB live now", lambda: (lambda r: r if r and r["live"]["now"] and r[
         "live"]["now"][0]["bytes"] == 32 * MiB else None)(report()))
     if rep:
-        pids = sorted(g["pid"] for g in rep["live"]["now"][0]["by_site"])
-        check(pids == sorted(q["pid"] for q in rep["processes"]) and
-              all(g["bytes"] == 16 * MiB for g in rep["live"]["now"][0]["by_site"]),
-              "live now by site, one entry per process: %r" % rep["live"]["now"][0]["by_site"])
+        now = rep["live"]["now"][0]
+        check([(g["site"][:9], g["bytes"], g["count"]) for g in now["by_site"]] ==
+              [("grow_step", 32 * MiB, 2)], "live now by site, both processes': %r" %
+              now["by_site"])
+        check(sorted(q["pid"] for q in now["by_process"]) == sorted(
+            q["pid"] for q in rep["processes"]) and all(
+                q["bytes"] == 16 * MiB and q["count"] == 1 for q in now["by_process"]),
+              "live now by process: %r" % now["by_process"])
     for w in (w1, w2):
         for name, done in (("step-2", "done-2"), ("step-3", "done-3"), ("oom", "oom-done")):
             step(w, name, done)
         touch(w, "end")
     p.communicate(timeout=120)
     check(p.returncode == 0, "two processes: exit %d" % p.returncode)
-    print("--serve with two processes (each as it connects, live now per process): checked")
+    print("--serve with two processes (each as it connects, live now by site and process): checked")
 
 
 def serve_token(root):
@@ -385,8 +430,8 @@ def serve_bad_input(root):
 
 def main():
     root = vtrel.temp_dir("vt-live-")
-    for case in (snapshots_and_signal, snapshot_bad_input, serve, serve_processes, serve_token,
-                 serve_bad_input):
+    for case in (snapshots_and_signal, snapshot_torch, snapshot_bad_input, serve,
+                 serve_processes, serve_token, serve_bad_input):
         case(root)
     vtrel.finish("cli live test")
 

@@ -67,7 +67,8 @@ pages.push(["diff", join(diffDir, "diff.html")]);
   const r = JSON.parse(readFileSync(join(runs.leak, "report.json"), "utf8"));
   const d = r.devices[0];
   r.live = { running: true, snapshot: 1, now: [{ host: d.host || "", device: d.index, bytes: d.peak.bytes,
-    count: 1, by_site: d.peak.by_site || [], by_library: d.peak.by_library || [] }] };
+    count: 1, by_site: d.peak.by_site || [], by_library: d.peak.by_library || [],
+    by_process: [{ pid: r.processes[0].pid, bytes: d.peak.bytes, count: 1 }] }] };
   for (const p of r.processes) p.still_running = true;
   const dir = mkdtempSync(join(tmpdir(), "vt-keys-live-"));
   temps.push(dir);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The report contract's own test: report/report.schema.json is a valid JSON Schema (draft
 2020-12) of the version report/json_report.h writes, and it declares every key the writer
-(report/json_report.cpp, report/torch_json.cpp) and the reader layer (report/report_keys.h)
-name. (What the HTML page reads is checked where it runs: tests/contract/page_keys.mjs.)
+(report/json_report.cpp, report/torch_json.cpp), the summary (report/summary.cpp) and the reader
+layer (report/report_keys.h) name. (What the HTML page reads is checked where it runs:
+tests/contract/page_keys.mjs.)
 
 The keys are found in the sources as written: `{"key", ...}`, `["key"]`, `value("key"`,
 `contains("key"`, and report_keys.h's `Key name = "key"`. A key that fails here was written or
@@ -21,11 +22,10 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 # String literals in the writer's brace lists that are values, not keys.
 WRITER_NOT_KEYS = {
     "B": "human_bytes()'s unit names",
-    "RANK": "report_keys.h's kRankVariables, names inside processes[].ranks (which holds any)",
 }
 # cli/live_report.cpp writes the "live" object of a report of a moment (--serve, snapshots).
-CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/report_keys.h",
-               "cli/live_report.cpp"]
+CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/summary.cpp",
+               "report/report_keys.h", "cli/live_report.cpp"]
 
 
 def schema_keys(node, out):

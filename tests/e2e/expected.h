@@ -1,5 +1,5 @@
 // The figures each test program is written to produce, read from tests/programs/expected.json
-// (which the GPU runner, scripts/gpu_check.py, reads too): require_expected() checks a report
+// (which the GPU runner, scripts/gpu/check.py, reads too): require_expected() checks a report
 // against a program's entry there, so that a figure is written once for both.
 #pragma once
 

@@ -1,4 +1,4 @@
-# PyTorch test cases for the pytest plugin on a GPU (scripts/gpu-pytest.sh runs them with
+# PyTorch test cases for the pytest plugin on a GPU (scripts/gpu/pytest.sh runs them with
 # `pytest --vramtrace` and checks the outcome): sizes are multiples of PyTorch's 2 MiB rounding,
 # so each test's figures are exact.
 import pytest

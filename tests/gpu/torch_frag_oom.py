@@ -1,4 +1,4 @@
-"""PyTorch script for the GPU suite (scripts/gpu_check_allocator.py): an OOM from fragmentation.
+"""PyTorch script for the GPU suite (scripts/gpu/check_allocator.py): an OOM from fragmentation.
 
 A 40 GiB tensor is freed (its segment stays cached), 40 tensors of 1 GiB are carved from that
 segment and every other one is freed: 20 GiB reserved but free, in 1 GiB blocks. A filler takes

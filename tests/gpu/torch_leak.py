@@ -1,4 +1,4 @@
-"""PyTorch script for the GPU suite (scripts/gpu_check_allocator.py): tensors kept across
+"""PyTorch script for the GPU suite (scripts/gpu/check_allocator.py): tensors kept across
 iterations. 20 iterations of a tiny step; each keeps its 64 MiB activation in a list (the line
 marked VT-LEAK), the way code that stores outputs or un-.item()'d losses does. Expected: growth
 of exactly 64 MiB per iteration over 20 iterations at that line. With the argument "nvtx" each

@@ -1,4 +1,4 @@
-"""PyTorch script for the GPU suite (scripts/gpu_check_allocator.py): an OOM because another
+"""PyTorch script for the GPU suite (scripts/gpu/check_allocator.py): an OOM because another
 process holds the GPU. A child process takes 100 GiB and waits; the parent then asks for 60 GiB,
 which the device no longer has: OutOfMemoryError in the parent, whose own memory is small.
 """

@@ -1,4 +1,4 @@
-"""PyTorch script for the GPU suite's stacks checks (scripts/gpu_check.py).
+"""PyTorch script for the GPU suite's stacks checks (scripts/gpu/check.py).
 
 A small model is built, then make_activations() allocates one 4 GiB tensor at the line marked
 VT-PEAK: that block is the peak, so vramtrace's report must name this file and that line as the

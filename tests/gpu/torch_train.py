@@ -1,4 +1,4 @@
-"""A small PyTorch training loop for the GPU suite (scripts/gpu-test.sh).
+"""A small PyTorch training loop for the GPU suite (scripts/gpu/test.sh).
 
 An 8-layer transformer encoder, 512 wide, trained for a few steps with AdamW. At the end it
 writes PyTorch's own view of its memory (max reserved, max allocated) as JSON to the file named

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU runner reads tests/programs/expected.json as the e2e tests do: scripts/gpu_check.py's
+"""The GPU runner reads tests/programs/expected.json as the e2e tests do: scripts/gpu/check.py's
 expect() applied to stand-in runs of the test programs must pass every figure, stand-in-only
 ones included (the C++ reader, tests/e2e/expected.h, is exercised by the e2e tests).
 
@@ -18,7 +18,7 @@ ROOT = os.path.join(HERE, "..", "..")
 
 def main(build):
     spec = importlib.util.spec_from_file_location("gpu_check",
-                                                  os.path.join(ROOT, "scripts", "gpu_check.py"))
+                                                  os.path.join(ROOT, "scripts", "gpu", "check.py"))
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "standin"))

@@ -1,4 +1,4 @@
-// GPU test program for two processes sharing one device (scripts/gpu_check.py).
+// GPU test program for two processes sharing one device (scripts/gpu/check.py).
 //   share_gpu hold MIB FLAG SECONDS   allocate MIB, create file FLAG, sleep SECONDS, free
 //   share_gpu oom MIB FLAG            wait for FLAG, allocate MIB, then ask for 1 GiB more than
 //                                     the driver says is free (an OOM), free, exit 0

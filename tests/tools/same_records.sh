@@ -19,7 +19,7 @@
 #    one that does a different amount of work each run (fork_storm) is not compared. Besides
 #    each program as it is: bench_mix with 200 iterations and the Python scripts py_alloc.py
 #    and py_nogil.py (Python frames in the stacks).
-# On a GPU (PROGRAMS=a folder of CUDA programs, e.g. scripts/gpu-test.sh's gpu-out/bin): step 2
+# On a GPU (PROGRAMS=a folder of CUDA programs, e.g. scripts/gpu/test.sh's gpu-out/bin): step 2
 # only, those programs on the real driver (no stand-in), the records read by NEW's digest; OLD
 # then needs only lib/libvramtrace.so. There the driver's pool and VMM handles are masked too.
 # Prints one line per input and exits 1 when anything differs.

@@ -113,7 +113,8 @@ TEST_CASE("the report of a moment: made again only when the run grew, the final 
   REQUIRE((*b)["live"]["now"].size() == 1);
   CHECK((*b)["live"]["now"][0]["bytes"] == 16 * MiB);
   CHECK((*b)["live"]["now"][0]["by_site"][0]["bytes"] == 16 * MiB);
-  CHECK((*b)["live"]["now"][0]["by_site"][0]["pid"] == 4242);
+  CHECK((*b)["live"]["now"][0]["by_process"] == json::parse(R"([{"pid": 4242, "bytes": 16777216,
+                                                                 "count": 1}])"));
 
   // Nothing new: the same report, not made again.
   CHECK(live.now() == b);

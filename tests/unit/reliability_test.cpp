@@ -1,5 +1,5 @@
 // Unit tests reproducing the bugs found by the reliability work (fuzzing, sanitizers, the kill
-// tests of tests/reliability): each case failed before its fix. See docs/history/RELIABILITY.md.
+// tests of tests/reliability): each case failed before its fix, and its name says what went wrong.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,0 +1,225 @@
+"""GPU workloads for bench/gpu.sh. Prints one JSON line: the median time of a step.
+
+  bench/gpu_torch.py gpu_bound|launch_bound|launch_bound_ab|alloc_cached_ab|alloc_bound [--record-history]
+
+gpu_bound:    an 8-layer transformer encoder, 1024 wide, training steps (GPU-bound).
+launch_bound: 100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 1,000 kernel
+              launches a step (launch-bound).
+alloc_bound:  torch.empty(1 MiB) and its free, 20,000 times a step, meant to run with
+              PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cuMemAllocAsync).
+launch_bound_ab: the launch-bound step, in blocks of steps with something switched on and off
+              inside the one process (bench/gpu_ab.py): VT_AB=history switches
+              PyTorch's allocator trace as vramtrace's --torch=auto sets it (VT_AB_ENABLED,
+              VT_AB_MAX_ENTRIES change its settings); VT_AB_LIB=PATH and
+              VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
+              vramtrace's benchmark build). Prints the median step on and off, and the median
+              of the ratios of adjacent blocks.
+alloc_cached_ab: torch.empty(1 MiB) and its free 2,000 times a step from PyTorch's cache, with the
+              same switches as launch_bound_ab: the switched thing's cost per tensor.
+--record-history turns on torch.cuda.memory._record_memory_history (PyTorch's own peer tool).
+"""
+import ctypes
+import os
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def timed(step, warmup, reps):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def launch_bound_step(dev):
+    """100 tiny Linear(64,64)+ReLU layers, forward+backward+SGD: about 800 launches a step."""
+    model = nn.Sequential(*[m for _ in range(100) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(8, 64, device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+    return step
+
+
+def load_hook():
+    """vramtrace's start-up hook loaded from its source without the rest of it running (no
+    VRAMTRACE_TORCH_DIR: it attaches nothing), for its _Context."""
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "vt_hook", os.path.join(here, "..", "python", "vramtrace", "_hook",
+                                 "sitecustomize.py"))
+    hook = importlib.util.module_from_spec(spec)
+    os.environ.pop("VRAMTRACE_TORCH_DIR", None)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+def switch():
+    """The thing launch_bound_ab turns on and off, as a function of one bool."""
+    if os.environ.get("VT_AB") == "null":
+        return lambda on: None  # the method's own spread: both blocks run the same
+    if os.environ.get("VT_AB") == "context":
+        # vramtrace's start-up hook's context (module, autograd and optimizer hooks);
+        # switched by registering and removing.
+        ctx = load_hook()._Context(torch, str)
+        return ctx.set_enabled
+    if os.environ.get("VT_AB") == "lines":
+        # The hook's context on throughout, over the allocator trace as --torch=auto sets it;
+        # switched: the trace's frames between the phases (lines_between_phases). Its guard
+        # may switch them off for good (too costly for this step): said on stderr.
+        hook = load_hook()
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=1000000)
+        ctx = hook._Context(torch, str)
+        ctx.lines_between_phases(1000000)
+        saved = {"history": ctx.history, "on": True}
+
+        def lines(on):
+            if not on and saved["on"] and ctx.history is None and saved["history"] is not None:
+                sys.stderr.write("lines between the phases cut by the hook's guard\n")
+                saved["history"] = None
+            saved["on"] = on
+            if on and saved["history"] is not None:
+                ctx.history = saved["history"]
+                ctx.frames(True)
+            elif not on:
+                ctx.frames(False)
+                ctx.history = None
+        return lines
+    if os.environ.get("VT_AB") == "history":
+        # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
+        enabled = os.environ.get("VT_AB_ENABLED", "all")
+        max_entries = int(os.environ.get("VT_AB_MAX_ENTRIES", "1000000"))
+
+        def history(on):
+            if on:
+                torch.cuda.memory._record_memory_history(
+                    enabled=enabled, context=os.environ.get("VT_AB_CONTEXT") or None,
+                    stacks=os.environ.get("VT_AB_STACKS", "python"), max_entries=max_entries)
+            else:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        return history
+    fn = getattr(ctypes.CDLL(os.environ["VT_AB_LIB"]), os.environ["VT_AB_SYMBOL"])
+    fn.argtypes = [ctypes.c_int]
+
+    def lib(on):
+        if fn(1 if on else 0) <= 0:
+            raise SystemExit(f"{os.environ['VT_AB_SYMBOL']}: no callback switched")
+    return lib
+
+
+def ab_blocks(step, turn, pairs, steps_per_block):
+    """Median step time with `turn(True)` and with `turn(False)`, in adjacent blocks whose order
+    alternates (on-off, off-on, ...), so that drift during the run falls on both."""
+    def block():
+        return timed(step, 1, steps_per_block)  # one step after the switch, not timed
+    on, off, ratios = [], [], []
+    for i in range(pairs):
+        got = {}
+        for state in ((True, False) if i % 2 == 0 else (False, True)):
+            turn(state)
+            got[state] = block()
+        on.append(got[True])
+        off.append(got[False])
+        ratios.append(got[True] / got[False])
+    turn(True)
+    return statistics.median(on), statistics.median(off), statistics.median(ratios)
+
+
+def main():
+    mode = sys.argv[1]
+    steps = None
+    if "--record-history" in sys.argv:
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    if mode in ("gpu_bound", "gpu_bound_ab"):
+        layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
+        model = nn.TransformerEncoder(layer, 8).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(16, 512, 1024, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model(x).float().pow(2).mean().backward()
+            opt.step()
+        if mode == "gpu_bound_ab":
+            turn = switch()
+            timed(step, 5, 5)
+            on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "10")), 5)
+            print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB"),
+                              "seconds_per_step_on": on, "seconds_per_step_off": off,
+                              "paired_ratio": ratio, "allocations_per_step": 0}))
+            return
+        sec = timed(step, 5, 30)
+        per = "step"
+    elif mode == "launch_bound":
+        step = launch_bound_step(dev)
+        sec = timed(step, 50, 400)
+        per = "step"
+        steps = 450  # with the warm-up: what the launch count of the whole run is divided by
+    elif mode == "launch_bound_ab":
+        step = launch_bound_step(dev)
+        turn = switch()
+        for _ in range(50):
+            step()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+        for _ in range(10):
+            step()
+        allocs = (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / 10
+        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")), 10)
+        print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
+                          "seconds_per_step_on": on, "seconds_per_step_off": off,
+                          "paired_ratio": ratio, "allocations_per_step": allocs}))
+        return
+    elif mode == "alloc_cached_ab":
+        # PyTorch's caching allocator serving every tensor from its cache (no driver call): what
+        # the switched thing costs per tensor alloc+free, in the same A/B blocks.
+        turn = switch()
+
+        def step():
+            for _ in range(2000):
+                t = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+                del t
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")), 10)
+        print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
+                          "seconds_per_step_on": on, "seconds_per_step_off": off,
+                          "paired_ratio": ratio, "allocations_per_step": 2000}))
+        return
+    elif mode == "alloc_bound":
+        def step():
+            for _ in range(20000):
+                t = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+                del t
+        sec = timed(step, 2, 10)
+        sec /= 20000
+        per = "alloc+free"
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    out = {"mode": mode, "seconds_per_" + per.replace("+", "_"): sec, "per": per}
+    if steps:
+        out["steps"] = steps
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+// The few lines printed on stderr after a run or `vramtrace report`: what was not profiled,
+// each device's peak (against its effective limit) and what it was made of, the OOMs with their
+// moment and likely cause, the remedies, ranks, leak suspects, growth and warnings. Read from
+// report.json alone, as `check` and `diff` read it, through report/report_keys.h.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "report/json_report.h"
+#include "report/report_keys.h"
+
+namespace vramtrace::report {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxNotProfiledLines = 10;  // of the summary; report.json has them all
+
+// What is not in the report qualifies every figure after it: processes not profiled, launches
+// not recorded.
+std::string not_profiled_lines(const json& r) {
+  std::string out;
+  size_t not_profiled = 0;
+  for (const auto& p : r[field::processes]) {
+    if (p.value(field::profiled, true)) continue;
+    if (++not_profiled > kMaxNotProfiledLines) continue;
+    std::string exe = p[field::exe].get<std::string>();
+    exe = exe.substr(exe.find_last_of('/') + 1);
+    out += "vramtrace: NOT PROFILED: pid " + std::to_string(p[field::pid].get<uint64_t>()) +
+           (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
+           printable(p[field::not_profiled_reason].get<std::string>()) + "\n";
+  }
+  if (not_profiled > kMaxNotProfiledLines)
+    out += "vramtrace: NOT PROFILED: " + std::to_string(not_profiled - kMaxNotProfiledLines) +
+           " more process(es) (processes[].not_profiled_reason in report.json)\n";
+  if (not_profiled)
+    out += "vramtrace: WARNING: " + std::to_string(not_profiled) + " of " +
+           std::to_string(r[field::processes].size()) +
+           " process(es) not profiled: the device memory they used is unknown and not in this "
+           "report\n";
+  else if (r[field::devices].empty())
+    out += "vramtrace: no CUDA device memory was used\n";
+  // Launches off: say so once, naming the processes when only some of them were.
+  std::vector<std::string> no_launches;
+  for (const auto& p : r[field::processes])
+    if (p.contains(field::launches) && p[field::launches].is_object() &&
+        p[field::launches].value(field::recorded, true) == false && p.contains(field::pid))
+      no_launches.push_back(p[field::pid].dump());
+  if (!no_launches.empty()) {
+    std::string who;
+    if (no_launches.size() < r[field::processes].size()) {
+      who = " in pid";
+      for (size_t i = 0; i < no_launches.size() && i < kMaxNotProfiledLines; ++i)
+        who += (i ? ", " : " ") + no_launches[i];
+      if (no_launches.size() > kMaxNotProfiledLines) who += " and others";
+    }
+    out += "vramtrace: NOTE: kernel launches not recorded" + who +
+           " (--launches=off): no launch counts, no kernel at the peak, no iterations from the "
+           "launch rhythm\n";
+  }
+  return out;
+}
+
+// Each device's peak, against its effective limit when the run had a tighter one than the card,
+// and what the memory was at the peak.
+std::string device_lines(const json& r) {
+  std::string out;
+  char line[512];
+  for (const auto& d : r[field::devices]) {
+    uint64_t peak = peak_bytes(d);
+    uint64_t total = total_bytes(d);
+    double at_s = static_cast<double>(peak_time_ns(d)) / 1e9;
+    std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", device_index(d),
+                  printable(device_name(d)).substr(0, 300).c_str(), human_bytes(peak).c_str());
+    out += line;
+    // Against the effective limit when the run had a tighter one than the card.
+    const json* lim = nullptr;
+    if (r.contains(field::diagnosis) && r[field::diagnosis].contains(field::limit) &&
+        r[field::diagnosis][field::device] == d[field::index] &&
+        r[field::diagnosis][field::limit][field::kind] != "device")
+      lim = &r[field::diagnosis][field::limit];
+    if (lim) {
+      const uint64_t lb = (*lim)[field::bytes].get<uint64_t>();
+      std::snprintf(line, sizeof line, " of its %s limit (%.1f%%; %s)", human_bytes(lb).c_str(),
+                    lb ? 100.0 * static_cast<double>(peak) / static_cast<double>(lb) : 0.0,
+                    (*lim)[field::title].get<std::string>().c_str());
+      out += line;
+    } else if (total) {
+      std::snprintf(line, sizeof line, " of %s (%.1f%%)", human_bytes(total).c_str(),
+                    100.0 * static_cast<double>(peak) / static_cast<double>(total));
+      out += line;
+    }
+    bool died_here = false;  // a process on this device died holding memory
+    if (r.contains(field::live_at_death))
+      for (const auto& l : r[field::live_at_death])
+        died_here = died_here || l[field::device] == d[field::index];
+    std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end%s\n", at_s,
+                  human_bytes(final_live_bytes(d)).c_str(),
+                  died_here ? " (the program died holding it)" : "");
+    out += line;
+    if (d.contains(field::categories)) {
+      // What the memory was at the peak, largest first.
+      std::vector<std::pair<uint64_t, std::string>> cats;
+      for (auto& [k, v] : d[field::categories][field::at_peak].items())
+        if (v.get<uint64_t>())
+          cats.push_back({v.get<uint64_t>(), d[field::categories][field::titles].value(k, k)});
+      std::sort(cats.rbegin(), cats.rend());
+      std::string text = "vramtrace:   at the peak:";
+      for (size_t i = 0; i < cats.size() && i < 5; ++i)
+        text += (i ? ", " : " ") + cats[i].second + " " + human_bytes(cats[i].first);
+      out += text + "\n";
+    }
+  }
+  return out;
+}
+
+// With a fatal OOM known, the failures the job survived are counted on one line and the fatal
+// one gets the diagnosis: where, why, and what to do.
+std::string oom_lines(const json& r) {
+  std::string out;
+  char line[512];
+  bool any_fatal = false;
+  uint64_t survived = 0;
+  for (const auto& o : r[field::oom]) any_fatal = any_fatal || o.value(field::fatal, false);
+  for (const auto& o : r[field::oom]) {
+    if (any_fatal && !o.value(field::fatal, false)) {
+      ++survived;
+      continue;
+    }
+    std::snprintf(line, sizeof line,
+                  "vramtrace: OUT OF MEMORY on device %u: %s requested with %s live (pid %llu)\n",
+                  o[field::device].get<unsigned>(), human_bytes(requested_bytes(o)).c_str(),
+                  human_bytes(o[field::live_bytes].get<uint64_t>()).c_str(),
+                  static_cast<unsigned long long>(o[field::pid].get<uint64_t>()));
+    if (o.value(field::recovered, false)) {
+      std::snprintf(line, sizeof line,
+                    "vramtrace: device %u: a %s request failed and was retried after the "
+                    "allocator freed its cache (not an OOM of the program)\n",
+                    o[field::device].get<unsigned>(), human_bytes(requested_bytes(o)).c_str());
+      out += line;
+      continue;
+    }
+    out += line;
+    if (o.contains(field::phase)) {
+      std::string where = "vramtrace:   when: " + o[field::phase].get<std::string>();
+      if (o.contains(field::module)) where += " of " + o[field::module].get<std::string>();
+      if (o.contains(field::iteration) && o[field::iteration].get<int64_t>() >= 0)
+        where += ", iteration " + std::to_string(o[field::iteration].get<int64_t>());
+      if (o.contains(field::python_site))
+        where += ", at " + o[field::python_site].get<std::string>();
+      out += where + "\n";
+    }
+    if (o.contains(field::findings) && !o[field::findings].empty())
+      out += "vramtrace:   likely cause: " +
+             printable(o[field::findings][0][field::title].get<std::string>()) + "\n";
+  }
+  if (survived) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu other allocation failure(s) were survived (a library's "
+                  "workspace attempt that fell back, a caught error): see report.json oom[]\n",
+                  static_cast<unsigned long long>(survived));
+    out += line;
+  }
+  return out;
+}
+
+// A remedy: what it saves, the peak it leads to, and what its replay through the allocator's
+// model said.
+std::string remedy_line(const json& m) {
+  std::string peak;
+  if (m.contains(field::predicted_peak_high_bytes))
+    peak = ", peak between " + human_bytes(m[field::predicted_peak_bytes].get<uint64_t>()) +
+           " and " + human_bytes(m[field::predicted_peak_high_bytes].get<uint64_t>());
+  else if (m.contains(field::predicted_peak_bytes))
+    peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
+                       : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
+                                                                              : ", peak about ") +
+           human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
+  if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
+  if (m.contains(field::replayed)) {
+    // What the allocator's model said when it replayed the run's requests with the remedy.
+    const json& w = m[field::replayed];
+    if (w.value(field::verdict, "") == "fits")
+      peak += "; replayed: fits, PyTorch reserving " +
+              human_bytes(w.value(field::reserved_peak_bytes, uint64_t{0})) +
+              (w.value(field::up_to_recorded_oom, false) ? " (as far as the run got)" : "");
+    else if (w.contains(field::oom))
+      peak += "; replayed: runs out at a " +
+              human_bytes(w[field::oom].value(field::requested_bytes, uint64_t{0})) + " request" +
+              (w[field::oom].value(field::module, std::string()).empty()
+                   ? std::string()
+                   : " in " + printable(w[field::oom][field::module].get<std::string>()));
+  }
+  return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
+         human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
+         printable(m[field::how].get<std::string>()) + ")\n";
+}
+
+std::string diagnosis_lines(const json& r) {
+  std::string out;
+  if (!r.contains(field::diagnosis)) return out;
+  const json& dg = r[field::diagnosis];
+  // A job that did not die but keeps memory across iterations: the cause, before the remedies.
+  if (dg.value(field::verdict, "") != "oom" && dg.contains(field::cause))
+    out += "vramtrace:   growing: " + printable(dg[field::cause][field::title].get<std::string>()) +
+           "\n";
+  size_t n = 0;
+  for (const auto& m : dg.value(field::remedies, json::array())) {
+    if (n++ == 3) break;
+    out += remedy_line(m);
+  }
+  return out;
+}
+
+std::string rank_line(const json& r) {
+  if (!r.contains(field::worst_rank)) return "";
+  char line[512];
+  const json& w = r[field::worst_rank];
+  std::snprintf(line, sizeof line,
+                "vramtrace: %zu ranks; worst rank %s: peak %s on device %u; max/mean %.2f\n",
+                r[field::ranks].size(),
+                printable(w[field::rank].dump(-1, ' ', false, json::error_handler_t::replace))
+                    .substr(0, 100)
+                    .c_str(),
+                human_bytes(w[field::peak_bytes].get<uint64_t>()).c_str(),
+                w[field::device].get<unsigned>(),
+                r[field::rank_imbalance][field::max_over_mean].get<double>());
+  return line;
+}
+
+// What was left at the end: live when a process died, leak suspects, kept across iterations.
+std::string left_at_end_lines(const json& r) {
+  std::string out;
+  char line[512];
+  uint64_t leak_bytes = 0, leak_count = 0, kept_bytes = 0, kept_count = 0;
+  for (const auto& l : r[field::leaks]) {
+    if (l.contains(field::kept)) {
+      kept_bytes += l[field::bytes].get<uint64_t>();
+      kept_count += l[field::count].get<uint64_t>();
+      continue;
+    }
+    leak_bytes += l[field::bytes].get<uint64_t>();
+    leak_count += l[field::count].get<uint64_t>();
+  }
+  uint64_t dead_bytes = 0;
+  if (r.contains(field::live_at_death))
+    for (const auto& l : r[field::live_at_death]) dead_bytes += l[field::bytes].get<uint64_t>();
+  if (dead_bytes)
+    out += "vramtrace: " + human_bytes(dead_bytes) +
+           " was live when the process died (not counted as leaks)\n";
+  if (leak_count) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu allocation(s), %s, still live at exit (leak suspects)\n",
+                  static_cast<unsigned long long>(leak_count), human_bytes(leak_bytes).c_str());
+    out += line;
+  }
+  if (kept_count) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: %llu block(s), %s, still live at exit were kept across iterations "
+                  "by the forwards (the cause above), not leaked\n",
+                  static_cast<unsigned long long>(kept_count), human_bytes(kept_bytes).c_str());
+    out += line;
+  }
+  return out;
+}
+
+// The five fastest sites, then the total of the rest (a graph kept alive grows at every module
+// of the model: dozens of sites).
+std::string growth_lines(const json& r) {
+  std::string out;
+  if (!r.contains(field::growth)) return out;
+  char line[512];
+  size_t n = 0;
+  uint64_t rest = 0, rest_sites = 0;
+  for (const auto& g : r[field::growth]) {
+    if (n++ >= 5) {
+      rest += g[field::bytes_per_iteration].get<uint64_t>();
+      ++rest_sites;
+      continue;
+    }
+    std::snprintf(line, sizeof line,
+                  "vramtrace: grows by %s per iteration over %lld iterations: %s\n",
+                  human_bytes(g[field::bytes_per_iteration].get<uint64_t>()).c_str(),
+                  static_cast<long long>(g[field::iterations].get<int64_t>()),
+                  printable(g[field::site].get<std::string>()).substr(0, 300).c_str());
+    out += line;
+  }
+  if (rest_sites) {
+    std::snprintf(line, sizeof line,
+                  "vramtrace: ... and %s per iteration more at %llu other sites (report.json "
+                  "growth[])\n",
+                  human_bytes(rest).c_str(), static_cast<unsigned long long>(rest_sites));
+    out += line;
+  }
+  return out;
+}
+
+// Processes still running, events dropped, the run's problems.
+std::string warning_lines(const json& r) {
+  std::string out;
+  for (const auto& p : r[field::processes])
+    if (p.value(field::still_running, false) && p.contains(field::pid))
+      out += "vramtrace: NOTE: pid " + p[field::pid].dump() +
+             " was still running when the report was written: what it held then is not counted "
+             "as leaked\n";
+  if (const uint64_t dropped = r[field::run][field::dropped_events].get<uint64_t>()) {
+    char line[512];
+    std::snprintf(line, sizeof line, "vramtrace: WARNING: %llu events were dropped (buffer full)\n",
+                  static_cast<unsigned long long>(dropped));
+    out += line;
+  }
+  for (const auto& p : r[field::run][field::problems])
+    out += "vramtrace: WARNING: " + printable(p.get<std::string>()) + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::string summary_text(const json& r) {
+  std::string out;
+  if (r[field::run].value(field::stand_in, false))
+    out += "vramtrace: NOTE: recorded on the CPU stand-in for CUDA, not on a real GPU\n";
+  out += not_profiled_lines(r);
+  out += device_lines(r);
+  out += oom_lines(r);
+  out += diagnosis_lines(r);
+  out += rank_line(r);
+  out += left_at_end_lines(r);
+  out += growth_lines(r);
+  out += warning_lines(r);
+  return out;
+}
+
+}  // namespace vramtrace::report

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call that proves the current tree on a GPU: the GPU suite (test.sh), the JAX
+# pool check and the context's cost (quick.sh), where that cost goes (bench/context_cost.py)
+# and the pip package with its pytest plugin (pytest.sh). Each part's log goes to
+# $LOGS/<part>.log; a part that runs past its time is cut and the rest still run.
+#
+#   LOGS=/tmp/logs scripts/gpu/session.sh [part ...]
+#   parts: test quick cost pytest categories compile probe
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LOGS=${LOGS:-$ROOT/gpu-out/logs}
+mkdir -p "$LOGS"
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(cost test quick pytest)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/session.log"
+for p in "${parts[@]}"; do
+  start=$(date +%s)
+  case $p in
+    cost) timeout 90 python3 "$ROOT/bench/context_cost.py" cuda ;;
+    test) timeout 240 "$ROOT/scripts/gpu/test.sh" ;;
+    quick) timeout 150 "$ROOT/scripts/gpu/quick.sh" ;;
+    pytest) timeout 150 "$ROOT/scripts/gpu/pytest.sh" ;;
+    categories) timeout 300 "$ROOT/scripts/gpu/categories.sh" ;;
+    compile) timeout 240 python3 "$ROOT/scripts/gpu/compile_check.py" --build "${BUILD:-$ROOT/build}" \
+               --scripts "$ROOT/tests/gpu/real" --out "${OUT:-$ROOT/gpu-out}" ;;
+    probe) timeout 60 python3 "$ROOT/tests/gpu/real/probe_context_toggle.py" ;;
+    *) echo "unknown part $p" ;;
+  esac > "$LOGS/$p.log" 2>&1
+  rc=$?
+  echo "$p rc=$rc $(( $(date +%s) - start )) s" | tee -a "$LOGS/session.log"
+done

@@ -1,0 +1,158 @@
+// Unit tests of the run's analysis as a typed value (collector/analysis.h), without report.json:
+// the run-wide device's live set with several processes, one process's view of its device,
+// leak suspects, growth and the diagnosis' moment and remedies; the ranks' order; and
+// json_text, which must write a string exactly as report.json does.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "collector/analysis.h"
+#include "collector/json_text.h"
+#include "collector/ranks.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+using vt_test::TraceBuilder;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+collector::Run run_of(std::vector<std::vector<uint8_t>> streams) {
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  for (auto& s : streams) readers.push_back(collector::TraceReader::from_bytes(std::move(s)));
+  return collector::analyze(std::move(readers));
+}
+
+std::string dumped(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+TEST_CASE("json_text writes a string as report.json does: escapes, invalid UTF-8 replaced") {
+  for (const std::string& s : std::vector<std::string>{
+           std::string(""), std::string("rank 0"), std::string("a\"b\\c\n\t\r\b\f\x01\x1f\x7f"),
+           std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::string("\x80\xff"),
+           std::string("\xc3"), std::string("\xe2\x82"), std::string("\xe2\x82x"),
+           std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"), std::string("\xc0\xaf"),
+           std::string("\xe0\x80\xaf"), std::string("a\0b", 3)})
+    REQUIRE(collector::json_text(s) == dumped(s));
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(rng() % 12, '\0');
+    for (char& c : s) c = static_cast<char>(rng() % 4 ? 0x80 + rng() % 0x80 : rng() % 0x80);
+    INFO(i);
+    REQUIRE(collector::json_text(s) == dumped(s));
+  }
+}
+
+TEST_CASE("ranks in report.json's order: numbers by value, otherwise as written") {
+  collector::Run run;
+  const std::vector<std::string> values = {"10", "9", "b", "-1", "a\x80", " 3", "a", "", "2"};
+  for (const std::string& v : values) {
+    collector::ProcessModel p;
+    p.ranks = {{"RANK", v}};
+    run.processes.push_back(std::move(p));
+  }
+  std::vector<nlohmann::json> expected;
+  for (const std::string& v : values) {
+    collector::RankValue r = collector::rank_value(v);
+    expected.push_back(r.number ? nlohmann::json(*r.number) : nlohmann::json(v));
+  }
+  // The order report.json has always had: numbers by value, others by their JSON text.
+  std::stable_sort(expected.begin(), expected.end(), [](const auto& a, const auto& b) {
+    if (a.is_number() && b.is_number()) return a < b;
+    const auto err = nlohmann::json::error_handler_t::replace;
+    return a.dump(-1, ' ', false, err) < b.dump(-1, ' ', false, err);
+  });
+  const collector::Ranks ranks = collector::ranks_of(run);
+  REQUIRE(ranks.ranks.size() == values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const collector::RankValue& r = ranks.ranks[i].rank;
+    REQUIRE((r.number ? nlohmann::json(*r.number) : nlohmann::json(r.text)) == expected[i]);
+  }
+  REQUIRE(ranks.spread);
+}
+
+TEST_CASE("the analysis of two processes on one device and a third alone on another") {
+  TraceBuilder a(100, "testhost", "RANK=0\n"), b(101, "testhost", "RANK=1\n");
+  a.context(0, 1024 * MiB).alloc(0xa000, 8 * MiB).alloc(0xb000, 2 * MiB).free(0xb000);
+  a.context(1, 1024 * MiB, "Second GPU").alloc(0xc000, 32 * MiB, vt_test::Api::cuMemAlloc, 1);
+  a.exit_clean();
+  b.context(0, 1024 * MiB).alloc(0x1000, 4 * MiB).free(0x1000).exit_clean();
+  const collector::Run run = run_of({a.bytes(), b.bytes()});
+  const collector::RunAnalysis an = collector::analysis_of(run);
+  REQUIRE(an.processes.size() == 2);
+  REQUIRE(an.processes_complete);
+  REQUIRE(an.devices.size() == 2);
+
+  const collector::RunDeviceAnalysis& shared = an.devices[0];
+  REQUIRE(shared.model->index == 0);
+  REQUIRE(shared.final_live_bytes == 8 * MiB);
+  REQUIRE(shared.peak);  // both processes at its peak: their live sets together
+  REQUIRE(shared.device == nullptr);
+  uint64_t live = 0;
+  for (const auto& g : shared.peak->by_site) live += g.bytes;
+  REQUIRE(live == shared.model->peak_bytes);
+  REQUIRE(shared.count_by_pid.size() == 2);
+
+  const collector::RunDeviceAnalysis& alone = an.devices[1];
+  REQUIRE_FALSE(alone.peak);
+  REQUIRE(alone.process == &an.processes[0]);
+  REQUIRE(alone.device == &an.processes[0].devices.at(1));
+  REQUIRE(alone.device->peak.largest.size() == 1);
+  REQUIRE(alone.device->peak.largest[0].allocation->bytes == 32 * MiB);
+
+  // What process 100 left: 8 MiB on device 0, 32 MiB on device 1, largest first.
+  REQUIRE(an.leaks.size() == 2);
+  REQUIRE(an.leaks[0].group.bytes == 32 * MiB);
+  REQUIRE(an.leaks[0].device == 1);
+  REQUIRE(an.leaks[1].group.bytes == 8 * MiB);
+  REQUIRE(an.leaks[1].pid == 100);
+  REQUIRE(an.live_at_death.empty());
+
+  REQUIRE(an.ranks.ranks.size() == 2);
+  REQUIRE(an.ranks.ranks[an.ranks.spread->worst].peak_bytes == 32 * MiB);
+
+  // No OOM: the diagnosis is about the device closest to its capacity, with no cause.
+  REQUIRE_FALSE(an.diagnosis.oom);
+  REQUIRE(an.diagnosis.device == 1u);
+  REQUIRE(an.diagnosis.pid == 100);
+  REQUIRE(an.diagnosis.limit.kind == "device");
+  REQUIRE_FALSE(an.diagnosis.cause);
+}
+
+TEST_CASE("the analysis of an OOM after growth: its findings and the diagnosis' cause") {
+  TraceBuilder b;
+  b.context(0, 80 * 1024 * MiB).kernel(1, "step");
+  for (int i = 0; i < 12; ++i)
+    b.alloc(0x100000000ull + 0x10000000ull * i, 16 * MiB)
+        .launch(1)
+        .free(0x100000000ull + 0x10000000ull * i)
+        .alloc(0x900000000ull + 0x10000000ull * i, 64 * MiB);
+  b.meminfo(0, 80 * 1024 * MiB).failed(1024 * MiB);
+  const collector::Run run = run_of({b.bytes()});
+  const collector::RunAnalysis an = collector::analysis_of(run);
+  REQUIRE(an.processes[0].ooms.size() == 1);
+  const collector::OomAnalysis& oom = an.processes[0].ooms[0];
+  REQUIRE(oom.event->requested_bytes == 1024 * MiB);
+  REQUIRE_FALSE(oom.findings.empty());
+  REQUIRE_FALSE(oom.growth.empty());
+  REQUIRE(oom.growth[0].growth.bytes_per_iteration == 64 * MiB);
+  bool growth_finding = false;
+  for (const auto& f : oom.findings)
+    if (f.finding.kind == collector::FindingKind::Growth) {
+      growth_finding = true;
+      REQUIRE(f.growth_sites.size() == f.finding.evidence.growth_sites.size());
+    }
+  REQUIRE(growth_finding);
+  // The live set at the OOM grouped by site, the findings' input, from the collector.
+  uint64_t live = 0;
+  for (const auto& g : oom.live.by_site) live += g.bytes;
+  REQUIRE(live == oom.event->live_bytes);
+  // Growth on the device feeds the diagnosis of a native program.
+  REQUIRE(an.diagnosis.device == 0u);
+  REQUIRE(an.diagnosis.cause);
+  REQUIRE(an.diagnosis.remedies);
+}
