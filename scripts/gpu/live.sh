@@ -5,7 +5,8 @@
 #   2. the answers fetched while it ran (live_check.py polls);
 #   3. a snapshot of a paused moment (`vramtrace snapshot`) against torch.cuda.memory_allocated()
 #      and memory_reserved() at that moment (live_check.py snapshot).
-#   BUILD=/abs/build scripts/gpu/live.sh [OUT]      (STEPS, BATCH, PYTHON to change the job)
+#   BUILD=/abs/build scripts/gpu/live.sh [OUT]      (STEPS, BATCH, PYTHON to change the job;
+#                                                   PARTS="step snapshot": which parts)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(cd "${BUILD:-$ROOT/build}" && pwd)
@@ -19,6 +20,8 @@ HERE=$ROOT/scripts/gpu
 fail=0
 step_of() { grep -o 'median step [0-9.]*' "$1" | awk '{print $3}'; }
 
+PARTS=${PARTS:-step snapshot}
+if [[ $PARTS == *step* ]]; then
 echo "== live: step time, plain / vramtrace run / vramtrace run --serve (polled every 2 s)"
 "$PY" "$HERE/live_train.py" "$STEPS" "$BATCH" >"$OUT/plain.txt" 2>&1 || fail=1
 "$VT" run --no-progress -o "$OUT/run" --force -- "$PY" "$HERE/live_train.py" "$STEPS" "$BATCH" \
@@ -33,6 +36,8 @@ p=$(step_of "$OUT/plain.txt"); r=$(step_of "$OUT/run.txt"); s=$(step_of "$OUT/se
 echo "median step: plain $p s, run $r s, run --serve (polled) $s s"
 "$PY" -c "p,r,s=$p,$r,$s; print('ratio run/plain %.3f, serve/plain %.3f, serve/run %.3f' % (r/p, s/p, s/r))" || fail=1
 "$PY" "$HERE/live_check.py" polls "$OUT/polls" "$OUT/served/report.json" || fail=1
+fi
+[[ $PARTS == *snapshot* ]] || exit $fail
 
 echo "== live: a snapshot of a paused moment against PyTorch's own figures"
 WORK=$OUT/work

@@ -2,7 +2,8 @@
   snapshot   the report of a paused moment (vramtrace snapshot, WORK/ready.json from
              live_train.py) against PyTorch's own figures then: the caching allocator's blocks
              in use and segments at the moment (devices[0].allocator.now) against
-             torch.cuda.memory_allocated() and torch.cuda.memory_reserved();
+             memory_stats()'s requested bytes (exactly), torch.cuda.memory_allocated() (at
+             most) and torch.cuda.memory_reserved() (exactly);
   polls      the /report.json answers fetched while the job ran: each parses, is a report of a
              running job, and the last one before the end saw the device's peak grow.
    live_check.py snapshot SNAPSHOT_REPORT READY_JSON
@@ -36,11 +37,19 @@ def snapshot(path, ready):
     live = r.get("live") or {}
     check(live.get("running") is True, "the snapshot is of a running job (live.running true)")
     in_use, reserved = in_use_now(r)
-    print("  snapshot: PyTorch in use %d B, reserved %d B; PyTorch said allocated %d B, reserved %d B"
-          % (in_use, reserved, fig["allocated"], fig["reserved"]))
-    check(in_use == fig["allocated"],
-          "PyTorch's blocks in use at the snapshot == torch.cuda.memory_allocated() (%d vs %d)"
-          % (in_use, fig["allocated"]))
+    print("  snapshot: PyTorch in use %d B, reserved %d B; PyTorch said requested %s B, "
+          "allocated %d B, reserved %d B" % (in_use, reserved, fig.get("requested"),
+                                             fig["allocated"], fig["reserved"]))
+    # PyTorch's trace gives each block's requested size: what memory_stats() counts as
+    # requested_bytes. memory_allocated() counts whole blocks (rounded up to 512 bytes, and a
+    # large block keeps a remainder of under 1 MiB it was not split from): at least as much.
+    check(in_use == fig.get("requested"),
+          "PyTorch's blocks in use at the snapshot == memory_stats()['requested_bytes.all.current']"
+          " (%d vs %s)" % (in_use, fig.get("requested")))
+    check(in_use <= fig["allocated"],
+          "... and within torch.cuda.memory_allocated() (%d <= %d, %.2f %% below: rounding and "
+          "unsplit remainders of blocks)" % (in_use, fig["allocated"],
+                                            100.0 * (fig["allocated"] - in_use) / fig["allocated"]))
     check(reserved == fig["reserved"],
           "the allocator's segments at the snapshot == torch.cuda.memory_reserved() (%d vs %d)"
           % (reserved, fig["reserved"]))

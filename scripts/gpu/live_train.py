@@ -1,7 +1,7 @@
 """A real training loop for the live checks (scripts/gpu/live.sh): torchvision's ResNet-50 on
 random images, STEPS steps of batch BATCH, printing its median step time at the end. With a
-WORK folder: at step PAUSE it writes WORK/ready.json (torch.cuda.memory_allocated() and
-memory_reserved() then, after a synchronize) and waits for WORK/go, so that a report of that
+WORK folder: at step PAUSE it writes WORK/ready.json (torch.cuda.memory_allocated(), the
+requested bytes of memory_stats() and memory_reserved() then, after a synchronize) and waits for WORK/go, so that a report of that
 moment can be compared with PyTorch's own figures.
    live_train.py STEPS BATCH [WORK PAUSE]"""
 import json
@@ -30,7 +30,9 @@ for i in range(steps):
     torch.cuda.synchronize()
     times.append(time.perf_counter() - t0)
     if i == pause and work:
+        stats = torch.cuda.memory_stats()
         fig = {"step": i, "allocated": torch.cuda.memory_allocated(),
+               "requested": stats.get("requested_bytes.all.current"),
                "reserved": torch.cuda.memory_reserved(),
                "max_allocated": torch.cuda.max_memory_allocated()}
         with open(os.path.join(work, "ready.json.tmp"), "w") as f:
