@@ -52,22 +52,31 @@ const char* finding_kind_name(FindingKind k) {
   return "";
 }
 
-std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
+namespace {
+
+// What every finding of one OOM reads, and the list they are added to.
+struct Findings {
+  const OomFindingInput& in;
+  const OomEvent& o;
+  uint64_t request = 0, total = 0, free_b = 0, limit = 0;
+  bool fraction = false;  // the limit is PyTorch's per-process memory fraction
   std::vector<OomFinding> out;
-  if (!in.oom) return out;
-  const OomEvent& o = *in.oom;
-  auto add = [&](double score, FindingKind kind, std::string title, FindingEvidence evidence,
-                 std::string suggestion) {
+
+  void add(double score, FindingKind kind, std::string title, FindingEvidence evidence,
+           std::string suggestion) {
     out.push_back({kind, score, 0, std::move(title), std::move(evidence), std::move(suggestion)});
-  };
-  const uint64_t request =
-      o.allocator && o.allocator_request ? o.allocator_request : o.requested_bytes;
-  const uint64_t total = o.total_bytes.value_or(0);
-  uint64_t free_b = o.free_bytes.value_or(0);
-  const bool fraction = in.limit && in.limit->kind == "per_process_fraction";
-  // Under a tighter limit than the card (PyTorch's per-process fraction) the device's free
-  // memory beyond the limit was never available to this process.
-  uint64_t limit = total;
+  }
+};
+
+// The process's own limit (PyTorch's fraction), and a request larger than the GPU.
+void limit_findings(Findings& f) {
+  const OomFindingInput& in = f.in;
+  const OomEvent& o = f.o;
+  uint64_t& free_b = f.free_b;
+  uint64_t& limit = f.limit;
+  const uint64_t request = f.request, total = f.total;
+  const bool fraction = f.fraction;
+  auto add = [&f](auto&&... a) { f.add(std::forward<decltype(a)>(a)...); };
   if (in.limit) {
     limit = in.limit->bytes;
     free_b = std::min(free_b, limit > o.live_bytes ? limit - o.live_bytes : 0);
@@ -94,14 +103,22 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
             human_bytes(total) + ")",
         ev, "Split the tensor or buffer (shard it, or process it in chunks).");
   }
+}
+
+// The request fit in the free memory the allocator reserved, but in no one piece of it.
+void fragmentation_finding(Findings& f) {
+  const OomFindingInput& in = f.in;
+  const OomEvent& o = f.o;
+  const uint64_t request = f.request, free_b = f.free_b;
+  auto add = [&f](auto&&... a) { f.add(std::forward<decltype(a)>(a)...); };
   if (o.fragmentation) {
-    const auto& f = *o.fragmentation;
+    const auto& fs = *o.fragmentation;
     FindingEvidence ev;
     ev.requested_bytes = request;
-    ev.free_reserved_bytes = f.free_bytes();
-    ev.largest_free_block_bytes = f.largest_free;
-    ev.free_blocks = f.free_blocks;
-    ev.external_fragmentation = f.external();
+    ev.free_reserved_bytes = fs.free_bytes();
+    ev.largest_free_block_bytes = fs.largest_free;
+    ev.free_blocks = fs.free_blocks;
+    ev.external_fragmentation = fs.external();
     std::string fix =
         in.torch_pool
             ? "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that PyTorch maps free "
@@ -112,22 +129,31 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
               "release empty segments.";
     // The cause even under a cap: the memory the request needed was the process's already,
     // only in pieces, so reaching the cap (limit_reached) is the symptom.
-    if (f.free_bytes() >= request && f.largest_free < request)
+    if (fs.free_bytes() >= request && fs.largest_free < request)
       add(0.97, FindingKind::Fragmentation,
-          human_bytes(f.free_bytes()) + " reserved by " + o.pool +
+          human_bytes(fs.free_bytes()) + " reserved by " + o.pool +
               (o.pool.empty() ? "the allocator" : "") + " was free, in " +
-              std::to_string(f.free_blocks) + " blocks, but the largest (" +
-              human_bytes(f.largest_free) + ") is smaller than the request (" +
+              std::to_string(fs.free_blocks) + " blocks, but the largest (" +
+              human_bytes(fs.largest_free) + ") is smaller than the request (" +
               human_bytes(request) + ")",
           ev, fix);
-    else if (f.free_bytes() < request && f.free_bytes() + free_b >= request &&
-             f.largest_free < request && f.free_bytes() > request / 4)
+    else if (fs.free_bytes() < request && fs.free_bytes() + free_b >= request &&
+             fs.largest_free < request && fs.free_bytes() > request / 4)
       add(0.6, FindingKind::Fragmentation,
-          human_bytes(f.free_bytes()) + " reserved but free and " + human_bytes(free_b) +
+          human_bytes(fs.free_bytes()) + " reserved but free and " + human_bytes(free_b) +
               " free on the device would together have served the request, but neither does "
               "alone",
           ev, fix);
   }
+}
+
+// Other processes (or the driver) held what this process needed.
+void others_finding(Findings& f) {
+  const OomFindingInput& in = f.in;
+  const OomEvent& o = f.o;
+  const uint64_t request = f.request, total = f.total, free_b = f.free_b;
+  const bool fraction = f.fraction;
+  auto add = [&f](auto&&... a) { f.add(std::forward<decltype(a)>(a)...); };
   if (in.held_by_others) {
     const uint64_t others = *in.held_by_others;
     // Decisive when, without them, the request would have fit and they are more than a CUDA
@@ -154,6 +180,14 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
           "each job its own GPU with CUDA_VISIBLE_DEVICES.");
     }
   }
+}
+
+// Memory kept across iterations (PyTorch's kept graph or outputs) and growth by site.
+void growth_findings(Findings& f) {
+  const OomFindingInput& in = f.in;
+  const OomEvent& o = f.o;
+  const uint64_t request = f.request;
+  auto add = [&f](auto&&... a) { f.add(std::forward<decltype(a)>(a)...); };
   // Memory kept across iterations that makes up much of what was live is the cause: reaching
   // the limit, or the cache's pieces, are only how the growth ended.
   const bool kept = in.kept && in.kept->kept_bytes * 4 >= o.live_bytes;
@@ -198,6 +232,15 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
         "Memory is kept across iterations: keep Python numbers rather than tensors "
         "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
   }
+}
+
+// The process was near its limit when it asked.
+void near_capacity_finding(Findings& f) {
+  const OomFindingInput& in = f.in;
+  const OomEvent& o = f.o;
+  const uint64_t request = f.request, limit = f.limit;
+  const bool fraction = f.fraction;
+  auto add = [&f](auto&&... a) { f.add(std::forward<decltype(a)>(a)...); };
   // Under PyTorch's fraction, limit_reached says it (or does not apply: the request fit).
   if (limit && (o.live_bytes + request) * 10 > limit * 8 && !fraction) {
     FindingEvidence ev;
@@ -215,6 +258,27 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
         "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
         "accumulation), or mixed precision (bf16/fp16).");
   }
+}
+
+}  // namespace
+
+std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
+  if (!in.oom) return {};
+  const OomEvent& o = *in.oom;
+  Findings f{in, o};
+  f.request = o.allocator && o.allocator_request ? o.allocator_request : o.requested_bytes;
+  f.total = o.total_bytes.value_or(0);
+  f.free_b = o.free_bytes.value_or(0);
+  f.fraction = in.limit && in.limit->kind == "per_process_fraction";
+  // Under a tighter limit than the card (PyTorch's per-process fraction) the device's free
+  // memory beyond the limit was never available to this process.
+  f.limit = f.total;
+  limit_findings(f);
+  fragmentation_finding(f);
+  others_finding(f);
+  growth_findings(f);
+  near_capacity_finding(f);
+  std::vector<OomFinding>& out = f.out;
   std::stable_sort(out.begin(), out.end(),
                    [](const OomFinding& a, const OomFinding& b) { return a.score > b.score; });
   for (size_t i = 0; i < out.size(); ++i) out[i].rank = i + 1;
