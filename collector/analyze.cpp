@@ -70,12 +70,13 @@ void finish_run(Run& run) {
               });
 }
 
+namespace {
+
+// Whether a file is a start-up hook's side channel (.torch, .jax), not a trace.
 bool is_side_channel(const std::string& path) {
   return (path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0) ||
          (path.size() > 4 && path.compare(path.size() - 4, 4, ".jax") == 0);
 }
-
-namespace {
 
 std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::string>& paths) {
   std::vector<TorchTrace> torch;

@@ -1,14 +1,14 @@
 // The builder of one process's model: applies its records, one at a time and in time order, to
 // its ProcessModel (the results) and to the run-wide devices, keeping what it needs only while
 // it reads (open ranges, the launch rhythm, mappings, module lookups) apart from the results.
-// collector/analyze.cpp drives the builders of a run; collector/live_run.cpp drives them while
-// the run goes on and finishes copies of them for a report of the moment.
+// collector/analyze.cpp drives the builders of a run.
 //
 // The handlers are grouped by concern: build_process.cpp (the process, its strings, stacks and
-// modules), build_memory.cpp (the dispatch, driver allocations, VMM, stream-ordered pools and the
-// run-wide devices: the hot path), build_allocator.cpp (sub-allocators' pools, segments and
-// blocks), build_ooms.cpp (failed allocations and which OOM ended the job),
-// build_iterations.cpp (launches, NVTX ranges, steps and the iterations found from them).
+// modules), build_memory.cpp (the dispatch, driver allocations, kernel launches and their
+// rhythm, VMM, stream-ordered pools and the run-wide devices: the hot path),
+// build_allocator.cpp (sub-allocators' pools, segments and blocks), build_ooms.cpp (failed
+// allocations and which OOM ended the job), build_iterations.cpp (NVTX ranges, steps and the
+// iterations found from them and the launch rhythm).
 #pragma once
 
 #include <map>
@@ -44,16 +44,6 @@ class Builder {
         where_(&where),
         seq_(&seq),
         process_(static_cast<uint32_t>(&p - run.processes.data())) {}
-
-  // The same builder, now writing into a copy of its run (a live snapshot finishes copies and
-  // leaves the builders that go on reading untouched). `p` is this process's model in `run`.
-  void rebind(Run& run, ProcessModel& p, DeviceIndex& where, uint64_t& seq) {
-    run_ = &run;
-    p_ = &p;
-    where_ = &where;
-    seq_ = &seq;
-    last_device_ = nullptr;  // pointed into the other run's map
-  }
 
   // `secondary`: the record comes from PyTorch's trace of this process, not from its own trace;
   // `stream`: then a block's CUDA stream (PyTorch's trace has it, the UserBlock record has not).
@@ -179,7 +169,5 @@ void attach_torch_context(ProcessModel& p, TorchContext context);
 void finish_process(Run& run, ProcessModel& p, Builder& builder, const std::string& trace_name,
                     const std::string& stream_problem);
 void finish_run(Run& run);
-// Whether a file of a run folder is a start-up hook's side channel (.torch, .jax), not a trace.
-bool is_side_channel(const std::string& path);
 
 }  // namespace vramtrace::collector

@@ -9,6 +9,7 @@
 #include "collector/analysis.h"
 #include "collector/json_text.h"
 #include "collector/ranks.h"
+#include "unit/run_of.h"
 #include "unit/trace_builder.h"
 
 using namespace vramtrace;
@@ -18,11 +19,7 @@ namespace {
 
 constexpr uint64_t MiB = 1 << 20;
 
-collector::Run run_of(std::vector<std::vector<uint8_t>> streams) {
-  std::vector<std::unique_ptr<collector::TraceReader>> readers;
-  for (auto& s : streams) readers.push_back(collector::TraceReader::from_bytes(std::move(s)));
-  return collector::analyze(std::move(readers));
-}
+using vt_test::run_of;
 
 std::string dumped(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

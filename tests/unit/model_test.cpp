@@ -6,6 +6,7 @@
 
 #include "collector/model.h"
 #include "report/json_report.h"
+#include "unit/run_of.h"
 #include "unit/trace_builder.h"
 
 using namespace vramtrace;
@@ -16,11 +17,7 @@ namespace {
 
 constexpr uint64_t MiB = 1 << 20;
 
-collector::Run run_of(std::vector<std::vector<uint8_t>> streams) {
-  std::vector<std::unique_ptr<collector::TraceReader>> readers;
-  for (auto& s : streams) readers.push_back(collector::TraceReader::from_bytes(std::move(s)));
-  return collector::analyze(std::move(readers));
-}
+using vt_test::run_of;
 
 std::vector<uint64_t> sizes(const std::vector<collector::Allocation>& v) {
   std::vector<uint64_t> out;
