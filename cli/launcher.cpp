@@ -77,7 +77,8 @@ std::string write_torch_hook() {
               << report::printable(dir) << ": " << std::strerror(errno) << "\n";
     return {};
   }
-  if (!write_private_file(dir + "/sitecustomize.py", kPythonHook)) {
+  if (!write_private_file(dir + "/sitecustomize.py", kPythonHook) ||
+      !write_private_file(dir + "/_vramtrace_step.py", kPythonStepPrediction)) {
     fs::remove_all(dir, ec);
     return {};
   }

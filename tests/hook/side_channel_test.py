@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every line the start-up hook (python/vramtrace/_hook/sitecustomize.py) writes is one that
+"""Every line the start-up hook (python/vramtrace/_hook/sitecustomize.py, and _vramtrace_step.py
+beside it: the predicted first step) writes is one that
 common/side_channel.h declares, with its fields in the declared order and of the declared types,
 and every line declared is written; the hook's mark constants are the table's, in its order.
 The collector's reader is made from the same table (collector/torch_trace.cpp), so that what one
@@ -74,14 +75,17 @@ def check_fields(where, declared, parts):
               % (where, name, kind, part))
 
 
-hook_source = open(HOOK, encoding="utf-8").read()
-tree = ast.parse(hook_source)
+STEP = os.path.join(os.path.dirname(HOOK), "_vramtrace_step.py")
+tree = ast.parse(open(HOOK, encoding="utf-8").read())
+nodes = [(os.path.basename(HOOK), node) for node in ast.walk(tree)]
+nodes += [("_vramtrace_step.py", node)
+          for node in ast.walk(ast.parse(open(STEP, encoding="utf-8").read()))]
 written = set()
-for node in ast.walk(tree):
+for name, node in nodes:
     if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
         continue
     s = node.value
-    where = "sitecustomize.py:%d" % node.lineno
+    where = "%s:%d" % (name, node.lineno)
     if s.startswith(magic):
         parts = s.rstrip("\n").split("\t")
         check(parts[0] == magic + str(version), "%s: header %r, the table's is %s%d"

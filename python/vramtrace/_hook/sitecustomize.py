@@ -380,6 +380,15 @@ class _Context:
         self.in_root = False      # an outermost call marked by traced_call is running
         self.forwards = 0         # outermost forwards of the first model (no optimizer)
         self.first_root = None
+        # The first training step, for predicting its rest when it dies (_vramtrace_step.py):
+        # the first outermost call of a model with parameters, its arguments as shapes only.
+        self.want_call = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on") != "off"
+        self.first_call = None    # (weakref(model), described args, batch, training, grad, autocast, time_ns)
+        self.first_done = False   # the first optimizer step (or evaluation forward) ended
+        self.oom_seen = False
+        self.made_optimizers = []  # weakrefs of every optimizer made, first made first
+        self.predicted = []        # N and R lines
+        self.watch_optimizers()
         import functools
         autograd = torch.autograd
         backward = autograd.backward
@@ -415,6 +424,8 @@ class _Context:
                 # the model, of the loss), every inner call straight through. is_compiling()
                 # first: while torch.compile traces this, nothing of ctx is read (reading
                 # ctx.full there would make it guard on it and recompile).
+                if ctx.want_call and not compiling():
+                    ctx.capture_call(module, args, kwargs)
                 if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
                         or ctx.get_ident() != ctx.main):
                     return call(module, *args, **kwargs)
@@ -472,6 +483,92 @@ class _Context:
         self.set_enabled(True)
         self.graph_pools = set()  # pools CUDA graphs captured into (their segment_pool_id)
         self.watch_graphs()
+
+    def watch_optimizers(self):
+        """Every optimizer made, weakly: a job that dies in its first step never called step(),
+        where the step hooks would have seen it."""
+        init = self.optim.Optimizer.__init__
+        made = self.made_optimizers
+        weakref = self.weakref
+        import functools
+
+        @functools.wraps(init)
+        def traced_init(optimizer, *args, **kwargs):
+            init(optimizer, *args, **kwargs)
+            if len(made) < 64:
+                made.append(weakref.ref(optimizer))
+
+        self.optim.Optimizer.__init__ = traced_init
+
+    def capture_call(self, module, args, kwargs):
+        """The first outermost call of a module with parameters on the main thread: what it was
+        called with (shapes and dtypes, nothing kept alive) and how (training, grad, autocast)."""
+        if (self.stack or self.in_root or self.in_backward or self.get_ident() != self.main
+                or next(module.parameters(), None) is None):
+            return
+        self.want_call = False
+        try:
+            from _vramtrace_step import describe_call
+            call, batch = describe_call(self.torch, args, kwargs)
+            torch = self.torch
+            autocast = None
+            if torch.is_autocast_enabled():
+                get = getattr(torch, "get_autocast_dtype", None)
+                autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
+            self.first_call = (self.weakref.ref(module), call, batch, module.training,
+                               torch.is_grad_enabled(), autocast, self.now())
+        except Exception:
+            self.first_call = None
+
+    def predict_first_step(self):
+        """At exit of a process whose first step died of an OOM: the N and R lines of that
+        step run on fake tensors, at the recorded batch and its half."""
+        first = self.first_call
+        if not (self.oom_seen and first is not None and not self.first_done):
+            return
+        ref, call, batch, training, grad, autocast, t = first
+        model = ref()
+        if model is None or not batch:
+            return
+        self.set_enabled(False)  # the fake step must leave no marks of its own
+        try:
+            sys.stderr.write("vramtrace: the first step ran out of memory: running the rest of it "
+                             "on fake tensors to predict it (a few seconds; "
+                             "VRAMTRACE_TORCH_PREDICT=off skips this)\n")
+        except Exception:
+            pass
+        try:
+            from _vramtrace_step import predicted_lines
+            device = 0
+            p = next(model.parameters(), None)
+            if p is not None and p.device.type == "cuda":
+                device = p.device.index or 0
+            params = {id(q) for q in model.parameters()}
+            optimizer = None
+            for w in self.made_optimizers:
+                o = w()
+                if o is not None and any(id(q) in params for g in o.param_groups
+                                         for q in g["params"]):
+                    optimizer = o
+                    break
+            modules = self.modules
+
+            def module_ids(m):
+                entry = modules.get(id(m))
+                return entry[0] if entry is not None and entry[1]() is m else 0
+            name = type(model).__name__
+            if name in ("OptimizedModule", "DistributedDataParallel"):
+                inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+                if name == "OptimizedModule" or inner is None:
+                    self.predicted = ["N\t%d\t1\t%d\t%d\t%d\tnot predicted: a %s\n"
+                                      % (device, batch, batch, t, name)]
+                    return
+                model = inner
+            self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
+                                             optimizer, training, grad, autocast, module_ids)
+        except Exception as ex:
+            self.predicted = ["N\t0\t1\t%d\t%d\t%d\tnot predicted: %s\n"
+                              % (batch, batch, t, self.clean(str(ex))[:500])]
 
     def watch_graphs(self):
         """Records the private pool of each CUDA graph capture (torch.cuda.graph,
@@ -577,6 +674,8 @@ class _Context:
         return mid
 
     def root_end(self, mid):
+        if self.first_call is not None and not self.first_call[3]:
+            self.first_done = True  # an evaluation's first forward ended
         self.mark(_FWD_END, mid)
         self.count_forward(mid)
         self.phase_end()
@@ -686,6 +785,8 @@ class _Context:
                 return None
         mid = stack.pop()[0]
         if not stack and not self.in_backward:
+            if self.first_call is not None and not self.first_call[3]:
+                self.first_done = True  # an evaluation's first forward ended
             self.mark(_FWD_END, mid)
             self.count_forward(mid)
             self.phase_end()
@@ -710,6 +811,7 @@ class _Context:
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
+        self.first_done = True
         self.in_step = False
         # Named storages at the first steps, then every 50th (and at each OOM): labelling
         # every gradient at every step cost 2.5 ms a step on a launch-bound model of 200
@@ -898,6 +1000,7 @@ class _Context:
     def on_oom(self):
         # Between traced iterations the modules running are read off the Python stack: marked
         # around the OOM mark, so that they name the failed request's module and nothing else.
+        self.oom_seen = True
         running = self.modules_running() if self.in_root else []
         for mid in running:
             self.mark(_MOD, mid)
@@ -911,9 +1014,12 @@ class _Context:
 
     def at_exit(self):
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if exc is None:
-            return
-        self.exception = _exception_line(exc, self.clean, self.now())
+        if exc is not None:
+            self.exception = _exception_line(exc, self.clean, self.now())
+        try:
+            self.predict_first_step()
+        except Exception:
+            pass
 
     def write_limit(self, f, device):
         try:
@@ -965,6 +1071,7 @@ class _Context:
         f.write("".join(out))
         if self.exception:
             f.write(self.exception)
+        f.write("".join(self.predicted))
 
 
 def _vramtrace_chain():

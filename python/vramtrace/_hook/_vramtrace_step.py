@@ -1,0 +1,278 @@
+"""The training step a process never finished, predicted on fake tensors.
+
+A job that runs out of memory in its first step (a batch too big) recorded only the requests
+made before it died: the rest of the forward, the backward and the optimizer step never ran.
+At exit, the start-up hook (sitecustomize.py) asks this module to run that step again on
+PyTorch's fake tensors (FakeTensorMode: shapes, dtypes and devices without memory): the model's
+own forward through torch.func.functional_call on fake copies of its parameters and buffers
+(the user's model, its BatchNorm statistics and its optimizer are untouched), the loss, the
+backward, and a fresh optimizer of the same class and settings on the fake parameters. Every
+storage made on a CUDA device and when it is freed is recorded, in order, as the requests
+PyTorch's caching allocator would have had; `vramtrace whatif` replays them (N and R lines of
+common/side_channel.h).
+
+Two iterations are run, as a training loop does: the second is the steady state (the optimizer's
+state is live during its forward, and the previous iteration's output and loss are freed only
+when the new ones are assigned). It runs at the recorded batch and at its half, so that the
+collector can tell how each request grows with the batch.
+
+What it does not see: cuBLAS/cuDNN workspaces and the kernels' own scratch (the collector takes
+them from the recorded part), the program's own loss function when the forward died before it
+(a cross-entropy over the output's last dimension is assumed when the model returns no loss),
+`zero_grad(set_to_none=False)` (PyTorch's default, set_to_none, is assumed), and models whose
+operators have no fake implementation (then the status line says why)."""
+import time
+
+_PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
+
+
+class _Recorder:
+    """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase)."""
+
+    def __init__(self, torch, module_ids):
+        from torch.multiprocessing.reductions import StorageWeakRef
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+        self.weak, self.leaves, self.torch = StorageWeakRef, tree_leaves, torch
+        self.module_ids = module_ids
+        self.live = {}         # storage key -> (weak ref, block number)
+        self.outside = {}      # storage key -> weak ref: what existed before the step
+        self.requests = []
+        self.phase = "f"
+        self.modules = []      # the M ids of the modules running, innermost last
+        self.blocks = 0
+        recorder = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                recorder.collect()
+                out = func(*args, **(kwargs or {}))
+                recorder.made(out)
+                return out
+
+        self.mode = Mode()
+
+    def collect(self):
+        """Frees: the storages whose last tensor is gone since the last look."""
+        gone = [k for k, (ref, _) in self.live.items() if ref.expired()]
+        module = self.modules[-1] if self.modules else 0
+        for k in gone:
+            self.requests.append(("f", self.live.pop(k)[1], 0, module, self.phase))
+
+    def made(self, out):
+        module = self.modules[-1] if self.modules else 0
+        for t in self.leaves(out):
+            if not isinstance(t, self.torch.Tensor) or t.device.type != "cuda":
+                continue
+            st = t.untyped_storage()
+            ref = self.weak(st)
+            key = ref.cdata
+            if key in self.live and not self.live[key][0].expired():
+                continue  # a view or an in-place result: no new block
+            if key in self.outside and not self.outside[key].expired():
+                continue  # a view of a parameter, a buffer or an input
+            nbytes = st.nbytes()
+            if nbytes == 0:
+                continue
+            self.blocks += 1
+            self.live[key] = (ref, self.blocks)
+            self.requests.append(("a", self.blocks, nbytes, module, self.phase))
+
+    def existing(self, tensors):
+        """Storages made before the step (parameters, buffers, the batch): the run recorded
+        them already."""
+        for t in tensors:
+            if isinstance(t, self.torch.Tensor):
+                ref = self.weak(t.untyped_storage())
+                self.outside[ref.cdata] = ref
+
+    def forward_hooks(self):
+        nn = self.torch.nn.modules.module
+        ids = self.module_ids
+        modules = self.modules
+
+        def pre(module, args):
+            modules.append(ids(module))
+
+        def post(module, args, output):
+            if modules:
+                modules.pop()
+
+        return [nn.register_module_forward_pre_hook(pre),
+                nn.register_module_forward_hook(post, always_call=True)]
+
+
+def _fake_args(torch, mode, meta, batch, recorded_batch):
+    """The recorded call's arguments as fake tensors, those of the recorded batch at `batch`."""
+    def make(leaf):
+        if isinstance(leaf, _Opaque):
+            raise RuntimeError("the model was called with a %s, which is not replayed" % leaf.what)
+        if isinstance(leaf, _TensorMeta):
+            shape = list(leaf.shape)
+            if shape and shape[0] == recorded_batch:
+                shape[0] = batch
+            with mode:
+                t = torch.empty(shape, dtype=leaf.dtype, device=leaf.device)
+            if leaf.requires_grad:
+                t.requires_grad_(True)
+            return t
+        return leaf
+    from torch.utils._pytree import tree_map
+    return tree_map(make, meta)
+
+
+class _TensorMeta:
+    __slots__ = ("shape", "dtype", "device", "requires_grad")
+
+    def __init__(self, t):
+        self.shape = tuple(t.shape)
+        self.dtype, self.device, self.requires_grad = t.dtype, t.device, t.requires_grad
+
+
+class _Opaque:
+    __slots__ = ("what",)
+
+    def __init__(self, x):
+        self.what = type(x).__name__
+
+
+def describe_call(torch, args, kwargs):
+    """What a forward was called with, tensors as their shape and dtype only (nothing of the
+    program's is kept alive by it). The batch: the first dimension of the first tensor."""
+    from torch.utils._pytree import tree_map, tree_leaves
+
+    def meta(x):
+        if isinstance(x, torch.Tensor):
+            return _TensorMeta(x)
+        if x is None or isinstance(x, (bool, int, float, str, torch.dtype, torch.device)):
+            return x
+        return _Opaque(x)  # never kept: it may hold the program's tensors
+    described = tree_map(meta, (tuple(args), dict(kwargs)))
+    batch = 0
+    for leaf in tree_leaves(described):
+        if isinstance(leaf, _TensorMeta) and leaf.shape:
+            batch = leaf.shape[0]
+            break
+    return described, batch
+
+
+def _loss_of(torch, out):
+    """The model's own loss when it returns one (transformers' ModelOutput with labels), else
+    a cross-entropy over the last dimension of its first floating output."""
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    first = None
+    for leaf in _tensors(torch, out):
+        if leaf.is_floating_point():
+            first = leaf
+            break
+    if first is None:
+        raise RuntimeError("the model returned no floating-point tensor to take a loss of")
+    if first.dim() >= 2 and first.shape[-1] > 1:
+        logits = first.reshape(-1, first.shape[-1])
+        target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+        return torch.nn.functional.cross_entropy(logits, target)
+    return first.float().sum()
+
+
+def _tensors(torch, out):
+    from torch.utils._pytree import tree_leaves
+    if hasattr(out, "to_tuple"):  # transformers' ModelOutput
+        out = out.to_tuple()
+    return [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
+def _fake_optimizer(torch, optimizer, fake_of):
+    # capturable: the step counts as device tensors, so that no step reads a value (.item()),
+    # which fake tensors cannot give; 4 bytes a parameter more than the run's CPU counts.
+    groups = []
+    for g in optimizer.param_groups:
+        group = {k: v for k, v in g.items() if k != "params"}
+        if "capturable" in group:
+            group["capturable"] = True
+        group["params"] = [fake_of[id(p)] for p in g["params"] if id(p) in fake_of]
+        groups.append(group)
+    return type(optimizer)(groups)
+
+
+def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
+                 autocast, module_ids, iterations=2):
+    """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
+    forward alone, once, when the recorded forward was not training)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    fake_of = {}
+    params, buffers = {}, {}
+    for name, p in model.named_parameters():
+        fake_of[id(p)] = params[name] = mode.from_tensor(p)
+    for name, b in model.named_buffers():
+        buffers[name] = mode.from_tensor(b)
+    args, kwargs = _fake_args(torch, mode, call, batch, recorded_batch)
+    rec = _Recorder(torch, module_ids)
+    from torch.utils._pytree import tree_leaves
+    rec.existing(list(params.values()) + list(buffers.values()) + tree_leaves((args, kwargs)))
+    opt = _fake_optimizer(torch, optimizer, fake_of) if (optimizer is not None and training) else None
+    hooks = rec.forward_hooks()
+    try:
+        with mode, rec.mode:
+            out = loss = None
+            for _ in range(iterations if training else 1):
+                rec.phase = "s"
+                if opt is not None:
+                    opt.zero_grad(set_to_none=True)
+                else:
+                    for p in params.values():
+                        p.grad = None
+                rec.phase = "f"
+                with torch.set_grad_enabled(grad), \
+                        torch.autocast("cuda", dtype=autocast or torch.float16,
+                                       enabled=autocast is not None):
+                    new_out = functional_call(model, (params, buffers), args, kwargs)
+                    out = new_out
+                    del new_out
+                    if not (training and grad):
+                        break
+                    rec.phase = "l"
+                    loss = _loss_of(torch, out)
+                rec.phase = "b"
+                loss.backward()
+                rec.phase = "s"
+                if opt is not None:
+                    opt.step()
+            rec.collect()
+            out = loss = None
+            rec.collect()
+    finally:
+        for h in hooks:
+            h.remove()
+    return rec.requests
+
+
+def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
+                    training, grad, autocast, module_ids, first_id=1):
+    """N and R lines (common/side_channel.h) of the step at the recorded batch and at its half:
+    the status line says why when it could not be run."""
+    lines = []
+    batches = [recorded_batch] + ([recorded_batch // 2] if recorded_batch >= 2 else [])
+    step = first_id
+    for b in batches:
+        started = time.monotonic()
+        try:
+            requests = predict_step(torch, model, call, b, recorded_batch, optimizer, training,
+                                    grad, autocast, module_ids)
+            status = "ok %.2f s" % (time.monotonic() - started)
+        except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
+            requests = []
+            status = ("cannot run on fake tensors: %s: %s"
+                      % (type(ex).__name__, str(ex).splitlines()[0] if str(ex) else ""))[:1000]
+        status = status.replace("\t", " ").replace("\n", " ")
+        lines.append("N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (device, step, b, recorded_batch,
+                                                       step_time_ns, status))
+        lines.extend("R\t%d\t%s\t%d\t%d\t%d\t%s\n" % (step, op, block, nbytes, module, phase)
+                     for op, block, nbytes, module, phase in requests)
+        step += 1
+        if not requests:
+            break
+    return lines

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The report's remedies against the same remedies applied for real: each job of
+# scripts/gpu/first_step_job.py (no cap) is recorded under vramtrace, then run for real as it is,
+# at half the batch, under bf16 autocast and with its repeated blocks checkpointed
+# (scripts/gpu/first_step_truth.py --remedies). The runs are packed into
+# $OUT/remedies-runs.tar.gz; `vramtrace report`/`whatif` of them are compared with the real
+# figures by scripts/gpu/first_step_check.py (docs/WHATIF.md's table).
+#
+#   BUILD=/abs/build OUT=/tmp/out scripts/gpu/remedies.sh [MODEL:BATCH ...]
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+OUT=${OUT:-$ROOT/gpu-out}
+RUNS=$OUT/remedies
+mkdir -p "$RUNS"
+cases=("$@")
+[[ ${#cases[@]} -eq 0 ]] && cases=(resnet50:128 vit_b_16:64 gpt2:8)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__)'
+export PYTHONUNBUFFERED=1
+for c in "${cases[@]}"; do
+  model=${c%%:*} batch=${c##*:}
+  dir=$RUNS/$model-b$batch
+  rm -rf "$dir"
+  MODEL=$model BATCH=$batch LIMIT_GIB=0 STEPS=3 \
+    "$BUILD/bin/vramtrace" run -o "$dir" -- python3 "$ROOT/scripts/gpu/first_step_job.py" \
+    > "$dir.log" 2>&1
+  echo "record $model b$batch: rc=$?"
+  grep torch-figures "$dir.log"
+done
+(cd "$OUT" && tar -czf remedies-runs.tar.gz --exclude='*.html' --exclude='report.json' remedies \
+  && rm -rf remedies)
+timeout 300 python3 "$ROOT/scripts/gpu/first_step_truth.py" --remedies "${cases[@]}" \
+  | tee "$OUT/remedies-truth.txt"
