@@ -21,8 +21,6 @@ them from the recorded part), the program's own loss function when the forward d
 (a cross-entropy over the output's last dimension is assumed when the model returns no loss),
 `zero_grad(set_to_none=False)` (PyTorch's default, set_to_none, is assumed), and models whose
 operators have no fake implementation (then the status line says why)."""
-import time
-
 _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 
 
@@ -258,11 +256,10 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
     batches = [recorded_batch] + ([recorded_batch // 2] if recorded_batch >= 2 else [])
     step = first_id
     for b in batches:
-        started = time.monotonic()
         try:
             requests = predict_step(torch, model, call, b, recorded_batch, optimizer, training,
                                     grad, autocast, module_ids)
-            status = "ok %.2f s" % (time.monotonic() - started)
+            status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
             status = ("cannot run on fake tensors: %s: %s"
