@@ -49,17 +49,31 @@ Command add_report_command(CLI::App& app);    // cli/report.cpp
 Command add_whatif_command(CLI::App& app);    // cli/whatif.cpp
 Command add_snapshot_command(CLI::App& app);  // cli/snapshot.cpp
 
+// A command's exit code once what it wrote to stdout is flushed: a stream that failed (a full
+// disk, a closed pipe's descriptor) is said, and turns a success into kExitWriteFailed.
+int stdout_checked(int rc);
+
 // Creates DIR (mode 0700) if missing. Prints why and returns false when it cannot.
 bool ensure_output_dir(const std::string& dir);
 
-// Writes a file readable by the user only (0600), atomically: into a temporary file in the same
-// directory, renamed over PATH once whole (a symlink at PATH is replaced, never followed). On a
-// failure (full disk, read-only directory) PATH is left as it was and the reason is printed.
+// How an output path is written, the one rule of every file vramtrace writes: `replace` a
+// regular file or a new name (atomically, below); `write_through` a character device or a FIFO
+// (/dev/null, /dev/stdout, a pipe: the bytes go into it, as a shell's `>` sends them; nothing is
+// replaced); `refuse` anything else: a folder, a block device, a socket, and a symbolic link
+// that does not lead to a device or FIFO (a link is never swapped for a file, nor its target
+// rewritten). `why` (for refuse) starts with a space: " is a folder: name a file".
+enum class OutputKind { replace, write_through, refuse };
+OutputKind output_kind(const std::string& path, std::string* why);
+
+// Writes PATH as output_kind() says. Replaced: a file readable by the user only (0600), written
+// into a temporary file in the same directory and renamed over PATH once whole. On a failure
+// (full disk, read-only directory, a path refused) PATH is left as it was and the reason is
+// printed.
 bool write_private_file(const std::string& path, const std::string& content);
 
 // The two halves of write_private_file, for files that must appear together: the temporary
 // file written ("" on a failure, printed), then renamed to PATH (false on a failure, printed;
-// the temporary file is removed).
+// the temporary file is removed; a PATH that is there and not a regular file is never replaced).
 std::string stage_private_file(const std::string& path, const std::string& content);
 bool commit_private_file(const std::string& tmp, const std::string& path);
 
@@ -88,10 +102,15 @@ bool is_trace_file(const std::filesystem::path& p);
 std::string new_numbered_dir(const std::string& prefix);
 
 // Makes DIR ready for new output. A folder that holds an earlier output is refused unless
-// `force`; with it, and `clear_traces` (run, which writes its traces there), the earlier traces
-// and run marker are removed, since `report DIR` would merge them with the new ones. Files that
-// are not vramtrace's are never touched.
+// `force`, and even then when any file in the way was not written there by vramtrace (named in
+// DIR's run marker, or a trace of the marker's run: a user's report.json, a trace of another
+// run, a link are refused, said, and left as they are). With it, and `clear_traces` (run, which
+// writes its traces there), the earlier traces and run marker are removed, since `report DIR`
+// would merge them with the new ones. Files that are not vramtrace's are never touched.
 bool prepare_output_dir(const std::string& dir, bool force, bool clear_traces, const char* who);
+// Adds NAMES (files in DIR that vramtrace has just written) to DIR's run marker's "files", the
+// list of what a later --force may replace; a marker is made when there is none.
+void record_written(const std::string& dir, const std::vector<std::string>& names);
 
 // The run that the traces of a folder belong to: its run marker's id ("" without one).
 std::string run_id_of_dir(const std::string& dir);
@@ -112,6 +131,10 @@ std::string run_of_folder(const std::string& trace);
 // of its own, else by its first trace), and ends with `what_to_do`.
 void refuse_runs(const char* who, const std::map<std::string, std::vector<std::string>>& runs,
                  const char* what_to_do);
+// Traces (.vtrace; side channels are skipped) by the run they belong to: the run id of their
+// first record, else their folder's run marker's; a trace cut before its process record is in
+// none (it is damaged, not a run of its own).
+std::map<std::string, std::vector<std::string>> runs_of(const std::vector<std::string>& traces);
 // For `check` and `diff`, which read a folder of traces (without report.json) as one run: false,
 // said, when its traces are of different runs.
 bool input_is_one_run(const std::string& path, const char* who);

@@ -115,11 +115,18 @@ int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const 
     return 2;
   }
   std::cout << report::check_text(r) << std::flush;
-  if (!o.markdown.empty() && !write_private_file(o.markdown, report::check_markdown(r)))
-    return kExitWriteFailed;
-  if (!o.junit.empty() && !write_private_file(o.junit, report::check_junit(r)))
-    return kExitWriteFailed;
-  return report::gate_exit_code(r);
+  // Each CI file is tried (one that cannot be written does not keep the other from the job
+  // page), and a failing verdict stays the exit code: the job fails for its regression, and
+  // says both.
+  bool written = true;
+  if (!o.markdown.empty()) written &= write_private_file(o.markdown, report::check_markdown(r));
+  if (!o.junit.empty()) written &= write_private_file(o.junit, report::check_junit(r));
+  const int verdict = report::gate_exit_code(r);
+  if (written) return verdict;
+  if (verdict != 0)
+    std::cerr << who << ": exit " << verdict << " for the verdict above; a CI file could not be "
+              << "written either (said above)\n";
+  return verdict != 0 ? verdict : kExitWriteFailed;
 }
 
 }  // namespace vramtrace::cli

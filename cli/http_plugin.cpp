@@ -2,16 +2,80 @@
 // nothing and decides nothing: every request goes to bin/vramtrace's handler (cli/serve.cpp).
 #include "cli/http_plugin.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
+namespace {
+
+// The threads that serve connections, and how many of them one client address may hold: a
+// client that opens idle connections (half-open, or sending a byte at a time) can take at most
+// kPerClient of the kThreads; more from it are closed at once. Idle reads time out after
+// kReadTimeoutS (a page asks every 2 s and sends its request at once).
+constexpr size_t kThreads = 16;
+constexpr int kPerClient = 6;
+constexpr time_t kReadTimeoutS = 2;
+
+std::string peer_of(int sock) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (getpeername(sock, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  else if (addr.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+// cpp-httplib's own Server::process_and_close_socket (it serves one connection, then closes it).
+// The override below counts connections by client before handing them on; the library keeps
+// the function private, so it is called by its symbol in libcpp-httplib.so, the library this
+// module is linked with (Itanium ABI: `this` is the first argument).
+extern "C" bool vt_httplib_serve_connection(httplib::Server* server, int sock) __asm__(
+    "_ZN7httplib6Server24process_and_close_socketEi");
+
+namespace {
+
+class CappedServer : public httplib::Server {
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    const std::string peer = peer_of(sock);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_[peer] >= kPerClient) {
+        shutdown(sock, SHUT_RDWR);
+        close(sock);
+        return false;
+      }
+      ++open_[peer];
+    }
+    const bool ok = vt_httplib_serve_connection(this, sock);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--open_[peer] == 0) open_.erase(peer);
+    return ok;
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, int> open_;  // connections being served, by client address
+};
+
+}  // namespace
+
 struct vt_http_server {
-  httplib::Server server;
+  CappedServer server;
   std::thread thread;
 };
 
@@ -57,6 +121,9 @@ extern "C" __attribute__((visibility("default"))) vt_http_server* vt_http_start(
   // A page asks every 2 s: a connection kept open longer only delays the end (stop() waits
   // for a connection idle in keep-alive up to this long).
   s->server.set_keep_alive_timeout(1);
+  s->server.set_read_timeout(kReadTimeoutS, 0);
+  s->server.set_write_timeout(5, 0);
+  s->server.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
   s->server.set_pre_routing_handler(
       [handler, context](const httplib::Request& req, httplib::Response& res) {
         const std::string host = req.get_header_value("Host");

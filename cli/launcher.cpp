@@ -127,6 +127,7 @@ Launch::Launch(LaunchOptions options, std::vector<std::string> cmd)
     : options_(std::move(options)), cmd_(std::move(cmd)) {}
 
 Launch::~Launch() {
+  if (out_dir_fd_ >= 0) close(out_dir_fd_);
   // The hook's folder (and the bytecode Python cached there) is the run's only.
   std::error_code ec;
   if (!hook_dir_.empty()) fs::remove_all(hook_dir_, ec);
@@ -152,6 +153,7 @@ int Launch::prepare() {
     catch_snapshot_signal();
     char host[256] = {};
     gethostname(host, sizeof host - 1);
+    out_dir_fd_ = open(options_.out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     marker_ = {{"run_id", run_id_}, {"host", host}, {"pid", getpid()}, {"command", cmd_}};
     marker_.update(launcher_identity());
     if (!write_private_file(

@@ -95,6 +95,9 @@ class Launch {
   bool made_out_dir_ = false;
   std::vector<std::string> traces_;
   nlohmann::json marker_;  // the run marker's content (written again, "ended", at the end)
+  // The run folder, held open while the run lasts: how `vramtrace snapshot` knows that the pid
+  // the marker names is this folder's launcher (cli/snapshot.cpp, launcher_serves).
+  int out_dir_fd_ = -1;
   // What state_now() reads while wait() changes it.
   mutable std::mutex state_mutex_;
   bool command_ended_ = false;

@@ -8,7 +8,8 @@
 //   snapshot cli/snapshot.cpp (cli/live_report.h)        the report of a moment of a running run
 //
 // Exit codes of vramtrace itself: 2 for bad usage or unrecoverable input; 74 when a report
-// cannot be written (run: unless the command itself failed, whose exit code or signal wins);
+// cannot be written, stdout included (run: unless the command itself failed, whose exit code or
+// signal wins; the gate: unless it failed, whose exit code wins);
 // the gate (`check`, `run --baseline`): 1 regression, 3 a candidate process that was not
 // profiled, 4 an incomplete measurement (report/check.h). `run` otherwise exits as its command
 // did (the same exit code, the same signal).
@@ -62,6 +63,6 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : cli::kExitUsage;
   }
   for (const auto& c : commands)
-    if (*c.app) return c.run();
+    if (*c.app) return cli::stdout_checked(c.run());
   return cli::kExitUsage;
 }

@@ -75,6 +75,15 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   if (!ok) {
     if (!tmp_json.empty()) unlink(tmp_json.c_str());
     if (!tmp_html.empty()) unlink(tmp_html.c_str());
+  } else {
+    // What a later --force may replace: the reports, and a run's own traces in its folder.
+    std::vector<std::string> written = {"report.json", "report.html"};
+    std::error_code ec;
+    if (!info.command.empty())
+      for (const auto& t : traces)
+        if (fs::equivalent(fs::path(t).parent_path(), out_dir, ec))
+          written.push_back(fs::path(t).filename().string());
+    record_written(out_dir, written);
   }
   std::cerr << report::summary_text(j);
   if (ok)

@@ -64,6 +64,18 @@ void refuse_runs(const char* who, const std::map<std::string, std::vector<std::s
   std::cerr << " " << what_to_do << "\n";
 }
 
+std::map<std::string, std::vector<std::string>> runs_of(const std::vector<std::string>& traces) {
+  std::map<std::string, std::vector<std::string>> runs;
+  for (const auto& t : traces) {
+    if (is_torch_trace(t)) continue;  // read with its process's trace, whose run counts
+    auto id = trace_identity(t);
+    std::string run = id && !id->run_id.empty() ? id->run_id : run_of_folder(t);
+    if (!id && run.empty()) continue;  // cut before its process record: damaged, not a run
+    runs[run].push_back(t);
+  }
+  return runs;
+}
+
 bool input_is_one_run(const std::string& path, const char* who) {
   std::error_code ec;
   if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "report.json", ec)) return true;
@@ -71,13 +83,7 @@ bool input_is_one_run(const std::string& path, const char* who) {
   for (const auto& e : fs::directory_iterator(path, ec))
     if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
   std::sort(traces.begin(), traces.end());
-  std::map<std::string, std::vector<std::string>> runs;
-  for (const auto& t : traces) {
-    auto id = trace_identity(t);
-    std::string run = id && !id->run_id.empty() ? id->run_id : run_of_folder(t);
-    if (!id && run.empty()) continue;  // cut before its process record: damaged, not a run
-    runs[run].push_back(t);
-  }
+  const auto runs = runs_of(traces);
   if (runs.size() <= 1) return true;
   refuse_runs(who, runs,
               "report them with `vramtrace report --merge`, and give the report instead");

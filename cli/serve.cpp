@@ -81,9 +81,11 @@ std::string lower(std::string s) {
 }
 
 struct Address {
-  std::string host;  // numeric
+  std::string host;   // numeric
+  std::string given;  // as written (getnameinfo writes "::1:0" as "::0.1.0.0")
   int port = 0;
   bool v6 = false, loopback = false, any = false;
+  bool bare_v6 = false;  // several ':' without brackets: an address alone, whatever ends it
 };
 
 // SPEC as `--serve=SPEC` takes it; false with the reason in `why`.
@@ -106,6 +108,7 @@ bool parse_spec(const std::string& spec, Address* out, std::string* why) {
     if (host.empty()) host = "127.0.0.1";
   } else {
     host = spec;  // an address alone (IPv6 ones have several ':'): any free port
+    out->bare_v6 = true;
   }
   if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
       std::stoi(port) > 65535)
@@ -119,6 +122,7 @@ bool parse_spec(const std::string& spec, Address* out, std::string* why) {
   char numeric[NI_MAXHOST] = {};
   getnameinfo(res->ai_addr, res->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
   out->host = numeric;
+  out->given = host;
   out->port = std::stoi(port);
   out->v6 = res->ai_family == AF_INET6;
   if (res->ai_family == AF_INET) {
@@ -161,12 +165,12 @@ std::unique_ptr<Server> Server::start(const std::string& spec, LiveReport& live,
     return nullptr;
   }
   std::unique_ptr<Server> s(new Server(live));
-  if (!addr.loopback) {
-    s->token_ = random_token();
-    if (s->token_.empty()) {
-      std::cerr << who << ": --serve: cannot read /dev/urandom for the page's token\n";
-      return nullptr;
-    }
+  // Every address, loopback too: any user of a shared machine reaches 127.0.0.1, and the page
+  // shows the command line, paths and Python lines.
+  s->token_ = random_token();
+  if (s->token_.empty()) {
+    std::cerr << who << ": --serve: cannot read /dev/urandom for the page's token\n";
+    return nullptr;
   }
   const std::string module = find_module();
   s->module_ = module.empty() ? nullptr : dlopen(module.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -193,10 +197,13 @@ std::unique_ptr<Server> Server::start(const std::string& spec, LiveReport& live,
                      error, sizeof error);
   if (!s->server_) {
     const std::string where =
-        (addr.v6 ? "[" + addr.host + "]" : addr.host) + ":" + std::to_string(addr.port);
+        (addr.v6 ? "[" + addr.given + "]" : addr.given) + ":" + std::to_string(addr.port);
     std::cerr << who << ": --serve: cannot listen on " << report::printable(where) << ": "
               << report::printable(error)
               << (addr.port ? " (choose another port, or --serve alone for any free one)" : "")
+              << (addr.bare_v6 ? " (an IPv6 address with a port is written [ADDRESS]:PORT, e.g. "
+                                 "--serve=[::1]:8080)"
+                               : "")
               << "\n";
     return nullptr;
   }
@@ -207,7 +214,7 @@ std::unique_ptr<Server> Server::start(const std::string& spec, LiveReport& live,
   }
   const std::string netloc =
       (addr.v6 && shown == addr.host ? "[" + shown + "]" : shown) + ":" + std::to_string(port);
-  s->url_ = "http://" + netloc + "/" + (s->token_.empty() ? "" : "?token=" + s->token_);
+  s->url_ = "http://" + netloc + "/?token=" + s->token_;
   if (addr.loopback) {
     const std::string p = ":" + std::to_string(port);
     s->hosts_ = {lower(addr.v6 ? "[" + addr.host + "]" + p : addr.host + p), "localhost" + p};
@@ -249,14 +256,14 @@ void Server::handle(const vt_http_request& req, vt_http_reply* reply, vt_http_re
     const std::string all = kHeaders + headers;
     set(reply, status, "text/plain; charset=utf-8", body.data(), body.size(), all.c_str());
   };
-  if (!token_.empty()) {
-    if (!same_secret(req.token, token_))
-      return text(403, "vramtrace: forbidden: this server answers only its URL, token included\n");
-  } else if (std::find(hosts_.begin(), hosts_.end(), lower(req.host)) == hosts_.end()) {
+  // On loopback, the Host check too: a web page reaching it through DNS rebinding names
+  // another host.
+  if (!hosts_.empty() && std::find(hosts_.begin(), hosts_.end(), lower(req.host)) == hosts_.end())
     return text(403,
                 "vramtrace: forbidden: this server answers only requests for its own "
                 "address\n");
-  }
+  if (!same_secret(req.token, token_))
+    return text(403, "vramtrace: forbidden: this server answers only its URL, token included\n");
   const std::string method = req.method, path = req.path;
   if (method != "GET" && method != "HEAD")
     return text(405, "vramtrace: read-only: GET and HEAD only\n", "Allow: GET, HEAD\n");

@@ -5,10 +5,12 @@
 //   /report.json  the report of this moment, report.json's contract with its "live" object
 //   /report.html  the page of this moment, a file to keep (it does not poll)
 // Read-only: GET and HEAD only (anything else is 405), nothing it serves changes or starts
-// anything. On a loopback address (the default, 127.0.0.1 with any free port) it answers only
+// anything. On every address it answers only requests that carry the random token of its URL
+// (?token=, 128 bits from /dev/urandom: 403 without it): another user of the machine reaches
+// loopback too. On a loopback address (the default, 127.0.0.1 with any free port) also only
 // requests for that address (another Host header is a page of another site reaching it through
-// DNS rebinding: 403); on any other address, only requests that carry the random token of its
-// URL (?token=, 128 bits from /dev/urandom: 403 without it).
+// DNS rebinding: 403). Idle reads time out, and one client address holds a few connections at
+// most (cli/http_plugin.cpp).
 #pragma once
 
 #include <chrono>
@@ -34,7 +36,7 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // The page's address, with its token when it needs one.
+  // The page's address, with its token.
   const std::string& url() const { return url_; }
 
   // The run has ended and `live` holds its final report: returns once every page that polled in

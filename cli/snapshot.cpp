@@ -216,6 +216,25 @@ json read_marker(const std::string& dir, std::string* why) {
   return nullptr;
 }
 
+// Whether PID is a vramtrace launcher that holds DIR open (a launcher keeps its run folder open
+// while the run lasts): a run marker that names another process of the user, forged or left
+// behind, never gets it signalled.
+bool launcher_serves(pid_t pid, const std::string& dir) {
+  std::error_code ec;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  const std::string exe = fs::read_symlink(proc + "/exe", ec).filename().string();
+  if (ec || exe.rfind("vramtrace", 0) != 0) return false;
+  struct stat want {};
+  if (stat(dir.c_str(), &want) != 0) return false;
+  for (const auto& e : fs::directory_iterator(proc + "/fd", ec)) {
+    struct stat st {};
+    if (stat(e.path().c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == want.st_dev &&
+        st.st_ino == want.st_ino)
+      return true;
+  }
+  return false;
+}
+
 int snapshot_command(const SnapshotArgs& a) {
   const char* who = "vramtrace snapshot";
   const std::string dir = a.dir;
@@ -245,6 +264,9 @@ int snapshot_command(const SnapshotArgs& a) {
                ? "the run in " + shown + " has ended: its report is " + report_html
                : "the run in " + shown + " has ended: no snapshot of it can be taken";
   };
+  if (!marker.contains("run_id"))  // `vramtrace report`'s: the list of the files it wrote
+    return fail(shown + " holds the reports of `vramtrace report`, not a run: give the folder of "
+                        "a running `vramtrace run`");
   if (ended(marker)) return fail(ended_message());
   if (!marker.contains("pid") || !marker["pid"].is_number_integer() ||
       !marker.contains("launcher_start_ticks"))
@@ -270,6 +292,9 @@ int snapshot_command(const SnapshotArgs& a) {
            shown + "` reports the traces it left)";
   };
   if (!launcher_alive()) return fail(gone_message());
+  if (!launcher_serves(pid, dir))
+    return fail("pid " + std::to_string(pid) + ", which " + shown + "/" + kRunMarker +
+                " names, is not the vramtrace launcher of this folder: not signalled");
 
   const unsigned long before = highest_snapshot(dir);
   if (kill(pid, SIGUSR2) != 0)
@@ -318,7 +343,16 @@ Command add_snapshot_command(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout_s,
                   "How long to wait for the snapshot, in seconds (a long job's takes longer)")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // CLI::Range lets "nan" through (every comparison with it is false).
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x >= 0.1 && x <= 86400.0))
+              return "Value " + v + " not in range [0.1 - 86400] (seconds)";
+            return {};
+          },
+          "FLOAT in [0.1 - 86400]"));
   return {cmd, [args] { return snapshot_command(*args); }, {}};
 }
 

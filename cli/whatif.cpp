@@ -3,7 +3,10 @@
 // scale, and says whether it fits, its reserved peak and the first OOM. Reads RUN, writes
 // nothing. --json prints one object (report/whatif.schema.json).
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -26,11 +29,62 @@ using collector::WhatIfResult;
 
 struct WhatIfArgs {
   std::vector<std::string> inputs;
-  std::optional<std::string> alloc_conf, limit;
-  std::optional<double> scale_batch, fraction;
+  std::optional<std::string> alloc_conf, limit, scale_batch, fraction;
   bool max_batch = false;
   bool json = false;
+  bool allow_damaged = false;
 };
+
+// A number as the options take it: the whole text, finite ("", "0.5x", "nan" are not).
+std::optional<double> number_of(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (!end || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// What whatif reads must be a run's traces: a report.json, or any file that is not a trace,
+// is named for what it is; false (said) when one is there.
+bool inputs_are_traces(const std::vector<std::string>& traces) {
+  for (const auto& t : traces) {
+    const std::filesystem::path p(t);
+    if (p.extension() == ".vtrace" || is_torch_trace(p)) continue;
+    std::cerr << "vramtrace whatif: " << report::printable(t)
+              << (p.filename() == "report.json" ? " is a report, not a trace"
+                                                : " is not a vramtrace trace")
+              << ": whatif replays a run's traces (give the run's folder, or its "
+                 "vramtrace.PID.vtrace and vramtrace.PID.torch)\n";
+    return false;
+  }
+  return true;
+}
+
+// The problems of the traces read (as `vramtrace report` lists them in run.problems), each said
+// on stderr; and whether a replayed process's PyTorch trace stops before the end the hook
+// records (its END line): a replay of what is left would answer for a shorter run.
+struct Damage {
+  std::vector<std::string> problems;
+  std::vector<std::string> cut;  // "pid N: why"
+};
+
+Damage damage_of(const collector::Run& run) {
+  Damage d;
+  d.problems = run.problems;
+  for (const auto& p : run.processes) {
+    if (collector::replayable_devices(p).empty()) continue;
+    const std::string& why = p.torch_trace_problem;
+    // A ring that dropped its earliest entries is read to its end (the replay says what is
+    // lost); any other problem stopped the reading before the END line.
+    if (!why.empty() && why.rfind("PyTorch's trace buffer", 0) != 0)
+      d.cut.push_back("pid " + std::to_string(p.pid) + "'s PyTorch allocator trace: " + why);
+    if (!p.problem.empty())
+      d.cut.push_back("pid " + std::to_string(p.pid) + "'s trace: " + p.problem);
+  }
+  for (const auto& problem : d.problems)
+    std::cerr << "vramtrace whatif: warning: " << report::printable(problem) << "\n";
+  return d;
+}
 
 std::string size_text(uint64_t b) {
   char buf[64];
@@ -175,7 +229,12 @@ void print_text(const Replayed& x) {
 int whatif_command(const WhatIfArgs& a) {
   bool ok = true;
   std::vector<std::string> traces = expand_inputs(a.inputs, &ok);
-  if (!ok) return kExitUsage;
+  if (!ok || !inputs_are_traces(traces)) return kExitUsage;
+  // Traces of different runs are never replayed as one (as `vramtrace report` refuses them).
+  if (const auto runs = runs_of(traces); runs.size() > 1) {
+    refuse_runs("vramtrace whatif", runs, "give the traces of one run");
+    return kExitUsage;
+  }
   collector::WhatIfSettings settings;
   if (a.alloc_conf) {
     collector::AllocatorSettings probe;
@@ -197,29 +256,42 @@ int whatif_command(const WhatIfArgs& a) {
       std::cerr << "vramtrace whatif: --limit: must be more than 0\n";
       return kExitUsage;
     }
+    // "--limit 24" read as 24 bytes is never meant (as check's --max-increase refuses it).
+    if (number_of(*a.limit)) {
+      std::cerr << "vramtrace whatif: --limit: '" << report::printable(*a.limit)
+                << "' has no unit: write " << report::printable(*a.limit) << "GiB, or "
+                << report::printable(*a.limit) << "B for bytes\n";
+      return kExitUsage;
+    }
   }
+  std::optional<double> fraction;
   if (a.fraction) {
-    if (!(*a.fraction > 0) || *a.fraction > 1) {
-      std::cerr << "vramtrace whatif: --fraction: a fraction of the device in (0, 1], not "
-                << *a.fraction << "\n";
+    fraction = number_of(*a.fraction);
+    if (!fraction || !(*fraction > 0) || *fraction > 1) {
+      std::cerr << "vramtrace whatif: --fraction: a fraction of the device in (0, 1], not '"
+                << report::printable(*a.fraction) << "'\n";
       return kExitUsage;
     }
   }
   if (a.scale_batch) {
-    if (!(*a.scale_batch > 0) || !std::isfinite(*a.scale_batch) || *a.scale_batch > 1e6) {
-      std::cerr << "vramtrace whatif: --scale-batch: a positive number (0.5, 2), not "
-                << *a.scale_batch << "\n";
+    // From 1/100 (where --max-batch stops looking) to a million times the batch.
+    const auto scale = number_of(*a.scale_batch);
+    if (!scale || !(*scale >= 0.01) || *scale > 1e6) {
+      std::cerr << "vramtrace whatif: --scale-batch: a number from 0.01 to 1000000 (0.5, 2), "
+                   "not '"
+                << report::printable(*a.scale_batch) << "'\n";
       return kExitUsage;
     }
-    settings.scale_batch = *a.scale_batch;
+    settings.scale_batch = *scale;
   }
   bool torch = false;
   for (const auto& t : traces)
     torch |= is_torch_trace(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;
   const char* only =
-      "vramtrace whatif: what-if models PyTorch's caching allocator only, and this run has no "
-      "PyTorch allocator trace (a native CUDA program, JAX, PyTorch with "
-      "backend:cudaMallocAsync, or a run without the start-up hook)\n";
+      "vramtrace whatif: what-if models PyTorch's caching allocator only, and these traces hold "
+      "no PyTorch allocator trace (vramtrace.PID.torch: give the run's folder, or the .torch "
+      "beside its .vtrace; a native CUDA program, JAX, PyTorch with backend:cudaMallocAsync or "
+      "a run without the start-up hook has none)\n";
   if (!torch) {
     std::cerr << only;
     return kExitUsage;
@@ -228,8 +300,22 @@ int whatif_command(const WhatIfArgs& a) {
   try {
     run = collector::analyze(traces);
   } catch (const collector::TraceError& e) {
-    std::cerr << "vramtrace whatif: " << e.what() << "\n";
+    std::cerr << "vramtrace whatif: " << report::printable(e.what()) << "\n";
     return kExitUsage;
+  }
+  const Damage damage = damage_of(run);
+  if (!damage.cut.empty()) {
+    std::string cut;
+    for (const auto& c : damage.cut) cut += (cut.empty() ? "" : "; ") + c;
+    if (!a.allow_damaged) {
+      std::cerr << "vramtrace whatif: " << report::printable(cut)
+                << ": the traces stop before the end of what they recorded, so no verdict (a "
+                   "replay of what is left answers for a shorter run); --allow-damaged replays "
+                   "it anyway\n";
+      return kExitUsage;
+    }
+    std::cerr << "vramtrace whatif: --allow-damaged: replaying what is left; the verdict is of "
+                 "the part the traces kept\n";
   }
   std::vector<Replayed> out;
   for (const auto& p : run.processes) {
@@ -242,13 +328,13 @@ int whatif_command(const WhatIfArgs& a) {
         x.device_total = d->second.total_bytes;
       }
       collector::WhatIfSettings here = settings;
-      if (a.fraction) {
+      if (fraction) {
         const uint64_t total = x.device_total;
         if (!total) {
           std::cerr << "vramtrace whatif: --fraction: the device's capacity was not recorded\n";
           return kExitUsage;
         }
-        here.fraction_limit = static_cast<uint64_t>(*a.fraction * static_cast<double>(total));
+        here.fraction_limit = static_cast<uint64_t>(*fraction * static_cast<double>(total));
       }
       x.r = collector::replay_run(p, dev, here);
       if (!x.r.ok) {
@@ -278,6 +364,7 @@ int whatif_command(const WhatIfArgs& a) {
     }
     nlohmann::json j = json_of(out[head]);
     j["schema"] = "vramtrace.whatif/1";
+    j["problems"] = damage.problems;
     j["replays"] = nlohmann::json::array();
     for (const auto& x : out) j["replays"].push_back(json_of(x));
     std::cout << j.dump(2) << "\n";
@@ -301,8 +388,8 @@ Command add_whatif_command(CLI::App& app) {
                 "PYTORCH_CUDA_ALLOC_CONF to replay under, over the run's own "
                 "(e.g. expandable_segments:True,max_split_size_mb:128)");
   w->add_option("--limit", args->limit,
-                "What the process may hold on the device (e.g. 24GiB; default: the device's "
-                "capacity less the driver's share)");
+                "What the process may hold on the device, with its unit (e.g. 24GiB; default: "
+                "the device's capacity less the driver's share)");
   w->add_option("--fraction", args->fraction,
                 "Replay under torch.cuda.set_per_process_memory_fraction(F) instead of the run's "
                 "own fraction (PyTorch's cap on what it reserves)");
@@ -311,6 +398,9 @@ Command add_whatif_command(CLI::App& app) {
   w->add_flag("--max-batch", args->max_batch,
               "Find the largest batch scale that fits under the limit (bisection by replay)");
   w->add_flag("--json", args->json, "Print one JSON object (report/whatif.schema.json)");
+  w->add_flag("--allow-damaged", args->allow_damaged,
+              "Replay traces that end before the end of what they recorded (cut, or with a bad "
+              "line) instead of refusing: the verdict is then of the part they kept");
   return {w, [args] { return whatif_command(*args); }, {}};
 }
 

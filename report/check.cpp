@@ -260,20 +260,37 @@ Budget parse_increase(const std::string& raw) {
 }
 
 namespace {
-// "1:10%" -> device 1, "10%". A plain value has no device.
-std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& v) {
+// "1:10%" -> device 1, "10%". A plain value has no device. `categories`: the option also takes
+// CATEGORY:BUDGET, which the message of a word that is neither then lists.
+std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& v,
+                                                              bool categories) {
   size_t colon = v.find(':');
   if (colon == std::string::npos) return {std::nullopt, v};
   std::string dev = trim(v.substr(0, colon));
-  if (dev.empty() || dev.size() > 9 || !std::all_of(dev.begin(), dev.end(), ::isdigit))
-    throw CheckError("'" + v + "': expected DEVICE:BUDGET, e.g. 1:10%");
+  if (dev.empty() || dev.size() > 9 || !std::all_of(dev.begin(), dev.end(), ::isdigit)) {
+    std::string names;
+    for (const auto& k : category_keys()) names += (names.empty() ? "" : ", ") + k;
+    throw CheckError("'" + v + "': expected DEVICE:BUDGET, e.g. 1:10%" +
+                     (categories ? ", or CATEGORY:BUDGET with one of PyTorch's categories (" +
+                                       names + "), e.g. activations:5%"
+                                 : std::string()));
+  }
   return {static_cast<uint32_t>(std::stoul(dev)), v.substr(colon + 1)};
 }
 }  // namespace
 
+void given_once(Budgets& b, const std::string& option, const std::string& scope,
+                const std::string& value) {
+  auto [it, added] = b.given.try_emplace(option + " " + scope, value);
+  if (!added)
+    throw CheckError("'" + value + "': a second " + option + " for " + scope + " (the first: '" +
+                     it->second + "'): give each budget once");
+}
+
 void add_increase_option(Budgets& b, const std::string& value) {
   if (add_category_option(b, value)) return;
-  auto [dev, rest] = split_device(value);
+  auto [dev, rest] = split_device(value, true);
+  given_once(b, "--max-increase", dev ? "device " + std::to_string(*dev) : "every device", value);
   if (dev)
     b.max_increase_by_device[*dev] = parse_increase(rest);
   else
@@ -281,7 +298,8 @@ void add_increase_option(Budgets& b, const std::string& value) {
 }
 
 void add_peak_option(Budgets& b, const std::string& value) {
-  auto [dev, rest] = split_device(value);
+  auto [dev, rest] = split_device(value, false);
+  given_once(b, "--max-peak", dev ? "device " + std::to_string(*dev) : "every device", value);
   if (dev)
     b.max_peak_by_device[*dev] = parse_size(rest);
   else
@@ -322,6 +340,20 @@ std::string malformed(const json& r) {
            uint_at(d[field::peak], field::bytes, UINT64_MAX) &&
            groups_ok(d[field::peak], field::by_site, field::site);
   };
+  // PyTorch's categories at the peak, which the budgets per category are checked against: a
+  // figure that is not a whole number of bytes (a string, null, negative, 1e300) is a malformed
+  // report, never read as 0 and passed.
+  auto categories_ok = [&](const json& d) {
+    if (!d.is_object() || !d.contains(field::categories)) return true;
+    const json& c = d[field::categories];
+    if (!c.is_object()) return false;
+    if (!c.contains(field::at_peak)) return true;
+    if (!c[field::at_peak].is_object()) return false;
+    for (const auto& [k, v] : c[field::at_peak].items())
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > kMaxExact) return false;
+    return true;
+  };
+  const char* bad_categories = "categories.at_peak with a figure that is not a size in bytes";
   const char* bad_libraries = "a peak.by_library entry without library, bytes or count";
   for (const char* key : {field::devices, field::processes, field::leaks, field::oom})
     if (!r.contains(key) || !r[key].is_array()) return std::string("no \"") + key + "\" array";
@@ -329,6 +361,7 @@ std::string malformed(const json& r) {
     if (!device_ok(d) || !d.contains(field::name) || !d[field::name].is_string())
       return "a device without index, name or peak.bytes";
     if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
+    if (!categories_ok(d)) return bad_categories;
   }
   for (const auto& p : r[field::processes]) {
     if (!p.is_object() || !p.contains(field::devices) || !p[field::devices].is_array())
@@ -337,6 +370,7 @@ std::string malformed(const json& r) {
       if (!device_ok(d) || !d[field::peak].contains(field::by_site))
         return "a process's device without index or peak";
       if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
+      if (!categories_ok(d)) return bad_categories;
     }
     // unprofiled_processes() reads these.
     if ((p.contains(field::profiled) && !p[field::profiled].is_boolean()) ||

@@ -37,7 +37,13 @@ struct Budgets {
   std::optional<uint64_t> max_peak;
   std::map<uint32_t, uint64_t> max_peak_by_device;
   std::optional<uint32_t> only_device;
+  // The budgets given, by option and scope ("--max-increase activations"): a second one for the
+  // same scope is refused, never a silent replacement that loosens the gate.
+  std::map<std::string, std::string> given;
 };
+// Records OPTION's budget for SCOPE (VALUE as given); throws CheckError when one was given.
+void given_once(Budgets& b, const std::string& option, const std::string& scope,
+                const std::string& value);
 // Parses "5%", "256MiB", "1:10%" (device 1 only) into `b`. Throws CheckError.
 void add_increase_option(Budgets& b, const std::string& value);
 void add_peak_option(Budgets& b, const std::string& value);

@@ -63,6 +63,7 @@ bool add_category_option(Budgets& b, const std::string& value) {
   // Anything else before ':' is a device's, or a mistake that split_device() words.
   const std::vector<std::string> keys = category_keys();
   if (std::find(keys.begin(), keys.end(), key) == keys.end()) return false;
+  given_once(b, "--max-increase", key, value);
   b.by_category[key] = parse_increase(value.substr(colon + 1));
   return true;
 }

@@ -95,8 +95,10 @@ def _run_under_vramtrace(config):
         capman.suspend_global_capture(in_=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    # --force: the folder is the session's, and a session run again replaces its report (only
-    # vramtrace's own files there; pytest cannot pass --force to vramtrace itself).
+    # --force: the folder is the session's, and a session run again replaces its report. It
+    # replaces only what an earlier vramtrace run wrote there (its run marker names the files):
+    # a user's report.json or report.html, or a trace of another run, is refused (exit 2) and
+    # left as it is.
     argv = [exe, "run", "--force", "-o", out, "--"] + command + sys.argv[1:]
     if given:
         os.execve(exe, argv, env)

@@ -5,12 +5,13 @@ test drives step by step through files, so that nothing here depends on the mach
     runs on; the final report is that of a run without snapshots; a snapshot of a PyTorch job
     asks the start-up hook for PyTorch's view of the moment (the tests' stand-in PyTorch);
   - `vramtrace run --serve`: the page, /report.json of the moment and the final report once the
-    job has ended; read-only (405), another Host refused on loopback (403), a token on any other
+    job has ended; read-only (405), another Host refused on loopback (403), a token on every
     address (403 without it); vramtrace ends with its command, with its exit status;
   - bad input, each a clear message and exit 2 with nothing lost: a port in use (before the
     command starts), an address after a bare --serve, a folder that is not a running run, a
     snapshot of a run that has ended or whose launcher is gone.
-Every wait is a poll with a generous bound; no sleep is an assertion.
+Every wait is a poll with a generous bound; no sleep is an assertion. One bound is on time: a
+request behind another client's idle connections is answered within the server's read timeout.
    live_test.py BUILD_DIR"""
 import http.client
 import json
@@ -256,12 +257,17 @@ def snapshot_bad_input(root):
     print("snapshot's bad input (no folder, a file, not a run, launcher gone): checked")
 
 
-def request(url, method="GET", host=None, path=None):
+def request(url, method="GET", host=None, path=None, token=True):
+    """A request to the server of URL; PATH, when given, carries the URL's token unless
+    token=False."""
     m = re.match(r"http://([^/]+)/(.*)$", url)
     netloc, rest = m.group(1), m.group(2)
     port = int(netloc.rsplit(":", 1)[1])
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Host": host} if host else {}
+    t = re.search(r"[?&]token=([0-9a-f]+)", url)
+    if path is not None and token and t and "token=" not in path:
+        path += ("&" if "?" in path else "?") + "token=" + t.group(1)
     target = "/" + (rest if path is None else path)
     c.request(method, target, headers=headers)
     r = c.getresponse()
@@ -273,8 +279,9 @@ def request(url, method="GET", host=None, path=None):
 def serve(root):
     job = Job(root, "serve", ["--serve"])
     url = job.url()
-    check(url is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+/", url or "") is not None,
-          "--serve alone: 127.0.0.1 on any free port: %r" % url)
+    check(url is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{32}",
+                                           url or "") is not None,
+          "--serve alone: 127.0.0.1 on any free port, with a token: %r" % url)
     if not url:
         job.finish()
         return
@@ -298,7 +305,32 @@ def serve(root):
         s, h, b = request(url, method=method, path="report.json")
         check(s == 405 and h.get("Allow") == "GET, HEAD", "%s: %d %r" % (method, s, h))
     s, h, b = request(url, host="attacker.example:80")
-    check(s == 403, "another Host header on loopback: %d" % s)
+    check(s == 403, "another Host header on loopback, with the token: %d" % s)
+    # Another user of the machine reaches loopback too: no token, no report.
+    s, h, b = request(url, path="report.json", token=False)
+    check(s == 403 and b == b"vramtrace: forbidden: this server answers only its URL, token "
+          b"included\n", "no token on loopback: %d %r" % (s, b[:80]))
+    s, h, b = request(url, path="report.json?token=" + "0" * 32)
+    check(s == 403, "a wrong token on loopback: %d" % s)
+    # Idle connections from one client (127.0.0.2, loopback too) hold a few of the server's
+    # threads at most: a request from another client is answered at once, not after their
+    # read timeouts.
+    port = int(re.match(r"http://[^/]+:(\d+)/", url).group(1))
+    idle = []
+    for _ in range(40):
+        sk = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sk.bind(("127.0.0.2", 0))
+        sk.connect(("127.0.0.1", port))
+        idle.append(sk)
+    asked = time.monotonic()
+    s, h, b = request(url, path="nothing-here")
+    took = time.monotonic() - asked
+    # The one bound on time here: within the server's read timeout (2 s), before which no idle
+    # connection frees its thread; without the cap the answer waits for their timeouts.
+    check(s == 404 and took < 2.0, "behind 40 idle connections of another client: %d after "
+          "%.1f s" % (s, took))
+    for sk in idle:
+        sk.close()
     s, h, b = request(url, path="etc/passwd")
     check(s == 404, "an unknown path: %d" % s)
     s, h, b = request(url, method="HEAD", path="report.json")
@@ -374,7 +406,7 @@ def serve_token(root):
     check(m is not None, "--serve on another address: a URL with a 128-bit token: %r" % url)
     if m:
         token = m.group(3)
-        s, h, b = request(url, path="report.json")
+        s, h, b = request(url, path="report.json", token=False)
         check(s == 403, "no token: %d" % s)
         s, h, b = request(url, path="report.json?token=" + "0" * 32)
         check(s == 403, "a wrong token: %d" % s)

@@ -50,7 +50,9 @@ let stderr = "";
 job.stderr.on("data", (d) => { stderr += d; });
 let exitCode = null;
 const exited = new Promise((r) => job.on("exit", (code) => { exitCode = code; r(); }));
-const url = await until("the URL on stderr", () => (stderr.match(/vramtrace: live report: (http:\/\/127\.0\.0\.1:\d+\/)\n/) || [])[1]);
+// The URL carries the server's token (every request must); the page passes it on to page.json.
+const url = await until("the URL on stderr", () => (stderr.match(/vramtrace: live report: (http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]{32})\n/) || [])[1]);
+const origin = url.replace(/\?.*$/, "");
 await until("the job started", () => existsSync(join(work, "started")));
 
 const browser = await chromium.launch({
@@ -62,7 +64,7 @@ const page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
 const errors = [], foreign = [];
 page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
 page.on("pageerror", (e) => errors.push(String(e)));
-page.on("request", (r) => { if (!r.url().startsWith(url)) foreign.push(r.url()); });
+page.on("request", (r) => { if (!r.url().startsWith(origin)) foreign.push(r.url()); });
 await page.goto(url);
 await page.waitForSelector("body[data-ready='1']", { timeout: LONG });
 const text = (sel) => page.evaluate((s) => { const e = document.querySelector(s); return e ? e.textContent : null; }, sel);

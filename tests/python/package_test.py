@@ -234,6 +234,24 @@ def main():
                 env=clean_env(), cwd=tmp, expect=1)
         check(re.search(r"^2 failed, 2 passed", p.stdout, re.M) is not None,
               "pytest --vramtrace-output DIR, run %d: the tests ran: %r" % (i + 1, p.stdout[-300:]))
+    # A folder of the user's own files (pytest-html's report.html, a report.json, a trace of
+    # another run): the plugin's run refuses it (exit 2) and leaves every file as it was.
+    theirs = os.path.join(tmp, "pytest-theirs")
+    os.mkdir(theirs)
+    own = {"report.json": b'{"mine": 1}\n', "report.html": b"<p>pytest-html</p>\n",
+           "vramtrace.1.vtrace": open(next(os.path.join(again, n) for n in os.listdir(again)
+                                           if n.endswith(".vtrace")), "rb").read()}
+    for name, data in own.items():
+        with open(os.path.join(theirs, name), "wb") as f:
+            f.write(data)
+    p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+             "--vramtrace-output", theirs, os.path.join(cases, "test_budgets.py")],
+            env=clean_env(), cwd=tmp, expect=2)
+    kept = {n: open(os.path.join(theirs, n), "rb").read() for n in sorted(os.listdir(theirs))}
+    check(kept == own, "pytest --vramtrace-output over the user's files changed them: %r"
+          % sorted(kept))
+    check("which vramtrace did not write there" in p.stderr,
+          "pytest --vramtrace-output over the user's files: %r" % p.stderr[-400:])
     private_tmp = os.path.join(tmp, "private-tmp")
     os.mkdir(private_tmp)
     p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",

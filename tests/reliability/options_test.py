@@ -206,7 +206,10 @@ def command_line(work):
     not_budget = "'%s' is not a percentage or a size (examples: 5%%, 256MiB)"
     no_unit = "'%s' has no unit: write %s%% for a share of the baseline's peak, or %sMiB for a size"
     not_pct = "'%s' is not a percentage (example: 5%%)"
-    device = "'%s': expected DEVICE:BUDGET, e.g. 1:10%%"
+    device = ("'%s': expected DEVICE:BUDGET, e.g. 1:10%%, or CATEGORY:BUDGET with one of "
+              "PyTorch's categories (parameters, gradients, optimizer_state, activations, "
+              "temporaries, inputs, workspaces, communication, private_pool, allocator_cache, "
+              "outside_pytorch, unclassified), e.g. activations:5%%")
     budgets = [
         ("--max-increase", "5 percent", "'5 percent': unknown unit 'percent' (use %, B, KiB, "
                                         "MiB, GiB, TiB)"),
