@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   fs::remove_all(work);
   std::printf(
       "events=%llu trace_MB=%.1f first_now_s=%.3f | a moment with %.1f%% new (%llu events read, "
-      "%llu applied to the copy%s): now_s=%.3f = model_s=%.3f + analysis_s=%.3f + to_json_s=%.3f "
+      "%llu applied to the copy%s): now_s=%.4f = model_s=%.4f + analysis_s=%.4f + to_json_s=%.4f "
       "+ rest | page_json_s=%.3f report_json_s=%.3f cached_now_s=%.6f page_KB=%.0f\n",
       static_cast<unsigned long long>(events), bytes / 1e6, median(first_s), percent,
       static_cast<unsigned long long>(fresh), static_cast<unsigned long long>(copied),
