@@ -145,8 +145,14 @@ def main():
             if arm == "plugin":
                 output = out
     med = {a: statistics.median(v) for a, v in medians.items()}
-    print("pytest_cost: %d tests x %d runs per arm (%s), median call time per test:" % (
-        TESTS, REPEATS, PYTHON))
+    versions = subprocess.run(
+        [PYTHON, "-c", "import torch\ntry:\n import transformers; t = transformers.__version__\n"
+                       "except ImportError:\n t = None\nprint(torch.__version__, t)"],
+        stdout=subprocess.PIPE, text=True).stdout.split()
+    print("pytest_cost: %d tests x %d runs per arm (%s; torch %s, %s), median call time per "
+          "test:" % (TESTS, REPEATS, PYTHON, versions[0] if versions else "?",
+                     "transformers " + versions[1] if len(versions) > 1 and versions[1] != "None"
+                     else "no transformers: torch.nn.TransformerEncoder"))
     for a in arms:
         print("  %-10s %8.3f ms   (runs: %s)" % (a, med[a] * 1e3,
                                                 " ".join("%.3f" % (x * 1e3) for x in medians[a])))

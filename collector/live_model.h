@@ -8,7 +8,8 @@
 // of the model (what the run holds now: live allocations, stacks, timelines, the launch rhythm;
 // not what it did), the records the merge could not apply yet applied to the copy (those of
 // other processes past the last record of a process still running, whose next record may come
-// before them), and the copy finished. The model starts over, reading every trace again, when
+// before them; while such a process sends nothing, what the others write meanwhile is applied
+// to each moment's copy again), and the copy finished. The model starts over, reading every trace again, when
 // the traces change in a way that cannot be read on: a process's trace appears or goes, a
 // PyTorch or JAX side channel is rewritten (the start-up hook writes it whole when asked, at an
 // OOM and at exit), a trace taken as ended grows, or a trace cannot be read on.
