@@ -8,20 +8,26 @@
 #     vramtrace's own report at the end is not counted. Runs alternate, REPEATS of each; the
 #     medians and their ratio.
 #  2. LiveReport::now() on synthetic traces of SIZES events (bench/synth_trace.cpp), timed by
-#     vt_live_bench: how far the report of a moment of a long job is from a second.
-#   bench/live.sh [SIZES...]   (default 1000000 10000000; ITERATIONS=20000 SPIN_NS=20000 REPEATS=3)
+#     vt_live_bench: the first moment (every trace read), and the next one after the last
+#     NEW_PERCENT % of the trace arrived (the report of a moment of a long job), with where its
+#     time goes.
+#   bench/live.sh [SIZES...]   (default 1000000 10000000; ITERATIONS=20000 SPIN_NS=20000
+#                               REPEATS=3 NEW_PERCENT=1; PARTS="1 2" picks the parts)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 ITERATIONS=${ITERATIONS:-20000}
 SPIN_NS=${SPIN_NS:-20000}
 REPEATS=${REPEATS:-3}
+NEW_PERCENT=${NEW_PERCENT:-1}
+PARTS=${PARTS:-1 2}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1000000 10000000)
 export LD_LIBRARY_PATH=$BUILD/standin
 
+if [[ " $PARTS " == *" 1 "* ]]; then
 echo "1. the job's time (bench_mix $ITERATIONS $SPIN_NS on the stand-in), without and with --serve and a page polling"
 python3 - "$BUILD" "$WORK" "$ITERATIONS" "$SPIN_NS" "$REPEATS" <<'PY'
 import os, re, statistics, subprocess, sys, threading, time, urllib.request
@@ -74,13 +80,15 @@ print("   with --serve:    %s s (median %.2f); %d requests answered, median %.3f
          statistics.median(all_lat) if all_lat else 0, max(all_lat) if all_lat else 0))
 print("   ratio with/without: %.3f" % (ms / mp))
 PY
+fi
 
+[[ " $PARTS " == *" 2 "* ]] || exit 0
 echo "2. LiveReport::now() on synthetic traces (each still being written)"
 for n in "${sizes[@]}"; do
   d="$WORK/synth-$n"
   mkdir -p "$d"
   "$BUILD/bin/vt_synth_trace" "$d/vramtrace.1.vtrace" "$n" zstd >/dev/null
   printf '   %-10s ' "$n"
-  "$BUILD/bin/vt_live_bench" "$d" "$REPEATS"
+  "$BUILD/bin/vt_live_bench" "$d" "$REPEATS" "$NEW_PERCENT"
   rm -rf "$d"
 done

@@ -14,10 +14,10 @@
 #include "cli/commands.h"
 #include "collector/analysis.h"
 #include "collector/live_collector.h"
+#include "collector/live_model.h"
 #include "collector/live_set.h"
 #include "collector/model.h"
 #include "collector/stacks.h"
-#include "collector/trace_reader.h"
 #include "common/format.h"
 
 namespace fs = std::filesystem;
@@ -221,9 +221,8 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
   const std::string sig = signature(info);
   if (last_ && sig == last_signature_) return last_;
 
-  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  std::vector<collector::LiveTrace> traces;
   std::vector<std::string> torch;
-  std::vector<std::string> unreadable;
   for (auto& [path, t] : traces_) {
     if (is_torch_trace(path)) {
       torch.push_back(path);
@@ -233,14 +232,11 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
     t.whole = whole_frames_end(path, t.whole <= t.size ? t.whole : 0);
     // Connected, but its first frame has not come whole yet: it appears at the next moment.
     if (t.whole == 0) continue;
-    try {
-      readers.push_back(std::make_unique<collector::TraceReader>(path, t.whole));
-    } catch (const collector::TraceError& e) {
-      unreadable.push_back(e.what());
-    }
+    const bool open = std::find(info.still_running.begin(), info.still_running.end(), path) !=
+                      info.still_running.end();
+    traces.push_back({path, t.whole, open});
   }
-  collector::Run run = collector::analyze(std::move(readers), torch);
-  for (auto& u : unreadable) run.problems.push_back(u);
+  collector::Run run = model_.moment(traces, torch);
   // A process still running has not died of its OOMs (the model takes a process without its
   // exit for one that died): which one ends it, if any, is known only when it ends.
   for (auto& p : run.processes)

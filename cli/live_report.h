@@ -7,9 +7,10 @@
 // run has ended, the final report itself with {"running": false}. Reports of `run` and `report`
 // never have it.
 //
-// How (for now): the run folder's traces so far are read and analysed whole, each .vtrace up to
-// the end of its last whole frame (the collector appends bytes as they arrive, so a frame may be
-// half there: it is left for the next time, never reported as a cut trace). PyTorch's and JAX's
+// How: the run folder's traces so far, each .vtrace up to the end of its last whole frame (the
+// collector appends bytes as they arrive, so a frame may be half there: it is left for the next
+// time, never reported as a cut trace), are kept as a model that reads on from one moment to
+// the next (collector/live_model.h: only what arrived is read; a finished copy is analysed). PyTorch's and JAX's
 // side traces (.torch, .jax) are written whole and renamed into place by the start-up hook, at
 // exit, at an OOM, and when asked: touching the hook's request file (Launch::torch_request_path)
 // makes each PyTorch process of the run write its allocator trace of the moment (its Python
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "collector/live_model.h"
 #include "report/json_report.h"
 
 namespace vramtrace::cli {
@@ -72,6 +74,7 @@ class LiveReport {
   int64_t torch_asked_ns_ = 0;  // CLOCK_MONOTONIC of the last request, 0: never
   std::mutex mutex_;
   std::map<std::string, TraceState> traces_;  // by path
+  collector::LiveModel model_;
   std::string last_signature_;
   std::shared_ptr<const nlohmann::json> last_;
   bool finished_ = false, held_ = false;

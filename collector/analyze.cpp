@@ -2,15 +2,13 @@
 // PyTorch side channels merged in time order into one builder per process (builder.h), then
 // each process and the run finished (see model.h).
 #include <algorithm>
-#include <queue>
 
 #include "collector/builder.h"
 #include "collector/live_collector.h"
+#include "collector/merge.h"
 #include "collector/torch_trace.h"
 
 namespace vramtrace::collector {
-
-using format::RecordType;
 
 void attach_torch_context(ProcessModel& p, TorchContext context) {
   if (context.present) {
@@ -78,6 +76,8 @@ bool is_side_channel(const std::string& path) {
          (path.size() > 4 && path.compare(path.size() - 4, 4, ".jax") == 0);
 }
 
+}  // namespace
+
 std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::string>& paths) {
   std::vector<TorchTrace> torch;
   for (const auto& path : paths) {
@@ -90,105 +90,6 @@ std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::stri
   }
   return torch;
 }
-
-// The k-way merge by time of a run's sources, so that the run-wide device totals see every
-// process in order. Records without a time (strings, notices) take the time of the record before
-// them. Sources: the traces (one per process), then PyTorch's traces, each fed to the builder of
-// its process.
-class Merge {
- public:
-  Merge(Run& run, std::vector<std::unique_ptr<TraceReader>>& readers,
-        std::vector<TorchTrace>& torch, std::vector<Builder>& builders)
-      : run_(run),
-        readers_(readers),
-        torch_(torch),
-        builders_(builders),
-        pending_(readers.size()),
-        torch_pos_(torch.size(), 0),
-        builder_of_(readers.size() + torch.size(), SIZE_MAX),
-        last_time_(readers.size() + torch.size(), 0),
-        torch_of(readers.size(), SIZE_MAX) {}
-
-  void run() {
-    if (torch_.empty() && readers_.size() == 1) {
-      while (readers_[0]->next(pending_[0])) builders_[0].apply(pending_[0]);
-      return;
-    }
-    for (size_t i = 0; i < readers_.size(); ++i) {
-      builder_of_[i] = i;
-      pull(i);
-    }
-    for (size_t t = 0; t < torch_.size(); ++t) pair_side_channel(t);
-    while (!heads_.empty()) {
-      const Head h = heads_.top();
-      heads_.pop();
-      if (h.source < readers_.size()) {
-        builders_[builder_of_[h.source]].apply(pending_[h.source]);
-      } else {
-        const size_t t = h.source - readers_.size();
-        const TorchEvent& e = torch_[t].events[torch_pos_[t]];
-        builders_[builder_of_[h.source]].apply(e.record, true, e.stream);
-        ++torch_pos_[t];
-      }
-      pull(h.source);
-    }
-  }
-
- private:
-  struct Head {
-    uint64_t time;
-    size_t source;
-    bool operator>(const Head& o) const {
-      return time != o.time ? time > o.time : source > o.source;
-    }
-  };
-
-  // A trace starts with its Process record: PyTorch's trace goes to the process of its pid.
-  void pair_side_channel(size_t t) {
-    const size_t source = readers_.size() + t;
-    for (size_t i = 0; i < readers_.size(); ++i)
-      if (pending_[i].type == RecordType::Process && pending_[i].process.pid == torch_[t].pid)
-        builder_of_[source] = i;
-    if (builder_of_[source] == SIZE_MAX) {
-      run_.problems.push_back("PyTorch allocator trace of pid " + std::to_string(torch_[t].pid) +
-                              " has no CUDA trace of that process: not merged");
-      return;
-    }
-    ProcessModel& p = run_.processes[builder_of_[source]];
-    p.torch_trace = true;
-    p.torch_trace_problem = torch_[t].problem;
-    torch_of[builder_of_[source]] = t;
-    pull(source);
-  }
-
-  void pull(size_t i) {
-    if (i < readers_.size()) {
-      if (!readers_[i]->next(pending_[i])) return;
-      if (pending_[i].time_ns) last_time_[i] = pending_[i].time_ns;
-    } else {
-      const size_t t = i - readers_.size();
-      if (torch_pos_[t] >= torch_[t].events.size()) return;
-      const uint64_t time = torch_[t].events[torch_pos_[t]].record.time_ns;
-      if (time) last_time_[i] = time;
-    }
-    heads_.push({last_time_[i], i});
-  }
-
-  Run& run_;
-  std::vector<std::unique_ptr<TraceReader>>& readers_;
-  std::vector<TorchTrace>& torch_;
-  std::vector<Builder>& builders_;
-  std::vector<format::Record> pending_;
-  std::vector<size_t> torch_pos_;
-  std::vector<size_t> builder_of_;
-  std::vector<uint64_t> last_time_;
-  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads_;
-
- public:
-  std::vector<size_t> torch_of;  // process -> its PyTorch trace (SIZE_MAX: none)
-};
-
-}  // namespace
 
 Run analyze(const std::vector<std::string>& trace_paths) {
   std::vector<std::unique_ptr<TraceReader>> readers;
@@ -215,7 +116,10 @@ Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
     builders.emplace_back(run, run.processes[i], where, seq);
   }
   std::vector<TorchTrace> torch = read_side_channels(run, torch_paths);
-  Merge merge(run, readers, torch, builders);
+  std::vector<TraceReader*> sources;
+  for (auto& r : readers) sources.push_back(r.get());
+  Merge merge(run, std::move(sources), torch, builders);
+  merge.start();
   merge.run();
   for (size_t i = 0; i < readers.size(); ++i) {
     if (merge.torch_of[i] != SIZE_MAX)

@@ -1,7 +1,8 @@
 // The builder of one process's model: applies its records, one at a time and in time order, to
 // its ProcessModel (the results) and to the run-wide devices, keeping what it needs only while
 // it reads (open ranges, the launch rhythm, mappings, module lookups) apart from the results.
-// collector/analyze.cpp drives the builders of a run.
+// collector/merge.h feeds the builders of a run in time order: collector/analyze.cpp for traces
+// read to their end, collector/live_model.h while the run goes on.
 //
 // The handlers are grouped by concern: build_process.cpp (the process, its strings, stacks and
 // modules), build_memory.cpp (the dispatch, driver allocations, kernel launches and their
@@ -44,6 +45,19 @@ class Builder {
         where_(&where),
         seq_(&seq),
         process_(static_cast<uint32_t>(&p - run.processes.data())) {}
+
+  // A copy of `other` that writes into `run`, a copy of other's run (`p`: this process's model
+  // in it, `where` and `seq` its copies): a report of a moment finishes copies, and the builders
+  // that go on reading stay as they were (collector/live_model.h).
+  Builder(const Builder& other, Run& run, ProcessModel& p, DeviceIndex& where, uint64_t& seq)
+      : Builder(other) {
+    run_ = &run;
+    p_ = &p;
+    where_ = &where;
+    seq_ = &seq;
+    last_device_ = nullptr;  // pointed into the other run's map
+    pend_ = &pending_[other.pend_ - other.pending_];
+  }
 
   // `secondary`: the record comes from PyTorch's trace of this process, not from its own trace;
   // `stream`: then a block's CUDA stream (PyTorch's trace has it, the UserBlock record has not).

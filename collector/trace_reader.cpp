@@ -134,6 +134,35 @@ bool TraceReader::load_frame() {
   return true;
 }
 
+bool TraceReader::read_on(uint64_t max_bytes) {
+  if (from_memory_ || !problem_.empty() || max_bytes < max_bytes_) return false;
+  max_bytes_ = max_bytes;
+  done_ = false;
+  std::clearerr(file_);  // the end met before is not the file's end now
+  return true;
+}
+
+std::unique_ptr<TraceReader> TraceReader::clone() const {
+  if (from_memory_) return nullptr;
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  // The same file, even if its name has gone or names another one since.
+  const std::string self = "/proc/self/fd/" + std::to_string(fileno(file_));
+  r->file_ = std::fopen(self.c_str(), "rbe");
+  if (!r->file_ || fseeko(r->file_, static_cast<off_t>(offset_), SEEK_SET) != 0) return nullptr;
+  r->name_ = name_;
+  r->max_bytes_ = max_bytes_;
+  r->frame_ = frame_;
+  const size_t at = frame_.size() - cursor_.remaining();
+  if (!cursor_.at_end()) r->cursor_ = format::ByteReader(r->frame_.data() + at, cursor_.remaining());
+  r->frame_time_ = frame_time_;
+  r->frame_records_left_ = frame_records_left_;
+  r->frames_ = frames_;
+  r->offset_ = offset_;
+  r->problem_ = problem_;
+  r->done_ = done_;
+  return r;
+}
+
 std::optional<Record> TraceReader::next() {
   Record r;
   if (!next(r)) return std::nullopt;

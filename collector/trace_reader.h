@@ -46,6 +46,15 @@ class TraceReader {
   // The same into `r` (the collector's hot loop); false at the end.
   bool next(Record& r);
 
+  // A trace still being written, read to its `max_bytes` (the end of its last whole frame):
+  // reads on up to a new end, where the stream stopped cleanly at the old one. False when it
+  // cannot (a damaged stream, a trace from memory): a reader of the whole file is needed then.
+  bool read_on(uint64_t max_bytes);
+  // A second reader of the same file from where this one is: it reads what this one would
+  // next, and this one is left as it is (a live report reads ahead on a copy). Null when it
+  // cannot be opened again.
+  std::unique_ptr<TraceReader> clone() const;
+
   const std::string& name() const { return name_; }
   bool partial() const { return !problem_.empty(); }
   const std::string& problem() const { return problem_; }

@@ -310,6 +310,23 @@ def main():
           rows.get("test_leak_inside_a_cached_segment") == ("4.00 MiB", "4.00 MiB") and
           rows.get("test_over_budget") == ("36.00 MiB", "0 B"),
           "torch: the summary's figures per test: %r" % rows)
+
+    # ---- the plugin's silence: no heap walk, no warning from what it looks at --------------
+    p = run([py, "-m", "pytest", "--vramtrace", "-p", "no:cacheprovider", "-q",
+             "--vramtrace-output", os.path.join(tmp, "pytest-quiet"),
+             os.path.join(cases, "test_torch_quiet.py")],
+            env=clean_env(PYTHONPATH=os.path.join(HERE, "fake_torch")), cwd=tmp, expect=1)
+    out = p.stdout + p.stderr
+    check(re.search(r"^1 failed, 1 passed in [\d.]+s", p.stdout, re.M) is not None,
+          "quiet: the model over budget fails, the heap was never walked: %r" % out[-1500:])
+    check(re.search(r"PyTorch's blocks in use at the test's peak, by line:\n"
+                    r" +3\.00 MiB  \S*test_torch_quiet\.py:43 in test_model_over_budget  "
+                    r"\(parameters, 1 block\)\n"
+                    r" +2\.00 MiB  \S*test_torch_quiet\.py:46 in test_model_over_budget  "
+                    r"\(optimizer state, 1 block\)\n", p.stdout) is not None,
+          "quiet: the categories from the hook's models and optimizers: %r" % out[-1500:])
+    check("arning" not in out and "vt-deprecated-object" not in out,
+          "quiet: a warning in the user's output: %r" % out[-1500:])
     return finish(tmp)
 
 

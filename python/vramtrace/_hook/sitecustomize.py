@@ -26,6 +26,50 @@ import sys
  _FWD_EVAL_GRAD, _MOVE, _MOVE_END, _NAMED) = range(15)
 
 
+# The hook's _Context once torch is imported ("context"), for vramtrace_named_storages().
+_vramtrace_ctx = {}
+
+
+def vramtrace_named_storages():
+    """{storage data_ptr: "parameters", "gradients" or "optimizer state"}: the storages of the
+    models and optimizers the hook has seen, from its weak references (the pytest plugin names
+    a test's blocks by them without walking the heap); {} before torch or without categories."""
+    context = _vramtrace_ctx.get("context")
+    out = {}
+    if context is None:
+        return out
+
+    def add(tensor, category):
+        try:
+            if tensor is not None:
+                out.setdefault(tensor.untyped_storage().data_ptr(), category)
+        except Exception:
+            pass
+
+    for ref, params, buffers in list(context.roots):
+        if ref() is None:
+            continue
+        for _, p in params:
+            p = p()
+            add(p, "parameters")
+            add(getattr(p, "grad", None), "gradients")
+        for _, b in buffers:
+            add(b(), "parameters")
+    for ref in list(context.optimizers):
+        opt = ref()
+        if opt is None:
+            continue
+        for group in opt.param_groups:
+            for p in group.get("params", ()):
+                add(p, "parameters")
+                add(getattr(p, "grad", None), "gradients")
+        for state in list(opt.state.values()):
+            for v in state.values():
+                if isinstance(v, context.torch.Tensor):
+                    add(v, "optimizer state")
+    return out
+
+
 def _vramtrace_setup():
     out_dir = os.environ.get("VRAMTRACE_TORCH_DIR")
     if not out_dir:
@@ -45,7 +89,7 @@ def _vramtrace_setup():
     def clean(text):
         return str(text).replace("\t", " ").replace("\n", " ").replace("\r", " ")
 
-    ctx = {}
+    ctx = _vramtrace_ctx
 
     def dump(torch, realtime_ns, monotonic_ns):
         snap = torch.cuda.memory._snapshot()

@@ -31,4 +31,5 @@ def test_over_budget():
 def test_leaked_parameter():
     model = torch.nn.Module()
     model.add(2 * MiB)  # a parameter's storage: 2 MiB, from the cached segments
+    model()  # the start-up hook learns the model and its parameters at its first call
     held.append(model)

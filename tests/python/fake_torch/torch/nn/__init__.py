@@ -1,20 +1,3 @@
-# torch.nn of the plugin's stand-in PyTorch: a module with parameters, nothing more.
-from .. import Tensor
-
-
-class Parameter(Tensor):
-    pass
-
-
-class Module:
-    def __init__(self):
-        self._params = []
-
-    def add(self, nbytes):
-        self._params.append(Parameter(nbytes))
-
-    def parameters(self, recurse=True):
-        return iter(self._params)
-
-    def buffers(self, recurse=True):
-        return iter(())
+# torch.nn of the plugin's stand-in PyTorch: a module with parameters, called through the
+# global forward hooks that vramtrace's start-up hook registers (nn/modules/module.py).
+from .modules.module import Module, Parameter  # noqa: F401
