@@ -340,12 +340,14 @@ Remedy growth_remedy(const std::string& site, uint64_t bytes_per_iteration, uint
           "loss.item(), t.detach().cpu(), or clear the list or cache each iteration"};
 }
 
+namespace {
+
 // A carried state's fixes: detach it between forwards (what truncated backpropagation through
 // time does in training), or, when its graph is autograd's and no backward uses it, no_grad.
 std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
   std::vector<Remedy> out;
   Remedy detach{"detach_state",
-                "Detach the state between forwards: " + detach_line(k),
+                "Detach the state " + state_owner(k) + " returns before its next forward",
                 k.kept_bytes,
                 "the state " + state_owner(k) +
                     " returns goes back into its next forward; detached, it carries its values "
@@ -355,7 +357,8 @@ std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64
   // The previous forward's graph lives on while its outputs are bound (until the next forward
   // returns): at most what keeping only the previous iteration's memory reaches.
   detach.predicted_peak = k.peak_one_graph + overhead;
-  detach.predicted_peak_high = std::max(k.peak_one_graph, k.peak_keeping_previous) + overhead;
+  if (k.peak_keeping_previous > k.peak_one_graph)
+    detach.predicted_peak_high = k.peak_keeping_previous + overhead;
   out.push_back(std::move(detach));
   if (k.kind == KeptKind::Graph) {
     Remedy none{"no_grad",
@@ -367,11 +370,14 @@ std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64
                     "them, and the state holds no graph",
                 "with torch.no_grad(): out = model(x, state)"};
     none.predicted_peak = k.peak_without_graphs + overhead;
-    none.predicted_peak_high = k.peak_one_graph + overhead;
+    if (k.peak_one_graph > k.peak_without_graphs)
+      none.predicted_peak_high = k.peak_one_graph + overhead;
     out.push_back(std::move(none));
   }
   return out;
 }
+
+}  // namespace
 
 std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
   if (k.carried_state) return carried_state_remedies(k, overhead);

@@ -98,8 +98,10 @@ def launch(name):
         _cudart.cudaLaunchKernel.argtypes = [ctypes.c_void_p, _Dim3, _Dim3, ctypes.c_void_p,
                                              ctypes.c_size_t, ctypes.c_void_p]
         k = _kernels[name] = (ctypes.create_string_buffer(name.encode()), ctypes.create_string_buffer(1))
-        getattr(_cudart, "__cudaRegisterFunction")(None, ctypes.addressof(k[1]), None, k[0], -1,
-                                                   None, None, None, None, None)
+        register = getattr(_cudart, "__cudaRegisterFunction")
+        register.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] * 5
+        register(None, ctypes.addressof(k[1]), None, ctypes.addressof(k[0]), -1, None, None, None,
+                 None, None)
     if _cudart.cudaLaunchKernel(ctypes.addressof(k[1]), _Dim3(1, 1, 1), _Dim3(1, 1, 1), None, 0,
                                 None) != 0:
         raise RuntimeError("launch of %s failed" % name)
