@@ -1,6 +1,8 @@
 """Where the start-up hook's context costs on a launch-bound step: the step with no hook, with an
 empty global forward pre/post hook pair (PyTorch's slow module-call path, the floor any module
-hook pays), with the whole context (module hooks in every iteration, and sampled: the default), and the context's own functions under cProfile. Prints the
+hook pays), with the whole context (module hooks in every iteration, and sampled: the default,
+and its iterations between the sampled ones alone: the outermost calls marked through
+Module.__call__), and the context's own functions under cProfile. Prints the
 cost per module call of each, as ratios against the no-hook step of the same process.
 
     python3 bench/context_cost.py [cuda|cpu]
@@ -58,6 +60,12 @@ def main():
     os.environ["VRAMTRACE_TORCH_MODULES"] = "sampled"
     ctx = hook._Context(torch, str)
     ctx.set_enabled(False)
+    # The iterations between the sampled ones alone: the outermost calls marked through
+    # Module.__call__ (traced_call), every inner call straight through it, no module hooks.
+    ctx_outer = hook._Context(torch, str)
+    ctx_outer.set_enabled(False)
+    ctx_outer.full = False
+    ctx_outer.trace_modules = lambda full: None  # never sampled
 
     from torch.nn.modules import module as nn_module
 
@@ -83,14 +91,18 @@ def main():
         ctx.set_enabled(True)
         full = timed(step)
         ctx.set_enabled(False)
-        rows.append((base, empty, every, full))
-    base, empty, every, full = (statistics.median(r[i] for r in rows) for i in range(4))
+        ctx_outer.set_enabled(True)
+        outer = timed(step)
+        ctx_outer.set_enabled(False)
+        rows.append((base, empty, every, full, outer))
+    base, empty, every, full, outer = (statistics.median(r[i] for r in rows) for i in range(5))
     print(f"device {DEV} torch {torch.__version__} module calls a step {calls}")
     print(f"| step | ms | x no hook | added per module call |")
     print(f"|---|---|---|---|")
     for name, t in (("no hook", base), ("empty global hooks", empty),
                     ("context, module hooks every iteration", every),
-                    ("context, module hooks sampled (default)", full)):
+                    ("context, module hooks sampled (default)", full),
+                    ("context, outermost calls only (between the sampled iterations)", outer)):
         print(f"| {name} | {t * 1e3:.3f} | x{t / base:.4f} | {(t - base) / calls * 1e9:.0f} ns |")
     ctx_every.set_enabled(True)
     prof = cProfile.Profile()

@@ -65,6 +65,9 @@ def main():
         if is_torch:
             # vramtrace's default turns PyTorch's allocator trace on; --torch=off shows its cost.
             variants["vramtrace --torch=off"] = []
+            # Launches recorded all run long (the default stops them once the hook has marked
+            # two iterations).
+            variants["vramtrace --launches=on"] = []
             # The lightest: memory callbacks only, no allocator trace (segments, not blocks).
             variants["vramtrace --launches=off --torch=off"] = []
             # Without vramtrace as the NVTX tool (libraries such as cuBLAS range their calls

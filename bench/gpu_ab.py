@@ -9,6 +9,11 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
              with libvramtrace_selftime.so, whose callbacks can be switched; its timer, about
              35 ns a callback, is included)
   vramtrace-nolaunch   the same with --launches=off (the memory callbacks only)
+  launches   the launch callbacks alone (what the default stops in a PyTorch process)
+  default    everything the default does in a PyTorch process, switched together: the memory
+             callbacks, the allocator trace as set, the hook's context (launches stopped after
+             its second step, as the hook stops them)
+  default-launches-on   the same with --launches=on (launches recorded all along)
   lines      over the context and the trace, the trace's frames between the phases
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
   history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
@@ -54,6 +59,17 @@ def main():
         "vramtrace-nolaunch": ([vt, "run", "-o", run_dir, "--torch=off", "--launches=off", "--lib", selftime,
                                 "--"] + bench,
                                {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_callbacks"}),
+        # The launch callbacks alone: what the default saves by stopping them in a PyTorch
+        # process once the hook marks its iterations.
+        "launches": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] + bench,
+                     {"VT_AB_LIB": selftime, "VT_AB_SYMBOL": "vramtrace_bench_enable_launch_callbacks"}),
+        # Everything the default does in a PyTorch process, switched together (gpu_torch.py's
+        # VT_AB=default): the default's cost against the same process without vramtrace's parts.
+        "default": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] + bench,
+                    {"VT_AB": "default", "VT_AB_LIB": selftime}),
+        # The same with --launches=on: launches recorded all along (the default before).
+        "default-launches-on": ([vt, "run", "-o", run_dir, "--torch=off", "--launches=on", "--lib",
+                                 selftime, "--"] + bench, {"VT_AB": "default", "VT_AB_LIB": selftime}),
         "history": (bench, {"VT_AB": "history"}),
         # The start-up hook's context (module, autograd and optimizer hooks: the categories).
         "context": (bench, {"VT_AB": "context"}),
@@ -89,8 +105,8 @@ def main():
     unit = "per launch" if a.workload == "launch_bound_ab" else "per alloc+free"
     per_step = {"launch_bound_ab": LAUNCHES_PER_STEP, "alloc_cached_ab": 2000}.get(a.workload, 1)
     print(f"\n{a.workload}:")
-    print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | added per step | {unit} |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | spread | added per step | {unit} |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, rs in got.items():
         if not rs:
             continue
@@ -99,8 +115,9 @@ def main():
         ratios = [r["paired_ratio"] for r in rs]
         pr = statistics.median(ratios)
         added = (pr - 1) * off
+        spread = max(ratios) - min(ratios)
         print(f"| {name} | {off * 1e3:.3f} | {on * 1e3:.3f} | x{pr:.4f} | {', '.join(f'x{x:.4f}' for x in ratios)} "
-              f"| {added * 1e6:+.0f} us | {added * 1e9 / per_step:+.0f} ns |", flush=True)
+              f"| ±{spread / 2:.4f} | {added * 1e6:+.0f} us | {added * 1e9 / per_step:+.0f} ns |", flush=True)
 
 
 if __name__ == "__main__":

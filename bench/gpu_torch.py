@@ -10,7 +10,9 @@ alloc_bound:  torch.empty(1 MiB) and its free, 20,000 times a step, meant to run
 launch_bound_ab: the launch-bound step, in blocks of steps with something switched on and off
               inside the one process (bench/gpu_ab.py): VT_AB=history switches
               PyTorch's allocator trace as vramtrace's --torch=auto sets it (VT_AB_ENABLED,
-              VT_AB_MAX_ENTRIES change its settings); VT_AB_LIB=PATH and
+              VT_AB_MAX_ENTRIES change its settings); VT_AB=default switches everything
+              vramtrace's default does in a PyTorch process (VT_AB_LIB: the self-timing
+              library); VT_AB_LIB=PATH and
               VT_AB_SYMBOL=NAME call NAME(1) / NAME(0) in that loaded library (CUPTI's floor,
               vramtrace's benchmark build). Prints the median step on and off, and the median
               of the ratios of adjacent blocks.
@@ -101,6 +103,29 @@ def switch():
                 ctx.frames(False)
                 ctx.history = None
         return lines
+    if os.environ.get("VT_AB") == "default":
+        # What vramtrace's default does in a PyTorch process, all switched together: its driver
+        # callbacks (VT_AB_LIB: the self-timing library, under `vramtrace run --torch=off`, whose
+        # callbacks can be switched), PyTorch's allocator trace as the hook sets it, and the
+        # hook's context (categories, modules, phases, iterations, the carried-state check).
+        # The context stops the launch callbacks after its second step, as the hook does,
+        # unless VRAMTRACE_LAUNCHES=on (`--launches=on`: the arm default-launches-on). Not
+        # switched: the trace's frames between the phases (measured apart: the `lines` arm).
+        lib = ctypes.CDLL(os.environ["VT_AB_LIB"])
+        callbacks = lib.vramtrace_bench_enable_callbacks
+        callbacks.argtypes = [ctypes.c_int]
+        ctx = load_hook()._Context(torch, str)
+
+        def default(on):
+            if callbacks(1 if on else 0) <= 0:
+                raise SystemExit("vramtrace_bench_enable_callbacks: no callback switched")
+            ctx.set_enabled(on)
+            if on:
+                torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                         stacks="python", max_entries=1000000)
+            else:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        return default
     if os.environ.get("VT_AB") == "history":
         # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
         enabled = os.environ.get("VT_AB_ENABLED", "all")

@@ -206,9 +206,11 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "stacks", "off"}))
       ->capture_default_str();
   run->add_option("--launches", stacks.launches,
-                  "Kernel launches: on (the default: counts by kernel, the kernel at the peak, "
-                  "iterations from the launch rhythm) or off (their CUPTI callbacks are not "
-                  "enabled: less overhead on launch-bound jobs, allocations recorded as ever)")
+                  "Kernel launches: by default recorded (counts by kernel, the kernel at the "
+                  "peak, iterations from the launch rhythm), except in PyTorch processes, where "
+                  "the start-up hook marks the iterations and stops them after the second; on: "
+                  "recorded in every process, all run long; off: their CUPTI callbacks are not "
+                  "enabled (less overhead on launch-bound jobs, allocations recorded as ever)")
       ->check(CLI::IsMember({"on", "off"}));
   run->add_flag("--no-progress", args->no_progress, kProgressHelp);
   args->serve_option =

@@ -96,6 +96,7 @@ void Builder::apply(const Record& r, bool secondary, uint64_t stream) {
     case RecordType::UserOom: return on_allocator_oom(r.user_oom, t);
     case RecordType::Step: return on_step(t);
     case RecordType::Settings: return on_settings(r.settings);
+    case RecordType::LaunchesStopped: return on_launches_stopped(r.launches_stopped, t);
   }
 }
 
@@ -333,6 +334,9 @@ void Builder::run_delta(const Allocation& a, uint64_t now, bool added) {
 }
 
 void Builder::on_launch(const rec::Launch& r, uint64_t t) {
+  // A launch its thread was recording while another disabled the callbacks: past the stop,
+  // as if not recorded (the last kernel before a later allocation stays unknown).
+  if (p_->launches_stopped_ns) return;
   DeviceModel& d = device(r.device);
   ++d.launches;
   const uint32_t id = r.name_id;
@@ -341,6 +345,14 @@ void Builder::on_launch(const rec::Launch& r, uint64_t t) {
   d.last_kernel = id;
   ++p_->host_apis[api_slot(r.api)].calls;
   on_rhythm(id, t);
+}
+
+// From here on launches are not recorded: no kernel is the last one before what follows.
+void Builder::on_launches_stopped(const rec::LaunchesStopped& r, uint64_t t) {
+  if (p_->launches_stopped_ns) return;
+  p_->launches_stopped_ns = std::max<uint64_t>(t, 1);
+  p_->launches_stop_reason = r.reason;
+  for (auto& [index, d] : p_->devices) d.last_kernel = 0;
 }
 
 // Per kernel name, whether its launches come at a constant distance (in launches): such a

@@ -126,6 +126,7 @@ class Builder {
 
   // build_iterations.cpp
   void on_launch(const format::rec::Launch& r, uint64_t t);
+  void on_launches_stopped(const format::rec::LaunchesStopped& r, uint64_t t);
   void on_range_push(const format::rec::RangePush& r, uint64_t t);
   void on_range_pop(const format::rec::RangePop& r, uint64_t t);
   void on_step(uint64_t t);

@@ -289,6 +289,10 @@ struct ProcessModel {
   // Whether kernel launches were recorded (a Settings record says not: VRAMTRACE_LAUNCHES=off).
   // When not, launch counts, the kernel at the peak and the launch rhythm are unknown, not 0.
   bool launches_recorded = true;
+  // When launches stopped being recorded in the running process (a LaunchesStopped record; 0:
+  // never), and why (format::StopReason): from then on they are unknown, as with launches off.
+  uint64_t launches_stopped_ns = 0;
+  uint64_t launches_stop_reason = 0;
   std::map<uint32_t, DeviceModel> devices;
   PeakTracker pinned_host;
   std::array<ApiStats, static_cast<size_t>(format::Api::kCount)> host_apis{};

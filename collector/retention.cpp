@@ -139,6 +139,36 @@ PeaksWithout peaks_without(const TorchMemory& tm, uint32_t device, uint64_t t) {
   return {bytes(in_use), bytes(best[0]), bytes(best[1]), bytes(best[2]), bytes(best[3])};
 }
 
+// A carried state in the iterations [first, judged): the outermost module whose forwards most
+// often got their previous forward's outputs back (the hook's FedBack marks), when they did in
+// at least half the iterations that kept memory.
+void find_carried_state(const TorchMemory& tm, int64_t first, int64_t judged, int64_t keeping,
+                        KeptAcrossIterations& k) {
+  std::map<uint32_t, std::set<int64_t>> iterations;  // module -> iterations it was fed back in
+  std::map<uint32_t, uint32_t> tensors;
+  for (const TorchMark& m : tm.context().marks) {
+    if (m.kind != MarkKind::FedBack) continue;
+    const int64_t it = tm.iteration_at(m.time_ns);
+    // The forward of iteration i + 1 is the one that got iteration i's state back.
+    if (it <= first || it > judged) continue;
+    iterations[m.id].insert(it);
+    tensors[m.id] = std::max<uint32_t>(tensors[m.id], m.fed_back);
+  }
+  uint32_t best = 0;
+  size_t best_n = 0;
+  for (const auto& [module, its] : iterations)
+    if (its.size() > best_n) {
+      best = module;
+      best_n = its.size();
+    }
+  if (!best || static_cast<int64_t>(best_n) * 2 < keeping) return;
+  k.carried_state = true;
+  k.state_module = tm.module_name(best);
+  const auto& modules = tm.context().modules;
+  if (best <= modules.size()) k.state_type = modules[best - 1].type;
+  k.state_tensors = tensors[best];
+}
+
 }  // namespace
 
 const char* kept_kind_name(KeptKind k) {
@@ -160,6 +190,7 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
   std::vector<std::set<uint32_t>> kept_modules(static_cast<size_t>(begun));
   std::map<uint32_t, uint64_t> by_module;
   std::vector<bool> eval(static_cast<size_t>(begun), false);
+  const std::vector<bool> tail = forward_tails(tm, device, t);
   KeptAcrossIterations k;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const TorchBlock& b = blocks[i];
@@ -171,6 +202,7 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
     if (bi.phase == TorchPhase::Evaluation) eval[it] = true;
     if (b.free_ns <= t || bi.iteration > begun - 2) continue;
     kept[it] += b.bytes;
+    if (bi.category == Category::Activations && !tail[i]) k.kept_activations += b.bytes;
     kept_modules[it].insert(bi.module);
     by_module[bi.module] += b.bytes;
     k.kept_bytes += b.bytes;
@@ -211,7 +243,12 @@ std::optional<KeptAcrossIterations> kept_across_iterations(const TorchMemory& tm
   }
   for (int64_t it = first; it < judged; ++it)
     if (eval[static_cast<size_t>(it)]) k.evaluation = true;
-  k.kind = !k.backward && graph_like ? KeptKind::Graph : KeptKind::Outputs;
+  find_carried_state(tm, first, judged, k.iterations_keeping, k);
+  // Without a backward, memory kept that is mostly what autograd saved (activations, not the
+  // forwards' outputs) is a graph kept alive, however few modules made it (one LSTM whose state
+  // is fed back): no_grad would not have made it.
+  const bool saved = k.kept_activations * 2 >= k.kept_bytes;
+  k.kind = !k.backward && (graph_like || saved) ? KeptKind::Graph : KeptKind::Outputs;
   k.site = tm.site_text(site);
   for (auto& [m, bytes] : by_module) {
     std::string name = tm.module_name(m);
@@ -244,9 +281,43 @@ std::vector<Allocation> take_kept(const TorchMemory& tm, const KeptAcrossIterati
   return out;
 }
 
+namespace {
+
+// "LSTM (rnn)", "the model" when the hook did not name it.
+std::string state_owner(const KeptAcrossIterations& k) {
+  if (k.state_type.empty()) return k.state_module.empty() ? "the model" : k.state_module;
+  if (k.state_module.empty() || k.state_module == k.state_type) return k.state_type;
+  return k.state_type + " (" + k.state_module + ")";
+}
+
+// The line that detaches the state, in the shape the run showed: one tensor fed back, two
+// from an LSTM (its (h, c)), or a tuple of them.
+std::string detach_line(const KeptAcrossIterations& k) {
+  if (k.state_tensors == 1) return "state = state.detach()";
+  if (k.state_tensors == 2 && k.state_type.find("LSTM") != std::string::npos)
+    return "h, c = h.detach(), c.detach()";
+  return "state = tuple(s.detach() for s in state)";
+}
+
+std::string carried_title(const KeptAcrossIterations& k, const std::string& at,
+                          const std::string& per) {
+  const std::string from = human_bytes(k.kept_bytes) + " kept from " +
+                           std::to_string(k.iterations_keeping) + " earlier iteration" +
+                           (k.iterations_keeping == 1 ? "" : "s");
+  const std::string fed = "The state " + state_owner(k) +
+                          " returns is fed back into its next forward" + at;
+  if (k.kind == KeptKind::Graph)
+    return fed + ", and with autograd on it keeps every earlier forward's graph alive: " + per +
+           " of activations that no backward consumed, " + from;
+  return fed + " and keeps what each forward made: " + per + ", " + from;
+}
+
+}  // namespace
+
 std::string kept_title(const KeptAcrossIterations& k) {
   const std::string at = k.site.empty() ? "" : " (called at " + k.site + ")";
   const std::string per = human_bytes(k.bytes_per_iteration) + " per iteration";
+  if (k.carried_state) return carried_title(k, at, per);
   if (k.kind == KeptKind::Graph)
     return std::string("Each ") + (k.evaluation ? "evaluation " : "") +
            "forward's autograd graph stays alive: " + per + " of activations that no backward " +
@@ -269,7 +340,47 @@ Remedy growth_remedy(const std::string& site, uint64_t bytes_per_iteration, uint
           "loss.item(), t.detach().cpu(), or clear the list or cache each iteration"};
 }
 
+namespace {
+
+// A carried state's fixes: detach it between forwards (what truncated backpropagation through
+// time does in training), or, when its graph is autograd's and no backward uses it, no_grad.
+std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
+  std::vector<Remedy> out;
+  Remedy detach{"detach_state",
+                "Detach the state " + state_owner(k) + " returns before its next forward",
+                k.kept_bytes,
+                "the state " + state_owner(k) +
+                    " returns goes back into its next forward; detached, it carries its values "
+                    "but not the graph that made them, so each forward's graph goes when the "
+                    "forward is done with",
+                detach_line(k) + "   # after each forward, before the next"};
+  // The previous forward's graph lives on while its outputs are bound (until the next forward
+  // returns): at most what keeping only the previous iteration's memory reaches.
+  detach.predicted_peak = k.peak_one_graph + overhead;
+  if (k.peak_keeping_previous > k.peak_one_graph)
+    detach.predicted_peak_high = k.peak_keeping_previous + overhead;
+  out.push_back(std::move(detach));
+  if (k.kind == KeptKind::Graph) {
+    Remedy none{"no_grad",
+                "When no training is meant, run the forwards under torch.no_grad() (or "
+                "torch.inference_mode())",
+                k.kept_bytes,
+                human_bytes(k.kept_activations) + " of what is kept are activations autograd "
+                    "saved for a backward that never ran; without autograd no forward saves "
+                    "them, and the state holds no graph",
+                "with torch.no_grad(): out = model(x, state)"};
+    none.predicted_peak = k.peak_without_graphs + overhead;
+    if (k.peak_one_graph > k.peak_without_graphs)
+      none.predicted_peak_high = k.peak_one_graph + overhead;
+    out.push_back(std::move(none));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
+  if (k.carried_state) return carried_state_remedies(k, overhead);
   std::vector<Remedy> out;
   if (k.kind == KeptKind::Graph) {
     out.push_back({"no_grad", "Evaluate under torch.no_grad() (or torch.inference_mode())",

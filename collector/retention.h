@@ -5,6 +5,9 @@
 //     `total += loss`, a list of losses) whose activations, across many modules, stay live;
 //   - kept outputs: a forward's outputs (logits, hidden states) held past the step whose
 //     backward freed the rest of the graph (`outputs.append(out.logits)`).
+// Either may come through a carried state: a module's outputs fed back as its next forward's
+// input (an RNN's (h, c) chunk after chunk), which with autograd on links every forward's
+// graph to the one before it; the hook marks such a forward, and the fix is to detach the state.
 // The figures are the blocks' own lives (PyTorch's allocator trace) against the hook's
 // iterations and phases, so they hold whatever the allocator's cache does.
 #pragma once
@@ -52,6 +55,15 @@ struct KeptAcrossIterations {
   uint64_t peak_without_graphs = 0;
   // The same with the current forward's own graph: one forward with autograd, nothing kept.
   uint64_t peak_one_graph = 0;
+  // Of kept_bytes, the activations autograd saved (made with autograd on before the forward's
+  // last module call, outlived the forward; not its outputs): what a forward under
+  // torch.no_grad() would not have made.
+  uint64_t kept_activations = 0;
+  // A carried state: the forwards of `state_module` (its type: "LSTM") got back, as inputs,
+  // `state_tensors` tensors its previous forward returned, in most iterations that kept.
+  bool carried_state = false;
+  std::string state_module, state_type;
+  uint32_t state_tensors = 0;
 };
 
 // Memory kept across iterations on `device` at `t`: made in the forward of an iteration i and

@@ -329,9 +329,14 @@ bool TorchTraceReader::on(const side::Mark& k) {
                        kind == MarkKind::ForwardEvalGrad;
   // A forward's id carries the autocast flag in its top bit and "inner module calls not
   // traced" in bit 30: kept apart.
-  trace_.context.marks.push_back(
-      {k.time_ns - offset_, kind, static_cast<uint32_t>(forward ? k.id & 0x3fffffffu : k.id),
-       forward && (k.id >> 31) != 0, forward && ((k.id >> 30) & 1) != 0});
+  // A FedBack's id carries the count of tensors fed back in bits 24-31.
+  const bool fed_back = kind == MarkKind::FedBack;
+  trace_.context.marks.push_back({k.time_ns - offset_, kind,
+                                  static_cast<uint32_t>(forward    ? k.id & 0x3fffffffu
+                                                        : fed_back ? k.id & 0xffffffu
+                                                                   : k.id),
+                                  forward && (k.id >> 31) != 0, forward && ((k.id >> 30) & 1) != 0,
+                                  fed_back ? static_cast<uint8_t>(k.id >> 24) : uint8_t{0}});
   return true;
 }
 

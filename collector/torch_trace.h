@@ -47,6 +47,7 @@ struct TorchMark {
   uint32_t id = 0;  // module id (Module, Forward...), site id (Site), 1 for the first optimizer
   bool autocast = false;  // a forward run under torch.autocast (mixed precision)
   bool untraced = false;  // a forward whose inner module calls were not traced (sampled)
+  uint8_t fed_back = 0;   // FedBack: how many input tensors its previous forward returned
 };
 struct TorchLabel {
   uint64_t time_ns = 0;

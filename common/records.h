@@ -117,7 +117,11 @@ namespace vramtrace::format {
      written right before ProcessExit. Only a non-zero one is written, so that the trace of a      \
      program that exits 0 stays readable by older readers (which stop at a type they do not        \
      know); ProcessExit without it: 0, or a trace from before the record. */                       \
-  X(ExitStatus, exit_status, 32, Untimed, F(U64, status))
+  X(ExitStatus, exit_status, 32, Untimed, F(U64, status))                                          \
+  /* Kernel launches stop being recorded from this record's time on (their callbacks were          \
+     disabled in a running process): launch counts, the last kernel before an allocation and the   \
+     launch rhythm end here; what follows is not recorded, not absent. reason: a StopReason. */    \
+  X(LaunchesStopped, launches_stopped, 33, Timed, F(U64, reason))
 
 // The fields of a Settings record, by position. Append only.
 enum class Setting : uint8_t {
@@ -127,6 +131,16 @@ enum class Setting : uint8_t {
   // launch rhythm are unknown, not zero.
   Launches = 0,
   kCount
+};
+
+// Why launches stopped being recorded (a LaunchesStopped record's reason). Append only.
+enum class StopReason : uint8_t {
+  // The program asked (vramtrace_stop_launches()) for a reason of its own.
+  kProgram = 0,
+  // PyTorch's start-up hook marks this process's iterations and phases itself, so that the
+  // launch callbacks (about 1 us per launch, the largest cost on a launch-bound step) are
+  // disabled once it has marked two iterations; `vramtrace run --launches=on` keeps them.
+  kPythonHook = 1,
 };
 
 // More fields than this in a Settings record is corruption.

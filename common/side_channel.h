@@ -75,7 +75,8 @@ namespace vramtrace::side {
   X(Site, "S", 2, Match, "bad site", F(U64, id) T(file, 4096) F(U64, line) T(function, 1024))      \
   /* A mark (kind: VRAMTRACE_SIDE_MARKS); id: the module's for a module call and a forward (a      \
      forward's bit 31: under autocast; bit 30: its inner module calls not traced), the site's      \
-     for a site, 1 for the first optimizer's step. */                                              \
+     for a site, 1 for the first optimizer's step; a FedBack's: the module's, with bits 24-31 the  \
+     count of input tensors that its previous forward returned. */                                 \
   X(Mark, "K", 2, Match, "bad mark", F(U64, time_ns) F(U64, kind) F(U64, id))                      \
   /* A named storage live then: kind param, buffer, grad or state; shape "2x3"; dtype float32. */  \
   X(Label, "L", 2, Match, "bad label",                                                             \
@@ -117,7 +118,9 @@ namespace vramtrace::side {
   M(ForwardEvalGrad, _FWD_EVAL_GRAD) /* in eval mode with gradients on */                 \
   M(Move, _MOVE) /* a tensor moved (Tensor.to, .cuda) outside forward, backward, step */  \
   M(MoveEnd, _MOVE_END)                                                                   \
-  M(Named, _NAMED) /* every named storage (parameter, gradient, optimizer state) labelled now */
+  M(Named, _NAMED) /* every named storage (parameter, gradient, optimizer state) labelled now */ \
+  M(FedBack, _FED_BACK) /* an outermost module's forward got tensors its previous forward        \
+                           returned (a carried state); id: the module's, bits 24-31 how many */
 
 inline constexpr char kMagic[] = "vramtrace.torch/";
 inline constexpr int kVersion = 2;  // what the hook writes

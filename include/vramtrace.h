@@ -47,6 +47,7 @@ extern unsigned long long vramtrace_v1_live_mark(void) __attribute__((weak));
 extern size_t vramtrace_v1_live_sites(int device, int what, unsigned long long since, int top,
                                       char* buf, size_t cap) __attribute__((weak));
 extern const char* vramtrace_v1_cupti_path(void) __attribute__((weak));
+extern int vramtrace_v1_stop_launches(unsigned reason) __attribute__((weak));
 
 /* A pool of the named allocator on CUDA device `device` (its ordinal). */
 static inline vramtrace_pool_t vramtrace_pool_create(const char* name, int device) {
@@ -96,6 +97,14 @@ static inline void vramtrace_range_push(const char* name) {
 /* The calling thread's innermost range ends. */
 static inline void vramtrace_range_pop(void) {
   if (vramtrace_v1_range_pop) vramtrace_v1_range_pop();
+}
+
+/* Kernel launches are not recorded from now on (a launch-bound program that marks its own
+ * iterations with vramtrace_step() saves their cost, about 1 us a launch): launch counts and the
+ * last kernel before later allocations become unknown, and the report says from when. Returns 1
+ * when they were being recorded and now are not, else 0. */
+static inline int vramtrace_stop_launches(void) {
+  return vramtrace_v1_stop_launches ? vramtrace_v1_stop_launches(0) : 0;
 }
 
 /* Live figures of this process, read while it runs (the Python API and the pytest plugin use

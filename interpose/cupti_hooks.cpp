@@ -11,8 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include "common/format.h"
 #include "interpose/driver_callbacks.h"
+#include "interpose/emit.h"
 #include "interpose/hooks.h"
 #include "interpose/hot_path.h"
 #include "interpose/notice.h"
@@ -96,8 +99,9 @@ void record_notice(const char* text) {
   slot.commit(format::put(slot.begin(), rec::Notice{{text, n}}));
 }
 
-// Whether the launch ids are enabled (VRAMTRACE_LAUNCHES); with launches off they never are.
-bool g_launches = true;
+// Whether the launch ids are enabled (VRAMTRACE_LAUNCHES); with launches off they never are, and
+// once stopped (vramtrace_v1_stop_launches) they are not again.
+std::atomic<bool> g_launches{true};
 
 // Says why this process is not profiled, on stderr and (when the output is open) in the trace.
 void give_up(const char* why) {
@@ -162,7 +166,7 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
     return false;
   }
   g_launches = launches;
-  enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, 1, g_launches);
+  enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, 1, launches);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                           CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
@@ -176,11 +180,36 @@ bool subscribe_cupti(bool launches, const char* cupti_path) {
 // the same process (process-to-process spread on the GPU machine is larger than the effect).
 extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_callbacks(int on) {
   if (!g_subscriber || !g_cupti.enable_callback) return 0;
-  return enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, on ? 1 : 0, g_launches);
+  return enable_driver_callbacks(g_cupti.enable_callback, g_subscriber, on ? 1 : 0,
+                                 g_launches.load());
+}
+// The launch callbacks alone (bench/gpu_ab.py's `launches` arm: what the default saves in a
+// PyTorch process by stopping them).
+extern "C" __attribute__((visibility("default"))) int vramtrace_bench_enable_launch_callbacks(
+    int on) {
+  if (!g_subscriber || !g_cupti.enable_callback) return 0;
+  return enable_launch_callbacks(g_cupti.enable_callback, g_subscriber, on ? 1 : 0);
 }
 #endif
 
 }  // namespace vramtrace::interpose
+
+// Kernel launches stop being recorded from now on, for `reason` (format::StopReason): their
+// CUPTI ids are disabled, so that a launch costs CUPTI and vramtrace nothing more, and a
+// LaunchesStopped record tells the collector that what follows is not recorded rather than
+// absent. Returns 1 when it stopped them; 0 when they were not being recorded (launches off,
+// already stopped, CUDA not started in this process, CUPTI not ours), which changes nothing.
+extern "C" __attribute__((visibility("default"))) int vramtrace_v1_stop_launches(unsigned reason) {
+  using namespace vramtrace::interpose;
+  ReentryGuard guard;
+  if (!guard.entered_first || !g_subscriber || !g_cupti.enable_callback) return 0;
+  if (!g_launches.exchange(false)) return 0;
+  // Recorded first: a launch that another thread records while the ids go off lands after it,
+  // where the collector no longer counts it.
+  emit(vramtrace::format::rec::LaunchesStopped{reason});
+  enable_launch_callbacks(g_cupti.enable_callback, g_subscriber, 0);
+  return 1;
+}
 
 // The file CUPTI was loaded from ("" before CUDA started, or when it could not be loaded).
 extern "C" __attribute__((visibility("default"))) const char* vramtrace_v1_cupti_path() {

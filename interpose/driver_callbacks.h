@@ -47,17 +47,23 @@ inline constexpr CUpti_CallbackId kLaunchCallbacks[] = {
 };
 
 // Calls cuptiEnableCallback (`enable`, however the caller loaded it) with `on` (1 or 0) for each
-// driver id above: the memory ids, and the launch ids when `launches`. Returns how many of the
-// calls succeeded.
+// launch id above. Returns how many of the calls succeeded.
+template <typename EnableCallback>
+int enable_launch_callbacks(EnableCallback enable, CUpti_SubscriberHandle subscriber, uint32_t on) {
+  int done = 0;
+  for (CUpti_CallbackId id : kLaunchCallbacks)
+    done += enable(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
+  return done;
+}
+
+// The same for each driver id above: the memory ids, and the launch ids when `launches`.
 template <typename EnableCallback>
 int enable_driver_callbacks(EnableCallback enable, CUpti_SubscriberHandle subscriber, uint32_t on,
                             bool launches) {
   int done = 0;
   for (CUpti_CallbackId id : kMemoryCallbacks)
     done += enable(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
-  if (launches)
-    for (CUpti_CallbackId id : kLaunchCallbacks)
-      done += enable(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
+  if (launches) done += enable_launch_callbacks(enable, subscriber, on);
   return done;
 }
 

@@ -27,6 +27,21 @@ namespace {
 constexpr const char* kLaunchesNotRecorded =
     "kernel launches were not recorded (--launches=off, VRAMTRACE_LAUNCHES=off): launch counts, "
     "the kernel at the peak and iterations found by the launch rhythm are unknown";
+constexpr const char* kLaunchesStoppedByHook =
+    "kernel launches were recorded until stopped_ns only: PyTorch's start-up hook marks this "
+    "process's iterations and phases, and the launch callbacks, the largest cost on a "
+    "launch-bound step, were switched off after its second iteration; launch counts and the last "
+    "kernel before an allocation or an OOM after then are unknown (vramtrace run --launches=on "
+    "records them all)";
+constexpr const char* kLaunchesStoppedByProgram =
+    "kernel launches were recorded until stopped_ns only: the program stopped their recording "
+    "(vramtrace_stop_launches()); launch counts and the last kernel before an allocation or an "
+    "OOM after then are unknown";
+
+// Whether the kernel launched last before time `t` was recorded.
+bool kernel_known_at(const ProcessModel& p, uint64_t t) {
+  return p.launches_recorded && (!p.launches_stopped_ns || t < p.launches_stopped_ns);
+}
 
 std::string hex(uint64_t v) {
   char buf[24];
@@ -244,8 +259,9 @@ json process_peak_json(const ProcessModel& p, const collector::DeviceAnalysis& d
   json peak = {{field::bytes, d.memory.peak_bytes()},
                {field::time_ns, since(d.memory.peak_time(), origin)}};
   put_live_set(peak, da.peak, d.live_at_peak.size(), std::move(top));
-  // Launches not recorded (--launches=off) are unknown, not 0: no kernel at the peak.
-  if (p.launches_recorded) peak["last_kernel"] = demangle(p.kernel_name(d.kernel_at_peak));
+  // Launches not recorded (--launches=off, or stopped before the peak) are unknown, not 0: no
+  // kernel at the peak.
+  if (kernel_known_at(p, d.memory.peak_time())) peak["last_kernel"] = demangle(p.kernel_name(d.kernel_at_peak));
   if (!d.phase_at_peak.empty()) {
     std::string path;
     for (uint32_t n : d.phase_at_peak) path += (path.empty() ? "" : " > ") + p.kernel_name(n);
@@ -276,12 +292,15 @@ json launches_json(const ProcessModel& p, const collector::DeviceAnalysis& da, u
                        {"mangled", n},
                        {field::launches, launches}});
   }
-  return {{field::recorded, true},
-          {field::count, d.launches},
-          {"distinct_kernels", d.launches_by_kernel.distinct()},
-          {"top", kernels},
-          // Cumulative launch count per bucket: the page draws launches per bucket from it.
-          {"timeline", timeline_json(d.launch_timeline, origin)}};
+  json j = {{field::recorded, true},
+            {field::count, d.launches},
+            {"distinct_kernels", d.launches_by_kernel.distinct()},
+            {"top", kernels},
+            // Cumulative launch count per bucket: the page draws launches per bucket from it.
+            {"timeline", timeline_json(d.launch_timeline, origin)}};
+  // Counted until then only (the process's launches note says why).
+  if (p.launches_stopped_ns) j["stopped_ns"] = since(p.launches_stopped_ns, origin);
+  return j;
 }
 
 // The sub-allocators' view of a device (collector/allocator_view.h): their pools' free memory
@@ -440,6 +459,13 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
   if (p.exit_status) pj["exit_status"] = *p.exit_status;
   pj[field::launches] = {{field::recorded, p.launches_recorded}};
   if (!p.launches_recorded) pj[field::launches]["note"] = kLaunchesNotRecorded;
+  if (p.launches_recorded && p.launches_stopped_ns) {
+    pj[field::launches]["stopped_ns"] = since(p.launches_stopped_ns, origin);
+    pj[field::launches]["note"] =
+        p.launches_stop_reason == static_cast<uint64_t>(format::StopReason::kPythonHook)
+            ? kLaunchesStoppedByHook
+            : kLaunchesStoppedByProgram;
+  }
   json devices = json::array();
   for (const auto& [index, da] : pa.devices)
     devices.push_back(process_device_json(p, index, da, origin));

@@ -992,6 +992,9 @@
     for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${base(p.exe)}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
     const noLaunches = A.procs.filter((p) => p.launches && p.launches.recorded === false);
     const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
+    // Launches recorded until stopped_ns only (PyTorch's hook marks the iterations itself).
+    const launchesStopped = (p, t) => !!(p && p.launches && p.launches.stopped_ns != null && t != null && t >= p.launches.stopped_ns);
+    const stoppedWhy = "launch recording stopped once PyTorch's start-up hook marked the iterations; vramtrace run --launches=on keeps it";
     if (noLaunches.length) {
       const who = noLaunches.length < A.procs.length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
       main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
@@ -1085,6 +1088,7 @@
           box.append($("ol", { class: "findings", hidden: "", "data-findings": "1" }, $("li", { "data-kind": o.findings[0].kind }, $("div", { class: "finding-title", text: o.findings[0].title }))));
         }
         if (launchesOff(A.procOf(o.pid))) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
+        else if (launchesStopped(A.procOf(o.pid), o.time_ns)) box.append($("div", { class: "muted", text: `Last kernel launched before it: not recorded (${stoppedWhy}).` }));
         else if (o.last_kernel) box.append($("div", { class: "muted labelled" }, "Last kernel launched before it: ", nameEl("span", o.last_kernel, "code")));
         if ((o.stack || []).length) {
           const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
@@ -1125,7 +1129,7 @@
           if (!blocks.length) card.append($("h3", { text: "Largest blocks live at the peak" }));
           segmentsBox.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
             { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
-            { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v) => launchesOff(proc) ? "not recorded" : String(v ?? "") }],
+            { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v, r) => launchesOff(proc) || launchesStopped(proc, r.time_ns) ? "not recorded" : String(v ?? "") }],
           largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
         }
         if ((pd.pools || []).length) {
@@ -1156,9 +1160,10 @@
         card.append($("h3", { text: "Kernels launched" }));
         if (launchesOff(proc))
           card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
-        else if (((pd.launches || {}).top || []).length)
+        else if (((pd.launches || {}).top || []).length) {
+          if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${secs(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
           card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
-        else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
+        } else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
       }
       const retained = (R.retained || []).filter((x) => x.device === d.index);
       if (retained.length) {

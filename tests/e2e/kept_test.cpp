@@ -122,3 +122,65 @@ TEST_CASE("kept: a training loop that keeps each step's outputs") {
   REQUIRE(oom["oom"][0]["findings"][0]["kind"] == "kept_outputs");
   REQUIRE(oom["oom"][0]["findings"][0]["evidence"]["bytes_per_iteration"] == 4 * MiB);
 }
+
+namespace {
+
+const std::string kState = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_state.py";
+
+json run_state(const std::string& args, const std::string& dir, std::string* out) {
+  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
+                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
+                std::to_string(80 * MiB) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                kState + " " + args);
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "chunk 5 scored"));
+  *out = r.out;
+  return load_json(dir + "/report.json");
+}
+
+}  // namespace
+
+TEST_CASE("kept: a state fed back from chunk to chunk keeps every chunk's graph") {
+  const std::string dir = temp_dir();
+  std::string out;
+  // Six chunks, no OOM; at the peak (the sixth forward's workspace) chunks 0-4 each still hold
+  // the 8.5 MiB linear() saved (cell's 4 + 0.5, head's 4): 42.5 MiB; chunks 0-3 are judged.
+  // Only cell and head made them, and less than half of what each forward made (24.5 MiB):
+  // read as outputs, the finding said "Outputs of each forward (made by cell) are kept past
+  // their step" and offered `.logits`. What tells the cause: the state Recurrent returns comes
+  // back into its next forward (the hook's FedBack marks), and 4.5 MiB of each chunk's 8.5 are
+  // activations autograd saved, made before head's call (the forward's outputs are head's).
+  json j = run_state("", dir + "/carried", &out);
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "peak");
+  REQUIRE(dg["cause"]["kind"] == "kept_graph");
+  REQUIRE(dg["cause"]["title"] ==
+          "The state Recurrent returns is fed back into its next forward (called at " + kState +
+              ":53), and with autograd on it keeps every earlier forward's graph alive: 8.50 MiB "
+              "per iteration of activations that no backward consumed, 42.50 MiB kept from 4 "
+              "earlier iterations");
+  REQUIRE(dg["growth"] == json({{"kind", "kept_graph"},
+                                {"bytes_per_iteration", 8 * MiB + MiB / 2},
+                                {"kept_bytes", 42 * MiB + MiB / 2},
+                                {"iterations", 4}}));
+  const json& rs = dg["remedies"];
+  REQUIRE(rs[0]["kind"] == "detach_state");
+  REQUIRE(rs[0]["title"] == "Detach the state Recurrent returns before its next forward");
+  REQUIRE(rs[0]["how"] == "state = state.detach()   # after each forward, before the next");
+  REQUIRE(rs[0]["saves_bytes"] == 42 * MiB + MiB / 2);
+  REQUIRE(rs[1]["kind"] == "no_grad");
+  REQUIRE(rs[1]["saves_bytes"] == 42 * MiB + MiB / 2);
+  REQUIRE_THAT(rs[1]["assumption"].get<std::string>(),
+               Catch::StartsWith("22.50 MiB of what is kept are activations autograd saved"));
+  REQUIRE_FALSE(rs[1].contains("leaves_growth"));
+  for (const json& r : rs) {
+    REQUIRE(r["how"].get<std::string>().find(".logits") == std::string::npos);
+    if (r["kind"] == "no_grad") REQUIRE(&r == &rs[1]);  // once, not also as a remedy that leaves growth
+  }
+  // Under torch.no_grad() nothing is saved: no kept memory, nothing grows.
+  json fixed = run_state("--no-grad", dir + "/nograd", &out);
+  REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));
+  REQUIRE_FALSE(fixed["diagnosis"].contains("growth"));
+  REQUIRE(fixed["growth"].empty());
+}

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "collector/trace_reader.h"
 #include "common/format.h"
@@ -211,4 +212,92 @@ TEST_CASE("run --launches with a bad value is refused with exit 2 before the com
     REQUIRE_FALSE(contains(r.out, "basic done"));
     REQUIRE_FALSE(fs::exists(dir + "/out"));
   }
+}
+
+namespace {
+
+// py_torch_train.py --recover on the stand-in PyTorch (tests/programs/fake_torch), whose
+// F.linear launches one kernel (fake_gemm): two launches a forward, fc1's and fc2's. Five
+// forwards: iterations 0-2, iteration 3's that runs out of memory in fc2 (fc1's launch made,
+// fc2's output not), and its retry.
+json run_torch_train(const std::string& options, const std::string& dir, Records* records) {
+  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
+                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
+                std::to_string(80 * MiB) + " " + kVramtrace + " run" + options + " -o " + dir +
+                " -- python3 " + VT_SOURCE_DIR + "/tests/programs/py_torch_train.py --recover");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(contains(r.out, "iteration 4 done"));
+  *records = records_of(only_trace(dir));
+  return load_json(dir + "/report.json");
+}
+
+// What the hook gives whether launches are recorded or not: four iterations from the
+// optimizer's steps, thirteen phases, the recovered OOM in fc2 of iteration 3.
+void check_torch_train(const json& j) {
+  const json& p = j["processes"][0];
+  REQUIRE(p["iterations"]["source"] == "optimizer.step()");
+  REQUIRE(p["iterations"]["count"] == 4);
+  const json& phases = p["devices"][0]["phases"];
+  std::vector<std::string> got;
+  for (const json& ph : phases) got.push_back(ph["phase"]);
+  REQUIRE(got == std::vector<std::string>{"forward", "backward", "optimizer", "forward", "backward",
+                                          "optimizer", "forward", "backward", "optimizer",
+                                          "forward", "forward", "backward", "optimizer"});
+  REQUIRE(j["oom"].size() == 1);
+  REQUIRE(j["oom"][0]["module"] == "fc2");
+  REQUIRE(j["oom"][0]["iteration"] == 3);
+}
+
+}  // namespace
+
+TEST_CASE("a PyTorch process stops recording launches once the hook has marked two iterations") {
+  std::string dir = temp_dir();
+  Records rec;
+  json j = run_torch_train("", dir + "/default", &rec);
+  check_torch_train(j);
+  // Stopped at the end of the second optimizer step: iterations 0 and 1's four launches.
+  REQUIRE(rec.count[format::RecordType::LaunchesStopped] == 1);
+  REQUIRE(rec.count[format::RecordType::Launch] == 4);
+  REQUIRE(rec.count[format::RecordType::Settings] == 0);  // not --launches=off
+  const json& p = j["processes"][0];
+  REQUIRE(p["launches"]["recorded"] == true);
+  REQUIRE_THAT(p["launches"]["note"].get<std::string>(),
+               Catch::StartsWith("kernel launches were recorded until stopped_ns only: "
+                                 "PyTorch's start-up hook marks this process's iterations"));
+  const json& launches = p["devices"][0]["launches"];
+  REQUIRE(launches["count"] == 4);
+  REQUIRE(launches["top"][0]["name"] == "fake_gemm");
+  REQUIRE(launches["stopped_ns"] == p["launches"]["stopped_ns"]);
+  // Stopped during iteration 1's step: after its backward, before iteration 2's forward.
+  const json& phases = p["devices"][0]["phases"];
+  const uint64_t stopped = p["launches"]["stopped_ns"];
+  REQUIRE(phases[4]["end_ns"].get<uint64_t>() <= stopped);
+  REQUIRE(stopped <= phases[6]["start_ns"].get<uint64_t>());
+  // The OOM and the peak came after: the kernel before them is unknown, not absent.
+  REQUIRE_FALSE(j["oom"][0].contains("last_kernel"));
+  REQUIRE_FALSE(p["devices"][0]["peak"].contains("last_kernel"));
+
+  // --launches=on: every launch, all run long, the same iterations and phases.
+  Records on;
+  json all = run_torch_train(" --launches=on", dir + "/on", &on);
+  check_torch_train(all);
+  REQUIRE(on.count[format::RecordType::LaunchesStopped] == 0);
+  REQUIRE(on.count[format::RecordType::Launch] == 9);  // 2 x 4 forwards, and fc1's before the OOM
+  REQUIRE(all["processes"][0]["launches"] == json{{"recorded", true}});
+  REQUIRE(all["processes"][0]["devices"][0]["launches"]["count"] == 9);
+  REQUIRE(all["oom"][0]["last_kernel"] == "fake_gemm");
+}
+
+TEST_CASE("a native program keeps recording launches: no LaunchesStopped record") {
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + kVramtrace + " run -o " + dir + " -- " + prog("basic"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  Records rec = records_of(only_trace(dir));
+  REQUIRE(rec.count[format::RecordType::Launch] == 3);
+  REQUIRE(rec.count[format::RecordType::LaunchesStopped] == 0);
+  json j = load_json(dir + "/report.json");
+  REQUIRE(j["processes"][0]["launches"] == json{{"recorded", true}});
+  REQUIRE_FALSE(j["processes"][0]["devices"][0]["launches"].contains("stopped_ns"));
 }

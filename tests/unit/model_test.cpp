@@ -286,6 +286,53 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "launches stopped in a running process: counted until then, no kernel before what follows") {
+  TraceBuilder b;
+  b.context(0, 1ull << 30)
+      .kernel(1, "k")
+      .kernel(2, "late")
+      .launch(1)
+      .alloc(0xa, 4 * MiB)  // after k
+      .launch(1)
+      .add(format::rec::LaunchesStopped{1})
+      .launch(2)  // recorded by a thread while the ids went off: past the stop, not counted
+      .alloc(0xb, 8 * MiB)  // the peak, after the stop
+      .exit_clean();
+  auto run = run_of({b.bytes()});
+  const auto& proc = run.processes[0];
+  REQUIRE(proc.launches_recorded);
+  REQUIRE(proc.launches_stopped_ns > 0);
+  REQUIRE(proc.launches_stop_reason == 1);
+  auto j = report::to_json(run);
+  const auto& p = j["processes"][0];
+  REQUIRE(p["launches"]["recorded"] == true);
+  REQUIRE(p["launches"]["stopped_ns"] == p["devices"][0]["launches"]["stopped_ns"]);
+  REQUIRE_THAT(p["launches"]["note"].get<std::string>(),
+               Catch::Contains("(vramtrace run --launches=on records them all)"));
+  REQUIRE(p["devices"][0]["launches"]["count"] == 2);
+  REQUIRE(p["devices"][0]["launches"]["top"].size() == 1);
+  // The peak came after the stop: its kernel is unknown; the first block's is known.
+  REQUIRE(j["devices"][0]["peak"]["bytes"] == 12 * MiB);
+  REQUIRE_FALSE(j["devices"][0]["peak"].contains("last_kernel"));
+  bool first_seen = false;
+  for (const auto& a : p["devices"][0]["peak"]["largest"]) {
+    if (a["bytes"] == 4 * MiB) {
+      first_seen = true;
+      REQUIRE(a["last_kernel"] == "k");
+    } else {
+      REQUIRE_FALSE(a.contains("last_kernel"));
+    }
+  }
+  REQUIRE(first_seen);
+  // The program's own stop (reason 0) is told apart.
+  TraceBuilder own;
+  own.kernel(1, "k").launch(1).add(format::rec::LaunchesStopped{0}).alloc(0xa, 100).exit_clean();
+  auto jo = report::to_json(run_of({own.bytes()}));
+  REQUIRE_THAT(jo["processes"][0]["launches"]["note"].get<std::string>(),
+               Catch::Contains("the program stopped their recording"));
+}
+
 TEST_CASE("a Settings record: later fields are skipped, a bad value or field count is corrupt") {
   // Fields a later library appends are read past: the records after it are still decoded.
   TraceBuilder later;

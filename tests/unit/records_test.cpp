@@ -50,6 +50,9 @@ TEST_CASE("a record is its type, its time delta, then its fields in table order"
   // ExitStatus: type 32, no time, the status exit() was given.
   REQUIRE(bytes_of(rec::ExitStatus{3}) == std::vector<uint8_t>{32, 3});
   REQUIRE(read_one(bytes_of(rec::ExitStatus{255})) == "ExitStatus t=0 status=255");
+  // LaunchesStopped: type 33, timed, why they stopped.
+  REQUIRE(bytes_of(rec::LaunchesStopped{1}, 7) == std::vector<uint8_t>{33, 7, 1});
+  REQUIRE(read_one(bytes_of(rec::LaunchesStopped{1}, 7)) == "LaunchesStopped t=1007 reason=1");
 }
 
 TEST_CASE("timed records move the frame's clock, untimed ones do not") {

@@ -75,7 +75,8 @@ std::string dump(const TorchTrace& t) {
   for (const auto& m : c.modules) o << "M " << m.name << " " << m.type << " " << m.file << m.line;
   for (const auto& s : c.sites) o << "S " << s.file << " " << s.function << " " << s.line;
   for (const auto& k : c.marks)
-    o << "K " << k.time_ns << " " << int(k.kind) << " " << k.id << k.autocast << k.untraced;
+    o << "K " << k.time_ns << " " << int(k.kind) << " " << k.id << k.autocast << k.untraced
+      << int(k.fed_back);
   for (const auto& l : c.labels)
     o << "L " << l.time_ns << " " << l.device << " " << l.ptr << " " << l.bytes << l.kind << l.name
       << l.shape << l.dtype;
@@ -148,6 +149,27 @@ TEST_CASE("side channel: every kind of line the table declares is read as its ro
         REQUIRE(p.rfind("line ", 0) == std::string::npos);
     }
   }
+}
+
+TEST_CASE("side channel: a forward's flags and a FedBack mark's count are kept apart from the id") {
+  // A forward of module 3 under autocast with its inner calls untraced; module 3's forward
+  // that got 2 tensors of its previous forward back; a module call, its id whole.
+  TorchTrace t = read_text("K\t2000\t2\t" + std::to_string(3u | 1u << 31 | 1u << 30) +
+                           "\nK\t2001\t15\t" + std::to_string(3u | 2u << 24) +
+                           "\nK\t2002\t0\t" + std::to_string(3u | 2u << 24) + "\nEND\t0\n");
+  REQUIRE(t.problem.empty());
+  const auto& m = t.context.marks;
+  REQUIRE(m.size() == 3);
+  REQUIRE(m[0].kind == MarkKind::Forward);
+  REQUIRE(m[0].id == 3);
+  REQUIRE((m[0].autocast && m[0].untraced && m[0].fed_back == 0));
+  REQUIRE(m[1].kind == MarkKind::FedBack);
+  REQUIRE(m[1].id == 3);
+  REQUIRE(m[1].fed_back == 2);
+  REQUIRE_FALSE((m[1].autocast || m[1].untraced));
+  REQUIRE(m[2].kind == MarkKind::Module);
+  REQUIRE(m[2].id == (3u | 2u << 24));
+  REQUIRE(m[2].fed_back == 0);
 }
 
 TEST_CASE("side channel: a file fed in pieces reads as the whole file") {

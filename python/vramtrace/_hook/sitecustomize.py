@@ -23,7 +23,9 @@ import sys
 
 # Mark kinds of the K records (common/side_channel.h; tests/hook/side_channel_test.py checks).
 (_MOD, _MOD_END, _FWD, _FWD_EVAL, _FWD_END, _BWD, _BWD_END, _STEP, _STEP_END, _SITE, _OOM,
- _FWD_EVAL_GRAD, _MOVE, _MOVE_END, _NAMED) = range(15)
+ _FWD_EVAL_GRAD, _MOVE, _MOVE_END, _NAMED, _FED_BACK) = range(16)
+# A LaunchesStopped record's reason when this hook stops them (common/records.h, StopReason).
+_STOPPED_BY_HOOK = 1
 
 
 # The hook's _Context once torch is imported ("context"), for vramtrace_named_storages().
@@ -330,6 +332,51 @@ def _vramtrace_setup():
         sys.meta_path.insert(0, ImportHook())
 
 
+def _tensors(obj, tensor_class, out, depth=0):
+    """(id, storage pointer) of the first 8 tensors of a forward's inputs or outputs: a tensor,
+    or tuples, lists and dicts of them nested up to 4 deep (an LSTM's (out, (h, c)))."""
+    if len(out) >= 8:
+        return out
+    if isinstance(obj, tensor_class):
+        try:
+            out.append((id(obj), obj.untyped_storage().data_ptr()))
+        except Exception:
+            pass
+    elif depth < 4 and isinstance(obj, (tuple, list, dict)):
+        for x in (obj.values() if isinstance(obj, dict) else obj):
+            if len(out) >= 8:
+                break
+            _tensors(x, tensor_class, out, depth + 1)
+    return out
+
+
+def _stop_launches():
+    """Kernel launches recorded no more in this process, once the hook has marked two
+    iterations (optimizer steps, or forwards of the first model): the iterations and phases are
+    the hook's marks, and the launch callbacks cost about 1 us a launch, 5 to 8 % of a
+    launch-bound step. libvramtrace.so records when they stopped; `vramtrace run --launches=on`
+    (VRAMTRACE_LAUNCHES=on) keeps them, and with launches off there is nothing to stop."""
+    if os.environ.get("VRAMTRACE_LAUNCHES", "") in ("on", "off"):
+        return
+    try:
+        import ctypes
+        try:
+            stop = ctypes.CDLL(None).vramtrace_v1_stop_launches  # preloaded: in the global scope
+        except AttributeError:
+            stop = None
+            with open("/proc/self/maps") as maps:  # injected by the driver only
+                for line in maps:
+                    path = line.split(None, 5)[-1].strip()
+                    if os.path.basename(path).startswith("libvramtrace") and path.endswith(".so"):
+                        stop = ctypes.CDLL(path).vramtrace_v1_stop_launches
+                        break
+        if stop is not None:
+            stop.argtypes, stop.restype = [ctypes.c_uint], ctypes.c_int
+            stop(_STOPPED_BY_HOOK)
+    except Exception:
+        pass  # launches stay recorded
+
+
 def _allocator_state(snap):
     """G lines (segments: device, address, bytes) and A lines (blocks in use: device, address,
     bytes) of a memory snapshot. A segment's blocks are listed in address order. A block in use
@@ -422,6 +469,9 @@ class _Context:
         self.full = True          # module hooks on for this iteration
         self.enabled = False
         self.in_root = False      # an outermost call marked by traced_call is running
+        # id(module) of an outermost call -> its last forward's first output tensors (id,
+        # storage pointer), to tell when the next forward gets them back (fed_back).
+        self.root_outputs = {}
         self.forwards = 0         # outermost forwards of the first model (no optimizer)
         self.first_root = None
         # The first training step, for predicting its rest when it dies (_vramtrace_step.py):
@@ -473,13 +523,15 @@ class _Context:
                 if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
                         or ctx.get_ident() != ctx.main):
                     return call(module, *args, **kwargs)
-                mid = ctx.root_begin(module)
+                mid = ctx.root_begin(module, (args, kwargs))
                 ctx.in_root = True
+                output = None
                 try:
-                    return call(module, *args, **kwargs)
+                    output = call(module, *args, **kwargs)
+                    return output
                 finally:
                     ctx.in_root = False
-                    ctx.root_end(mid)
+                    ctx.root_end(module, mid, output)
             except BaseException as ex:
                 _hide_own_frame(ex)
                 raise
@@ -706,7 +758,7 @@ class _Context:
         autocast = self.torch.is_autocast_enabled()
         return kind, mid | (1 << 31) if autocast else mid
 
-    def root_begin(self, module):
+    def root_begin(self, module, inputs):
         self.phase_begin()
         mid = self.module_id(module)
         self.mark(_SITE, self.site())
@@ -715,9 +767,25 @@ class _Context:
         self.mark(kind, ident | (1 << 30))
         if self.first_root is None:
             self.first_root = mid
+        self.fed_back(module, mid, inputs)
         return mid
 
-    def root_end(self, mid):
+    def fed_back(self, module, mid, inputs):
+        """A carried state: tensors that this outermost module's previous forward returned
+        (the same tensor objects, at the same storage) come back among its inputs, as an RNN's
+        (h, c) does chunk after chunk. With autograd on such a state links each forward's graph
+        to the one before, so that none is ever freed: the collector says so when it finds
+        memory kept across iterations. A mark with the module's id and, from bit 24, how many
+        input tensors came back; one look at the first 8 tensors, once per outermost call."""
+        previous = self.root_outputs.get(id(module))
+        if not previous:
+            return
+        n = sum(1 for t in _tensors(inputs, self.tensor_class, []) if t in previous)
+        if n:
+            self.mark(_FED_BACK, mid | (min(n, 255) << 24))
+
+    def root_end(self, module, mid, output):
+        self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
         if self.first_call is not None and not self.first_call[3]:
             self.first_done = True  # an evaluation's first forward ended
         self.mark(_FWD_END, mid)
@@ -730,6 +798,8 @@ class _Context:
             return
         self.forwards += 1
         self.trace_modules(self.forwards < 3 or self.forwards % 50 == 49)
+        if self.forwards == 2:
+            _stop_launches()
         self.check_lines(self.forwards)
 
     def mark(self, kind, ident):
@@ -810,6 +880,7 @@ class _Context:
             if self.first_root is None:
                 self.first_root = mid
             self.mark(*self.forward_kind(module, mid))
+            self.fed_back(module, mid, args)
         else:
             self.mark(_MOD, mid)
         self.stack.append((mid, module))
@@ -829,6 +900,7 @@ class _Context:
                 return None
         mid = stack.pop()[0]
         if not stack and not self.in_backward:
+            self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
             if self.first_call is not None and not self.first_call[3]:
                 self.first_done = True  # an evaluation's first forward ended
             self.mark(_FWD_END, mid)
@@ -864,6 +936,8 @@ class _Context:
         if first:
             self.steps += 1
             self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
+            if self.steps == 2:
+                _stop_launches()
         if self.steps <= 3 or self.steps % 50 == 0:
             self.label_all()
         if first:
