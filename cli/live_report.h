@@ -10,11 +10,12 @@
 // How: the run folder's traces so far, each .vtrace up to the end of its last whole frame (the
 // collector appends bytes as they arrive, so a frame may be half there: it is left for the next
 // time, never reported as a cut trace), are kept as a model that reads on from one moment to
-// the next (collector/live_model.h: only what arrived is read; a finished copy is analysed). PyTorch's and JAX's
-// side traces (.torch, .jax) are written whole and renamed into place by the start-up hook, at
-// exit, at an OOM, and when asked: touching the hook's request file (Launch::torch_request_path)
-// makes each PyTorch process of the run write its allocator trace of the moment (its Python
-// threads wait for the GIL meanwhile, so pages ask for it seldom; a snapshot asks and waits).
+// the next (collector/live_model.h: only what arrived is read; a finished copy is analysed).
+// PyTorch's and JAX's side traces (.torch, .jax) are written whole and renamed into place by the
+// start-up hook, at exit, at an OOM, and when asked: touching the hook's request file
+// (Launch::torch_request_path) makes each PyTorch process of the run write its allocator trace of
+// the moment (its Python threads wait for the GIL meanwhile, so pages ask for it seldom; a snapshot
+// asks and waits).
 #pragma once
 
 #include <cstdint>

@@ -9,9 +9,9 @@
 // not what it did), the records the merge could not apply yet applied to the copy (those of
 // other processes past the last record of a process still running, whose next record may come
 // before them; while such a process sends nothing, what the others write meanwhile is applied
-// to each moment's copy again), and the copy finished. The model starts over, reading every trace again, when
-// the traces change in a way that cannot be read on: a process's trace appears or goes, a
-// PyTorch or JAX side channel is rewritten (the start-up hook writes it whole when asked, at an
+// to each moment's copy again), and the copy finished. The model starts over, reading every trace
+// again, when the traces change in a way that cannot be read on: a process's trace appears or goes,
+// a PyTorch or JAX side channel is rewritten (the start-up hook writes it whole when asked, at an
 // OOM and at exit), a trace taken as ended grows, or a trace cannot be read on.
 #pragma once
 
@@ -27,8 +27,8 @@ namespace vramtrace::collector {
 // A trace of a run still going on.
 struct LiveTrace {
   std::string path;
-  uint64_t end = 0;   // what is read of it: up to the end of its last whole frame
-  bool open = true;   // its process may still write to it (false: it has ended)
+  uint64_t end = 0;  // what is read of it: up to the end of its last whole frame
+  bool open = true;  // its process may still write to it (false: it has ended)
 };
 
 class LiveModel {

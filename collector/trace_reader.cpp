@@ -153,7 +153,8 @@ std::unique_ptr<TraceReader> TraceReader::clone() const {
   r->max_bytes_ = max_bytes_;
   r->frame_ = frame_;
   const size_t at = frame_.size() - cursor_.remaining();
-  if (!cursor_.at_end()) r->cursor_ = format::ByteReader(r->frame_.data() + at, cursor_.remaining());
+  if (!cursor_.at_end())
+    r->cursor_ = format::ByteReader(r->frame_.data() + at, cursor_.remaining());
   r->frame_time_ = frame_time_;
   r->frame_records_left_ = frame_records_left_;
   r->frames_ = frames_;

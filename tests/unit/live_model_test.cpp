@@ -102,7 +102,8 @@ json report(const vramtrace::collector::Run& run, const std::vector<std::string>
 
 TEST_CASE("a moment of a run that goes on is the report of its traces so far, read on") {
   TempDir dir;
-  const std::string a = dir.path + "/vramtrace.4242.vtrace", b = dir.path + "/vramtrace.4343.vtrace";
+  const std::string a = dir.path + "/vramtrace.4242.vtrace",
+                    b = dir.path + "/vramtrace.4343.vtrace";
   const std::string torch = dir.path + "/vramtrace.4242.torch";
   const Stream sa = stream(4242, 1000, 3, 40, false), sb = stream(4343, 1300, 2, 30, true);
   LiveModel model;
@@ -156,7 +157,8 @@ TEST_CASE("a moment of a run that goes on is the report of its traces so far, re
 
 TEST_CASE("a moment where a process appears, or a trace that was taken as ended grows") {
   TempDir dir;
-  const std::string a = dir.path + "/vramtrace.4242.vtrace", b = dir.path + "/vramtrace.4343.vtrace";
+  const std::string a = dir.path + "/vramtrace.4242.vtrace",
+                    b = dir.path + "/vramtrace.4343.vtrace";
   const Stream sa = stream(4242, 1000, 3, 10, false), sb = stream(4343, 1300, 2, 10, true);
   LiveModel model;
   write(a, sa.bytes, sa.ends[3]);
