@@ -182,8 +182,8 @@ void record_written(const std::string& dir, const std::vector<std::string>& name
   for (const auto& n : names) files.insert(n);
   if (files.size() == before && marker.contains("files")) return;
   marker["files"] = files;
-  write_private_file(path, marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                               "\n");
+  write_private_file(path,
+                     marker.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 std::string run_id_of_dir(const std::string& dir) {
@@ -317,7 +317,8 @@ bool commit_private_file(const std::string& tmp, const std::string& path) {
     unlink(tmp.c_str());
     std::string why;
     output_kind(path, &why);
-    return say_cannot_write(path, (why.empty() ? std::string(" is not a regular file") : why).substr(1));
+    return say_cannot_write(path,
+                            (why.empty() ? std::string(" is not a regular file") : why).substr(1));
   }
   if (rename(tmp.c_str(), path.c_str()) == 0) return true;
   const int err = errno;
@@ -339,12 +340,9 @@ int stdout_checked(int rc) {
 bool write_private_file(const std::string& path, const std::string& content) {
   std::string why;
   switch (output_kind(path, &why)) {
-    case OutputKind::refuse:
-      return say_cannot_write(path, why.substr(1));
-    case OutputKind::write_through:
-      return write_through(path, content);
-    case OutputKind::replace:
-      break;
+    case OutputKind::refuse: return say_cannot_write(path, why.substr(1));
+    case OutputKind::write_through: return write_through(path, content);
+    case OutputKind::replace: break;
   }
   std::string tmp = stage_private_file(path, content);
   return !tmp.empty() && commit_private_file(tmp, path);
@@ -386,12 +384,10 @@ bool output_file_allowed(const std::string& path, const char* option, bool force
                       "): name another file");
   std::string why;
   switch (output_kind(path, &why)) {
-    case OutputKind::refuse:
-      return refuse(why);
+    case OutputKind::refuse: return refuse(why);
     case OutputKind::write_through:
       return true;  // nothing is replaced: the bytes go into the device or FIFO
-    case OutputKind::replace:
-      break;
+    case OutputKind::replace: break;
   }
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return true;

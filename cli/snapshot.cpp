@@ -265,8 +265,9 @@ int snapshot_command(const SnapshotArgs& a) {
                : "the run in " + shown + " has ended: no snapshot of it can be taken";
   };
   if (!marker.contains("run_id"))  // `vramtrace report`'s: the list of the files it wrote
-    return fail(shown + " holds the reports of `vramtrace report`, not a run: give the folder of "
-                        "a running `vramtrace run`");
+    return fail(shown +
+                " holds the reports of `vramtrace report`, not a run: give the folder of "
+                "a running `vramtrace run`");
   if (ended(marker)) return fail(ended_message());
   if (!marker.contains("pid") || !marker["pid"].is_number_integer() ||
       !marker.contains("launcher_start_ticks"))

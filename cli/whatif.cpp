@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -226,6 +226,59 @@ void print_text(const Replayed& x) {
   }
 }
 
+// The options' values as the replay takes them; false (said) on a bad one.
+bool settings_of(const WhatIfArgs& a, collector::WhatIfSettings* settings,
+                 std::optional<double>* fraction) {
+  if (a.alloc_conf) {
+    collector::AllocatorSettings probe;
+    std::string error;
+    if (!collector::parse_alloc_conf(*a.alloc_conf, &probe, &error)) {
+      std::cerr << "vramtrace whatif: " << error << "\n";
+      return false;
+    }
+    settings->alloc_conf = a.alloc_conf;
+  }
+  if (a.limit) {
+    try {
+      settings->limit = report::parse_size(*a.limit);
+    } catch (const std::exception& e) {
+      std::cerr << "vramtrace whatif: --limit: " << e.what() << "\n";
+      return false;
+    }
+    if (*settings->limit == 0) {
+      std::cerr << "vramtrace whatif: --limit: must be more than 0\n";
+      return false;
+    }
+    // "--limit 24" read as 24 bytes is never meant (as check's --max-increase refuses it).
+    if (number_of(*a.limit)) {
+      std::cerr << "vramtrace whatif: --limit: '" << report::printable(*a.limit)
+                << "' has no unit: write " << report::printable(*a.limit) << "GiB, or "
+                << report::printable(*a.limit) << "B for bytes\n";
+      return false;
+    }
+  }
+  if (a.fraction) {
+    *fraction = number_of(*a.fraction);
+    if (!*fraction || !(**fraction > 0) || **fraction > 1) {
+      std::cerr << "vramtrace whatif: --fraction: a fraction of the device in (0, 1], not '"
+                << report::printable(*a.fraction) << "'\n";
+      return false;
+    }
+  }
+  if (a.scale_batch) {
+    // From 1/100 (where --max-batch stops looking) to a million times the batch.
+    const auto scale = number_of(*a.scale_batch);
+    if (!scale || !(*scale >= 0.01) || *scale > 1e6) {
+      std::cerr << "vramtrace whatif: --scale-batch: a number from 0.01 to 1000000 (0.5, 2), "
+                   "not '"
+                << report::printable(*a.scale_batch) << "'\n";
+      return false;
+    }
+    settings->scale_batch = *scale;
+  }
+  return true;
+}
+
 int whatif_command(const WhatIfArgs& a) {
   bool ok = true;
   std::vector<std::string> traces = expand_inputs(a.inputs, &ok);
@@ -236,54 +289,8 @@ int whatif_command(const WhatIfArgs& a) {
     return kExitUsage;
   }
   collector::WhatIfSettings settings;
-  if (a.alloc_conf) {
-    collector::AllocatorSettings probe;
-    std::string error;
-    if (!collector::parse_alloc_conf(*a.alloc_conf, &probe, &error)) {
-      std::cerr << "vramtrace whatif: " << error << "\n";
-      return kExitUsage;
-    }
-    settings.alloc_conf = a.alloc_conf;
-  }
-  if (a.limit) {
-    try {
-      settings.limit = report::parse_size(*a.limit);
-    } catch (const std::exception& e) {
-      std::cerr << "vramtrace whatif: --limit: " << e.what() << "\n";
-      return kExitUsage;
-    }
-    if (*settings.limit == 0) {
-      std::cerr << "vramtrace whatif: --limit: must be more than 0\n";
-      return kExitUsage;
-    }
-    // "--limit 24" read as 24 bytes is never meant (as check's --max-increase refuses it).
-    if (number_of(*a.limit)) {
-      std::cerr << "vramtrace whatif: --limit: '" << report::printable(*a.limit)
-                << "' has no unit: write " << report::printable(*a.limit) << "GiB, or "
-                << report::printable(*a.limit) << "B for bytes\n";
-      return kExitUsage;
-    }
-  }
   std::optional<double> fraction;
-  if (a.fraction) {
-    fraction = number_of(*a.fraction);
-    if (!fraction || !(*fraction > 0) || *fraction > 1) {
-      std::cerr << "vramtrace whatif: --fraction: a fraction of the device in (0, 1], not '"
-                << report::printable(*a.fraction) << "'\n";
-      return kExitUsage;
-    }
-  }
-  if (a.scale_batch) {
-    // From 1/100 (where --max-batch stops looking) to a million times the batch.
-    const auto scale = number_of(*a.scale_batch);
-    if (!scale || !(*scale >= 0.01) || *scale > 1e6) {
-      std::cerr << "vramtrace whatif: --scale-batch: a number from 0.01 to 1000000 (0.5, 2), "
-                   "not '"
-                << report::printable(*a.scale_batch) << "'\n";
-      return kExitUsage;
-    }
-    settings.scale_batch = *scale;
-  }
+  if (!settings_of(a, &settings, &fraction)) return kExitUsage;
   bool torch = false;
   for (const auto& t : traces)
     torch |= is_torch_trace(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;

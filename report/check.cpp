@@ -263,7 +263,7 @@ namespace {
 // "1:10%" -> device 1, "10%". A plain value has no device. `categories`: the option also takes
 // CATEGORY:BUDGET, which the message of a word that is neither then lists.
 std::pair<std::optional<uint32_t>, std::string> split_device(const std::string& v,
-                                                              bool categories) {
+                                                             bool categories) {
   size_t colon = v.find(':');
   if (colon == std::string::npos) return {std::nullopt, v};
   std::string dev = trim(v.substr(0, colon));

@@ -85,10 +85,25 @@ def outputs_never_replaced(work):
     check(r.stdout == "", "the command ran: %r" % r.stdout)
     for name, text in mine.items():
         check(open(os.path.join(out, name)).read() == text, "%s changed without --force" % name)
+    # --force replaces only what vramtrace wrote: the user's report.json and a file named like a
+    # trace are not, and stay as they were (tests/cli/trust_test.py has the rest).
+    r = run(["run", "--force", "-o", "out", "--", BASIC], work)
+    check(r.returncode == 2 and r.stderr == "vramtrace run: out holds report.json, "
+          "vramtrace.1.vtrace, which vramtrace did not write there (its vramtrace.run does not "
+          "name them): --force replaces only an earlier vramtrace output; move them away, or "
+          "choose another -o\n", "run --force over the user's files: %d %r" % (
+              r.returncode, r.stderr))
+    for name, text in mine.items():
+        check(open(os.path.join(out, name)).read() == text, "%s changed with --force" % name)
+    os.remove(os.path.join(out, "report.json"))
+    os.remove(os.path.join(out, "vramtrace.1.vtrace"))
+    r = run(["run", "-o", "out", "--", BASIC], work)
+    earlier = [n for n in listing(out) if n.endswith(".vtrace")]
     r = run(["run", "--force", "-o", "out", "--", BASIC], work)
     check(r.returncode == 0, "run --force: exit %d (%r)" % (r.returncode, r.stderr))
     check(open(os.path.join(out, "train.log")).read() == "epoch 1\n", "--force: a user file changed")
-    check(not os.path.exists(os.path.join(out, "vramtrace.1.vtrace")), "--force: old trace kept")
+    check(len(earlier) == 1 and not os.path.exists(os.path.join(out, earlier[0])),
+          "--force: the earlier run's trace kept: %r" % earlier)
     rep = vtrel.load(os.path.join(out, "report.json"))
     check(rep["devices"][0]["peak"]["bytes"] == 13 << 20, "--force: new report's peak")
     traces = [n for n in listing(out) if n.endswith(".vtrace")]
