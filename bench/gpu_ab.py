@@ -92,6 +92,9 @@ def main():
             e = dict(os.environ)
             e.update(env)
             c = (["taskset", "-c", a.pin] if a.pin and shutil.which("taskset") else []) + cmd
+            # The run folder is the benchmark's own: each arm starts from an empty one (vramtrace
+            # run replaces no earlier output it is not asked to).
+            shutil.rmtree(run_dir, ignore_errors=True)
             p = subprocess.run(c, env=e, capture_output=True, text=True, timeout=300)
             lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
             if p.returncode != 0 or not lines:
