@@ -167,6 +167,8 @@ void find_carried_state(const TorchMemory& tm, int64_t first, int64_t judged, in
   const auto& modules = tm.context().modules;
   if (best <= modules.size()) k.state_type = modules[best - 1].type;
   k.state_tensors = tensors[best];
+  for (const TorchModule& m : modules)
+    if (m.type.find("LSTM") != std::string::npos) k.state_lstm = true;
 }
 
 }  // namespace
@@ -291,11 +293,10 @@ std::string state_owner(const KeptAcrossIterations& k) {
 }
 
 // The line that detaches the state, in the shape the run showed: one tensor fed back, two
-// from an LSTM (its (h, c)), or a tuple of them.
+// in a model with an LSTM (its (h, c)), or a tuple of them.
 std::string detach_line(const KeptAcrossIterations& k) {
   if (k.state_tensors == 1) return "state = state.detach()";
-  if (k.state_tensors == 2 && k.state_type.find("LSTM") != std::string::npos)
-    return "h, c = h.detach(), c.detach()";
+  if (k.state_tensors == 2 && k.state_lstm) return "h, c = h.detach(), c.detach()";
   return "state = tuple(s.detach() for s in state)";
 }
 
