@@ -305,8 +305,8 @@ std::string carried_title(const KeptAcrossIterations& k, const std::string& at,
   const std::string from = human_bytes(k.kept_bytes) + " kept from " +
                            std::to_string(k.iterations_keeping) + " earlier iteration" +
                            (k.iterations_keeping == 1 ? "" : "s");
-  const std::string fed = "The state " + state_owner(k) +
-                          " returns is fed back into its next forward" + at;
+  const std::string fed =
+      "The state " + state_owner(k) + " returns is fed back into its next forward" + at;
   if (k.kind == KeptKind::Graph)
     return fed + ", and with autograd on it keeps every earlier forward's graph alive: " + per +
            " of activations that no backward consumed, " + from;
@@ -366,7 +366,8 @@ std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64
                 "When no training is meant, run the forwards under torch.no_grad() (or "
                 "torch.inference_mode())",
                 k.kept_bytes,
-                human_bytes(k.kept_activations) + " of what is kept are activations autograd "
+                human_bytes(k.kept_activations) +
+                    " of what is kept are activations autograd "
                     "saved for a backward that never ran; without autograd no forward saves "
                     "them, and the state holds no graph",
                 "with torch.no_grad(): out = model(x, state)"};

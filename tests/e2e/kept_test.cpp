@@ -128,10 +128,11 @@ namespace {
 const std::string kState = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_state.py";
 
 json run_state(const std::string& args, const std::string& dir, std::string* out) {
-  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
-                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
-                std::to_string(80 * MiB) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
-                kState + " " + args);
+  Result r =
+      sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild +
+         "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
+         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB) +
+         " " + kVramtrace + " run -o " + dir + " -- python3 " + kState + " " + args);
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(contains(r.out, "chunk 5 scored"));
@@ -176,7 +177,8 @@ TEST_CASE("kept: a state fed back from chunk to chunk keeps every chunk's graph"
   REQUIRE_FALSE(rs[1].contains("leaves_growth"));
   for (const json& r : rs) {
     REQUIRE(r["how"].get<std::string>().find(".logits") == std::string::npos);
-    if (r["kind"] == "no_grad") REQUIRE(&r == &rs[1]);  // once, not also as a remedy that leaves growth
+    if (r["kind"] == "no_grad")
+      REQUIRE(&r == &rs[1]);  // once, not also as a remedy that leaves growth
   }
   // An LSTM's state, (h, c): the example detaches both.
   json lstm = run_state("--lstm", dir + "/lstm", &out);
