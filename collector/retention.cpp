@@ -167,6 +167,8 @@ void find_carried_state(const TorchMemory& tm, int64_t first, int64_t judged, in
   const auto& modules = tm.context().modules;
   if (best <= modules.size()) k.state_type = modules[best - 1].type;
   k.state_tensors = tensors[best];
+  for (const TorchModule& m : modules)
+    if (m.type.find("LSTM") != std::string::npos) k.state_lstm = true;
 }
 
 }  // namespace
@@ -291,11 +293,10 @@ std::string state_owner(const KeptAcrossIterations& k) {
 }
 
 // The line that detaches the state, in the shape the run showed: one tensor fed back, two
-// from an LSTM (its (h, c)), or a tuple of them.
+// in a model with an LSTM (its (h, c)), or a tuple of them.
 std::string detach_line(const KeptAcrossIterations& k) {
   if (k.state_tensors == 1) return "state = state.detach()";
-  if (k.state_tensors == 2 && k.state_type.find("LSTM") != std::string::npos)
-    return "h, c = h.detach(), c.detach()";
+  if (k.state_tensors == 2 && k.state_lstm) return "h, c = h.detach(), c.detach()";
   return "state = tuple(s.detach() for s in state)";
 }
 
@@ -304,8 +305,8 @@ std::string carried_title(const KeptAcrossIterations& k, const std::string& at,
   const std::string from = human_bytes(k.kept_bytes) + " kept from " +
                            std::to_string(k.iterations_keeping) + " earlier iteration" +
                            (k.iterations_keeping == 1 ? "" : "s");
-  const std::string fed = "The state " + state_owner(k) +
-                          " returns is fed back into its next forward" + at;
+  const std::string fed =
+      "The state " + state_owner(k) + " returns is fed back into its next forward" + at;
   if (k.kind == KeptKind::Graph)
     return fed + ", and with autograd on it keeps every earlier forward's graph alive: " + per +
            " of activations that no backward consumed, " + from;
@@ -365,7 +366,8 @@ std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64
                 "When no training is meant, run the forwards under torch.no_grad() (or "
                 "torch.inference_mode())",
                 k.kept_bytes,
-                human_bytes(k.kept_activations) + " of what is kept are activations autograd "
+                human_bytes(k.kept_activations) +
+                    " of what is kept are activations autograd "
                     "saved for a backward that never ran; without autograd no forward saves "
                     "them, and the state holds no graph",
                 "with torch.no_grad(): out = model(x, state)"};

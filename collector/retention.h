@@ -60,10 +60,12 @@ struct KeptAcrossIterations {
   // torch.no_grad() would not have made.
   uint64_t kept_activations = 0;
   // A carried state: the forwards of `state_module` (its type: "LSTM") got back, as inputs,
-  // `state_tensors` tensors its previous forward returned, in most iterations that kept.
+  // `state_tensors` tensors its previous forward returned, in most iterations that kept;
+  // `state_lstm`: the model has an LSTM (two tensors are then its (h, c)).
   bool carried_state = false;
   std::string state_module, state_type;
   uint32_t state_tensors = 0;
+  bool state_lstm = false;
 };
 
 // Memory kept across iterations on `device` at `t`: made in the forward of an iteration i and

@@ -118,9 +118,10 @@ namespace vramtrace::side {
   M(ForwardEvalGrad, _FWD_EVAL_GRAD) /* in eval mode with gradients on */                 \
   M(Move, _MOVE) /* a tensor moved (Tensor.to, .cuda) outside forward, backward, step */  \
   M(MoveEnd, _MOVE_END)                                                                   \
-  M(Named, _NAMED) /* every named storage (parameter, gradient, optimizer state) labelled now */ \
-  M(FedBack, _FED_BACK) /* an outermost module's forward got tensors its previous forward        \
-                           returned (a carried state); id: the module's, bits 24-31 how many */
+  M(Named, _NAMED) /* every named storage (parameter, gradient, state) labelled now */    \
+  /* a forward got its previous forward's outputs back (a carried state); id: the */      \
+  /* outermost module's, bits 24-31 how many tensors */                                   \
+  M(FedBack, _FED_BACK)
 
 inline constexpr char kMagic[] = "vramtrace.torch/";
 inline constexpr int kVersion = 2;  // what the hook writes

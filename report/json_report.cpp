@@ -261,7 +261,8 @@ json process_peak_json(const ProcessModel& p, const collector::DeviceAnalysis& d
   put_live_set(peak, da.peak, d.live_at_peak.size(), std::move(top));
   // Launches not recorded (--launches=off, or stopped before the peak) are unknown, not 0: no
   // kernel at the peak.
-  if (kernel_known_at(p, d.memory.peak_time())) peak["last_kernel"] = demangle(p.kernel_name(d.kernel_at_peak));
+  if (kernel_known_at(p, d.memory.peak_time()))
+    peak["last_kernel"] = demangle(p.kernel_name(d.kernel_at_peak));
   if (!d.phase_at_peak.empty()) {
     std::string path;
     for (uint32_t n : d.phase_at_peak) path += (path.empty() ? "" : " > ") + p.kernel_name(n);

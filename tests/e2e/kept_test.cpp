@@ -128,10 +128,11 @@ namespace {
 const std::string kState = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_state.py";
 
 json run_state(const std::string& args, const std::string& dir, std::string* out) {
-  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
-                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
-                std::to_string(80 * MiB) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
-                kState + " " + args);
+  Result r =
+      sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild +
+         "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
+         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB) +
+         " " + kVramtrace + " run -o " + dir + " -- python3 " + kState + " " + args);
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(contains(r.out, "chunk 5 scored"));
@@ -157,7 +158,7 @@ TEST_CASE("kept: a state fed back from chunk to chunk keeps every chunk's graph"
   REQUIRE(dg["cause"]["kind"] == "kept_graph");
   REQUIRE(dg["cause"]["title"] ==
           "The state Recurrent returns is fed back into its next forward (called at " + kState +
-              ":53), and with autograd on it keeps every earlier forward's graph alive: 8.50 MiB "
+              ":62), and with autograd on it keeps every earlier forward's graph alive: 8.50 MiB "
               "per iteration of activations that no backward consumed, 42.50 MiB kept from 4 "
               "earlier iterations");
   REQUIRE(dg["growth"] == json({{"kind", "kept_graph"},
@@ -176,8 +177,15 @@ TEST_CASE("kept: a state fed back from chunk to chunk keeps every chunk's graph"
   REQUIRE_FALSE(rs[1].contains("leaves_growth"));
   for (const json& r : rs) {
     REQUIRE(r["how"].get<std::string>().find(".logits") == std::string::npos);
-    if (r["kind"] == "no_grad") REQUIRE(&r == &rs[1]);  // once, not also as a remedy that leaves growth
+    if (r["kind"] == "no_grad")
+      REQUIRE(&r == &rs[1]);  // once, not also as a remedy that leaves growth
   }
+  // An LSTM's state, (h, c): the example detaches both.
+  json lstm = run_state("--lstm", dir + "/lstm", &out);
+  REQUIRE(lstm["diagnosis"]["cause"]["kind"] == "kept_graph");
+  REQUIRE(lstm["diagnosis"]["growth"]["bytes_per_iteration"] == 9 * MiB);
+  REQUIRE(lstm["diagnosis"]["remedies"][0]["how"] ==
+          "h, c = h.detach(), c.detach()   # after each forward, before the next");
   // Under torch.no_grad() nothing is saved: no kept memory, nothing grows.
   json fixed = run_state("--no-grad", dir + "/nograd", &out);
   REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));

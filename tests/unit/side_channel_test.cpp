@@ -155,8 +155,8 @@ TEST_CASE("side channel: a forward's flags and a FedBack mark's count are kept a
   // A forward of module 3 under autocast with its inner calls untraced; module 3's forward
   // that got 2 tensors of its previous forward back; a module call, its id whole.
   TorchTrace t = read_text("K\t2000\t2\t" + std::to_string(3u | 1u << 31 | 1u << 30) +
-                           "\nK\t2001\t15\t" + std::to_string(3u | 2u << 24) +
-                           "\nK\t2002\t0\t" + std::to_string(3u | 2u << 24) + "\nEND\t0\n");
+                           "\nK\t2001\t15\t" + std::to_string(3u | 2u << 24) + "\nK\t2002\t0\t" +
+                           std::to_string(3u | 2u << 24) + "\nEND\t0\n");
   REQUIRE(t.problem.empty());
   const auto& m = t.context.marks;
   REQUIRE(m.size() == 3);
