@@ -272,7 +272,7 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     REQUIRE(contains(g.out, kIncomplete));
     REQUIRE(contains(slurp(md),
                      "**Incomplete measurement**: cut short: the command was killed by "
-                     "signal 6 \\(SIGABRT\\)"));
+                     "signal 6 (SIGABRT)\n"));
     std::string x = slurp(xml);
     REQUIRE(contains(x, "tests=\"2\" failures=\"1\""));
     REQUIRE(contains(x,
