@@ -1216,7 +1216,7 @@
     procs.append(table([{ key: "pid", label: "pid", num: true, width: "6em" }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
       { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
     A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.still_running ? "running" : (p.clean_exit ? "exit()" : "cut short")) })), "processes"));
-    main.append(procs);
+    if (A.procs.length) main.append(procs);  // none before a job's first CUDA work
     return later;
   }
 
