@@ -253,8 +253,9 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
   // Before its first CUDA work a job has no device in its report: say so, beside "devices": [].
   (*j)["live"]["cuda_used"] = !analysis.devices.empty();
   if (analysis.devices.empty())
-    (*j)["live"]["note"] = "the job has not used CUDA yet: no process of it has created a CUDA "
-                           "context or allocated device memory so far";
+    (*j)["live"]["note"] =
+        "the job has not used CUDA yet: no process of it has created a CUDA "
+        "context or allocated device memory so far";
   last_ = std::move(j);
   last_signature_ = sig;
   return last_;

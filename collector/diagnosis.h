@@ -61,7 +61,7 @@ struct RemedyInput {
   bool fragmented = false;        // the allocator's free memory was there, in pieces too small
   uint64_t eval_activations = 0;  // activations made by evaluation forwards with grad on
   std::vector<ModuleBytes> activations_by_module;  // largest first, ties in the model's order
-  bool autocast = false;      // forwards already ran under torch.autocast
+  bool autocast = false;                           // forwards already ran under torch.autocast
   bool partial_step = false;  // the moment came before the first step ended (a first-step OOM)
   std::string param_dtype;    // the parameters' dtype ("float32")
   uint64_t optimizer_state_per_param = 0;  // tensors of state per parameter (2 for Adam)

@@ -161,7 +161,8 @@ void modules_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, Torch
     return a.second.first != b.second.first ? a.second.first > b.second.first
                                             : a.second.second < b.second.second;
   });
-  for (const auto& [name, bytes_order] : tops) out.by_top_module.emplace_back(name, bytes_order.first);
+  for (const auto& [name, bytes_order] : tops)
+    out.by_top_module.emplace_back(name, bytes_order.first);
 }
 
 // Named tensors live at the peak: parameters, gradients, optimizer state, largest first.

@@ -769,8 +769,10 @@ size_t block_marker(const std::string& s) {
     if (c == '+') return std::string::npos;
     size_t same = 0;  // a thematic break: three or more of one of -*_ and spaces only
     for (size_t k = i; k < s.size(); ++k) {
-      if (s[k] == c) ++same;
-      else if (!md_space(s[k])) return std::string::npos;
+      if (s[k] == c)
+        ++same;
+      else if (!md_space(s[k]))
+        return std::string::npos;
     }
     return same >= 3 ? i : std::string::npos;
   }
@@ -793,18 +795,18 @@ std::string escape_markdown(const std::string& text, MdPlace where) {
     const char prev = i ? s[i - 1] : '\0', next = i + 1 < s.size() ? s[i + 1] : '\0';
     bool escape = i == marker;
     switch (ch) {
-      case '`': escape = true; break;  // code spans
+      case '`': escape = true; break;                      // code spans
       case '\\': escape = !next || md_punct(next); break;  // it would escape what follows
       case '*':
       case '~':  // emphasis and strikethrough, also inside a word; not between spaces
         escape = escape || !(md_space(prev) && md_space(next));
         break;
       case '_':  // emphasis, but not inside a word (snake_case) nor between spaces
-        escape = escape ||
-                 !((md_alnum(prev) && md_alnum(next)) || (md_space(prev) && md_space(next)));
+        escape =
+            escape || !((md_alnum(prev) && md_alnum(next)) || (md_space(prev) && md_space(next)));
         break;
       case '[': escape = true; break;  // links and images
-      case '<':                         // HTML and autolinks
+      case '<':                        // HTML and autolinks
         escape = std::isalpha(static_cast<unsigned char>(next)) || next == '/' || next == '!' ||
                  next == '?';
         break;

@@ -417,8 +417,7 @@ std::string details_markdown(const CheckResult& r) {
   }
   if (!r.oom_changes.empty()) {
     out += "\nOut-of-memory events:\n\n";
-    for (const auto& o : r.oom_changes)
-      out += "- " + escape_markdown(o, MdPlace::LineStart) + "\n";
+    for (const auto& o : r.oom_changes) out += "- " + escape_markdown(o, MdPlace::LineStart) + "\n";
   }
   return out;
 }

@@ -264,8 +264,8 @@ std::string noscript_summary(const json& r) {
     for (const auto& d : r["devices"]) {
       const json peak = d.contains("peak") && d["peak"].is_object() ? d["peak"] : json::object();
       out += "<li>Device " + escape(text_of(d, "index")) + " (" + escape(text_of(d, "name")) +
-             "): peak " + bytes_of(peak, "bytes") + " at " + secs_of(peak, "time_ns", origin) + " of " +
-             bytes_of(d, "total_bytes") + "</li>";
+             "): peak " + bytes_of(peak, "bytes") + " at " + secs_of(peak, "time_ns", origin) +
+             " of " + bytes_of(d, "total_bytes") + "</li>";
     }
   for (const auto& o : ooms) {
     if (recovered(o)) continue;

@@ -100,8 +100,7 @@ std::string device_lines(const json& r) {
       for (const auto& l : r[field::live_at_death])
         died_here = died_here || l[field::device] == d[field::index];
     std::snprintf(line, sizeof line, " %.3f s after the %s; %s still live at the end%s\n", at_s,
-                  origin ? "first CUDA work" : "start",
-                  human_bytes(final_live_bytes(d)).c_str(),
+                  origin ? "first CUDA work" : "start", human_bytes(final_live_bytes(d)).c_str(),
                   died_here ? " (the program died holding it)" : "");
     out += line;
     if (d.contains(field::categories)) {

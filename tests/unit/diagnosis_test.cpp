@@ -180,14 +180,15 @@ TEST_CASE("modules of equal bytes are listed in the model's order, not as text")
 
 TEST_CASE("the modules a remedy names: the largest, named in the model's order") {
   // Layers 9, 10 and 11 hold the most (3 MiB each), layer 2 next (2 MiB), the rest 1 MiB.
-  const TorchMemory tm =
-      encoder([](uint32_t i) { return i >= 9 ? 3 * MiB : i == 2 ? 2 * MiB : 1 * MiB; });
+  const TorchMemory tm = encoder([](uint32_t i) {
+    return i >= 9 ? 3 * MiB : i == 2 ? 2 * MiB : 1 * MiB;
+  });
   const auto mods = live_by_module(tm, 0, 2000, true);
-  CHECK(names(mods) == std::vector<std::string>{
-                           "encoder_layer_9", "encoder_layer_10", "encoder_layer_11",
-                           "encoder_layer_2", "encoder_layer_0", "encoder_layer_1",
-                           "encoder_layer_3", "encoder_layer_4", "encoder_layer_5",
-                           "encoder_layer_6", "encoder_layer_7", "encoder_layer_8"});
+  CHECK(names(mods) ==
+        std::vector<std::string>{"encoder_layer_9", "encoder_layer_10", "encoder_layer_11",
+                                 "encoder_layer_2", "encoder_layer_0", "encoder_layer_1",
+                                 "encoder_layer_3", "encoder_layer_4", "encoder_layer_5",
+                                 "encoder_layer_6", "encoder_layer_7", "encoder_layer_8"});
   RemedyInput in;
   set(in.at, Category::Activations, 19 * MiB);
   in.total = 19 * MiB;

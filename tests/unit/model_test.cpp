@@ -493,7 +493,8 @@ TEST_CASE("one clock: the report's words count from the run's first CUDA work") 
   c.step(2'000'000'000).alloc(0xa, 1 * MiB).step(500'000'000).alloc(0xb, 1 * MiB).exit_clean();
   auto k = report::to_json(run_of({c.bytes()}));
   REQUIRE(k["run"]["cuda_start_ns"] == 2'000'000'000ull);
-  REQUIRE_THAT(report::summary_text(k), Catch::Contains("peak 2.00 MiB 0.500 s after the first CUDA work; "));
+  REQUIRE_THAT(report::summary_text(k),
+               Catch::Contains("peak 2.00 MiB 0.500 s after the first CUDA work; "));
   // A report written before the key existed: its times count from the start, and say so.
   j["run"].erase("cuda_start_ns");
   REQUIRE_THAT(report::summary_text(j), Catch::Contains("(1.2%) 12.720 s after the start; "));
