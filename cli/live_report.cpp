@@ -246,6 +246,12 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
   const collector::RunAnalysis analysis = collector::analysis_of(run, info.still_running);
   auto j = std::make_shared<json>(report::to_json(analysis, info));
   (*j)["live"] = {{"running", true}, {"now", live_now(run, analysis)}};
+  // Before its first CUDA work a job has no device in its report: say so, beside "devices": [].
+  (*j)["live"]["cuda_used"] = !analysis.devices.empty();
+  if (analysis.devices.empty())
+    (*j)["live"]["note"] =
+        "the job has not used CUDA yet: no process of it has created a CUDA "
+        "context or allocated device memory so far";
   last_ = std::move(j);
   last_signature_ = sig;
   return last_;

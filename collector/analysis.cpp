@@ -96,6 +96,7 @@ OomAnalysis analyse_oom(const ProcessModel& p, const OomEvent& o, StackResolver&
   OomFindingInput fin;
   fin.oom = &o;
   fin.held_by_others = oa.held_by_others;
+  fin.torch = p.torch_memory != nullptr;
   fin.growth = growth_by_site(o.survivors, p, o.time_ns, site_text_of(stacks));
   if (o.allocator)
     for (auto& [id, pool] : p.user_pools)
@@ -195,6 +196,9 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
     end = std::max(end, p.end_ns);
   }
   a.duration_ns = end - run.origin_ns;
+  for (const RunDevice& d : run.devices)
+    if (d.first_ns && (!a.cuda_start_ns || d.first_ns < a.cuda_start_ns))
+      a.cuda_start_ns = d.first_ns;
   a.processes.resize(run.processes.size());
   for (size_t i = 0; i < run.processes.size(); ++i) {
     ProcessAnalysis& pa = a.processes[i];

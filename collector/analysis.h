@@ -131,6 +131,10 @@ struct RunAnalysis {
   bool processes_complete = true;  // every process reached its exit, with nothing wrong
   uint64_t processes_not_profiled = 0, events = 0, dropped_events = 0;
   uint64_t duration_ns = 0;  // from the first process's start to the last one's end
+  // The run's first CUDA work (a context created, else an allocation, on any device; the
+  // trace's clock, 0: none): the origin of every time the report's words and its chart give,
+  // so that a job's seconds of imports before CUDA do not shift them.
+  uint64_t cuda_start_ns = 0;
 
   std::vector<ProcessAnalysis> processes;  // by Run::processes
   std::vector<RunDeviceAnalysis> devices;  // by Run::devices

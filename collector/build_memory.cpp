@@ -65,7 +65,7 @@ void Builder::apply(const Record& r, bool secondary, uint64_t stream) {
     ++memory_events_;
   switch (r.type) {
     case RecordType::Process: return on_process(r.process);
-    case RecordType::ContextCreate: return on_context(r.context_create);
+    case RecordType::ContextCreate: return on_context(r.context_create, t);
     case RecordType::ContextDestroy: return;  // its memory goes by its own frees
     case RecordType::Alloc: return on_alloc(r.alloc, t);
     case RecordType::Free: return on_free(r.free, t);
@@ -316,6 +316,7 @@ void Builder::remove_device(const Allocation& a, uint64_t now) {
 
 void Builder::run_delta(const Allocation& a, uint64_t now, bool added) {
   RunDevice& rd = run_dev(a.device);
+  if (!rd.first_ns) rd.first_ns = now;
   // Unsigned arithmetic: sizes from a trace can reach 2^63, where int64_t overflows (UB).
   const uint64_t delta = added ? a.bytes : uint64_t{0} - a.bytes;
   rd.live_bytes += delta;

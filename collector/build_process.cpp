@@ -62,7 +62,7 @@ void Builder::on_process(const rec::Process& r) {
   }
 }
 
-void Builder::on_context(const rec::ContextCreate& r) {
+void Builder::on_context(const rec::ContextCreate& r, uint64_t t) {
   DeviceModel& d = device(r.device);
   d.name = std::string(r.name);
   d.uuid = hex_uuid(r.uuid);
@@ -71,6 +71,7 @@ void Builder::on_context(const rec::ContextCreate& r) {
   rd.name = d.name;
   rd.uuid = d.uuid;
   rd.total_bytes = d.total_bytes;
+  if (t && (!rd.first_ns || t < rd.first_ns)) rd.first_ns = t;
 }
 
 // Taken right after an OOM: attach to it.

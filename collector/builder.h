@@ -80,7 +80,7 @@ class Builder {
 
   // build_process.cpp
   void on_process(const format::rec::Process& r);
-  void on_context(const format::rec::ContextCreate& r);
+  void on_context(const format::rec::ContextCreate& r, uint64_t t);
   void on_mem_info(const format::rec::MemInfo& r);
   void on_string(const format::rec::String& r);
   void on_stack_node(const format::rec::StackNode& r);

@@ -102,14 +102,20 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
     // Checkpointing the largest modules keeps only their inputs; recomputing needs one
     // module's activations at a time.
     uint64_t sum = 0, largest = 0;
-    std::string names;
-    size_t n = 0;
-    for (const auto& [name, bytes] : in.activations_by_module) {
-      if (n == 6 || bytes * 20 < act) break;
-      sum += bytes;
-      largest = std::max(largest, bytes);
-      names += (n++ ? ", " : "") + name;
+    std::vector<ModuleBytes> chosen;
+    for (const ModuleBytes& m : in.activations_by_module) {
+      if (chosen.size() == 6 || m.bytes * 20 < act) break;
+      sum += m.bytes;
+      largest = std::max(largest, m.bytes);
+      chosen.push_back(m);
     }
+    // Named as the model runs them.
+    std::sort(chosen.begin(), chosen.end(), [](const ModuleBytes& a, const ModuleBytes& b) {
+      return a.first_call < b.first_call;
+    });
+    std::string names;
+    for (const ModuleBytes& m : chosen) names += (names.empty() ? "" : ", ") + m.name;
+    const size_t n = chosen.size();
     if (n >= 2 && sum > largest)
       out.push_back({"activation_checkpointing",
                      "Checkpoint the modules that hold the most activations: " + names,
@@ -253,35 +259,58 @@ std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
   return out;
 }
 
-std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm, uint32_t device,
-                                                             uint64_t t, bool activations_only) {
-  std::map<std::string, uint64_t> m;
+namespace {
+
+// Sums bytes by name (a module's first call: its earliest member's), largest first, equal
+// bytes in the model's order.
+class ModuleSums {
+ public:
+  void add(const std::string& name, uint64_t bytes, uint32_t first_call) {
+    ModuleBytes& m = by_name_[name];
+    m.bytes += bytes;
+    m.first_call = m.name.empty() ? first_call : std::min(m.first_call, first_call);
+    m.name = name;
+  }
+  std::vector<ModuleBytes> largest_first() const {
+    std::vector<ModuleBytes> v;
+    for (const auto& [name, m] : by_name_) v.push_back(m);
+    std::sort(v.begin(), v.end(), [](const ModuleBytes& a, const ModuleBytes& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.first_call < b.first_call;
+    });
+    return v;
+  }
+
+ private:
+  std::map<std::string, ModuleBytes> by_name_;
+};
+
+}  // namespace
+
+std::vector<ModuleBytes> live_by_module(const TorchMemory& tm, uint32_t device, uint64_t t,
+                                        bool activations_only) {
+  ModuleSums m;
   for (size_t i : tm.live_at(device, t)) {
     const auto& b = tm.info()[i];
     if (!b.module) continue;
     if (activations_only && b.category != Category::Activations) continue;
     if (b.category != Category::Activations && b.category != Category::Temporaries) continue;
-    m[tm.module_name(b.module)] += tm.context().blocks[i].bytes;
+    m.add(tm.module_name(b.module), tm.context().blocks[i].bytes, b.module);
   }
-  std::vector<std::pair<std::string, uint64_t>> v(m.begin(), m.end());
-  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
-  return v;
+  return m.largest_first();
 }
 
-std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
-    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total) {
+std::vector<ModuleBytes> checkpoint_groups(const std::vector<ModuleBytes>& mods, uint64_t total) {
   for (int depth = 1; depth <= 4; ++depth) {
-    std::map<std::string, uint64_t> g;
-    for (const auto& [name, bytes] : mods) {
+    ModuleSums g;
+    for (const ModuleBytes& m : mods) {
       size_t pos = 0;
       for (int k = 0; k < depth && pos != std::string::npos; ++k)
-        pos = name.find('.', pos ? pos + 1 : 0);
-      g[pos == std::string::npos ? name : name.substr(0, pos)] += bytes;
+        pos = m.name.find('.', pos ? pos + 1 : 0);
+      g.add(pos == std::string::npos ? m.name : m.name.substr(0, pos), m.bytes, m.first_call);
     }
-    std::vector<std::pair<std::string, uint64_t>> v(g.begin(), g.end());
-    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    std::vector<ModuleBytes> v = g.largest_first();
     // Several groups, none holding nearly everything.
-    if (v.size() >= 3 && v[0].second * 10 < total * 7) return v;
+    if (v.size() >= 3 && v[0].bytes * 10 < total * 7) return v;
   }
   return {};
 }
@@ -332,7 +361,7 @@ RemedyInput remedy_input(const TorchMemory& tm, uint32_t device, uint64_t t,
       request && tm.optimizer_steps() == 0 && !tm.iterations().empty() && tm.iteration_at(t) <= 0;
   auto acts = live_by_module(tm, device, t, true);
   uint64_t act_total = 0;
-  for (auto& [n, b] : acts) act_total += b;
+  for (const ModuleBytes& m : acts) act_total += m.bytes;
   in.activations_by_module = checkpoint_groups(acts, act_total);
   for (size_t i : tm.live_at(device, t)) {
     const auto& b = tm.info()[i];

@@ -44,6 +44,15 @@ struct Remedy {
   bool upper_bound = false;  // predicted_peak is a ceiling the remedy will stay under
 };
 
+// A module's (or a group of modules') bytes, and where it comes in the model: the hook numbers
+// modules in the order of their first call, so that lists read as the model runs
+// (encoder_layer_2 before encoder_layer_10), never as text.
+struct ModuleBytes {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t first_call = 0;  // the module's id (a group's: its first member's)
+};
+
 struct RemedyInput {
   CategoryBytes at{};             // the device's memory by category at the moment
   uint64_t total = 0;             // what the process held then (the sum of `at`)
@@ -51,8 +60,8 @@ struct RemedyInput {
   uint64_t request = 0;           // the failed request (0 at a peak)
   bool fragmented = false;        // the allocator's free memory was there, in pieces too small
   uint64_t eval_activations = 0;  // activations made by evaluation forwards with grad on
-  std::vector<std::pair<std::string, uint64_t>> activations_by_module;  // largest first
-  bool autocast = false;      // forwards already ran under torch.autocast
+  std::vector<ModuleBytes> activations_by_module;  // largest first, ties in the model's order
+  bool autocast = false;                           // forwards already ran under torch.autocast
   bool partial_step = false;  // the moment came before the first step ended (a first-step OOM)
   std::string param_dtype;    // the parameters' dtype ("float32")
   uint64_t optimizer_state_per_param = 0;  // tensors of state per parameter (2 for Adam)
@@ -96,14 +105,15 @@ CategoryBytes categories_at_peak(const TorchMemory& tm, const DeviceModel& d, co
                                  StackResolver* stacks);
 CategoryBytes categories_at_oom(const TorchMemory& tm, const OomEvent& o, StackResolver* stacks);
 
-// Activations and temporaries live at `t` by module (full name), largest first.
-std::vector<std::pair<std::string, uint64_t>> live_by_module(const TorchMemory& tm, uint32_t device,
-                                                             uint64_t t, bool activations_only);
+// Activations and temporaries live at `t` by module (full name), largest first, modules of
+// equal bytes in the model's order.
+std::vector<ModuleBytes> live_by_module(const TorchMemory& tm, uint32_t device, uint64_t t,
+                                        bool activations_only);
 
 // Activations grouped at the depth where they split into several modules (layer1..layer4 of
-// a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing.
-std::vector<std::pair<std::string, uint64_t>> checkpoint_groups(
-    const std::vector<std::pair<std::string, uint64_t>>& mods, uint64_t total);
+// a ResNet, transformer.h.0..11 of a GPT-2): the candidates for checkpointing, largest first,
+// groups of equal bytes in the model's order.
+std::vector<ModuleBytes> checkpoint_groups(const std::vector<ModuleBytes>& mods, uint64_t total);
 
 // Tensors of optimizer state per parameter (2 for Adam), the most any parameter has.
 uint64_t state_tensors_per_param(const TorchMemory& tm);

@@ -351,6 +351,8 @@ struct RunDevice {
   std::string name, uuid;
   uint64_t total_bytes = 0;
   uint64_t live_bytes = 0, peak_bytes = 0, peak_time_ns = 0;
+  // The first CUDA work on it: a context created, else an allocation (0: none recorded).
+  uint64_t first_ns = 0;
   std::map<uint64_t, uint64_t> live_by_pid, peak_by_pid;
   Timeline timeline;
   // What was live at the device's peak, every process's: found as a process's own live set at

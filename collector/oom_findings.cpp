@@ -101,7 +101,9 @@ void limit_findings(Findings& f) {
     add(1.0, FindingKind::RequestTooLarge,
         "The request alone (" + human_bytes(request) + ") is larger than the GPU (" +
             human_bytes(total) + ")",
-        ev, "Split the tensor or buffer (shard it, or process it in chunks).");
+        ev,
+        in.torch ? "Split the tensor or buffer (shard it, or process it in chunks)."
+                 : "Split the buffer: process the data in chunks, or shard it across GPUs.");
   }
 }
 
@@ -229,8 +231,11 @@ void growth_findings(Findings& f) {
         "Live memory grew by " + human_bytes(rate) + " per iteration since iteration " +
             std::to_string(top.first_iteration) + ", led by " + top.site,
         ev,
-        "Memory is kept across iterations: keep Python numbers rather than tensors "
-        "(loss.item(), .detach() before storing), and clear lists of outputs or caches.");
+        in.torch ? "Memory is kept across iterations: keep Python numbers rather than tensors "
+                   "(loss.item(), .detach() before storing), and clear lists of outputs or caches."
+                 : "Memory is kept across iterations: free (cudaFree/cudaFreeAsync) what each "
+                   "iteration allocates before the next one, or reuse one buffer sized for the "
+                   "largest iteration.");
   }
 }
 
@@ -255,8 +260,12 @@ void near_capacity_finding(Findings& f) {
             std::to_string(o.live_bytes * 100 / limit) + "% of its limit) when it asked for " +
             human_bytes(request) + lead,
         ev,
-        "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient "
-        "accumulation), or mixed precision (bf16/fp16).");
+        in.torch ? "Use less memory at the peak: activation checkpointing, a smaller batch (with "
+                   "gradient accumulation), or mixed precision (bf16/fp16)."
+                 : "Use less memory at the peak: process the data in smaller chunks (smaller "
+                   "buffers or batches), reuse buffers across steps (a stream-ordered pool, "
+                   "cudaMallocAsync, with a release threshold), and free temporaries before the "
+                   "largest request.");
   }
 }
 

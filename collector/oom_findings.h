@@ -75,6 +75,9 @@ struct OomFindingInput {
   std::vector<std::pair<std::string, uint64_t>>
       live_by_site;         // the live set by site, largest first
   bool torch_pool = false;  // the allocator that ran out is PyTorch's
+  // The process is a PyTorch program (its allocator trace was merged): what to try is said in
+  // PyTorch's terms; otherwise in CUDA's, as the diagnosis's remedies are.
+  bool torch = false;
   // What PyTorch's forwards kept across iterations until the OOM (retention.h), if anything.
   std::optional<KeptAcrossIterations> kept;
 };

@@ -123,8 +123,8 @@ void modules_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, Torch
     ++site.second;
     m.categories[b.category] += n;
   }
-  std::map<std::string, uint64_t> top;
-  for (const auto& [name, bytes] : live_by_module(tm, dev, peak_t, false)) {
+  std::map<std::string, std::pair<uint64_t, uint32_t>> top;  // bytes, first call
+  for (const auto& [name, bytes, first_call] : live_by_module(tm, dev, peak_t, false)) {
     if (out.by_module.size() < kTopModules) {
       ModuleAtPeak mod;
       mod.module = name;
@@ -151,11 +151,18 @@ void modules_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, Torch
       }
       out.by_module.push_back(std::move(mod));
     }
-    top[name.substr(0, name.find('.'))] += bytes;
+    auto [at, added] = top.try_emplace(name.substr(0, name.find('.')), 0, first_call);
+    at->second.first += bytes;
+    at->second.second = std::min(at->second.second, first_call);
   }
-  out.by_top_module.assign(top.begin(), top.end());
-  std::stable_sort(out.by_top_module.begin(), out.by_top_module.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  // Largest first; top-level modules of equal bytes in the model's order.
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> tops(top.begin(), top.end());
+  std::sort(tops.begin(), tops.end(), [](const auto& a, const auto& b) {
+    return a.second.first != b.second.first ? a.second.first > b.second.first
+                                            : a.second.second < b.second.second;
+  });
+  for (const auto& [name, bytes_order] : tops)
+    out.by_top_module.emplace_back(name, bytes_order.first);
 }
 
 // Named tensors live at the peak: parameters, gradients, optimizer state, largest first.

@@ -778,14 +778,77 @@ std::string failure_junit(const std::string& why) {
          "</failure></testcase>\n</testsuite></testsuites>\n";
 }
 
-std::string escape_markdown(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (std::strchr("\\`*_{}[]()<>#+-!|~", ch)) out += '\\';
-    if (ch == '\n' || ch == '\r') {
-      out += ' ';
-      continue;
+namespace {
+
+bool md_space(char c) { return c == ' ' || c == '\t'; }
+bool md_alnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+bool md_punct(char c) { return std::ispunct(static_cast<unsigned char>(c)) != 0; }
+
+// The index of the character that a block marker at the start of `s` would need escaped
+// ("# x", "> x", "- x", "+ x", "---", "12. x", "3) x"), or npos when `s` begins no block.
+size_t block_marker(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && i < 3 && s[i] == ' ') ++i;
+  if (i >= s.size()) return std::string::npos;
+  const auto ends_marker = [&s](size_t k) { return k >= s.size() || md_space(s[k]); };
+  const char c = s[i];
+  if (c == '>') return i;
+  if (c == '#') {
+    size_t k = i;
+    while (k < s.size() && s[k] == '#') ++k;
+    return k - i <= 6 && ends_marker(k) ? i : std::string::npos;
+  }
+  if (c == '-' || c == '+' || c == '*' || c == '_') {
+    if (c != '_' && ends_marker(i + 1)) return i;  // a list item
+    if (c == '+') return std::string::npos;
+    size_t same = 0;  // a thematic break: three or more of one of -*_ and spaces only
+    for (size_t k = i; k < s.size(); ++k) {
+      if (s[k] == c)
+        ++same;
+      else if (!md_space(s[k]))
+        return std::string::npos;
     }
+    return same >= 3 ? i : std::string::npos;
+  }
+  size_t k = i;
+  while (k < s.size() && k - i < 9 && std::isdigit(static_cast<unsigned char>(s[k]))) ++k;
+  if (k > i && k < s.size() && (s[k] == '.' || s[k] == ')') && ends_marker(k + 1)) return k;
+  return std::string::npos;
+}
+
+}  // namespace
+
+std::string escape_markdown(const std::string& text, MdPlace where) {
+  std::string s = text;
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';  // a string never starts a line of its own
+  const size_t marker = where == MdPlace::LineStart ? block_marker(s) : std::string::npos;
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
+    const char prev = i ? s[i - 1] : '\0', next = i + 1 < s.size() ? s[i + 1] : '\0';
+    bool escape = i == marker;
+    switch (ch) {
+      case '`': escape = true; break;                      // code spans
+      case '\\': escape = !next || md_punct(next); break;  // it would escape what follows
+      case '*':
+      case '~':  // emphasis and strikethrough, also inside a word; not between spaces
+        escape = escape || !(md_space(prev) && md_space(next));
+        break;
+      case '_':  // emphasis, but not inside a word (snake_case) nor between spaces
+        escape =
+            escape || !((md_alnum(prev) && md_alnum(next)) || (md_space(prev) && md_space(next)));
+        break;
+      case '[': escape = true; break;  // links and images
+      case '<':                        // HTML and autolinks
+        escape = std::isalpha(static_cast<unsigned char>(next)) || next == '/' || next == '!' ||
+                 next == '?';
+        break;
+      case '&': escape = md_alnum(next) || next == '#'; break;  // entities (&amp; &#60;)
+      case '|': escape = escape || where == MdPlace::TableCell; break;
+      default: break;
+    }
+    if (escape) out += '\\';
     out += ch;
   }
   return out;
@@ -811,12 +874,13 @@ std::string check_markdown(const CheckResult& r) {
     if (c.baseline_peak && c.candidate_peak)
       change = change_bytes(*c.baseline_peak, *c.candidate_peak) + " (" +
                percent(*c.baseline_peak, *c.candidate_peak) + ")";
-    out += "| " + escape_markdown(c.scope) + " | " +
+    const MdPlace cell = MdPlace::TableCell;
+    out += "| " + escape_markdown(c.scope, cell) + " | " +
            (c.baseline_peak ? human_bytes(*c.baseline_peak) : "-") + " | " +
            (c.candidate_peak ? human_bytes(*c.candidate_peak) : "-") + " | " +
-           escape_markdown(change) + " | " + escape_markdown(c.budget_text) + " | " +
+           escape_markdown(change, cell) + " | " + escape_markdown(c.budget_text, cell) + " | " +
            (c.regression || c.category_regression() ? "**regression**" : "ok") +
-           (c.note.empty() ? "" : " (" + escape_markdown(c.note) + ")") + " |\n";
+           (c.note.empty() ? "" : " (" + escape_markdown(c.note, cell) + ")") + " |\n";
   }
   for (const auto& c : r.rows) out += torch_markdown(c);
   out += details_markdown(r);
@@ -824,9 +888,9 @@ std::string check_markdown(const CheckResult& r) {
     if (c.changes.empty() || c.torch) continue;
     out += "\nWhat changed at the peak, " + escape_markdown(c.scope) + ":\n\n";
     for (size_t i = 0; i < c.changes.size() && i < 10; ++i)
-      out += "- " + escape_markdown(c.changes[i].site) + " " +
+      out += "- " + escape_markdown(c.changes[i].site, MdPlace::LineStart) + " " +
              escape_markdown(signed_bytes(c.changes[i].diff())) + " (" +
-             std::to_string(c.changes[i].baseline_count) + " \\-> " +
+             std::to_string(c.changes[i].baseline_count) + " -> " +
              std::to_string(c.changes[i].candidate_count) + " allocations)\n";
   }
   return out;

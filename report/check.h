@@ -189,6 +189,12 @@ uint64_t allowed_by(const Budget& b, uint64_t base);
 
 // Escaping for the outputs that carry strings from the traced program.
 std::string escape_xml(const std::string& s);
-std::string escape_markdown(const std::string& s);
+// Where a string goes in the Markdown of check --markdown: inside a line of text (after its
+// first words), at the start of a line or list item (where "# ", "> ", "- ", "1. " begin
+// blocks), or in a table's cell (where "|" ends the cell).
+enum class MdPlace { Inline, LineStart, TableCell };
+// Escapes only what Markdown would read as syntax there: emphasis, code, links, HTML and
+// entities anywhere; block markers at a line's start; "|" in a cell. Line breaks become spaces.
+std::string escape_markdown(const std::string& s, MdPlace where = MdPlace::Inline);
 
 }  // namespace vramtrace::report

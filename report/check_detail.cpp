@@ -378,18 +378,20 @@ std::string torch_markdown(const Comparison& c) {
   for (const auto& k : c.categories) {
     std::string budget = "-";
     if (k.budget)
-      budget = escape_markdown(k.budget->text()) + (k.regression ? " **regression**" : " ok");
-    out += "| " + escape_markdown(k.title) + " | " + human_bytes(k.baseline_bytes) + " | " +
-           human_bytes(k.candidate_bytes) + " | " +
+      budget = escape_markdown(k.budget->text(), MdPlace::TableCell) +
+               (k.regression ? " **regression**" : " ok");
+    out += "| " + escape_markdown(k.title, MdPlace::TableCell) + " | " +
+           human_bytes(k.baseline_bytes) + " | " + human_bytes(k.candidate_bytes) + " | " +
            (k.diff() == 0 ? "-"
                           : escape_markdown(signed_bytes(k.diff()) + " (" +
-                                            percent(k.baseline_bytes, k.candidate_bytes) + ")")) +
+                                                percent(k.baseline_bytes, k.candidate_bytes) + ")",
+                                            MdPlace::TableCell)) +
            " | " + budget + " |\n";
   }
   if (!c.module_changes.empty()) {
     out += "\nModules that changed most:\n\n";
     for (size_t i = 0; i < c.module_changes.size() && i < 5; ++i)
-      out += "- " + escape_markdown(c.module_changes[i].site) + " " +
+      out += "- " + escape_markdown(c.module_changes[i].site, MdPlace::LineStart) + " " +
              escape_markdown(signed_bytes(c.module_changes[i].diff())) + "\n";
   }
   if (!c.line_changes.empty()) {
@@ -398,7 +400,8 @@ std::string torch_markdown(const Comparison& c) {
       const SiteChange& l = c.line_changes[i];
       out += "- " +
              escape_markdown(l.site + " " + signed_bytes(l.diff()) +
-                             (l.what.empty() ? "" : " (" + l.what + ")")) +
+                                 (l.what.empty() ? "" : " (" + l.what + ")"),
+                             MdPlace::LineStart) +
              "\n";
     }
   }
@@ -410,11 +413,12 @@ std::string details_markdown(const CheckResult& r) {
   for (const auto& n : r.notes) out += "\n**Note**: " + escape_markdown(n) + "\n";
   if (!r.growth_changes.empty()) {
     out += "\nGrowth per iteration:\n\n";
-    for (const auto& g : r.growth_changes) out += "- " + escape_markdown(g) + "\n";
+    for (const auto& g : r.growth_changes)
+      out += "- " + escape_markdown(g, MdPlace::LineStart) + "\n";
   }
   if (!r.oom_changes.empty()) {
     out += "\nOut-of-memory events:\n\n";
-    for (const auto& o : r.oom_changes) out += "- " + escape_markdown(o) + "\n";
+    for (const auto& o : r.oom_changes) out += "- " + escape_markdown(o, MdPlace::LineStart) + "\n";
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "report/html_assets.h"
 #include "report/json_report.h"
+#include "report/report_keys.h"
 
 namespace vramtrace::report {
 
@@ -218,10 +219,12 @@ std::string bytes_of(const json& j, const char* key) {
   return v < 0 ? "-" + human_bytes(static_cast<uint64_t>(-v))
                : human_bytes(static_cast<uint64_t>(v));
 }
-std::string secs_of(const json& j, const char* key) {
+// A time of the report on the page's clock: from `origin`, the run's first CUDA work.
+std::string secs_of(const json& j, const char* key, uint64_t origin) {
   if (!has_number(j, key)) return "unknown";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f s", j[key].get<double>() / 1e9);
+  std::snprintf(buf, sizeof buf, "%.3f s",
+                std::max(0.0, j[key].get<double>() - static_cast<double>(origin)) / 1e9);
   return buf;
 }
 bool recovered(const json& o) { return o.value("recovered", false) == true; }
@@ -248,6 +251,10 @@ std::string noscript_summary(const json& r) {
   out += oom ? (fatal ? "Out of memory: the program died" : "Out of memory")
              : "No out-of-memory error";
   out += "</h2><ul>";
+  const uint64_t origin = r.is_object() ? cuda_start_ns(r) : 0;
+  if (origin)
+    out += "<li>Times count from the first CUDA work, " + secs_of(r["run"], "cuda_start_ns", 0) +
+           " after the start</li>";
   if (diag.contains("limit") && diag["limit"].is_object())
     out += "<li>Limit: " + escape(text_of(diag["limit"], "title")) + " (" +
            bytes_of(diag["limit"], "bytes") + ")</li>";
@@ -257,13 +264,13 @@ std::string noscript_summary(const json& r) {
     for (const auto& d : r["devices"]) {
       const json peak = d.contains("peak") && d["peak"].is_object() ? d["peak"] : json::object();
       out += "<li>Device " + escape(text_of(d, "index")) + " (" + escape(text_of(d, "name")) +
-             "): peak " + bytes_of(peak, "bytes") + " at " + secs_of(peak, "time_ns") + " of " +
-             bytes_of(d, "total_bytes") + "</li>";
+             "): peak " + bytes_of(peak, "bytes") + " at " + secs_of(peak, "time_ns", origin) +
+             " of " + bytes_of(d, "total_bytes") + "</li>";
     }
   for (const auto& o : ooms) {
     if (recovered(o)) continue;
     out += "<li>Out of memory on device " + escape(text_of(o, "device")) + " at " +
-           secs_of(o, "time_ns") + ": " + escape(text_of(o, "api")) + " asked for " +
+           secs_of(o, "time_ns", origin) + ": " + escape(text_of(o, "api")) + " asked for " +
            bytes_of(o, "requested_bytes") + " with " + bytes_of(o, "live_bytes") + " live (pid " +
            escape(text_of(o, "pid")) + ")";
     const std::string site =

@@ -645,6 +645,7 @@ json run_json(const collector::RunAnalysis& a, const RunInfo& info) {
   run_j["events"] = a.events;
   run_j[field::dropped_events] = a.dropped_events;
   run_j["duration_ns"] = a.duration_ns;
+  if (a.cuda_start_ns) run_j[field::cuda_start_ns] = since(a.cuda_start_ns, run.origin_ns);
   return run_j;
 }
 

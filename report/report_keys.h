@@ -28,6 +28,7 @@ inline constexpr Key clean_exit = "clean_exit";
 inline constexpr Key command = "command";
 inline constexpr Key complete = "complete";
 inline constexpr Key count = "count";
+inline constexpr Key cuda_start_ns = "cuda_start_ns";
 inline constexpr Key cut_short = "cut_short";
 inline constexpr Key device = "device";
 inline constexpr Key devices = "devices";
@@ -114,6 +115,14 @@ inline uint64_t peak_bytes(const nlohmann::json& device) {
 }
 inline uint64_t peak_time_ns(const nlohmann::json& device) {
   return device[field::peak][field::time_ns].get<uint64_t>();
+}
+// The origin of the times a report's words give (its chart's too): the run's first CUDA work,
+// since the run's start (0 in a report without it, whose times count from the start).
+inline uint64_t cuda_start_ns(const nlohmann::json& report) {
+  const auto run = report.find("run");
+  if (run == report.end() || !run->is_object()) return 0;
+  const auto t = run->find(field::cuda_start_ns);
+  return t != run->end() && t->is_number_unsigned() ? t->get<uint64_t>() : 0;
 }
 inline uint64_t total_bytes(const nlohmann::json& device) {
   return device[field::total_bytes].get<uint64_t>();

@@ -72,7 +72,9 @@ std::string device_lines(const json& r) {
   for (const auto& d : r[field::devices]) {
     uint64_t peak = peak_bytes(d);
     uint64_t total = total_bytes(d);
-    double at_s = static_cast<double>(peak_time_ns(d)) / 1e9;
+    // On the page's clock: from the run's first CUDA work.
+    const uint64_t origin = cuda_start_ns(r), t = peak_time_ns(d);
+    const double at_s = static_cast<double>(t > origin ? t - origin : 0) / 1e9;
     std::snprintf(line, sizeof line, "vramtrace: device %u (%s): peak %s", device_index(d),
                   printable(device_name(d)).substr(0, 300).c_str(), human_bytes(peak).c_str());
     out += line;
@@ -97,8 +99,8 @@ std::string device_lines(const json& r) {
     if (r.contains(field::live_at_death))
       for (const auto& l : r[field::live_at_death])
         died_here = died_here || l[field::device] == d[field::index];
-    std::snprintf(line, sizeof line, " at %.3f s; %s still live at the end%s\n", at_s,
-                  human_bytes(final_live_bytes(d)).c_str(),
+    std::snprintf(line, sizeof line, " %.3f s after the %s; %s still live at the end%s\n", at_s,
+                  origin ? "first CUDA work" : "start", human_bytes(final_live_bytes(d)).c_str(),
                   died_here ? " (the program died holding it)" : "");
     out += line;
     if (d.contains(field::categories)) {

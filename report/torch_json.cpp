@@ -71,13 +71,13 @@ json categories_json(const collector::TorchDevice& t, uint64_t origin) {
                       {"in_use_bytes", pool.in_use_bytes}});
     cat["private_pools"] = list;
   }
+  // The window's start is the timeline's first point: the words give no time of their own.
   if (t.window_start)
     cat["note"] = cat["note"].get<std::string>() +
-                  " PyTorch's trace held only the latest entries (from " +
-                  std::to_string(since(t.window_start, origin) / 1000000) +
-                  " ms on; VRAMTRACE_TORCH_MAX_ENTRIES raises its size): the blocks made "
-                  "before them are unclassified unless named (parameters, gradients, optimizer "
-                  "state), and the categories over time begin there.";
+                  " PyTorch's trace held only the latest entries (VRAMTRACE_TORCH_MAX_ENTRIES "
+                  "raises their number): the blocks made before them are unclassified unless "
+                  "named (parameters, gradients, optimizer state), and the categories over time "
+                  "begin with them.";
   json columns = json::array({field::time_ns});
   for (size_t i = 0; i < collector::kCategories; ++i)
     columns.push_back(category_key(static_cast<Category>(i)));

@@ -4,9 +4,11 @@
 # out/demo/report.html and out/demo/report.json.
 # On a machine with an NVIDIA GPU it runs there; without one it runs on the CPU stand-in for
 # CUDA, and the report says so in its headline.
+# It builds only what it runs (scripts/setup.sh --demo: the command, the library, the stand-in;
+# then the example): tests/test.sh builds the rest.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$ROOT/scripts/setup.sh"
+"$ROOT/scripts/setup.sh" --demo
 cd "$ROOT"
 OUT=${1:-out/demo}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

@@ -1,8 +1,9 @@
 """The PEP 517 build backend of the vramtrace Python package: `pip install .` from the repository.
 
-CMake builds bin/vramtrace and lib/libvramtrace.so (-DVRAMTRACE_PACKAGE=ON: nothing else), and
-this file puts them into a wheel beside the Python package (vramtrace/_bin/), where the command
-finds the library next to itself. It needs nothing but the standard library, so pip's isolated
+CMake builds bin/vramtrace, lib/libvramtrace.so and lib/libvramtrace_http.so (the server of
+`vramtrace run --serve`; -DVRAMTRACE_PACKAGE=ON: nothing else), and this file puts them into a
+wheel beside the Python package (vramtrace/_bin/), where the command finds both libraries next
+to itself. It needs nothing but the standard library, so pip's isolated
 build environment installs no build requirement and the package builds where only Debian's
 packages and the CUDA Toolkit's headers are reachable (scripts/setup.sh installs what the C++
 build needs).
@@ -10,8 +11,9 @@ build needs).
 Settings (pip's --config-settings, or the environment):
   build-dir / VRAMTRACE_PIP_BUILD_DIR  a CMake build folder kept between builds (incremental);
                                       default: a fresh temporary folder
-  prebuilt / VRAMTRACE_PREBUILT       a build tree that already has bin/vramtrace and
-                                      lib/libvramtrace.so: package those, compile nothing
+  prebuilt / VRAMTRACE_PREBUILT       a build tree that already has bin/vramtrace,
+                                      lib/libvramtrace.so and lib/libvramtrace_http.so: package
+                                      those, compile nothing
   jobs / VRAMTRACE_PIP_JOBS           parallel compile jobs (default: the number of CPUs)
 """
 import base64
@@ -72,7 +74,7 @@ ENTRY_POINTS = (
 
 
 def _build_native(config_settings):
-    """Returns the folder holding bin/vramtrace and lib/libvramtrace.so."""
+    """Returns the folder holding bin/vramtrace, lib/libvramtrace.so and lib/libvramtrace_http.so."""
     prebuilt = _setting(config_settings, "prebuilt", "VRAMTRACE_PREBUILT")
     if prebuilt:
         return os.path.abspath(prebuilt)
@@ -90,7 +92,7 @@ def _build_native(config_settings):
     subprocess.check_call(configure, stdout=sys.stderr)
     jobs = _setting(config_settings, "jobs", "VRAMTRACE_PIP_JOBS") or str(os.cpu_count() or 1)
     subprocess.check_call(["cmake", "--build", build, "--target", "vramtrace", "vramtrace_preload",
-                           "-j", jobs], stdout=sys.stderr)
+                           "vramtrace_http", "-j", jobs], stdout=sys.stderr)
     return build
 
 
@@ -152,7 +154,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     native = _build_native(config_settings)
     exe = os.path.join(native, "bin", "vramtrace")
     lib = os.path.join(native, "lib", "libvramtrace.so")
-    for path in (exe, lib):
+    http = os.path.join(native, "lib", "libvramtrace_http.so")  # `vramtrace run --serve`
+    for path in (exe, lib, http):
         if not os.path.isfile(path):
             raise RuntimeError("vramtrace build: %s was not built" % path)
     name = "%s-%s-%s.whl" % (NAME, _version(), _tag())
@@ -163,6 +166,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             wheel.add_file("vramtrace/" + entry, os.path.join(pkg, entry))
     wheel.add_file("vramtrace/_bin/vramtrace", exe, 0o755)
     wheel.add_file("vramtrace/_bin/libvramtrace.so", lib, 0o755)
+    wheel.add_file("vramtrace/_bin/libvramtrace_http.so", http, 0o755)
     wheel.add_file("vramtrace/include/vramtrace.h", os.path.join(ROOT, "include", "vramtrace.h"))
     _write_dist_info(wheel.add)
     wheel.close(_dist_info() + "/RECORD")

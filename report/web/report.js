@@ -363,7 +363,13 @@
     const oom = verdictOom ? ((R.oom || []).find((o) => !o.recovered && o.device === dev && fatal(o)) || (R.oom || []).find((o) => !o.recovered && o.device === dev) || firstFatal || firstOom) : null;
     const died = !!(oom && fatal(oom));
     const diedPids = new Set((R.oom || []).filter((o) => !o.recovered && fatal(o)).map((o) => o.pid));
-    return { R, procs, procOf, isTorch, anyTorch, fatal, oomsOf, D, dev, d, limit, verdictOom, oom, died, diedPids };
+    // One clock for every time on the page, the chart's axis included: from the run's first CUDA
+    // work (report.json's run.cuda_start_ns), as the summary counts; a report without it counts
+    // from the start.
+    const origin = R.run && known(R.run.cuda_start_ns) ? R.run.cuda_start_ns : null;
+    const at = (ns) => !known(ns) ? "unknown" : (ns >= (origin || 0) ? secs(ns - (origin || 0)) : `−${secs(origin - ns)}`);
+    const when = (ns) => `${at(ns)} after ${origin != null ? "the first CUDA work" : "the start"}`;
+    return { R, procs, procOf, isTorch, anyTorch, fatal, oomsOf, D, dev, d, limit, verdictOom, oom, died, diedPids, origin, at, when };
   }
 
   // PyTorch's remedies are for PyTorch programs only; a native CUDA program is told about pools,
@@ -381,9 +387,9 @@
     const findings = (A.oom && A.oom.findings) || [];
     return findings.map((f) => ({ kind: f.kind, title: !torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion }));
   }
-  // Evidence as labelled figures in human units: bytes in binary units, times since the start.
-  function evidenceList(ev) {
-    if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label, value: known(e.bytes) ? bytes(e.bytes) : (known(e.time_ns) ? secs(e.time_ns) + " after the start" : String(e.value ?? "")) }));
+  // Evidence as labelled figures in human units: bytes in binary units, times on the page's clock.
+  function evidenceList(ev, A) {
+    if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label, value: known(e.bytes) ? bytes(e.bytes) : (known(e.time_ns) ? A.when(e.time_ns) : String(e.value ?? "")) }));
     const out = [];
     for (const [k, v] of Object.entries(ev || {})) {
       if (v == null) continue;
@@ -395,7 +401,7 @@
         value = parts.join("; ");
       } else if (typeof v === "object") continue;
       else if (/(^|_)bytes(_|$)/.test(k)) value = bytes(v);
-      else if (/_ns$/.test(k)) value = `${secs(v)} after the start`;
+      else if (/_ns$/.test(k)) value = A.when(v);
       else if (/fragmentation|fraction/.test(k) && typeof v === "number") value = pct(v);
       else value = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v);
       out.push({ label, value });
@@ -403,15 +409,15 @@
     return out;
   }
   function causeOf(A) {
-    if (A.D) return A.D.cause ? { title: A.D.cause.title, evidence: evidenceList(A.D.cause.evidence) } : null;
+    if (A.D) return A.D.cause ? { title: A.D.cause.title, evidence: evidenceList(A.D.cause.evidence, A) } : null;
     const o = A.oom;
     if (!o) return null;
     const f = (o.findings || [])[0];
-    if (f) return { title: f.title, evidence: evidenceList(f.evidence) };
+    if (f) return { title: f.title, evidence: evidenceList(f.evidence, A) };
     if (known(o.free_bytes)) {
       return o.requested_bytes > o.free_bytes
-        ? { title: `The request (${bytes(o.requested_bytes)}) was larger than all free memory (${bytes(o.free_bytes)}).`, evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes, this_process_held_bytes: o.live_bytes }) }
-        : { title: "The request fitted in free memory but no contiguous block was large enough: fragmentation.", evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes }) };
+        ? { title: `The request (${bytes(o.requested_bytes)}) was larger than all free memory (${bytes(o.free_bytes)}).`, evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes, this_process_held_bytes: o.live_bytes }, A) }
+        : { title: "The request fitted in free memory but no contiguous block was large enough: fragmentation.", evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes }, A) };
     }
     return null;
   }
@@ -425,7 +431,7 @@
     let head, sub = [];
     if (A.verdictOom && o) {
       const req = o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
-      head = A.died ? `Out of memory: the program died on device ${o.device} at ${secs(o.time_ns)}` : `Out of memory on device ${o.device} at ${secs(o.time_ns)}; the program went on`;
+      head = A.died ? `Out of memory: the program died on device ${o.device} at ${A.at(o.time_ns)}` : `Out of memory on device ${o.device} at ${A.at(o.time_ns)}; the program went on`;
       const driverReq = req !== o.requested_bytes ? ` (the allocator asked the driver for ${bytes(o.requested_bytes)})` : "";
       sub.push(`It asked for ${bytes(req)}${driverReq} while ${bytes(o.live_bytes)} was live in this process` + (limit ? `, against a limit of ${bytes(limit.bytes)}` : "") + ".");
       if (limit && limit.kind && limit.kind !== "device") sub.push(`The limit is ${limitText}.`);
@@ -436,7 +442,7 @@
     } else if (d) {
       const lim = limit ? limit.bytes : null;
       const head_b = A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (known(lim) ? lim - d.peak.bytes : null);
-      head = `Peak ${bytes(d.peak.bytes)}${known(lim) ? ` of ${bytes(lim)} (${pct(d.peak.bytes / lim)})` : ""} on device ${d.index} at ${secs(d.peak.time_ns)}`;
+      head = `Peak ${bytes(d.peak.bytes)}${known(lim) ? ` of ${bytes(lim)} (${pct(d.peak.bytes / lim)})` : ""} on device ${d.index} at ${A.at(d.peak.time_ns)}`;
       if (known(head_b)) sub.push(head_b > 0 ? `${bytes(head_b)} headroom left under ${limitText}.` : `No headroom: the peak reached ${limitText}.`);
       if (A.D && A.D.growth && known(A.D.growth.bytes_per_iteration)) sub.push(`Memory grows by ${bytes(A.D.growth.bytes_per_iteration)} every iteration (${bytes(A.D.growth.kept_bytes)} kept so far): given enough iterations it runs out.`);
       const rec = A.D && A.D.recovered_ooms ? A.D.recovered_ooms : (R.oom || []).filter((x) => x.recovered).length;
@@ -446,6 +452,7 @@
     }
     if (A.verdictOom && A.D && A.D.limit && A.D.limit.kind !== "device" && !sub.some((s) => s.startsWith("The limit"))) sub.push(`The limit is ${limitText}.`);
     if (A.D && A.verdictOom && known(A.D.headroom_bytes) && A.D.headroom_bytes > 0) sub.push(`${bytes(A.D.headroom_bytes)} was still under the limit: the request did not fit in it.`);
+    if (A.origin > 0 && (d || o)) sub.push(`Times count from the first CUDA work, ${secs(A.origin)} after the start.`);
     box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
 
     const cause = causeOf(A);
@@ -548,8 +555,10 @@
     const firstActive = pts.find((p) => p.slice(1).some((v) => v > 0));
     const starts = [firstActive && firstActive[0], (((d.timeline && d.timeline.points) || [])[0] || [])[0], (d.peak || {}).time_ns,
       ...ooms.map((o) => o.time_ns), ...(d.phases || []).map((p) => p.start_ns)].filter((v) => known(v) && v >= 0);
-    const t0 = starts.length && pts.length ? Math.min(...starts) : 0;
-    pts = pts.filter((p) => p[0] >= t0).map((p) => [p[0] - t0, ...p.slice(1)]);
+    // The page's clock when the report has it (the run's first CUDA work, the same for every
+    // device); an older report's: this device's first activity.
+    const t0 = A.origin != null ? A.origin : (starts.length && pts.length ? Math.min(...starts) : 0);
+    pts = pts.filter((p) => A.origin != null || p[0] >= t0).map((p) => [Math.max(0, p[0] - t0), ...p.slice(1)]);
     const span = end - t0;
     const keep = names.map((n, k) => pts.some((p) => (p[k + 1] || 0) > 0));
     const idx = names.map((n, k) => k).filter((k) => keep[k]);
@@ -705,7 +714,8 @@
     };
     // Said under the chart, where the axis starts.
     const offset = t0 > 0 ? $("div", { class: "muted small", "data-time-offset": String(t0),
-      text: `Time from the first CUDA activity on this device, ${secs(t0)} after the process started (the ${secs(t0)} before it are left out).` }) : null;
+      text: A.origin != null ? `Time from the first CUDA work of the job, ${secs(t0)} after it started (the ${secs(t0)} before it are left out), as every time on this page.`
+        : `Time from the first CUDA activity on this device, ${secs(t0)} after the process started (the ${secs(t0)} before it are left out).` }) : null;
     return { box, draw, hasData: pts.length > 0, offset };
   }
   const host_width = (el) => (el.parentElement && el.parentElement.clientWidth) || 900;
@@ -825,10 +835,10 @@
     // The device's own live set at its peak, every process's; else (one process, an older
     // report) its process's.
     const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
-    if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${secs(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
+    if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${A.at(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
       sitesRest: pk.by_site_rest, libsRest: pk.by_library_rest, stacks: pk.by_stack || [],
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
-    ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${secs(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
+    ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${A.at(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
       sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: [],
       cats: catsAt(d, o.time_ns), modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
     // At the end: what was still live (when the process died of an OOM, what it held then).
@@ -1001,6 +1011,12 @@
     }
     const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
     if (devices.length || A.verdictOom) (slot ? slot.summary : main).append(summary(A, title));
+    // A moment of a running job before its first CUDA work: nothing to draw yet, and why.
+    else if (running && R.live.cuda_used === false) {
+      main.append($("section", { class: "card summary", id: "summary", "data-verdict": "no-cuda-yet" },
+        $("div", { class: "verdict" }, $("h2", { id: "verdict", text: "The job has not used CUDA yet" }),
+          $("div", { class: "verdict-sub", text: "No process of it has created a CUDA context or allocated device memory so far; its memory is shown here from its first CUDA work on." }))));
+    }
     else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
 
     const procDevice = (host, index) => {
@@ -1036,7 +1052,7 @@
       const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
       const head = $("div", { class: "headline" },
         stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
-        stat("Peak at", secs(d.peak.time_ns), "", "peak-time"),
+        stat("Peak at", A.at(d.peak.time_ns), "", "peak-time"),
         stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
         stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
           diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
@@ -1059,7 +1075,7 @@
       for (const [i, o] of ooms.entries()) {
         const box = $("div", { class: "finding", "data-oom": "1" });
         const total = known(o.total_bytes) ? o.total_bytes : d.total_bytes;
-        box.append($("h3", { text: `Out of memory${ooms.length > 1 ? " " + (i + 1) : ""} at ${secs(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
+        box.append($("h3", { text: `Out of memory${ooms.length > 1 ? " " + (i + 1) : ""} at ${A.at(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
         // A pool's OOM (api "pool NAME") is a request made to the pool, not by it.
         const api = String(o.api || "");
         const what = [(api.startsWith("pool ") ? `A request of ${bytes(o.requested_bytes)} to ${api.slice(5)}` : `${api} asked for ${bytes(o.requested_bytes)}`) + ` (pid ${o.pid}, thread ${o.thread})`];
@@ -1078,7 +1094,7 @@
           const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
           for (const f of o.findings) {
             const li = $("li", { "data-kind": f.kind }, $("div", { class: "finding-title", text: f.title }));
-            const ev = evidenceList(f.evidence);
+            const ev = evidenceList(f.evidence, A);
             if (ev.length) li.append($("div", { class: "muted", text: "Evidence: " + ev.map((e) => `${e.label}: ${e.value}`).join("; ") }));
             li.append($("div", { text: "Try: " + (!torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion) }));
             list.append(li);
@@ -1128,7 +1144,7 @@
         if (largest.length) {
           if (!blocks.length) card.append($("h3", { text: "Largest blocks live at the peak" }));
           segmentsBox.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
-            { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: secs },
+            { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: A.at },
             { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v, r) => launchesOff(proc) || launchesStopped(proc, r.time_ns) ? "not recorded" : String(v ?? "") }],
           largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
         }
@@ -1154,7 +1170,7 @@
           card.append($("h3", { text: "Growing across iterations" }));
           card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
           card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
-            { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: secs },
+            { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: A.at },
             { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.growth_rest, restLabel: "growing sites" }));
         }
         card.append($("h3", { text: "Kernels launched" }));
@@ -1205,7 +1221,7 @@
     procs.append(table([{ key: "pid", label: "pid", num: true, width: "6em" }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
       { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
     A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.still_running ? "running" : (p.clean_exit ? "exit()" : "cut short")) })), "processes"));
-    main.append(procs);
+    if (A.procs.length) main.append(procs);  // none before a job's first CUDA work
     return later;
   }
 

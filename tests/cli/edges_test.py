@@ -278,8 +278,8 @@ def cuda_cannot_start(work):
           "run -o given /nonexistent: %d, left %r" % (r.returncode, os.listdir(out)))
     md = os.path.join(out, "g.md")
     r = run(["run", "--baseline", clean_run(work), "--markdown", md, "--", "/nonexistent"], out)
-    check(r.returncode == 127 and "**Failed**: the command could not be run \\(No such file or "
-          "directory\\): not checked" in open(md).read(), "run --baseline /nonexistent: %r"
+    check(r.returncode == 127 and "**Failed**: the command could not be run (No such file or "
+          "directory): not checked" in open(md).read(), "run --baseline /nonexistent: %r"
           % (open(md).read() if os.path.exists(md) else None))
     print("CUDA that cannot start, a command that cannot run: checked")
 

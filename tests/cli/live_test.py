@@ -399,6 +399,48 @@ def serve_processes(root):
     print("--serve with two processes (each as it connects, live now by site and process): checked")
 
 
+def serve_before_cuda(root):
+    """A job before its first CUDA work (a shell that waits, then starts the CUDA program): the
+    report of that moment says so, then the job's memory appears once it used CUDA."""
+    work, out = os.path.join(root, "precuda-work"), os.path.join(root, "precuda")
+    os.mkdir(work)
+    p = subprocess.Popen([VT, "run", "--serve", "-o", out, "--", "sh", "-c",
+                          'while [ ! -e "$1/go" ]; do sleep 0.05; done; exec "$0" "$1" 1',
+                          STEPS, work], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    url = None
+    for line in p.stderr:
+        m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
+        if m:
+            url = m.group(1)
+            break
+    check(url is not None, "before CUDA: no URL")
+    if url:
+        s, h, b = request(url, path="report.json")
+        rep = json.loads(b) if s == 200 else {}
+        check(rep.get("devices") == [] and rep.get("live") == {
+            "running": True, "now": [], "cuda_used": False,
+            "note": "the job has not used CUDA yet: no process of it has created a CUDA context "
+                    "or allocated device memory so far"},
+              "before CUDA: /report.json says the job has not used CUDA yet: %r" % rep.get("live"))
+        touch(work, "go")
+        step(work, "step-1", "done-1")
+        rep = wait_until("the job's first step in /report.json", lambda: (lambda r: r if r and r[
+            "live"]["now"] and r["live"]["now"][0]["bytes"] == 16 * MiB else None)(
+            json.loads(request(url, path="report.json")[2])))
+        check(rep is not None and rep["live"]["cuda_used"] is True and "note" not in rep["live"],
+              "after its first CUDA work: cuda_used, no note: %r" %
+              ({k: v for k, v in rep["live"].items() if k != "now"} if rep else None))
+    touch(work, "go")
+    for name, done in (("step-1", "done-1"), ("oom", "oom-done")):
+        if not os.path.exists(os.path.join(work, done)):
+            step(work, name, done)
+    touch(work, "end")
+    out_text, err = p.communicate(timeout=120)
+    check(p.returncode == 0, "before CUDA: exit %d (%r)" % (p.returncode, err))
+    print("--serve before the job's first CUDA work: checked")
+
+
 def serve_token(root):
     job = Job(root, "token", ["--serve=0.0.0.0:0"])
     url = job.url()
@@ -463,7 +505,7 @@ def serve_bad_input(root):
 def main():
     root = vtrel.temp_dir("vt-live-")
     for case in (snapshots_and_signal, snapshot_torch, snapshot_bad_input, serve,
-                 serve_processes, serve_token, serve_bad_input):
+                 serve_processes, serve_before_cuda, serve_token, serve_bad_input):
         case(root)
     vtrel.finish("cli live test")
 

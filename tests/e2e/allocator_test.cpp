@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "e2e/e2e_util.h"
 #include "e2e/expected.h"
@@ -132,6 +133,43 @@ TEST_CASE("growth per iteration, with iterations from vramtrace_step, NVTX or ke
       }
     }
   }
+}
+
+// Every string of a JSON value, keys' values at any depth.
+static void strings_of(const json& j, std::vector<std::string>& out) {
+  if (j.is_string()) out.push_back(j.get<std::string>());
+  if (j.is_structured())
+    for (const auto& v : j) strings_of(v, out);
+}
+
+TEST_CASE("a native program's OOM of growth: CUDA's advice in every text, none of PyTorch's") {
+  // 4 MiB of weights, 8 MiB of scratch and 1 MiB kept per iteration on an 18 MiB device:
+  // keep_history() runs out in iteration 6.
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + "VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(18 * MiB) + " " +
+                kVramtrace + " run -o " + dir + " -- " + prog("leak_steps") + " step");
+  INFO(r.out);
+  REQUIRE(r.code() == 99);  // the program's CHECK failed
+  std::ifstream in(dir + "/report.json");
+  const json j = json::parse(in);
+  const json& f = j["oom"][0]["findings"];
+  REQUIRE(f.size() == 2);
+  REQUIRE(f[0]["kind"] == "growth");
+  REQUIRE(f[0]["suggestion"] ==
+          "Memory is kept across iterations: free (cudaFree/cudaFreeAsync) what each iteration "
+          "allocates before the next one, or reuse one buffer sized for the largest iteration.");
+  REQUIRE(f[1]["kind"] == "near_capacity");
+  REQUIRE(f[1]["suggestion"] ==
+          "Use less memory at the peak: process the data in smaller chunks (smaller buffers or "
+          "batches), reuse buffers across steps (a stream-ordered pool, cudaMallocAsync, with a "
+          "release threshold), and free temporaries before the largest request.");
+  std::vector<std::string> texts;
+  strings_of(j, texts);
+  for (const std::string& t : texts)
+    for (const char* torch : {"loss.item", ".detach", "checkpointing", "mixed precision", "bf16",
+                              "torch", "PyTorch", "tensor"})
+      CHECK_FALSE(contains(t, torch));
+  REQUIRE_FALSE(contains(r.out, "loss.item"));
 }
 
 TEST_CASE("a native loop of one kernel per iteration: iterations and growth per iteration") {

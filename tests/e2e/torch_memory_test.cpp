@@ -342,7 +342,11 @@ TEST_CASE("PyTorch's memory by category: a run longer than PyTorch's trace ring"
   REQUIRE(contains(problems[0].get<std::string>(),
                    "PyTorch's trace buffer of device 0 was full (12 entries)"));
   const json& cat = j["processes"][0]["devices"][0]["categories"];
-  REQUIRE(contains(cat["note"].get<std::string>(), "PyTorch's trace held only the latest entries"));
+  REQUIRE(contains(cat["note"].get<std::string>(),
+                   " PyTorch's trace held only the latest entries (VRAMTRACE_TORCH_MAX_ENTRIES "
+                   "raises their number): the blocks made before them are unclassified unless "
+                   "named (parameters, gradients, optimizer state), and the categories over time "
+                   "begin with them."));
   // The categories over time begin with the ring's window (PyTorch's side before it is not
   // known): later than the run's first driver allocation.
   REQUIRE(cat["timeline"]["points"][0][0].get<uint64_t>() >

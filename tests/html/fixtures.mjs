@@ -193,7 +193,8 @@ export function torchOom() {
   const actAt = atPeak.activations;
   return {
     schema: "vramtrace.report/1",
-    run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, complete: true, stand_in: false },
+    // Its first CUDA work 1.2 s after the start (imports before it), where the timeline begins.
+    run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, cuda_start_ns: 1.2e9, complete: true, stand_in: false },
     diagnosis: {
       verdict: "oom", device: 0,
       limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (16.00 GiB)" },

@@ -248,9 +248,14 @@ for (const width of [1400, 1000]) {
   const { page, errors, requests } = await open(torchHtml, "light", width, 900);
   const w = `torch OOM at ${width} px`;
   const verdict = await page.locator("#verdict").textContent();
-  check(`${w}: the verdict says it died of OOM, when and where`, verdict === `Out of memory: the program died on device 0 at ${(torchRep.oom[0].time_ns / 1e9).toFixed(3)} s`, verdict);
+  // One clock: the OOM 2.5635 s after the start is 1.363 s after the first CUDA work (1.2 s).
+  check(`${w}: the verdict says it died of OOM, when and where`, verdict === "Out of memory: the program died on device 0 at 1.363 s", verdict);
   const sub = await page.locator(".verdict-sub").first().textContent();
   check(`${w}: the verdict names the request, the live memory and the effective limit`, sub.startsWith("It asked for 2.00 GiB while ") && sub.includes("against a limit of 16.00 GiB") && sub.includes("The limit is PyTorch's per-process memory fraction (16.00 GiB)."), sub);
+  check(`${w}: the verdict says which clock its time is on`, sub.endsWith(" Times count from the first CUDA work, 1.200 s after the start."), sub);
+  const clocks = await page.evaluate(() => [document.querySelector("[data-stat='peak-time'] .value").textContent, document.querySelector("[data-oom] h3").textContent,
+    [...document.querySelectorAll(".tabs button")].map((b) => b.textContent).join(" | ")]);
+  check(`${w}: the peak, the OOM and the moments on the same clock`, clocks[0] === "1.361 s" && clocks[1] === "Out of memory at 1.363 s: the process died" && clocks[2].includes("At the peak (15.23 GiB, 1.361 s)") && clocks[2].includes("At OOM (1.363 s, "), JSON.stringify(clocks));
   if (width === 1400) {
     for (const sel of ["#verdict", "#cause", "#remedies", "[data-chart='0'] canvas"]) check(`${w}: ${sel} on the first screen`, await inFirstScreen(page, sel));
   } else {
@@ -309,8 +314,8 @@ for (const width of [1400, 1000]) {
         (await segments.locator("summary").textContent()) === "Driver allocations live at the peak (the caching allocator's segments): the largest 30 allocations" &&
         (await segments.locator("[data-table='peak-largest']").count()) === 1);
   const offset = await page.locator("[data-time-offset]").first().textContent();
-  check(`${w}: the time axis starts at the first CUDA activity and says where that was`,
-        offset === "Time from the first CUDA activity on this device, 1.200 s after the process started (the 1.200 s before it are left out)." &&
+  check(`${w}: the time axis starts at the first CUDA work and says where that was`,
+        offset === "Time from the first CUDA work of the job, 1.200 s after it started (the 1.200 s before it are left out), as every time on this page." &&
         (await chart.getAttribute("data-x-start-ns")) === "1200000000", offset);
   check(`${w}: the icicle graph folds nn.Module's call machinery`, !cells.some((c) => /^(_call_impl|_wrapped_call_impl|inner) \(module\.py:/.test(c)), cells.filter((c) => c.includes("module.py")).slice(0, 4).join(" | "));
   await page.locator(".icicle-cell", { hasText: "main (train.py:131)" }).first().click();
@@ -354,6 +359,8 @@ for (const width of [1400, 1000]) {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 }, javaScriptEnabled: false });
   await page.goto("file://" + torchHtml);
   const text = await page.locator("body").innerText();
+  check("JavaScript off: the times on the page's clock, and which", text.includes("Times count from the first CUDA work, 1.200 s after the start") &&
+        text.includes("): peak 15.23 GiB at 1.361 s of ") && text.includes("Out of memory on device 0 at 1.363 s: "), text.slice(0, 600));
   check("JavaScript off: the summary says what happened", text.includes("Out of memory: the program died") && text.includes("Limit: PyTorch's per-process memory fraction (16.00 GiB) (16.00 GiB)") &&
         text.includes("Device 0 (NVIDIA H200): peak ") && text.includes("asked for 2.00 GiB") && text.includes("Likely cause: Activations of the forward pass") && text.includes("Train in bf16 with autocast (saves about"), text.slice(0, 600));
   await page.close();
@@ -367,14 +374,27 @@ for (const width of [1400, 1000]) {
   r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
   const { page, errors } = await open(render("torch-peak", r), "light", 1400, 900);
   const verdict = await page.locator("#verdict").textContent();
-  check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 2.561 s", verdict);
+  check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 1.361 s", verdict);
   const sub = await page.locator(".verdict-sub").textContent();
-  check("torch peak: the headroom under the limit and the retried allocations", sub === "790.34 MiB headroom left under PyTorch's per-process memory fraction (16.00 GiB). 2 allocations failed and worked when retried after the allocator freed its cache.", sub);
+  check("torch peak: the headroom under the limit and the retried allocations", sub === "790.34 MiB headroom left under PyTorch's per-process memory fraction (16.00 GiB). 2 allocations failed and worked when retried after the allocator freed its cache. Times count from the first CUDA work, 1.200 s after the start.", sub);
   check("torch peak: the remedies without a cause", (await page.locator("#cause").count()) === 0 && (await page.locator("#remedies > ol > li").count()) === 3);
   check("torch peak: no OOM mark on the chart", (await page.locator("[data-chart='0']").getAttribute("data-marks")) === "1");
   check("torch peak: headroom in red at 95 %", (await stat(page, "headroom")) === "790.34 MiB (4.8 %)" && (await page.locator("[data-stat='headroom']").getAttribute("class")).includes("bad"), await stat(page, "headroom"));
   await layout(page, "torch peak");
   check("no console errors (torch peak)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 7c. A moment of a running job before its first CUDA work: the page says so.
+{
+  const r = { schema: "vramtrace.report/1", generated_at: "2026-12-04T16:00:00Z", run: { command: ["python3", "train.py"], duration_ns: 0, complete: true, stand_in: false, problems: [] },
+    devices: [], processes: [], oom: [], leaks: [], growth: [], retained: [], ranks: [],
+    live: { running: true, now: [], cuda_used: false, note: "the job has not used CUDA yet: no process of it has created a CUDA context or allocated device memory so far" } };
+  const { page, errors } = await open(render("precuda", r), "light", 1400, 900);
+  check("before CUDA: the verdict says the job has not used CUDA yet", (await page.locator("#verdict").textContent()) === "The job has not used CUDA yet" &&
+        (await page.locator(".verdict-sub").textContent()) === "No process of it has created a CUDA context or allocated device memory so far; its memory is shown here from its first CUDA work on.");
+  await page.screenshot({ path: join(shots, "report-precuda.png") });
+  check("no console errors (before CUDA)", errors.length === 0, errors.join("; "));
   await page.close();
 }
 
@@ -462,7 +482,7 @@ for (const width of [1400, 1000]) {
   check("diff: the header names runs A and B", (await page.locator("#cmd").textContent()) === "A: python3 train.py --arch resnet50 --batch-size 512 --amp off   B: python3 train.py --arch resnet50 --batch-size 256");
   const va = await page.locator("[data-run='A'] #verdict, [data-run='A'] .verdict h2").first().textContent();
   const vb = await page.locator("[data-run='B'] .verdict h2").first().textContent();
-  check("diff: A's verdict and B's side by side", va.startsWith("A: Out of memory: the program died") && vb === "B: Peak 9.00 GiB of 16.00 GiB (56 %) on device 0 at 2.561 s", `${va} | ${vb}`);
+  check("diff: A's verdict and B's side by side", va.startsWith("A: Out of memory: the program died") && vb === "B: Peak 9.00 GiB of 16.00 GiB (56 %) on device 0 at 1.361 s", `${va} | ${vb}`);
   check("diff: both runs have their chart", (await page.locator("[data-run='A'] [data-chart] canvas").count()) === 1 && (await page.locator("[data-run='B'] [data-chart] canvas").count()) === 1);
   // The two charts compare at a glance: one row, the same size, the same time and byte axes
   // (A's: its OOM near 16 GiB; B's 9 GiB peak drawn on that scale, not stretched to fill it).

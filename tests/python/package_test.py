@@ -1,6 +1,7 @@
 """The Python package, installed as a user would: `pip install` of the repository into a fresh
-virtual environment, then the installed `vramtrace` command, the Python API, the pytest plugin
-(with and without pytest-xdist) and the notebook view, on the CPU stand-in for CUDA.
+virtual environment, then the installed `vramtrace` command (`run --serve` included), the Python
+API, the pytest plugin (with and without pytest-xdist) and the notebook view, on the CPU stand-in
+for CUDA.
 
   package_test.py BUILD_DIR [--compile]
 
@@ -14,6 +15,7 @@ The virtual environment sees the system's site-packages (pytest and pytest-xdist
 python3-pytest and python3-pytest-xdist, which scripts/setup.sh installs); pip installs only the
 repository, with --no-index: the build backend needs nothing from a registry.
 """
+import http.client
 import json
 import os
 import re
@@ -21,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -53,7 +56,7 @@ def clean_env(**extra):
     e = dict(os.environ)
     for k in ("VRAMTRACE_OUTPUT", "VRAMTRACE_SOCKET", "LD_PRELOAD", "CUDA_INJECTION64_PATH",
               "VRAMTRACE_CUPTI", "PYTHONPATH", "VRAMTRACE_PYTEST_REEXEC", "PYTEST_ADDOPTS",
-              "VRAMTRACE_LIB", "PYTEST_XDIST_WORKER"):
+              "VRAMTRACE_LIB", "PYTEST_XDIST_WORKER", "VRAMTRACE_HTTP_LIB"):
         e.pop(k, None)
     e["LD_LIBRARY_PATH"] = STANDIN
     e.update({k: str(v) for k, v in extra.items()})
@@ -100,6 +103,7 @@ def main():
           "the report has the program's device peak")
     check(os.stat(os.path.join(out, "report.json")).st_mode & 0o077 == 0,
           "report.json is the user's only")
+    serve(exe, site, tmp)
 
     if COMPILE:  # the rest is the same Python code over the same native parts
         return finish(tmp)
@@ -328,6 +332,63 @@ def main():
     check("arning" not in out and "vt-deprecated-object" not in out,
           "quiet: a warning in the user's output: %r" % out[-1500:])
     return finish(tmp)
+
+
+def serve(exe, site, tmp):
+    """`vramtrace run --serve` of the installed command: the page and the report of the moment
+    while the job runs (tests/programs/live_steps, driven through files), then the job's end."""
+    check(os.path.isfile(os.path.join(site, "_bin", "libvramtrace_http.so")),
+          "libvramtrace_http.so is installed beside the native command")
+    work = os.path.join(tmp, "serve-work")
+    os.mkdir(work)
+    steps = os.path.join(BUILD, "tests", "programs", "live_steps")
+    p = subprocess.Popen([exe, "run", "--serve", "-o", os.path.join(tmp, "serve"), "--", steps,
+                          work, "1"], env=clean_env(VRAMTRACE_STANDIN_DEVICE_BYTES=256 << 20),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, url = [], None
+    for line in p.stderr:  # the launcher's first line names the page
+        lines.append(line)
+        m = re.match(r"vramtrace: live report: http://(127\.0\.0\.1:\d+)/$", line.strip())
+        if m:
+            url = m.group(1)
+            break
+    if check(url is not None, "run --serve from the wheel serves: %r" % lines):
+        host, port = url.split(":")
+
+        def get(path):
+            c = http.client.HTTPConnection(host, int(port), timeout=60)
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read()
+
+        def touch(name):
+            open(os.path.join(work, name), "w").close()
+
+        def wait(name):
+            end = time.monotonic() + 120
+            while time.monotonic() < end and not os.path.exists(os.path.join(work, name)):
+                time.sleep(0.05)
+            return os.path.exists(os.path.join(work, name))
+
+        status, page = get("/")
+        check(status == 200 and b"<html" in page[:200].lower(), "the page: %d" % status)
+        touch("step-1")
+        check(wait("done-1"), "live_steps did its step")
+        now = []
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (now and now[0].get("bytes") == 16 << 20):
+            status, body = get("/report.json")
+            rep = json.loads(body) if status == 200 else {}
+            now = rep.get("live", {}).get("now", [])
+            time.sleep(0.05)
+        check(now and now[0]["bytes"] == 16 << 20 and rep["live"]["running"] is True,
+              "/report.json of the moment: the step's 16 MiB live, running: %r" % rep.get("live"))
+        touch("oom")
+        wait("oom-done")
+        touch("end")
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 0, "run --serve ended as its command: %d (%r)"
+          % (p.returncode, "".join(lines) + err))
 
 
 def finish(tmp):

@@ -238,10 +238,10 @@ def check_ci_files(t, md, xml, pid):
     except OSError as e:
         check(False, "%s: CI files: %s" % (t, e))
         return
-    reason = "".join("\\" + ch if ch in "\\`*_{}[]()<>#+-!|~" else ch for ch in NOTICE_TEXT)
+    # Nothing in the notice is Markdown there: it reads as it is.
     want_md = ("### vramtrace: peak device memory unknown: a process was not profiled\n\n"
-               "**Not profiled** (its device memory is unknown): pid %d \\(chatty\\): %s\n\n"
-               % (pid, reason))
+               "**Not profiled** (its device memory is unknown): pid %d (chatty): %s\n\n"
+               % (pid, NOTICE_TEXT))
     check(mtext.startswith(want_md), "%s: markdown %r, not starting %r" % (t, mtext, want_md))
     want_xml = ('<testsuite name="vramtrace peak memory" tests="2" failures="1">\n'
                 '  <testcase classname="vramtrace.profiled" name="every process profiled">'

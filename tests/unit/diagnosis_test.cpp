@@ -121,3 +121,85 @@ TEST_CASE("effective limit: the card, PyTorch's fraction, other processes") {
   REQUIRE(effective_limit(80 * GiB, &tm, 0, 70 * GiB).kind == "other_processes");
   REQUIRE(effective_limit(80 * GiB, &tm, 0, 30 * GiB).kind == "per_process_fraction");
 }
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+// One forward of an encoder whose 12 layers (called in order: ids 2..13) each keep `bytes(i)`
+// of activations.
+template <typename Bytes>
+TorchMemory encoder(Bytes bytes) {
+  TorchContext ctx;
+  ctx.present = true;
+  ctx.modules.push_back({"encoder", "Encoder", "model.py", 10});
+  ctx.marks.push_back({100, MarkKind::Forward, 1, false});
+  for (uint32_t i = 0; i < 12; ++i) {
+    ctx.modules.push_back({"encoder_layer_" + std::to_string(i), "Layer", "model.py", 20});
+    const uint64_t t = 110 + 20 * i;
+    ctx.marks.push_back({t, MarkKind::Module, i + 2, false});
+    ctx.blocks.push_back({0, 0x100000ull * (i + 1), bytes(i), t + 5, UINT64_MAX});
+    ctx.marks.push_back({t + 10, MarkKind::ModuleEnd, i + 2, false});
+  }
+  ctx.marks.push_back({1000, MarkKind::ForwardEnd, 1, false});
+  return TorchMemory(std::move(ctx));
+}
+
+std::vector<std::string> names(const std::vector<ModuleBytes>& v) {
+  std::vector<std::string> out;
+  for (const ModuleBytes& m : v) out.push_back(m.name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("modules of equal bytes are listed in the model's order, not as text") {
+  const TorchMemory tm = encoder([](uint32_t) { return 1 * MiB; });
+  const auto mods = live_by_module(tm, 0, 2000, true);
+  std::vector<std::string> want;
+  for (int i = 0; i < 12; ++i) want.push_back("encoder_layer_" + std::to_string(i));
+  CHECK(names(mods) == want);
+  CHECK(mods[10].bytes == 1 * MiB);
+  CHECK(mods[10].first_call == 12);
+  CHECK(names(checkpoint_groups(mods, 12 * MiB)) == want);
+
+  RemedyInput in;
+  set(in.at, Category::Activations, 12 * MiB);
+  in.total = 12 * MiB;
+  in.limit = 12 * MiB;
+  in.request = 1 * MiB;
+  in.activations_by_module = checkpoint_groups(mods, 12 * MiB);
+  const std::vector<Remedy> remedies = pytorch_remedies(in);
+  const Remedy* ckpt = find(remedies, "activation_checkpointing");
+  REQUIRE(ckpt);
+  CHECK(ckpt->title ==
+        "Checkpoint the modules that hold the most activations: encoder_layer_0, "
+        "encoder_layer_1, encoder_layer_2, encoder_layer_3, encoder_layer_4, encoder_layer_5");
+  CHECK(ckpt->saves_bytes == 5 * MiB);
+}
+
+TEST_CASE("the modules a remedy names: the largest, named in the model's order") {
+  // Layers 9, 10 and 11 hold the most (3 MiB each), layer 2 next (2 MiB), the rest 1 MiB.
+  const TorchMemory tm = encoder([](uint32_t i) {
+    return i >= 9 ? 3 * MiB : i == 2 ? 2 * MiB : 1 * MiB;
+  });
+  const auto mods = live_by_module(tm, 0, 2000, true);
+  CHECK(names(mods) ==
+        std::vector<std::string>{"encoder_layer_9", "encoder_layer_10", "encoder_layer_11",
+                                 "encoder_layer_2", "encoder_layer_0", "encoder_layer_1",
+                                 "encoder_layer_3", "encoder_layer_4", "encoder_layer_5",
+                                 "encoder_layer_6", "encoder_layer_7", "encoder_layer_8"});
+  RemedyInput in;
+  set(in.at, Category::Activations, 19 * MiB);
+  in.total = 19 * MiB;
+  in.limit = 19 * MiB;
+  in.request = 1 * MiB;
+  in.activations_by_module = checkpoint_groups(mods, 19 * MiB);
+  const std::vector<Remedy> remedies = pytorch_remedies(in);
+  const Remedy* ckpt = find(remedies, "activation_checkpointing");
+  REQUIRE(ckpt);
+  CHECK(ckpt->title ==
+        "Checkpoint the modules that hold the most activations: encoder_layer_0, "
+        "encoder_layer_1, encoder_layer_2, encoder_layer_9, encoder_layer_10, encoder_layer_11");
+  CHECK(ckpt->saves_bytes == 10 * MiB);  // 3+3+3+2+1+1 less the largest, 3
+}

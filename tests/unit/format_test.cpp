@@ -229,5 +229,39 @@ TEST_CASE("budgets: a bare number is refused, every accepted value says what it 
 
 TEST_CASE("strings from the traced program are escaped for Markdown and XML") {
   REQUIRE(report::escape_xml("<a href=\"x\">&'") == "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
-  REQUIRE(report::escape_markdown("a|b<script>`x`\n") == "a\\|b\\<script\\>\\`x\\` ");
+  using report::MdPlace;
+  REQUIRE(report::escape_markdown("a|b<script>`x`\n", MdPlace::TableCell) ==
+          "a\\|b\\<script>\\`x\\` ");
+}
+
+TEST_CASE("Markdown escapes only what Markdown reads as syntax where the string goes") {
+  using report::escape_markdown;
+  using report::MdPlace;
+  // Figures, options and names read as they are.
+  CHECK(escape_markdown("+3.00 GiB (+33.1%)") == "+3.00 GiB (+33.1%)");
+  CHECK(escape_markdown("'python train.py --batch 12'") == "'python train.py --batch 12'");
+  CHECK(escape_markdown("encoder_layer_10.attn {x} 2 > 1 # ! a * b ~ c") ==
+        "encoder_layer_10.attn {x} 2 > 1 # ! a * b ~ c");
+  CHECK(escape_markdown("C:\\path\\to a < b & c") == "C:\\path\\to a < b & c");
+  // Emphasis, code, links, HTML and entities, anywhere.
+  CHECK(escape_markdown("__init__ *p ~~x~~ `c` [l](u) ![i](u) <b> </b> &amp; &#60;") ==
+        "\\_\\_init\\_\\_ \\*p \\~\\~x\\~\\~ \\`c\\` \\[l](u) !\\[i](u) \\<b> \\</b> "
+        "\\&amp; \\&#60;");
+  CHECK(escape_markdown("a\\*b\\") == "a\\\\\\*b\\\\");  // a backslash that would escape
+  CHECK(escape_markdown("a|b") == "a|b");
+  CHECK(escape_markdown("a|b", MdPlace::TableCell) == "a\\|b");
+  CHECK(escape_markdown("line\r\nbreak") == "line  break");
+  // Block markers only at the start of a line or list item.
+  CHECK(escape_markdown("- x", MdPlace::LineStart) == "\\- x");
+  CHECK(escape_markdown("+1.00 GiB", MdPlace::LineStart) == "+1.00 GiB");
+  CHECK(escape_markdown("+ x", MdPlace::LineStart) == "\\+ x");
+  CHECK(escape_markdown("--batch 12", MdPlace::LineStart) == "--batch 12");
+  CHECK(escape_markdown("---", MdPlace::LineStart) == "\\---");
+  CHECK(escape_markdown("# x", MdPlace::LineStart) == "\\# x");
+  CHECK(escape_markdown("#include x", MdPlace::LineStart) == "#include x");
+  CHECK(escape_markdown("> x", MdPlace::LineStart) == "\\> x");
+  CHECK(escape_markdown("12. x", MdPlace::LineStart) == "12\\. x");
+  CHECK(escape_markdown("3) x", MdPlace::LineStart) == "3\\) x");
+  CHECK(escape_markdown("3.5 GiB", MdPlace::LineStart) == "3.5 GiB");
+  CHECK(escape_markdown("- x") == "- x");
 }

@@ -521,3 +521,35 @@ TEST_CASE("the exit status: an OOM after which a native program exits non-zero i
     REQUIRE(run.processes[0].problem.empty());
   }
 }
+
+TEST_CASE("one clock: the report's words count from the run's first CUDA work") {
+  constexpr uint64_t GiB = 1ull << 30;
+  // 12 s of imports before the first CUDA context; the peak 0.72 s after it.
+  TraceBuilder b;
+  b.step(12'000'000'000).context(0, 80 * GiB, "NVIDIA H200");
+  b.step(720'000'000).alloc(0xa, 1 * GiB).step(1000).free(0xa).exit_clean();
+  auto j = report::to_json(run_of({b.bytes()}));
+  REQUIRE(j["run"]["cuda_start_ns"] == 12'000'000'000ull);
+  REQUIRE(j["devices"][0]["peak"]["time_ns"] == 12'720'000'000ull);  // the keys: from the start
+  REQUIRE_THAT(report::summary_text(j),
+               Catch::Contains("vramtrace: device 0 (NVIDIA H200): peak 1.00 GiB of 80.00 GiB "
+                               "(1.2%) 0.720 s after the first CUDA work; 0 B still live at the "
+                               "end\n"));
+  // Without a context record, the first allocation is the first CUDA work.
+  TraceBuilder c;
+  c.step(2'000'000'000).alloc(0xa, 1 * MiB).step(500'000'000).alloc(0xb, 1 * MiB).exit_clean();
+  auto k = report::to_json(run_of({c.bytes()}));
+  REQUIRE(k["run"]["cuda_start_ns"] == 2'000'000'000ull);
+  REQUIRE_THAT(report::summary_text(k),
+               Catch::Contains("peak 2.00 MiB 0.500 s after the first CUDA work; "));
+  // A report written before the key existed: its times count from the start, and say so.
+  j["run"].erase("cuda_start_ns");
+  REQUIRE_THAT(report::summary_text(j), Catch::Contains("(1.2%) 12.720 s after the start; "));
+}
+
+TEST_CASE("a run without CUDA work has no clock of CUDA") {
+  TraceBuilder b;
+  b.exit_clean();
+  auto j = report::to_json(run_of({b.bytes()}));
+  REQUIRE_FALSE(j["run"].contains("cuda_start_ns"));
+}
