@@ -104,19 +104,23 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
     uint64_t sum = 0, largest = 0;
     std::string names;
     size_t n = 0;
+    std::vector<std::string> chosen;
     for (const auto& [name, bytes] : in.activations_by_module) {
       if (n == 6 || bytes * 20 < act) break;
       sum += bytes;
       largest = std::max(largest, bytes);
       names += (n++ ? ", " : "") + name;
+      chosen.push_back(name);
     }
-    if (n >= 2 && sum > largest)
+    if (n >= 2 && sum > largest) {
       out.push_back({"activation_checkpointing",
                      "Checkpoint the modules that hold the most activations: " + names,
                      sum - largest,
                      "each checkpointed module keeps only its input and recomputes the rest "
                      "in backward, one module at a time",
                      "torch.utils.checkpoint.checkpoint(module, x, use_reentrant=False)"});
+      out.back().modules = chosen;
+    }
   }
 
   const uint64_t per_batch = act + tmp + inputs;
