@@ -139,11 +139,13 @@ class RemedyReplays {
     if (needs.ok && need_) r.saves_bytes = need_ > needs.device_peak_bytes
                                                ? need_ - needs.device_peak_bytes
                                                : 0;
+    r.predicted_peak = figure;
+    // How large a batch fits, by replays; a job that died in its first step with nothing to
+    // complete it keeps its advice to measure it.
+    if (r.kind == "smaller_batch" && !r.leaves_growth && !(r.lower_bound && !w.completion))
+      r.how = largest_batch(w.truncated_at_recorded_oom);
     // A run that died at its own OOM with no prediction of the rest: a floor.
     r.lower_bound = w.truncated_at_recorded_oom;
-    r.predicted_peak = figure;
-    if (r.kind == "smaller_batch" && !w.truncated_at_recorded_oom && !r.leaves_growth)
-      r.how = largest_batch();
     RemedyReplay rp{w.fits(),
                     w.reserved_peak_bytes,
                     w.fraction_limit ? std::min(w.limit_bytes, *w.fraction_limit) : w.limit_bytes,
@@ -156,18 +158,20 @@ class RemedyReplays {
  private:
   // The largest batch that fits the run's limit, by replays (what PyTorch does under pressure
   // included: its cache freed and the request retried).
-  std::string largest_batch() const {
+  std::string largest_batch(bool truncated) const {
     const auto mb = max_batch_scale(p_, device_, {}, 0.01, 64.0);
+    const char* so_far = truncated ? " (as far as the run got)" : "";
     char buf[200];
     if (!mb)
-      return "no batch fits the limit, replayed down to 1% of this one";
-    if (mb->scale < 1.0)
+      std::snprintf(buf, sizeof buf, "no batch fits the limit, replayed down to 1%% of this one%s",
+                    so_far);
+    else if (mb->scale < 1.0)
       std::snprintf(buf, sizeof buf,
-                    "the largest batch that fits the limit, replayed, is %.0f%% of this one",
-                    std::floor(mb->scale * 100.0));
+                    "the largest batch that fits the limit, replayed, is %.0f%% of this one%s",
+                    std::floor(mb->scale * 100.0), so_far);
     else
-      std::snprintf(buf, sizeof buf, "this batch fits; replayed, up to %.2fx of it would",
-                    mb->scale);
+      std::snprintf(buf, sizeof buf, "this batch fits; replayed, up to %.2fx of it would%s",
+                    mb->scale, so_far);
     return buf;
   }
 
@@ -272,6 +276,7 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
     dg.growth = DiagnosisGrowth{"growth", growth->bytes_per_iteration, growth->bytes, std::nullopt};
   }
   const bool growing = !ranked.empty();
+  const size_t stops_growth = ranked.size();
   for (auto r : pytorch_remedies(in)) {
     if (kept && kept->kind == KeptKind::Graph && r.kind == "no_grad") continue;
     r.leaves_growth = growing;
@@ -286,6 +291,11 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
   const RemedyReplays replays(proc, m.device, std::move(kept_blocks));
   dg.remedies.emplace();
   for (auto& r : ranked) dg.remedies->push_back(replays.outcome(std::move(r)));
+  // Largest replayed saving first, after the remedies that stop memory kept across iterations.
+  const auto first = dg.remedies->begin() + static_cast<std::ptrdiff_t>(stops_growth);
+  std::stable_sort(first, dg.remedies->end(), [](const RemedyOutcome& a, const RemedyOutcome& b) {
+    return a.remedy.saves_bytes > b.remedy.saves_bytes;
+  });
   dg.categories = in.at;
 }
 

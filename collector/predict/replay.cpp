@@ -88,9 +88,9 @@ void resolve_limits(const TorchContext& ctx, uint32_t device, const Steps& backg
           "measured at the recorded OOM (the device's free memory then, plus what the process "
           "held)";
     } else if (device_total) {
-      r.limit_bytes = device_total - std::min(device_total, kDriverReserveEstimate);
-      r.limit_source = "the device's capacity less an estimated " +
-                       mib_text(kDriverReserveEstimate) +
+      const uint64_t reserve = driver_reserve_estimate(device_total);
+      r.limit_bytes = device_total - reserve;
+      r.limit_source = "the device's capacity less an estimated " + mib_text(reserve) +
                        " for the CUDA context (no OOM recorded to measure it)";
     } else {
       r.limit_bytes = UINT64_MAX;

@@ -5,6 +5,7 @@
 // request the model could not serve.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -33,8 +34,12 @@ struct WhatIfSettings {
 };
 
 // What the CUDA context and the driver keep on a device beyond the allocations a process makes
-// when no recorded OOM tells (the free memory then): an estimate, said in the result.
+// when no recorded OOM tells (the free memory then): an estimate, said in the result; on a
+// device of less than 8 GiB (the CPU stand-in's), a sixteenth of it.
 inline constexpr uint64_t kDriverReserveEstimate = 512ull << 20;
+inline uint64_t driver_reserve_estimate(uint64_t device_total) {
+  return std::min(kDriverReserveEstimate, device_total / 16);
+}
 
 struct WhatIfOom {
   uint64_t requested_bytes = 0;  // as the program asked (the allocator's rounding not applied)

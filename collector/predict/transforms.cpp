@@ -16,7 +16,10 @@ std::string to_bf16_autocast(RequestStream& s, bool autocast) {
     const bool made_by_pass = q.phase == TorchPhase::Forward || q.phase == TorchPhase::Backward;
     const bool per_sample =
         q.category == Category::Activations || q.category == Category::Temporaries;
-    if (q.op == RequestOp::Malloc && made_by_pass && per_sample) {
+    // The request the run failed on has no category: made in a forward or backward, it is
+    // one of theirs.
+    const bool failed_in_pass = q.op == RequestOp::RecordedOom && made_by_pass;
+    if ((q.op == RequestOp::Malloc && made_by_pass && per_sample) || failed_in_pass) {
       q.bytes = (q.bytes + 1) / 2;
       ++changed;
     }

@@ -13,8 +13,8 @@
 namespace vramtrace::collector {
 
 // bf16 autocast: the activations and temporaries made in the forward and the backward (not
-// gradients, parameters or optimizer state) take half their bytes. Refused when a forward
-// already ran under autocast (`autocast`).
+// gradients, parameters or optimizer state), and a failed request made in either, take half
+// their bytes. Refused when a forward already ran under autocast (`autocast`).
 std::string to_bf16_autocast(RequestStream& s, bool autocast);
 
 // Activation checkpointing of the modules named (and those inside them): in each training

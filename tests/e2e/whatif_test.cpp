@@ -24,6 +24,7 @@
 #include <string>
 
 #include "e2e/e2e_util.h"
+#include "unit/trace_builder.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -200,6 +201,10 @@ TEST_CASE("whatif: a run that died in its first step, completed from the hook's 
            "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
   };
   {
+    // The process's own trace: its CUDA context on a 2 GiB device, nothing outside PyTorch.
+    const auto trace = vt_test::TraceBuilder(4242).context(0, 2048 * MiB).exit_clean().bytes();
+    std::ofstream(dir + "/vramtrace.4242.vtrace", std::ios::binary)
+        .write(reinterpret_cast<const char*>(trace.data()), static_cast<std::streamsize>(trace.size()));
     std::ofstream f(dir + "/vramtrace.4242.torch");
     f << "vramtrace.torch/2\t4242\t1000000000000\t10000000000\t2.11.0\n"
          "M\t1\tfc1\tLinear\tm.py\t1\nM\t2\tfc2\tLinear\tm.py\t2\n"

@@ -5,6 +5,7 @@
 // transforms of a stream. Every figure derived by hand from CUDACachingAllocator's rules below.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <string>
 
@@ -191,4 +192,90 @@ TEST_CASE("predict: a step that died in its forward, completed and replayed to t
   CHECK(r.oom->iteration == -1);  // no iterations known without the hook's marks
   CHECK_FALSE(r.oom->recorded_request);
   CHECK(r.oom->state.reserved_bytes == 100 * MiB);
+}
+
+namespace {
+
+// A training step of three modules (realtime 1000 s = monotonic 10 s): the model's forward
+// (module net) calls l1, which keeps two 10 MiB activations, l2 two more, l3 one (its output);
+// the backward frees them in reverse order; then an optimizer step. Each 10 MiB block takes a
+// 10 MiB segment of its own or an exact free one: recorded, 50 MiB reserved at the peak.
+std::string three_modules() {
+  std::string s =
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "M\t1\tnet\tNet\tm.py\t1\nM\t2\tl1\tLinear\tm.py\t2\nM\t3\tl2\tLinear\tm.py\t3\n"
+      "M\t4\tl3\tLinear\tm.py\t4\n";
+  auto mark = [](uint64_t ms, int kind, int id) {
+    return "K\t" + std::to_string(1000000000000ull + ms * 1000000) + "\t" +
+           std::to_string(kind) + "\t" + std::to_string(id) + "\n";
+  };
+  auto entry = [](const char* action, uint64_t address, uint64_t ms) {
+    return std::string("E\t0\t") + action + "\t" + std::to_string(address) + "\t" + mib(10) +
+           "\t0\t" + std::to_string(1000000000 + ms * 1000) + "\t\t\n";
+  };
+  // Marks: 2 forward, 0 module, 1 module end, 4 forward end, 5/6 backward, 7/8 step.
+  s += mark(100, 2, 1) + mark(110, 0, 2);
+  s += entry("segment_alloc", 1000, 120) + entry("alloc", 1000, 120);
+  s += entry("segment_alloc", 2000, 125) + entry("alloc", 2000, 125) + mark(130, 1, 2);
+  s += mark(140, 0, 3) + entry("segment_alloc", 3000, 150) + entry("alloc", 3000, 150);
+  s += entry("segment_alloc", 4000, 155) + entry("alloc", 4000, 155) + mark(160, 1, 3);
+  s += mark(170, 0, 4) + entry("segment_alloc", 5000, 175) + entry("alloc", 5000, 175);
+  s += mark(180, 1, 4) + mark(190, 4, 1) + mark(200, 5, 0);
+  s += entry("free_completed", 5000, 210) + entry("free_completed", 4000, 220);
+  s += entry("free_completed", 3000, 230) + entry("free_completed", 2000, 240);
+  s += entry("free_completed", 1000, 250);
+  s += mark(260, 6, 0) + mark(270, 7, 1) + mark(280, 8, 1);
+  return s + "END\t15\n";
+}
+
+WhatIfResult replay_with(const TorchMemory& tm,
+                         std::function<std::string(RequestStream&)> transform) {
+  WhatIfSettings w;
+  w.transform = std::move(transform);
+  WhatIfResult r = replay(tm.context(), &tm, 0, {}, 2048 * MiB, w);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("predict: each remedy's transform of the stream, replayed to the byte") {
+  const std::string path = write_temp(three_modules());
+  TorchTrace t = read_torch_trace(path);
+  std::remove(path.c_str());
+  REQUIRE(t.problem.empty());
+  const TorchMemory tm(t.context);
+  REQUIRE(tm.info().size() == 5);
+  for (const BlockInfo& b : tm.info()) CHECK(b.category == Category::Activations);
+  CHECK(replay_with(tm, nullptr).reserved_peak_bytes == 50 * MiB);
+
+  // bf16 autocast: the five activations take 5 MiB each, large-pool requests below 10 MiB: a
+  // 20 MiB segment split four times (the fourth takes its last 5 MiB whole), the fifth a second
+  // segment: 40 MiB.
+  WhatIfResult r = replay_with(tm, [](RequestStream& s) { return to_bf16_autocast(s, false); });
+  CHECK(r.reserved_peak_bytes == 40 * MiB);
+  CHECK(replay(tm.context(), &tm, 0, {}, 2048 * MiB,
+               {std::nullopt, std::nullopt, std::nullopt, 1.0,
+                [](RequestStream& s) { return to_bf16_autocast(s, true); }})
+            .error == "the forwards already ran under torch.autocast");
+
+  // Checkpointing l1 and l2: each keeps only its last activation (its output); l1's first is
+  // freed when l1 returns, l2's first reuses its segment and is freed when l2 returns, l3's
+  // output reuses it again: 30 MiB. In the backward, l2's first is made again just before the
+  // backward would have freed it (into a free 10 MiB segment), freed there; l1's likewise: 30.
+  const TorchContext& ctx = tm.context();
+  r = replay_with(tm, [&ctx](RequestStream& s) { return checkpoint_modules(s, ctx, {"l1", "l2"}); });
+  CHECK(r.reserved_peak_bytes == 30 * MiB);
+  CHECK(r.requests == 7);  // five made in the forward, two made again in the backward
+  CHECK(r.frees == 7);
+  WhatIfSettings none;
+  none.transform = [&ctx](RequestStream& s) { return checkpoint_modules(s, ctx, {"l9"}); };
+  CHECK(replay(ctx, &tm, 0, {}, 2048 * MiB, none).error ==
+        "none of the modules named was seen running");
+
+  // Without a kept block (l3's output): 40 MiB.
+  r = replay_with(tm, [](RequestStream& s) { return without_blocks(s, {4}); });
+  CHECK(r.reserved_peak_bytes == 40 * MiB);
+  CHECK(r.requests == 4);
 }
