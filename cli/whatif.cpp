@@ -106,6 +106,18 @@ struct Replayed {
   uint64_t origin_ns = 0;
 };
 
+// A step that never finished, completed from the start-up hook's prediction of it.
+nlohmann::json completion_json(const collector::Completion& c, uint64_t replayed) {
+  return {{"predicted_requests", c.predicted_requests},
+          {"predicted_requests_replayed", replayed},
+          {"kept_recorded_requests", c.kept_recorded},
+          {"modules", c.modules},
+          {"batches", c.batches},
+          {"recorded_batch", c.recorded_batch},
+          {"batch", c.batch},
+          {"method", c.method}};
+}
+
 nlohmann::json json_of(const Replayed& x) {
   const WhatIfResult& r = x.r;
   nlohmann::json j;
@@ -155,6 +167,8 @@ nlohmann::json json_of(const Replayed& x) {
   } else {
     j["oom"] = nullptr;
   }
+  if (r.completion)
+    j["completed_by_prediction"] = completion_json(*r.completion, r.predicted_requests_replayed);
   if (x.max_batch_asked)
     j["max_batch"] =
         x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
@@ -207,6 +221,14 @@ void print_text(const Replayed& x) {
               << size_text(o.state.cached_free_bytes) << " in " << o.state.free_blocks
               << " blocks (largest " << size_text(o.state.largest_free_block)
               << "), outside PyTorch " << size_text(o.state.background_bytes) << "\n";
+  }
+  if (const auto& c = r.completion) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "batch %.4g", c->batch);
+    std::cout << "  predicted: the run died before its first step ended; the rest of the step is "
+                 "the start-up hook's prediction ("
+              << c->predicted_requests << " requests in " << c->modules.size() << " modules, "
+              << buf << ", " << c->method << ")\n";
   }
   if (r.truncated_at_recorded_oom)
     std::cout << "  note: the run died at its own OOM, which the replay served; what it would "

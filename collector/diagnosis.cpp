@@ -102,27 +102,33 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
     // Checkpointing the largest modules keeps only their inputs; recomputing needs one
     // module's activations at a time.
     uint64_t sum = 0, largest = 0;
-    std::vector<ModuleBytes> chosen;
+    std::vector<ModuleBytes> picked;
     for (const ModuleBytes& m : in.activations_by_module) {
-      if (chosen.size() == 6 || m.bytes * 20 < act) break;
+      if (picked.size() == 6 || m.bytes * 20 < act) break;
       sum += m.bytes;
       largest = std::max(largest, m.bytes);
-      chosen.push_back(m);
+      picked.push_back(m);
     }
     // Named as the model runs them.
-    std::sort(chosen.begin(), chosen.end(), [](const ModuleBytes& a, const ModuleBytes& b) {
+    std::sort(picked.begin(), picked.end(), [](const ModuleBytes& a, const ModuleBytes& b) {
       return a.first_call < b.first_call;
     });
     std::string names;
-    for (const ModuleBytes& m : chosen) names += (names.empty() ? "" : ", ") + m.name;
-    const size_t n = chosen.size();
-    if (n >= 2 && sum > largest)
+    std::vector<std::string> chosen;
+    for (const ModuleBytes& m : picked) {
+      names += (names.empty() ? "" : ", ") + m.name;
+      chosen.push_back(m.name);
+    }
+    const size_t n = picked.size();
+    if (n >= 2 && sum > largest) {
       out.push_back({"activation_checkpointing",
                      "Checkpoint the modules that hold the most activations: " + names,
                      sum - largest,
                      "each checkpointed module keeps only its input and recomputes the rest "
                      "in backward, one module at a time",
                      "torch.utils.checkpoint.checkpoint(module, x, use_reentrant=False)"});
+      out.back().modules = chosen;
+    }
   }
 
   const uint64_t per_batch = act + tmp + inputs;

@@ -42,6 +42,7 @@ struct Remedy {
   // When only a range is known: predicted_peak is its low end, this its high end.
   std::optional<uint64_t> predicted_peak_high;
   bool upper_bound = false;  // predicted_peak is a ceiling the remedy will stay under
+  std::vector<std::string> modules;  // activation_checkpointing: the modules to checkpoint
 };
 
 // A module's (or a group of modules') bytes, and where it comes in the model: the hook numbers

@@ -2,6 +2,9 @@
 #include "collector/run_diagnosis.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <unordered_set>
 
 #include "collector/analysis.h"
 
@@ -91,19 +94,93 @@ bool fragmented(const OomAnalysis* fatal) {
   return false;
 }
 
-// A remedy with the peak it leads to (the moment's `base` less its saving, unless it knows
-// better), and, where the allocator's model can apply it, its replay.
-RemedyOutcome outcome_of(const Remedy& r, uint64_t base, const ProcessModel& proc,
-                         uint32_t device) {
-  RemedyOutcome out{r, r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes),
-                    std::nullopt};
-  if (const auto w = replay_remedy(proc, device, r.kind))
-    out.replayed = RemedyReplay{
-        w->fits(), w->reserved_peak_bytes,
-        w->fraction_limit ? std::min(w->limit_bytes, *w->fraction_limit) : w->limit_bytes,
-        w->truncated_at_recorded_oom, w->oom};
-  return out;
+// A native program's remedy with the peak it leads to: the moment's `base` less its saving,
+// unless it knows better.
+RemedyOutcome outcome_of(const Remedy& r, uint64_t base) {
+  return {r, r.predicted_peak ? *r.predicted_peak : base - std::min(base, r.saves_bytes),
+          std::nullopt, ""};
 }
+
+// PyTorch's remedies, each replayed (collector/whatif.h): its change of the run's requests (the
+// unfinished first step completed where the hook predicted it) through the allocator's model
+// under the run's own limit, and with no limit for what it needs against what the run needs.
+class RemedyReplays {
+ public:
+  RemedyReplays(const ProcessModel& p, uint32_t device, std::unordered_set<size_t> kept)
+      : p_(p), device_(device), kept_(std::move(kept)) {
+    unlimited_.limit = UINT64_MAX;
+    unlimited_.fraction_limit = UINT64_MAX;
+    const WhatIfResult own = replay_run(p, device, unlimited_);
+    if (own.ok) need_ = own.device_peak_bytes;
+    if (const TorchMemory* tm = p.torch_memory.get())
+      for (size_t i = 0; i < tm->info().size(); ++i)
+        if (tm->info()[i].category == Category::Activations &&
+            tm->info()[i].phase == TorchPhase::Evaluation)
+          evaluation_.insert(i);
+  }
+
+  RemedyOutcome outcome(Remedy r) const {
+    RemedyChange change{r.kind, r.modules, {}};
+    // The evaluation forwards' graphs (no_grad offered for them), else what the forwards keep
+    // across iterations.
+    change.kept_blocks = r.kind == "no_grad" && kept_.empty() ? evaluation_ : kept_;
+    const WhatIfResult w = replay_remedy(p_, device_, change);
+    r.predicted_peak_high.reset();
+    r.upper_bound = false;
+    if (!w.ok) {
+      r.predicted_peak.reset();
+      r.lower_bound = false;
+      return {r, std::nullopt, std::nullopt, w.error};
+    }
+    const WhatIfResult needs = replay_remedy(p_, device_, change, unlimited_);
+    // Under the limit PyTorch frees its cache and retries before it fails, so what fits may
+    // peak lower than what it would take with no limit.
+    const uint64_t figure = w.fits() || !needs.ok ? w.device_peak_bytes : needs.device_peak_bytes;
+    if (needs.ok && need_) r.saves_bytes = need_ > needs.device_peak_bytes
+                                               ? need_ - needs.device_peak_bytes
+                                               : 0;
+    r.predicted_peak = figure;
+    // How large a batch fits, by replays; a job that died in its first step with nothing to
+    // complete it keeps its advice to measure it.
+    if (r.kind == "smaller_batch" && !r.leaves_growth && !(r.lower_bound && !w.completion))
+      r.how = largest_batch(w.truncated_at_recorded_oom);
+    // A run that died at its own OOM with no prediction of the rest: a floor.
+    r.lower_bound = w.truncated_at_recorded_oom;
+    RemedyReplay rp{w.fits(),
+                    w.reserved_peak_bytes,
+                    w.fraction_limit ? std::min(w.limit_bytes, *w.fraction_limit) : w.limit_bytes,
+                    w.truncated_at_recorded_oom,
+                    w.oom,
+                    w.completion};
+    return {r, figure, rp, ""};
+  }
+
+ private:
+  // The largest batch that fits the run's limit, by replays (what PyTorch does under pressure
+  // included: its cache freed and the request retried).
+  std::string largest_batch(bool truncated) const {
+    const auto mb = max_batch_scale(p_, device_, {}, 0.01, 64.0);
+    const char* so_far = truncated ? " (as far as the run got)" : "";
+    char buf[200];
+    if (!mb)
+      std::snprintf(buf, sizeof buf, "no batch fits the limit, replayed down to 1%% of this one%s",
+                    so_far);
+    else if (mb->scale < 1.0)
+      std::snprintf(buf, sizeof buf,
+                    "the largest batch that fits the limit, replayed, is %.0f%% of this one%s",
+                    std::floor(mb->scale * 100.0), so_far);
+    else
+      std::snprintf(buf, sizeof buf, "this batch fits; replayed, up to %.2fx of it would%s",
+                    mb->scale, so_far);
+    return buf;
+  }
+
+  const ProcessModel& p_;
+  uint32_t device_;
+  std::unordered_set<size_t> kept_, evaluation_;
+  WhatIfSettings unlimited_;
+  uint64_t need_ = 0;  // the run's own replay with no limit: what it needs
+};
 
 // The diagnosis' growth, cause and remedies in CUDA's terms, for a program whose memory
 // PyTorch's allocator trace does not explain (a native program; with `remedies_too` false,
@@ -133,7 +210,7 @@ void native_diagnosis(Diagnosis& dg, const SiteGrowth* growth, const Moment& m, 
     const uint64_t base = m.fatal ? dg.held_bytes + dg.requested_bytes : peak;
     dg.remedies.emplace();
     for (const auto& r : native_remedies(nin))
-      dg.remedies->push_back(outcome_of(r, base, *m.process, m.device));
+      dg.remedies->push_back(outcome_of(r, base));
   }
 }
 
@@ -148,7 +225,7 @@ void xla_diagnosis(Diagnosis& dg, const XlaPool& x, uint64_t device_total) {
     r.saves_bytes = device_total * 95 / 100 - x.limit;
     r.assumption = "the GPU is not shared with another process";
     r.how = "XLA_PYTHON_CLIENT_MEM_FRACTION=.95";
-    dg.remedies->push_back({r, std::nullopt, std::nullopt});
+    dg.remedies->push_back({r, std::nullopt, std::nullopt, ""});
   }
   dg.xla_pool = Diagnosis::XlaFigures{x.peak_in_use, x.limit};
 }
@@ -199,6 +276,7 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
     dg.growth = DiagnosisGrowth{"growth", growth->bytes_per_iteration, growth->bytes, std::nullopt};
   }
   const bool growing = !ranked.empty();
+  const size_t stops_growth = ranked.size();
   for (auto r : pytorch_remedies(in)) {
     if (kept && kept->kind == KeptKind::Graph && r.kind == "no_grad") continue;
     r.leaves_growth = growing;
@@ -207,16 +285,17 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
       r.how = "only delays the end: each iteration still keeps memory that the next one adds to";
     ranked.push_back(std::move(r));
   }
-  // Against what the moment needed: the held memory and the failed request at an OOM, the
-  // device's peak otherwise (the cache the allocator keeps shrinks with what it had to hold).
-  const uint64_t base = m.fatal ? in.total + dg.requested_bytes : d.memory.peak_bytes();
+  // Each remedy's figure is its replay's.
+  std::unordered_set<size_t> kept_blocks;
+  if (kept) kept_blocks.insert(kept->blocks.begin(), kept->blocks.end());
+  const RemedyReplays replays(proc, m.device, std::move(kept_blocks));
   dg.remedies.emplace();
-  for (auto r : ranked) {
-    // Expandable segments remove the stranded pieces, not what the blocks needed earlier on.
-    if (r.kind == "expandable_segments" && !r.predicted_peak)
-      r.predicted_peak = std::max(base - std::min(base, r.saves_bytes), d.allocator_peak_in_use);
-    dg.remedies->push_back(outcome_of(r, base, proc, m.device));
-  }
+  for (auto& r : ranked) dg.remedies->push_back(replays.outcome(std::move(r)));
+  // Largest replayed saving first, after the remedies that stop memory kept across iterations.
+  const auto first = dg.remedies->begin() + static_cast<std::ptrdiff_t>(stops_growth);
+  std::stable_sort(first, dg.remedies->end(), [](const RemedyOutcome& a, const RemedyOutcome& b) {
+    return a.remedy.saves_bytes > b.remedy.saves_bytes;
+  });
   dg.categories = in.at;
 }
 

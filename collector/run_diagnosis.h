@@ -43,14 +43,20 @@ struct RemedyReplay {
   uint64_t limit_bytes = 0;  // the device's limit, or the per-process fraction's when tighter
   bool up_to_recorded_oom = false;  // fits as far as the run got (it ended at its own OOM)
   std::optional<WhatIfOom> oom;     // the first request it could not serve
+  // The run's first step never ended and the start-up hook predicted it: the replay is of the
+  // completed step.
+  std::optional<Completion> completion;
 };
 
 struct RemedyOutcome {
   Remedy remedy;
-  // The peak with the remedy: the moment's memory less its saving unless the remedy knows
-  // better; none for a remedy whose effect is not figured (XLA's pool fraction).
+  // The peak with the remedy. PyTorch's: the replay's (PyTorch's segments plus the memory
+  // outside them at their most); a native program's: the moment's memory less its saving unless
+  // the remedy knows better; none for a remedy whose effect is not figured (XLA's pool fraction)
+  // or that cannot be replayed.
   std::optional<uint64_t> predicted_peak;
   std::optional<RemedyReplay> replayed;
+  std::string not_replayed;  // why a PyTorch remedy has no replay ("" when it has one)
 };
 
 struct Diagnosis {

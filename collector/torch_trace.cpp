@@ -19,6 +19,8 @@ using format::RecordType;
 constexpr size_t kMaxLine = 1 << 16;
 // Modules, sites, private pools' segments: a corrupt file cannot make millions.
 constexpr size_t kMaxNames = 1 << 20;
+// The most requests a predicted step may hold (a bad count is corruption, not a step).
+constexpr size_t kMaxRequests = 1 << 26;
 
 uint32_t clamp32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
 
@@ -396,6 +398,36 @@ bool TorchTraceReader::on(const side::Dropped& d) {
 
 bool TorchTraceReader::on(const side::AllocConf& c) {
   trace_.context.alloc_conf = std::string(c.conf);
+  return true;
+}
+
+bool TorchTraceReader::on(const side::PredictedStep& n) {
+  auto& steps = trace_.context.predicted_steps;
+  if (n.id != steps.size() + 1 || n.id > kMaxNames) return false;
+  TorchPredictedStep step;
+  step.device = n.device;
+  step.id = n.id;
+  step.batch = n.batch;
+  step.recorded_batch = n.recorded_batch;
+  step.time_ns = n.time_ns - offset_;
+  step.status = std::string(n.status);
+  steps.push_back(std::move(step));
+  return true;
+}
+
+bool TorchTraceReader::on(const side::PredictedRequest& r) {
+  if (r.block == 0 || r.block > kMaxRequests || r.module > UINT32_MAX ||
+      (r.op != "a" && r.op != "f") || r.phase.size() != 1 ||
+      std::string_view("flbs").find(r.phase[0]) == std::string_view::npos)
+    return false;
+  // A request of no step declared, or of one the hook could not predict, has nothing to
+  // complete: left out.
+  auto& steps = trace_.context.predicted_steps;
+  if (r.step == 0 || r.step > steps.size() || steps[r.step - 1].status != "ok") return true;
+  TorchPredictedStep& step = steps[r.step - 1];
+  if (step.requests.size() >= kMaxRequests) return false;
+  step.requests.push_back({r.op == "f", r.block, r.bytes, static_cast<uint32_t>(r.module),
+                           r.phase[0]});
   return true;
 }
 

@@ -106,6 +106,24 @@ struct XlaPool {
   uint64_t in_use = 0, peak_in_use = 0, limit = 0, reserved = 0, largest_alloc = 0;
 };
 
+// A training step the hook predicted for a process that died before its first optimizer step
+// ended: the storages its fake-tensor run of the whole step (forward, loss, backward,
+// optimizer step) made and freed, in order (common/side_channel.h's N and R lines).
+struct TorchPredictedRequest {
+  bool free = false;  // false: a block of `bytes` made; true: that block freed
+  uint64_t block = 0;  // counts from 1 within the step
+  uint64_t bytes = 0;
+  uint32_t module = 0;  // TorchContext::modules id, 0: none
+  char phase = 'f';     // f forward, l loss, b backward, s optimizer step
+};
+struct TorchPredictedStep {
+  uint32_t device = 0;
+  uint64_t id = 0, batch = 0, recorded_batch = 0;
+  uint64_t time_ns = 0;  // when the real step began (its first forward), monotonic
+  std::string status;    // "ok", or why the hook could not predict it
+  std::vector<TorchPredictedRequest> requests;
+};
+
 struct TorchContext {
   bool present = false;              // a version 2 file: the hook recorded the program's context
   std::vector<TorchModule> modules;  // by id - 1
@@ -125,6 +143,7 @@ struct TorchContext {
   std::optional<std::string> alloc_conf;      // its allocator settings (C line), when recorded
   // Devices whose ring had dropped its earliest entries: the time of the first entry left.
   std::map<uint32_t, uint64_t> window_start;
+  std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
 };
 
 // A record made from PyTorch's trace, and what it knows that the record cannot carry. It owns

@@ -99,6 +99,20 @@ namespace vramtrace::side {
   X(Dropped, "D", 2, Skip, "", F(Lead, marks))                                                     \
   /* PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF, when set. */                                  \
   X(AllocConf, "C", 1, Skip, "", T(conf, 4096))                                                    \
+  /* A training step predicted for a process that died before its first optimizer step ended:  \
+     the hook ran the model's whole step (forward, loss, backward, optimizer step) on fake        \
+     tensors (PyTorch's FakeTensorMode) at batch `batch` and recorded the storages it made and    \
+     freed. recorded_batch: the batch the run used; status "ok" or why it could not (then no R    \
+     lines); time_ns: when the real step began (its first forward); id counts from 1. */          \
+  X(PredictedStep, "N", 2, Match, "bad predicted step",                                            \
+    F(Dev, device) F(U64, id) F(U64, batch) F(U64, recorded_batch) F(U64, time_ns)                 \
+        T(status, 1024))                                                                           \
+  /* A request of a predicted step, in order: op "a" a block of `bytes` made, "f" that block       \
+     freed; block numbers count from 1 within the step; module: an M line's id (0: none);          \
+     phase: "f" forward, "l" loss, "b" backward, "s" optimizer step. Blocks alive at the step's    \
+     end (gradients, optimizer state) have no "f". */                                              \
+  X(PredictedRequest, "R", 2, Match, "bad predicted request",                                      \
+    F(U64, step) T(op, 1) F(U64, block) F(U64, bytes) F(U64, module) T(phase, 1))                  \
   /* The file is complete: the trace's entries in all. */                                          \
   X(End, "END", 1, Unread, "", F(U64, entries))
 

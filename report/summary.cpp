@@ -169,8 +169,8 @@ std::string oom_lines(const json& r) {
   return out;
 }
 
-// A remedy: what it saves, the peak it leads to, and what its replay through the allocator's
-// model said.
+// A remedy: what it saves and the one peak it leads to (for PyTorch, its replay through the
+// allocator's model, with what the replay said), or why it could not be replayed.
 std::string remedy_line(const json& m) {
   std::string peak;
   if (m.contains(field::predicted_peak_high_bytes))
@@ -179,23 +179,30 @@ std::string remedy_line(const json& m) {
   else if (m.contains(field::predicted_peak_bytes))
     peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
                        : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
+                       : m.contains(field::replayed)                          ? ", peak "
                                                                               : ", peak about ") +
            human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
-  if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
   if (m.contains(field::replayed)) {
-    // What the allocator's model said when it replayed the run's requests with the remedy.
     const json& w = m[field::replayed];
     if (w.value(field::verdict, "") == "fits")
-      peak += "; replayed: fits, PyTorch reserving " +
-              human_bytes(w.value(field::reserved_peak_bytes, uint64_t{0})) +
-              (w.value(field::up_to_recorded_oom, false) ? " (as far as the run got)" : "");
+      peak += std::string(" (replayed: fits") +
+              (w.value(field::up_to_recorded_oom, false) ? " as far as the run got" : "") + ")";
     else if (w.contains(field::oom))
-      peak += "; replayed: runs out at a " +
+      peak += " (replayed: runs out at a " +
               human_bytes(w[field::oom].value(field::requested_bytes, uint64_t{0})) + " request" +
               (w[field::oom].value(field::module, std::string()).empty()
                    ? std::string()
-                   : " in " + printable(w[field::oom][field::module].get<std::string>()));
+                   : " in " + printable(w[field::oom][field::module].get<std::string>())) +
+              ")";
+    if (w.contains(field::completed_by_prediction))
+      peak += "; the step the run never finished predicted (" +
+              std::to_string(w[field::completed_by_prediction].value("predicted_requests",
+                                                                     uint64_t{0})) +
+              " requests)";
   }
+  if (m.contains(field::not_replayed_because))
+    peak += "; not replayed: " + printable(m[field::not_replayed_because].get<std::string>());
+  if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
   return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
          human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
          printable(m[field::how].get<std::string>()) + ")\n";

@@ -191,8 +191,16 @@ json remedy_json(const collector::RemedyOutcome& o) {
                         {field::iteration, w->oom->iteration},
                         {field::module, w->oom->module},
                         {field::phase, w->oom->phase}};
+    if (const auto& c = w->completion)
+      rj[field::completed_by_prediction] = {{"predicted_requests", c->predicted_requests},
+                                            {"modules", c->modules},
+                                            {"batches", c->batches},
+                                            {"recorded_batch", c->recorded_batch},
+                                            {"batch", c->batch},
+                                            {"method", c->method}};
     j[field::replayed] = rj;
   }
+  if (!o.not_replayed.empty()) j[field::not_replayed_because] = o.not_replayed;
   if (r.leaves_growth) j[field::leaves_growth] = true;
   return j;
 }

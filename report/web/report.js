@@ -478,20 +478,22 @@
           li.append(t);
           // The peak it leads to, said as the bound it is: a floor when the job died in its first
           // step, a ceiling where only the most it can need is known.
+          // One figure: the peak it leads to (for PyTorch, the replay of the run's requests with
+          // the remedy applied, through PyTorch's allocator), as report.json says it.
+          const w = x.replayed;
+          const said = !w ? "" : w.verdict === "fits"
+            ? `; replayed through PyTorch's allocator: fits under ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " as far as the run got" : "")
+            : `; replayed through PyTorch's allocator: runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
+          const predicted = w && w.completed_by_prediction ? `; the step the run never finished is predicted (${w.completed_by_prediction.predicted_requests} requests)` : "";
+          const grows = x.leaves_growth ? "; memory still grows every iteration" : "";
           if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
-            li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` }));
+            li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` + grows }));
           } else if (known(x.predicted_peak_bytes)) {
-            const how = x.predicted_peak_is_lower_bound ? "at least" : x.predicted_peak_is_upper_bound ? "at most" : "about";
-            li.append($("div", { class: "predicted small", text: `peak with it: ${how} ${bytes(x.predicted_peak_bytes)}` + (x.leaves_growth ? "; memory still grows every iteration" : "") }));
+            const how = x.predicted_peak_is_lower_bound ? "at least " : x.predicted_peak_is_upper_bound ? "at most " : w ? "" : "about ";
+            li.append($("div", { class: "predicted small" + (w ? " replayed" : ""), text: `peak with it: ${how}${bytes(x.predicted_peak_bytes)}` + said + predicted + grows }));
+          } else if (x.not_replayed_because) {
+            li.append($("div", { class: "predicted small", text: `not replayed: ${x.not_replayed_because}` + grows }));
           } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
-          // The allocator's model, replaying the run's own requests with the remedy applied.
-          if (x.replayed) {
-            const w = x.replayed;
-            const said = w.verdict === "fits"
-              ? `fits, PyTorch reserving ${bytes(w.reserved_peak_bytes)} of ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " (as far as the run got)" : "")
-              : `runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
-            li.append($("div", { class: "predicted small replayed", text: `replayed through PyTorch's allocator: ${said}` }));
-          }
           if (x.how) li.append($("code", { class: "how", text: x.how }));
           if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
           return li;

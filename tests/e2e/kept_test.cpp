@@ -1,8 +1,8 @@
 // End-to-end tests of memory a PyTorch program keeps across iterations, on the stand-in PyTorch
 // (tests/programs/py_torch_kept.py, whose header derives the sizes): an evaluation that keeps
 // every forward's graph and a training loop that keeps every step's outputs, each read as its
-// cause (not as fragmentation, a limit or leak suspects), with the fix's predicted peak checked
-// against the same program with the fix applied.
+// cause (not as fragmentation, a limit or leak suspects), with the fix's replayed peak checked
+// against the replay of the same program with the fix applied.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +28,14 @@ json run_kept(const std::string& args, const std::string& dir, uint64_t device_m
   return load_json(dir + "/report.json");
 }
 
+// The reserved peak of a run's replay through the model of PyTorch's caching allocator.
+uint64_t replayed_peak(const std::string& dir) {
+  Result r = sh(kEnv + kVramtrace + " whatif " + dir + " --json 2>/dev/null");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  return json::parse(r.out)["reserved_peak_bytes"].get<uint64_t>();
+}
+
 }  // namespace
 
 TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {
@@ -48,18 +56,18 @@ TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {
                                 {"bytes_per_iteration", 6 * MiB},
                                 {"kept_bytes", 34 * MiB},
                                 {"iterations", 4}}));
-  // The fixes first. no_grad: from no graph at all (weights 3, batch 2, the previous and the
-  // current head output 4 + 4, and 1 MiB beyond the blocks: 14 MiB) to one forward's own graph
-  // (+6: 20 MiB). loss.item() with autograd on: the previous forward's graph and output stay
-  // while the next runs: 3 + 2 + 10 + 10 + 1 = 26 MiB, 24 MiB less than the 49 MiB in use.
+  // The fixes first, each replayed through the allocator's model without the kept graphs:
+  // 24 MiB reserved at the most, the replay of the same forwards run under torch.no_grad() for
+  // real (below), against the run's own 64 MiB.
   const json& rs = dg["remedies"];
   REQUIRE(rs[0]["kind"] == "no_grad");
-  REQUIRE(rs[0]["saves_bytes"] == 34 * MiB);
-  REQUIRE(rs[0]["predicted_peak_bytes"] == 14 * MiB);
-  REQUIRE(rs[0]["predicted_peak_high_bytes"] == 20 * MiB);
+  REQUIRE(rs[0]["saves_bytes"] == 40 * MiB);
+  REQUIRE(rs[0]["predicted_peak_bytes"] == 24 * MiB);
+  REQUIRE(rs[0]["replayed"]["verdict"] == "fits");
+  REQUIRE_FALSE(rs[0].contains("predicted_peak_high_bytes"));
   REQUIRE(rs[1]["kind"] == "accumulate_numbers");
-  REQUIRE(rs[1]["saves_bytes"] == 24 * MiB);
-  REQUIRE(rs[1]["predicted_peak_bytes"] == 26 * MiB);
+  REQUIRE(rs[1]["saves_bytes"] == 40 * MiB);
+  REQUIRE(rs[1]["predicted_peak_bytes"] == 24 * MiB);
   // The others cannot stop the growth, and say so.
   for (size_t i = 2; i < rs.size(); ++i) REQUIRE(rs[i]["leaves_growth"] == true);
   // The kept graph is not a list of leak suspects: 15 blocks of fc1-3 (iterations 0-4) are
@@ -71,11 +79,14 @@ TEST_CASE("kept: an evaluation with autograd on keeps every forward's graph") {
   REQUIRE(suspects == 3);
   REQUIRE(out.find("vramtrace:   growing: Each evaluation forward's autograd graph") !=
           std::string::npos);
-  REQUIRE(out.find("peak between 14.00 MiB and 20.00 MiB") != std::string::npos);
-  // The fix applied for real: the same forwards under torch.no_grad() stay in that range.
+  REQUIRE(out.find("saves 40.00 MiB, peak 24.00 MiB (replayed: fits)") != std::string::npos);
+  // The fix applied for real: the same forwards under torch.no_grad(), replayed through the
+  // same model, peak where the remedy's replay said.
   json fixed = run_kept("nograd", dir + "/nograd", 80, 0, &out);
-  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 18 * MiB);
+  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 18 * MiB);  // the stand-in's own allocator
   REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));
+  REQUIRE(replayed_peak(dir + "/nograd") == 24 * MiB);
+  REQUIRE(replayed_peak(dir + "/eval") == 64 * MiB);
 }
 
 TEST_CASE("kept: an evaluation whose kept graphs run out is that, not the device's capacity") {
@@ -111,12 +122,14 @@ TEST_CASE("kept: a training loop that keeps each step's outputs") {
   const json& fix = remedy(dg["remedies"], "detach_outputs");
   REQUIRE(dg["remedies"][0]["kind"] == "detach_outputs");
   REQUIRE(fix["saves_bytes"] == 20 * MiB);
-  REQUIRE(fix["predicted_peak_bytes"] == 26 * MiB);
+  REQUIRE(fix["predicted_peak_bytes"] == 30 * MiB);  // replayed without the kept outputs
   REQUIRE(remedy(dg["remedies"], "smaller_batch")["leaves_growth"] == true);
   // Applied for real: the outputs kept as shapes on the host.
   json fixed = run_kept("detach", dir + "/detach", 80, 0, &out);
-  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 26 * MiB);
+  REQUIRE(fixed["devices"][0]["peak"]["bytes"] == 26 * MiB);  // the stand-in's own allocator
   REQUIRE_FALSE(fixed["diagnosis"].contains("cause"));
+  // Replayed through the same model, the fixed run peaks where the remedy's replay said.
+  REQUIRE(replayed_peak(dir + "/detach") == 30 * MiB);
   // On a 48 MiB device the kept outputs end in an OOM: they are its first finding.
   json oom = run_kept("outputs 20", dir + "/oom", 48, 1, &out);
   REQUIRE(oom["oom"][0]["findings"][0]["kind"] == "kept_outputs");

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "e2e/e2e_util.h"
+#include "unit/trace_builder.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -177,4 +178,71 @@ TEST_CASE("whatif: the run's own PYTORCH_CUDA_ALLOC_CONF is recorded and replaye
   CHECK(j["reserved_peak_bytes"] == 76 * MiB);
   j = whatif_json(dir, "--alloc-conf expandable_segments:True");
   CHECK(j["settings"]["alloc_conf"] == "expandable_segments:True,max_split_size_mb:64");
+}
+
+TEST_CASE("whatif: a run that died in its first step, completed from the hook's prediction") {
+  // The .torch file alone (tests/unit/predict_test.cpp derives the figures): parameters of
+  // 40 MiB, then the first step's fc1 output, a 12 MiB workspace, fc2's output and fc2's 50 MiB
+  // request refused; the hook predicted the whole step at batches 8 (the run's) and 4. The
+  // completed step peaks at 202 MiB reserved; half the batch at 190 MiB (the parameters, named
+  // by the L line, do not scale).
+  const std::string dir = temp_dir() + "/predicted";
+  fs::create_directories(dir);
+  auto mib = [](uint64_t n) { return std::to_string(n * MiB); };
+  auto step = [&](int id, uint64_t batch) {
+    const std::string s = std::to_string(id);
+    auto per = [&](uint64_t at8) { return std::to_string(at8 * MiB / 8 * batch); };
+    return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" + "R\t" + s +
+           "\ta\t1\t" + per(30) + "\t1\tf\n" + "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" +
+           "R\t" + s + "\ta\t3\t" + per(50) + "\t2\tf\n" + "R\t" + s + "\tf\t3\t" + per(50) +
+           "\t0\tl\n" + "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t4\t" +
+           per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" + "R\t" + s +
+           "\ta\t5\t" + mib(40) + "\t1\tb\n" + "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" +
+           "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
+  };
+  {
+    // The process's own trace: its CUDA context on a 2 GiB device, nothing outside PyTorch.
+    const auto trace = vt_test::TraceBuilder(4242).context(0, 2048 * MiB).exit_clean().bytes();
+    std::ofstream(dir + "/vramtrace.4242.vtrace", std::ios::binary)
+        .write(reinterpret_cast<const char*>(trace.data()), static_cast<std::streamsize>(trace.size()));
+    std::ofstream f(dir + "/vramtrace.4242.torch");
+    f << "vramtrace.torch/2\t4242\t1000000000000\t10000000000\t2.11.0\n"
+         "M\t1\tfc1\tLinear\tm.py\t1\nM\t2\tfc2\tLinear\tm.py\t2\n"
+         "E\t0\tsegment_alloc\t1000000000\t" << mib(40) << "\t0\t1000100000\t\t\n"
+         "E\t0\talloc\t1000000000\t" << mib(40) << "\t0\t1000100000\t\t\n"
+         "L\t1000150000000\t0\t1000000000\t" << mib(40) << "\tparam\tfc1.weight\t3200x3276"
+         "8\tfloat32\n"
+         "E\t0\tsegment_alloc\t2000000000\t" << mib(30) << "\t0\t1000210000\t\t\n"
+         "E\t0\talloc\t2000000000\t" << mib(30) << "\t0\t1000210000\t\t\n"
+         "E\t0\tsegment_alloc\t3000000000\t" << mib(12) << "\t0\t1000220000\t\t\n"
+         "E\t0\talloc\t3000000000\t" << mib(12) << "\t0\t1000220000\t\t\n"
+         "E\t0\tfree_completed\t3000000000\t" << mib(12) << "\t0\t1000230000\t\t\n"
+         "E\t0\tsegment_alloc\t4000000000\t" << mib(30) << "\t0\t1000240000\t\t\n"
+         "E\t0\talloc\t4000000000\t" << mib(30) << "\t0\t1000240000\t\t\n"
+         "E\t0\toom\t0\t" << mib(50) << "\t0\t1000250000\t\t" << mib(400) << "\n"
+      << step(1, 8) << step(2, 4) << "END\t10\n";
+  }
+  json j = whatif_json(dir, "");
+  CHECK(j["verdict"] == "fits");
+  CHECK(j["reserved_peak_bytes"] == 202 * MiB);
+  CHECK(j["truncated_at_recorded_oom"] == false);
+  const json& c = j["completed_by_prediction"];
+  CHECK(c["predicted_requests"] == 6);
+  CHECK(c["kept_recorded_requests"] == 1);
+  CHECK(c["modules"] == json::array({"fc1", "fc2"}));
+  CHECK(c["batches"] == json::array({4, 8}));
+  CHECK(c["recorded_batch"] == 8);
+  CHECK(c["method"] == "predicted at batch 8");
+  j = whatif_json(dir, "--scale-batch 0.5");
+  CHECK(j["reserved_peak_bytes"] == 190 * MiB);
+  CHECK(j["completed_by_prediction"]["batch"] == 4.0);
+  // The text says the rest was predicted, never "fits as far as the run got".
+  Result text = sh(kEnv + kVramtrace + " whatif " + dir);
+  CHECK(text.code() == 0);
+  CHECK(text.out.find("predicted: the run died before its first step ended") != std::string::npos);
+  CHECK(text.out.find("holds up to there") == std::string::npos);
+  // The largest batch under 170 MiB: the cache is given back under pressure (the recorded
+  // batch fits at 162 MiB), so it is above the recorded batch.
+  j = whatif_json(dir, "--limit 170MiB --max-batch");
+  CHECK(j["max_batch"]["scale"].get<double>() > 1.0);
 }

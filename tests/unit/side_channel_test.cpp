@@ -52,8 +52,13 @@ std::string good(const std::string& kind) {
 
 std::string line_of(const Row& row, size_t fields, size_t bad = SIZE_MAX) {
   std::string out = row.tag;
-  for (size_t i = 0; i < fields; ++i)
-    out += "\t" + (i == bad ? std::string("zz") : good(row.kinds[i]));
+  size_t texts = 0;
+  for (size_t i = 0; i < fields; ++i) {
+    std::string value = i == bad ? std::string("zz") : good(row.kinds[i]);
+    // A predicted request's op and phase are one letter each: a block made in the forward.
+    if (row.tag == "R" && row.kinds[i] == "Text" && i != bad) value = texts++ ? "f" : "a";
+    out += "\t" + value;
+  }
   return out + "\n";
 }
 

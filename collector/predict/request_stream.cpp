@@ -1,0 +1,339 @@
+// The request stream (see request_stream.h): built from the recorded trace, scaled, and a step
+// that never finished completed from the hook's prediction.
+#include "collector/predict/request_stream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace vramtrace::collector {
+
+namespace {
+
+struct Event {
+  uint64_t time;
+  uint32_t kind;  // 0 alloc, 1 free, 2 a recorded OOM's request
+  uint32_t index;
+  bool operator<(const Event& o) const {
+    if (time != o.time) return time < o.time;
+    if (kind != o.kind) return kind < o.kind;
+    return index < o.index;
+  }
+};
+
+uint64_t scaled_size(uint64_t bytes, double scale) {
+  const double scaled = std::ceil(static_cast<double>(bytes) * scale);
+  return scaled >= 1.8e19 ? UINT64_MAX / 2 : std::max<uint64_t>(1, static_cast<uint64_t>(scaled));
+}
+
+}  // namespace
+
+bool scales_with_batch(Category c) {
+  return c == Category::Activations || c == Category::Temporaries || c == Category::Inputs;
+}
+
+RequestStream recorded_stream(const TorchContext& ctx, const TorchMemory* tm, uint32_t device) {
+  if (tm && &tm->context() != &ctx) tm = nullptr;  // the categories must be of these blocks
+  RequestStream s;
+  s.device = device;
+  s.categorized = tm != nullptr;
+  s.blocks = static_cast<uint32_t>(ctx.blocks.size());
+  std::vector<Event> events;
+  for (size_t i = 0; i < ctx.blocks.size(); ++i) {
+    const TorchBlock& b = ctx.blocks[i];
+    if (b.device != device) continue;
+    events.push_back({b.alloc_ns, 0, static_cast<uint32_t>(i)});
+    if (b.free_ns != UINT64_MAX) events.push_back({b.free_ns, 1, static_cast<uint32_t>(i)});
+    s.window_lost |= b.before_window;
+  }
+  for (size_t i = 0; i < ctx.oom_requests.size(); ++i)
+    if (ctx.oom_requests[i].device == device) {
+      events.push_back({ctx.oom_requests[i].time_ns, 2, static_cast<uint32_t>(i)});
+      s.recorded_oom = true;
+    }
+  std::sort(events.begin(), events.end());
+  s.requests.reserve(events.size());
+  for (const Event& e : events) {
+    Request q;
+    q.time_ns = e.time;
+    if (e.kind == 2) {
+      const TorchOomRequest& o = ctx.oom_requests[e.index];
+      q.op = RequestOp::RecordedOom;
+      q.bytes = o.bytes;
+      q.stream = o.stream;
+      q.block = UINT32_MAX;
+      if (tm) {
+        if (const PhaseSpan* ph = tm->phase_at(o.time_ns)) q.phase = ph->phase;
+        q.iteration = tm->iteration_at(o.time_ns);
+      }
+    } else {
+      const TorchBlock& b = ctx.blocks[e.index];
+      q.op = e.kind == 0 ? RequestOp::Malloc : RequestOp::Free;
+      q.bytes = b.bytes;
+      q.stream = b.stream;
+      q.block = e.index;
+      if (tm) {
+        const BlockInfo& info = tm->info()[e.index];
+        q.category = info.category;
+        q.module = info.module;
+        q.phase = info.phase;
+        q.iteration = info.iteration;
+      }
+    }
+    s.requests.push_back(q);
+  }
+  return s;
+}
+
+RequestStream scale_batch(RequestStream s, double scale) {
+  if (scale == 1.0) return s;
+  for (Request& q : s.requests) {
+    if (q.op == RequestOp::Malloc && !q.predicted && scales_with_batch(q.category)) {
+      q.bytes = scaled_size(q.bytes, scale);
+      q.scaled = true;
+    } else if (q.op == RequestOp::RecordedOom && q.phase != TorchPhase::Optimizer &&
+               q.phase != TorchPhase::None) {
+      // The request the run failed on, as the allocator rounded it, made in a forward or
+      // backward.
+      q.bytes = static_cast<uint64_t>(std::ceil(static_cast<double>(q.bytes) * scale));
+    }
+  }
+  return s;
+}
+
+// ---- completing a step ----------------------------------------------------------------------
+
+namespace {
+
+std::vector<const TorchPredictedStep*> predicted_steps(const TorchContext& ctx, uint32_t device) {
+  std::vector<const TorchPredictedStep*> out;
+  for (const auto& st : ctx.predicted_steps)
+    if (st.device == device && st.status == "ok" && !st.requests.empty() && st.batch)
+      out.push_back(&st);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto* a, const auto* b) { return a->batch < b->batch; });
+  return out;
+}
+
+TorchPhase phase_of(char p) {
+  return p == 's' ? TorchPhase::Optimizer : p == 'b' ? TorchPhase::Backward : TorchPhase::Forward;
+}
+
+// What a predicted block is, by when it was made and freed, as collector/torch_memory.h
+// classifies recorded blocks: kept past the forward -> activations, freed in the phase that
+// made it -> temporaries, made in the backward and kept -> gradients, in the step and kept ->
+// optimizer state.
+std::vector<Category> categories_of(const TorchPredictedStep& st) {
+  std::map<uint64_t, std::pair<char, char>> life;  // block -> (made in, freed in; 0: never)
+  for (const auto& r : st.requests) {
+    if (!r.free)
+      life[r.block] = {r.phase, 0};
+    else if (auto it = life.find(r.block); it != life.end())
+      it->second.second = r.phase;
+  }
+  auto forward = [](char p) { return p == 'f' || p == 'l'; };
+  std::vector<Category> out;
+  out.reserve(st.requests.size());
+  for (const auto& r : st.requests) {
+    const auto [made, freed] = life[r.block];
+    Category c = Category::Temporaries;
+    if (forward(made))
+      c = freed && forward(freed) ? Category::Temporaries : Category::Activations;
+    else if (made == 'b')
+      c = freed ? Category::Temporaries : Category::Gradients;
+    else if (made == 's')
+      c = freed ? Category::Temporaries : Category::OptimizerState;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Whether the steps make the same requests in the same order (ops, blocks, modules), so that
+// each request's size can be read as a function of the batch.
+bool aligned(const std::vector<const TorchPredictedStep*>& steps) {
+  if (steps.size() < 2) return false;
+  for (const auto* st : steps) {
+    if (st->requests.size() != steps[0]->requests.size() ||
+        (st != steps[0] && st->batch == steps[0]->batch))
+      return false;
+    for (size_t i = 0; i < st->requests.size(); ++i) {
+      const auto &a = st->requests[i], &b = steps[0]->requests[i];
+      if (a.free != b.free || a.block != b.block || a.module != b.module || a.phase != b.phase)
+        return false;
+    }
+  }
+  return true;
+}
+
+// The sizes of the step's requests at `batch` (see completed_stream), and how they were found.
+std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& steps,
+                               const std::vector<Category>& cats, double batch,
+                               std::string* method) {
+  const size_t n = steps[0]->requests.size();
+  std::vector<uint64_t> out(n);
+  if (aligned(steps)) {
+    // The two batches around `batch` (or the two nearest it, beyond either end): linear.
+    size_t hi = 1;
+    while (hi + 1 < steps.size() && static_cast<double>(steps[hi]->batch) < batch) ++hi;
+    const TorchPredictedStep &a = *steps[hi - 1], &b = *steps[hi];
+    const double ba = static_cast<double>(a.batch), bb = static_cast<double>(b.batch);
+    for (size_t i = 0; i < n; ++i) {
+      const double sa = static_cast<double>(a.requests[i].bytes),
+                   sb = static_cast<double>(b.requests[i].bytes);
+      const double v = std::round(sa + (sb - sa) * (batch - ba) / (bb - ba));
+      out[i] = v >= 1.8e19 ? UINT64_MAX / 2 : std::max<uint64_t>(1, static_cast<uint64_t>(
+                                                                      std::max(v, 0.0)));
+    }
+    *method = batch == ba || batch == bb ? "predicted at batch " +
+                                               std::to_string(batch == ba ? a.batch : b.batch)
+                                         : "interpolated from the steps predicted at batches " +
+                                               std::to_string(a.batch) + " and " +
+                                               std::to_string(b.batch);
+    return out;
+  }
+  // The nearest step, its sizes that depend on the batch scaled (made in the forward or the
+  // backward and not a gradient).
+  const TorchPredictedStep* near = steps[0];
+  for (const auto* st : steps)
+    if (std::fabs(static_cast<double>(st->batch) - batch) <
+        std::fabs(static_cast<double>(near->batch) - batch))
+      near = st;
+  const double f = batch / static_cast<double>(near->batch);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& r = near->requests[i];
+    out[i] = f != 1.0 && r.phase != 's' && scales_with_batch(cats[i]) ? scaled_size(r.bytes, f)
+                                                                       : r.bytes;
+  }
+  *method = f == 1.0 ? "predicted at batch " + std::to_string(near->batch)
+                     : "scaled from the step predicted at batch " + std::to_string(near->batch);
+  return out;
+}
+
+}  // namespace
+
+bool has_predicted_step(const TorchContext& ctx, uint32_t device) {
+  return !predicted_steps(ctx, device).empty();
+}
+
+RequestStream completed_stream(const RequestStream& recorded, const TorchContext& ctx,
+                               uint32_t device, double scale) {
+  const auto steps = predicted_steps(ctx, device);
+  if (steps.empty()) return scale_batch(recorded, scale);
+  const TorchPredictedStep& first = *steps[0];
+  const uint64_t t0 = first.time_ns;
+  const uint64_t rec_batch = first.recorded_batch ? first.recorded_batch : first.batch;
+  // Each step's own requests are the nearest step's shape when they do not align.
+  const TorchPredictedStep* shape = steps[0];
+  for (const auto* st : steps)
+    if (st->batch == rec_batch) shape = st;
+  const auto cats = categories_of(*shape);
+  std::vector<const TorchPredictedStep*> used = aligned(steps) ? steps : std::vector{shape};
+  std::string method, ignored;
+  const auto at_recorded = sizes_at(used, cats, static_cast<double>(rec_batch), &ignored);
+  const double batch = scale * static_cast<double>(rec_batch);
+  const auto at_batch = sizes_at(used, cats, batch, &method);
+
+  RequestStream out;
+  out.device = recorded.device;
+  out.recorded_oom = recorded.recorded_oom;
+  out.window_lost = recorded.window_lost;
+  out.categorized = recorded.categorized;
+  const uint32_t base = recorded.blocks;
+  uint64_t most = 0;
+  for (const auto& r : shape->requests) most = std::max(most, r.block);
+  out.blocks = base + static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX - base));
+
+  // The recorded requests before the step, scaled by category as a recorded run is.
+  size_t split = 0;
+  while (split < recorded.requests.size() && recorded.requests[split].time_ns < t0) ++split;
+  RequestStream before = recorded;
+  before.requests.resize(split);
+  before = scale_batch(std::move(before), scale);
+
+  // The recorded part of the step, aligned with the predicted requests in order: a recorded
+  // malloc of the size a predicted request (at the recorded batch) has, a little ahead, is that
+  // request; one that matches none is what fake tensors do not see (a cuBLAS or cuDNN
+  // workspace) and is kept where it came, with its free when it had one.
+  const auto& pred = shape->requests;
+  constexpr size_t kLookAhead = 256;
+  std::vector<std::vector<Request>> kept(pred.size() + 1);  // before predicted request k
+  std::vector<uint64_t> anchor(pred.size(), 0);             // the matched request's time
+  std::vector<bool> matched_block(recorded.blocks, false);
+  size_t j = 0;
+  uint64_t kept_count = 0;
+  for (size_t i = split; i < recorded.requests.size(); ++i) {
+    const Request& q = recorded.requests[i];
+    if (q.op == RequestOp::RecordedOom) continue;  // the predicted step makes it
+    if (q.op == RequestOp::Free) {
+      if (q.block < matched_block.size() && matched_block[q.block]) continue;
+      kept[j].push_back(q);
+      continue;
+    }
+    size_t k = j;
+    for (size_t seen = 0; k < pred.size() && seen < kLookAhead; ++k)
+      if (!pred[k].free) {
+        if (at_recorded[k] == q.bytes) break;
+        ++seen;
+      }
+    if (k < pred.size() && !pred[k].free && at_recorded[k] == q.bytes) {
+      matched_block[q.block] = true;
+      anchor[k] = q.time_ns;
+      j = k + 1;
+    } else {
+      kept[j].push_back(q);
+      ++kept_count;
+    }
+  }
+
+  Completion c;
+  c.recorded_batch = rec_batch;
+  c.batch = batch;
+  c.method = method;
+  c.kept_recorded = kept_count;
+  for (const auto* st : steps) c.batches.push_back(st->batch);
+  out.requests = std::move(before.requests);
+  uint64_t t = t0;
+  std::vector<bool> named(ctx.modules.size() + 1, false);
+  // The first step is iteration 0 where iterations are known; its stream the recorded one's (a
+  // fake-tensor run has none).
+  const int64_t iteration = recorded.categorized ? 0 : -1;
+  uint64_t stream = 0;
+  for (const Request& q : recorded.requests)
+    if (q.op == RequestOp::Malloc) {
+      stream = q.stream;
+      if (q.time_ns >= t0) break;
+    }
+  for (size_t k = 0; k <= pred.size(); ++k) {
+    for (const Request& q : kept[k]) {
+      t = std::max(t, q.time_ns);
+      out.requests.push_back(q);
+    }
+    if (k == pred.size()) break;
+    const TorchPredictedRequest& r = pred[k];
+    t = std::max(t, anchor[k]);
+    Request q;
+    q.time_ns = t;
+    q.op = r.free ? RequestOp::Free : RequestOp::Malloc;
+    q.bytes = at_batch[k];
+    q.stream = stream;
+    q.block = base + static_cast<uint32_t>(std::min<uint64_t>(r.block - 1, UINT32_MAX - base - 1));
+    q.category = cats[k];
+    q.module = r.module < named.size() ? r.module : 0;
+    q.phase = phase_of(r.phase);
+    q.iteration = iteration;
+    q.predicted = true;
+    q.scaled = !r.free && at_batch[k] != at_recorded[k];
+    if (!r.free) {
+      ++c.predicted_requests;
+      if (q.module && !named[q.module]) {
+        named[q.module] = true;
+        c.modules.push_back(ctx.modules[q.module - 1].name);
+      }
+    }
+    out.requests.push_back(q);
+  }
+  out.completion = std::move(c);
+  return out;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,81 @@
+// A device's allocator requests as the engine replays them: every malloc and free PyTorch's
+// caching allocator got (and the request the run itself failed on), in order, each typed with
+// what the analysis knows of it (category, module, phase, iteration) and whether it was
+// recorded or predicted. Every prediction is this stream transformed, then replayed through
+// the allocator's model (collector/predict/replay.h): a batch scale, a step completed from the
+// hook's fake-tensor run of it, and the report's remedies (collector/predict/transforms.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collector/torch_memory.h"
+
+namespace vramtrace::collector {
+
+enum class RequestOp : uint8_t {
+  Malloc,
+  Free,
+  RecordedOom,  // the request the run failed on: served and freed at once when it fits
+};
+
+struct Request {
+  uint64_t time_ns = 0;  // the traced host's CLOCK_MONOTONIC (a predicted one: see completion)
+  RequestOp op = RequestOp::Malloc;
+  uint64_t bytes = 0;   // as the program asked (a recorded OOM: as the allocator rounded it)
+  uint64_t stream = 0;  // the CUDA stream (the allocator's pools are per stream)
+  uint32_t block = 0;   // pairs a Malloc with its Free (index below RequestStream::blocks)
+  Category category = Category::Unclassified;
+  uint32_t module = 0;  // TorchContext::modules id, 0: none
+  TorchPhase phase = TorchPhase::None;
+  int64_t iteration = -1;
+  bool predicted = false;  // from the hook's fake-tensor run of the step, not recorded
+  bool scaled = false;     // a batch transform changed its size
+};
+
+// A step that never finished, completed from the hook's prediction (TorchPredictedStep).
+struct Completion {
+  uint64_t predicted_requests = 0;  // Malloc requests the prediction put in
+  uint64_t kept_recorded = 0;       // recorded requests of the step kept (workspaces)
+  std::vector<std::string> modules;  // the modules of the predicted requests, first seen first
+  std::vector<uint64_t> batches;     // the batches the hook predicted a step at, ascending
+  uint64_t recorded_batch = 0;       // the batch the run used
+  double batch = 0;                  // the batch the completed step is at
+  std::string method;  // "predicted at this batch", "interpolated", "scaled from batch N"
+};
+
+struct RequestStream {
+  uint32_t device = 0;
+  std::vector<Request> requests;  // in the order the allocator got them
+  uint32_t blocks = 0;            // block indices in use are below this
+  bool recorded_oom = false;      // the run had an OOM on this device
+  bool window_lost = false;       // PyTorch's trace ring had dropped the run's start
+  bool categorized = false;       // categories known (the hook's context)
+  std::optional<Completion> completion;
+};
+
+// The recorded requests of `device` (`tm`, when not null and of `ctx`, gives their
+// categories, modules, phases and iterations).
+RequestStream recorded_stream(const TorchContext& ctx, const TorchMemory* tm, uint32_t device);
+
+// Activations, temporaries and inputs: what scales with the batch.
+bool scales_with_batch(Category c);
+
+// The batch scaled by `scale` (see docs/WHATIF.md): the requests of the categories that scale
+// with the batch, and a recorded OOM's request made in a forward or backward, are scaled.
+RequestStream scale_batch(RequestStream s, double scale);
+
+// Whether the hook predicted a step for `device` (a status "ok" step with requests).
+bool has_predicted_step(const TorchContext& ctx, uint32_t device);
+
+// The recorded stream with its unfinished step completed by prediction, at `scale` times the
+// recorded batch: the recorded requests before the step began (scaled by category), then the
+// predicted step's in place of the recorded part of it, which keeps only what fake tensors do
+// not see (requests that match no predicted one: cuBLAS/cuDNN workspaces). A predicted request
+// at another batch is interpolated from the steps the hook gave (docs/WHATIF.md).
+RequestStream completed_stream(const RequestStream& recorded, const TorchContext& ctx,
+                               uint32_t device, double scale);
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,281 @@
+// The prediction engine (collector/predict/): a step that never finished, completed from the
+// start-up hook's fake-tensor prediction of it (the .torch file's N and R lines), then replayed
+// through the allocator's model at the recorded batch, at another one (interpolated between the
+// predicted batches, or scaled from the one step given) and under a limit; and the remedies'
+// transforms of a stream. Every figure derived by hand from CUDACachingAllocator's rules below.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <functional>
+#include <fstream>
+#include <string>
+
+#include "collector/predict/transforms.h"
+#include "collector/torch_trace.h"
+#include "collector/whatif.h"
+
+using namespace vramtrace::collector;
+
+namespace {
+constexpr uint64_t MiB = 1ull << 20;
+
+std::string write_temp(const std::string& text) {
+  char name[] = "/tmp/vt_predict_XXXXXX";
+  const int fd = mkstemp(name);
+  REQUIRE(fd >= 0);
+  std::ofstream(name) << text;
+  return name;
+}
+
+std::string mib(uint64_t n) { return std::to_string(n * MiB); }
+
+// The run (realtime 1000 s = monotonic 10 s): the parameters W (40 MiB) made at 1000.1 s; the
+// first step begins at 1000.2 s: fc1's output A1 (30 MiB), a 12 MiB cuDNN-like workspace made
+// and freed, fc2's output A2 (30 MiB), then fc2's 50 MiB request fails with 400 MiB free on the
+// device (the limit measured then: 400 + the 112 MiB reserved). Each block its own segment.
+std::string recorded() {
+  return "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+         "M\t1\tfc1\tLinear\tm.py\t1\n"
+         "M\t2\tfc2\tLinear\tm.py\t2\n"
+         "E\t0\tsegment_alloc\t1000000000\t" + mib(40) + "\t0\t1000100000\t\t\n"
+         "E\t0\talloc\t1000000000\t" + mib(40) + "\t0\t1000100000\t\t\n"
+         "E\t0\tsegment_alloc\t2000000000\t" + mib(30) + "\t0\t1000210000\t\t\n"
+         "E\t0\talloc\t2000000000\t" + mib(30) + "\t0\t1000210000\t\t\n"
+         "E\t0\tsegment_alloc\t3000000000\t" + mib(12) + "\t0\t1000220000\t\t\n"
+         "E\t0\talloc\t3000000000\t" + mib(12) + "\t0\t1000220000\t\t\n"
+         "E\t0\tfree_completed\t3000000000\t" + mib(12) + "\t0\t1000230000\t\t\n"
+         "E\t0\tsegment_alloc\t4000000000\t" + mib(30) + "\t0\t1000240000\t\t\n"
+         "E\t0\talloc\t4000000000\t" + mib(30) + "\t0\t1000240000\t\t\n"
+         "E\t0\toom\t0\t" + mib(50) + "\t0\t1000250000\t\t" + mib(400) + "\n";
+}
+
+// The hook's step at batch `batch` (the run's was 8) of sizes linear in the batch: fc1's output
+// (3.75 MiB a sample), fc2's (the same), fc2's 50 MiB at batch 8 freed in the loss, a loss
+// temporary, then the backward frees both outputs and makes W's gradient (40 MiB, kept), and the
+// optimizer step its state (40 MiB, kept).
+std::string step(int id, uint64_t batch) {
+  const std::string s = std::to_string(id);
+  auto per = [&](uint64_t at8) { return std::to_string(at8 * MiB / 8 * batch); };
+  return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" +
+         "R\t" + s + "\ta\t1\t" + per(30) + "\t1\tf\n" +
+         "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" +
+         "R\t" + s + "\ta\t3\t" + per(50) + "\t2\tf\n" +
+         "R\t" + s + "\tf\t3\t" + per(50) + "\t0\tl\n" +
+         "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" +
+         "R\t" + s + "\tf\t4\t" + per(20) + "\t0\tl\n" +
+         "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" +
+         "R\t" + s + "\ta\t5\t" + mib(40) + "\t1\tb\n" +
+         "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" +
+         "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
+}
+
+TorchContext context_of(const std::string& text) {
+  const std::string path = write_temp(text + "END\t10\n");
+  TorchTrace t = read_torch_trace(path);
+  std::remove(path.c_str());
+  INFO(t.problem);
+  REQUIRE(t.problem.empty());
+  return t.context;
+}
+
+WhatIfResult replay_at(const TorchContext& ctx, double scale, std::optional<uint64_t> limit = {}) {
+  WhatIfSettings w;
+  w.scale_batch = scale;
+  w.limit = limit;
+  WhatIfResult r = replay(ctx, nullptr, 0, {}, 2048 * MiB, w);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("predict: the hook's N and R lines are read, a bad one stops the reading") {
+  TorchContext ctx = context_of(recorded() + step(1, 8) + "N\t0\t2\t4\t8\t1000200000000\tfake "
+                                                          "tensors failed: an op without a meta "
+                                                          "kernel\n");
+  REQUIRE(ctx.predicted_steps.size() == 2);
+  const TorchPredictedStep& s = ctx.predicted_steps[0];
+  CHECK(s.batch == 8);
+  CHECK(s.recorded_batch == 8);
+  CHECK(s.time_ns == 10200000000ull);  // onto the monotonic clock
+  REQUIRE(s.requests.size() == 10);
+  CHECK(s.requests[3].free);
+  CHECK(s.requests[3].phase == 'l');
+  CHECK(s.requests[7].bytes == 40 * MiB);
+  CHECK(s.requests[7].module == 1);
+  CHECK(ctx.predicted_steps[1].status == "fake tensors failed: an op without a meta kernel");
+  CHECK(ctx.predicted_steps[1].requests.empty());
+  // A request of a step the hook could not predict, or of none declared: left out.
+  for (const std::string other : {"R\t2\ta\t1\t512\t0\tf\n", "R\t3\ta\t1\t512\t0\tf\n"}) {
+    TorchContext c = context_of(recorded() + step(1, 8) + "N\t0\t2\t4\t8\t1000200000000\tno\n" +
+                                other);
+    CHECK(c.predicted_steps[0].requests.size() == 10);
+    CHECK(c.predicted_steps[1].requests.empty());
+  }
+  // An unknown op or phase, block 0: "bad predicted request".
+  for (const std::string bad : {"R\t1\tx\t1\t512\t0\tf\n", "R\t1\ta\t1\t512\t0\tq\n",
+                                "R\t1\ta\t0\t512\t0\tf\n"}) {
+    const std::string path = write_temp(recorded() + step(1, 8) +
+                                        "N\t0\t2\t4\t8\t1000200000000\tno\n" + bad + "END\t10\n");
+    TorchTrace t = read_torch_trace(path);
+    std::remove(path.c_str());
+    CHECK(t.problem == "line 26: bad predicted request");
+  }
+}
+
+TEST_CASE("predict: a step that died in its forward, completed and replayed to the byte") {
+  // Without a prediction the replay serves the failed request (a 50 MiB segment: 40 + 30 + 12
+  // + 30 + 50 = 162 MiB) and can say no more: "fits as far as the run got".
+  TorchContext bare = context_of(recorded());
+  WhatIfResult r = replay_at(bare, 1.0);
+  CHECK(r.reserved_peak_bytes == 162 * MiB);
+  CHECK(r.truncated_at_recorded_oom);
+  CHECK_FALSE(r.completion);
+
+  // Completed: W, A1 (matched to the predicted fc1 output), the workspace and its free (no
+  // predicted request of 12 MiB: kept where it came), A2, then the predicted rest: 50 MiB (a new
+  // segment, 162), freed; the 20 MiB loss temporary split from it and freed; A2 freed; the
+  // 40 MiB gradient split from the 50 MiB block (10 MiB left); A1 freed; the 40 MiB optimizer
+  // state: free blocks of 12, 10, 30 and 30 MiB, none fits, a new segment: 202 MiB.
+  TorchContext ctx = context_of(recorded() + step(1, 8) + step(2, 4));
+  r = replay_at(ctx, 1.0);
+  CHECK(r.fits());
+  CHECK(r.reserved_peak_bytes == 202 * MiB);
+  CHECK(r.recorded_reserved_peak_bytes == 112 * MiB);
+  CHECK(r.limit_bytes == 512 * MiB);  // measured at the run's OOM, as without the prediction
+  CHECK_FALSE(r.truncated_at_recorded_oom);
+  REQUIRE(r.completion);
+  CHECK(r.completion->predicted_requests == 6);
+  CHECK(r.completion->kept_recorded == 1);
+  CHECK(r.completion->modules == std::vector<std::string>{"fc1", "fc2"});
+  CHECK(r.completion->batches == std::vector<uint64_t>{4, 8});
+  CHECK(r.completion->method == "predicted at batch 8");
+  CHECK(r.requests == 1 + 1 + 6);  // W, the workspace, the predicted six (A1, A2 among them)
+  CHECK(r.predicted_requests_replayed == 6);
+
+  // Half the batch: the step at batch 4 itself. W 40; A1 15 MiB (a 16 MiB segment, 56); the
+  // workspace (68), freed; A2 16 (84); 25 MiB (26 MiB segment, 110), freed; the 10 MiB loss
+  // temporary from the cached 12 MiB block (2 MiB split off), freed; A2 freed; the gradient
+  // (40 MiB: free 12, 16, 26 MiB, a new segment, 150); A1 freed; the state: another, 190 MiB.
+  r = replay_at(ctx, 0.5);
+  CHECK(r.reserved_peak_bytes == 190 * MiB);
+  CHECK(r.completion->method == "predicted at batch 4");
+  CHECK(r.scaled_requests == 4);  // A1, A2, the 50 MiB and the loss temporary
+  // Twice the batch, extrapolated from batches 4 and 8: A1 60 (100), the workspace (112), A2 60
+  // (172), 100 (272), freed; 40 split from it, freed; A2 freed; the gradient split from the
+  // cached 60 MiB; A1 freed; the state from the other 60 MiB: 272 MiB.
+  r = replay_at(ctx, 2.0);
+  CHECK(r.reserved_peak_bytes == 272 * MiB);
+  CHECK(r.completion->method ==
+        "interpolated from the steps predicted at batches 4 and 8");
+  CHECK(r.completion->batch == 16.0);
+
+  // One step only: half the batch scales the sizes that depend on it (the forward's, the loss's;
+  // not the gradient or the state): the same sizes, the same 190 MiB.
+  TorchContext one = context_of(recorded() + step(1, 8));
+  r = replay_at(one, 0.5);
+  CHECK(r.reserved_peak_bytes == 190 * MiB);
+  CHECK(r.completion->method == "scaled from the step predicted at batch 8");
+
+  // Under pressure PyTorch frees its cache and retries before it fails: under 170 MiB the state's
+  // 40 MiB segment (202) does not fit, so the cached whole segments (A1's, A2's, the
+  // workspace's: 72 MiB) go back and it does (130): fits, peak 162 MiB. Under 140 MiB fc2's
+  // predicted 50 MiB request runs out even with the workspace's segment given back (100 + 50).
+  r = replay_at(ctx, 1.0, 170 * MiB);
+  CHECK(r.fits());
+  CHECK(r.reserved_peak_bytes == 162 * MiB);
+  r = replay_at(ctx, 1.0, 140 * MiB);
+  REQUIRE(r.oom);
+  CHECK(r.oom->requested_bytes == 50 * MiB);
+  CHECK(r.oom->phase == "forward");
+  CHECK(r.oom->module == "fc2");
+  CHECK(r.oom->iteration == -1);  // no iterations known without the hook's marks
+  CHECK_FALSE(r.oom->recorded_request);
+  CHECK(r.oom->state.reserved_bytes == 100 * MiB);
+}
+
+namespace {
+
+// A training step of three modules (realtime 1000 s = monotonic 10 s): the model's forward
+// (module net) calls l1, which keeps two 10 MiB activations, l2 two more, l3 one (its output);
+// the backward frees them in reverse order; then an optimizer step. Each 10 MiB block takes a
+// 10 MiB segment of its own or an exact free one: recorded, 50 MiB reserved at the peak.
+std::string three_modules() {
+  std::string s =
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "M\t1\tnet\tNet\tm.py\t1\nM\t2\tl1\tLinear\tm.py\t2\nM\t3\tl2\tLinear\tm.py\t3\n"
+      "M\t4\tl3\tLinear\tm.py\t4\n";
+  auto mark = [](uint64_t ms, int kind, int id) {
+    return "K\t" + std::to_string(1000000000000ull + ms * 1000000) + "\t" +
+           std::to_string(kind) + "\t" + std::to_string(id) + "\n";
+  };
+  auto entry = [](const char* action, uint64_t address, uint64_t ms) {
+    return std::string("E\t0\t") + action + "\t" + std::to_string(address) + "\t" + mib(10) +
+           "\t0\t" + std::to_string(1000000000 + ms * 1000) + "\t\t\n";
+  };
+  // Marks: 2 forward, 0 module, 1 module end, 4 forward end, 5/6 backward, 7/8 step.
+  s += mark(100, 2, 1) + mark(110, 0, 2);
+  s += entry("segment_alloc", 1000, 120) + entry("alloc", 1000, 120);
+  s += entry("segment_alloc", 2000, 125) + entry("alloc", 2000, 125) + mark(130, 1, 2);
+  s += mark(140, 0, 3) + entry("segment_alloc", 3000, 150) + entry("alloc", 3000, 150);
+  s += entry("segment_alloc", 4000, 155) + entry("alloc", 4000, 155) + mark(160, 1, 3);
+  s += mark(170, 0, 4) + entry("segment_alloc", 5000, 175) + entry("alloc", 5000, 175);
+  s += mark(180, 1, 4) + mark(190, 4, 1) + mark(200, 5, 0);
+  s += entry("free_completed", 5000, 210) + entry("free_completed", 4000, 220);
+  s += entry("free_completed", 3000, 230) + entry("free_completed", 2000, 240);
+  s += entry("free_completed", 1000, 250);
+  s += mark(260, 6, 0) + mark(270, 7, 1) + mark(280, 8, 1);
+  return s + "END\t15\n";
+}
+
+WhatIfResult replay_with(const TorchMemory& tm,
+                         std::function<std::string(RequestStream&)> transform) {
+  WhatIfSettings w;
+  w.transform = std::move(transform);
+  WhatIfResult r = replay(tm.context(), &tm, 0, {}, 2048 * MiB, w);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("predict: each remedy's transform of the stream, replayed to the byte") {
+  const std::string path = write_temp(three_modules());
+  TorchTrace t = read_torch_trace(path);
+  std::remove(path.c_str());
+  REQUIRE(t.problem.empty());
+  const TorchMemory tm(t.context);
+  REQUIRE(tm.info().size() == 5);
+  for (const BlockInfo& b : tm.info()) CHECK(b.category == Category::Activations);
+  CHECK(replay_with(tm, nullptr).reserved_peak_bytes == 50 * MiB);
+
+  // bf16 autocast: the five activations take 5 MiB each, large-pool requests below 10 MiB: a
+  // 20 MiB segment split four times (the fourth takes its last 5 MiB whole), the fifth a second
+  // segment: 40 MiB.
+  WhatIfResult r = replay_with(tm, [](RequestStream& s) { return to_bf16_autocast(s, false); });
+  CHECK(r.reserved_peak_bytes == 40 * MiB);
+  CHECK(replay(tm.context(), &tm, 0, {}, 2048 * MiB,
+               {std::nullopt, std::nullopt, std::nullopt, 1.0,
+                [](RequestStream& s) { return to_bf16_autocast(s, true); }})
+            .error == "the forwards already ran under torch.autocast");
+
+  // Checkpointing l1 and l2: each keeps only its last activation (its output); l1's first is
+  // freed when l1 returns, l2's first reuses its segment and is freed when l2 returns, l3's
+  // output reuses it again: 30 MiB. In the backward, l2's first is made again just before the
+  // backward would have freed it (into a free 10 MiB segment), freed there; l1's likewise: 30.
+  const TorchContext& ctx = tm.context();
+  r = replay_with(tm, [&ctx](RequestStream& s) { return checkpoint_modules(s, ctx, {"l1", "l2"}); });
+  CHECK(r.reserved_peak_bytes == 30 * MiB);
+  CHECK(r.requests == 7);  // five made in the forward, two made again in the backward
+  CHECK(r.frees == 7);
+  WhatIfSettings none;
+  none.transform = [&ctx](RequestStream& s) { return checkpoint_modules(s, ctx, {"l9"}); };
+  CHECK(replay(ctx, &tm, 0, {}, 2048 * MiB, none).error ==
+        "none of the modules named was seen running");
+
+  // Without a kept block (l3's output): 40 MiB.
+  r = replay_with(tm, [](RequestStream& s) { return without_blocks(s, {4}); });
+  CHECK(r.reserved_peak_bytes == 40 * MiB);
+  CHECK(r.requests == 4);
+}
