@@ -129,6 +129,20 @@ WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSett
 
 std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
                                         WhatIfSettings settings, double lo, double hi) {
+  // A step completed by prediction is sized by fake tensors, which do not see the kernels' own
+  // scratch: on four real models the completed step's reserved peak came out 0.0 to 4.2 % under
+  // the real one, never over, and the largest batch by the bare limit up to 3 samples over what
+  // fit for real. Its largest batch is the one whose replay stays kCompletedStepMargin (1.5 %) under the
+  // limits, which kept every one of them at or under the real answer (docs/WHATIF.md).
+  settings.scale_batch = 1.0;
+  if (const WhatIfResult own = replay_run(p, device, settings); own.ok && own.completion) {
+    const double keep = 1.0 - kCompletedStepMargin;
+    if (own.fraction_limit)
+      settings.fraction_limit =
+          static_cast<uint64_t>(static_cast<double>(*own.fraction_limit) * keep);
+    if (own.limit_bytes != UINT64_MAX)
+      settings.limit = static_cast<uint64_t>(static_cast<double>(own.limit_bytes) * keep);
+  }
   settings.scale_batch = lo;
   WhatIfResult at_lo = replay_run(p, device, settings);
   if (!at_lo.fits()) return std::nullopt;

@@ -26,6 +26,8 @@ struct ProcessModel;
 // requests); it never writes anything.
 WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings);
 
+// What --max-batch keeps free under the limits when the step was completed by prediction.
+inline constexpr double kCompletedStepMargin = 0.015;
 // The largest batch scale that fits (bisection by replay, to 1/1000 between `lo` and `hi`):
 // nullopt when even `lo` does not fit. Every other setting as in `settings`.
 struct MaxBatch {

@@ -1179,7 +1179,7 @@
         if (launchesOff(proc))
           card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
         else if (((pd.launches || {}).top || []).length) {
-          if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${secs(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
+          if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${A.at(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
           card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
         } else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
       }
