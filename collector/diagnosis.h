@@ -41,7 +41,7 @@ struct Remedy {
   std::optional<uint64_t> predicted_peak;
   // When only a range is known: predicted_peak is its low end, this its high end.
   std::optional<uint64_t> predicted_peak_high;
-  bool upper_bound = false;  // predicted_peak is a ceiling the remedy will stay under
+  bool upper_bound = false;          // predicted_peak is a ceiling the remedy will stay under
   std::vector<std::string> modules;  // activation_checkpointing: the modules to checkpoint
 };
 

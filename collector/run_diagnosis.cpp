@@ -136,9 +136,8 @@ class RemedyReplays {
     // Under the limit PyTorch frees its cache and retries before it fails, so what fits may
     // peak lower than what it would take with no limit.
     const uint64_t figure = w.fits() || !needs.ok ? w.device_peak_bytes : needs.device_peak_bytes;
-    if (needs.ok && need_) r.saves_bytes = need_ > needs.device_peak_bytes
-                                               ? need_ - needs.device_peak_bytes
-                                               : 0;
+    if (needs.ok && need_)
+      r.saves_bytes = need_ > needs.device_peak_bytes ? need_ - needs.device_peak_bytes : 0;
     r.predicted_peak = figure;
     // How large a batch fits, by replays; a job that died in its first step with nothing to
     // complete it keeps its advice to measure it.
@@ -167,11 +166,11 @@ class RemedyReplays {
                     so_far);
     else if (mb->scale < 1.0 && mb->at.completion && mb->at.completion->recorded_batch)
       // The hook knew the batch: the answer is a batch size (the scale bisected to 0.1 %).
-      std::snprintf(buf, sizeof buf,
-                    "the largest batch that fits the limit, replayed, is %.0f (this one: %llu)",
-                    std::floor(mb->scale * 1.001 *
-                               static_cast<double>(mb->at.completion->recorded_batch)),
-                    static_cast<unsigned long long>(mb->at.completion->recorded_batch));
+      std::snprintf(
+          buf, sizeof buf,
+          "the largest batch that fits the limit, replayed, is %.0f (this one: %llu)",
+          std::floor(mb->scale * 1.001 * static_cast<double>(mb->at.completion->recorded_batch)),
+          static_cast<unsigned long long>(mb->at.completion->recorded_batch));
     else if (mb->scale < 1.0)
       std::snprintf(buf, sizeof buf,
                     "the largest batch that fits the limit, replayed, is %.0f%% of this one%s",
@@ -216,8 +215,7 @@ void native_diagnosis(Diagnosis& dg, const SiteGrowth* growth, const Moment& m, 
   if (remedies_too && (growth || m.fatal)) {
     const uint64_t base = m.fatal ? dg.held_bytes + dg.requested_bytes : peak;
     dg.remedies.emplace();
-    for (const auto& r : native_remedies(nin))
-      dg.remedies->push_back(outcome_of(r, base));
+    for (const auto& r : native_remedies(nin)) dg.remedies->push_back(outcome_of(r, base));
   }
 }
 

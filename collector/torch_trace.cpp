@@ -426,8 +426,8 @@ bool TorchTraceReader::on(const side::PredictedRequest& r) {
   if (r.step == 0 || r.step > steps.size() || steps[r.step - 1].status != "ok") return true;
   TorchPredictedStep& step = steps[r.step - 1];
   if (step.requests.size() >= kMaxRequests) return false;
-  step.requests.push_back({r.op == "f", r.block, r.bytes, static_cast<uint32_t>(r.module),
-                           r.phase[0]});
+  step.requests.push_back(
+      {r.op == "f", r.block, r.bytes, static_cast<uint32_t>(r.module), r.phase[0]});
   return true;
 }
 

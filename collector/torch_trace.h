@@ -110,7 +110,7 @@ struct XlaPool {
 // ended: the storages its fake-tensor run of the whole step (forward, loss, backward,
 // optimizer step) made and freed, in order (common/side_channel.h's N and R lines).
 struct TorchPredictedRequest {
-  bool free = false;  // false: a block of `bytes` made; true: that block freed
+  bool free = false;   // false: a block of `bytes` made; true: that block freed
   uint64_t block = 0;  // counts from 1 within the step
   uint64_t bytes = 0;
   uint32_t module = 0;  // TorchContext::modules id, 0: none

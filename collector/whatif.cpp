@@ -95,8 +95,9 @@ WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyC
         "another optimizer's requests (its state's layout, its step's temporaries) were not "
         "recorded");
   } else if (kind == "offload") {
-    return refused("memory sharded to other GPUs or moved to the CPU is outside what one "
-                   "device's allocator replays");
+    return refused(
+        "memory sharded to other GPUs or moved to the CPU is outside what one "
+        "device's allocator replays");
   } else if (kind == "keep_numbers") {
     return refused("which of the growing site's tensors the program still reads is not known");
   } else {
@@ -132,8 +133,8 @@ std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
   // A step completed by prediction is sized by fake tensors, which do not see the kernels' own
   // scratch: on four real models the completed step's reserved peak came out 0.0 to 4.2 % under
   // the real one, never over, and the largest batch by the bare limit up to 3 samples over what
-  // fit for real. Its largest batch is the one whose replay stays kCompletedStepMargin (1.5 %) under the
-  // limits, which kept every one of them at or under the real answer (docs/WHATIF.md).
+  // fit for real. Its largest batch is the one whose replay stays kCompletedStepMargin (1.5 %)
+  // under the limits, which kept every one of them at or under the real answer (docs/WHATIF.md).
   settings.scale_batch = 1.0;
   if (const WhatIfResult own = replay_run(p, device, settings); own.ok && own.completion) {
     const double keep = 1.0 - kCompletedStepMargin;

@@ -99,11 +99,11 @@ namespace vramtrace::side {
   X(Dropped, "D", 2, Skip, "", F(Lead, marks))                                                     \
   /* PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF, when set. */                                  \
   X(AllocConf, "C", 1, Skip, "", T(conf, 4096))                                                    \
-  /* A training step predicted for a process that died before its first optimizer step ended:  \
-     the hook ran the model's whole step (forward, loss, backward, optimizer step) on fake        \
-     tensors (PyTorch's FakeTensorMode) at batch `batch` and recorded the storages it made and    \
-     freed. recorded_batch: the batch the run used; status "ok" or why it could not (then no R    \
-     lines); time_ns: when the real step began (its first forward); id counts from 1. */          \
+  /* A training step predicted for a process that died before its first optimizer step ended:      \
+     the hook ran the model's whole step (forward, loss, backward, optimizer step) on fake         \
+     tensors (PyTorch's FakeTensorMode) at batch `batch` and recorded the storages it made and     \
+     freed. recorded_batch: the batch the run used; status "ok" or why it could not (then no R     \
+     lines); time_ns: when the real step began (its first forward); id counts from 1. */           \
   X(PredictedStep, "N", 2, Match, "bad predicted step",                                            \
     F(Dev, device) F(U64, id) F(U64, batch) F(U64, recorded_batch) F(U64, time_ns)                 \
         T(status, 1024))                                                                           \

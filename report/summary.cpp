@@ -196,8 +196,8 @@ std::string remedy_line(const json& m) {
               ")";
     if (w.contains(field::completed_by_prediction))
       peak += "; the step the run never finished predicted (" +
-              std::to_string(w[field::completed_by_prediction].value("predicted_requests",
-                                                                     uint64_t{0})) +
+              std::to_string(
+                  w[field::completed_by_prediction].value("predicted_requests", uint64_t{0})) +
               " requests)";
   }
   if (m.contains(field::not_replayed_because))

@@ -60,7 +60,6 @@ bool to_uint(const std::string& s, uint64_t* v) {
 
 bool power_of_2_or_0(uint64_t v) { return (v & (v - 1)) == 0; }
 
-
 }  // namespace
 
 bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::string* error) {

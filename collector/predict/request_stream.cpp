@@ -181,14 +181,13 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
       const double sa = static_cast<double>(a.requests[i].bytes),
                    sb = static_cast<double>(b.requests[i].bytes);
       const double v = std::round(sa + (sb - sa) * (batch - ba) / (bb - ba));
-      out[i] = v >= 1.8e19 ? UINT64_MAX / 2 : std::max<uint64_t>(1, static_cast<uint64_t>(
-                                                                      std::max(v, 0.0)));
+      out[i] = v >= 1.8e19 ? UINT64_MAX / 2
+                           : std::max<uint64_t>(1, static_cast<uint64_t>(std::max(v, 0.0)));
     }
-    *method = batch == ba || batch == bb ? "predicted at batch " +
-                                               std::to_string(batch == ba ? a.batch : b.batch)
-                                         : "interpolated from the steps predicted at batches " +
-                                               std::to_string(a.batch) + " and " +
-                                               std::to_string(b.batch);
+    *method = batch == ba || batch == bb
+                  ? "predicted at batch " + std::to_string(batch == ba ? a.batch : b.batch)
+                  : "interpolated from the steps predicted at batches " + std::to_string(a.batch) +
+                        " and " + std::to_string(b.batch);
     return out;
   }
   // The nearest step, its sizes that depend on the batch scaled (made in the forward or the
@@ -202,7 +201,7 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
   for (size_t i = 0; i < n; ++i) {
     const auto& r = near->requests[i];
     out[i] = f != 1.0 && r.phase != 's' && scales_with_batch(cats[i]) ? scaled_size(r.bytes, f)
-                                                                       : r.bytes;
+                                                                      : r.bytes;
   }
   *method = f == 1.0 ? "predicted at batch " + std::to_string(near->batch)
                      : "scaled from the step predicted at batch " + std::to_string(near->batch);

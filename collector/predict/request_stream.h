@@ -37,8 +37,8 @@ struct Request {
 
 // A step that never finished, completed from the hook's prediction (TorchPredictedStep).
 struct Completion {
-  uint64_t predicted_requests = 0;  // Malloc requests the prediction put in
-  uint64_t kept_recorded = 0;       // recorded requests of the step kept (workspaces)
+  uint64_t predicted_requests = 0;   // Malloc requests the prediction put in
+  uint64_t kept_recorded = 0;        // recorded requests of the step kept (workspaces)
   std::vector<std::string> modules;  // the modules of the predicted requests, first seen first
   std::vector<uint64_t> batches;     // the batches the hook predicted a step at, ascending
   uint64_t recorded_batch = 0;       // the batch the run used

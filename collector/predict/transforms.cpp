@@ -79,9 +79,8 @@ std::string checkpoint_modules(RequestStream& s, const TorchContext& ctx,
   int cur = -1;
   for (size_t i = 0; i < q.size(); ++i) {
     if (q[i].op != RequestOp::Malloc) continue;
-    const int g = q[i].phase == TorchPhase::Forward && q[i].module < group.size()
-                      ? group[q[i].module]
-                      : -1;
+    const int g =
+        q[i].phase == TorchPhase::Forward && q[i].module < group.size() ? group[q[i].module] : -1;
     const bool same = g == cur && !made.empty() && q[made.back()].iteration == q[i].iteration;
     if (!same) {
       if (cur >= 0 && !made.empty()) close(made, made.back());

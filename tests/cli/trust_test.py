@@ -208,15 +208,19 @@ def whatif_damaged(work):
             shutil.copy(os.path.join(t, n), cut)
         if n.endswith(".torch"):
             torch_name = n
-            write(os.path.join(cut, n), read(os.path.join(t, n))[:1000].decode())
+            kept = read(os.path.join(t, n))[:1000].decode()
+            write(os.path.join(cut, n), kept)
     pid = torch_name.split(".")[1]
-    problem = "%s/%s: line 15: bad event" % (cut, torch_name)
+    # The line cut in the middle: its number and what the reader says of its kind.
+    line = kept.count("\n") + 1
+    said = {"F": "bad frame", "E": "bad event"}[kept.rsplit("\n", 1)[-1].split("\t")[0]]
+    problem = "%s/%s: line %d: %s" % (cut, torch_name, line, said)
     r = run(["whatif", cut], work)
     check(r.returncode == 2 and r.stdout == "" and r.stderr ==
           "vramtrace whatif: warning: %s\nvramtrace whatif: pid %s's PyTorch allocator trace: "
-          "line 15: bad event: the traces stop before the end of what they recorded, so no "
+          "line %d: %s: the traces stop before the end of what they recorded, so no "
           "verdict (a replay of what is left answers for a shorter run); --allow-damaged replays "
-          "it anyway\n" % (problem, pid), "whatif on a cut trace: %d %r %r" % (
+          "it anyway\n" % (problem, pid, line, said), "whatif on a cut trace: %d %r %r" % (
               r.returncode, r.stdout, r.stderr))
     r = run(["whatif", cut, "--json", "--allow-damaged"], work)
     j = json.loads(r.stdout) if r.returncode == 0 else {}

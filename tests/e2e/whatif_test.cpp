@@ -204,22 +204,44 @@ TEST_CASE("whatif: a run that died in its first step, completed from the hook's 
     // The process's own trace: its CUDA context on a 2 GiB device, nothing outside PyTorch.
     const auto trace = vt_test::TraceBuilder(4242).context(0, 2048 * MiB).exit_clean().bytes();
     std::ofstream(dir + "/vramtrace.4242.vtrace", std::ios::binary)
-        .write(reinterpret_cast<const char*>(trace.data()), static_cast<std::streamsize>(trace.size()));
+        .write(reinterpret_cast<const char*>(trace.data()),
+               static_cast<std::streamsize>(trace.size()));
     std::ofstream f(dir + "/vramtrace.4242.torch");
     f << "vramtrace.torch/2\t4242\t1000000000000\t10000000000\t2.11.0\n"
          "M\t1\tfc1\tLinear\tm.py\t1\nM\t2\tfc2\tLinear\tm.py\t2\n"
-         "E\t0\tsegment_alloc\t1000000000\t" << mib(40) << "\t0\t1000100000\t\t\n"
-         "E\t0\talloc\t1000000000\t" << mib(40) << "\t0\t1000100000\t\t\n"
-         "L\t1000150000000\t0\t1000000000\t" << mib(40) << "\tparam\tfc1.weight\t3200x3276"
+         "E\t0\tsegment_alloc\t1000000000\t"
+      << mib(40)
+      << "\t0\t1000100000\t\t\n"
+         "E\t0\talloc\t1000000000\t"
+      << mib(40)
+      << "\t0\t1000100000\t\t\n"
+         "L\t1000150000000\t0\t1000000000\t"
+      << mib(40)
+      << "\tparam\tfc1.weight\t3200x3276"
          "8\tfloat32\n"
-         "E\t0\tsegment_alloc\t2000000000\t" << mib(30) << "\t0\t1000210000\t\t\n"
-         "E\t0\talloc\t2000000000\t" << mib(30) << "\t0\t1000210000\t\t\n"
-         "E\t0\tsegment_alloc\t3000000000\t" << mib(12) << "\t0\t1000220000\t\t\n"
-         "E\t0\talloc\t3000000000\t" << mib(12) << "\t0\t1000220000\t\t\n"
-         "E\t0\tfree_completed\t3000000000\t" << mib(12) << "\t0\t1000230000\t\t\n"
-         "E\t0\tsegment_alloc\t4000000000\t" << mib(30) << "\t0\t1000240000\t\t\n"
-         "E\t0\talloc\t4000000000\t" << mib(30) << "\t0\t1000240000\t\t\n"
-         "E\t0\toom\t0\t" << mib(50) << "\t0\t1000250000\t\t" << mib(400) << "\n"
+         "E\t0\tsegment_alloc\t2000000000\t"
+      << mib(30)
+      << "\t0\t1000210000\t\t\n"
+         "E\t0\talloc\t2000000000\t"
+      << mib(30)
+      << "\t0\t1000210000\t\t\n"
+         "E\t0\tsegment_alloc\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000220000\t\t\n"
+         "E\t0\talloc\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000220000\t\t\n"
+         "E\t0\tfree_completed\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000230000\t\t\n"
+         "E\t0\tsegment_alloc\t4000000000\t"
+      << mib(30)
+      << "\t0\t1000240000\t\t\n"
+         "E\t0\talloc\t4000000000\t"
+      << mib(30)
+      << "\t0\t1000240000\t\t\n"
+         "E\t0\toom\t0\t"
+      << mib(50) << "\t0\t1000250000\t\t" << mib(400) << "\n"
       << step(1, 8) << step(2, 4) << "END\t10\n";
   }
   json j = whatif_json(dir, "");

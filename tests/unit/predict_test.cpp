@@ -5,8 +5,8 @@
 // transforms of a stream. Every figure derived by hand from CUDACachingAllocator's rules below.
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "collector/predict/transforms.h"
@@ -36,16 +36,35 @@ std::string recorded() {
   return "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
          "M\t1\tfc1\tLinear\tm.py\t1\n"
          "M\t2\tfc2\tLinear\tm.py\t2\n"
-         "E\t0\tsegment_alloc\t1000000000\t" + mib(40) + "\t0\t1000100000\t\t\n"
-         "E\t0\talloc\t1000000000\t" + mib(40) + "\t0\t1000100000\t\t\n"
-         "E\t0\tsegment_alloc\t2000000000\t" + mib(30) + "\t0\t1000210000\t\t\n"
-         "E\t0\talloc\t2000000000\t" + mib(30) + "\t0\t1000210000\t\t\n"
-         "E\t0\tsegment_alloc\t3000000000\t" + mib(12) + "\t0\t1000220000\t\t\n"
-         "E\t0\talloc\t3000000000\t" + mib(12) + "\t0\t1000220000\t\t\n"
-         "E\t0\tfree_completed\t3000000000\t" + mib(12) + "\t0\t1000230000\t\t\n"
-         "E\t0\tsegment_alloc\t4000000000\t" + mib(30) + "\t0\t1000240000\t\t\n"
-         "E\t0\talloc\t4000000000\t" + mib(30) + "\t0\t1000240000\t\t\n"
-         "E\t0\toom\t0\t" + mib(50) + "\t0\t1000250000\t\t" + mib(400) + "\n";
+         "E\t0\tsegment_alloc\t1000000000\t" +
+         mib(40) +
+         "\t0\t1000100000\t\t\n"
+         "E\t0\talloc\t1000000000\t" +
+         mib(40) +
+         "\t0\t1000100000\t\t\n"
+         "E\t0\tsegment_alloc\t2000000000\t" +
+         mib(30) +
+         "\t0\t1000210000\t\t\n"
+         "E\t0\talloc\t2000000000\t" +
+         mib(30) +
+         "\t0\t1000210000\t\t\n"
+         "E\t0\tsegment_alloc\t3000000000\t" +
+         mib(12) +
+         "\t0\t1000220000\t\t\n"
+         "E\t0\talloc\t3000000000\t" +
+         mib(12) +
+         "\t0\t1000220000\t\t\n"
+         "E\t0\tfree_completed\t3000000000\t" +
+         mib(12) +
+         "\t0\t1000230000\t\t\n"
+         "E\t0\tsegment_alloc\t4000000000\t" +
+         mib(30) +
+         "\t0\t1000240000\t\t\n"
+         "E\t0\talloc\t4000000000\t" +
+         mib(30) +
+         "\t0\t1000240000\t\t\n"
+         "E\t0\toom\t0\t" +
+         mib(50) + "\t0\t1000250000\t\t" + mib(400) + "\n";
 }
 
 // The hook's step at batch `batch` (the run's was 8) of sizes linear in the batch: fc1's output
@@ -55,17 +74,13 @@ std::string recorded() {
 std::string step(int id, uint64_t batch) {
   const std::string s = std::to_string(id);
   auto per = [&](uint64_t at8) { return std::to_string(at8 * MiB / 8 * batch); };
-  return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" +
-         "R\t" + s + "\ta\t1\t" + per(30) + "\t1\tf\n" +
-         "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" +
-         "R\t" + s + "\ta\t3\t" + per(50) + "\t2\tf\n" +
-         "R\t" + s + "\tf\t3\t" + per(50) + "\t0\tl\n" +
-         "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" +
-         "R\t" + s + "\tf\t4\t" + per(20) + "\t0\tl\n" +
-         "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" +
-         "R\t" + s + "\ta\t5\t" + mib(40) + "\t1\tb\n" +
-         "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" +
-         "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
+  return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" + "R\t" + s +
+         "\ta\t1\t" + per(30) + "\t1\tf\n" + "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" + "R\t" +
+         s + "\ta\t3\t" + per(50) + "\t2\tf\n" + "R\t" + s + "\tf\t3\t" + per(50) + "\t0\tl\n" +
+         "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t4\t" + per(20) +
+         "\t0\tl\n" + "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" + "R\t" + s + "\ta\t5\t" +
+         mib(40) + "\t1\tb\n" + "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" + "R\t" + s +
+         "\ta\t6\t" + mib(40) + "\t1\ts\n";
 }
 
 TorchContext context_of(const std::string& text) {
@@ -90,9 +105,10 @@ WhatIfResult replay_at(const TorchContext& ctx, double scale, std::optional<uint
 }  // namespace
 
 TEST_CASE("predict: the hook's N and R lines are read, a bad one stops the reading") {
-  TorchContext ctx = context_of(recorded() + step(1, 8) + "N\t0\t2\t4\t8\t1000200000000\tfake "
-                                                          "tensors failed: an op without a meta "
-                                                          "kernel\n");
+  TorchContext ctx = context_of(recorded() + step(1, 8) +
+                                "N\t0\t2\t4\t8\t1000200000000\tfake "
+                                "tensors failed: an op without a meta "
+                                "kernel\n");
   REQUIRE(ctx.predicted_steps.size() == 2);
   const TorchPredictedStep& s = ctx.predicted_steps[0];
   CHECK(s.batch == 8);
@@ -107,14 +123,14 @@ TEST_CASE("predict: the hook's N and R lines are read, a bad one stops the readi
   CHECK(ctx.predicted_steps[1].requests.empty());
   // A request of a step the hook could not predict, or of none declared: left out.
   for (const std::string other : {"R\t2\ta\t1\t512\t0\tf\n", "R\t3\ta\t1\t512\t0\tf\n"}) {
-    TorchContext c = context_of(recorded() + step(1, 8) + "N\t0\t2\t4\t8\t1000200000000\tno\n" +
-                                other);
+    TorchContext c =
+        context_of(recorded() + step(1, 8) + "N\t0\t2\t4\t8\t1000200000000\tno\n" + other);
     CHECK(c.predicted_steps[0].requests.size() == 10);
     CHECK(c.predicted_steps[1].requests.empty());
   }
   // An unknown op or phase, block 0: "bad predicted request".
-  for (const std::string bad : {"R\t1\tx\t1\t512\t0\tf\n", "R\t1\ta\t1\t512\t0\tq\n",
-                                "R\t1\ta\t0\t512\t0\tf\n"}) {
+  for (const std::string bad :
+       {"R\t1\tx\t1\t512\t0\tf\n", "R\t1\ta\t1\t512\t0\tq\n", "R\t1\ta\t0\t512\t0\tf\n"}) {
     const std::string path = write_temp(recorded() + step(1, 8) +
                                         "N\t0\t2\t4\t8\t1000200000000\tno\n" + bad + "END\t10\n");
     TorchTrace t = read_torch_trace(path);
@@ -166,8 +182,7 @@ TEST_CASE("predict: a step that died in its forward, completed and replayed to t
   // cached 60 MiB; A1 freed; the state from the other 60 MiB: 272 MiB.
   r = replay_at(ctx, 2.0);
   CHECK(r.reserved_peak_bytes == 272 * MiB);
-  CHECK(r.completion->method ==
-        "interpolated from the steps predicted at batches 4 and 8");
+  CHECK(r.completion->method == "interpolated from the steps predicted at batches 4 and 8");
   CHECK(r.completion->batch == 16.0);
 
   // One step only: half the batch scales the sizes that depend on it (the forward's, the loss's;
@@ -206,8 +221,8 @@ std::string three_modules() {
       "M\t1\tnet\tNet\tm.py\t1\nM\t2\tl1\tLinear\tm.py\t2\nM\t3\tl2\tLinear\tm.py\t3\n"
       "M\t4\tl3\tLinear\tm.py\t4\n";
   auto mark = [](uint64_t ms, int kind, int id) {
-    return "K\t" + std::to_string(1000000000000ull + ms * 1000000) + "\t" +
-           std::to_string(kind) + "\t" + std::to_string(id) + "\n";
+    return "K\t" + std::to_string(1000000000000ull + ms * 1000000) + "\t" + std::to_string(kind) +
+           "\t" + std::to_string(id) + "\n";
   };
   auto entry = [](const char* action, uint64_t address, uint64_t ms) {
     return std::string("E\t0\t") + action + "\t" + std::to_string(address) + "\t" + mib(10) +
@@ -265,7 +280,9 @@ TEST_CASE("predict: each remedy's transform of the stream, replayed to the byte"
   // output reuses it again: 30 MiB. In the backward, l2's first is made again just before the
   // backward would have freed it (into a free 10 MiB segment), freed there; l1's likewise: 30.
   const TorchContext& ctx = tm.context();
-  r = replay_with(tm, [&ctx](RequestStream& s) { return checkpoint_modules(s, ctx, {"l1", "l2"}); });
+  r = replay_with(tm, [&ctx](RequestStream& s) {
+    return checkpoint_modules(s, ctx, {"l1", "l2"});
+  });
   CHECK(r.reserved_peak_bytes == 30 * MiB);
   CHECK(r.requests == 7);  // five made in the forward, two made again in the backward
   CHECK(r.frees == 7);
