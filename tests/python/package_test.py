@@ -345,19 +345,22 @@ def serve(exe, site, tmp):
     p = subprocess.Popen([exe, "run", "--serve", "-o", os.path.join(tmp, "serve"), "--", steps,
                           work, "1"], env=clean_env(VRAMTRACE_STANDIN_DEVICE_BYTES=256 << 20),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines, url = [], None
-    for line in p.stderr:  # the launcher's first line names the page
+    lines, url, token = [], None, ""
+    for line in p.stderr:  # the launcher's first line names the page, with its token
         lines.append(line)
-        m = re.match(r"vramtrace: live report: http://(127\.0\.0\.1:\d+)/$", line.strip())
+        m = re.match(r"vramtrace: live report: http://(127\.0\.0\.1:\d+)/(\?token=\w+)?$",
+                     line.strip())
         if m:
-            url = m.group(1)
+            url, token = m.group(1), m.group(2) or ""
             break
-    if check(url is not None, "run --serve from the wheel serves: %r" % lines):
+    if not check(url is not None, "run --serve from the wheel serves: %r" % lines):
+        p.kill()
+    else:
         host, port = url.split(":")
 
         def get(path):
             c = http.client.HTTPConnection(host, int(port), timeout=60)
-            c.request("GET", path)
+            c.request("GET", path + token)
             r = c.getresponse()
             return r.status, r.read()
 
