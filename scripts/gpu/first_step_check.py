@@ -78,20 +78,18 @@ def remedies(build, runs, truth):
     for (model, batch), t in sorted(truth.items()):
         run = os.path.join(runs, "%s-b%d" % (model, batch))
         tmp = tempfile.mkdtemp()
-        try:
-            for f in os.listdir(run):
-                if f.endswith((".torch", ".vtrace")) or f == "vramtrace.run":
-                    shutil.copy(os.path.join(run, f), tmp)
-            r = subprocess.run([os.path.join(build, "bin", "vramtrace"), "report", tmp, "-o",
-                                os.path.join(tmp, "out")], capture_output=True, text=True)
-            path = os.path.join(tmp, "out", "report.json")
-            if not os.path.exists(path):
-                print("%s b%d: no report: %s" % (model, batch, r.stderr[-300:]))
-                ok = False
-                continue
-            report = json.load(open(path))
-        finally:
-            pass
+        for f in os.listdir(run):
+            if f.endswith((".torch", ".vtrace")) or f == "vramtrace.run":
+                shutil.copy(os.path.join(run, f), tmp)
+        r = subprocess.run([os.path.join(build, "bin", "vramtrace"), "report", tmp, "-o",
+                            os.path.join(tmp, "out")], capture_output=True, text=True)
+        path = os.path.join(tmp, "out", "report.json")
+        if not os.path.exists(path):
+            print("%s b%d: no report: %s" % (model, batch, r.stderr[-300:]))
+            ok = False
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+        report = json.load(open(path))
         real_of = {"smaller_batch": t["half_batch"], "mixed_precision": t["bf16"],
                    "activation_checkpointing": t["checkpointing"]}
         for rem in report.get("diagnosis", {}).get("remedies", []):
