@@ -120,6 +120,7 @@ class RemedyReplays {
   }
 
   RemedyOutcome outcome(Remedy r) const {
+    name_checkpointed_modules(r);
     RemedyChange change{r.kind, r.modules, {}};
     // The evaluation forwards' graphs (no_grad offered for them), else what the forwards keep
     // across iterations.
@@ -150,11 +151,31 @@ class RemedyReplays {
                     w.fraction_limit ? std::min(w.limit_bytes, *w.fraction_limit) : w.limit_bytes,
                     w.truncated_at_recorded_oom,
                     w.oom,
-                    w.completion};
+                    w.completion,
+                    w.fake_step_change};
     return {r, figure, rp, ""};
   }
 
  private:
+  // Checkpointing weighed on the step the hook ran on fake tensors checkpoints the modules the
+  // hook chose (the repeated blocks): the remedy names those.
+  void name_checkpointed_modules(Remedy& r) const {
+    if (r.kind != "activation_checkpointing" || !p_.torch_context) return;
+    const TorchContext& ctx = *p_.torch_context;
+    const TorchPredictedStep* st = predicted_change(ctx, device_, "checkpoint");
+    if (!st || !predicted_change(ctx, device_, "")) return;
+    std::vector<std::string> names;
+    std::string list;
+    for (uint32_t id : st->modules)
+      if (id && id <= ctx.modules.size()) {
+        names.push_back(ctx.modules[id - 1].name);
+        list += (list.empty() ? "" : ", ") + names.back();
+      }
+    if (names.empty()) return;
+    r.modules = std::move(names);
+    r.title = "Checkpoint the model's repeated blocks: " + list;
+  }
+
   // The largest batch that fits the run's limit, by replays (what PyTorch does under pressure
   // included: its cache freed and the request retried).
   std::string largest_batch(bool truncated) const {

@@ -46,6 +46,8 @@ struct RemedyReplay {
   // The run's first step never ended and the start-up hook predicted it: the replay is of the
   // completed step.
   std::optional<Completion> completion;
+  // The change weighed on the step run on fake tensors with it and without it.
+  std::optional<FakeStepChange> fake_step_change;
 };
 
 struct RemedyOutcome {

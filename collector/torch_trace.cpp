@@ -415,6 +415,28 @@ bool TorchTraceReader::on(const side::PredictedStep& n) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::PredictedChange& v) {
+  auto& steps = trace_.context.predicted_steps;
+  if (v.step == 0 || v.step > steps.size() || !steps[v.step - 1].change.empty() ||
+      (v.change != "none" && v.change != "bf16_autocast" && v.change != "checkpoint"))
+    return false;
+  TorchPredictedStep& step = steps[v.step - 1];
+  step.change = std::string(v.change);
+  if (v.change != "checkpoint") return true;
+  std::string_view ids = v.modules;
+  while (!ids.empty()) {
+    const size_t comma = ids.find(',');
+    const std::string_view id = ids.substr(0, comma);
+    uint64_t m = 0;
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), m);
+    if (ec != std::errc() || end != id.data() + id.size() || m == 0 || m > UINT32_MAX)
+      return false;
+    step.modules.push_back(static_cast<uint32_t>(m));
+    ids = comma == std::string_view::npos ? std::string_view() : ids.substr(comma + 1);
+  }
+  return !step.modules.empty();
+}
+
 bool TorchTraceReader::on(const side::PredictedRequest& r) {
   if (r.block == 0 || r.block > kMaxRequests || r.module > UINT32_MAX ||
       (r.op != "a" && r.op != "f") || r.phase.size() != 1 ||

@@ -121,6 +121,11 @@ struct TorchPredictedStep {
   uint64_t id = 0, batch = 0, recorded_batch = 0;
   uint64_t time_ns = 0;  // when the real step began (its first forward), monotonic
   std::string status;    // "ok", or why the hook could not predict it
+  // The change it was run with (a V line): "" the completion of the step the process never
+  // finished; "none" the step as the program runs it (the reference for the changes);
+  // "bf16_autocast"; "checkpoint" of `modules` (TorchContext::modules ids).
+  std::string change;
+  std::vector<uint32_t> modules;
   std::vector<TorchPredictedRequest> requests;
 };
 

@@ -187,6 +187,8 @@ std::string remedy_line(const json& m) {
     if (w.value(field::verdict, "") == "fits")
       peak += std::string(" (replayed: fits") +
               (w.value(field::up_to_recorded_oom, false) ? " as far as the run got" : "") + ")";
+    else if (!w.contains(field::oom))
+      peak += " (replayed: over the limit)";
     else if (w.contains(field::oom))
       peak += " (replayed: runs out at a " +
               human_bytes(w[field::oom].value(field::requested_bytes, uint64_t{0})) + " request" +
@@ -199,6 +201,8 @@ std::string remedy_line(const json& m) {
               std::to_string(
                   w[field::completed_by_prediction].value("predicted_requests", uint64_t{0})) +
               " requests)";
+    if (w.contains("weighed_on_fake_step"))
+      peak += "; its effect weighed on the step run on fake tensors with it and without it";
   }
   if (m.contains(field::not_replayed_because))
     peak += "; not replayed: " + printable(m[field::not_replayed_because].get<std::string>());

@@ -198,6 +198,10 @@ json remedy_json(const collector::RemedyOutcome& o) {
                                             {"recorded_batch", c->recorded_batch},
                                             {"batch", c->batch},
                                             {"method", c->method}};
+    if (const auto& f = w->fake_step_change)
+      rj["weighed_on_fake_step"] = {{"change", f->change},
+                                    {"step_without_change_peak_bytes", f->without_bytes},
+                                    {"step_with_change_peak_bytes", f->with_bytes}};
     j[field::replayed] = rj;
   }
   if (!o.not_replayed.empty()) j[field::not_replayed_because] = o.not_replayed;

@@ -54,6 +54,13 @@ struct WhatIfOom {
   AllocatorState state;           // what the request met (after the allocator's retries)
 };
 
+// A change (common/side_channel.h's V line) and the reserved peaks of the step run on fake
+// tensors without it and with it, each after what the run recorded before the step.
+struct FakeStepChange {
+  std::string change;  // "bf16_autocast", "checkpoint"
+  uint64_t without_bytes = 0, with_bytes = 0;
+};
+
 struct WhatIfResult {
   bool ok = false;  // false: nothing to replay (error says why)
   std::string error;
@@ -85,7 +92,12 @@ struct WhatIfResult {
   // The step that never finished, completed by prediction (the hook's fake-tensor run).
   std::optional<Completion> completion;
   uint64_t predicted_requests_replayed = 0;
-  bool fits() const { return ok && !oom; }
+  // A remedy's change weighed on the step run on fake tensors (collector/whatif.cpp): the peaks
+  // are the run's replay scaled by it; no request is known to fail, `over_limit` says whether
+  // they pass the limits.
+  std::optional<FakeStepChange> fake_step_change;
+  bool over_limit = false;
+  bool fits() const { return ok && !oom && !over_limit; }
 };
 
 // Replays one device of a process through the model: the recorded stream, completed by the

@@ -108,7 +108,8 @@ namespace {
 std::vector<const TorchPredictedStep*> predicted_steps(const TorchContext& ctx, uint32_t device) {
   std::vector<const TorchPredictedStep*> out;
   for (const auto& st : ctx.predicted_steps)
-    if (st.device == device && st.status == "ok" && !st.requests.empty() && st.batch)
+    if (st.device == device && st.status == "ok" && !st.requests.empty() && st.batch &&
+        st.change.empty())
       out.push_back(&st);
   std::stable_sort(out.begin(), out.end(),
                    [](const auto* a, const auto* b) { return a->batch < b->batch; });
@@ -332,6 +333,61 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
     out.requests.push_back(q);
   }
   out.completion = std::move(c);
+  return out;
+}
+
+// ---- a step run with a change ----------------------------------------------------------------
+
+const TorchPredictedStep* predicted_change(const TorchContext& ctx, uint32_t device,
+                                           const std::string& change) {
+  const TorchPredictedStep* reference = nullptr;  // "none", else the completion at its batch
+  for (const auto& st : ctx.predicted_steps) {
+    if (st.device != device || st.status != "ok" || st.requests.empty()) continue;
+    if (st.change == change) return &st;
+    if (change.empty() && st.change == "none") reference = &st;
+    if (change.empty() && st.change.empty() && st.batch == st.recorded_batch && !reference)
+      reference = &st;
+  }
+  return change.empty() ? reference : nullptr;
+}
+
+RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx,
+                               const TorchPredictedStep& step) {
+  RequestStream out;
+  out.device = run.device;
+  out.categorized = run.categorized;
+  out.window_lost = run.window_lost;
+  // What the run recorded before the step began: its parameters, buffers and batch.
+  uint64_t stream = 0;
+  for (const Request& q : run.requests) {
+    if (q.predicted || q.time_ns >= step.time_ns) {
+      if (!stream && q.op == RequestOp::Malloc) stream = q.stream;
+      continue;
+    }
+    if (q.op == RequestOp::RecordedOom) continue;
+    if (q.op == RequestOp::Malloc) stream = q.stream;
+    out.requests.push_back(q);
+  }
+  const uint32_t base = run.blocks;
+  uint64_t most = 0;
+  for (const auto& r : step.requests) most = std::max(most, r.block);
+  out.blocks = base + static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX - base));
+  const auto cats = categories_of(step);
+  for (size_t k = 0; k < step.requests.size(); ++k) {
+    const TorchPredictedRequest& r = step.requests[k];
+    Request q;
+    q.time_ns = step.time_ns;
+    q.op = r.free ? RequestOp::Free : RequestOp::Malloc;
+    q.bytes = r.bytes;
+    q.stream = stream;
+    q.block = base + static_cast<uint32_t>(std::min<uint64_t>(r.block - 1, UINT32_MAX - base - 1));
+    q.category = cats[k];
+    q.module = r.module <= ctx.modules.size() ? r.module : 0;
+    q.phase = phase_of(r.phase);
+    q.iteration = run.categorized ? 0 : -1;
+    q.predicted = true;
+    out.requests.push_back(q);
+  }
   return out;
 }
 

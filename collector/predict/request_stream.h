@@ -78,4 +78,17 @@ bool has_predicted_step(const TorchContext& ctx, uint32_t device);
 RequestStream completed_stream(const RequestStream& recorded, const TorchContext& ctx,
                                uint32_t device, double scale);
 
+// The step the hook ran on fake tensors with `change` ("bf16_autocast", "checkpoint"), at the
+// recorded batch; with "" the step it is weighed against: the step as the program runs it (the
+// hook's "none" step, or the completion of an unfinished step at the recorded batch). nullptr
+// when the hook gave none.
+const TorchPredictedStep* predicted_change(const TorchContext& ctx, uint32_t device,
+                                           const std::string& change);
+
+// The run's recorded requests before `step` began (its parameters, buffers and batch), then
+// `step`'s predicted requests alone: what fake tensors see of the step. A change's effect is the
+// difference between the replays of two of these (collector/whatif.cpp).
+RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx,
+                               const TorchPredictedStep& step);
+
 }  // namespace vramtrace::collector

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The report's remedies against the same remedies applied for real: each job of
-# scripts/gpu/first_step_job.py (no cap) is recorded under vramtrace, then run for real as it is,
+# scripts/gpu/first_step_job.py (no cap) is recorded under vramtrace (with
+# VRAMTRACE_TORCH_PREDICT=always: a run that did not run out of memory weighs its remedies on
+# fake tensors only when asked), then run for real as it is,
 # at half the batch, under bf16 autocast and with its repeated blocks checkpointed
 # (scripts/gpu/first_step_truth.py --remedies). The runs are packed into
 # $OUT/remedies-runs.tar.gz; `vramtrace report`/`whatif` of them are compared with the real
 # figures by scripts/gpu/first_step_check.py (docs/WHATIF.md's table).
 #
-#   BUILD=/abs/build OUT=/tmp/out scripts/gpu/remedies.sh [MODEL:BATCH ...]
+#   BUILD=/abs/build OUT=/tmp/out [TRUTH=0] scripts/gpu/remedies.sh [MODEL:BATCH ...]
+# TRUTH=0 records only (the real runs are slow and do not change with vramtrace).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -22,7 +25,7 @@ for c in "${cases[@]}"; do
   model=${c%%:*} batch=${c##*:}
   dir=$RUNS/$model-b$batch
   rm -rf "$dir"
-  MODEL=$model BATCH=$batch LIMIT_GIB=0 STEPS=3 \
+  VRAMTRACE_TORCH_PREDICT=always MODEL=$model BATCH=$batch LIMIT_GIB=0 STEPS=3 \
     "$BUILD/bin/vramtrace" run -o "$dir" -- python3 "$ROOT/scripts/gpu/first_step_job.py" \
     > "$dir.log" 2>&1
   echo "record $model b$batch: rc=$?"
@@ -30,5 +33,6 @@ for c in "${cases[@]}"; do
 done
 (cd "$OUT" && tar -czf remedies-runs.tar.gz --exclude='*.html' --exclude='report.json' remedies \
   && rm -rf remedies)
+[[ ${TRUTH:-1} == 0 ]] && exit 0
 timeout 300 python3 "$ROOT/scripts/gpu/first_step_truth.py" --remedies "${cases[@]}" \
   | tee "$OUT/remedies-truth.txt"

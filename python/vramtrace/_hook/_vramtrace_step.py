@@ -4,7 +4,8 @@ A job that runs out of memory in its first step (a batch too big) recorded only 
 made before it died: the rest of the forward, the backward and the optimizer step never ran.
 At exit, the start-up hook (sitecustomize.py) asks this module to run that step again on
 PyTorch's fake tensors (FakeTensorMode: shapes, dtypes and devices without memory): the model's
-own forward through torch.func.functional_call on fake copies of its parameters and buffers
+own forward on fake copies of its parameters and buffers (swapped in as torch.func.functional_call
+does, for the whole step: a checkpointed module recomputes in the backward)
 (the user's model, its BatchNorm statistics and its optimizer are untouched), the loss, the
 backward, and a fresh optimizer of the same class and settings on the fake parameters. Every
 storage made on a CUDA device and when it is freed is recorded, in order, as the requests
@@ -15,6 +16,11 @@ Two iterations are run, as a training loop does: the second is the steady state 
 state is live during its forward, and the previous iteration's output and loss are freed only
 when the new ones are assigned). It runs at the recorded batch and at its half, so that the
 collector can tell how each request grows with the batch.
+
+The same step is also run with the changes the report offers as remedies, at the recorded
+batch: under torch.autocast(bfloat16), and with the model's repeated blocks under
+torch.utils.checkpoint (V lines). The collector weighs each change by the difference between
+these fake steps, so that what fake tensors miss (below) is the same on both sides.
 
 What it does not see: cuBLAS/cuDNN workspaces and the kernels' own scratch (the collector takes
 them from the recorded part), the program's own loss function when the forward died before it
@@ -194,12 +200,57 @@ def _fake_optimizer(torch, optimizer, fake_of):
     return type(optimizer)(groups)
 
 
+def repeated_blocks(model):
+    """The model's repeated blocks, as one checkpoints them: the shallowest siblings of one class
+    (two or more) that hold parameters and modules of their own (ResNet's layer1-4, a
+    transformer's layers)."""
+    level = [model]
+    while level:
+        found = []
+        for parent in level:
+            by_class = {}
+            for child in parent.children():
+                if next(child.children(), None) is not None and \
+                        next(child.parameters(), None) is not None:
+                    by_class.setdefault(type(child), []).append(child)
+            for group in by_class.values():
+                if len(group) >= 2:
+                    found.extend(group)
+        if found:
+            return found
+        level = [c for m in level for c in m.children()]
+    return []
+
+
+class _Checkpointed:
+    """`modules` run under non-reentrant torch.utils.checkpoint while in the `with` (their
+    forward put back after)."""
+
+    def __init__(self, torch, modules):
+        self.torch, self.modules = torch, modules
+
+    def __enter__(self):
+        from torch.utils.checkpoint import checkpoint
+        for m in self.modules:
+            def run(*args, _forward=m.forward, **kwargs):
+                return checkpoint(_forward, *args, use_reentrant=False,
+                                  preserve_rng_state=False, **kwargs)
+            m.forward = run
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.modules:
+            m.__dict__.pop("forward", None)
+        return False
+
+
 def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
-                 autocast, module_ids, iterations=2):
+                 autocast, module_ids, iterations=2, checkpointed=()):
     """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
-    forward alone, once, when the recorded forward was not training)."""
+    forward alone, once, when the recorded forward was not training); `checkpointed`: modules
+    run under torch.utils.checkpoint."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.func import functional_call
+    from torch.nn.utils.stateless import _reparametrize_module
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     fake_of = {}
     params, buffers = {}, {}
@@ -214,7 +265,8 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     opt = _fake_optimizer(torch, optimizer, fake_of) if (optimizer is not None and training) else None
     hooks = rec.forward_hooks()
     try:
-        with mode, rec.mode:
+        with _reparametrize_module(model, {**params, **buffers}, tie_weights=True), \
+                _Checkpointed(torch, checkpointed), mode, rec.mode:
             out = loss = None
             for _ in range(iterations if training else 1):
                 rec.phase = "s"
@@ -227,7 +279,7 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 with torch.set_grad_enabled(grad), \
                         torch.autocast("cuda", dtype=autocast or torch.float16,
                                        enabled=autocast is not None):
-                    new_out = functional_call(model, (params, buffers), args, kwargs)
+                    new_out = model(*args, **kwargs)
                     out = new_out
                     del new_out
                     if not (training and grad):
@@ -249,16 +301,32 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
 
 
 def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
-                    training, grad, autocast, module_ids, first_id=1):
-    """N and R lines (common/side_channel.h) of the step at the recorded batch and at its half:
-    the status line says why when it could not be run."""
+                    training, grad, autocast, module_ids, first_id=1, finished=False):
+    """N, V and R lines (common/side_channel.h): the step at the recorded batch and, when the
+    process never finished it, at its half; then the same step under bf16 autocast (when the run
+    used neither autocast nor a narrower dtype) and with the repeated blocks checkpointed. A
+    status line says why a step could not be run."""
+    runs = []  # (batch, change, checkpointed modules)
+    if finished:
+        runs.append((recorded_batch, "none", []))
+    else:
+        runs += [(b, "", []) for b in [recorded_batch] + ([recorded_batch // 2]
+                                                          if recorded_batch >= 2 else [])]
+    if training and grad:
+        p = next(model.parameters(), None)
+        if autocast is None and p is not None and p.dtype == torch.float32:
+            runs.append((recorded_batch, "bf16_autocast", []))
+        blocks = [m for m in repeated_blocks(model) if module_ids(m)]
+        if len(blocks) >= 2:
+            runs.append((recorded_batch, "checkpoint", blocks))
     lines = []
-    batches = [recorded_batch] + ([recorded_batch // 2] if recorded_batch >= 2 else [])
     step = first_id
-    for b in batches:
+    for b, change, blocks in runs:
         try:
-            requests = predict_step(torch, model, call, b, recorded_batch, optimizer, training,
-                                    grad, autocast, module_ids)
+            requests = predict_step(
+                torch, model, call, b, recorded_batch, optimizer, training, grad,
+                torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
+                checkpointed=blocks)
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
@@ -267,9 +335,12 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
         status = status.replace("\t", " ").replace("\n", " ")
         lines.append("N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (device, step, b, recorded_batch,
                                                        step_time_ns, status))
+        if change:
+            lines.append("V\t%d\t%s\t%s\n" % (step, change, ",".join(
+                str(module_ids(m)) for m in blocks) or "-"))
         lines.extend("R\t%d\t%s\t%d\t%d\t%d\t%s\n" % (step, op, block, nbytes, module, phase)
                      for op, block, nbytes, module, phase in requests)
         step += 1
-        if not requests:
-            break
+        if not requests and not change:
+            break  # the step as the program runs it failed: no change can be weighed
     return lines

@@ -481,7 +481,11 @@ class _Context:
         self.first_done = False   # the first optimizer step (or evaluation forward) ended
         self.oom_seen = False
         self.made_optimizers = []  # weakrefs of every optimizer made, first made first
-        self.predicted = []        # N and R lines
+        self.predicted = []        # N, V and R lines
+        # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins (at
+        # exit the model is usually gone), else only at the exit of a process that ran out.
+        self.predict_always = os.environ.get("VRAMTRACE_TORCH_PREDICT") == "always"
+        self.predict_pending = False
         self.watch_optimizers()
         import functools
         autograd = torch.autograd
@@ -518,10 +522,16 @@ class _Context:
                 # the model, of the loss), every inner call straight through. is_compiling()
                 # first: while torch.compile traces this, nothing of ctx is read (reading
                 # ctx.full there would make it guard on it and recompile).
-                if ctx.want_call and not compiling():
+                # The calls inside an outermost one (most calls) take the shortest path: this
+                # runs for every module call of every step.
+                if compiling() or ctx.in_root or ctx.in_backward:
+                    return call(module, *args, **kwargs)
+                if ctx.want_call:
                     ctx.capture_call(module, args, kwargs)
-                if (compiling() or ctx.in_root or ctx.full or ctx.in_backward
-                        or ctx.get_ident() != ctx.main):
+                if ctx.predict_pending and ctx.get_ident() == ctx.main:
+                    ctx.predict_pending = False
+                    ctx.predict_steps()
+                if ctx.full or ctx.get_ident() != ctx.main:
                     return call(module, *args, **kwargs)
                 mid = ctx.root_begin(module, (args, kwargs))
                 ctx.in_root = True
@@ -616,21 +626,51 @@ class _Context:
         except Exception:
             self.first_call = None
 
-    def predict_first_step(self):
-        """At exit of a process whose first step died of an OOM: the N and R lines of that
-        step run on fake tensors, at the recorded batch and its half."""
+    def predict_steps(self):
+        """At exit of a process that ran out of memory (or of any, with
+        VRAMTRACE_TORCH_PREDICT=always): the N, V and R lines of its first step run on fake
+        tensors: completed at the recorded batch and its half when the process never finished
+        it, and with the changes the report's remedies weigh (_vramtrace_step.py)."""
         first = self.first_call
-        if not (self.oom_seen and first is not None and not self.first_done):
+        if first is None or self.predicted or not (self.oom_seen or self.predict_always):
             return
         ref, call, batch, training, grad, autocast, t = first
         model = ref()
         if model is None or not batch:
             return
-        self.set_enabled(False)  # the fake step must leave no marks of its own
+        # The fake step must leave no marks of its own, nor move the program's random numbers.
+        enabled = self.enabled
+        self.set_enabled(False)
+        torch = self.torch
+        rng = cuda_rng = None
         try:
-            sys.stderr.write("vramtrace: the first step ran out of memory: running the rest of it "
-                             "on fake tensors to predict it (a few seconds; "
-                             "VRAMTRACE_TORCH_PREDICT=off skips this)\n")
+            rng = torch.get_rng_state()
+            cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        except Exception:
+            pass
+        try:
+            self.predict_model(first, model)
+        finally:
+            try:
+                if rng is not None:
+                    torch.set_rng_state(rng)
+                if cuda_rng is not None:
+                    torch.cuda.set_rng_state_all(cuda_rng)
+            except Exception:
+                pass
+            if enabled:
+                self.set_enabled(True)
+
+    def predict_model(self, first, model):
+        ref, call, batch, training, grad, autocast, t = first
+        try:
+            sys.stderr.write(
+                "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "
+                "VRAMTRACE_TORCH_PREDICT=off skips this)\n"
+                % (("the first step ran out of memory", "predict the rest of it and weigh the "
+                    "remedies") if not self.first_done else
+                   ("out of memory" if self.oom_seen else "VRAMTRACE_TORCH_PREDICT=always",
+                    "weigh the remedies")))
         except Exception:
             pass
         try:
@@ -661,7 +701,8 @@ class _Context:
                     return
                 model = inner
             self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
-                                             optimizer, training, grad, autocast, module_ids)
+                                             optimizer, training, grad, autocast, module_ids,
+                                             finished=self.first_done)
         except Exception as ex:
             self.predicted = ["N\t0\t1\t%d\t%d\t%d\tnot predicted: %s\n"
                               % (batch, batch, t, self.clean(str(ex))[:500])]
@@ -927,6 +968,8 @@ class _Context:
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
+        if self.predict_always and not self.first_done and self.first_call is not None:
+            self.predict_pending = True
         self.first_done = True
         self.in_step = False
         # Named storages at the first steps, then every 50th (and at each OOM): labelling
@@ -1135,7 +1178,7 @@ class _Context:
         if exc is not None:
             self.exception = _exception_line(exc, self.clean, self.now())
         try:
-            self.predict_first_step()
+            self.predict_steps()
         except Exception:
             pass
 
