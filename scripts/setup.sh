@@ -48,7 +48,12 @@ fi
 # The HTML report embeds uPlot; the HTML tests drive chromium with playwright-core.
 (cd report/web && npm ci --no-audit --no-fund --loglevel=error)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$CUDA_HOME" >/dev/null
+# The demo's configure sets up no test (nor the CUDA compiler the test programs need); the test
+# command's turns them on again in the same build/, where what the demo built stays built.
+tests=ON
+[[ $mode == demo ]] && tests=OFF
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$CUDA_HOME" \
+  -DVRAMTRACE_BUILD_TESTS=$tests >/dev/null
 if [[ $mode == demo ]]; then
   cmake --build build -j"$(nproc)" --target vramtrace vramtrace_preload vramtrace_http \
     vt_standin_cuda vt_standin_cudart vt_standin_cupti
