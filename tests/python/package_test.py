@@ -11,6 +11,10 @@ one the other tests already cover). --compile has pip run the package's own CMak
 (-DVRAMTRACE_PACKAGE=ON) in BUILD_DIR/pip-build (kept, so a second run is incremental) and
 checks the installed command only: the API and the plugin are the same Python code.
 
+`run --serve` of the installed command runs where the system's cpp-httplib, OpenSSL and brotli
+cannot be loaded (/dev/null mounted over them in a mount namespace of its own, where the user is
+root): the wheel's copies of them serve the page, as on a machine without Debian's packages.
+
 The virtual environment sees the system's site-packages (pytest and pytest-xdist from Debian's
 python3-pytest and python3-pytest-xdist, which scripts/setup.sh installs); pip installs only the
 repository, with --no-index: the build backend needs nothing from a registry.
@@ -339,11 +343,13 @@ def serve(exe, site, tmp):
     while the job runs (tests/programs/live_steps, driven through files), then the job's end."""
     check(os.path.isfile(os.path.join(site, "_bin", "libvramtrace_http.so")),
           "libvramtrace_http.so is installed beside the native command")
+    wheel_libs(site)
     work = os.path.join(tmp, "serve-work")
     os.mkdir(work)
     steps = os.path.join(BUILD, "tests", "programs", "live_steps")
-    p = subprocess.Popen([exe, "run", "--serve", "-o", os.path.join(tmp, "serve"), "--", steps,
-                          work, "1"], env=clean_env(VRAMTRACE_STANDIN_DEVICE_BYTES=256 << 20),
+    p = subprocess.Popen(hiding_system_libs() + [exe, "run", "--serve", "-o",
+                          os.path.join(tmp, "serve"), "--", steps, work, "1"],
+                         env=clean_env(VRAMTRACE_STANDIN_DEVICE_BYTES=256 << 20),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, url, token = [], None, ""
     for line in p.stderr:  # the launcher's first line names the page, with its token
@@ -375,6 +381,19 @@ def serve(exe, site, tmp):
 
         status, page = get("/")
         check(status == 200 and b"<html" in page[:200].lower(), "the page: %d" % status)
+        mapped = set()
+        with open("/proc/%d/maps" % p.pid) as f:  # what the serving launcher has loaded
+            for line in f:
+                path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) > 5 else ""
+                if re.search(r"\.so[.\d]*$", path):
+                    mapped.add(path)
+        bundled = os.path.join(site, "_bin") + os.sep
+        check(bundled + "libcpp-httplib.so.0.11" in mapped,
+              "run --serve serves with the wheel's cpp-httplib: %r" % sorted(mapped))
+        check(all(path.startswith(bundled) or SYSTEM_LIB.match(os.path.basename(path))
+                  for path in mapped),
+              "run --serve loads nothing but the wheel's and the system's C and C++ runtime: %r"
+              % sorted(mapped))
         touch("step-1")
         check(wait("done-1"), "live_steps did its step")
         now = []
@@ -392,6 +411,46 @@ def serve(exe, site, tmp):
     out, err = p.communicate(timeout=120)
     check(p.returncode == 0, "run --serve ended as its command: %d (%r)"
           % (p.returncode, "".join(lines) + err))
+
+
+# What a wheel may take from the system it is installed on: glibc and GCC's C++ runtime.
+SYSTEM_LIB = re.compile(r"(ld-linux-x86-64|libc|libm|libstdc\+\+|libgcc_s)\.so[.\d]*$")
+
+
+def wheel_libs(site):
+    """The server module's libraries resolve to the wheel's copies (vramtrace/_bin/), all but
+    glibc's and GCC's runtime: the system's cpp-httplib (Debian's libcpp-httplib0.11), OpenSSL,
+    zlib and brotli are not needed where the wheel is installed."""
+    http = os.path.join(site, "_bin", "libvramtrace_http.so")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+    ldd = run(["ldd", http], env=env).stdout
+    resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.M))
+    bundled = {name for name, path in resolved.items()
+               if os.path.dirname(path) == os.path.join(site, "_bin")}
+    check(bundled == {"libcpp-httplib.so.0.11", "libssl.so.3", "libcrypto.so.3", "libz.so.1",
+                      "libbrotlidec.so.1", "libbrotlienc.so.1", "libbrotlicommon.so.1"},
+          "the server module's libraries resolve to the wheel's copies: %s" % ldd)
+    check(set(resolved) - bundled == {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"},
+          "the rest is glibc's and GCC's runtime: %s" % ldd)
+
+
+def hiding_system_libs():
+    """A prefix for a command that runs it where the system's copies of what the wheel bundles
+    cannot be loaded: /dev/null mounted over each, in a mount namespace of the command's own
+    (unshare(1), which execs it: the same process). Empty, with a note, where this user cannot
+    (not root): the maps check of serve() still tells which copies were loaded."""
+    libdir = "/usr/lib/x86_64-linux-gnu"
+    hidden = [os.path.realpath(os.path.join(libdir, n)) for n in
+              ("libcpp-httplib.so.0.11", "libssl.so.3", "libcrypto.so.3", "libbrotlidec.so.1",
+               "libbrotlienc.so.1", "libbrotlicommon.so.1")]
+    hidden = [h for h in hidden if os.path.isfile(h)]
+    if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-m", "true"], stderr=subprocess.DEVNULL).returncode != 0:
+        print("package_test: the system's cpp-httplib is not hidden (needs root and unshare)")
+        return []
+    mounts = " && ".join("mount --bind /dev/null %s" % h for h in hidden)
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            mounts + ' && exec "$0" "$@"']
 
 
 def finish(tmp):
