@@ -3,7 +3,7 @@
 // copied up to the frame boundary before its last NEW_PERCENT of frames, and the report of
 // that moment made (the first one: every trace read); then the rest is appended, and the
 // report of the next moment made (what arrived since is read, the model kept is copied and
-// finished). For the second moment, where its time goes: the model (collector/live_model.h's
+// finished). For the second moment, where its time goes: the model (collector/model/live_model.h's
 // moment()), the analysis of its Run (analysis_of), report.json's object (to_json); then what
 // the server makes of it for the page (page_data, dumped: /page.json) and for /report.json
 // (dumped), and a third now() with nothing new (the cached report). Each figure is the median
@@ -24,8 +24,8 @@
 
 #include "cli/commands.h"
 #include "cli/live_report.h"
-#include "collector/analysis.h"
-#include "collector/live_model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/model/live_model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"

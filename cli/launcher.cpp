@@ -19,7 +19,7 @@
 #include "cli/commands.h"
 #include "cli/python_hook.h"
 #include "cli/snapshot.h"
-#include "collector/live_collector.h"
+#include "collector/ingest/live_collector.h"
 #include "common/env_names.h"
 #include "report/check.h"
 

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "collector/analysis.h"
-#include "collector/live_collector.h"
-#include "collector/live_model.h"
-#include "collector/live_set.h"
-#include "collector/model.h"
-#include "collector/stacks.h"
+#include "collector/analysis/analysis.h"
+#include "collector/analysis/live_set.h"
+#include "collector/analysis/stacks.h"
+#include "collector/ingest/live_collector.h"
+#include "collector/model/live_model.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 
 namespace fs = std::filesystem;

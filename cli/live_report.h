@@ -10,7 +10,7 @@
 // How: the run folder's traces so far, each .vtrace up to the end of its last whole frame (the
 // collector appends bytes as they arrive, so a frame may be half there: it is left for the next
 // time, never reported as a cut trace), are kept as a model that reads on from one moment to
-// the next (collector/live_model.h: only what arrived is read; a finished copy is analysed).
+// the next (collector/model/live_model.h: only what arrived is read; a finished copy is analysed).
 // PyTorch's and JAX's side traces (.torch, .jax) are written whole and renamed into place by the
 // start-up hook, at exit, at an OOM, and when asked: touching the hook's request file
 // (Launch::torch_request_path) makes each PyTorch process of the run write its allocator trace of
@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "collector/live_model.h"
+#include "collector/model/live_model.h"
 #include "report/json_report.h"
 
 namespace vramtrace::cli {

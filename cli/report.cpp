@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/gate.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "report/check.h"
 
 namespace fs = std::filesystem;

@@ -10,9 +10,9 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "collector/analysis.h"
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/analysis/analysis.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "report/check.h"
 #include "report/html_report.h"
 #include "report/json_report.h"

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "cli/commands.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/env_names.h"
 #include "report/check.h"
 

@@ -1,6 +1,6 @@
 // `vramtrace whatif RUN`: replays a recorded run's PyTorch allocator requests through the model
-// of PyTorch's caching allocator (collector/whatif.h) under other settings, a limit or a batch
-// scale, and says whether it fits, its reserved peak and the first OOM. Reads RUN, writes
+// of PyTorch's caching allocator (collector/predict/whatif.h) under other settings, a limit or a
+// batch scale, and says whether it fits, its reserved peak and the first OOM. Reads RUN, writes
 // nothing. --json prints one object (report/whatif.schema.json).
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "collector/model.h"
-#include "collector/trace_reader.h"
-#include "collector/whatif.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
+#include "collector/predict/whatif.h"
 #include "report/check.h"
 #include "report/json_report.h"
 

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <set>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"

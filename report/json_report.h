@@ -1,5 +1,5 @@
 // The JSON report (schema "vramtrace.report/1"), written from the run's analysis
-// (collector/analysis.h), and the short summary printed after a run (summary.cpp).
+// (collector/analysis/analysis.h), and the short summary printed after a run (summary.cpp).
 //
 // Contract keys (DESIGN.md, "Outputs") keep their meaning within a schema version: devices[]
 // with index, name, total_bytes, peak.bytes, peak.time_ns, final_live_bytes; oom[] with device,
@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "collector/analysis.h"
-#include "collector/model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/model/model.h"
 
 namespace vramtrace::report {
 

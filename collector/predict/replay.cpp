@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "collector/torch_memory.h"
-#include "collector/torch_trace.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/model/torch_memory.h"
 
 namespace vramtrace::collector {
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/shared_recovery.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/shared_recovery.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 
 using namespace vramtrace;

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/torch_trace.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "common/record_text.h"
 #include "report/json_report.h"

@@ -1,4 +1,4 @@
-// The model of a run that goes on (collector/live_model.h): fed two processes' traces a few
+// The model of a run that goes on (collector/model/live_model.h): fed two processes' traces a few
 // frames at a time (their records interleaved in time, one process ending before the other)
 // and PyTorch's side channel of one of them (appearing, then rewritten), each moment's report
 // is the one analyze() makes of the same files read to the same ends; and only what arrived is
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "collector/analysis.h"
-#include "collector/live_model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/model/live_model.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
 

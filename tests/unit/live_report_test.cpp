@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "cli/live_report.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "unit/trace_builder.h"
 
 namespace fs = std::filesystem;

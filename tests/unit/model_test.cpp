@@ -4,7 +4,7 @@
 #include <cstring>
 #include <functional>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 #include "unit/run_of.h"
 #include "unit/trace_builder.h"

@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "interpose/options.h"
 #include "report/check.h"

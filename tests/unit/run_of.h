@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 
 namespace vt_test {
 

@@ -3,8 +3,8 @@
 // site and owning library derived from them (no symbols: the module files do not exist).
 #include <catch2/catch.hpp>
 
-#include "collector/model.h"
-#include "collector/stacks.h"
+#include "collector/analysis/stacks.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
 
