@@ -81,10 +81,4 @@ class LiveReport {
   bool finished_ = false, held_ = false;
 };
 
-// Where a trace that is being written ends for a reader of this moment: the end of its last
-// whole frame at or after `from` (a frame boundary found before; 0: from the start), or the
-// file's size when a frame header there is not one (a damaged trace: the reader says so).
-// 0 while it has no whole frame (from 0).
-uint64_t whole_frames_end(const std::string& path, uint64_t from = 0);
-
 }  // namespace vramtrace::cli

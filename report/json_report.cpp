@@ -733,8 +733,6 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-std::string human_bytes(uint64_t bytes) { return collector::human_bytes(bytes); }
-
 json to_json(const collector::RunAnalysis& a, const RunInfo& info) {
   const uint64_t origin = a.run->origin_ns;
   json report;

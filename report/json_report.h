@@ -12,6 +12,7 @@
 
 #include "collector/analysis/analysis.h"
 #include "collector/model/model.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::report {
 
@@ -39,9 +40,6 @@ nlohmann::json live_groups_json(const collector::LiveSet& live);
 
 // A few lines for stderr: peak per device, OOMs, leak suspects, problems; from report.json alone.
 std::string summary_text(const nlohmann::json& report);
-
-// "1.50 GiB", "512 B"
-std::string human_bytes(uint64_t bytes);
 
 // A string from the traced program (a file or function name, a command line, a notice) made
 // safe for a terminal or a CI log: control characters (C0, DEL, C1) and bidirectional-text

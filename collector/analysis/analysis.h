@@ -150,4 +150,8 @@ struct RunAnalysis {
 // running when the report was made (what they held is not counted as leaked).
 RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_running = {});
 
+// The diagnosis (run_diagnosis.h), from the OOMs' findings and the growth the rest of the
+// analysis found: analysis_of()'s last step, in run_diagnosis.cpp.
+Diagnosis diagnosis_of(const RunAnalysis& a);
+
 }  // namespace vramtrace::collector

@@ -6,15 +6,10 @@
 #include <map>
 
 #include "collector/model/allocation.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::collector {
 namespace {
-
-std::string gib(uint64_t b) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
-  return buf;
-}
 
 uint64_t of(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
@@ -38,7 +33,7 @@ uint64_t segment_moment(const TorchMemory& tm, const DeviceModel& d) {
 
 EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uint32_t device,
                                std::optional<uint64_t> held_by_others) {
-  EffectiveLimit l{device_total, "device", "the GPU's capacity (" + gib(device_total) + ")"};
+  EffectiveLimit l{device_total, "device", "the GPU's capacity (" + gib_text(device_total) + ")"};
   if (tm) {
     auto it = tm->context().limits.find(device);
     if (it != tm->context().limits.end() && it->second.fraction < 1.0) {
@@ -47,7 +42,7 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
       if (cap < l.bytes) {
         char buf[160];
         std::snprintf(buf, sizeof buf, "PyTorch's per-process memory fraction (%.4g of %s: %s)",
-                      it->second.fraction, gib(total).c_str(), gib(cap).c_str());
+                      it->second.fraction, gib_text(total).c_str(), gib_text(cap).c_str());
         l = {cap, "per_process_fraction", buf};
       }
     }
@@ -59,7 +54,7 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
       char buf[200];
       std::snprintf(buf, sizeof buf,
                     "XLA's memory pool (%s, %.0f%% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION)",
-                    gib(it->second.limit).c_str(),
+                    gib_text(it->second.limit).c_str(),
                     device_total ? 100.0 * static_cast<double>(it->second.limit) /
                                        static_cast<double>(device_total)
                                  : 0.0);
@@ -70,11 +65,78 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
       device_total - *held_by_others < l.bytes && *held_by_others >= (1ull << 30)) {
     const uint64_t left = device_total - *held_by_others;
     l = {left, "other_processes",
-         "what other processes left of the GPU (" + gib(*held_by_others) + " held by them, " +
-             gib(left) + " left)"};
+         "what other processes left of the GPU (" + gib_text(*held_by_others) + " held by them, " +
+             gib_text(left) + " left)"};
   }
   return l;
 }
+
+namespace {
+
+// Checkpointing the modules that hold the most activations (at least two of them), or none.
+std::optional<Remedy> checkpointing_remedy(const RemedyInput& in, uint64_t act) {
+  // Checkpointing the largest modules keeps only their inputs; recomputing needs one
+  // module's activations at a time.
+  uint64_t sum = 0, largest = 0;
+  std::vector<ModuleBytes> picked;
+  for (const ModuleBytes& m : in.activations_by_module) {
+    if (picked.size() == 6 || m.bytes * 20 < act) break;
+    sum += m.bytes;
+    largest = std::max(largest, m.bytes);
+    picked.push_back(m);
+  }
+  // Named as the model runs them.
+  std::sort(picked.begin(), picked.end(),
+            [](const ModuleBytes& a, const ModuleBytes& b) { return a.first_call < b.first_call; });
+  std::string names;
+  std::vector<std::string> chosen;
+  for (const ModuleBytes& m : picked) {
+    names += (names.empty() ? "" : ", ") + m.name;
+    chosen.push_back(m.name);
+  }
+  const size_t n = picked.size();
+  if (n < 2 || sum <= largest) return std::nullopt;
+  Remedy r{"activation_checkpointing",
+           "Checkpoint the modules that hold the most activations: " + names, sum - largest,
+           "each checkpointed module keeps only its input and recomputes the rest "
+           "in backward, one module at a time",
+           "torch.utils.checkpoint.checkpoint(module, x, use_reentrant=False)"};
+  r.modules = chosen;
+  return r;
+}
+
+// Halving the batch: what scales with it (`per_batch`), and how large a batch fits the limit
+// given what does not (`need`: the moment's whole demand; `model_state`).
+Remedy smaller_batch_remedy(const RemedyInput& in, uint64_t per_batch, uint64_t need,
+                            uint64_t model_state) {
+  const uint64_t fixed = std::max(need > per_batch ? need - per_batch : 0, model_state);
+  Remedy r{"smaller_batch", "Halve the batch (with gradient accumulation to keep its effect)",
+           per_batch / 2,
+           "activations, temporaries and inputs scale with the batch; parameters, gradients "
+           "and optimizer state do not",
+           ""};
+  if (fixed < in.limit) {
+    const double f = static_cast<double>(in.limit - fixed) / static_cast<double>(per_batch);
+    char buf[200];
+    if (f < 1.0)
+      std::snprintf(buf, sizeof buf,
+                    "the largest batch that fits the limit is about %.0f%% of "
+                    "this one",
+                    f * 100.0 > 99 ? 99.0 : f * 100.0);
+    else
+      std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
+    r.how = buf;
+    if (in.partial_step)
+      r.how = "the job died " + (in.progress.empty() ? "in its first step" : in.progress) +
+              ", so a whole step needs more than this floor: measure it with `vramtrace run " +
+              "-- " + (in.command.empty() ? "<your command>" : in.command) + "` at half the batch";
+  } else {
+    r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
+  }
+  return r;
+}
+
+}  // namespace
 
 std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   std::vector<Remedy> out;
@@ -98,68 +160,11 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
                    "are float32 now and bf16 halves them",
                    "with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ..."});
 
-  if (act && in.activations_by_module.size() >= 2) {
-    // Checkpointing the largest modules keeps only their inputs; recomputing needs one
-    // module's activations at a time.
-    uint64_t sum = 0, largest = 0;
-    std::vector<ModuleBytes> picked;
-    for (const ModuleBytes& m : in.activations_by_module) {
-      if (picked.size() == 6 || m.bytes * 20 < act) break;
-      sum += m.bytes;
-      largest = std::max(largest, m.bytes);
-      picked.push_back(m);
-    }
-    // Named as the model runs them.
-    std::sort(picked.begin(), picked.end(), [](const ModuleBytes& a, const ModuleBytes& b) {
-      return a.first_call < b.first_call;
-    });
-    std::string names;
-    std::vector<std::string> chosen;
-    for (const ModuleBytes& m : picked) {
-      names += (names.empty() ? "" : ", ") + m.name;
-      chosen.push_back(m.name);
-    }
-    const size_t n = picked.size();
-    if (n >= 2 && sum > largest) {
-      out.push_back({"activation_checkpointing",
-                     "Checkpoint the modules that hold the most activations: " + names,
-                     sum - largest,
-                     "each checkpointed module keeps only its input and recomputes the rest "
-                     "in backward, one module at a time",
-                     "torch.utils.checkpoint.checkpoint(module, x, use_reentrant=False)"});
-      out.back().modules = chosen;
-    }
-  }
+  if (act && in.activations_by_module.size() >= 2)
+    if (auto r = checkpointing_remedy(in, act)) out.push_back(*r);
 
   const uint64_t per_batch = act + tmp + inputs;
-  if (per_batch && in.limit) {
-    const uint64_t fixed = std::max(need > per_batch ? need - per_batch : 0, model_state);
-    Remedy r{"smaller_batch", "Halve the batch (with gradient accumulation to keep its effect)",
-             per_batch / 2,
-             "activations, temporaries and inputs scale with the batch; parameters, gradients "
-             "and optimizer state do not",
-             ""};
-    if (fixed < in.limit) {
-      const double f = static_cast<double>(in.limit - fixed) / static_cast<double>(per_batch);
-      char buf[200];
-      if (f < 1.0)
-        std::snprintf(buf, sizeof buf,
-                      "the largest batch that fits the limit is about %.0f%% of "
-                      "this one",
-                      f * 100.0 > 99 ? 99.0 : f * 100.0);
-      else
-        std::snprintf(buf, sizeof buf, "this batch fits; up to about %.1fx of it would", f);
-      r.how = buf;
-      if (in.partial_step)
-        r.how = "the job died " + (in.progress.empty() ? "in its first step" : in.progress) +
-                ", so a whole step needs more than this floor: measure it with `vramtrace run " +
-                "-- " + (in.command.empty() ? "<your command>" : in.command) +
-                "` at half the batch";
-    } else {
-      r.how = "parameters, gradients and optimizer state alone exceed the limit: no batch fits";
-    }
-    out.push_back(r);
-  }
+  if (per_batch && in.limit) out.push_back(smaller_batch_remedy(in, per_batch, need, model_state));
 
   if (state) {
     out.push_back({"leaner_optimizer", "Use an optimizer with less state",
@@ -229,13 +234,13 @@ std::string first_step_progress(const TorchMemory& tm, uint64_t t) {
 std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
   std::vector<Remedy> out;
   if (in.grown_bytes) {
-    out.push_back(
-        {"free_per_iteration",
-         "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
-         in.grown_bytes,
-         "it kept " + gib(in.bytes_per_iteration) + " per iteration that no later iteration freed",
-         "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
-         "buffer before the loop and reuse it"});
+    out.push_back({"free_per_iteration",
+                   "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
+                   in.grown_bytes,
+                   "it kept " + gib_text(in.bytes_per_iteration) +
+                       " per iteration that no later iteration freed",
+                   "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one "
+                   "buffer before the loop and reuse it"});
     // At an OOM the failed request is the next iteration's buffer, which the fix still needs; at
     // a peak the last iteration's is part of what grew, and still needed too.
     const uint64_t base = in.needed ? in.needed : in.peak;

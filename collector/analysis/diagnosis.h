@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/analysis/categories.h"
 #include "collector/model/model.h"
 #include "collector/model/torch_memory.h"
 

@@ -7,22 +7,6 @@
 
 namespace vramtrace::collector {
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
-
 std::optional<uint64_t> held_by_others(const OomEvent& o) {
   if (!o.free_bytes || !o.total_bytes) return std::nullopt;
   // The driver's two figures are read apart from this process's count: what it held may

@@ -15,11 +15,9 @@
 #include "collector/analysis/leaks.h"
 #include "collector/analysis/retention.h"
 #include "collector/model/model.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::collector {
-
-// Bytes in binary units for a person: "512 B", "1.50 GiB".
-std::string human_bytes(uint64_t bytes);
 
 // What the device had in use at the OOM that this process did not hold (other processes,
 // other contexts, the driver itself); none without the driver's free and total figures.

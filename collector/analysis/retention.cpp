@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "collector/analysis/oom_findings.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::collector {
 namespace {

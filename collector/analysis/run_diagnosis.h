@@ -16,8 +16,6 @@
 
 namespace vramtrace::collector {
 
-struct RunAnalysis;
-
 // A measured figure behind the cause, in words ("growth per iteration").
 struct CauseFigure {
   std::string label;
@@ -77,8 +75,5 @@ struct Diagnosis {
   };
   std::optional<XlaFigures> xla_pool;  // JAX: XLA's pool
 };
-
-// From the OOMs (their findings) and the growth the analysis found: call when those are set.
-Diagnosis diagnosis_of(const RunAnalysis& a);
 
 }  // namespace vramtrace::collector

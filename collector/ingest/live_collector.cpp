@@ -73,19 +73,49 @@ void drain_sent(Connection& c, std::vector<char>& buf) {
   }
 }
 
-}  // namespace
-
-uint64_t pid_in_trace_name(const std::string& path) {
-  const std::string name = path.substr(path.find_last_of('/') + 1);
-  const std::string prefix = "vramtrace.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
-  uint64_t pid = 0;
-  size_t i = prefix.size();
-  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 10; ++i)
-    pid = pid * 10 + static_cast<uint64_t>(name[i] - '0');
-  if (i == prefix.size() || (name.compare(i, 7, ".vtrace") != 0 && name[i] != '-')) return 0;
-  return pid;
+// Creates the trace file of a new stream from `pid` (the `serial`-th connection when the peer's
+// pid is unknown) in `out_dir`; its descriptor, or -1. A second stream from one pid (a process
+// that exec'd another CUDA program, a pid used again) gets a file of its own: the first stream's
+// trace is never overwritten.
+int create_trace_file(const std::string& out_dir, int pid, int serial, std::string* path) {
+  const std::string base = out_dir + "/vramtrace." + std::to_string(pid ? pid : 1000000 + serial);
+  *path = base + ".vtrace";
+  int out = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  for (int k = 2; out < 0 && errno == EEXIST && k < 10000; ++k) {
+    *path = base + "-" + std::to_string(k) + ".vtrace";
+    out = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  }
+  return out;
 }
+
+// Receives what a stream sent into `buf`: recvmsg's result. The stream's first message brings
+// the process's shared buffers (SCM_RIGHTS), kept in `c.shared`.
+ssize_t receive(Connection& c, std::vector<char>& buf) {
+  iovec iov{buf.data(), buf.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t got = recvmsg(c.fd, &msg, MSG_CMSG_CLOEXEC);
+  if (got < 0) return got;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < n; ++k) {
+      int passed;
+      std::memcpy(&passed, CMSG_DATA(cm) + k * sizeof(int), sizeof passed);
+      if (c.shared < 0 && c.pos.written == 0)
+        c.shared = passed;
+      else
+        close(passed);  // one region per stream, sent with its first bytes
+    }
+  }
+  return got;
+}
+
+}  // namespace
 
 LiveCollector::LiveCollector(std::string out_dir) : out_dir_(std::move(out_dir)) {
   const char* tmp = getenv("TMPDIR");
@@ -153,17 +183,8 @@ void LiveCollector::serve() {
         socklen_t len = sizeof cred;
         int pid = 0;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid = cred.pid;
-        int serial = connections_.fetch_add(1);
-        const std::string base =
-            out_dir_ + "/vramtrace." + std::to_string(pid ? pid : 1000000 + serial);
-        std::string path = base + ".vtrace";
-        int out = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        // A second stream from one pid (a process that exec'd another CUDA program, a pid used
-        // again) gets a file of its own: the first stream's trace is never overwritten.
-        for (int k = 2; out < 0 && errno == EEXIST && k < 10000; ++k) {
-          path = base + "-" + std::to_string(k) + ".vtrace";
-          out = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        }
+        std::string path;
+        const int out = create_trace_file(out_dir_, pid, connections_.fetch_add(1), &path);
         if (out < 0) {
           close(fd);
         } else {
@@ -183,29 +204,7 @@ void LiveCollector::serve() {
     for (size_t i = 2; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Connection& c = conns[fds[i].fd];
-      // The stream's first message brings the process's shared buffers (SCM_RIGHTS).
-      iovec iov{buf.data(), buf.size()};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      ssize_t got = recvmsg(c.fd, &msg, MSG_CMSG_CLOEXEC);
-      if (got >= 0) {
-        for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-          if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-          size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-          for (size_t k = 0; k < n; ++k) {
-            int passed;
-            std::memcpy(&passed, CMSG_DATA(cm) + k * sizeof(int), sizeof passed);
-            if (c.shared < 0 && c.pos.written == 0)
-              c.shared = passed;
-            else
-              close(passed);  // one region per stream, sent with its first bytes
-          }
-        }
-      }
+      const ssize_t got = receive(c, buf);
       if (got > 0) {
         store(c, buf.data(), static_cast<size_t>(got));  // broken: still drained, never blocks
         continue;

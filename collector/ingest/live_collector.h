@@ -21,10 +21,6 @@
 
 namespace vramtrace::collector {
 
-// The pid in the name LiveCollector gives a stream's trace (vramtrace.<pid>.vtrace,
-// vramtrace.<pid>-<k>.vtrace), or 0 for any other name.
-uint64_t pid_in_trace_name(const std::string& path);
-
 class LiveCollector {
  public:
   // Creates the private socket directory and starts listening. Throws std::runtime_error.

@@ -2,6 +2,7 @@
 // common/side_channel.h). Never trusts the input: every field is read as the table declares it,
 // and a bad line does what its row says (most stop the reading there, saying which line).
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

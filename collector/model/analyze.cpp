@@ -3,8 +3,9 @@
 // each process and the run finished (see model.h).
 #include <algorithm>
 
-#include "collector/ingest/live_collector.h"
+#include "collector/ingest/run_files.h"
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "collector/model/builder.h"
 #include "collector/model/merge.h"
 
@@ -68,16 +69,6 @@ void finish_run(Run& run) {
               });
 }
 
-namespace {
-
-// Whether a file is a start-up hook's side channel (.torch, .jax), not a trace.
-bool is_side_channel(const std::string& path) {
-  return (path.size() > 6 && path.compare(path.size() - 6, 6, ".torch") == 0) ||
-         (path.size() > 4 && path.compare(path.size() - 4, 4, ".jax") == 0);
-}
-
-}  // namespace
-
 std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::string>& paths) {
   std::vector<TorchTrace> torch;
   for (const auto& path : paths) {
@@ -91,20 +82,20 @@ std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::stri
   return torch;
 }
 
-Run analyze(const std::vector<std::string>& trace_paths) {
-  std::vector<std::unique_ptr<TraceReader>> readers;
-  std::vector<std::string> torch_paths;
-  for (const auto& path : trace_paths) {
-    if (is_side_channel(path))
-      torch_paths.push_back(path);
-    else
-      readers.push_back(std::make_unique<TraceReader>(path));
-  }
-  return analyze(std::move(readers), torch_paths);
+Run model_of(const std::vector<std::string>& paths) {
+  RunFiles files = open_run(paths);
+  if (!files.problems.empty()) throw TraceError(files.problems.front());
+  return model_of(std::move(files.traces), files.side_channels);
 }
 
-Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
-            const std::vector<std::string>& torch_paths) {
+Run model_of(RunFiles files) {
+  Run run = model_of(std::move(files.traces), files.side_channels);
+  for (auto& problem : files.problems) run.problems.push_back(problem);
+  return run;
+}
+
+Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
+             const std::vector<std::string>& torch_paths) {
   Run run;
   run.processes.resize(readers.size());
   std::vector<Builder> builders;

@@ -134,7 +134,7 @@ DeviceModel& Builder::find_device(uint32_t index) {
 
 // The run-wide device of this process's device `index`, remembered like device(): finding
 // it builds a (host, index) key, a string copy and compare per allocation and free. Slots of
-// run_->devices do not move until analyze() sorts them after the last event; the host is the
+// run_->devices do not move until model_of() sorts them after the last event; the host is the
 // Process record's, so that record forgets the slot.
 RunDevice& Builder::run_dev(uint32_t index) {
   if (run_slot_ != SIZE_MAX && run_slot_device_ == index) [[likely]]

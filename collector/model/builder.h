@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collector/model/model.h"
+#include "collector/model/torch_memory.h"
 
 namespace vramtrace::collector {
 

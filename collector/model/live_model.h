@@ -1,8 +1,8 @@
 // A run's model kept while the run goes on, for the report of a moment (cli/live_report.h): the
 // builders of its processes (builder.h) stay alive between moments and are fed only what
-// arrived since the last one, through the merge that analyze() uses (merge.h); each moment's
+// arrived since the last one, through the merge that model_of() uses (merge.h); each moment's
 // Run is a copy of them, finished, so that the model that reads on is left as it was. A
-// moment's Run is the one analyze() makes of the same traces read to the same ends.
+// moment's Run is the one model_of() makes of the same traces read to the same ends.
 //
 // What a moment costs: the records that arrived since the last one, applied once; then a copy
 // of the model (what the run holds now: live allocations, stacks, timelines, the launch rhythm;
@@ -38,7 +38,7 @@ class LiveModel {
   LiveModel(const LiveModel&) = delete;
   LiveModel& operator=(const LiveModel&) = delete;
 
-  // The run of this moment, from `traces` (in the order analyze() would take them) and the
+  // The run of this moment, from `traces` (in the order model_of() would take them) and the
   // side channels' files. A trace that cannot be opened is a problem of the run (its
   // TraceError), after the others.
   Run moment(const std::vector<LiveTrace>& traces, const std::vector<std::string>& side_channels);

@@ -1,9 +1,6 @@
 // Rebuilding the allocation timeline from events (see model.h).
 #include "collector/model/model.h"
 
-#include "collector/ingest/live_collector.h"
-#include "collector/ingest/torch_trace.h"
-
 #include <algorithm>
 #include <cstring>
 #include <queue>

@@ -17,13 +17,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collector/ingest/run_files.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/allocation.h"
 #include "collector/model/allocator_view.h"
-#include "collector/model/torch_memory.h"
 #include "common/format.h"
 
 namespace vramtrace::collector {
+
+// PyTorch's memory as the start-up hook described it (torch_trace.h), and indexed
+// (torch_memory.h): a process's model holds both, made once its side channel is merged.
+struct TorchContext;
+class TorchMemory;
 
 struct ApiStats {
   uint64_t calls = 0;
@@ -358,7 +363,7 @@ struct RunDevice {
   Timeline timeline;
   // What was live at the device's peak, every process's: found as a process's own live set at
   // its peak is (PeakTracker), with the run-wide order of events. Each Allocation names its
-  // process. Filled by analyze(), largest first.
+  // process. Filled by model_of(), largest first.
   uint64_t peak_seq = 0;
   std::vector<Allocation> freed_after_peak;
   std::vector<Allocation> live_at_peak;
@@ -372,14 +377,19 @@ struct Run {
   bool stand_in = false;
 };
 
-// Builds the model from one or more trace files (each a process), merged in time order, with
-// PyTorch allocator traces (files ending in .torch, see collector/ingest/torch_trace.h) merged into
-// the process they belong to. Throws TraceError when a file is not a readable trace; a
-// truncated trace is kept as partial.
-Run analyze(const std::vector<std::string>& trace_paths);
+// The model of a run (analysis_of() in collector/analysis/analysis.h makes its analysis): from
+// one or more trace files (each a process), merged in time order, with the start-up hook's side
+// channels (vramtrace.<pid>.torch, .jax: collector/ingest/torch_trace.h) merged into the process
+// they belong to. Throws TraceError when a file is not a readable trace; a truncated trace is
+// kept as partial.
+Run model_of(const std::vector<std::string>& paths);
 
-// Same, from already-open readers (tests), with PyTorch traces' paths.
-Run analyze(std::vector<std::unique_ptr<TraceReader>> readers,
-            const std::vector<std::string>& torch_paths = {});
+// Same, from a run's files as open_run() opened them: the traces that could not be opened are
+// among the run's problems (after those of the files read).
+Run model_of(RunFiles files);
+
+// Same, from already-open readers (tests), with the side channels' paths.
+Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
+             const std::vector<std::string>& torch_paths = {});
 
 }  // namespace vramtrace::collector

@@ -6,7 +6,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "collector/analysis/stacks.h"
 #include "collector/model/allocation.h"
 
 namespace vramtrace::collector {
@@ -198,6 +197,31 @@ void TorchMemory::classify() {
     if (pool_segment_of_[i] >= 0) info_[i].category = Category::PrivatePool;
 }
 
+namespace {
+
+// A block's category from the phase that made it: whether it outlived the phase, and whether it
+// is a library's workspace (see classify_by_phase). `otherwise`: outside the phases.
+Category category_in_phase(const PhaseSpan& in, bool outlives, bool workspace, Category otherwise) {
+  switch (in.phase) {
+    case TorchPhase::Forward:
+      return workspace  ? Category::Workspaces
+             : outlives ? Category::Activations
+                        : Category::Temporaries;
+    case TorchPhase::Evaluation:
+      // With grad on, an evaluation forward keeps its graph like a training one.
+      return !outlives ? Category::Temporaries : in.grad ? Category::Activations : Category::Inputs;
+    case TorchPhase::Backward:
+      return workspace  ? Category::Workspaces
+             : outlives ? Category::Gradients
+                        : Category::Temporaries;
+    case TorchPhase::Optimizer: return outlives ? Category::OptimizerState : Category::Temporaries;
+    case TorchPhase::None: break;
+  }
+  return otherwise;
+}
+
+}  // namespace
+
 // Each block by the phase that made it (forward, backward, optimizer, evaluation, outside any)
 // and whether it outlived that phase; its module from the module marks, or, in a forward the hook
 // did not trace, from the template of the last traced forward of the same model.
@@ -306,28 +330,7 @@ void TorchMemory::classify_by_phase() {
     // made through PyTorch's allocator on first use (cuBLAS's, per handle and stream).
     const bool workspace = blocks[i].free_ns == UINT64_MAX && b.iteration <= 0 &&
                            in->end_ns != UINT64_MAX && steps_ > 0;
-    switch (in->phase) {
-      case TorchPhase::Forward:
-        b.category = workspace  ? Category::Workspaces
-                     : outlives ? Category::Activations
-                                : Category::Temporaries;
-        break;
-      case TorchPhase::Evaluation:
-        // With grad on, an evaluation forward keeps its graph like a training one.
-        b.category = !outlives  ? Category::Temporaries
-                     : in->grad ? Category::Activations
-                                : Category::Inputs;
-        break;
-      case TorchPhase::Backward:
-        b.category = workspace  ? Category::Workspaces
-                     : outlives ? Category::Gradients
-                                : Category::Temporaries;
-        break;
-      case TorchPhase::Optimizer:
-        b.category = outlives ? Category::OptimizerState : Category::Temporaries;
-        break;
-      case TorchPhase::None: break;
-    }
+    b.category = category_in_phase(*in, outlives, workspace, b.category);
   }
   for (; mark < ctx_.marks.size(); ++mark) forward_mark(ctx_.marks[mark]);
   finish_reading();
@@ -673,51 +676,6 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
   }
   if (!where.empty()) text += " at " + where;
   return text;
-}
-
-CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
-                         const std::vector<Allocation>& outside, StackResolver* stacks) {
-  CategoryBytes out{};
-  uint64_t blocks = 0;
-  for (size_t i : tm.live_at(device, t)) {
-    out[static_cast<size_t>(tm.info()[i].category)] += tm.context().blocks[i].bytes;
-    if (tm.info()[i].category != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
-  }
-  // The private pools' segments whole (their free bytes are no other block's to take).
-  uint64_t& pool = out[static_cast<size_t>(Category::PrivatePool)];
-  pool = std::max(pool, tm.private_reserved_at(device, t));
-  blocks += pool;
-  uint64_t reserved = std::min(tm.reserved_at(device, t), driver_total);
-  // Before the window of a ring that dropped its earliest entries, what PyTorch's allocator
-  // held is not known: its segments' bytes are unclassified, not cache nor outside PyTorch.
-  const auto window = tm.context().window_start.find(device);
-  const bool unknown = window != tm.context().window_start.end() && t < window->second;
-  if (blocks > reserved) {
-    // The allocator's own records of a segment can trail the driver's by microseconds.
-    reserved = std::min(blocks, driver_total);
-  }
-  out[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
-  uint64_t rest = driver_total - reserved;
-  for (const Allocation& a : outside) {
-    if (!rest) break;
-    if (a.space != 0 || tm.is_segment(device, a.id)) continue;
-    Category c = Category::OutsidePytorch;
-    if (stacks && (a.stack || a.py_stack)) {
-      const std::string& lib = stacks->attribute(a.stack, a.py_stack).library;
-      if (lib.find("nccl") != std::string::npos)
-        c = Category::Communication;
-      else if (lib.find("cublas") != std::string::npos || lib.find("cudnn") != std::string::npos ||
-               lib.find("cufft") != std::string::npos ||
-               lib.find("cusparse") != std::string::npos ||
-               lib.find("cusolver") != std::string::npos)
-        c = Category::Workspaces;
-    }
-    const uint64_t take = std::min(rest, a.bytes);
-    out[static_cast<size_t>(c)] += take;
-    rest -= take;
-  }
-  out[static_cast<size_t>(unknown ? Category::Unclassified : Category::OutsidePytorch)] += rest;
-  return out;
 }
 
 }  // namespace vramtrace::collector

@@ -4,7 +4,8 @@
 // that was running and the user's line that called it. Fed by the start-up hook's context
 // (collector/ingest/torch_trace.h: module calls, phases, named storages) and the allocator's
 // blocks; the rest of the device's memory (the allocator's cache, libraries' workspaces, NCCL,
-// other memory outside PyTorch) is split by the driver allocations live at the moment.
+// other memory outside PyTorch) is split by the driver allocations live at the moment
+// (collector/analysis/categories.h, which sums a moment by category).
 //
 // How a block is classified, first rule that holds:
 //   0. it lies in a segment of a private pool (a CUDA graph's capture pool, a torch.cuda.MemPool)
@@ -38,7 +39,6 @@ namespace vramtrace::collector {
 struct ProcessModel;
 struct DeviceModel;
 struct Allocation;
-class StackResolver;
 
 enum class Category : uint8_t {
   Parameters,
@@ -193,16 +193,5 @@ class TorchMemory {
   // allocations before it matched the template's sizes; 0 when unknown.
   uint32_t aligned_module(const UntracedForward& f, size_t k) const;
 };
-
-// The device's memory of one process at a moment, by category: the PyTorch blocks live then,
-// the allocator's cache (its segments less those blocks) and the driver allocations outside
-// PyTorch's allocator by the library that made them. `driver_live` is every driver allocation
-// live then (its bytes are the device figure the categories add up to).
-// `driver_total` is what the process held on the device then (the figure the categories add
-// up to); `outside` the driver allocations live then that may lie outside PyTorch's segments
-// (a partial list is fine: what it does not name is "outside PyTorch"). The private pools'
-// segments count whole as CUDA-graph / private pools, their blocks within them.
-CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
-                         const std::vector<Allocation>& outside, StackResolver* stacks);
 
 }  // namespace vramtrace::collector

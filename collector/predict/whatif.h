@@ -19,7 +19,7 @@ namespace vramtrace::collector {
 
 struct ProcessModel;
 
-// For a report's remedies: replays `device` of process `p` (of collector::analyze()) under
+// For a report's remedies: replays `device` of process `p` (of collector::model_of()) under
 // `settings` and says whether it fits. `ok` false (with `error`) when the process has no
 // PyTorch allocator trace for that device, or the settings are bad. Same process, same
 // settings: the same result; costs one pass over the device's blocks (about 1.2 s per million

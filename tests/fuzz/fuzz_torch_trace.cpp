@@ -13,6 +13,7 @@
 
 #include "collector/analysis/diagnosis.h"
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/allocation.h"
 #include "collector/model/torch_memory.h"

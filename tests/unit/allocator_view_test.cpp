@@ -9,6 +9,7 @@
 #include <string>
 
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "collector/model/allocator_view.h"
 #include "collector/model/model.h"
 

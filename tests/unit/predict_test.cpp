@@ -10,6 +10,7 @@
 #include <string>
 
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "collector/predict/transforms.h"
 #include "collector/predict/whatif.h"
 

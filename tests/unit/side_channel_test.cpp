@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "common/record_text.h"
 #include "common/side_channel.h"
 

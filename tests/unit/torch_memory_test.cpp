@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "collector/analysis/categories.h"
 #include "collector/model/allocation.h"
 #include "collector/model/torch_memory.h"
 
