@@ -3,7 +3,7 @@
 // copied up to the frame boundary before its last NEW_PERCENT of frames, and the report of
 // that moment made (the first one: every trace read); then the rest is appended, and the
 // report of the next moment made (what arrived since is read, the model kept is copied and
-// finished). For the second moment, where its time goes: the model (collector/live_model.h's
+// finished). For the second moment, where its time goes: the model (collector/model/live_model.h's
 // moment()), the analysis of its Run (analysis_of), report.json's object (to_json); then what
 // the server makes of it for the page (page_data, dumped: /page.json) and for /report.json
 // (dumped), and a third now() with nothing new (the cached report). Each figure is the median
@@ -24,8 +24,9 @@
 
 #include "cli/commands.h"
 #include "cli/live_report.h"
-#include "collector/analysis.h"
-#include "collector/live_model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/ingest/run_files.h"
+#include "collector/model/live_model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
@@ -71,7 +72,7 @@ struct Grown {
     for (size_t i = 0; i < paths.size(); ++i) {
       const std::string to = dir + "/" + fs::path(paths[i]).filename().string();
       std::ofstream(to, std::ios::binary) << first[i];
-      if (vramtrace::cli::is_trace_file(to)) running.push_back(to);
+      if (vramtrace::collector::is_run_file(to)) running.push_back(to);
     }
   }
   void append_rest(const std::string& dir) {
@@ -98,8 +99,8 @@ int main(int argc, char** argv) {
   for (const auto& e : fs::directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string all = read_all(e.path());
-    const bool trace =
-        vramtrace::cli::is_trace_file(e.path()) && !vramtrace::cli::is_torch_trace(e.path());
+    const bool trace = vramtrace::collector::is_run_file(e.path()) &&
+                       !vramtrace::collector::is_side_channel(e.path());
     const size_t cut = trace ? cut_at(all, percent) : all.size();
     grown.paths.push_back(e.path());
     grown.first.push_back(all.substr(0, cut));
@@ -144,11 +145,11 @@ int main(int argc, char** argv) {
     grown.write_first(work, state.still_running);
     std::vector<vramtrace::collector::LiveTrace> traces;
     for (const auto& path : state.still_running)
-      traces.push_back({path, vramtrace::cli::whole_frames_end(path), true});
+      traces.push_back({path, vramtrace::collector::whole_frames_end(path), true});
     vramtrace::collector::LiveModel model;
     model.moment(traces, {});
     grown.append_rest(work);
-    for (auto& t : traces) t.end = vramtrace::cli::whole_frames_end(t.path);
+    for (auto& t : traces) t.end = vramtrace::collector::whole_frames_end(t.path);
     const auto t0 = Clock::now();
     const vramtrace::collector::Run run = model.moment(traces, {});
     const auto t1 = Clock::now();

@@ -1,17 +1,16 @@
-// Speed of the what-if replay (collector/whatif.h): synthesises a PyTorch allocator trace of
-// N block events (allocations and frees, half each, training-like: a forward's activations
-// kept until the backward, temporaries freed at once, a mix of small and large sizes on two
-// streams) and replays it through the allocator model on one core, under the defaults and
-// under expandable segments. Prints events per second. Usage: vt_whatif_bench [EVENTS]
-// (default 10,000,000).
+// Speed of the what-if replay (collector/predict/whatif.h): synthesises a PyTorch allocator trace
+// of N block events (allocations and frees, half each, training-like: a forward's activations kept
+// until the backward, temporaries freed at once, a mix of small and large sizes on two streams) and
+// replays it through the allocator model on one core, under the defaults and under expandable
+// segments. Prints events per second. Usage: vt_whatif_bench [EVENTS] (default 10,000,000).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <vector>
 
-#include "collector/torch_trace.h"
-#include "collector/whatif.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/predict/whatif.h"
 
 using namespace vramtrace::collector;
 

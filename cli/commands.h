@@ -92,11 +92,6 @@ bool output_file_allowed(const std::string& path, const char* option, bool force
 // that does not exist yet is compared by its absolute, normalised form.
 bool same_file(const std::string& a, const std::string& b);
 
-// Trace names: vramtrace.*.vtrace, and PyTorch's or JAX's allocator traces (vramtrace.*.torch,
-// vramtrace.*.jax), read with the trace of their process.
-bool is_torch_trace(const std::filesystem::path& p);
-bool is_trace_file(const std::filesystem::path& p);
-
 // A new folder kDefaultOutputRoot/PREFIX-N (N one more than the highest there), made private;
 // "" when it cannot be made (the reason printed).
 std::string new_numbered_dir(const std::string& prefix);

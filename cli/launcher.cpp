@@ -19,7 +19,8 @@
 #include "cli/commands.h"
 #include "cli/python_hook.h"
 #include "cli/snapshot.h"
-#include "collector/live_collector.h"
+#include "collector/ingest/live_collector.h"
+#include "collector/ingest/run_files.h"
 #include "common/env_names.h"
 #include "report/check.h"
 
@@ -316,7 +317,7 @@ report::RunInfo Launch::wait(const std::function<void()>& command_ended) {
   }
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.out_dir, ec))
-    if (is_torch_trace(entry.path())) traces_.push_back(entry.path().string());
+    if (collector::is_side_channel(entry.path())) traces_.push_back(entry.path().string());
 
   report::RunInfo info;
   info.command = cmd_;

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "collector/analysis.h"
-#include "collector/live_collector.h"
-#include "collector/live_model.h"
-#include "collector/live_set.h"
-#include "collector/model.h"
-#include "collector/stacks.h"
+#include "collector/analysis/analysis.h"
+#include "collector/analysis/live_set.h"
+#include "collector/analysis/stacks.h"
+#include "collector/ingest/live_collector.h"
+#include "collector/ingest/run_files.h"
+#include "collector/model/live_model.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 
 namespace fs = std::filesystem;
@@ -25,45 +26,6 @@ namespace fs = std::filesystem;
 namespace vramtrace::cli {
 
 using nlohmann::json;
-
-uint64_t whole_frames_end(const std::string& path, uint64_t from) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    return 0;
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  uint64_t at = from;
-  if (at == 0) {
-    format::FileHeader h{};
-    if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
-      close(fd);
-      return 0;
-    }
-    // Not a trace of this version: the reader refuses it, with its reason.
-    if (h.header_bytes < sizeof h || h.header_bytes > 4096) {
-      close(fd);
-      return size;
-    }
-    at = h.header_bytes;
-  }
-  uint64_t end = at;
-  for (;;) {
-    format::FrameHeader h{};
-    if (pread(fd, &h, sizeof h, static_cast<off_t>(end)) != static_cast<ssize_t>(sizeof h)) break;
-    if (h.stored_bytes > format::kMaxFrameBytes) {
-      end = size;  // not a frame header: the reader says where the trace is damaged
-      break;
-    }
-    const uint64_t next = end + sizeof h + h.stored_bytes;
-    if (next > size) break;  // still arriving
-    end = next;
-  }
-  close(fd);
-  return from == 0 && end == at ? 0 : end;
-}
 
 namespace {
 
@@ -206,7 +168,7 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
   std::map<std::string, TraceState> seen;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir_, ec)) {
-    if (!is_trace_file(entry.path())) continue;
+    if (!collector::is_run_file(entry.path())) continue;
     const std::string path = run_dir_ + "/" + entry.path().filename().string();
     struct stat st {};
     if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -224,12 +186,12 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
   std::vector<collector::LiveTrace> traces;
   std::vector<std::string> torch;
   for (auto& [path, t] : traces_) {
-    if (is_torch_trace(path)) {
+    if (collector::is_side_channel(path)) {
       torch.push_back(path);
       continue;
     }
     // A frame boundary found before is one still (the file only grows while it is written).
-    t.whole = whole_frames_end(path, t.whole <= t.size ? t.whole : 0);
+    t.whole = collector::whole_frames_end(path, t.whole <= t.size ? t.whole : 0);
     // Connected, but its first frame has not come whole yet: it appears at the next moment.
     if (t.whole == 0) continue;
     const bool open = std::find(info.still_running.begin(), info.still_running.end(), path) !=

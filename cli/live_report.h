@@ -10,7 +10,7 @@
 // How: the run folder's traces so far, each .vtrace up to the end of its last whole frame (the
 // collector appends bytes as they arrive, so a frame may be half there: it is left for the next
 // time, never reported as a cut trace), are kept as a model that reads on from one moment to
-// the next (collector/live_model.h: only what arrived is read; a finished copy is analysed).
+// the next (collector/model/live_model.h: only what arrived is read; a finished copy is analysed).
 // PyTorch's and JAX's side traces (.torch, .jax) are written whole and renamed into place by the
 // start-up hook, at exit, at an OOM, and when asked: touching the hook's request file
 // (Launch::torch_request_path) makes each PyTorch process of the run write its allocator trace of
@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "collector/live_model.h"
+#include "collector/model/live_model.h"
 #include "report/json_report.h"
 
 namespace vramtrace::cli {
@@ -80,11 +80,5 @@ class LiveReport {
   std::shared_ptr<const nlohmann::json> last_;
   bool finished_ = false, held_ = false;
 };
-
-// Where a trace that is being written ends for a reader of this moment: the end of its last
-// whole frame at or after `from` (a frame boundary found before; 0: from the start), or the
-// file's size when a frame header there is not one (a damaged trace: the reader says so).
-// 0 while it has no whole frame (from 0).
-uint64_t whole_frames_end(const std::string& path, uint64_t from = 0);
 
 }  // namespace vramtrace::cli

@@ -4,7 +4,7 @@
 //   check   cli/check.cpp (the gate: cli/gate.h)         CI gate against a baseline
 //   diff    cli/diff.cpp                                 two runs compared
 //   report  cli/report.cpp                               traces to reports
-//   whatif  cli/whatif.cpp (collector/whatif.h)          a run replayed under other settings
+//   whatif  cli/whatif.cpp (collector/predict/whatif.h)  a run replayed under other settings
 //   snapshot cli/snapshot.cpp (cli/live_report.h)        the report of a moment of a running run
 //
 // Exit codes of vramtrace itself: 2 for bad usage or unrecoverable input; 74 when a report

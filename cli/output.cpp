@@ -17,21 +17,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "collector/ingest/run_files.h"
 #include "report/check.h"
 
 namespace fs = std::filesystem;
 
 namespace vramtrace::cli {
-
-bool is_torch_trace(const fs::path& p) {
-  return p.filename().string().rfind("vramtrace.", 0) == 0 &&
-         (p.extension() == ".torch" || p.extension() == ".jax");
-}
-
-bool is_trace_file(const fs::path& p) {
-  return (p.filename().string().rfind("vramtrace.", 0) == 0 && p.extension() == ".vtrace") ||
-         is_torch_trace(p);
-}
 
 namespace {
 
@@ -42,7 +33,7 @@ std::vector<fs::path> earlier_output(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == "report.json" || name == "report.html" || name == kRunMarker ||
-        is_trace_file(entry.path()))
+        collector::is_run_file(entry.path()))
       out.push_back(entry.path());
   }
   std::sort(out.begin(), out.end());
@@ -111,7 +102,7 @@ bool written_by_vramtrace(const fs::path& path, const nlohmann::json& marker) {
   const std::string run = marker.value("run_id", std::string());
   if (run.empty()) return false;
   fs::path trace = path;
-  if (is_torch_trace(path)) trace.replace_extension(".vtrace");
+  if (collector::is_side_channel(path)) trace.replace_extension(".vtrace");
   if (trace.extension() != ".vtrace") return false;
   if (trace != path && (lstat(trace.c_str(), &st) != 0 || !S_ISREG(st.st_mode))) return false;
   auto id = trace_identity(trace.string());
@@ -161,7 +152,7 @@ bool prepare_output_dir(const std::string& dir, bool force, bool clear_traces, c
   if (clear_traces) {
     std::error_code ec;
     for (const auto& path : old)
-      if (is_trace_file(path) || path.filename() == kRunMarker) fs::remove(path, ec);
+      if (collector::is_run_file(path) || path.filename() == kRunMarker) fs::remove(path, ec);
   }
   return true;
 }
@@ -354,7 +345,7 @@ std::vector<std::string> input_files(const std::string& path) {
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(path, ec))
     if (entry.path().filename() == "report.json" || entry.path().extension() == ".vtrace" ||
-        is_trace_file(entry.path()))
+        collector::is_run_file(entry.path()))
       out.push_back(entry.path().string());
   return out;
 }
@@ -413,7 +404,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
     if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& entry : fs::directory_iterator(in, ec))
-        if (entry.path().extension() == ".vtrace" || is_torch_trace(entry.path()))
+        if (entry.path().extension() == ".vtrace" || collector::is_side_channel(entry.path()))
           found.push_back(entry.path().string());
       std::sort(found.begin(), found.end());
       if (found.empty()) {

@@ -2,7 +2,7 @@
 // (cli/python_hook.cmake): `vramtrace run` writes it as sitecustomize.py into a private folder
 // that it puts first on the command's PYTHONPATH. When the program imports torch (or jax) it
 // turns PyTorch's allocator trace on and writes the side channel that
-// collector/torch_trace.cpp reads (its lines: common/side_channel.h). kPythonStepPrediction,
+// collector/ingest/torch_trace.cpp reads (its lines: common/side_channel.h). kPythonStepPrediction,
 // written beside it as _vramtrace_step.py, runs the rest of a first step that died of an OOM on
 // fake tensors, at exit.
 #pragma once

@@ -11,7 +11,8 @@
 
 #include "cli/commands.h"
 #include "cli/gate.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/run_files.h"
+#include "collector/ingest/trace_reader.h"
 #include "report/check.h"
 
 namespace fs = std::filesystem;
@@ -45,7 +46,7 @@ int report_command(ReportArgs& a) {
   for (const auto& t : traces) {
     std::string run_of_trace;
     bool identified = false;
-    if (!is_torch_trace(t)) {
+    if (!collector::is_side_channel(t)) {
       try {
         collector::TraceReader probe(t);
       } catch (const collector::TraceError& e) {
@@ -65,7 +66,7 @@ int report_command(ReportArgs& a) {
       }
     }
     kept.push_back(t);
-    if (is_torch_trace(t)) continue;  // read with its process's trace, whose run counts
+    if (collector::is_side_channel(t)) continue;  // read with its process's trace, whose run counts
     if (run_of_trace.empty()) run_of_trace = run_of_folder(t);
     // A trace cut before its process record names no run: it is reported as damaged, not
     // taken for a run of an older vramtrace.

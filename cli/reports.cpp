@@ -10,9 +10,9 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "collector/analysis.h"
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/analysis/analysis.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "report/check.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
@@ -24,31 +24,13 @@ namespace vramtrace::cli {
 int write_reports(const std::vector<std::string>& traces, const std::string& out_dir,
                   const report::RunInfo& info, nlohmann::json* report_out, bool no_progress) {
   collector::Run run;
-  std::vector<std::unique_ptr<collector::TraceReader>> readers;
-  std::vector<std::string> unreadable;
-  std::vector<std::string> torch;
-  uint64_t total_bytes = 0;
-  for (const auto& t : traces) {
-    if (is_torch_trace(t)) {
-      torch.push_back(t);
-      continue;
-    }
-    try {
-      readers.push_back(std::make_unique<collector::TraceReader>(t));
-      std::error_code ec;
-      uintmax_t size = fs::file_size(t, ec);
-      if (!ec) total_bytes += size;
-    } catch (const collector::TraceError& e) {
-      unreadable.push_back(e.what());
-    }
-  }
+  collector::RunFiles files = collector::open_run(traces);
   {
-    cli::ReadProgress progress(total_bytes, cli::ReadProgress::mode_from_env(no_progress));
+    cli::ReadProgress progress(files.trace_bytes, cli::ReadProgress::mode_from_env(no_progress));
     if (progress.shown())
-      for (auto& r : readers) r->on_progress([&progress](uint64_t n) { progress.add(n); });
-    run = collector::analyze(std::move(readers), torch);
+      for (auto& r : files.traces) r->on_progress([&progress](uint64_t n) { progress.add(n); });
+    run = collector::model_of(std::move(files));
   }  // the bar is cleared before the summary
-  for (auto& u : unreadable) run.problems.push_back(u);
   // `report` given traces of which nothing could be read (corrupt from their first frame, or
   // only a header: the process was cut off before its first write): there is no report to
   // write, and "no device memory was used" would be a false answer.

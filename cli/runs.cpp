@@ -7,7 +7,8 @@
 #include <set>
 
 #include "cli/commands.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/run_files.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/env_names.h"
 #include "report/check.h"
 
@@ -67,7 +68,7 @@ void refuse_runs(const char* who, const std::map<std::string, std::vector<std::s
 std::map<std::string, std::vector<std::string>> runs_of(const std::vector<std::string>& traces) {
   std::map<std::string, std::vector<std::string>> runs;
   for (const auto& t : traces) {
-    if (is_torch_trace(t)) continue;  // read with its process's trace, whose run counts
+    if (collector::is_side_channel(t)) continue;  // read with its process's trace, whose run counts
     auto id = trace_identity(t);
     std::string run = id && !id->run_id.empty() ? id->run_id : run_of_folder(t);
     if (!id && run.empty()) continue;  // cut before its process record: damaged, not a run

@@ -1,6 +1,6 @@
 // `vramtrace whatif RUN`: replays a recorded run's PyTorch allocator requests through the model
-// of PyTorch's caching allocator (collector/whatif.h) under other settings, a limit or a batch
-// scale, and says whether it fits, its reserved peak and the first OOM. Reads RUN, writes
+// of PyTorch's caching allocator (collector/predict/whatif.h) under other settings, a limit or a
+// batch scale, and says whether it fits, its reserved peak and the first OOM. Reads RUN, writes
 // nothing. --json prints one object (report/whatif.schema.json).
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "collector/model.h"
-#include "collector/trace_reader.h"
-#include "collector/whatif.h"
+#include "collector/ingest/run_files.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
+#include "collector/predict/whatif.h"
+#include "common/bytes_text.h"
 #include "report/check.h"
 #include "report/json_report.h"
 
@@ -49,7 +51,7 @@ std::optional<double> number_of(const std::string& text) {
 bool inputs_are_traces(const std::vector<std::string>& traces) {
   for (const auto& t : traces) {
     const std::filesystem::path p(t);
-    if (p.extension() == ".vtrace" || is_torch_trace(p)) continue;
+    if (p.extension() == ".vtrace" || collector::is_side_channel(p)) continue;
     std::cerr << "vramtrace whatif: " << report::printable(t)
               << (p.filename() == "report.json" ? " is a report, not a trace"
                                                 : " is not a vramtrace trace")
@@ -84,16 +86,6 @@ Damage damage_of(const collector::Run& run) {
   for (const auto& problem : d.problems)
     std::cerr << "vramtrace whatif: warning: " << report::printable(problem) << "\n";
   return d;
-}
-
-std::string size_text(uint64_t b) {
-  char buf[64];
-  const double v = static_cast<double>(b);
-  if (b >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", v / 1073741824.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f MiB", v / 1048576.0);
-  return buf;
 }
 
 struct Replayed {
@@ -188,10 +180,10 @@ void print_text(const Replayed& x) {
             << (r.recorded_conf.empty() ? "defaults" : report::printable(r.recorded_conf)) << ", "
             << r.conf_source << ")\n";
   std::cout << "  limit:     "
-            << (r.limit_bytes == UINT64_MAX ? std::string("none") : size_text(r.limit_bytes))
+            << (r.limit_bytes == UINT64_MAX ? std::string("none") : gib_or_mib_text(r.limit_bytes))
             << " (" << r.limit_source << ")";
   if (r.fraction_limit)
-    std::cout << "; PyTorch's per-process fraction " << size_text(*r.fraction_limit);
+    std::cout << "; PyTorch's per-process fraction " << gib_or_mib_text(*r.fraction_limit);
   std::cout << "\n";
   if (r.scale_batch != 1.0) {
     char buf[96];
@@ -202,25 +194,25 @@ void print_text(const Replayed& x) {
   std::cout << "  rules:     " << report::printable(r.rules) << "\n";
   std::cout << "  verdict:   " << (r.fits() ? "fits" : "out of memory") << " (" << r.requests
             << " requests replayed)\n";
-  std::cout << "  reserved peak: " << size_text(r.reserved_peak_bytes) << " predicted, "
-            << size_text(r.recorded_reserved_peak_bytes) << " recorded\n";
+  std::cout << "  reserved peak: " << gib_or_mib_text(r.reserved_peak_bytes) << " predicted, "
+            << gib_or_mib_text(r.recorded_reserved_peak_bytes) << " recorded\n";
   if (r.oom) {
     const auto& o = *r.oom;
     char t[32];
     std::snprintf(t, sizeof t, "%.3f s",
                   static_cast<double>(o.time_ns - std::min(o.time_ns, x.origin_ns)) / 1e9);
-    std::cout << "  first OOM: a request of " << size_text(o.requested_bytes) << " at " << t;
+    std::cout << "  first OOM: a request of " << gib_or_mib_text(o.requested_bytes) << " at " << t;
     if (o.iteration >= 0) std::cout << ", iteration " << o.iteration;
     if (!o.phase.empty()) std::cout << ", in " << o.phase;
     if (!o.module.empty()) std::cout << ", module " << report::printable(o.module);
     std::cout << (o.recorded_request ? " (the request the run itself failed on)"
                                      : " (request #" + std::to_string(o.request_index) + ")")
               << "\n";
-    std::cout << "    then: reserved " << size_text(o.state.reserved_bytes) << ", allocated "
-              << size_text(o.state.allocated_bytes) << ", cached free "
-              << size_text(o.state.cached_free_bytes) << " in " << o.state.free_blocks
-              << " blocks (largest " << size_text(o.state.largest_free_block)
-              << "), outside PyTorch " << size_text(o.state.background_bytes) << "\n";
+    std::cout << "    then: reserved " << gib_or_mib_text(o.state.reserved_bytes) << ", allocated "
+              << gib_or_mib_text(o.state.allocated_bytes) << ", cached free "
+              << gib_or_mib_text(o.state.cached_free_bytes) << " in " << o.state.free_blocks
+              << " blocks (largest " << gib_or_mib_text(o.state.largest_free_block)
+              << "), outside PyTorch " << gib_or_mib_text(o.state.background_bytes) << "\n";
   }
   if (const auto& c = r.completion) {
     char buf[96];
@@ -240,7 +232,8 @@ void print_text(const Replayed& x) {
     if (x.max_batch) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "  largest batch scale that fits: x%.3f (reserved peak %s)\n",
-                    x.max_batch->scale, size_text(x.max_batch->at.reserved_peak_bytes).c_str());
+                    x.max_batch->scale,
+                    gib_or_mib_text(x.max_batch->at.reserved_peak_bytes).c_str());
       std::cout << buf;
     } else {
       std::cout << "  largest batch scale that fits: none (even x0.01 runs out)\n";
@@ -301,52 +294,28 @@ bool settings_of(const WhatIfArgs& a, collector::WhatIfSettings* settings,
   return true;
 }
 
-int whatif_command(const WhatIfArgs& a) {
-  bool ok = true;
-  std::vector<std::string> traces = expand_inputs(a.inputs, &ok);
-  if (!ok || !inputs_are_traces(traces)) return kExitUsage;
-  // Traces of different runs are never replayed as one (as `vramtrace report` refuses them).
-  if (const auto runs = runs_of(traces); runs.size() > 1) {
-    refuse_runs("vramtrace whatif", runs, "give the traces of one run");
-    return kExitUsage;
+// Whether a replay of the traces answers for the run: not when they stop before the end of what
+// they recorded, unless the user allowed it (said either way).
+bool replayable(const Damage& damage, bool allow_damaged) {
+  if (damage.cut.empty()) return true;
+  std::string cut;
+  for (const auto& c : damage.cut) cut += (cut.empty() ? "" : "; ") + c;
+  if (!allow_damaged) {
+    std::cerr << "vramtrace whatif: " << report::printable(cut)
+              << ": the traces stop before the end of what they recorded, so no verdict (a "
+                 "replay of what is left answers for a shorter run); --allow-damaged replays "
+                 "it anyway\n";
+    return false;
   }
-  collector::WhatIfSettings settings;
-  std::optional<double> fraction;
-  if (!settings_of(a, &settings, &fraction)) return kExitUsage;
-  bool torch = false;
-  for (const auto& t : traces)
-    torch |= is_torch_trace(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;
-  const char* only =
-      "vramtrace whatif: what-if models PyTorch's caching allocator only, and these traces hold "
-      "no PyTorch allocator trace (vramtrace.PID.torch: give the run's folder, or the .torch "
-      "beside its .vtrace; a native CUDA program, JAX, PyTorch with backend:cudaMallocAsync or "
-      "a run without the start-up hook has none)\n";
-  if (!torch) {
-    std::cerr << only;
-    return kExitUsage;
-  }
-  collector::Run run;
-  try {
-    run = collector::analyze(traces);
-  } catch (const collector::TraceError& e) {
-    std::cerr << "vramtrace whatif: " << report::printable(e.what()) << "\n";
-    return kExitUsage;
-  }
-  const Damage damage = damage_of(run);
-  if (!damage.cut.empty()) {
-    std::string cut;
-    for (const auto& c : damage.cut) cut += (cut.empty() ? "" : "; ") + c;
-    if (!a.allow_damaged) {
-      std::cerr << "vramtrace whatif: " << report::printable(cut)
-                << ": the traces stop before the end of what they recorded, so no verdict (a "
-                   "replay of what is left answers for a shorter run); --allow-damaged replays "
-                   "it anyway\n";
-      return kExitUsage;
-    }
-    std::cerr << "vramtrace whatif: --allow-damaged: replaying what is left; the verdict is of "
-                 "the part the traces kept\n";
-  }
-  std::vector<Replayed> out;
+  std::cerr << "vramtrace whatif: --allow-damaged: replaying what is left; the verdict is of "
+               "the part the traces kept\n";
+  return true;
+}
+
+// Every replayable device of every process, replayed under `settings` (and the per-process
+// `fraction` of each device's capacity); false, said, when one cannot be.
+bool replay_all(const collector::Run& run, const collector::WhatIfSettings& settings,
+                std::optional<double> fraction, bool max_batch, std::vector<Replayed>* out) {
   for (const auto& p : run.processes) {
     for (uint32_t dev : collector::replayable_devices(p)) {
       Replayed x;
@@ -361,42 +330,86 @@ int whatif_command(const WhatIfArgs& a) {
         const uint64_t total = x.device_total;
         if (!total) {
           std::cerr << "vramtrace whatif: --fraction: the device's capacity was not recorded\n";
-          return kExitUsage;
+          return false;
         }
         here.fraction_limit = static_cast<uint64_t>(*fraction * static_cast<double>(total));
       }
       x.r = collector::replay_run(p, dev, here);
       if (!x.r.ok) {
         std::cerr << "vramtrace whatif: " << report::printable(x.r.error) << "\n";
-        return kExitUsage;
+        return false;
       }
-      if (a.max_batch) {
+      if (max_batch) {
         x.max_batch_asked = true;
         x.max_batch = collector::max_batch_scale(p, dev, here);
       }
-      out.push_back(std::move(x));
+      out->push_back(std::move(x));
     }
   }
+  return true;
+}
+
+// The headline replay (the first that ran out, else the one with the largest peak) and every
+// replay, as report/whatif.schema.json declares them.
+void print_json(const std::vector<Replayed>& out, const Damage& damage) {
+  size_t head = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].r.fits()) {
+      head = i;
+      break;
+    }
+    if (out[i].r.reserved_peak_bytes > out[head].r.reserved_peak_bytes) head = i;
+  }
+  nlohmann::json j = json_of(out[head]);
+  j["schema"] = "vramtrace.whatif/1";
+  j["problems"] = damage.problems;
+  j["replays"] = nlohmann::json::array();
+  for (const auto& x : out) j["replays"].push_back(json_of(x));
+  std::cout << j.dump(2) << "\n";
+}
+
+int whatif_command(const WhatIfArgs& a) {
+  bool ok = true;
+  std::vector<std::string> traces = expand_inputs(a.inputs, &ok);
+  if (!ok || !inputs_are_traces(traces)) return kExitUsage;
+  // Traces of different runs are never replayed as one (as `vramtrace report` refuses them).
+  if (const auto runs = runs_of(traces); runs.size() > 1) {
+    refuse_runs("vramtrace whatif", runs, "give the traces of one run");
+    return kExitUsage;
+  }
+  collector::WhatIfSettings settings;
+  std::optional<double> fraction;
+  if (!settings_of(a, &settings, &fraction)) return kExitUsage;
+  bool torch = false;
+  for (const auto& t : traces)
+    torch |=
+        collector::is_side_channel(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;
+  const char* only =
+      "vramtrace whatif: what-if models PyTorch's caching allocator only, and these traces hold "
+      "no PyTorch allocator trace (vramtrace.PID.torch: give the run's folder, or the .torch "
+      "beside its .vtrace; a native CUDA program, JAX, PyTorch with backend:cudaMallocAsync or "
+      "a run without the start-up hook has none)\n";
+  if (!torch) {
+    std::cerr << only;
+    return kExitUsage;
+  }
+  collector::Run run;
+  try {
+    run = collector::model_of(traces);
+  } catch (const collector::TraceError& e) {
+    std::cerr << "vramtrace whatif: " << report::printable(e.what()) << "\n";
+    return kExitUsage;
+  }
+  const Damage damage = damage_of(run);
+  if (!replayable(damage, a.allow_damaged)) return kExitUsage;
+  std::vector<Replayed> out;
+  if (!replay_all(run, settings, fraction, a.max_batch, &out)) return kExitUsage;
   if (out.empty()) {
     std::cerr << only;
     return kExitUsage;
   }
   if (a.json) {
-    // The headline is the first replay that ran out, else the one with the largest peak.
-    size_t head = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (!out[i].r.fits()) {
-        head = i;
-        break;
-      }
-      if (out[i].r.reserved_peak_bytes > out[head].r.reserved_peak_bytes) head = i;
-    }
-    nlohmann::json j = json_of(out[head]);
-    j["schema"] = "vramtrace.whatif/1";
-    j["problems"] = damage.problems;
-    j["replays"] = nlohmann::json::array();
-    for (const auto& x : out) j["replays"].push_back(json_of(x));
-    std::cout << j.dump(2) << "\n";
+    print_json(out, damage);
   } else {
     for (const auto& x : out) print_text(x);
   }

@@ -2,7 +2,7 @@
 // every record's type number, whether it carries a time, and its fields in wire order. From it
 // come the RecordType enum, a struct per record, the encoder the library and the test builders
 // write with (put), the decoder the collector reads with (decode), each record's size bound and
-// its name. Adding a record is one line in the table (and a handler in collector/model.cpp).
+// its name. Adding a record is one line in the table (and a handler in collector/model/model.cpp).
 //
 // On the wire a record is its type byte, then, for a timed record, the time since the frame's
 // previous timed record (a varint; the first counts from FrameHeader::base_time_ns), then its

@@ -1,11 +1,11 @@
 // The Python start-up hook's side channel, declared once: the lines that the hook
 // (python/vramtrace/_hook/sitecustomize.py) writes into vramtrace.<pid>.torch for PyTorch and
-// vramtrace.<pid>.jax for JAX, and that collector/torch_trace.cpp reads. From the table below
-// come the reader's dispatch (a struct per kind of line, decoded and validated here, handed to
-// that kind's handler) and the mark kinds; tests/hook/side_channel_test.py checks every line the
+// vramtrace.<pid>.jax for JAX, and that collector/ingest/torch_trace.cpp reads. From the table
+// below come the reader's dispatch (a struct per kind of line, decoded and validated here, handed
+// to that kind's handler) and the mark kinds; tests/hook/side_channel_test.py checks every line the
 // hook writes against it (its tag, its fields in order and their types), and
 // tests/unit/side_channel_test.cpp checks the reader against it. A new kind of line is a row
-// here, a handler in collector/torch_trace.cpp and the hook's writer.
+// here, a handler in collector/ingest/torch_trace.cpp and the hook's writer.
 //
 // A file is UTF-8 text, one record a line, fields separated by tabs (the hook writes no tab or
 // newline inside a field). The first line is the header: "vramtrace.torch/2" (version 1: the
@@ -205,7 +205,7 @@ struct Text {
     return true;
   }
 };
-// Read by their handler (collector/torch_trace.cpp): a bad item is skipped, never the line.
+// Read by their handler (collector/ingest/torch_trace.cpp): a bad item is skipped, never the line.
 struct Ids : Text {
   static bool read(std::string_view s, type* v) { return Text::read(s, v, 0); }
 };

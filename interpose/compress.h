@@ -3,9 +3,10 @@
 // libvramtrace.so must need nothing but libc (readelf -d), so zstd is not linked: libzstd.so.1
 // is dlopen'd once when the recorder starts (VRAMTRACE_ZSTD_LIB names another file), and when it
 // is absent, too old, or VRAMTRACE_COMPRESS=off, frames are written raw, as before. The reader
-// (collector/trace_reader.cpp) decodes either, frame by frame. Only the writer thread compresses:
-// the context and the output buffer are made there, and hooks never wait for compression.
-// Also compiled into the unit tests, which compare compressed and raw streams event by event.
+// (collector/ingest/trace_reader.cpp) decodes either, frame by frame. Only the writer thread
+// compresses: the context and the output buffer are made there, and hooks never wait for
+// compression. Also compiled into the unit tests, which compare compressed and raw streams event by
+// event.
 #pragma once
 
 #include <cstddef>

@@ -472,13 +472,14 @@ bool recorder_running() {
   return p == kRunning || p == kFinished;
 }
 
-bool recorder_start(const Options& options) {
-  State& s = state();
-  if (s.phase.load() != kOff) return recorder_running();
+namespace {
 
+// Opens where the trace goes: the collector's socket (options.socket), or the trace file, in
+// `path` (of `path_size` bytes). False, said and the recorder stopped, when it cannot; `created`:
+// the trace file this process created, removed if what follows fails.
+bool open_output(State& s, const Options& options, char* path, size_t path_size,
+                 const char** created) {
   const char* sock = options.socket;
-  char path[4096];
-  const char* created = nullptr;  // the trace file this process created, removed on failure
   if (sock && *sock) {
     s.fd = open_socket(sock);
     s.is_socket = true;
@@ -489,18 +490,18 @@ bool recorder_start(const Options& options) {
       return false;
     }
   } else {
-    output_path(options.output, path, sizeof path);
+    output_path(options.output, path, path_size);
     // O_EXCL first, to know whether the file is ours to remove if what follows fails.
     s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s.fd >= 0) {
-      created = path;
+      *created = path;
     } else if (errno == EEXIST) {
       struct stat st;
       if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         // A trace that is already there (another process of the tree given the same name, a
         // name without %p, an earlier run's) is kept: this process writes its own beside it.
-        s.fd = open_beside(path, sizeof path);
-        if (s.fd >= 0) created = path;
+        s.fd = open_beside(path, path_size);
+        if (s.fd >= 0) *created = path;
       } else {  // a device or a FIFO (/dev/null, a pipe to a reader); a symlink is refused
         s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
       }
@@ -511,6 +512,39 @@ bool recorder_start(const Options& options) {
       return false;
     }
   }
+  return true;
+}
+
+// Writes the file header, on a socket with the shared buffers' descriptor (`shared_fd`, -1:
+// none) when it is accepted. Whether it was written (errno says why not).
+bool send_header(State& s, int shared_fd) {
+  format::FileHeader fh{};
+  memcpy(fh.magic, format::kMagic, sizeof fh.magic);
+  fh.version = format::kFormatVersion;
+  fh.header_bytes = sizeof fh;
+  iovec iov{&fh, sizeof fh};
+  // The collector gets the shared buffers with the stream's first bytes; it keeps its own copy
+  // of the descriptor, ours is not needed once the region is mapped.
+  bool header_sent = write_all(s.fd, s.is_socket, &iov, 1, shared_fd);
+  if (!header_sent && shared_fd >= 0) {
+    // Descriptors refused on this socket (a security module, say): the stream without them, the
+    // buffers then unread by the collector.
+    s.ctl = nullptr;
+    iov = {&fh, sizeof fh};
+    header_sent = write_all(s.fd, s.is_socket, &iov, 1);
+  }
+  return header_sent;
+}
+
+}  // namespace
+
+bool recorder_start(const Options& options) {
+  State& s = state();
+  if (s.phase.load() != kOff) return recorder_running();
+
+  char path[4096];
+  const char* created = nullptr;  // the trace file this process created, removed on failure
+  if (!open_output(s, options, path, sizeof path, &created)) return false;
 
   // A buffer is written as one frame, and the reader refuses frames larger than kMaxFrameBytes.
   s.capacity = options.buffer_bytes;
@@ -527,21 +561,7 @@ bool recorder_start(const Options& options) {
     b.data = static_cast<uint8_t*>(m);
   }
 
-  format::FileHeader fh{};
-  memcpy(fh.magic, format::kMagic, sizeof fh.magic);
-  fh.version = format::kFormatVersion;
-  fh.header_bytes = sizeof fh;
-  iovec iov{&fh, sizeof fh};
-  // The collector gets the shared buffers with the stream's first bytes; it keeps its own copy
-  // of the descriptor, ours is not needed once the region is mapped.
-  bool header_sent = write_all(s.fd, s.is_socket, &iov, 1, shared_fd);
-  if (!header_sent && shared_fd >= 0) {
-    // Descriptors refused on this socket (a security module, say): the stream without them, the
-    // buffers then unread by the collector.
-    s.ctl = nullptr;
-    iov = {&fh, sizeof fh};
-    header_sent = write_all(s.fd, s.is_socket, &iov, 1);
-  }
+  const bool header_sent = send_header(s, shared_fd);
   const int header_errno = errno;
   if (shared_fd >= 0) close(shared_fd);
   if (!header_sent) {

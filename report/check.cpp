@@ -12,7 +12,7 @@
 #include <fstream>
 #include <set>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
@@ -33,15 +33,8 @@ std::string trim(std::string s) {
 }
 
 json report_from_traces(const std::vector<std::string>& traces) {
-  collector::Run run = collector::analyze(traces);
+  collector::Run run = collector::model_of(traces);
   return to_json(collector::analysis_of(run));
-}
-
-bool is_trace_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[8] = {};
-  in.read(magic, sizeof magic);
-  return in.gcount() == 8 && std::memcmp(magic, format::kMagic, 8) == 0;
 }
 
 // The devices of a report by index (several hosts: the first host's index wins; documented).
@@ -147,21 +140,6 @@ std::string rank_of(const json& proc) {
   for (const char* key : kRankVariables)
     if (proc[field::ranks].contains(key)) return proc[field::ranks][key].get<std::string>();
   return {};
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -442,7 +420,7 @@ json load_report(const std::string& path, const std::string& role) {
           throw CheckError(what + ": a directory with neither report.json nor traces");
         r = report_from_traces(traces);
       }
-    } else if (is_trace_file(path)) {
+    } else if (collector::starts_as_trace(path)) {
       r = report_from_traces({path});
     } else {
       r = parse_json_file(path, what);

@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "collector/torch_memory.h"
+#include "collector/model/torch_memory.h"
 #include "report/check.h"
 #include "report/json_report.h"
 #include "report/report_keys.h"

@@ -31,6 +31,22 @@ std::string json_for_script(const json& report) {
   return out;
 }
 
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // The most entries of each list the page keeps, by the list's key; the rest is summed into
@@ -185,22 +201,6 @@ void replace_once(std::string& page, const std::string& marker, const std::strin
   if (at != std::string::npos) page.replace(at, marker.size(), with);
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // A value of the report as text, whatever its type (a hand-edited or older report may lack a
 // key or hold another type): never throws.
 std::string text_of(const json& j, const char* key) {
@@ -256,35 +256,35 @@ std::string noscript_summary(const json& r) {
     out += "<li>Times count from the first CUDA work, " + secs_of(r["run"], "cuda_start_ns", 0) +
            " after the start</li>";
   if (diag.contains("limit") && diag["limit"].is_object())
-    out += "<li>Limit: " + escape(text_of(diag["limit"], "title")) + " (" +
+    out += "<li>Limit: " + html_escape(text_of(diag["limit"], "title")) + " (" +
            bytes_of(diag["limit"], "bytes") + ")</li>";
   if (has_number(diag, "headroom_bytes"))
     out += "<li>Headroom: " + bytes_of(diag, "headroom_bytes") + "</li>";
   if (r.is_object() && r.contains("devices") && r["devices"].is_array())
     for (const auto& d : r["devices"]) {
       const json peak = d.contains("peak") && d["peak"].is_object() ? d["peak"] : json::object();
-      out += "<li>Device " + escape(text_of(d, "index")) + " (" + escape(text_of(d, "name")) +
-             "): peak " + bytes_of(peak, "bytes") + " at " + secs_of(peak, "time_ns", origin) +
-             " of " + bytes_of(d, "total_bytes") + "</li>";
+      out += "<li>Device " + html_escape(text_of(d, "index")) + " (" +
+             html_escape(text_of(d, "name")) + "): peak " + bytes_of(peak, "bytes") + " at " +
+             secs_of(peak, "time_ns", origin) + " of " + bytes_of(d, "total_bytes") + "</li>";
     }
   for (const auto& o : ooms) {
     if (recovered(o)) continue;
-    out += "<li>Out of memory on device " + escape(text_of(o, "device")) + " at " +
-           secs_of(o, "time_ns", origin) + ": " + escape(text_of(o, "api")) + " asked for " +
+    out += "<li>Out of memory on device " + html_escape(text_of(o, "device")) + " at " +
+           secs_of(o, "time_ns", origin) + ": " + html_escape(text_of(o, "api")) + " asked for " +
            bytes_of(o, "requested_bytes") + " with " + bytes_of(o, "live_bytes") + " live (pid " +
-           escape(text_of(o, "pid")) + ")";
+           html_escape(text_of(o, "pid")) + ")";
     const std::string site =
         text_of(o, "python_site").empty() ? text_of(o, "site") : text_of(o, "python_site");
-    if (!site.empty()) out += ", at " + escape(site);
+    if (!site.empty()) out += ", at " + html_escape(site);
     out += "</li>";
   }
   out += "</ul>";
   if (diag.contains("cause") && diag["cause"].is_object())
-    out += "<p>Likely cause: " + escape(text_of(diag["cause"], "title")) + "</p>";
+    out += "<p>Likely cause: " + html_escape(text_of(diag["cause"], "title")) + "</p>";
   if (diag.contains("remedies") && diag["remedies"].is_array() && !diag["remedies"].empty()) {
     out += "<p>What to try:</p><ol>";
     for (const auto& m : diag["remedies"]) {
-      out += "<li>" + escape(text_of(m, "title"));
+      out += "<li>" + html_escape(text_of(m, "title"));
       if (has_number(m, "saves_bytes")) out += " (saves about " + bytes_of(m, "saves_bytes") + ")";
       out += "</li>";
     }
@@ -350,15 +350,16 @@ std::string diff_to_html(const json& a, const json& b, const json& changes) {
       "<div class=\"noscript\"><h2>What changed from A to B</h2><table><tr><th>scope"
       "</th><th>site</th><th>A</th><th>B</th></tr>";
   for (const auto& c : changes) {
-    ns += "<tr><td>" + escape(text_of(c, "scope")) + "</td><td>peak</td><td>" +
+    ns += "<tr><td>" + html_escape(text_of(c, "scope")) + "</td><td>peak</td><td>" +
           bytes_of(c, "a_peak") + "</td><td>" + bytes_of(c, "b_peak") + "</td></tr>";
     if (c.contains("changes") && c["changes"].is_array())
       for (const auto& s : c["changes"])
-        ns += "<tr><td>" + escape(text_of(c, "scope")) + "</td><td>" + escape(text_of(s, "site")) +
-              "</td><td>" + bytes_of(s, "a") + "</td><td>" + bytes_of(s, "b") + "</td></tr>";
+        ns += "<tr><td>" + html_escape(text_of(c, "scope")) + "</td><td>" +
+              html_escape(text_of(s, "site")) + "</td><td>" + bytes_of(s, "a") + "</td><td>" +
+              bytes_of(s, "b") + "</td></tr>";
   }
-  ns += "</table><h2>Run A</h2><p>" + escape(command_of(a)) + "</p>" + noscript_summary(a) +
-        "<h2>Run B</h2><p>" + escape(command_of(b)) + "</p>" + noscript_summary(b) + "</div>";
+  ns += "</table><h2>Run A</h2><p>" + html_escape(command_of(a)) + "</p>" + noscript_summary(a) +
+        "<h2>Run B</h2><p>" + html_escape(command_of(b)) + "</p>" + noscript_summary(b) + "</div>";
   return page(data, ns);
 }
 

@@ -24,6 +24,9 @@ nlohmann::json page_data(const nlohmann::json& data);
 // report.html: the page of one run, with a <noscript> summary (verdict, peaks, OOMs).
 std::string to_html(const nlohmann::json& report);
 
+// Text made safe inside HTML, in an element or a quoted attribute: < > & " ' as entities.
+std::string html_escape(const std::string& s);
+
 // The page of `vramtrace diff --html`: runs A and B in the same views side by side, above the
 // sites whose live memory changed. `changes`: [{scope, a_peak, b_peak, changes: [{site, a, b}]}].
 std::string diff_to_html(const nlohmann::json& a, const nlohmann::json& b,

@@ -1,5 +1,5 @@
-// Rendering the run's analysis (collector/analysis.h) as report.json (see json_report.h): the
-// JSON's shape is decided here; every figure, grouping and order is the analysis'.
+// Rendering the run's analysis (collector/analysis/analysis.h) as report.json (see json_report.h):
+// the JSON's shape is decided here; every figure, grouping and order is the analysis'.
 #include "report/json_report.h"
 #include "report/report_keys.h"
 #include "report/torch_json.h"
@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "collector/stacks.h"
+#include "collector/analysis/stacks.h"
 #include "common/format.h"
 
 namespace vramtrace::report {
@@ -112,7 +112,7 @@ json fragmentation_json(const collector::FragmentationState& f, uint64_t origin)
           {field::time_ns, since(f.time_ns, origin)}};
 }
 
-// A site's growth (collector/leaks.h), its library and stack from one of its allocations.
+// A site's growth (collector/analysis/leaks.h), its library and stack from one of its allocations.
 json growth_json(const collector::SiteGrowth& g, const collector::Site& site, uint64_t origin) {
   json j = {{field::site, g.site},
             {field::library, site.library},
@@ -131,7 +131,7 @@ json growth_json(const collector::GrowthAtSite& g, uint64_t origin) {
   return growth_json(g.growth, g.site, origin);
 }
 
-// The ranked findings of an OOM (collector/oom_findings.h), rendered.
+// The ranked findings of an OOM (collector/analysis/oom_findings.h), rendered.
 json findings_json(const std::vector<collector::OomFindingAtSites>& findings, uint64_t origin) {
   json out = json::array();
   for (const auto& [f, growth_sites] : findings) {
@@ -184,8 +184,8 @@ json findings_json(const std::vector<collector::OomFindingAtSites>& findings, ui
   return out;
 }
 
-// A live set's groups (collector/live_set.h): by site with the distinct sizes, by library, by
-// whole stack.
+// A live set's groups (collector/analysis/live_set.h): by site with the distinct sizes, by library,
+// by whole stack.
 json site_group_json(const collector::SiteGroup& g) {
   json sizes = json::array();
   for (const auto& [bytes, count] : g.sizes)
@@ -304,7 +304,7 @@ json launches_json(const ProcessModel& p, const collector::DeviceAnalysis& da, u
   return j;
 }
 
-// The sub-allocators' view of a device (collector/allocator_view.h): their pools' free memory
+// The sub-allocators' view of a device (collector/model/allocator_view.h): their pools' free memory
 // now, at the peak and at its most, over time, and each pool's own.
 json allocator_json(const ProcessModel& p, uint32_t index, const collector::DeviceModel& d,
                     uint64_t origin) {
@@ -732,8 +732,6 @@ std::string printable(std::string_view s) {
   }
   return out;
 }
-
-std::string human_bytes(uint64_t bytes) { return collector::human_bytes(bytes); }
 
 json to_json(const collector::RunAnalysis& a, const RunInfo& info) {
   const uint64_t origin = a.run->origin_ns;

@@ -1,5 +1,5 @@
 // The JSON report (schema "vramtrace.report/1"), written from the run's analysis
-// (collector/analysis.h), and the short summary printed after a run (summary.cpp).
+// (collector/analysis/analysis.h), and the short summary printed after a run (summary.cpp).
 //
 // Contract keys (DESIGN.md, "Outputs") keep their meaning within a schema version: devices[]
 // with index, name, total_bytes, peak.bytes, peak.time_ns, final_live_bytes; oom[] with device,
@@ -10,8 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "collector/analysis.h"
-#include "collector/model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/model/model.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::report {
 
@@ -39,9 +40,6 @@ nlohmann::json live_groups_json(const collector::LiveSet& live);
 
 // A few lines for stderr: peak per device, OOMs, leak suspects, problems; from report.json alone.
 std::string summary_text(const nlohmann::json& report);
-
-// "1.50 GiB", "512 B"
-std::string human_bytes(uint64_t bytes);
 
 // A string from the traced program (a file or function name, a command line, a notice) made
 // safe for a terminal or a CI log: control characters (C0, DEL, C1) and bidirectional-text

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "collector/ranks.h"
+#include "collector/analysis/ranks.h"
 
 namespace vramtrace::report {
 

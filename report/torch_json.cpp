@@ -1,7 +1,7 @@
 // report.json's view of what the memory is (categories over time, modules, named tensors,
 // phases), of each OOM's moment (phase, module, iteration, the user's line) and the run's
-// diagnosis (verdict, effective limit, cause, remedies): written from collector/torch_device.h
-// and collector/run_diagnosis.h, which do the analysis.
+// diagnosis (verdict, effective limit, cause, remedies): written from
+// collector/analysis/torch_device.h and collector/analysis/run_diagnosis.h, which do the analysis.
 #include "report/torch_json.h"
 
 #include <algorithm>

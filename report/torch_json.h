@@ -1,14 +1,15 @@
 // report.json's sections on what PyTorch's memory is (categories, modules, named tensors,
 // phases), on each OOM's moment, and the run's diagnosis with its remedies (torch_json.cpp):
-// written from collector/torch_device.h's and collector/run_diagnosis.h's typed values.
+// written from collector/analysis/torch_device.h's and collector/analysis/run_diagnosis.h's typed
+// values.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "collector/model.h"
-#include "collector/run_diagnosis.h"
-#include "collector/torch_device.h"
+#include "collector/analysis/run_diagnosis.h"
+#include "collector/analysis/torch_device.h"
+#include "collector/model/model.h"
 
 namespace vramtrace::report {
 

@@ -20,23 +20,6 @@ uint64_t AllocatorSettings::divisions_for(uint64_t size) const {
   return roundup_power2_divisions[std::min<uint64_t>(index, kRoundUpIntervals - 1)];
 }
 
-const std::vector<std::string>& alloc_conf_keys() {
-  static const std::vector<std::string> keys = {"backend",
-                                                "expandable_segments",
-                                                "garbage_collection_threshold",
-                                                "graph_capture_record_stream_reuse",
-                                                "max_non_split_rounding_mb",
-                                                "max_split_size_mb",
-                                                "per_process_memory_fraction",
-                                                "pinned_num_register_threads",
-                                                "pinned_reserve_segment_size_mb",
-                                                "pinned_use_background_threads",
-                                                "pinned_use_cuda_host_register",
-                                                "release_lock_on_cudamalloc",
-                                                "roundup_power2_divisions"};
-  return keys;
-}
-
 namespace {
 
 std::string trim(const std::string& s) {
@@ -60,12 +43,150 @@ bool to_uint(const std::string& s, uint64_t* v) {
 
 bool power_of_2_or_0(uint64_t v) { return (v & (v - 1)) == 0; }
 
-}  // namespace
+// A key's value into the settings; false with `*error` set when the value is not one PyTorch
+// takes.
+using KeyParser = bool (*)(const std::string& key, const std::string& value, AllocatorSettings& s,
+                           std::string* error);
 
-bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::string* error) {
-  AllocatorSettings s = *out;
-  // key:value pairs separated by commas; roundup_power2_divisions's list ([256:1,>:8]) has
-  // commas inside its brackets (CUDAAllocatorConfig::lexArgs).
+bool fail(std::string* error, const std::string& why) {
+  *error = why;
+  return false;
+}
+
+bool parse_expandable(const std::string&, const std::string& value, AllocatorSettings& s,
+                      std::string* error) {
+  if (value != "True" && value != "False")
+    return fail(error, "alloc-conf: expandable_segments takes True or False, not '" + value + "'");
+  s.expandable_segments = value == "True";
+  return true;
+}
+
+// max_split_size_mb, max_non_split_rounding_mb.
+bool parse_mib_limit(const std::string& key, const std::string& value, AllocatorSettings& s,
+                     std::string* error) {
+  double d = 0;
+  // CUDAAllocatorConfig: both must exceed kLargeBuffer (20 MiB).
+  if (!to_double(value, &d) || d <= 20)
+    return fail(error,
+                "alloc-conf: " + key + " must be a number of MiB above 20, not '" + value + "'");
+  const uint64_t bytes = d >= static_cast<double>(UINT64_MAX >> 21)
+                             ? UINT64_MAX
+                             : static_cast<uint64_t>(d) * 1048576ull;
+  (key == "max_split_size_mb" ? s.max_split_size : s.max_non_split_rounding) = bytes;
+  return true;
+}
+
+bool parse_gc_threshold(const std::string&, const std::string& value, AllocatorSettings& s,
+                        std::string* error) {
+  double d = 0;
+  if (!to_double(value, &d) || d <= 0 || d >= 1)
+    return fail(error,
+                "alloc-conf: garbage_collection_threshold must be in (0, 1), not '" + value + "'");
+  s.garbage_collection_threshold = d;
+  return true;
+}
+
+bool parse_fraction(const std::string&, const std::string& value, AllocatorSettings& s,
+                    std::string* error) {
+  double d = 0;
+  if (!to_double(value, &d) || d <= 0 || d > 1)
+    return fail(error,
+                "alloc-conf: per_process_memory_fraction must be in (0, 1], not '" + value + "'");
+  s.per_process_memory_fraction = d;
+  return true;
+}
+
+// roundup_power2_divisions' list form: [SIZE_MB:DIVISIONS,...,>:DIVISIONS], each size a power of
+// 2 setting the divisions of its interval and, from the previous size, the ones between.
+bool parse_roundup_list(const std::string& value, AllocatorSettings& s, std::string* error) {
+  if (value.back() != ']') return fail(error, "alloc-conf: roundup_power2_divisions: no ']'");
+  std::array<uint64_t, kRoundUpIntervals> div{};
+  bool first = true;
+  size_t last = 0;
+  std::string body = value.substr(1, value.size() - 2);
+  size_t start = 0;
+  while (start <= body.size()) {
+    size_t comma = body.find(',', start);
+    std::string e =
+        trim(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    start = comma == std::string::npos ? body.size() + 1 : comma + 1;
+    if (e.empty()) continue;
+    size_t c2 = e.find(':');
+    uint64_t n = 0, mb = 0;
+    if (c2 == std::string::npos || !to_uint(trim(e.substr(c2 + 1)), &n) || !power_of_2_or_0(n))
+      return fail(error, "alloc-conf: roundup_power2_divisions entry '" + e +
+                             "': SIZE_MB:DIVISIONS, divisions a power of 2 or 0");
+    const std::string k = trim(e.substr(0, c2));
+    if (k == ">") {
+      std::fill(div.begin() + static_cast<std::ptrdiff_t>(first ? 0 : last + 1), div.end(), n);
+      continue;
+    }
+    if (!to_uint(k, &mb) || mb == 0 || !power_of_2_or_0(mb))
+      return fail(error, "alloc-conf: roundup_power2_divisions size '" + k +
+                             "' must be a power of 2 (MiB)");
+    size_t index = std::min<size_t>(63 - __builtin_clzll(mb), kRoundUpIntervals - 1);
+    if (first)
+      std::fill(div.begin(), div.begin() + static_cast<std::ptrdiff_t>(index), n);
+    else
+      for (size_t i = last + 1; i < index; ++i) div[i] = div[last];
+    div[index] = n;
+    last = index;
+    first = false;
+  }
+  s.roundup_power2_divisions = div;
+  return true;
+}
+
+bool parse_roundup(const std::string&, const std::string& value, AllocatorSettings& s,
+                   std::string* error) {
+  if (!value.empty() && value.front() == '[') return parse_roundup_list(value, s, error);
+  uint64_t u = 0;
+  if (!to_uint(value, &u) || !power_of_2_or_0(u))
+    return fail(error, "alloc-conf: roundup_power2_divisions must be a power of 2 or 0, not '" +
+                           value + "'");
+  s.roundup_power2_divisions.fill(u);
+  return true;
+}
+
+bool parse_backend(const std::string&, const std::string& value, AllocatorSettings&,
+                   std::string* error) {
+  if (value == "cudaMallocAsync")
+    return fail(error,
+                "alloc-conf: backend:cudaMallocAsync is the driver's stream-ordered allocator, not "
+                "PyTorch's caching allocator that what-if models");
+  if (value != "native") return fail(error, "alloc-conf: backend is native or cudaMallocAsync");
+  return true;
+}
+
+// Taken and left alone: they change neither what the device's memory holds nor when.
+bool no_effect(const std::string&, const std::string&, AllocatorSettings&, std::string*) {
+  return true;
+}
+
+// Every key PyTorch's CUDAAllocatorConfig takes, in the order error messages list them.
+struct ConfKey {
+  const char* name;
+  KeyParser parse;
+};
+const ConfKey kConfKeys[] = {
+    {"backend", parse_backend},
+    {"expandable_segments", parse_expandable},
+    {"garbage_collection_threshold", parse_gc_threshold},
+    {"graph_capture_record_stream_reuse", no_effect},
+    {"max_non_split_rounding_mb", parse_mib_limit},
+    {"max_split_size_mb", parse_mib_limit},
+    {"per_process_memory_fraction", parse_fraction},
+    {"pinned_num_register_threads", no_effect},
+    {"pinned_reserve_segment_size_mb", no_effect},
+    {"pinned_use_background_threads", no_effect},
+    {"pinned_use_cuda_host_register", no_effect},
+    {"release_lock_on_cudamalloc", no_effect},
+    {"roundup_power2_divisions", parse_roundup},
+};
+
+// key:value pairs separated by commas; roundup_power2_divisions's list ([256:1,>:8]) has
+// commas inside its brackets (CUDAAllocatorConfig::lexArgs).
+std::vector<std::string> conf_items(const std::string& conf) {
   std::vector<std::string> items;
   std::string cur;
   int depth = 0;
@@ -80,99 +201,36 @@ bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::stri
     }
   }
   if (!trim(cur).empty()) items.push_back(trim(cur));
-  auto fail = [&](const std::string& why) {
-    *error = why;
-    return false;
-  };
-  for (const auto& item : items) {
+  return items;
+}
+
+}  // namespace
+
+const std::vector<std::string>& alloc_conf_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> v;
+    for (const ConfKey& k : kConfKeys) v.push_back(k.name);
+    return v;
+  }();
+  return keys;
+}
+
+bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::string* error) {
+  AllocatorSettings s = *out;
+  for (const auto& item : conf_items(conf)) {
     const size_t colon = item.find(':');
-    if (colon == std::string::npos) return fail("alloc-conf: '" + item + "' is not KEY:VALUE");
+    if (colon == std::string::npos)
+      return fail(error, "alloc-conf: '" + item + "' is not KEY:VALUE");
     const std::string key = trim(item.substr(0, colon)), value = trim(item.substr(colon + 1));
-    const auto& keys = alloc_conf_keys();
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+    const ConfKey* found = nullptr;
+    for (const ConfKey& k : kConfKeys)
+      if (key == k.name) found = &k;
+    if (!found) {
       std::string known;
-      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
-      return fail("alloc-conf: unknown key '" + key + "' (known: " + known + ")");
+      for (const auto& k : alloc_conf_keys()) known += (known.empty() ? "" : ", ") + k;
+      return fail(error, "alloc-conf: unknown key '" + key + "' (known: " + known + ")");
     }
-    double d = 0;
-    uint64_t u = 0;
-    if (key == "expandable_segments") {
-      if (value != "True" && value != "False")
-        return fail("alloc-conf: expandable_segments takes True or False, not '" + value + "'");
-      s.expandable_segments = value == "True";
-    } else if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
-      // CUDAAllocatorConfig: both must exceed kLargeBuffer (20 MiB).
-      if (!to_double(value, &d) || d <= 20)
-        return fail("alloc-conf: " + key + " must be a number of MiB above 20, not '" + value +
-                    "'");
-      const uint64_t bytes = d >= static_cast<double>(UINT64_MAX >> 21)
-                                 ? UINT64_MAX
-                                 : static_cast<uint64_t>(d) * 1048576ull;
-      (key == "max_split_size_mb" ? s.max_split_size : s.max_non_split_rounding) = bytes;
-    } else if (key == "garbage_collection_threshold") {
-      if (!to_double(value, &d) || d <= 0 || d >= 1)
-        return fail("alloc-conf: garbage_collection_threshold must be in (0, 1), not '" + value +
-                    "'");
-      s.garbage_collection_threshold = d;
-    } else if (key == "per_process_memory_fraction") {
-      if (!to_double(value, &d) || d <= 0 || d > 1)
-        return fail("alloc-conf: per_process_memory_fraction must be in (0, 1], not '" + value +
-                    "'");
-      s.per_process_memory_fraction = d;
-    } else if (key == "roundup_power2_divisions") {
-      if (!value.empty() && value.front() == '[') {
-        if (value.back() != ']') return fail("alloc-conf: roundup_power2_divisions: no ']'");
-        std::array<uint64_t, kRoundUpIntervals> div{};
-        bool first = true;
-        size_t last = 0;
-        std::string body = value.substr(1, value.size() - 2);
-        size_t start = 0;
-        while (start <= body.size()) {
-          size_t comma = body.find(',', start);
-          std::string e = trim(
-              body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-          start = comma == std::string::npos ? body.size() + 1 : comma + 1;
-          if (e.empty()) continue;
-          size_t c2 = e.find(':');
-          uint64_t n = 0, mb = 0;
-          if (c2 == std::string::npos || !to_uint(trim(e.substr(c2 + 1)), &n) ||
-              !power_of_2_or_0(n))
-            return fail("alloc-conf: roundup_power2_divisions entry '" + e +
-                        "': SIZE_MB:DIVISIONS, divisions a power of 2 or 0");
-          const std::string k = trim(e.substr(0, c2));
-          if (k == ">") {
-            std::fill(div.begin() + static_cast<std::ptrdiff_t>(first ? 0 : last + 1), div.end(),
-                      n);
-            continue;
-          }
-          if (!to_uint(k, &mb) || mb == 0 || !power_of_2_or_0(mb))
-            return fail("alloc-conf: roundup_power2_divisions size '" + k +
-                        "' must be a power of 2 (MiB)");
-          size_t index = std::min<size_t>(63 - __builtin_clzll(mb), kRoundUpIntervals - 1);
-          if (first)
-            std::fill(div.begin(), div.begin() + static_cast<std::ptrdiff_t>(index), n);
-          else
-            for (size_t i = last + 1; i < index; ++i) div[i] = div[last];
-          div[index] = n;
-          last = index;
-          first = false;
-        }
-        s.roundup_power2_divisions = div;
-      } else {
-        if (!to_uint(value, &u) || !power_of_2_or_0(u))
-          return fail("alloc-conf: roundup_power2_divisions must be a power of 2 or 0, not '" +
-                      value + "'");
-        s.roundup_power2_divisions.fill(u);
-      }
-    } else if (key == "backend") {
-      if (value == "cudaMallocAsync")
-        return fail(
-            "alloc-conf: backend:cudaMallocAsync is the driver's stream-ordered allocator, not "
-            "PyTorch's caching allocator that what-if models");
-      if (value != "native") return fail("alloc-conf: backend is native or cudaMallocAsync");
-    }
-    // The others (release_lock_on_cudamalloc, pinned_*, graph_capture_record_stream_reuse)
-    // change neither what the device's memory holds nor when.
+    if (!found->parse(key, value, s, error)) return false;
   }
   *out = s;
   return true;

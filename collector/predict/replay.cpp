@@ -7,20 +7,15 @@
 #include <cmath>
 #include <cstdio>
 
-#include "collector/torch_memory.h"
-#include "collector/torch_trace.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/model/torch_memory.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::collector {
 
 namespace {
 
 using Steps = std::vector<std::pair<uint64_t, uint64_t>>;
-
-std::string mib_text(uint64_t b) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
-  return buf;
-}
 
 // The value of (time, value) steps at `t`, reading on from `pos` (times only move forward).
 uint64_t step_at(const Steps& steps, size_t& pos, uint64_t t) {

@@ -120,7 +120,7 @@ TorchPhase phase_of(char p) {
   return p == 's' ? TorchPhase::Optimizer : p == 'b' ? TorchPhase::Backward : TorchPhase::Forward;
 }
 
-// What a predicted block is, by when it was made and freed, as collector/torch_memory.h
+// What a predicted block is, by when it was made and freed, as collector/model/torch_memory.h
 // classifies recorded blocks: kept past the forward -> activations, freed in the phase that
 // made it -> temporaries, made in the backward and kept -> gradients, in the step and kept ->
 // optimizer state.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/torch_memory.h"
+#include "collector/model/torch_memory.h"
 
 namespace vramtrace::collector {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "collector/torch_trace.h"
+#include "collector/ingest/torch_trace.h"
 
 namespace vramtrace::collector {
 

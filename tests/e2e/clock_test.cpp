@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "e2e/e2e_util.h"
 

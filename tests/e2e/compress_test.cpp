@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "e2e/e2e_util.h"
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/shared_recovery.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/shared_recovery.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 
 using namespace vramtrace;
@@ -75,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     std::vector<std::unique_ptr<collector::TraceReader>> readers;
     readers.push_back(std::make_unique<collector::TraceReader>(f.out));
-    collector::Run run = collector::analyze(std::move(readers));
+    collector::Run run = collector::model_of(std::move(readers));
     nlohmann::json j = report::to_json(run);
     std::string text = report::summary_text(j);
     (void)text;

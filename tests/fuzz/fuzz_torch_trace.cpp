@@ -1,6 +1,6 @@
-// libFuzzer target: the start-up hook's PyTorch/JAX file (collector/torch_trace.h), which the
-// traced program writes and the collector reads. The input is written to a file, read, and
-// what it says is classified (collector/torch_memory.h) and queried as report.json would: live
+// libFuzzer target: the start-up hook's PyTorch/JAX file (collector/ingest/torch_trace.h), which
+// the traced program writes and the collector reads. The input is written to a file, read, and what
+// it says is classified (collector/model/torch_memory.h) and queried as report.json would: live
 // blocks, categories over time, the effective limit and the remedies. Any crash, hang,
 // sanitizer finding or exception other than TraceError is a bug.
 #include <stdlib.h>
@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "collector/allocation.h"
-#include "collector/diagnosis.h"
-#include "collector/torch_memory.h"
-#include "collector/torch_trace.h"
-#include "collector/trace_reader.h"
+#include "collector/analysis/diagnosis.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/allocation.h"
+#include "collector/model/torch_memory.h"
 
 using namespace vramtrace::collector;
 

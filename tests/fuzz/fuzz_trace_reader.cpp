@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "report/html_report.h"
 #include "report/json_report.h"
@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (i == 0) return 0;  // not a trace at all
     }
   }
-  collector::Run run = collector::analyze(std::move(readers));
+  collector::Run run = collector::model_of(std::move(readers));
   nlohmann::json j = report::to_json(run);
   std::string text = report::summary_text(j);
   std::string page = report::to_html(j);

@@ -3,7 +3,7 @@
 beside it: the predicted first step) writes is one that
 common/side_channel.h declares, with its fields in the declared order and of the declared types,
 and every line declared is written; the hook's mark constants are the table's, in its order.
-The collector's reader is made from the same table (collector/torch_trace.cpp), so that what one
+The collector's reader is made from the same table (collector/ingest/torch_trace.cpp), so that what one
 side writes the other reads. Read from the sources alone: nothing of the hook runs."""
 import ast
 import os

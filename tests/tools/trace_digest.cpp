@@ -14,9 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "collector/model.h"
-#include "collector/torch_trace.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "common/record_text.h"
 #include "report/json_report.h"
@@ -64,7 +65,7 @@ void digest_trace(const char* path) {
       if (i == 0) return;
     }
   }
-  print_report(collector::analyze(std::move(readers)));
+  print_report(collector::model_of(std::move(readers)));
 }
 
 void digest_torch(const char* path) {

@@ -1,5 +1,5 @@
-// Unit tests of the allocator's view (collector/allocator_view.h) and of reading PyTorch's
-// allocator trace (collector/torch_trace.h): free blocks, the largest, joined mappings of
+// Unit tests of the allocator's view (collector/model/allocator_view.h) and of reading PyTorch's
+// allocator trace (collector/ingest/torch_trace.h): free blocks, the largest, joined mappings of
 // expandable segments, inconsistent input, and the trace file's clock, order, private pools'
 // segments and bad lines.
 #include <unistd.h>
@@ -8,9 +8,10 @@
 #include <fstream>
 #include <string>
 
-#include "collector/allocator_view.h"
-#include "collector/model.h"
-#include "collector/torch_trace.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
+#include "collector/model/allocator_view.h"
+#include "collector/model/model.h"
 
 using namespace vramtrace::collector;
 

@@ -1,14 +1,14 @@
-// Unit tests of the run's analysis as a typed value (collector/analysis.h), without report.json:
-// the run-wide device's live set with several processes, one process's view of its device,
-// leak suspects, growth and the diagnosis' moment and remedies; the ranks' order; and
+// Unit tests of the run's analysis as a typed value (collector/analysis/analysis.h), without
+// report.json: the run-wide device's live set with several processes, one process's view of its
+// device, leak suspects, growth and the diagnosis' moment and remedies; the ranks' order; and
 // json_text, which must write a string exactly as report.json does.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "collector/analysis.h"
-#include "collector/json_text.h"
-#include "collector/ranks.h"
+#include "collector/analysis/analysis.h"
+#include "collector/analysis/json_text.h"
+#include "collector/analysis/ranks.h"
 #include "unit/run_of.h"
 #include "unit/trace_builder.h"
 

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <random>
 
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "common/record_text.h"
 #include "interpose/compress.h"

@@ -1,8 +1,8 @@
-// The effective limit and the PyTorch remedies (collector/diagnosis.h) from given categories:
-// which remedies a moment's figures support, and exactly what each saves.
+// The effective limit and the PyTorch remedies (collector/analysis/diagnosis.h) from given
+// categories: which remedies a moment's figures support, and exactly what each saves.
 #include <catch2/catch.hpp>
 
-#include "collector/diagnosis.h"
+#include "collector/analysis/diagnosis.h"
 
 using namespace vramtrace::collector;
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "unit/trace_builder.h"
 

@@ -1,15 +1,15 @@
-// The model of a run that goes on (collector/live_model.h): fed two processes' traces a few
+// The model of a run that goes on (collector/model/live_model.h): fed two processes' traces a few
 // frames at a time (their records interleaved in time, one process ending before the other)
 // and PyTorch's side channel of one of them (appearing, then rewritten), each moment's report
-// is the one analyze() makes of the same files read to the same ends; and only what arrived is
+// is the one model_of() makes of the same files read to the same ends; and only what arrived is
 // read, except when a side channel was rewritten or a process appeared.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
-#include "collector/analysis.h"
-#include "collector/live_model.h"
+#include "collector/analysis/analysis.h"
+#include "collector/model/live_model.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
 
@@ -130,7 +130,7 @@ TEST_CASE("a moment of a run that goes on is the report of its traces so far, re
     std::vector<std::unique_ptr<vramtrace::collector::TraceReader>> readers;
     for (const auto& t : traces)
       readers.push_back(std::make_unique<vramtrace::collector::TraceReader>(t.path, t.end));
-    const auto whole = vramtrace::collector::analyze(std::move(readers), side);
+    const auto whole = vramtrace::collector::model_of(std::move(readers), side);
     const json got = report(moment, running), want = report(whole, running);
     INFO("moment " << k);
     REQUIRE(got.dump(1) == want.dump(1));
@@ -180,5 +180,5 @@ TEST_CASE("a moment where a process appears, or a trace that was taken as ended 
   readers.push_back(std::make_unique<vramtrace::collector::TraceReader>(a, sa.ends[5]));
   readers.push_back(std::make_unique<vramtrace::collector::TraceReader>(b, sb.ends[4]));
   REQUIRE(report(run, {a}).dump() ==
-          report(vramtrace::collector::analyze(std::move(readers)), {a}).dump());
+          report(vramtrace::collector::model_of(std::move(readers)), {a}).dump());
 }

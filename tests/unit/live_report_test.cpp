@@ -9,13 +9,14 @@
 #include <fstream>
 
 #include "cli/live_report.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/run_files.h"
+#include "collector/ingest/trace_reader.h"
 #include "unit/trace_builder.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using vramtrace::cli::LiveReport;
-using vramtrace::cli::whole_frames_end;
+using vramtrace::collector::whole_frames_end;
 using vramtrace::report::RunInfo;
 using vt_test::TraceBuilder;
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <functional>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 #include "unit/run_of.h"
 #include "unit/trace_builder.h"
@@ -377,7 +377,7 @@ TEST_CASE("launches off in one process of two: the summary names it") {
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
   readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
-  auto j = report::to_json(collector::analyze(std::move(readers)));
+  auto j = report::to_json(collector::model_of(std::move(readers)));
   REQUIRE_THAT(report::summary_text(j),
                Catch::Contains("vramtrace: NOTE: kernel launches not recorded in pid 101 "
                                "(--launches=off): no launch counts, no kernel at the peak, no "

@@ -1,10 +1,10 @@
-// The ranked findings of an OOM (collector/oom_findings.h) and growth by site
-// (collector/leaks.h), from hand-built OOMs: which causes the figures support, their exact
+// The ranked findings of an OOM (collector/analysis/oom_findings.h) and growth by site
+// (collector/analysis/leaks.h), from hand-built OOMs: which causes the figures support, their exact
 // scores, ranks, evidence and words.
 #include <catch2/catch.hpp>
 
-#include "collector/leaks.h"
-#include "collector/oom_findings.h"
+#include "collector/analysis/leaks.h"
+#include "collector/analysis/oom_findings.h"
 
 using namespace vramtrace::collector;
 

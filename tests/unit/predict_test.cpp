@@ -9,9 +9,10 @@
 #include <functional>
 #include <string>
 
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "collector/predict/transforms.h"
-#include "collector/torch_trace.h"
-#include "collector/whatif.h"
+#include "collector/predict/whatif.h"
 
 using namespace vramtrace::collector;
 

@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "collector/model.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
 #include "common/format.h"
 #include "interpose/options.h"
 #include "report/check.h"
@@ -211,7 +211,7 @@ namespace {
 collector::Run run_of(std::vector<uint8_t> bytes) {
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   readers.push_back(collector::TraceReader::from_bytes(std::move(bytes)));
-  return collector::analyze(std::move(readers));
+  return collector::model_of(std::move(readers));
 }
 }  // namespace
 
@@ -301,7 +301,7 @@ TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a 
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
   readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
-  nlohmann::json j = report::to_json(collector::analyze(std::move(readers)));
+  nlohmann::json j = report::to_json(collector::model_of(std::move(readers)));
   REQUIRE(j["worst_rank"]["rank"] == "\xca");
   REQUIRE(j["worst_rank"]["peak_bytes"] == 8192);
   REQUIRE_THAT(report::summary_text(j),
@@ -325,7 +325,7 @@ TEST_CASE("a process that was not profiled is marked so, summarised, and fails t
     std::vector<std::unique_ptr<collector::TraceReader>> readers;
     readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
     readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
-    return report::to_json(collector::analyze(std::move(readers)));
+    return report::to_json(collector::model_of(std::move(readers)));
   };
   nlohmann::json j = both();
   nlohmann::json only_a = report::to_json(run_of(a.bytes()));

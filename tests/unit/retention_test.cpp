@@ -1,11 +1,12 @@
-// Unit tests of memory kept across iterations (collector/retention.h) on hand-made contexts: a
-// model Net of three modules a, b, c whose forwards each make one 1 MiB block per module (and a
-// 512 KiB scratch freed inside a), five iterations, without and with a backward that frees them.
+// Unit tests of memory kept across iterations (collector/analysis/retention.h) on hand-made
+// contexts: a model Net of three modules a, b, c whose forwards each make one 1 MiB block per
+// module (and a 512 KiB scratch freed inside a), five iterations, without and with a backward that
+// frees them.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <utility>
 
-#include "collector/retention.h"
+#include "collector/analysis/retention.h"
 
 using namespace vramtrace::collector;
 

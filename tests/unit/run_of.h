@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "collector/model.h"
+#include "collector/model/model.h"
 
 namespace vt_test {
 
@@ -12,7 +12,7 @@ inline vramtrace::collector::Run run_of(std::vector<std::vector<uint8_t>> stream
   std::vector<std::unique_ptr<vramtrace::collector::TraceReader>> readers;
   for (auto& s : streams)
     readers.push_back(vramtrace::collector::TraceReader::from_bytes(std::move(s)));
-  return vramtrace::collector::analyze(std::move(readers));
+  return vramtrace::collector::model_of(std::move(readers));
 }
 
 }  // namespace vt_test

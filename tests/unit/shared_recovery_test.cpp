@@ -1,6 +1,6 @@
 // Unit tests of the collector's reading back of what a dead process had not sent
-// (collector/shared_recovery.h): a stream received up to some byte, the process's shared buffers
-// as it left them, and the trace that results, byte for byte.
+// (collector/ingest/shared_recovery.h): a stream received up to some byte, the process's shared
+// buffers as it left them, and the trace that results, byte for byte.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "collector/shared_recovery.h"
-#include "collector/trace_reader.h"
+#include "collector/ingest/shared_recovery.h"
+#include "collector/ingest/trace_reader.h"
 #include "unit/trace_builder.h"
 
 using namespace vramtrace;

@@ -1,6 +1,6 @@
 // Unit tests of the Python hook's side channel (common/side_channel.h) and its reader
-// (collector/torch_trace.h): every kind of line the table declares is read, and a line with a
-// field missing or a bad one does what its row says; a file fed in pieces, or tailed while it
+// (collector/ingest/torch_trace.h): every kind of line the table declares is read, and a line with
+// a field missing or a bad one does what its row says; a file fed in pieces, or tailed while it
 // grows, reads as the same trace as the whole file; a copy of a trace owns what it holds.
 #include <unistd.h>
 
@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "collector/torch_trace.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/ingest/torch_trace_reader.h"
 #include "common/record_text.h"
 #include "common/side_channel.h"
 

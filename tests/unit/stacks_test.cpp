@@ -3,8 +3,8 @@
 // site and owning library derived from them (no symbols: the module files do not exist).
 #include <catch2/catch.hpp>
 
-#include "collector/model.h"
-#include "collector/stacks.h"
+#include "collector/analysis/stacks.h"
+#include "collector/model/model.h"
 #include "report/json_report.h"
 #include "unit/trace_builder.h"
 
@@ -19,7 +19,7 @@ constexpr uint64_t MiB = 1 << 20;
 collector::Run run_of(std::vector<uint8_t> stream) {
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   readers.push_back(collector::TraceReader::from_bytes(std::move(stream)));
-  return collector::analyze(std::move(readers));
+  return collector::model_of(std::move(readers));
 }
 
 // app (main) -> libfoo.so -> libcudart.so.13: nodes 1 <- 2 <- 3.

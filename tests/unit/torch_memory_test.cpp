@@ -1,12 +1,13 @@
-// Unit tests of the classification of PyTorch's blocks (collector/torch_memory.h) on hand-made
-// contexts: a forward that ended and one the program died in, the moment the allocator's
+// Unit tests of the classification of PyTorch's blocks (collector/model/torch_memory.h) on
+// hand-made contexts: a forward that ended and one the program died in, the moment the allocator's
 // state is read for a driver allocation (the device's peak), and private pools' blocks.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <utility>
 
-#include "collector/allocation.h"
-#include "collector/torch_memory.h"
+#include "collector/analysis/categories.h"
+#include "collector/model/allocation.h"
+#include "collector/model/torch_memory.h"
 
 using namespace vramtrace::collector;
 

@@ -1,10 +1,10 @@
-// The what-if engine (collector/whatif.h): the model of PyTorch's CUDACachingAllocator, each
-// rule with figures derived by hand from CUDACachingAllocator.cpp in the comments, and the
+// The what-if engine (collector/predict/whatif.h): the model of PyTorch's CUDACachingAllocator,
+// each rule with figures derived by hand from CUDACachingAllocator.cpp in the comments, and the
 // replay of a recorded allocator trace.
 #include <catch2/catch.hpp>
 
-#include "collector/torch_trace.h"
-#include "collector/whatif.h"
+#include "collector/ingest/torch_trace.h"
+#include "collector/predict/whatif.h"
 
 using namespace vramtrace::collector;
 

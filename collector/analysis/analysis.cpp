@@ -1,0 +1,221 @@
+// The run's analysis, from the model (see analysis.h): each process's devices and OOMs, what
+// was left at the end, then the run-wide devices, the ranks and the diagnosis.
+#include "collector/analysis/analysis.h"
+
+#include <algorithm>
+
+namespace vramtrace::collector {
+
+namespace {
+
+StacksOf one_process(StackResolver& stacks) {
+  return [&stacks](const Allocation&) -> StackResolver& { return stacks; };
+}
+
+std::vector<GrowthAtSite> with_sites(const std::vector<SiteGrowth>& growth, StackResolver& stacks) {
+  std::vector<GrowthAtSite> out;
+  for (const SiteGrowth& g : growth) out.push_back({g, site_of(g.example, stacks)});
+  return out;
+}
+
+// What the process still held on device `d` at its end: leak suspects (or what was live when
+// it died), what its forwards kept across iterations, what allocators only cached, and the
+// sites that grew.
+void left_at_end(RunAnalysis& a, const ProcessAnalysis& pa, uint32_t index, DeviceAnalysis& da,
+                 const std::vector<Allocation>& still, StackResolver& stacks) {
+  const ProcessModel& p = *pa.model;
+  const DeviceModel& d = *da.model;
+  const bool died = process_died(p);
+  StillLive left = still_live(p, index, still, died);
+  da.retained_segment_bytes = left.retained_segment_bytes;
+  da.model_state_bytes = left.model_state_bytes;
+  da.cuda_graph_bytes = left.cuda_graph_bytes;
+  for (auto& [id, pool] : p.user_pools) {
+    if (pool.device != index) continue;
+    auto st = pool.view.state();
+    if (st.free_bytes()) a.retained.push_back({p.pid, index, &pool, st});
+  }
+  // What the forwards keep across iterations is the diagnosis' cause, not a leak.
+  std::vector<Allocation> kept_blocks;
+  std::optional<KeptAcrossIterations> kept;
+  if (p.torch_memory && !died && !pa.still_running) {
+    kept = kept_across_iterations(*p.torch_memory, index, UINT64_MAX - 1);
+    if (kept) kept_blocks = take_kept(*p.torch_memory, *kept, index, left.suspects);
+  }
+  if (!pa.still_running) {
+    for (SiteGroup& g : by_site(left.suspects, stacks))
+      (died ? a.live_at_death : a.leaks).push_back({std::move(g), index, p.pid, std::nullopt});
+    for (SiteGroup& g : by_site(kept_blocks, stacks))
+      a.leaks.push_back({std::move(g), index, p.pid, kept->kind});
+  }
+  for (GrowthAtSite& g :
+       with_sites(device_growth(p, d, left.suspects, site_text_of(stacks)), stacks))
+    a.growth.push_back({std::move(g), index, p.pid});
+}
+
+// One device of a process: what was live at its peak, the kernels it ran most, PyTorch's view
+// of it, and what was left at the end.
+void analyse_device(RunAnalysis& a, ProcessAnalysis& pa, uint32_t index, const DeviceModel& d,
+                    std::vector<Allocation>& still, StackResolver& stacks) {
+  const ProcessModel& p = *pa.model;
+  std::sort(still.begin(), still.end(),
+            [](const Allocation& x, const Allocation& y) { return x.bytes > y.bytes; });
+  DeviceAnalysis& da = pa.devices[index];
+  da.model = &d;
+  da.peak = live_set(d.live_at_peak, one_process(stacks), kTopAllocations, true);
+  std::vector<std::pair<uint32_t, uint64_t>> ks = d.launches_by_kernel.all();
+  std::sort(ks.begin(), ks.end(), [](auto& x, auto& y) {
+    return x.second != y.second ? x.second > y.second : x.first < y.first;
+  });
+  if (ks.size() > kTopKernels) ks.resize(kTopKernels);
+  da.top_kernels = std::move(ks);
+  da.final_live_allocations = still.size();
+  da.torch = torch_device(p, d, stacks);
+  left_at_end(a, pa, index, da, still, stacks);
+}
+
+// An OOM: the request's site, what was live then, what grew up to it, the effective limit, its
+// moment in PyTorch's terms and the findings those figures support.
+OomAnalysis analyse_oom(const ProcessModel& p, const OomEvent& o, StackResolver& stacks) {
+  OomAnalysis oa;
+  oa.event = &o;
+  for (const Allocation& x : o.live) {
+    if (oa.live.largest.size() == kTopOomAllocations) break;
+    oa.live.largest.push_back({&x, site_of(x, stacks)});
+  }
+  Allocation request;
+  request.api = o.api;
+  request.stack = o.stack;
+  request.py_stack = o.py_stack;
+  oa.site = site_of(request, stacks);
+  oa.live.by_site = by_site(o.live, stacks);
+  oa.live.by_library = by_library(o.live, one_process(stacks));
+  // What the device had in use that this process did not hold: other processes, other
+  // contexts, the driver itself.
+  oa.held_by_others = held_by_others(o);
+  OomFindingInput fin;
+  fin.oom = &o;
+  fin.held_by_others = oa.held_by_others;
+  fin.torch = p.torch_memory != nullptr;
+  fin.growth = growth_by_site(o.survivors, p, o.time_ns, site_text_of(stacks));
+  if (o.allocator)
+    for (auto& [id, pool] : p.user_pools)
+      if (pool.name == o.pool && pool.torch) fin.torch_pool = true;
+  if (p.torch_memory) fin.kept = kept_across_iterations(*p.torch_memory, o.device, o.time_ns);
+  oa.growth = with_sites(fin.growth, stacks);
+  oa.torch = torch_oom(p, o, stacks);
+  // Headroom against the effective limit (PyTorch's per-process fraction, what other
+  // processes left): the device's free memory beyond it was never this process's.
+  auto lim = oom_limit(o, p);
+  if (lim.kind != "device") oa.limit = fin.limit = lim;
+  for (const SiteGroup& s : oa.live.by_site) fin.live_by_site.emplace_back(s.site, s.bytes);
+  for (OomFinding& f : oom_findings(fin)) {
+    OomFindingAtSites fs{std::move(f), {}};
+    if (fs.finding.kind == FindingKind::Growth)
+      for (const SiteGrowth& g : fs.finding.evidence.growth_sites)
+        fs.growth_sites.push_back(site_of(g.example, stacks));
+    oa.findings.push_back(std::move(fs));
+  }
+  return oa;
+}
+
+void analyse_process(RunAnalysis& a, ProcessAnalysis& pa, StackResolver& stacks) {
+  const ProcessModel& p = *pa.model;
+  std::map<uint32_t, std::vector<Allocation>> still_by_device;  // once, not once per device
+  for (const auto& [k, x] : p.live) still_by_device[x.device].push_back(x);
+  for (const auto& [k, h] : p.vmm_handles) still_by_device[h.alloc.device].push_back(h.alloc);
+  for (const auto& [index, d] : p.devices)
+    analyse_device(a, pa, index, d, still_by_device[index], stacks);
+  if (p.phases_total) {
+    pa.ranges_by_time.assign(p.range_stats.begin(), p.range_stats.end());
+    std::stable_sort(
+        pa.ranges_by_time.begin(), pa.ranges_by_time.end(),
+        [](const auto& x, const auto& y) { return x.second.total_ns > y.second.total_ns; });
+  }
+  for (const auto& o : p.ooms) pa.ooms.push_back(analyse_oom(p, o, stacks));
+}
+
+// The run-wide devices: each process's final figure summed, and what was live at the peak,
+// the one process's view or everyone's together.
+void analyse_run_devices(RunAnalysis& a) {
+  const Run& run = *a.run;
+  for (const RunDevice& d : run.devices) {
+    RunDeviceAnalysis rd;
+    rd.model = &d;
+    int with_torch = 0, processes = 0;
+    for (const ProcessAnalysis& pa : a.processes) {
+      if (pa.model->host != d.host) continue;
+      auto it = pa.devices.find(d.index);
+      if (it == pa.devices.end()) continue;
+      const DeviceAnalysis& da = it->second;
+      rd.final_live_bytes += da.model->memory.live_bytes();
+      rd.process = &pa;
+      rd.device = &da;
+      if (da.model->has_allocator_view) {
+        rd.allocator_process = &pa;
+        rd.allocator = &da;
+      }
+      ++processes;
+      if (da.torch && (da.torch->classified || da.torch->xla)) {
+        ++with_torch;
+        rd.torch_process = &pa;
+        rd.torch = &da;
+      }
+    }
+    if (with_torch != 1 || processes != 1) rd.torch_process = nullptr, rd.torch = nullptr;
+    if (d.peak_by_pid.size() > 1) {
+      rd.process = nullptr;
+      rd.device = nullptr;
+      rd.allocator_process = nullptr;
+      rd.allocator = nullptr;
+      rd.peak = live_set(
+          d.live_at_peak,
+          [&a](const Allocation& x) -> StackResolver& { return *a.stacks[x.process]; },
+          kTopAllocations, true);
+      for (const Allocation& x : d.live_at_peak) ++rd.count_by_pid[run.processes[x.process].pid];
+    }
+    a.devices.push_back(std::move(rd));
+  }
+}
+
+}  // namespace
+
+RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_running) {
+  RunAnalysis a;
+  a.run = &run;
+  a.symbols = std::make_unique<Symbolizer>();
+  uint64_t end = run.origin_ns;
+  for (const auto& p : run.processes) {
+    a.stacks.push_back(std::make_unique<StackResolver>(p, *a.symbols));
+    if (!p.clean_exit || !p.problem.empty()) a.processes_complete = false;
+    // Processes the library gave up on (no CUPTI, CUPTI held by another tool): their device
+    // memory is in no record, so the run's peaks are lower bounds.
+    a.processes_not_profiled += !p.profiled();
+    a.events += p.events;
+    a.dropped_events += p.dropped_events;
+    end = std::max(end, p.end_ns);
+  }
+  a.duration_ns = end - run.origin_ns;
+  for (const RunDevice& d : run.devices)
+    if (d.first_ns && (!a.cuda_start_ns || d.first_ns < a.cuda_start_ns))
+      a.cuda_start_ns = d.first_ns;
+  a.processes.resize(run.processes.size());
+  for (size_t i = 0; i < run.processes.size(); ++i) {
+    ProcessAnalysis& pa = a.processes[i];
+    pa.model = &run.processes[i];
+    pa.still_running = std::find(still_running.begin(), still_running.end(),
+                                 pa.model->trace_path) != still_running.end();
+    analyse_process(a, pa, *a.stacks[i]);
+  }
+  analyse_run_devices(a);
+  a.ranks = ranks_of(run);
+  const auto larger = [](const LeftAtEnd& x, const LeftAtEnd& y) {
+    return x.group.bytes > y.group.bytes;
+  };
+  std::stable_sort(a.leaks.begin(), a.leaks.end(), larger);
+  std::stable_sort(a.live_at_death.begin(), a.live_at_death.end(), larger);
+  a.diagnosis = diagnosis_of(a);
+  return a;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,55 @@
+// PyTorch's memory of a moment by category (categories.h).
+#include "collector/analysis/categories.h"
+
+#include <algorithm>
+
+#include "collector/analysis/stacks.h"
+
+namespace vramtrace::collector {
+
+CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
+                         const std::vector<Allocation>& outside, StackResolver* stacks) {
+  CategoryBytes out{};
+  uint64_t blocks = 0;
+  for (size_t i : tm.live_at(device, t)) {
+    out[static_cast<size_t>(tm.info()[i].category)] += tm.context().blocks[i].bytes;
+    if (tm.info()[i].category != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
+  }
+  // The private pools' segments whole (their free bytes are no other block's to take).
+  uint64_t& pool = out[static_cast<size_t>(Category::PrivatePool)];
+  pool = std::max(pool, tm.private_reserved_at(device, t));
+  blocks += pool;
+  uint64_t reserved = std::min(tm.reserved_at(device, t), driver_total);
+  // Before the window of a ring that dropped its earliest entries, what PyTorch's allocator
+  // held is not known: its segments' bytes are unclassified, not cache nor outside PyTorch.
+  const auto window = tm.context().window_start.find(device);
+  const bool unknown = window != tm.context().window_start.end() && t < window->second;
+  if (blocks > reserved) {
+    // The allocator's own records of a segment can trail the driver's by microseconds.
+    reserved = std::min(blocks, driver_total);
+  }
+  out[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
+  uint64_t rest = driver_total - reserved;
+  for (const Allocation& a : outside) {
+    if (!rest) break;
+    if (a.space != 0 || tm.is_segment(device, a.id)) continue;
+    Category c = Category::OutsidePytorch;
+    if (stacks && (a.stack || a.py_stack)) {
+      const std::string& lib = stacks->attribute(a.stack, a.py_stack).library;
+      if (lib.find("nccl") != std::string::npos)
+        c = Category::Communication;
+      else if (lib.find("cublas") != std::string::npos || lib.find("cudnn") != std::string::npos ||
+               lib.find("cufft") != std::string::npos ||
+               lib.find("cusparse") != std::string::npos ||
+               lib.find("cusolver") != std::string::npos)
+        c = Category::Workspaces;
+    }
+    const uint64_t take = std::min(rest, a.bytes);
+    out[static_cast<size_t>(c)] += take;
+    rest -= take;
+  }
+  out[static_cast<size_t>(unknown ? Category::Unclassified : Category::OutsidePytorch)] += rest;
+  return out;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,116 @@
+// Growth by site and what was still live at the end (see leaks.h).
+#include "collector/analysis/leaks.h"
+
+#include <algorithm>
+#include <map>
+
+#include "collector/model/torch_memory.h"
+
+namespace vramtrace::collector {
+
+std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, const ProcessModel& p,
+                                       uint64_t until, const SiteOf& site_of) {
+  std::vector<SiteGrowth> out;
+  if (p.iterations.size() < 3) return out;
+  const int64_t last = p.iteration_of(until);
+  if (last < 2) return out;
+  struct Group {
+    std::map<int64_t, uint64_t> by_iteration;
+    Allocation example;
+  };
+  std::map<std::string, Group> groups;
+  for (const Allocation& a : live) {
+    int64_t it = p.iteration_of(a.time_ns);
+    if (it < 0) continue;  // before the first iteration: set-up, not growth
+    Group& g = groups[site_of(a)];
+    if (!g.example.stack && !g.example.py_stack) g.example = a;
+    g.by_iteration[it] += a.bytes;
+  }
+  for (auto& [site, g] : groups) {
+    const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
+    const int64_t span = last - first + 1;
+    const auto k = static_cast<int64_t>(g.by_iteration.size());
+    if (k < 3 || 2 * k < span) continue;
+    if (latest < last - std::max<int64_t>(1, span / 10)) continue;  // stopped growing
+    uint64_t bytes = 0;
+    for (auto& [it, b] : g.by_iteration) bytes += b;
+    const int64_t grown = latest - first + 1;
+    SiteGrowth s;
+    s.site = site;
+    s.example = g.example;
+    s.bytes = bytes;
+    s.bytes_per_iteration = bytes / static_cast<uint64_t>(grown);
+    s.iterations = k;
+    s.first_iteration = first;
+    s.last_iteration = latest;
+    s.since_ns = p.iterations[static_cast<size_t>(first)];
+    out.push_back(std::move(s));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SiteGrowth& a, const SiteGrowth& b) {
+    return a.bytes_per_iteration > b.bytes_per_iteration;
+  });
+  return out;
+}
+
+std::vector<SiteGrowth> device_growth(const ProcessModel& p, const DeviceModel& d,
+                                      const std::vector<Allocation>& suspects,
+                                      const SiteOf& site_of) {
+  std::map<std::string, SiteGrowth> by_site;
+  auto take = [&](std::vector<SiteGrowth> list, const char* moment) {
+    for (SiteGrowth& g : list) {
+      g.seen_at = moment;
+      auto [it, added] = by_site.try_emplace(g.site, g);
+      if (!added && g.bytes > it->second.bytes) it->second = g;
+    }
+  };
+  take(growth_by_site(suspects, p, p.end_ns, site_of), "exit");
+  std::vector<Allocation> driver_at_peak;
+  for (const Allocation& a : d.live_at_peak)
+    if (!held_by_pool(p, a)) driver_at_peak.push_back(a);
+  take(growth_by_site(driver_at_peak, p, d.memory.peak_time(), site_of), "peak");
+  if (!d.blocks_at_peak.empty())
+    take(growth_by_site(d.blocks_at_peak, p, d.blocks.peak_time(), site_of), "allocator peak");
+  std::vector<SiteGrowth> out;
+  for (auto& [site, g] : by_site) out.push_back(std::move(g));
+  std::stable_sort(out.begin(), out.end(), [](const SiteGrowth& a, const SiteGrowth& b) {
+    return a.bytes_per_iteration > b.bytes_per_iteration;
+  });
+  return out;
+}
+
+bool process_died(const ProcessModel& p) {
+  bool died = !p.clean_exit;
+  if (p.torch_memory && p.torch_memory->context().exception) died = true;
+  for (const auto& o : p.ooms) died = died || o.fatal;
+  return died;
+}
+
+StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<Allocation>& still,
+                     bool died) {
+  StillLive out;
+  for (const Allocation& a : still) {
+    if (held_by_pool(p, a))
+      out.retained_segment_bytes += a.bytes;
+    else
+      out.suspects.push_back(a);
+  }
+  for (auto& [id, pool] : p.user_pools) {
+    if (pool.device != device) continue;
+    for (auto& [addr, b] : pool.view.blocks()) {
+      const auto* named =
+          p.torch_memory ? p.torch_memory->block(b.device, b.id, b.time_ns) : nullptr;
+      if (named && named->label >= 0 && !died) {
+        out.model_state_bytes += b.bytes;
+        continue;
+      }
+      if (named && !died && p.torch_memory->in_cuda_graph_pool(*named)) {
+        out.cuda_graph_bytes += b.bytes;
+        continue;
+      }
+      out.suspects.push_back(b);
+    }
+  }
+  return out;
+}
+
+}  // namespace vramtrace::collector

@@ -1,0 +1,112 @@
+// A run's files by name, and opened (run_files.h).
+#include "collector/ingest/run_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/format.h"
+
+namespace vramtrace::collector {
+
+namespace {
+
+std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
+bool named(const std::string& path, const char* extension) {
+  const std::filesystem::path name(file_name(path));
+  return name.string().rfind("vramtrace.", 0) == 0 && name.extension() == extension;
+}
+
+}  // namespace
+
+bool is_side_channel(const std::string& path) {
+  return named(path, ".torch") || named(path, ".jax");
+}
+
+bool is_run_file(const std::string& path) {
+  return named(path, ".vtrace") || is_side_channel(path);
+}
+
+bool starts_as_trace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, sizeof magic);
+  return in.gcount() == 8 && std::memcmp(magic, format::kMagic, 8) == 0;
+}
+
+uint64_t pid_in_trace_name(const std::string& path) {
+  const std::string name = file_name(path);
+  const std::string prefix = "vramtrace.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
+  uint64_t pid = 0;
+  size_t i = prefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 10; ++i)
+    pid = pid * 10 + static_cast<uint64_t>(name[i] - '0');
+  if (i == prefix.size() || (name.compare(i, 7, ".vtrace") != 0 && name[i] != '-')) return 0;
+  return pid;
+}
+
+uint64_t whole_frames_end(const std::string& path, uint64_t from) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return 0;
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t at = from;
+  if (at == 0) {
+    format::FileHeader h{};
+    if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
+      close(fd);
+      return 0;
+    }
+    // Not a trace of this version: the reader refuses it, with its reason.
+    if (h.header_bytes < sizeof h || h.header_bytes > 4096) {
+      close(fd);
+      return size;
+    }
+    at = h.header_bytes;
+  }
+  uint64_t end = at;
+  for (;;) {
+    format::FrameHeader h{};
+    if (pread(fd, &h, sizeof h, static_cast<off_t>(end)) != static_cast<ssize_t>(sizeof h)) break;
+    if (h.stored_bytes > format::kMaxFrameBytes) {
+      end = size;  // not a frame header: the reader says where the trace is damaged
+      break;
+    }
+    const uint64_t next = end + sizeof h + h.stored_bytes;
+    if (next > size) break;  // still arriving
+    end = next;
+  }
+  close(fd);
+  return from == 0 && end == at ? 0 : end;
+}
+
+RunFiles open_run(const std::vector<std::string>& paths) {
+  RunFiles files;
+  for (const auto& path : paths) {
+    if (is_side_channel(path)) {
+      files.side_channels.push_back(path);
+      continue;
+    }
+    try {
+      files.traces.push_back(std::make_unique<TraceReader>(path));
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(path, ec);
+      if (!ec) files.trace_bytes += size;
+    } catch (const TraceError& e) {
+      files.problems.push_back(e.what());
+    }
+  }
+  return files;
+}
+
+}  // namespace vramtrace::collector

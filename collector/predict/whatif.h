@@ -1,0 +1,63 @@
+// What-if: a recorded run replayed under other settings (PYTORCH_CUDA_ALLOC_CONF), another
+// limit or a scaled batch, and the report's remedies replayed, each through the one prediction
+// engine of collector/predict/: the run's request stream, transformed, run through the model of
+// PyTorch's CUDACachingAllocator with the process's memory outside PyTorch's segments as
+// background over time. It answers "would this run have fit with expandable_segments / under
+// 24 GiB / at 1.5x the batch" without running it again; a run whose first step never ended
+// gets that step completed from the start-up hook's prediction first.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "collector/predict/replay.h"
+
+namespace vramtrace::collector {
+
+struct ProcessModel;
+
+// For a report's remedies: replays `device` of process `p` (of collector::model_of()) under
+// `settings` and says whether it fits. `ok` false (with `error`) when the process has no
+// PyTorch allocator trace for that device, or the settings are bad. Same process, same
+// settings: the same result; costs one pass over the device's blocks (about 1.2 s per million
+// requests); it never writes anything.
+WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings);
+
+// What --max-batch keeps free under the limits when the step was completed by prediction.
+inline constexpr double kCompletedStepMargin = 0.015;
+// The largest batch scale that fits (bisection by replay, to 1/1000 between `lo` and `hi`):
+// nullopt when even `lo` does not fit. Every other setting as in `settings`.
+struct MaxBatch {
+  double scale = 0;
+  WhatIfResult at;  // the replay at that scale
+};
+std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
+                                        WhatIfSettings settings, double lo = 0.01,
+                                        double hi = 64.0);
+
+// A report's remedy as a change of the run (collector/predict/transforms.h): its kind, the
+// modules it checkpoints, the blocks it stops keeping (indices into the trace's blocks).
+struct RemedyChange {
+  std::string kind;
+  std::vector<std::string> modules;        // activation_checkpointing
+  std::unordered_set<size_t> kept_blocks;  // no_grad, accumulate_numbers, detach_outputs
+};
+
+// The remedy's replay: the run's requests (its unfinished step completed when the hook
+// predicted it) changed as the remedy would change them, through the allocator's model under
+// `settings` (the run's own limit when unset). `ok` false with `error` saying why when the
+// remedy cannot be replayed (what it changes is not in the requests, or the run has none).
+WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyChange& change,
+                           WhatIfSettings settings = {});
+// The remedies that are a setting or a batch scale, by kind alone (expandable_segments,
+// smaller_batch): nullopt for another kind, or when it cannot be replayed.
+std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device,
+                                          const std::string& remedy_kind);
+
+// The devices of `p` with PyTorch allocator requests, in order.
+std::vector<uint32_t> replayable_devices(const ProcessModel& p);
+
+}  // namespace vramtrace::collector
