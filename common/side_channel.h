@@ -99,19 +99,20 @@ namespace vramtrace::side {
   X(Dropped, "D", 2, Skip, "", F(Lead, marks))                                                     \
   /* PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF, when set. */                                  \
   X(AllocConf, "C", 1, Skip, "", T(conf, 4096))                                                    \
-  /* A training step predicted on fake tensors: the hook ran the model's whole step (forward,       \
-     loss, backward, optimizer step) on PyTorch's FakeTensorMode at batch `batch` and recorded the \
-     storages it made and freed: for a process that died before its first optimizer step ended,   \
-     or (with a V line) with a remedy's change. recorded_batch: the batch the run used; status "ok" or why it could not (then no R     \
-     lines); time_ns: when the real step began (its first forward); id counts from 1. */           \
+  /* A training step predicted on fake tensors: the hook ran the model's whole step                \
+     (forward, loss, backward, optimizer step) on PyTorch's FakeTensorMode at batch `batch`        \
+     and recorded the storages it made and freed: for a process that died before its first         \
+     optimizer step ended, or (with a V line) with a remedy's change. recorded_batch: the          \
+     batch the run used; status "ok" or why it could not (then no R lines); time_ns: when the      \
+     real step began (its first forward); id counts from 1. */                                     \
   X(PredictedStep, "N", 2, Match, "bad predicted step",                                            \
     F(Dev, device) F(U64, id) F(U64, batch) F(U64, recorded_batch) F(U64, time_ns)                 \
         T(status, 1024))                                                                           \
-  /* The change a predicted step was run with, after its N line: "none" (the step as the program  \
-     runs it, for a process whose step did end: the reference the changes are weighed against),  \
-     "bf16_autocast" (its forward and loss under torch.autocast(bfloat16)), "checkpoint" (each of \
-     `modules`, M ids separated by commas, under torch.utils.checkpoint). A step with no V line   \
-     is the completion of a step the process never finished. */                                   \
+  /* The change a predicted step was run with, after its N line: "none" (the step as the program   \
+     runs it, for a process whose step did end: the reference the changes are weighed against),    \
+     "bf16_autocast" (its forward and loss under torch.autocast(bfloat16)), "checkpoint" (each of  \
+     `modules`, M ids separated by commas, under torch.utils.checkpoint). A step with no V line    \
+     is the completion of a step the process never finished. */                                    \
   X(PredictedChange, "V", 2, Match, "bad predicted change",                                        \
     F(U64, step) T(change, 32) T(modules, 0))                                                      \
   /* A request of a predicted step, in order: op "a" a block of `bytes` made, "f" that block       \

@@ -417,8 +417,10 @@ bool TorchTraceReader::on(const side::PredictedStep& n) {
 }
 
 bool TorchTraceReader::on(const side::PredictedChange& v) {
+  // A change of no step declared has nothing to weigh: left out, as its requests are.
   auto& steps = trace_.context.predicted_steps;
-  if (v.step == 0 || v.step > steps.size() || !steps[v.step - 1].change.empty() ||
+  if (v.step == 0 || v.step > steps.size()) return true;
+  if (!steps[v.step - 1].change.empty() ||
       (v.change != "none" && v.change != "bf16_autocast" && v.change != "checkpoint"))
     return false;
   TorchPredictedStep& step = steps[v.step - 1];
@@ -430,8 +432,7 @@ bool TorchTraceReader::on(const side::PredictedChange& v) {
     const std::string_view id = ids.substr(0, comma);
     uint64_t m = 0;
     const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), m);
-    if (ec != std::errc() || end != id.data() + id.size() || m == 0 || m > UINT32_MAX)
-      return false;
+    if (ec != std::errc() || end != id.data() + id.size() || m == 0 || m > UINT32_MAX) return false;
     step.modules.push_back(static_cast<uint32_t>(m));
     ids = comma == std::string_view::npos ? std::string_view() : ids.substr(comma + 1);
   }

@@ -71,8 +71,7 @@ std::vector<std::pair<uint64_t, uint64_t>> background_of(const ProcessModel& p, 
 // of the two did not (docs/WHATIF.md). Each replay has no limit; the result is held against the
 // run's limits.
 WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfSettings& s,
-                           const TorchPredictedStep& changed,
-                           const TorchPredictedStep& reference) {
+                           const TorchPredictedStep& changed, const TorchPredictedStep& reference) {
   const TorchContext& ctx = *p.torch_context;
   WhatIfSettings unlimited = s;
   unlimited.limit = UINT64_MAX;
@@ -92,14 +91,13 @@ WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfS
   if (!with.ok || !without.ok) return !with.ok ? with : without;
   const WhatIfResult limits = replay_run(p, device, s);
   auto scaled = [](uint64_t v, uint64_t to, uint64_t from) {
-    return from ? static_cast<uint64_t>(std::llround(static_cast<double>(v) *
-                                                     static_cast<double>(to) /
-                                                     static_cast<double>(from)))
+    return from ? static_cast<uint64_t>(std::llround(
+                      static_cast<double>(v) * static_cast<double>(to) / static_cast<double>(from)))
                 : v;
   };
   // The memory outside PyTorch's segments at the peak stays as the run had it.
-  const uint64_t outside = r.device_peak_bytes - std::min(r.device_peak_bytes,
-                                                          r.reserved_peak_bytes);
+  const uint64_t outside =
+      r.device_peak_bytes - std::min(r.device_peak_bytes, r.reserved_peak_bytes);
   r.reserved_peak_bytes =
       scaled(r.reserved_peak_bytes, with.reserved_peak_bytes, without.reserved_peak_bytes);
   r.allocated_peak_bytes =
@@ -111,8 +109,8 @@ WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfS
   r.oom.reset();
   r.over_limit = r.device_peak_bytes > r.limit_bytes ||
                  (r.fraction_limit && r.reserved_peak_bytes > *r.fraction_limit);
-  r.fake_step_change = FakeStepChange{changed.change, without.reserved_peak_bytes,
-                                      with.reserved_peak_bytes};
+  r.fake_step_change =
+      FakeStepChange{changed.change, without.reserved_peak_bytes, with.reserved_peak_bytes};
   return r;
 }
 

@@ -297,3 +297,48 @@ TEST_CASE("predict: each remedy's transform of the stream, replayed to the byte"
   CHECK(r.reserved_peak_bytes == 40 * MiB);
   CHECK(r.requests == 4);
 }
+
+TEST_CASE(
+    "predict: the hook's V lines: steps run with a remedy's change, told from the completion") {
+  // Step 1 completes the unfinished step; step 2 is the same step under bf16 autocast, step 3
+  // with fc1 and fc2 checkpointed (their sizes here need not differ: what is read is checked).
+  TorchContext ctx = context_of(recorded() + step(1, 8) + step(2, 8) + "V\t2\tbf16_autocast\t-\n" +
+                                step(3, 8) + "V\t3\tcheckpoint\t1,2\n");
+  REQUIRE(ctx.predicted_steps.size() == 3);
+  CHECK(ctx.predicted_steps[0].change.empty());
+  CHECK(ctx.predicted_steps[1].change == "bf16_autocast");
+  CHECK(ctx.predicted_steps[1].modules.empty());
+  CHECK(ctx.predicted_steps[2].change == "checkpoint");
+  CHECK(ctx.predicted_steps[2].modules == std::vector<uint32_t>{1, 2});
+  CHECK(predicted_change(ctx, 0, "") == &ctx.predicted_steps[0]);
+  CHECK(predicted_change(ctx, 0, "bf16_autocast") == &ctx.predicted_steps[1]);
+  CHECK(predicted_change(ctx, 0, "checkpoint") == &ctx.predicted_steps[2]);
+  CHECK(predicted_change(ctx, 1, "checkpoint") == nullptr);
+  // The completion takes the step with no V line only: the same replay as with it alone.
+  WhatIfResult r = replay_at(ctx, 1.0);
+  CHECK(r.reserved_peak_bytes == 202 * MiB);
+  REQUIRE(r.completion);
+  CHECK(r.completion->batches == std::vector<uint64_t>{8});
+  CHECK(r.completion->predicted_requests == 6);
+  // The fake step alone after what the run recorded before it: W, then the six predicted.
+  const RequestStream run = recorded_stream(ctx, nullptr, 0);
+  const RequestStream fake = fake_step_stream(run, ctx, ctx.predicted_steps[1]);
+  CHECK(fake.requests.size() == 1 + 10);
+  CHECK(fake.requests[0].bytes == 40 * MiB);
+  CHECK(fake.requests[1].predicted);
+  CHECK(fake.requests[1].bytes == 30 * MiB);
+  // A V line of no step declared: left out, as its requests are.
+  TorchContext none = context_of(recorded() + step(1, 8) + "V\t9\tnone\t-\n");
+  CHECK(none.predicted_steps[0].change.empty());
+  // An unknown change, bad module ids, a second V line for a step: "bad predicted change".
+  for (const std::string bad :
+       {"V\t1\tfp8\t-\n", "V\t1\tcheckpoint\t1,x\n", "V\t1\tcheckpoint\t-\n",
+        "V\t1\tcheckpoint\t0\n", "V\t1\tnone\t-\nV\t1\tnone\t-\n"}) {
+    const std::string path = write_temp(recorded() + step(1, 8) + bad + "END\t10\n");
+    TorchTrace t = read_torch_trace(path);
+    std::remove(path.c_str());
+    INFO(bad);
+    CHECK(t.problem.rfind("line 2", 0) == 0);
+    CHECK(t.problem.find("bad predicted change") != std::string::npos);
+  }
+}
