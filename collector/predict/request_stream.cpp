@@ -209,6 +209,44 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
   return out;
 }
 
+// The block count of a stream holding `step`'s blocks numbered after the run's `base`.
+uint32_t blocks_with(uint32_t base, const TorchPredictedStep& step) {
+  uint64_t most = 0;
+  for (const auto& r : step.requests) most = std::max(most, r.block);
+  return base + static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX - base));
+}
+
+// The CUDA stream of a step's predicted requests (a fake-tensor run has none): that of the
+// run's first malloc from the step's start `t0`, else of its last.
+uint64_t step_stream(const RequestStream& run, uint64_t t0) {
+  uint64_t stream = 0;
+  for (const Request& q : run.requests)
+    if (q.op == RequestOp::Malloc) {
+      stream = q.stream;
+      if (q.time_ns >= t0) break;
+    }
+  return stream;
+}
+
+// A predicted request as the engine replays it, at `bytes`, its block numbered after `base`.
+// The first step is iteration 0 where iterations are known (`categorized`).
+Request predicted_request(const TorchPredictedRequest& r, const TorchContext& ctx, uint64_t time_ns,
+                          uint64_t bytes, uint64_t stream, uint32_t base, Category category,
+                          bool categorized) {
+  Request q;
+  q.time_ns = time_ns;
+  q.op = r.free ? RequestOp::Free : RequestOp::Malloc;
+  q.bytes = bytes;
+  q.stream = stream;
+  q.block = base + static_cast<uint32_t>(std::min<uint64_t>(r.block - 1, UINT32_MAX - base - 1));
+  q.category = category;
+  q.module = r.module <= ctx.modules.size() ? r.module : 0;
+  q.phase = phase_of(r.phase);
+  q.iteration = categorized ? 0 : -1;
+  q.predicted = true;
+  return q;
+}
+
 }  // namespace
 
 bool has_predicted_step(const TorchContext& ctx, uint32_t device) {
@@ -239,9 +277,7 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
   out.window_lost = recorded.window_lost;
   out.categorized = recorded.categorized;
   const uint32_t base = recorded.blocks;
-  uint64_t most = 0;
-  for (const auto& r : shape->requests) most = std::max(most, r.block);
-  out.blocks = base + static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX - base));
+  out.blocks = blocks_with(base, *shape);
 
   // The recorded requests before the step, scaled by category as a recorded run is.
   size_t split = 0;
@@ -294,15 +330,7 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
   out.requests = std::move(before.requests);
   uint64_t t = t0;
   std::vector<bool> named(ctx.modules.size() + 1, false);
-  // The first step is iteration 0 where iterations are known; its stream the recorded one's (a
-  // fake-tensor run has none).
-  const int64_t iteration = recorded.categorized ? 0 : -1;
-  uint64_t stream = 0;
-  for (const Request& q : recorded.requests)
-    if (q.op == RequestOp::Malloc) {
-      stream = q.stream;
-      if (q.time_ns >= t0) break;
-    }
+  const uint64_t stream = step_stream(recorded, t0);
   for (size_t k = 0; k <= pred.size(); ++k) {
     for (const Request& q : kept[k]) {
       t = std::max(t, q.time_ns);
@@ -311,17 +339,8 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
     if (k == pred.size()) break;
     const TorchPredictedRequest& r = pred[k];
     t = std::max(t, anchor[k]);
-    Request q;
-    q.time_ns = t;
-    q.op = r.free ? RequestOp::Free : RequestOp::Malloc;
-    q.bytes = at_batch[k];
-    q.stream = stream;
-    q.block = base + static_cast<uint32_t>(std::min<uint64_t>(r.block - 1, UINT32_MAX - base - 1));
-    q.category = cats[k];
-    q.module = r.module < named.size() ? r.module : 0;
-    q.phase = phase_of(r.phase);
-    q.iteration = iteration;
-    q.predicted = true;
+    Request q =
+        predicted_request(r, ctx, t, at_batch[k], stream, base, cats[k], recorded.categorized);
     q.scaled = !r.free && at_batch[k] != at_recorded[k];
     if (!r.free) {
       ++c.predicted_requests;
@@ -358,36 +377,17 @@ RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx
   out.categorized = run.categorized;
   out.window_lost = run.window_lost;
   // What the run recorded before the step began: its parameters, buffers and batch.
-  uint64_t stream = 0;
-  for (const Request& q : run.requests) {
-    if (q.predicted || q.time_ns >= step.time_ns) {
-      if (!stream && q.op == RequestOp::Malloc) stream = q.stream;
-      continue;
-    }
-    if (q.op == RequestOp::RecordedOom) continue;
-    if (q.op == RequestOp::Malloc) stream = q.stream;
-    out.requests.push_back(q);
-  }
+  for (const Request& q : run.requests)
+    if (!q.predicted && q.time_ns < step.time_ns && q.op != RequestOp::RecordedOom)
+      out.requests.push_back(q);
   const uint32_t base = run.blocks;
-  uint64_t most = 0;
-  for (const auto& r : step.requests) most = std::max(most, r.block);
-  out.blocks = base + static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX - base));
+  out.blocks = blocks_with(base, step);
+  const uint64_t stream = step_stream(run, step.time_ns);
   const auto cats = categories_of(step);
-  for (size_t k = 0; k < step.requests.size(); ++k) {
-    const TorchPredictedRequest& r = step.requests[k];
-    Request q;
-    q.time_ns = step.time_ns;
-    q.op = r.free ? RequestOp::Free : RequestOp::Malloc;
-    q.bytes = r.bytes;
-    q.stream = stream;
-    q.block = base + static_cast<uint32_t>(std::min<uint64_t>(r.block - 1, UINT32_MAX - base - 1));
-    q.category = cats[k];
-    q.module = r.module <= ctx.modules.size() ? r.module : 0;
-    q.phase = phase_of(r.phase);
-    q.iteration = run.categorized ? 0 : -1;
-    q.predicted = true;
-    out.requests.push_back(q);
-  }
+  for (size_t k = 0; k < step.requests.size(); ++k)
+    out.requests.push_back(predicted_request(step.requests[k], ctx, step.time_ns,
+                                             step.requests[k].bytes, stream, base, cats[k],
+                                             run.categorized));
   return out;
 }
 

@@ -89,7 +89,9 @@ WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfS
   WhatIfResult r = replay_run(p, device, unlimited);
   if (!r.ok) return r;
   if (!with.ok || !without.ok) return !with.ok ? with : without;
-  const WhatIfResult limits = replay_run(p, device, s);
+  // The limits `s` gives: those of the replay above when it asks for none, else a replay's.
+  const bool unlimited_asked = s.limit == UINT64_MAX && s.fraction_limit == UINT64_MAX;
+  const WhatIfResult limits = unlimited_asked ? r : replay_run(p, device, s);
   auto scaled = [](uint64_t v, uint64_t to, uint64_t from) {
     return from ? static_cast<uint64_t>(std::llround(
                       static_cast<double>(v) * static_cast<double>(to) / static_cast<double>(from)))

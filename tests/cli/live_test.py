@@ -72,12 +72,7 @@ class Job:
 
     def url(self):
         """The URL --serve printed (its line is the launcher's first)."""
-        for line in self.p.stderr:
-            self.err_lines.append(line)
-            m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
-            if m:
-                return m.group(1)
-        return None
+        return printed_url(self.p, self.err_lines)
 
     def finish(self):
         for name, done in (("step-1", "done-1"), ("step-2", "done-2"), ("step-3", "done-3"),
@@ -87,6 +82,18 @@ class Job:
         touch(self.work, "end")
         out, err = self.p.communicate(timeout=120)
         return self.p.returncode, "".join(self.err_lines) + err
+
+
+def printed_url(p, seen=None):
+    """The URL `vramtrace run --serve` printed on stderr, the lines read until then kept in
+    `seen`; None when it ended without one."""
+    for line in p.stderr:
+        if seen is not None:
+            seen.append(line)
+        m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
+        if m:
+            return m.group(1)
+    return None
 
 
 def snapshot(run_dir, *extra):
@@ -361,12 +368,7 @@ def serve_processes(root):
     p = subprocess.Popen([VT, "run", "--serve", "-o", out, "--", "sh", "-c",
                           '"$0" "$1" & "$0" "$2"; wait', STEPS, w1, w2], env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = None
-    for line in p.stderr:
-        m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
-        if m:
-            url = m.group(1)
-            break
+    url = printed_url(p)
     check(url is not None, "two processes: no URL")
 
     def report():
@@ -408,12 +410,7 @@ def serve_before_cuda(root):
                           'while [ ! -e "$1/go" ]; do sleep 0.05; done; exec "$0" "$1" 1',
                           STEPS, work], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    url = None
-    for line in p.stderr:
-        m = re.match(r"vramtrace: live report: (http://\S+)$", line.strip())
-        if m:
-            url = m.group(1)
-            break
+    url = printed_url(p)
     check(url is not None, "before CUDA: no URL")
     if url:
         s, h, b = request(url, path="report.json")
