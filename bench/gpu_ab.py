@@ -14,6 +14,7 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
              callbacks, the allocator trace as set, the hook's context (launches stopped after
              its second step, as the hook stops them)
   default-launches-on   the same with --launches=on (launches recorded all along)
+  context-other   the context of another version of the hook (VT_AB_HOOK=FILE)
   lines      over the context and the trace, the trace's frames between the phases
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
   history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
@@ -73,6 +74,9 @@ def main():
         "history": (bench, {"VT_AB": "history"}),
         # The start-up hook's context (module, autograd and optimizer hooks: the categories).
         "context": (bench, {"VT_AB": "context"}),
+        # The context of another version of the hook (VT_AB_HOOK=FILE in the environment of
+        # bench/gpu_ab.py), measured beside this one's in the same session.
+        "context-other": (bench, {"VT_AB": "context", "VT_AB_HOOK": os.environ.get("VT_AB_HOOK", "")}),
         # Over the context and the trace: the trace's frames between the phases.
         "lines": (bench, {"VT_AB": "lines"}),
         # The same with module hooks in every iteration (VRAMTRACE_TORCH_MODULES=every).
@@ -90,6 +94,7 @@ def main():
     for rep in range(a.repeats):
         for name, (cmd, env) in cases.items():
             e = dict(os.environ)
+            e.pop("VT_AB_HOOK", None)  # only for the arm context-other
             e.update(env)
             c = (["taskset", "-c", a.pin] if a.pin and shutil.which("taskset") else []) + cmd
             # The run folder is the benchmark's own: each arm starts from an empty one (vramtrace

@@ -62,9 +62,10 @@ def load_hook():
     VRAMTRACE_TORCH_DIR: it attaches nothing), for its _Context."""
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
+    # VT_AB_HOOK: another version of the hook's file (an A/B of two versions in one session).
     spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.path.join(here, "..", "python", "vramtrace", "_hook",
-                                 "sitecustomize.py"))
+        "vt_hook", os.environ.get("VT_AB_HOOK") or os.path.join(
+            here, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)

@@ -71,8 +71,12 @@ class _Recorder:
             st = t.untyped_storage()
             ref = self.weak(st)
             key = ref.cdata
-            if key in self.live and not self.live[key][0].expired():
-                continue  # a view or an in-place result: no new block
+            if key in self.live:
+                if not self.live[key][0].expired():
+                    continue  # a view or an in-place result: no new block
+                # Freed inside this operator and its storage object made again at the same
+                # address: the old block's free comes first.
+                self.requests.append(("f", self.live.pop(key)[1], 0, module, self.phase))
             if key in self.outside and not self.outside[key].expired():
                 continue  # a view of a parameter, a buffer or an input
             nbytes = st.nbytes()

@@ -1,6 +1,7 @@
 # torch.nn.modules.module of the plugin's stand-in PyTorch: Module, whose call runs the global
-# forward hooks (what vramtrace's start-up hook registers to learn the models and their
-# parameters), and Parameter.
+# forward hooks and its own (what vramtrace's start-up hook registers to learn the models and
+# their parameters, and to mark the outermost calls between its traced iterations), and
+# Parameter.
 from ... import Tensor
 
 _pre_hooks, _post_hooks = {}, {}
@@ -42,12 +43,36 @@ class Module:
     def forward(self):
         return None
 
-    def __call__(self, *args):
+    def register_forward_pre_hook(self, hook, with_kwargs=False):
+        if "_own_pre" not in self.__dict__:
+            self._own_pre = {}
+        key = object()
+        self._own_pre[key] = (hook, with_kwargs)
+        return _Handle(self._own_pre, key)
+
+    def register_forward_hook(self, hook, always_call=False):
+        if "_own_post" not in self.__dict__:
+            self._own_post = {}
+        key = object()
+        self._own_post[key] = hook
+        return _Handle(self._own_post, key)
+
+    # As PyTorch runs them: the global hooks, then the module's own; the forward hooks also
+    # when the forward raises (always_call, as the start-up hook registers them).
+    def __call__(self, *args, **kwargs):
         for hook in list(_pre_hooks.values()):
             hook(self, args)
-        out = self.forward(*args)
-        for hook in list(_post_hooks.values()):
-            hook(self, args, out)
+        for hook, with_kwargs in list(self.__dict__.get("_own_pre", {}).values()):
+            if with_kwargs:
+                hook(self, args, kwargs)
+            else:
+                hook(self, args)
+        out = None
+        try:
+            out = self.forward(*args, **kwargs)
+        finally:
+            for hook in list(_post_hooks.values()) + list(self.__dict__.get("_own_post", {}).values()):
+                hook(self, args, out)
         return out
 
     def parameters(self, recurse=True):
