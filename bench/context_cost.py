@@ -8,7 +8,6 @@ cost per module call of each, as ratios against the no-hook step of the same pro
     python3 bench/context_cost.py [cuda|cpu]
 """
 import cProfile
-import importlib.util
 import os
 import pstats
 import statistics
@@ -49,11 +48,9 @@ def main():
         model(x).sum().backward()
         opt.step()
 
-    spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.path.join(HERE, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
-    hook = importlib.util.module_from_spec(spec)
-    os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-    spec.loader.exec_module(hook)
+    sys.path.insert(0, HERE)
+    from gpu_torch import load_hook
+    hook = load_hook()
     os.environ["VRAMTRACE_TORCH_MODULES"] = "every"
     ctx_every = hook._Context(torch, str)
     ctx_every.set_enabled(False)

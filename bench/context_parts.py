@@ -5,7 +5,6 @@ whole context, and the Python calls one step makes with it on and off (cProfile'
 
     python3 bench/context_parts.py [PAIRS]"""
 import cProfile
-import importlib.util
 import os
 import pstats
 import statistics
@@ -31,12 +30,9 @@ def main():
         model(x).sum().backward()
         opt.step()
 
-    spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.environ.get("VT_AB_HOOK") or os.path.join(
-            HERE, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
-    hook = importlib.util.module_from_spec(spec)
-    os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-    spec.loader.exec_module(hook)
+    sys.path.insert(0, HERE)
+    from gpu_torch import load_hook
+    hook = load_hook()
     ctx = hook._Context(torch, str)
     for _ in range(5):  # past the traced iterations
         step()

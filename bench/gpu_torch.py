@@ -59,16 +59,21 @@ def launch_bound_step(dev):
 
 def load_hook():
     """vramtrace's start-up hook loaded from its source without the rest of it running (no
-    VRAMTRACE_TORCH_DIR: it attaches nothing), for its _Context."""
+    VRAMTRACE_TORCH_DIR: it attaches nothing), for its _Context (from _vramtrace_context.py
+    beside it, or, in a version of one file, from the file itself). VT_AB_HOOK: another
+    version's sitecustomize.py (an A/B of two versions in one session)."""
+    import importlib
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
-    # VT_AB_HOOK: another version of the hook's file (an A/B of two versions in one session).
-    spec = importlib.util.spec_from_file_location(
-        "vt_hook", os.environ.get("VT_AB_HOOK") or os.path.join(
-            here, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
+    path = os.path.abspath(os.environ.get("VT_AB_HOOK") or os.path.join(
+        here, "..", "python", "vramtrace", "_hook", "sitecustomize.py"))
+    sys.path.insert(0, os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location("vt_hook", path)
     hook = importlib.util.module_from_spec(spec)
     os.environ.pop("VRAMTRACE_TORCH_DIR", None)
     spec.loader.exec_module(hook)
+    if not hasattr(hook, "_Context"):
+        hook._Context = importlib.import_module("_vramtrace_context")._Context
     return hook
 
 

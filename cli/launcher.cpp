@@ -78,10 +78,11 @@ std::string write_torch_hook() {
               << report::printable(dir) << ": " << std::strerror(errno) << "\n";
     return {};
   }
-  if (!write_private_file(dir + "/sitecustomize.py", kPythonHook) ||
-      !write_private_file(dir + "/_vramtrace_step.py", kPythonStepPrediction)) {
-    fs::remove_all(dir, ec);
-    return {};
+  for (int i = 0; i < kPythonHookFileCount; ++i) {
+    if (!write_private_file(dir + "/" + kPythonHookFiles[i].name, kPythonHookFiles[i].content)) {
+      fs::remove_all(dir, ec);
+      return {};
+    }
   }
   return dir;
 }

@@ -165,12 +165,16 @@ static bool is_framework_file(const std::string& file) {
          file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
 }
 
-// vramtrace's own start-up hook (the launcher writes it as sitecustomize.py in a folder of its
-// own): its wrappers of Module.__call__ and Tensor.to run inside the program's calls, so they sit
-// between the program's line and PyTorch's frames in every stack. A sitecustomize.py is never
-// a program's training code: its frames are internal, kept in the stack, never the site.
+// vramtrace's own start-up hook (the launcher writes it as sitecustomize.py, with its parts
+// _vramtrace_*.py beside it, in a folder of its own): its wrappers of Module.__call__ and
+// Tensor.to and its module hooks run inside the program's calls, so they sit between the
+// program's line and PyTorch's frames in every stack. A sitecustomize.py or a _vramtrace_*.py
+// is never a program's training code: its frames are internal, kept in the stack, never the
+// site.
 static bool is_startup_hook_file(const std::string& file) {
-  return basename_of(file) == "sitecustomize.py";
+  const std::string name = basename_of(file);
+  return name == "sitecustomize.py" || (name.rfind("_vramtrace_", 0) == 0 && name.size() > 3 &&
+                                        name.compare(name.size() - 3, 3, ".py") == 0);
 }
 
 const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_leaf) {

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The start-up hook's reading of PyTorch's memory snapshot at the dump of a wrapped ring
-(python/vramtrace/_hook/sitecustomize.py, _allocator_state), on snapshots shaped as PyTorch 2.x gives
+(python/vramtrace/_hook/_vramtrace_write.py, _allocator_state), on snapshots shaped as PyTorch 2.x gives
 them: the function is taken from the hook's source alone, so that nothing of the hook starts."""
 import ast
 import os
 import sys
 
 HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python",
-                    "vramtrace", "_hook", "sitecustomize.py")
+                    "vramtrace", "_hook", "_vramtrace_write.py")
 tree = ast.parse(open(HOOK, encoding="utf-8").read())
 fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_allocator_state")
 space = {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Every line the start-up hook (python/vramtrace/_hook/sitecustomize.py, and _vramtrace_step.py
-beside it: the predicted first step) writes is one that
+"""Every line the start-up hook (python/vramtrace/_hook/sitecustomize.py, and its parts
+_vramtrace_*.py beside it) writes is one that
 common/side_channel.h declares, with its fields in the declared order and of the declared types,
 and every line declared is written; the hook's mark constants are the table's, in its order.
 The collector's reader is made from the same table (collector/ingest/torch_trace.cpp), so that what one
@@ -75,11 +75,12 @@ def check_fields(where, declared, parts):
               % (where, name, kind, part))
 
 
-STEP = os.path.join(os.path.dirname(HOOK), "_vramtrace_step.py")
-tree = ast.parse(open(HOOK, encoding="utf-8").read())
-nodes = [(os.path.basename(HOOK), node) for node in ast.walk(tree)]
-nodes += [("_vramtrace_step.py", node)
-          for node in ast.walk(ast.parse(open(STEP, encoding="utf-8").read()))]
+# The hook's files: sitecustomize.py and its parts beside it (_vramtrace_*.py).
+FOLDER = os.path.dirname(HOOK)
+FILES = [HOOK] + sorted(os.path.join(FOLDER, f) for f in os.listdir(FOLDER)
+                        if f.startswith("_vramtrace_") and f.endswith(".py"))
+trees = {os.path.basename(f): ast.parse(open(f, encoding="utf-8").read()) for f in FILES}
+nodes = [(name, node) for name, tree in trees.items() for node in ast.walk(tree)]
 written = set()
 for name, node in nodes:
     if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
@@ -108,7 +109,7 @@ check("header" in written, "the hook writes no header line")
 # The mark constants: `(_MOD, _MOD_END, ...) = range(N)`, the table's order; a K line packs its
 # kind in 4 bits (code & 15).
 consts = None
-for node in tree.body:
+for node in (n for tree in trees.values() for n in tree.body):
     if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple)
             and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "range"):
         consts = [e.id for e in node.targets[0].elts]

@@ -165,6 +165,20 @@ TEST_CASE("Python frames of vramtrace's start-up hook are kept in the stack, nev
   collector::Run hook_only = run_of(b.bytes());
   collector::StackResolver only(hook_only.processes[0], symbols);
   REQUIRE(only.attribute(0, 6).site.empty());
+  // The hook's parts beside it are its frames too; a user's file named like a module is not.
+  b = traced();
+  b.py_code(1, "/work/train.py", "<module>")
+      .py_code(2, "/tmp/vramtrace-hook-x/_vramtrace_context.py", "root_pre")
+      .py_code(3, "/work/_vramtrace_notes.txt", "f")
+      .py_node(6, 0, 1, 12)
+      .py_node(7, 6, 2, 400)
+      .py_node(8, 7, 3, 9);
+  collector::Run parts = run_of(b.bytes());
+  collector::StackResolver part_stacks(parts.processes[0], symbols);
+  const collector::Attribution& pa = part_stacks.attribute(0, 7);
+  REQUIRE(pa.site == "<module> (/work/train.py:12)");
+  REQUIRE(pa.frames[0].internal);  // innermost first
+  REQUIRE_FALSE(part_stacks.attribute(0, 8).frames[0].internal);
 }
 
 TEST_CASE("an AllocStack applies only to the allocation record right after it") {

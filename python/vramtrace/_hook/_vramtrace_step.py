@@ -27,6 +27,9 @@ them from the recorded part), the program's own loss function when the forward d
 (a cross-entropy over the output's last dimension is assumed when the model returns no loss),
 `zero_grad(set_to_none=False)` (PyTorch's default, set_to_none, is assumed), and models whose
 operators have no fake implementation (then the status line says why)."""
+import os
+import sys
+
 _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 
 
@@ -348,3 +351,122 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
         if not requests and not change:
             break  # the step as the program runs it failed: no change can be weighed
     return lines
+
+
+class _Prediction:
+    """The context's part that predicts (_vramtrace_context._Context): the first call's
+    arguments captured as shapes, and the steps run on fake tensors at exit or as the second
+    step begins."""
+
+    def init_prediction(self):
+        # The first training step, for predicting its rest when it dies: the first outermost
+        # call of a model with parameters, its arguments as shapes only.
+        self.want_call = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on") != "off"
+        self.first_call = None    # (weakref(model), described args, batch, training, grad, autocast, time_ns)
+        self.first_done = False   # the first optimizer step (or evaluation forward) ended
+        self.oom_seen = False
+        self.made_optimizers = []  # weakrefs of every optimizer made, first made first
+        self.predicted = []        # N, V and R lines
+        # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins (at
+        # exit the model is usually gone), else only at the exit of a process that ran out.
+        self.predict_always = os.environ.get("VRAMTRACE_TORCH_PREDICT") == "always"
+        self.predict_pending = False
+
+    def capture_call(self, module, args, kwargs):
+        """The first outermost call of a module with parameters on the main thread: what it was
+        called with (shapes and dtypes, nothing kept alive) and how (training, grad, autocast)."""
+        if (self.stack or self.in_root or self.in_backward or self.get_ident() != self.main
+                or next(module.parameters(), None) is None):
+            return
+        self.want_call = False
+        try:
+            call, batch = describe_call(self.torch, args, kwargs)
+            torch = self.torch
+            autocast = None
+            if torch.is_autocast_enabled():
+                get = getattr(torch, "get_autocast_dtype", None)
+                autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
+            self.first_call = (self.weakref.ref(module), call, batch, module.training,
+                               torch.is_grad_enabled(), autocast, self.now())
+        except Exception:
+            self.first_call = None
+
+    def predict_steps(self):
+        """At exit of a process that ran out of memory (or of any, with
+        VRAMTRACE_TORCH_PREDICT=always): the N, V and R lines of its first step run on fake
+        tensors: completed at the recorded batch and its half when the process never finished
+        it, and with the changes the report's remedies weigh (_vramtrace_step.py)."""
+        first = self.first_call
+        if first is None or self.predicted or not (self.oom_seen or self.predict_always):
+            return
+        ref, call, batch, training, grad, autocast, t = first
+        model = ref()
+        if model is None or not batch:
+            return
+        # The fake step must leave no marks of its own, nor move the program's random numbers.
+        enabled = self.enabled
+        self.set_enabled(False)
+        torch = self.torch
+        rng = cuda_rng = None
+        try:
+            rng = torch.get_rng_state()
+            cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        except Exception:
+            pass
+        try:
+            self.predict_model(first, model)
+        finally:
+            try:
+                if rng is not None:
+                    torch.set_rng_state(rng)
+                if cuda_rng is not None:
+                    torch.cuda.set_rng_state_all(cuda_rng)
+            except Exception:
+                pass
+            if enabled:
+                self.set_enabled(True)
+
+    def predict_model(self, first, model):
+        ref, call, batch, training, grad, autocast, t = first
+        try:
+            sys.stderr.write(
+                "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "
+                "VRAMTRACE_TORCH_PREDICT=off skips this)\n"
+                % (("the first step ran out of memory", "predict the rest of it and weigh the "
+                    "remedies") if not self.first_done else
+                   ("out of memory" if self.oom_seen else "VRAMTRACE_TORCH_PREDICT=always",
+                    "weigh the remedies")))
+        except Exception:
+            pass
+        try:
+            device = 0
+            p = next(model.parameters(), None)
+            if p is not None and p.device.type == "cuda":
+                device = p.device.index or 0
+            params = {id(q) for q in model.parameters()}
+            optimizer = None
+            for w in self.made_optimizers:
+                o = w()
+                if o is not None and any(id(q) in params for g in o.param_groups
+                                         for q in g["params"]):
+                    optimizer = o
+                    break
+            modules = self.modules
+
+            def module_ids(m):
+                entry = modules.get(id(m))
+                return entry[0] if entry is not None and entry[1]() is m else 0
+            name = type(model).__name__
+            if name in ("OptimizedModule", "DistributedDataParallel"):
+                inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+                if name == "OptimizedModule" or inner is None:
+                    self.predicted = ["N\t%d\t1\t%d\t%d\t%d\tnot predicted: a %s\n"
+                                      % (device, batch, batch, t, name)]
+                    return
+                model = inner
+            self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
+                                             optimizer, training, grad, autocast, module_ids,
+                                             finished=self.first_done)
+        except Exception as ex:
+            self.predicted = ["N\t0\t1\t%d\t%d\t%d\tnot predicted: %s\n"
+                              % (batch, batch, t, self.clean(str(ex))[:500])]

@@ -1,0 +1,679 @@
+"""The context of vramtrace's start-up hook (sitecustomize.py): what the memory of a PyTorch
+program is, at a cost per optimizer step and per outermost module call, never per tensor.
+PyTorch's global module forward hooks (which module was running, its qualified name) in the
+first iterations and every 50th, and the outermost modules' own hooks in the others, where the
+collector aligns each block with the traced iteration; the backward pass (torch.autograd.backward,
+wrapped) and the optimizer's step hooks (phases and iterations); tensors moved to the GPU outside
+them (the user's line); the carried state (a forward's outputs fed back to it). Kept in two
+arrays (12 bytes a mark) and a few dictionaries, written by _vramtrace_write.
+
+Its parts: _vramtrace_storages (named storages), _vramtrace_lines (the lines of the blocks made
+between the phases), _vramtrace_step (the first step predicted on fake tensors) and
+_vramtrace_write (the lines written)."""
+import os
+import sys
+
+from _vramtrace_lines import _Lines
+from _vramtrace_marks import (_BWD, _BWD_END, _FED_BACK, _FWD, _FWD_END, _FWD_EVAL,
+                              _FWD_EVAL_GRAD, _MOD, _MOD_END, _MOVE, _MOVE_END, _OOM, _SITE,
+                              _STEP, _STEP_END, _STOPPED_BY_HOOK)
+from _vramtrace_step import _Prediction
+from _vramtrace_storages import _Storages
+from _vramtrace_write import _Writer
+
+
+def _tensors(obj, tensor_class, out, depth=0):
+    """(id, storage pointer) of the first 8 tensors of a forward's inputs or outputs: a tensor,
+    or tuples, lists and dicts of them nested up to 4 deep (an LSTM's (out, (h, c)))."""
+    if len(out) >= 8:
+        return out
+    if isinstance(obj, tensor_class):
+        try:
+            out.append((id(obj), obj.untyped_storage().data_ptr()))
+        except Exception:
+            pass
+    elif depth < 4 and isinstance(obj, (tuple, list, dict)):
+        for x in (obj.values() if isinstance(obj, dict) else obj):
+            if len(out) >= 8:
+                break
+            _tensors(x, tensor_class, out, depth + 1)
+    return out
+
+
+def _stop_launches():
+    """Kernel launches recorded no more in this process, once the hook has marked two
+    iterations (optimizer steps, or forwards of the first model): the iterations and phases are
+    the hook's marks, and the launch callbacks cost about 1 us a launch, 5 to 8 % of a
+    launch-bound step. libvramtrace.so records when they stopped; `vramtrace run --launches=on`
+    (VRAMTRACE_LAUNCHES=on) keeps them, and with launches off there is nothing to stop."""
+    if os.environ.get("VRAMTRACE_LAUNCHES", "") in ("on", "off"):
+        return
+    try:
+        import ctypes
+        try:
+            stop = ctypes.CDLL(None).vramtrace_v1_stop_launches  # preloaded: in the global scope
+        except AttributeError:
+            stop = None
+            with open("/proc/self/maps") as maps:  # injected by the driver only
+                for line in maps:
+                    path = line.split(None, 5)[-1].strip()
+                    if os.path.basename(path).startswith("libvramtrace") and path.endswith(".so"):
+                        stop = ctypes.CDLL(path).vramtrace_v1_stop_launches
+                        break
+        if stop is not None:
+            stop.argtypes, stop.restype = [ctypes.c_uint], ctypes.c_int
+            stop(_STOPPED_BY_HOOK)
+    except Exception:
+        pass  # launches stay recorded
+
+
+def _hide_own_frame(ex):
+    """Drops the caller's frame (a wrapper of this hook's) from the traceback of an exception
+    passing through it, before a bare `raise` sends it on (which adds no frame): a traceback
+    printed by the program reads as it would without vramtrace."""
+    tb = ex.__traceback__
+    if tb is not None and tb.tb_next is not None and tb.tb_frame is sys._getframe(1):
+        ex.__traceback__ = tb.tb_next
+
+
+def _exception_line(exc, clean, now_ns):
+    """The X record of the exception that reached the top: type, message, frames."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)[-32:]
+    where = "|".join("%s:%d:%s" % (clean(fr.filename).replace("|", "/"), fr.lineno or 0,
+                                   clean(fr.name).replace("|", "/"))
+                     for fr in reversed(frames))
+    return "X\t%d\t%s\t%s\t%s\n" % (
+        now_ns, clean(type(exc).__module__ + "." + type(exc).__qualname__),
+        clean(str(exc))[:1000], where)
+
+
+class _Context(_Storages, _Lines, _Prediction, _Writer):
+    """What the memory is: module calls, phases, iterations and named storages."""
+
+    MAX_MARKS = 4_000_000  # the oldest half is dropped past this: long runs stay bounded
+
+    def __init__(self, torch, clean):
+        import array
+        import threading
+        import time
+        import weakref
+        self.torch, self.clean, self.weakref = torch, clean, weakref
+        self.now = time.time_ns
+        self.main = threading.main_thread().ident
+        self.get_ident = threading.get_ident
+        self.times, self.codes = array.array("q"), array.array("q")
+        self.dropped_marks = 0
+        self.modules = {}        # id(module) -> (mid, weakref)
+        self.module_lines = []   # "M" lines
+        self.sites = {}          # (file, line, function) -> sid
+        self.site_lines = []
+        self.stack = []
+        self.in_backward = 0
+        self.steps = 0           # steps of the first optimizer
+        self.exception = None
+        # The user's line is the innermost frame in none of these: torch, the hook's own
+        # files (this folder), contextlib and functools.
+        torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        self.skip = (torch_dir, here, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
+                     os.path.dirname(os.__file__) + os.sep + "functools.py")
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self.nn_module, self.optim = nn_module, optim
+        self.init_storages()
+        self.init_calls()
+        self.init_prediction()
+        self.init_lines()
+        self.watch_optimizers()
+        self.wrap_backward()
+        self.wrap_call()
+        self.wrap_moves()
+        self.set_enabled(True)
+        self.graph_pools = set()  # pools CUDA graphs captured into (their segment_pool_id)
+        self.watch_graphs()
+
+    def init_calls(self):
+        self.handles = []         # module hooks
+        self.other_handles = []   # optimizer hooks
+        self.always_call = True
+        # Module hooks put every module call on PyTorch's slow path (about 20 us a call with
+        # ours): they run in the first iterations and every 50th ("every": always); the other
+        # iterations only mark the outermost calls (outermost_calls), and the collector takes
+        # each of their blocks' module from the traced iteration of the same model.
+        self.every = os.environ.get("VRAMTRACE_TORCH_MODULES", "sampled") == "every"
+        self.full = True          # module hooks on for this iteration
+        self.enabled = False
+        self.in_root = False      # an outermost call marked between the traced iterations is running
+        self.root_module = None   # that call's module, while it runs
+        self.root_mid = 0
+        # The outermost modules met in the traced iterations (id -> (weakref, their hooks'
+        # handles, whether they can have hooks)): between those iterations their own forward
+        # hooks mark their calls, and every other module call takes PyTorch's fast path
+        # untouched (outermost_calls). A module first called outermost between the traced
+        # iterations is marked from the next traced one on.
+        self.roots_seen = {}
+        # id(module) of an outermost call -> its last forward's first output tensors (id,
+        # storage pointer), to tell when the next forward gets them back (fed_back).
+        self.root_outputs = {}
+        self.forwards = 0         # outermost forwards of the first model (no optimizer)
+        self.first_root = None
+
+    def wrap_backward(self):
+        """torch.autograd.backward wrapped (self.traced_backward): the backward phase's marks."""
+        import functools
+        autograd = self.torch.autograd
+        backward = autograd.backward
+        ctx = self
+
+        @functools.wraps(backward)
+        def traced_backward(*args, **kwargs):
+            try:
+                if ctx.get_ident() != ctx.main:
+                    return backward(*args, **kwargs)
+                ctx.phase_begin()
+                ctx.mark(_SITE, ctx.site())
+                ctx.mark(_BWD, 0)
+                ctx.in_backward += 1
+                try:
+                    return backward(*args, **kwargs)
+                finally:
+                    ctx.in_backward -= 1
+                    ctx.mark(_BWD_END, 0)
+                    ctx.phase_end()
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
+
+        self.backward, self.traced_backward = backward, traced_backward
+
+    def wrap_call(self):
+        """Module.__call__ wrapped (self.traced_call): see outermost_calls."""
+        ctx = self
+        module_class = self.torch.nn.Module
+        call = module_class.__call__
+        compiling = self.compiling
+
+        def traced_call(module, *args, **kwargs):
+            try:
+                # On in the traced iterations (learns the outermost modules) and, between
+                # them, only where an outermost module cannot have hooks of its own
+                # (outermost_calls): then it marks the outermost call only (a forward of the
+                # model, of the loss), every inner call straight through. is_compiling()
+                # first: while torch.compile traces this, nothing of ctx is read (reading
+                # ctx.full there would make it guard on it and recompile).
+                if compiling() or ctx.in_root or ctx.in_backward:
+                    return call(module, *args, **kwargs)
+                if ctx.want_call:
+                    ctx.capture_call(module, args, kwargs)
+                if ctx.predict_pending and ctx.get_ident() == ctx.main:
+                    ctx.predict_pending = False
+                    ctx.predict_steps()
+                if ctx.get_ident() != ctx.main:
+                    return call(module, *args, **kwargs)
+                if ctx.full:
+                    ctx.learn_root(module)
+                    return call(module, *args, **kwargs)
+                mid = ctx.root_begin(module, (args, kwargs))
+                ctx.in_root = True
+                output = None
+                try:
+                    output = call(module, *args, **kwargs)
+                    return output
+                finally:
+                    ctx.in_root = False
+                    ctx.root_end(module, mid, output)
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
+
+        self.module_class, self.call, self.traced_call = module_class, call, traced_call
+
+    def wrap_moves(self):
+        """Tensor.to and Tensor.cuda wrapped (self.traced_moves)."""
+        import functools
+        ctx = self
+        compiling = self.compiling
+        # Tensors moved to the GPU outside a forward, backward or step (a batch, its targets,
+        # model.to("cuda")) are marked with the user's line, so that the blocks they make are
+        # not left without one. Inside those phases, on other threads and while torch.compile
+        # traces, straight through.
+        tensor_class = self.torch.Tensor
+        self.moves = {name: getattr(tensor_class, name) for name in ("to", "cuda")}
+
+        def traced_move(original):
+            @functools.wraps(original)
+            def move(tensor, *args, **kwargs):
+                try:
+                    if (compiling() or ctx.in_root or ctx.stack or ctx.in_backward
+                            or ctx.in_move or ctx.get_ident() != ctx.main):
+                        return original(tensor, *args, **kwargs)
+                    ctx.mark(_SITE, ctx.site())
+                    ctx.mark(_MOVE, 0)
+                    ctx.in_move = True
+                    try:
+                        return original(tensor, *args, **kwargs)
+                    finally:
+                        ctx.in_move = False
+                        ctx.mark(_MOVE_END, 0)
+                except BaseException as ex:
+                    _hide_own_frame(ex)
+                    raise
+            return move
+
+        self.in_move = False
+        self.traced_moves = {name: traced_move(f) for name, f in self.moves.items()}
+        self.tensor_class = tensor_class
+
+    def watch_optimizers(self):
+        """Every optimizer made, weakly: a job that dies in its first step never called step(),
+        where the step hooks would have seen it."""
+        init = self.optim.Optimizer.__init__
+        made = self.made_optimizers
+        weakref = self.weakref
+        import functools
+
+        @functools.wraps(init)
+        def traced_init(optimizer, *args, **kwargs):
+            init(optimizer, *args, **kwargs)
+            if len(made) < 64:
+                made.append(weakref.ref(optimizer))
+
+        self.optim.Optimizer.__init__ = traced_init
+
+    def watch_graphs(self):
+        """Records the private pool of each CUDA graph capture (torch.cuda.graph,
+        make_graphed_callables and torch.compile's CUDA graphs all go through
+        CUDAGraph.capture_end): once per capture, so that the pools the report shows can say
+        which are CUDA graphs'. A pool of graph_pool_handle() or torch.cuda.MemPool has an id
+        (0, n) like any other user-made pool; a graph's own pool is (n, 0). Read at the end of
+        the capture: PyTorch's CUDAGraph.pool() refuses before it."""
+        graphs = getattr(self.torch.cuda, "graphs", None)
+        cls = getattr(graphs, "CUDAGraph", None)
+        end = getattr(cls, "capture_end", None)
+        if end is None:
+            return
+        pools = self.graph_pools
+        import functools
+
+        @functools.wraps(end)
+        def capture_end(graph, *args, **kwargs):
+            try:
+                result = end(graph, *args, **kwargs)
+            except BaseException as ex:
+                _hide_own_frame(ex)
+                raise
+            try:
+                pools.add(tuple(int(x) for x in graph.pool()))
+            except Exception:
+                pass
+            return result
+
+        cls.capture_end = capture_end
+
+    def module_hooks(self, on):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        if not on:
+            return
+        try:
+            # Also when a forward raises (an OOM the program catches and retries smaller):
+            # without it the raising modules stay on the stack, and every later forward
+            # would be taken for a module call inside the one that raised.
+            post = self.nn_module.register_module_forward_hook(self.post, always_call=True)
+        except TypeError:  # PyTorch 2.0: no always_call; pre() drops what was left instead
+            self.always_call = False
+            post = self.nn_module.register_module_forward_hook(self.post)
+        self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre), post]
+
+    def trace_modules(self, full):
+        """Module hooks on (full) or off for the next iteration; only between forwards."""
+        if self.every or full == self.full or self.dynamo_compiled():
+            return
+        self.full = full
+        self.stack.clear()
+        if self.enabled:
+            self.module_hooks(full)
+            self.outermost_calls(True)
+
+    @staticmethod
+    def dynamo_compiled():
+        """Whether torch.compile has made a graph in this process. Its graphs guard on the
+        number of global module hooks: adding or removing ours afterwards would make it compile
+        again, so from then on the module hooks stay as they are."""
+        utils = sys.modules.get("torch._dynamo.utils")
+        try:
+            return bool(utils is not None and utils.counters["stats"]["unique_graphs"])
+        except Exception:
+            return False
+
+    def set_enabled(self, on):
+        """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
+        module calls take their fast path again (the benchmark switches this)."""
+        self.enabled = on
+        self.module_hooks(on and self.full)
+        for h in self.other_handles:
+            h.remove()
+        self.other_handles = []
+        if on:
+            self.other_handles = [self.optim.register_optimizer_step_pre_hook(self.step_pre),
+                                  self.optim.register_optimizer_step_post_hook(self.step_post)]
+        self.torch.autograd.backward = self.traced_backward if on else self.backward
+        for name, f in (self.traced_moves if on else self.moves).items():
+            setattr(self.tensor_class, name, f)
+        self.outermost_calls(on)
+
+    def outermost_calls(self, on):
+        """How an outermost module call is found while the module hooks are off: by that
+        module's own forward hooks, so that every call inside it takes PyTorch's fast path
+        untouched; by the Module.__call__ wrapper where one of the outermost modules cannot
+        have hooks of its own (compiled in place: they would run inside the compiled code;
+        PyTorch before 2.1: no always_call). In the traced iterations the wrapper is on: it
+        learns the outermost modules and captures the first call's arguments."""
+        if self.every:
+            return
+        hooks = on and all(hookable for _, _, hookable in self.roots_seen.values())
+        for key, (ref, handles, hookable) in list(self.roots_seen.items()):
+            module = ref()
+            if not hooks or module is None:
+                for h in handles:
+                    h.remove()
+                handles.clear()
+                if module is None:
+                    del self.roots_seen[key]
+            elif not handles:
+                handles.extend(self.root_hooks(module) or ())
+        wrapped = on and (self.full or not hooks)
+        self.module_class.__call__ = self.traced_call if wrapped else self.call
+
+    def root_hooks(self, module):
+        """The outermost module's own forward hooks, or None where it cannot have them."""
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            return None
+        handles = []
+        try:
+            handles.append(module.register_forward_hook(self.root_post, always_call=True))
+            handles.append(module.register_forward_pre_hook(self.root_pre, with_kwargs=True))
+            return handles
+        except Exception:
+            for h in handles:
+                h.remove()
+            return None
+
+    def learn_root(self, module):
+        """An outermost module call in a traced iteration: its module gets hooks of its own,
+        installed once (none is removed while PyTorch runs them) and acting only between the
+        traced iterations."""
+        key = id(module)
+        entry = self.roots_seen.get(key)
+        if (entry is not None and entry[0]() is module) or len(self.roots_seen) >= 64:
+            return
+        handles = self.root_hooks(module) if self.enabled else []
+        self.roots_seen[key] = (self.weakref.ref(module), handles or [], handles is not None)
+
+    def root_pre(self, module, args, kwargs):
+        """An outermost module's forward pre hook: marks its call between the traced
+        iterations (in them, the module hooks do)."""
+        if self.full or self.compiling() or self.in_backward or self.get_ident() != self.main:
+            return None
+        if self.in_root:
+            if self.root_module is not module:
+                return None
+            # The module's last call never reached its post hook (a KeyboardInterrupt in it):
+            # that call ended when it raised.
+            self.root_post(module, None, None)
+        if self.want_call:
+            self.capture_call(module, args, kwargs)
+        if self.predict_pending:
+            self.predict_pending = False
+            self.predict_steps()
+        self.root_mid = self.root_begin(module, (args, kwargs))
+        self.root_module = module
+        self.in_root = True
+        return None
+
+    def root_post(self, module, args, output):
+        if not self.in_root or self.root_module is not module:
+            return None
+        self.in_root = False
+        self.root_module = None
+        self.root_end(module, self.root_mid, output)
+        return None
+
+    def forward_kind(self, module, mid):
+        # Evaluation: a model in eval() or under no_grad; with grad on, what it keeps past
+        # the forward is a graph kept alive (activations), not outputs.
+        grad = self.torch.is_grad_enabled()
+        kind = _FWD if module.training and grad else _FWD_EVAL_GRAD if grad else _FWD_EVAL
+        # The top bit of the id: autocast (mixed precision) was on for this forward.
+        autocast = self.torch.is_autocast_enabled()
+        return kind, mid | (1 << 31) if autocast else mid
+
+    def root_begin(self, module, inputs):
+        self.phase_begin()
+        mid = self.module_id(module)
+        self.mark(_SITE, self.site())
+        kind, ident = self.forward_kind(module, mid)
+        # Bit 30: the module calls inside this forward were not traced.
+        self.mark(kind, ident | (1 << 30))
+        if self.first_root is None:
+            self.first_root = mid
+        self.fed_back(module, mid, inputs)
+        return mid
+
+    def fed_back(self, module, mid, inputs):
+        """A carried state: tensors that this outermost module's previous forward returned
+        (the same tensor objects, at the same storage) come back among its inputs, as an RNN's
+        (h, c) does chunk after chunk. With autograd on such a state links each forward's graph
+        to the one before, so that none is ever freed: the collector says so when it finds
+        memory kept across iterations. A mark with the module's id and, from bit 24, how many
+        input tensors came back; one look at the first 8 tensors, once per outermost call."""
+        previous = self.root_outputs.get(id(module))
+        if not previous:
+            return
+        n = sum(1 for t in _tensors(inputs, self.tensor_class, []) if t in previous)
+        if n:
+            self.mark(_FED_BACK, mid | (min(n, 255) << 24))
+
+    def root_end(self, module, mid, output):
+        self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
+        if self.first_call is not None and not self.first_call[3]:
+            self.first_done = True  # an evaluation's first forward ended
+        self.mark(_FWD_END, mid)
+        self.count_forward(mid)
+        self.phase_end()
+
+    def count_forward(self, mid):
+        # Without an optimizer the iterations are the first model's forwards.
+        if self.optimizers or mid != self.first_root:
+            return
+        self.forwards += 1
+        self.trace_modules(self.forwards < 3 or self.forwards % 50 == 49)
+        if self.forwards == 2:
+            _stop_launches()
+        self.check_lines(self.forwards)
+
+    def mark(self, kind, ident):
+        self.times.append(self.now())
+        self.codes.append(kind | (ident << 4))
+        if len(self.times) > self.MAX_MARKS:
+            half = self.MAX_MARKS // 2
+            del self.times[:half]
+            del self.codes[:half]
+            self.dropped_marks += half
+
+    def site(self):
+        """The innermost frame of the user's code (not torch's, not the interpreter's)."""
+        f = sys._getframe(2)
+        skip = self.skip
+        while f is not None and f.f_code.co_filename.startswith(skip):
+            f = f.f_back
+        if f is None:
+            return 0
+        key = (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        sid = self.sites.get(key)
+        if sid is None:
+            sid = self.sites[key] = len(self.sites) + 1
+            self.site_lines.append("S\t%d\t%s\t%d\t%s\n" % (sid, self.clean(key[0]), key[1],
+                                                             self.clean(key[2])))
+        return sid
+
+    def module_id(self, module):
+        entry = self.modules.get(id(module))
+        if entry is not None and entry[1]() is module:
+            return entry[0]
+        # A module called for the first time: a root (called from outside any module) names
+        # its whole tree; one called inside another is named under the caller.
+        if self.stack:
+            parent = self.stack[-1][1]
+            return self.add_module(module, parent + "." + type(module).__name__)
+        root_prefix = "" if not any(r[1] for r in self.roots) else type(module).__name__ + "."
+        named = list(module.named_modules())
+        for name, m in named:
+            if id(m) not in self.modules or self.modules[id(m)][1]() is not m:
+                self.add_module(m, (root_prefix + name) if name else type(module).__name__)
+        ref = self.weakref.ref
+        named_params = list(module.named_parameters())
+        for n, p in named_params:
+            self.param_names[id(p)] = root_prefix + n
+        params = [(root_prefix + n, ref(p)) for n, p in named_params]
+        buffers = [(root_prefix + n, ref(b)) for n, b in module.named_buffers()]
+        del named_params
+        self.roots.append((self.weakref.ref(module), params, buffers))
+        self.label_root(params, buffers)
+        return self.modules[id(module)][0]
+
+    def add_module(self, module, name):
+        mid = len(self.module_lines) + 1
+        self.modules[id(module)] = (mid, self.weakref.ref(module))
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        self.module_lines.append("M\t%d\t%s\t%s\t%s\t%d\n" % (
+            mid, self.clean(name), self.clean(type(module).__name__),
+            self.clean(code.co_filename if code else ""), code.co_firstlineno if code else 0))
+        return mid
+
+    def pre(self, module, args):
+        # is_compiling() first: torch.compile inlines global module hooks into what it traces,
+        # and a call it cannot trace (threading.get_ident) would break the graph there.
+        if self.compiling() or self.get_ident() != self.main:
+            return None
+        if not self.always_call:
+            # A module called again while still on the stack raised the last time (models do
+            # not call the very module that is running).
+            for i, entry in enumerate(self.stack):
+                if entry[1] is module:
+                    del self.stack[i:]
+                    break
+        mid = self.module_id(module)
+        if not self.stack and not self.in_backward:
+            self.phase_begin()
+            self.mark(_SITE, self.site())
+            if self.first_root is None:
+                self.first_root = mid
+            self.mark(*self.forward_kind(module, mid))
+            self.fed_back(module, mid, args)
+        else:
+            self.mark(_MOD, mid)
+        self.stack.append((mid, module))
+        return None
+
+    def post(self, module, args, output):
+        if self.compiling():
+            return None
+        stack = self.stack
+        if not stack or self.get_ident() != self.main:
+            return None
+        # A module that raised never reaches its post hook: unwind to the one returning now.
+        if stack[-1][1] is not module:
+            while stack and stack[-1][1] is not module:
+                stack.pop()
+            if not stack:
+                return None
+        mid = stack.pop()[0]
+        if not stack and not self.in_backward:
+            self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
+            if self.first_call is not None and not self.first_call[3]:
+                self.first_done = True  # an evaluation's first forward ended
+            self.mark(_FWD_END, mid)
+            self.count_forward(mid)
+            self.phase_end()
+            return None
+        self.times.append(self.now())
+        self.codes.append(_MOD_END | (mid << 4))
+        return None
+
+    def step_pre(self, optimizer, args, kwargs):
+        if self.get_ident() != self.main:
+            return
+        if not any(w() is optimizer for w in self.optimizers):
+            self.optimizers.append(self.weakref.ref(optimizer))
+        first = self.optimizers[0]() is optimizer
+        self.phase_begin()
+        self.in_step = True
+        self.mark(_SITE, self.site())
+        self.mark(_STEP, 1 if first else 0)
+
+    def step_post(self, optimizer, args, kwargs):
+        if self.get_ident() != self.main:
+            return
+        first = bool(self.optimizers) and self.optimizers[0]() is optimizer
+        self.mark(_STEP_END, 1 if first else 0)
+        if self.predict_always and not self.first_done and self.first_call is not None:
+            self.predict_pending = True
+        self.first_done = True
+        self.in_step = False
+        # Named storages at the first steps, then every 50th (and at each OOM): labelling
+        # every gradient at every step cost 2.5 ms a step on a launch-bound model of 200
+        # parameters; between labels a gradient is still a gradient (made in backward, kept
+        # past it), only its name is missing.
+        if first:
+            self.steps += 1
+            self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
+            if self.steps == 2:
+                _stop_launches()
+        if self.steps <= 3 or self.steps % 50 == 0:
+            self.label_all()
+        if first:
+            self.check_lines(self.steps)
+        self.phase_end()
+
+    def modules_running(self):
+        """The modules whose forward is on the Python stack now, outermost first (an OOM
+        inside a forward whose module calls were not traced)."""
+        out = []
+        f = sys._getframe(2)
+        while f is not None:
+            if f.f_code.co_name == "forward":
+                m = f.f_locals.get("self")
+                entry = self.modules.get(id(m)) if m is not None else None
+                if entry is not None and entry[1]() is m and (not out or out[-1] != entry[0]):
+                    out.append(entry[0])
+            f = f.f_back
+        out.reverse()
+        return out
+
+    def on_oom(self):
+        # Between traced iterations the modules running are read off the Python stack: marked
+        # around the OOM mark, so that they name the failed request's module and nothing else.
+        self.oom_seen = True
+        running = self.modules_running() if self.in_root else []
+        for mid in running:
+            self.mark(_MOD, mid)
+        self.mark(_OOM, 0)
+        for mid in reversed(running):
+            self.mark(_MOD_END, mid)
+        self.label_all()
+        # A program that catches it and goes on is traced whole until its next step.
+        if not self.stack and not self.in_root:
+            self.trace_modules(True)
+
+    def at_exit(self):
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if exc is not None:
+            self.exception = _exception_line(exc, self.clean, self.now())
+        try:
+            self.predict_steps()
+        except Exception:
+            pass

@@ -1,0 +1,109 @@
+"""The Python lines of the blocks a program makes between its phases (forward, backward,
+optimizer step), for vramtrace's start-up hook (sitecustomize.py): PyTorch's allocator trace
+gathers Python frames only between the phases, and only while they cost little (a part of
+_vramtrace_context._Context)."""
+import os
+
+
+class _Lines:
+    def init_lines(self):
+        self.history = None       # PyTorch's _record_memory_history while the hook switches it
+        self.frames_on = False
+        self.in_step = False
+        self.counting = False     # allocations between phases counted in this iteration
+        self.between = 0
+        self.between_from = 0
+        self.iteration_ns = 0
+
+    def lines_between_phases(self, max_entries):
+        """The allocator trace's Python frames switched on between the phases (forward,
+        backward, optimizer step) and off inside them: the blocks a program makes between them
+        (a batch's targets from torch.randint(..., device="cuda"), a running loss, a metric)
+        get the user's line, which nothing else gives them (no module, no step), while the
+        phases, where nearly all allocations are, pay nothing. Frames cost about 2 us per
+        allocation and a switch about 2 us; where the allocations between the phases would
+        cost more than 0.5 % of a counted iteration (the first ones and every 50th), the
+        frames stay off from then on. A program that sets the trace itself keeps its own.
+        VRAMTRACE_TORCH_LINES: off, or the share of an iteration they may cost (0.005)."""
+        import functools
+        budget = os.environ.get("VRAMTRACE_TORCH_LINES", "") or "0.005"
+        if budget == "off":
+            return
+        try:
+            self.budget = float(budget)
+        except ValueError:
+            self.budget = 0.005
+        memory = self.torch.cuda.memory
+        record = memory._record_memory_history
+        ctx = self
+
+        @functools.wraps(record)
+        def program_record(*args, **kwargs):
+            ctx.history = None
+            return record(*args, **kwargs)
+
+        memory._record_memory_history = program_record
+        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
+            self.torch.cuda._record_memory_history = program_record
+        stats = getattr(memory, "memory_stats_as_nested_dict", None)
+
+        def allocations():
+            # 0 where PyTorch cannot say: nothing is counted, the frames are never cut.
+            try:
+                return int(stats()["allocation"]["all"]["allocated"])
+            except Exception:
+                return 0
+
+        self.allocations = allocations
+        self.history = functools.partial(record, enabled="all", stacks="python",
+                                         max_entries=max_entries)
+        self.frames(True)
+
+    def frames(self, on):
+        if on == self.frames_on or self.history is None:
+            return
+        if self.counting:
+            if on:
+                self.between_from = self.allocations()
+            else:
+                self.tally()
+        try:
+            self.history(context="alloc" if on else None)
+            self.frames_on = on
+        except Exception:
+            self.history = None
+
+    def tally(self):
+        """Adds the allocations made since the frames went on, or since the last tally."""
+        n = self.allocations()
+        self.between += n - self.between_from
+        self.between_from = n
+
+    def phase_begin(self):
+        if self.frames_on:
+            self.frames(False)
+
+    def phase_end(self):
+        if (self.history is not None and not self.frames_on and not self.stack
+                and not self.in_root and not self.in_backward and not self.in_step):
+            self.frames(True)
+
+    def check_lines(self, done):
+        """At the end of iteration `done` - 1: frames off for good when those between the
+        phases of a counted iteration cost more than 0.5 % of its time; the next counted
+        iteration is the first ones' and every 50th."""
+        if self.history is None:
+            return
+        now = self.now()
+        if self.counting and self.iteration_ns:
+            if self.frames_on:
+                self.tally()
+            if self.between * 2000 > self.budget * (now - self.iteration_ns):
+                self.frames(False)
+                self.history = None
+                return
+        self.between = 0
+        self.counting = done < 3 or done % 50 == 49
+        if self.counting and self.frames_on:
+            self.between_from = self.allocations()
+        self.iteration_ns = now

@@ -1,0 +1,150 @@
+"""The side channel's writer of vramtrace's start-up hook (sitecustomize.py): the file
+vramtrace.<pid>.torch (common/side_channel.h declares every line) with PyTorch's allocator trace
+and the context's lines (modules, sites, marks, named storages, limits, pools, the exception,
+the predicted steps), at exit, at each OOM and when a report of the moment asks."""
+import os
+
+
+def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns):
+    """Writes vramtrace.<pid>.torch into out_dir: the header, the allocator's settings, its trace
+    (F and E lines), and the context's lines; written whole into a .tmp file, then moved."""
+    snap = torch.cuda.memory._snapshot()
+    path = os.path.join(out_dir, "vramtrace.%d.torch" % os.getpid())
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    frames = {}
+    count = 0
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+        f.write("vramtrace.torch/2\t%d\t%d\t%d\t%s\n"
+                % (os.getpid(), realtime_ns, monotonic_ns, clean(torch.__version__)))
+        # The allocator's settings, for `vramtrace whatif` to replay the run under them.
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        if conf:
+            f.write("C\t%s\n" % clean(conf))
+        wrapped = False
+        for device, trace in enumerate(snap.get("device_traces", [])):
+            if len(trace) >= max_entries:
+                f.write("W\t%d\t%d\n" % (device, len(trace)))
+                wrapped = True
+            # Written in chunks, with each action's text cleaned once: about 1 s per million
+            # entries at exit instead of 1.8 (the ring holds up to max_entries).
+            actions = {}
+            out = []
+            for e in trace:
+                ids = ""
+                stack = e.get("frames")
+                if stack:
+                    refs = []
+                    for fr in stack:
+                        key = (fr.get("filename", ""), fr.get("line", 0), fr.get("name", ""))
+                        i = frames.get(key)
+                        if i is None:
+                            i = frames[key] = len(frames) + 1
+                            out.append("F\t%d\t%s\t%d\t%s\n" % (
+                                i, clean(key[0]), int(key[1] or 0), clean(key[2])))
+                        refs.append(str(i))
+                    ids = ",".join(refs)
+                a = e.get("action", "")
+                act = actions.get(a)
+                if act is None:
+                    act = actions[a] = clean(a)
+                free = e.get("device_free")
+                out.append("E\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n" % (
+                    device, act, e.get("addr") or 0, e.get("size") or 0,
+                    e.get("stream") or 0, e.get("time_us") or 0, ids,
+                    "" if free is None else int(free)))
+                if len(out) >= 4096:
+                    f.write("".join(out))
+                    out.clear()
+            f.write("".join(out))
+            count += len(trace)
+            if context is not None and trace:
+                context.write_limit(f, device)
+        if wrapped:
+            # The ring held only the latest entries: what the allocator holds now (its
+            # segments and the blocks in use) tells the collector what was live before them,
+            # and every named storage labelled now says what those blocks are (a label from
+            # before the window may name a storage freed since).
+            f.write(_allocator_state(snap))
+            if context is not None:
+                context.label_all_now()
+        if context is not None:
+            context.write_pools(f, snap.get("segments", []))
+            context.write(f)
+        f.write("END\t%d\n" % count)
+    os.replace(tmp, path)
+
+
+def _allocator_state(snap):
+    """G lines (segments: device, address, bytes) and A lines (blocks in use: device, address,
+    bytes) of a memory snapshot. A segment's blocks are listed in address order. A block in use
+    is given the size asked for (requested_size), as the trace's entries give it: its own size
+    can be larger by the rest of a segment too small to split off."""
+    out = []
+    for seg in snap.get("segments", []):
+        device, address = int(seg.get("device", 0) or 0), int(seg.get("address", 0) or 0)
+        out.append("G\t%d\t%d\t%d\n" % (device, address, int(seg.get("total_size", 0) or 0)))
+        for block in seg.get("blocks", []):
+            size = int(block.get("size", 0) or 0)
+            if block.get("state") in ("active_allocated", "active_pending_free"):
+                asked = int(block.get("requested_size", 0) or 0)
+                out.append("A\t%d\t%d\t%d\n" % (device, int(block.get("address", address)),
+                                                   asked if 0 < asked <= size else size))
+            address += size
+    return "".join(out)
+
+
+class _Writer:
+    """The context's lines (a part of _vramtrace_context._Context)."""
+
+    def write_limit(self, f, device):
+        try:
+            cuda = self.torch.cuda
+            fraction = cuda.get_per_process_memory_fraction(device)
+            total = cuda.get_device_properties(device).total_memory
+            f.write("Q\t%d\t%.17g\t%d\n" % (device, fraction, total))
+        except Exception:
+            pass
+
+    def write_pools(self, f, segments):
+        """The P records: each segment of a private pool (segment_pool_id not (0, 0)) now; the
+        collector counts a block in one as that pool's. PyTorch before segment_pool_id: none."""
+        out = []
+        for seg in segments:
+            try:
+                pool = seg.get("segment_pool_id")
+                if pool is None:
+                    continue
+                pool = tuple(int(x) for x in pool)
+                if len(pool) != 2 or pool == (0, 0):
+                    continue
+                graph = pool in self.graph_pools or (pool[0] != 0 and pool[1] == 0)
+                out.append("P\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
+                    int(seg.get("device") or 0), int(seg.get("address") or 0),
+                    int(seg.get("total_size") or 0), pool[0], pool[1],
+                    "graph" if graph else "pool"))
+            except Exception:
+                continue
+        f.write("".join(out))
+
+    def write(self, f):
+        f.write("".join(self.module_lines))
+        f.write("".join(self.site_lines))
+        clean = self.clean
+        for lines in (self.labels, self.grad_labels):
+            f.write("".join("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
+                t, dev, ptr, nbytes, kind, clean(name), "x".join(str(d) for d in shape),
+                str(dtype).replace("torch.", "")) for t, dev, ptr, nbytes, kind, name, shape, dtype
+                in lines))
+        if self.dropped_marks:
+            f.write("D\t%d\n" % self.dropped_marks)
+        out = []
+        for t, c in zip(self.times, self.codes):
+            out.append("K\t%d\t%d\t%d\n" % (t, c & 15, c >> 4))
+            if len(out) >= 8192:
+                f.write("".join(out))
+                out.clear()
+        f.write("".join(out))
+        if self.exception:
+            f.write(self.exception)
+        f.write("".join(self.predicted))
