@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "collector/ingest/torch_trace.h"
 #include "collector/ingest/torch_trace_reader.h"
+#include "collector/model/model.h"
 #include "collector/predict/transforms.h"
 #include "collector/predict/whatif.h"
 
@@ -341,4 +343,46 @@ TEST_CASE(
     CHECK(t.problem.rfind("line 2", 0) == 0);
     CHECK(t.problem.find("bad predicted change") != std::string::npos);
   }
+}
+
+TEST_CASE("predict: a remedy weighed on the steps the hook ran on fake tensors, to the byte") {
+  // The run died in its first step; the hook ran that step on fake tensors as the program runs
+  // it (step 1, the completion) and under bf16 autocast (step 2: the activations half as
+  // large, the gradient and the optimizer state as they were).
+  auto process = [](const std::string& text) {
+    auto p = std::make_shared<ProcessModel>();
+    p->pid = 42;
+    p->devices[0].total_bytes = 2048 * MiB;
+    auto tm = std::make_shared<const TorchMemory>(context_of(text));
+    p->torch_context = std::shared_ptr<const TorchContext>(tm, &tm->context());
+    p->torch_memory = tm;
+    return p;
+  };
+  const auto p = process(recorded() + step(1, 8) + step(2, 4) + "V\t2\tbf16_autocast\t-\n");
+  // Each fake step after what the run recorded before it (W, 40 MiB, its own segment),
+  // large-pool requests whose segments are rounded to 2 MiB and split when more than 1 MiB is
+  // left. Without the change: fc1's and fc2's outputs (30 MiB each) and the 50 MiB request, each
+  // a segment; the loss's 20 MiB is split from the freed 50; W's gradient (40) from it again once
+  // fc2's output is freed (30 free there is too small); the optimizer's state a segment of its
+  // own (fc1's 30 is too small): 40 + 30 + 30 + 50 + 40 = 190 MiB.
+  // With it: 15 MiB outputs in 16 MiB segments (1 MiB left is not split off), 25 in 26, the
+  // loss's 10 split from it; W's gradient and state (40 each) fit in no free block: 40 + 16 +
+  // 16 + 26 + 40 + 40 = 178 MiB.
+  const WhatIfResult whole = replay_run(*p, 0, {});
+  REQUIRE(whole.ok);
+  CHECK(whole.reserved_peak_bytes == 202 * MiB);  // the completed step, as above
+  RemedyChange bf16{"mixed_precision", {}, {}};
+  const WhatIfResult r = replay_remedy(*p, 0, bf16);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  REQUIRE(r.fake_step_change);
+  CHECK(r.fake_step_change->change == "bf16_autocast");
+  CHECK(r.fake_step_change->without_bytes == 190 * MiB);
+  CHECK(r.fake_step_change->with_bytes == 178 * MiB);
+  // The run's own replay scaled by their ratio: 202 MiB x 178 / 190.
+  CHECK(r.reserved_peak_bytes == 198434730);
+  CHECK_FALSE(r.over_limit);
+  // A change the hook did not run (checkpointing here) is made to the recorded requests instead.
+  RemedyChange ckpt{"activation_checkpointing", {"fc1"}, {}};
+  CHECK_FALSE(replay_remedy(*p, 0, ckpt).fake_step_change);
 }
