@@ -30,6 +30,9 @@ inline constexpr char kLaunches[] = "VRAMTRACE_LAUNCHES";
 inline constexpr char kDisable[] = "VRAMTRACE_DISABLE";
 // The CUPTI library to load, before the usual places.
 inline constexpr char kCupti[] = "VRAMTRACE_CUPTI";
+// Folders (':'-separated) where NVIDIA's pip wheels may hold CUPTI, looked at after every other
+// place: the Python package's `vramtrace` command sets them to its Python's path.
+inline constexpr char kSitePackages[] = "VRAMTRACE_SITE_PACKAGES";
 
 // ---- read by the Python hook (python/vramtrace/_hook/sitecustomize.py) --------------------------
 inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";

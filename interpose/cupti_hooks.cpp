@@ -49,8 +49,23 @@ void resolve(void* lib, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(lib, name));
 }
 
-// `env`: VRAMTRACE_CUPTI, tried first.
-void* open_cupti(const char* env) {
+// The folders of NVIDIA's pip wheels (the ones PyTorch depends on) that hold CUPTI, under a
+// site-packages: CUDA 13's layout, then the older one. The only list of them: the Python
+// package's command names its Python's folders (VRAMTRACE_SITE_PACKAGES) instead of looking.
+constexpr const char* kWheelDirs[] = {"nvidia/cu13/lib", "nvidia/cuda_cupti/lib"};
+
+// CUPTI from a wheel under the folder of `len` bytes at `dir`, or nullptr.
+void* open_wheel_cupti(const char* dir, int len) {
+  char path[1024];
+  for (const char* rel : kWheelDirs) {
+    snprintf(path, sizeof path, "%.*s/%s/libcupti.so.13", len, dir, rel);
+    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  return nullptr;
+}
+
+// `env`: VRAMTRACE_CUPTI, tried first; `site_packages`: VRAMTRACE_SITE_PACKAGES, tried last.
+void* open_cupti(const char* env, const char* site_packages) {
   if (env && *env) {
     if (void* h = dlopen(env, RTLD_NOW | RTLD_LOCAL)) return h;
   }
@@ -69,17 +84,24 @@ void* open_cupti(const char* env) {
     snprintf(path, sizeof path, "%s/lib64/libcupti.so.13", home);
     if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
   }
-  // Installed with pip (site-packages/vramtrace/_bin/libvramtrace.so): the CUPTI of NVIDIA's
-  // wheels that PyTorch depends on, in the same site-packages, for machines with a driver but
-  // no CUDA Toolkit.
+  // Installed with pip (site-packages/vramtrace/_bin/libvramtrace.so): the wheels' CUPTI in the
+  // same site-packages, for machines with a driver but no CUDA Toolkit.
   Dl_info self;
   if (dladdr(reinterpret_cast<void*>(&open_cupti), &self) && self.dli_fname) {
     const char* slash = strrchr(self.dli_fname, '/');
     const int dir_len = slash ? static_cast<int>(slash - self.dli_fname) : 0;
-    for (const char* rel : {"/../../nvidia/cu13/lib", "/../../nvidia/cuda_cupti/lib"}) {
-      snprintf(path, sizeof path, "%.*s%s/libcupti.so.13", dir_len, self.dli_fname, rel);
-      if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+    snprintf(path, sizeof path, "%.*s/../..", dir_len, self.dli_fname);
+    if (void* h = open_wheel_cupti(path, static_cast<int>(strnlen(path, sizeof path)))) return h;
+  }
+  // Then in every folder of the Python that ran the package's command (another site-packages,
+  // a virtual environment's, the user's).
+  for (const char* p = site_packages; p && *p;) {
+    const char* colon = strchr(p, ':');
+    const int len = colon ? static_cast<int>(colon - p) : static_cast<int>(strlen(p));
+    if (len > 0) {
+      if (void* h = open_wheel_cupti(p, len)) return h;
     }
+    p = colon ? colon + 1 : nullptr;
   }
   return nullptr;
 }
@@ -111,10 +133,10 @@ void give_up(const char* why) {
 
 }  // namespace
 
-bool subscribe_cupti(bool launches, const char* cupti_path) {
+bool subscribe_cupti(bool launches, const char* cupti_path, const char* site_packages) {
   find_driver_functions();
 
-  void* lib = open_cupti(cupti_path);
+  void* lib = open_cupti(cupti_path, site_packages);
   if (!lib) {
     give_up(
         "CUPTI (libcupti.so.13) not found; this process runs without memory profiling "

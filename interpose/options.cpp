@@ -24,6 +24,7 @@ Options read_options() {
   o.launches_value = getenv(env::kLaunches);
   o.launches = launches_recorded(o.launches_value, &o.bad_launches);
   o.cupti = getenv(env::kCupti);
+  o.site_packages = getenv(env::kSitePackages);
   return o;
 }
 

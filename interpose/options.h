@@ -109,7 +109,8 @@ struct Options {
   const char* launches_value;  // VRAMTRACE_LAUNCHES as set, for the notice of a bad value
   bool launches;
   bool bad_launches;
-  const char* cupti;  // VRAMTRACE_CUPTI
+  const char* cupti;          // VRAMTRACE_CUPTI
+  const char* site_packages;  // VRAMTRACE_SITE_PACKAGES
 };
 
 // Reads them now (a forked child that starts CUDA again reads them again).

@@ -290,6 +290,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   watch_exit_status();
   if (!launches) record_settings(launches);
   stacks_init(options.stacks);  // the module map goes out before any stack that refers to it
-  subscribe_cupti(launches, options.cupti);
+  subscribe_cupti(launches, options.cupti, options.site_packages);
   return 1;
 }

@@ -12,11 +12,13 @@ A test's figures are measured around its call (not its fixtures), per device:
 bytes (torch.cuda.memory_allocated, max_memory_allocated), not its reserved ones; otherwise the
 driver allocations that libvramtrace.so counts in the process, less what pools declared with
 vramtrace.h hold but have not handed out. With PyTorch, a failure message names PyTorch's blocks
-behind the peak or the leak by the Python line that made them and their category (parameters,
-gradients, optimizer state, activations, inputs and data), from PyTorch's allocator trace and
-the models and optimizers the start-up hook has seen run (never a walk of the heap): the
-plugin keeps its Python frames on for a test with a limit marker. Otherwise the sites come from
-libvramtrace.so (driver allocations: with PyTorch, the segments of its caching allocator).
+behind the peak or the leak by the Python line that made them, from PyTorch's allocator trace
+(the plugin keeps its Python frames on for a test with a limit marker), and their category
+(parameters, gradients, optimizer state, activations, temporaries, inputs and data), which the
+start-up hook gives from the models and optimizers it has seen run and the phases it marked
+(its vramtrace_categories(): the collector's rules, never a walk of the heap). Otherwise the
+sites come from libvramtrace.so (driver allocations: with PyTorch, the segments of its caching
+allocator).
 
 The figures come from libvramtrace.so in the process, so pytest must run under it: when it is
 not loaded, `pytest --vramtrace` runs itself again as `vramtrace run -o DIR -- pytest ...`
@@ -32,7 +34,6 @@ import signal
 import sys
 import tempfile
 import time
-import warnings
 
 import pytest
 
@@ -183,40 +184,29 @@ def _torch_frames_on(torch):
         return False
 
 
-def _named_storages():
-    """The storages of the parameters, buffers, gradients and optimizer states of the models
-    and optimizers vramtrace's start-up hook has seen in this process: {data_ptr: category}.
-    From the hook's weak references (its vramtrace_named_storages()): the heap is never walked,
-    and no other object is looked at (some warn when touched, as torch.distributed.reduce_op
-    does). {} without the hook (--torch=off, pytest not under `vramtrace run`)."""
+def _categories(blocks):
+    """The category of each block of [(address, made_us, freed_us)], from vramtrace's start-up
+    hook (its vramtrace_categories(): the models and optimizers it has seen, by weak reference,
+    and the phases it marked; the heap is never walked, and no other object is looked at).
+    None for each without the hook (--torch=off, pytest not under `vramtrace run`)."""
     hook = sys.modules.get("sitecustomize")
-    named = getattr(hook, "vramtrace_named_storages", None)
-    if named is None:
-        return {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return named()
-    except Exception:
-        return {}
+    categories = getattr(hook, "vramtrace_categories", None)
+    if categories is not None:
+        try:
+            return categories(blocks)
+        except Exception:
+            pass
+    return [None] * len(blocks)
 
 
 def _block_line(frames):
     """The user's line of a block: its innermost frame outside PyTorch, installed packages and
-    pytest; and the category its frames say (a module's forward, autograd, an optimizer)."""
-    line, category = None, "inputs and data"
+    pytest."""
     for f in frames or ():
         name = f.get("filename", "")
-        if os.sep + "torch" + os.sep + "optim" + os.sep in name:
-            category = "optimizer state"
-        elif os.sep + "torch" + os.sep + "autograd" + os.sep in name and category != "optimizer state":
-            category = "gradients"
-        elif (os.sep + "torch" + os.sep + "nn" + os.sep + "modules" + os.sep in name
-              and category == "inputs and data"):
-            category = "activations"
-        if line is None and name and not any(part in name for part in _NOT_USER):
-            line = "%s:%s in %s" % (name, f.get("line", 0), f.get("name", "?"))
-    return line or "(line unknown: PyTorch recorded no frame of the program)", category
+        if name and not any(part in name for part in _NOT_USER):
+            return "%s:%s in %s" % (name, f.get("line", 0), f.get("name", "?"))
+    return "(line unknown: PyTorch recorded no frame of the program)"
 
 
 def torch_blocks(torch, device, since_us, what, top):
@@ -248,11 +238,17 @@ def torch_blocks(torch, device, since_us, what, top):
         live, _ = replay(best_at + 1)
     if not live:
         return []
-    named = _named_storages()
+    freed = {}  # a block's free after the moment, for what its phase kept and what it did not
+    for e in entries[best_at + 1:] if what == "peak" else ():
+        addr = e.get("addr")
+        if e.get("action") == "free_completed" and addr in live and addr not in freed:
+            freed[addr] = e.get("time_us", 0)
+    blocks = list(live.items())
+    categories = _categories([(addr, e.get("time_us", 0), freed.get(addr))
+                              for addr, e in blocks])
     groups = {}
-    for addr, e in live.items():
-        line, category = _block_line(e.get("frames"))
-        category = named.get(addr, category)
+    for (addr, e), category in zip(blocks, categories):
+        line = _block_line(e.get("frames"))
         g = groups.setdefault((line, category), [0, 0])
         g[0] += e.get("size", 0)
         g[1] += 1
@@ -262,8 +258,8 @@ def torch_blocks(torch, device, since_us, what, top):
 
 
 def _torch_lines(rows):
-    return ["  %10s  %s  (%s, %d block%s)" % (vramtrace.format_bytes(b), line, cat, n,
-                                              "" if n == 1 else "s")
+    return ["  %10s  %s  (%s%d block%s)" % (vramtrace.format_bytes(b), line,
+                                            cat + ", " if cat else "", n, "" if n == 1 else "s")
             for b, n, line, cat in rows]
 
 

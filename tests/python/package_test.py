@@ -59,7 +59,8 @@ def run(cmd, env=None, cwd=None, expect=0):
 def clean_env(**extra):
     e = dict(os.environ)
     for k in ("VRAMTRACE_OUTPUT", "VRAMTRACE_SOCKET", "LD_PRELOAD", "CUDA_INJECTION64_PATH",
-              "VRAMTRACE_CUPTI", "PYTHONPATH", "VRAMTRACE_PYTEST_REEXEC", "PYTEST_ADDOPTS",
+              "VRAMTRACE_CUPTI", "VRAMTRACE_SITE_PACKAGES",
+              "PYTHONPATH", "VRAMTRACE_PYTEST_REEXEC", "PYTEST_ADDOPTS",
               "VRAMTRACE_LIB", "PYTEST_XDIST_WORKER", "VRAMTRACE_HTTP_LIB"):
         e.pop(k, None)
     e["LD_LIBRARY_PATH"] = STANDIN
@@ -134,13 +135,33 @@ def main():
     check(rep["run"]["processes_not_profiled"] == 0 and
           rep["devices"][0]["peak"]["bytes"] == 3 * MiB,
           "and profiles the program with it: peak 3 MiB")
-    # The launcher names that CUPTI itself when no toolkit is there to provide one.
+    # In another folder of the command's Python (a user's site-packages, another environment's):
+    # the command names its Python's folders in VRAMTRACE_SITE_PACKAGES, where the library
+    # looks for the wheels' CUPTI last; the native command alone does not find it there.
+    elsewhere = os.path.join(tmp, "other-site")
+    other_lib = os.path.join(elsewhere, "nvidia", "cu13", "lib")
+    os.makedirs(other_lib)
+    os.rename(expected, os.path.join(other_lib, "libcupti.so.13"))
+    p = run([exe, "run", "-o", os.path.join(tmp, "wheel-cupti-elsewhere"), "--", py, "-c", probe],
+            env=clean_env(LD_PRELOAD=shim, PYTHONPATH=elsewhere))
+    check(("CUPTI " + os.path.join(other_lib, "libcupti.so.13")) in p.stdout.splitlines(),
+          "the library loads the wheel's CUPTI from a folder of the command's Python path (%r)"
+          % p.stdout.strip())
+    native = os.path.join(tmp, "wheel-cupti-native")
+    run([os.path.join(site, "_bin", "vramtrace"), "run", "-o", native, "--", py, "-c", probe],
+        env=clean_env(LD_PRELOAD=shim, PYTHONPATH=elsewhere), expect=None)
+    with open(os.path.join(native, "report.json")) as f:
+        rep = json.load(f)
+    check(rep["run"]["processes_not_profiled"] == 1,
+          "without VRAMTRACE_SITE_PACKAGES that CUPTI is not found: %r" % rep["run"])
     p = run([py, "-c", "import sys; from vramtrace import _launcher as l\n"
-             "l._TOOLKIT_DIRS = ()\n"
-             "print(l.environment({}).get('VRAMTRACE_CUPTI'))"],
-            env={k: v for k, v in clean_env(LD_LIBRARY_PATH="").items() if k != "CUDA_HOME"})
-    check(p.stdout.strip() == expected,
-          "the launcher sets VRAMTRACE_CUPTI to the wheel's CUPTI: %r" % p.stdout.strip())
+             "print(l.environment({}, [sys.argv[1], '', '/nonexistent', sys.argv[1]])"
+             "['VRAMTRACE_SITE_PACKAGES'])\n"
+             "print(l.environment({'VRAMTRACE_SITE_PACKAGES': '/mine'})"
+             "['VRAMTRACE_SITE_PACKAGES'])", elsewhere], env=clean_env(), cwd=tmp)
+    check(p.stdout.splitlines() == [elsewhere + ":" + tmp, "/mine"],
+          "the command's VRAMTRACE_SITE_PACKAGES: its Python's folders, once each, or the "
+          "user's: %r" % p.stdout)
 
     # ---- the Python API ------------------------------------------------------------------
     api = os.path.join(HERE, "api_probe.py")

@@ -1,9 +1,14 @@
 """The named storages of vramtrace's start-up hook (sitecustomize.py): the parameters,
 buffers, gradients and optimizer state of the models and optimizers the hook has seen, by name
 and data pointer (L lines of common/side_channel.h), at the first steps, every 50th and at each
-OOM; and the same storages by category for the pytest plugin. Weak references only: a model
-the program drops frees its memory as it would without the hook."""
-from _vramtrace_marks import _NAMED
+OOM; and the categories of blocks for the pytest plugin (the same storages, then the phases
+the context marked). Weak references only: a model the program drops frees its memory as it
+would without the hook."""
+import bisect
+import warnings
+
+from _vramtrace_marks import (_BWD, _BWD_END, _FWD, _FWD_END, _FWD_EVAL, _FWD_EVAL_GRAD, _NAMED,
+                              _STEP, _STEP_END)
 
 
 def named_storages(context):
@@ -42,6 +47,64 @@ def named_storages(context):
                 if isinstance(v, context.torch.Tensor):
                     add(v, "optimizer state")
     return out
+
+
+def categories(context, blocks):
+    """The category of each block of [(address, made_us, freed_us)] (freed_us None while it
+    lives), by the collector's rules 1 to 5 (collector/model/torch_memory.h): a named storage's
+    ("parameters", "gradients", "optimizer state"); else the phase it was made in, kept past
+    that phase's end (activations, gradients, optimizer state; an evaluation's under no_grad,
+    inputs and data) or freed inside it (temporaries); else "inputs and data"."""
+    with warnings.catch_warnings():  # some objects warn when looked at (reduce_op)
+        warnings.simplefilter("ignore")
+        named = named_storages(context)
+    spans = _phase_spans(context, blocks)
+    begins = [b for b, _, _ in spans]
+    out = []
+    for address, made_us, freed_us in blocks:
+        category = named.get(address)
+        if category is None:
+            i = bisect.bisect_right(begins, made_us * 1000) - 1
+            category = "inputs and data"
+            if i >= 0 and (spans[i][1] is None or made_us * 1000 <= spans[i][1]):
+                _, end, phase = spans[i]
+                kept = freed_us is None or (end is not None and freed_us * 1000 > end)
+                category = _PHASE_CATEGORY[phase] if kept else "temporaries"
+        out.append(category)
+    return out
+
+
+# What a block made in a phase and kept past its end is: a training forward's, or an
+# evaluation's with grad on, are activations (a graph kept alive); under no_grad, outputs.
+_PHASE_CATEGORY = {0: "activations", 1: "inputs and data", 2: "gradients", 3: "optimizer state"}
+_PHASE_OF_MARK = {_FWD: 0, _FWD_EVAL_GRAD: 0, _FWD_EVAL: 1, _BWD: 2, _STEP: 3}
+_PHASE_END_OF_MARK = {_FWD_END: (0, 1), _BWD_END: (2,), _STEP_END: (3,)}
+
+
+def _phase_spans(context, blocks):
+    """[(begin_ns, end_ns or None, phase)] of the phases (forward, backward, optimizer step)
+    marked around the blocks' times, in time order; a phase still running has no end."""
+    times, codes = context.times, context.codes
+    first = min((made for _, made, _ in blocks), default=0) * 1000
+    last = max((max(made, freed or 0) for _, made, freed in blocks), default=0) * 1000
+    lo = bisect.bisect_right(times, first)
+    while lo > 0 and codes[lo - 1] & 15 not in _PHASE_OF_MARK:  # back to the phase of `first`
+        lo -= 1
+    lo = max(lo - 1, 0)
+    hi = bisect.bisect_right(times, last)
+    while hi < len(times) and codes[hi] & 15 not in _PHASE_END_OF_MARK:  # on to its end
+        hi += 1
+    spans, open_at, open_phase = [], None, None
+    for t, code in zip(times[lo:hi + 1], codes[lo:hi + 1]):
+        kind = code & 15
+        if kind in _PHASE_OF_MARK:
+            open_at, open_phase = t, _PHASE_OF_MARK[kind]
+        elif open_at is not None and open_phase in _PHASE_END_OF_MARK.get(kind, ()):
+            spans.append((open_at, t, open_phase))
+            open_at = None
+    if open_at is not None:
+        spans.append((open_at, None, open_phase))
+    return spans
 
 
 class _Storages:

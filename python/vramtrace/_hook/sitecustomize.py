@@ -15,19 +15,23 @@
 import os
 import sys
 
-# The hook's _Context once torch is imported ("context"), for vramtrace_named_storages().
+# The hook's _Context once torch is imported ("context"), for vramtrace_categories().
 _vramtrace_ctx = {}
 
 
-def vramtrace_named_storages():
-    """{storage data_ptr: "parameters", "gradients" or "optimizer state"}: the storages of the
-    models and optimizers the hook has seen, from its weak references (the pytest plugin names
-    a test's blocks by them without walking the heap); {} before torch or without categories."""
+def vramtrace_categories(blocks):
+    """The category of each of PyTorch's blocks in `blocks`, [(address, made_us, freed_us)]
+    (the allocator trace's times, on the Unix epoch; freed_us None while the block lives), as
+    the collector gives it: "parameters", "gradients", "optimizer state", "activations",
+    "temporaries" or "inputs and data" (_vramtrace_storages.categories). From the hook's weak
+    references and marks only (the pytest plugin names a test's blocks by this without walking
+    the heap); [None, ...] before torch or without categories (VRAMTRACE_TORCH_CONTEXT=off)."""
+    blocks = list(blocks)
     context = _vramtrace_ctx.get("context")
     if context is None:
-        return {}
-    from _vramtrace_storages import named_storages
-    return named_storages(context)
+        return [None] * len(blocks)
+    from _vramtrace_storages import categories
+    return categories(context, blocks)
 
 
 def _say(msg):
