@@ -3,7 +3,7 @@
 #
 # BUILD_DIR is the CMake binary dir of the project; the stand-in libraries
 # must be (or are built here) in BUILD_DIR/standin.  Test programs go to
-# BUILD_DIR/tests/standin_smoke.  Exits non-zero on the first failure.
+# BUILD_DIR/tests/standin.  Exits non-zero on the first failure.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -13,7 +13,7 @@ fi
 BUILD=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 STANDIN=$BUILD/standin
-OUT=$BUILD/tests/standin_smoke
+OUT=$BUILD/tests/standin
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
 mkdir -p "$OUT"

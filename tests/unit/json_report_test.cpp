@@ -1,0 +1,88 @@
+// Unit tests of report.json and its summary from the model at the edges (report/json_report.h):
+// a run killed before any process used CUDA, many OOMs (the live sets kept of the first 64
+// only), sizes near 2^63, and a rank that is not UTF-8. Each case reproduces a bug found by the
+// reliability work (fuzzing, sanitizers, tests/reliability) and failed before its fix.
+#include <catch2/catch.hpp>
+
+#include "collector/ingest/trace_reader.h"
+#include "collector/model/model.h"
+#include "report/check.h"
+#include "report/json_report.h"
+#include "unit/trace_builder.h"
+
+using namespace vramtrace;
+using vt_test::TraceBuilder;
+
+TEST_CASE("a command killed before any process used CUDA gives a report that is not complete") {
+  collector::Run empty;  // no trace reached the collector
+  report::RunInfo killed;
+  killed.signal = 9;
+  nlohmann::json j = report::to_json(empty, killed);
+  REQUIRE(j["run"]["complete"] == false);
+  REQUIRE(j["run"]["signal"] == 9);
+  report::RunInfo exited;
+  exited.exit_code = 0;
+  REQUIRE(report::to_json(empty, exited)["run"]["complete"] == true);
+}
+
+namespace {
+collector::Run run_of(std::vector<uint8_t> bytes) {
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(std::move(bytes)));
+  return collector::model_of(std::move(readers));
+}
+}  // namespace
+
+TEST_CASE("many OOMs keep the live set of the first 64 only: memory does not grow as OOMs x live") {
+  // Before: every OOM copied up to 256 live allocations; 250 KB of trace (1000 live, 20000
+  // OOMs) took 2.1 GiB and 5 s in `vramtrace report`, now 137 MiB and 0.6 s.
+  TraceBuilder t;
+  t.context(0, 1ull << 30);
+  for (uint64_t i = 0; i < 10; ++i) t.alloc(0x1000 * (i + 1), 4096);
+  for (int i = 0; i < 100; ++i) t.failed(1ull << 40);
+  collector::Run run = run_of(t.exit_clean().bytes());
+  const auto& ooms = run.processes.at(0).ooms;
+  REQUIRE(ooms.size() == 100);
+  REQUIRE(ooms[0].live.size() == 10);
+  REQUIRE(ooms[63].live.size() == 10);
+  REQUIRE(ooms[64].live.empty());
+  REQUIRE(ooms[99].live.empty());
+  REQUIRE(ooms[99].live_bytes == 10 * 4096);
+  nlohmann::json j = report::to_json(run);
+  REQUIRE(j["oom"].size() == 100);
+  REQUIRE_FALSE(j["oom"][63].contains("live_set_omitted"));
+  REQUIRE(j["oom"][63]["largest_live"].size() == 10);
+  REQUIRE(j["oom"][64]["live_set_omitted"] == true);
+  REQUIRE(j["oom"][64]["live_bytes"] == 10 * 4096);
+}
+
+TEST_CASE("allocation sizes near 2^63 add up without a signed overflow") {
+  // Found by fuzz_report_json (a trace given to load_report): run_delta added int64_t deltas.
+  TraceBuilder t;
+  t.context(0, 1ull << 30).alloc(0x1000, 9223372036854759424ull).alloc(0x2000, 4194304);
+  collector::Run run = run_of(t.free(0x2000).exit_clean().bytes());
+  REQUIRE(run.devices.size() == 1);
+  REQUIRE(run.devices[0].peak_bytes == 9223372036858953728ull);
+  REQUIRE(run.devices[0].live_bytes == 9223372036854759424ull);
+}
+
+TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a crash") {
+  // Found by fuzz_trace_reader (300 s run): a rank is the process's environment, any bytes;
+  // sorting the ranks, the summary and compare() dumped it strictly (json::type_error 316,
+  // exit 134 of `vramtrace run` and `vramtrace report` before report.json was written).
+  TraceBuilder a(100, "testhost", "RANK=0\n"), b(101, "testhost", "RANK=\xca\n");
+  a.context(0, 1ull << 30).alloc(0x1000, 4096).exit_clean();
+  b.context(0, 1ull << 30).alloc(0x1000, 8192).exit_clean();
+  std::vector<std::unique_ptr<collector::TraceReader>> readers;
+  readers.push_back(collector::TraceReader::from_bytes(a.bytes()));
+  readers.push_back(collector::TraceReader::from_bytes(b.bytes()));
+  nlohmann::json j = report::to_json(collector::model_of(std::move(readers)));
+  REQUIRE(j["worst_rank"]["rank"] == "\xca");
+  REQUIRE(j["worst_rank"]["peak_bytes"] == 8192);
+  REQUIRE_THAT(report::summary_text(j),
+               Catch::Contains("vramtrace: 2 ranks; worst rank \"\xef\xbf\xbd\": peak 8.00 KiB"));
+  report::CheckResult r = report::compare(j, j, report::Budgets{});
+  REQUIRE_FALSE(r.regression());
+  REQUIRE_THAT(report::check_text(r),
+               Catch::Contains("worst rank (rank \"\xef\xbf\xbd\" -> rank \"\xef\xbf\xbd\")"));
+}
