@@ -25,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/live_report.h"
 #include "collector/analysis/analysis.h"
+#include "collector/ingest/frames.h"
 #include "collector/ingest/run_files.h"
 #include "collector/model/live_model.h"
 #include "common/format.h"
@@ -53,13 +54,12 @@ std::string read_all(const std::string& path) {
 // The byte offset of the frame boundary before the last `percent` % of a trace's frames.
 size_t cut_at(const std::string& bytes, double percent) {
   std::vector<size_t> ends;
-  size_t at = sizeof(vramtrace::format::FileHeader);
-  while (at + sizeof(vramtrace::format::FrameHeader) <= bytes.size()) {
-    vramtrace::format::FrameHeader h{};
-    std::memcpy(&h, bytes.data() + at, sizeof h);
-    at += sizeof h + h.stored_bytes;
-    ends.push_back(at);
-  }
+  vramtrace::collector::walk_frames(
+      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+      [&ends](const vramtrace::collector::FrameAt& f, const uint8_t*) {
+        ends.push_back(f.end());
+        return true;
+      });
   const size_t keep = static_cast<size_t>(ends.size() * (100.0 - percent) / 100.0);
   return keep == 0 ? ends.front() : ends[keep - 1];
 }

@@ -17,14 +17,14 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
   try {
     nlohmann::json ja = report::load_report(a, "A");
     nlohmann::json jb = report::load_report(b, "B");
-    report::Budgets none;
-    none.max_increase = report::Budget{0.0, std::nullopt};
-    report::CheckResult r = report::compare(ja, jb, none);
-    std::cout << report::diff_text(ja, jb, r) << std::flush;
+    collector::Budgets none;
+    none.max_increase = collector::Budget{0.0, std::nullopt};
+    collector::CheckResult r = collector::compare(ja, jb, none);
+    std::cout << report::diff_text(r) << std::flush;
     if (!html.empty() && !write_private_file(html, report::diff_html(ja, jb, r)))
       return kExitWriteFailed;
     return 0;
-  } catch (const report::CheckError& e) {
+  } catch (const collector::CheckError& e) {
     std::cerr << "vramtrace diff: " << report::printable(e.what()) << "\n";
     return 2;
   }

@@ -51,10 +51,10 @@ void add_budget_options(CLI::App* app, CheckOptions& o) {
   app->add_option("--junit", o.junit, "Write a JUnit XML result");
 }
 
-report::Budgets budgets_of(const CheckOptions& o) {
-  report::Budgets b;
-  for (const auto& v : o.max_increase) report::add_increase_option(b, v);
-  for (const auto& v : o.max_peak) report::add_peak_option(b, v);
+collector::Budgets budgets_of(const CheckOptions& o) {
+  collector::Budgets b;
+  for (const auto& v : o.max_increase) collector::add_increase_option(b, v);
+  for (const auto& v : o.max_peak) collector::add_peak_option(b, v);
   b.only_device = o.device;
   return b;
 }
@@ -106,10 +106,10 @@ void write_gate_failure_of_args(int argc, char** argv, const std::string& why) {
 
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
          const char* who) {
-  report::CheckResult r;
+  collector::CheckResult r;
   try {
-    r = report::compare(baseline, candidate, budgets_of(o));
-  } catch (const report::CheckError& e) {  // a device neither run has (known only now in `run`)
+    r = collector::compare(baseline, candidate, budgets_of(o));
+  } catch (const collector::CheckError& e) {  // a device neither run has (known only now in `run`)
     std::cerr << who << ": " << report::printable(e.what()) << "\n";
     write_gate_failure(o, e.what());
     return 2;
@@ -121,7 +121,7 @@ int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const 
   bool written = true;
   if (!o.markdown.empty()) written &= write_private_file(o.markdown, report::check_markdown(r));
   if (!o.junit.empty()) written &= write_private_file(o.junit, report::check_junit(r));
-  const int verdict = report::gate_exit_code(r);
+  const int verdict = collector::gate_exit_code(r);
   if (written) return verdict;
   if (verdict != 0)
     std::cerr << who << ": exit " << verdict << " for the verdict above; a CI file could not be "

@@ -32,8 +32,8 @@ CLI::Validator folder_name();
 // --max-increase, --max-peak, --device, --markdown, --junit on `app`, into `o`.
 void add_budget_options(CLI::App* app, CheckOptions& o);
 
-// Parses the budgets; throws report::CheckError.
-report::Budgets budgets_of(const CheckOptions& o);
+// Parses the budgets; throws collector::CheckError.
+collector::Budgets budgets_of(const CheckOptions& o);
 
 // Whether the CI files may be written (cli/commands.h output_file_allowed): neither is one of
 // `inputs` (the baseline, the candidate), they are two different files, and an existing one is
@@ -54,7 +54,7 @@ void write_gate_failure_of_args(int argc, char** argv, const std::string& why);
 
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
 // the candidate has a process that was not profiled, 4 when it is an incomplete measurement
-// (report::gate_exit_code), 2 when it cannot compare, 74 when a CI file cannot be written.
+// (collector::gate_exit_code), 2 when it cannot compare, 74 when a CI file cannot be written.
 int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
          const char* who);
 

@@ -12,9 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "collector/analysis/analysis.h"
-#include "collector/analysis/live_set.h"
-#include "collector/analysis/stacks.h"
+#include "collector/analysis/moment.h"
 #include "collector/ingest/live_collector.h"
 #include "collector/ingest/run_files.h"
 #include "collector/model/live_model.h"
@@ -26,54 +24,6 @@ namespace fs = std::filesystem;
 namespace vramtrace::cli {
 
 using nlohmann::json;
-
-namespace {
-
-// What is live now on each device, every process's (the page's "now"): by site and library,
-// each process's share.
-json live_now(const collector::Run& run, const collector::RunAnalysis& analysis) {
-  struct Device {
-    std::vector<collector::Allocation> live;
-    std::map<uint64_t, std::pair<uint64_t, uint64_t>> by_pid;  // pid -> bytes, count
-    uint64_t bytes = 0;
-  };
-  std::map<std::pair<std::string, uint32_t>, Device> devices;
-  for (size_t i = 0; i < run.processes.size(); ++i) {
-    const auto& p = run.processes[i];
-    for (const auto& [key, a] : p.live) {
-      if (a.space != 0) continue;  // a pool's blocks are inside its driver allocations
-      Device& d = devices[{p.host, a.device}];
-      d.live.push_back(a);
-      d.live.back().process = static_cast<uint32_t>(i);
-      d.bytes += a.bytes;
-      auto& [bytes, count] = d.by_pid[p.pid];
-      bytes += a.bytes;
-      ++count;
-    }
-  }
-  const collector::StacksOf stacks_of =
-      [&analysis](const collector::Allocation& a) -> collector::StackResolver& {
-    return *analysis.stacks[a.process];
-  };
-  json out = json::array();
-  for (auto& [key, d] : devices) {
-    std::stable_sort(d.live.begin(), d.live.end(),
-                     [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
-    json e = report::live_groups_json(collector::live_set(d.live, stacks_of, 0, false));
-    json by_process = json::array();
-    for (const auto& [pid, figures] : d.by_pid)
-      by_process.push_back({{"pid", pid}, {"bytes", figures.first}, {"count", figures.second}});
-    e["host"] = key.first;
-    e["device"] = key.second;
-    e["bytes"] = d.bytes;
-    e["count"] = d.live.size();
-    e["by_process"] = std::move(by_process);
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-}  // namespace
 
 LiveReport::LiveReport(std::string run_dir, State state, std::string torch_request)
     : run_dir_(std::move(run_dir)),
@@ -199,21 +149,9 @@ std::shared_ptr<const json> LiveReport::now(bool exact) {
     traces.push_back({path, t.whole, open});
   }
   collector::Run run = model_.moment(traces, torch);
-  // A process still running has not died of its OOMs (the model takes a process without its
-  // exit for one that died): which one ends it, if any, is known only when it ends.
-  for (auto& p : run.processes)
-    if (std::find(info.still_running.begin(), info.still_running.end(), p.trace_path) !=
-        info.still_running.end())
-      for (auto& o : p.ooms) o.fatal = false;
-  const collector::RunAnalysis analysis = collector::analysis_of(run, info.still_running);
-  auto j = std::make_shared<json>(report::to_json(analysis, info));
-  (*j)["live"] = {{"running", true}, {"now", live_now(run, analysis)}};
-  // Before its first CUDA work a job has no device in its report: say so, beside "devices": [].
-  (*j)["live"]["cuda_used"] = !analysis.devices.empty();
-  if (analysis.devices.empty())
-    (*j)["live"]["note"] =
-        "the job has not used CUDA yet: no process of it has created a CUDA "
-        "context or allocated device memory so far";
+  const collector::MomentAnalysis moment = collector::moment_analysis_of(run, info.still_running);
+  auto j = std::make_shared<json>(report::to_json(moment.analysis, info));
+  (*j)["live"] = report::live_json(moment);
   last_ = std::move(j);
   last_signature_ = sig;
   return last_;

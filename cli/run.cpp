@@ -61,8 +61,8 @@ int run_command(const RunArgs& a) {
     try {
       budgets_of(check);
       baseline = report::load_report(check.baseline, "baseline");
-      report::require_profiled_baseline(baseline, check.baseline);
-    } catch (const report::CheckError& e) {
+      collector::require_profiled_baseline(baseline, check.baseline);
+    } catch (const collector::CheckError& e) {
       std::cerr << "vramtrace run: " << report::printable(e.what()) << "\n";
       write_gate_failure(check, e.what());
       return kExitUsage;

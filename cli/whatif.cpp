@@ -23,6 +23,7 @@
 #include "common/bytes_text.h"
 #include "report/check.h"
 #include "report/json_report.h"
+#include "report/whatif_json.h"
 
 namespace vramtrace::cli {
 namespace {
@@ -88,86 +89,7 @@ Damage damage_of(const collector::Run& run) {
   return d;
 }
 
-struct Replayed {
-  uint64_t pid = 0;
-  std::string device_name;
-  uint64_t device_total = 0;
-  WhatIfResult r;
-  std::optional<collector::MaxBatch> max_batch;
-  bool max_batch_asked = false;
-  uint64_t origin_ns = 0;
-};
-
-// A step that never finished, completed from the start-up hook's prediction of it.
-nlohmann::json completion_json(const collector::Completion& c, uint64_t replayed) {
-  return {{"predicted_requests", c.predicted_requests},
-          {"predicted_requests_replayed", replayed},
-          {"kept_recorded_requests", c.kept_recorded},
-          {"modules", c.modules},
-          {"batches", c.batches},
-          {"recorded_batch", c.recorded_batch},
-          {"batch", c.batch},
-          {"method", c.method}};
-}
-
-nlohmann::json json_of(const Replayed& x) {
-  const WhatIfResult& r = x.r;
-  nlohmann::json j;
-  j["verdict"] = r.fits() ? "fits" : "oom";
-  j["reserved_peak_bytes"] = r.reserved_peak_bytes;
-  j["allocated_peak_bytes"] = r.allocated_peak_bytes;
-  j["recorded_reserved_peak_bytes"] = r.recorded_reserved_peak_bytes;
-  j["recorded_oom"] = r.recorded_oom;
-  j["pid"] = x.pid;
-  j["device"] = r.device;
-  j["torch_version"] = r.torch_version;
-  j["rules"] = r.rules;
-  j["requests"] = r.requests;
-  j["scaled_requests"] = r.scaled_requests;
-  j["truncated_at_recorded_oom"] = r.truncated_at_recorded_oom;
-  j["window_lost"] = r.window_lost;
-  nlohmann::json s;
-  s["alloc_conf"] = r.conf;
-  s["recorded_alloc_conf"] = r.recorded_conf;
-  s["recorded_alloc_conf_source"] = r.conf_source;
-  s["limit_bytes"] = r.limit_bytes == UINT64_MAX ? nlohmann::json() : nlohmann::json(r.limit_bytes);
-  s["limit_source"] = r.limit_source;
-  s["fraction_limit_bytes"] =
-      r.fraction_limit ? nlohmann::json(*r.fraction_limit) : nlohmann::json();
-  s["scale_batch"] = r.scale_batch;
-  j["settings"] = s;
-  if (r.oom) {
-    const auto& o = *r.oom;
-    nlohmann::json oj;
-    oj["requested_bytes"] = o.requested_bytes;
-    oj["rounded_bytes"] = o.rounded_bytes;
-    oj["time_ns"] = o.time_ns - std::min(o.time_ns, x.origin_ns);
-    oj["iteration"] = o.iteration >= 0 ? nlohmann::json(o.iteration) : nlohmann::json();
-    oj["module"] = o.module.empty() ? nlohmann::json() : nlohmann::json(o.module);
-    oj["phase"] = o.phase.empty() ? nlohmann::json() : nlohmann::json(o.phase);
-    oj["stream"] = o.stream;
-    oj["request_index"] = o.request_index;
-    oj["recorded_request"] = o.recorded_request;
-    oj["fragmentation"] = {{"reserved_bytes", o.state.reserved_bytes},
-                           {"allocated_bytes", o.state.allocated_bytes},
-                           {"cached_free_bytes", o.state.cached_free_bytes},
-                           {"largest_free_block_bytes", o.state.largest_free_block},
-                           {"free_blocks", o.state.free_blocks},
-                           {"segments", o.state.segments},
-                           {"outside_pytorch_bytes", o.state.background_bytes}};
-    j["oom"] = oj;
-  } else {
-    j["oom"] = nullptr;
-  }
-  if (r.completion)
-    j["completed_by_prediction"] = completion_json(*r.completion, r.predicted_requests_replayed);
-  if (x.max_batch_asked)
-    j["max_batch"] =
-        x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
-                                     {"reserved_peak_bytes", x.max_batch->at.reserved_peak_bytes}}
-                    : nlohmann::json();
-  return j;
-}
+using Replayed = collector::ProcessReplay;
 
 void print_text(const Replayed& x) {
   const WhatIfResult& r = x.r;
@@ -255,7 +177,7 @@ bool settings_of(const WhatIfArgs& a, collector::WhatIfSettings* settings,
   }
   if (a.limit) {
     try {
-      settings->limit = report::parse_size(*a.limit);
+      settings->limit = collector::parse_size(*a.limit);
     } catch (const std::exception& e) {
       std::cerr << "vramtrace whatif: --limit: " << e.what() << "\n";
       return false;
@@ -349,25 +271,6 @@ bool replay_all(const collector::Run& run, const collector::WhatIfSettings& sett
   return true;
 }
 
-// The headline replay (the first that ran out, else the one with the largest peak) and every
-// replay, as report/whatif.schema.json declares them.
-void print_json(const std::vector<Replayed>& out, const Damage& damage) {
-  size_t head = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!out[i].r.fits()) {
-      head = i;
-      break;
-    }
-    if (out[i].r.reserved_peak_bytes > out[head].r.reserved_peak_bytes) head = i;
-  }
-  nlohmann::json j = json_of(out[head]);
-  j["schema"] = "vramtrace.whatif/1";
-  j["problems"] = damage.problems;
-  j["replays"] = nlohmann::json::array();
-  for (const auto& x : out) j["replays"].push_back(json_of(x));
-  std::cout << j.dump(2) << "\n";
-}
-
 int whatif_command(const WhatIfArgs& a) {
   bool ok = true;
   std::vector<std::string> traces = expand_inputs(a.inputs, &ok);
@@ -409,7 +312,7 @@ int whatif_command(const WhatIfArgs& a) {
     return kExitUsage;
   }
   if (a.json) {
-    print_json(out, damage);
+    std::cout << report::whatif_json(out, damage.problems).dump(2) << "\n";
   } else {
     for (const auto& x : out) print_text(x);
   }

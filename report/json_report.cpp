@@ -667,72 +667,6 @@ std::string demangle(const std::string& name) {
   return out;
 }
 
-std::string printable(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  char buf[16];
-  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
-  // A CI runner reads a line whose first characters after blanks are "::" as a workflow
-  // command ("::error::", "::add-mask::"), wherever the line is printed from.
-  size_t lead = 0;
-  while (lead < s.size() && (s[lead] == ' ' || s[lead] == '\t')) ++lead;
-  const size_t command_colon = s.compare(lead, 2, "::") == 0 ? lead : std::string_view::npos;
-  for (size_t i = 0; i < s.size();) {
-    if (i == command_colon) {
-      out += "\\x3a";
-      ++i;
-      continue;
-    }
-    unsigned char c = u[i];
-    if (c < 0x80) {
-      if (c == '\n')
-        out += "\\n";
-      else if (c == '\t')
-        out += "\\t";
-      else if (c == '\r')
-        out += "\\r";
-      else if (c < 0x20 || c == 0x7f) {
-        std::snprintf(buf, sizeof buf, "\\x%02x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
-      ++i;
-      continue;
-    }
-    // A UTF-8 sequence: its length from the lead byte, each continuation byte checked, no
-    // overlong form, no surrogate, nothing past U+10FFFF.
-    size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-    uint32_t cp = n == 4 ? c & 0x07u : n == 3 ? c & 0x0fu : c & 0x1fu;
-    bool ok = n && i + n <= s.size();
-    for (size_t k = 1; ok && k < n; ++k) {
-      if ((u[i + k] & 0xc0) != 0x80) ok = false;
-      cp = (cp << 6) | (u[i + k] & 0x3fu);
-    }
-    if (ok && ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-               (n == 4 && (cp < 0x10000 || cp > 0x10ffff))))
-      ok = false;
-    if (!ok) {
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-      ++i;
-      continue;
-    }
-    // C1 controls (0x9b is a CSI on some terminals), line and paragraph separators, and the
-    // bidirectional controls that reorder what is shown.
-    if ((cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
-        (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e ||
-        cp == 0x200f || cp == 0x061c) {
-      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-      out += buf;
-    } else {
-      out.append(s.data() + i, n);
-    }
-    i += n;
-  }
-  return out;
-}
-
 json to_json(const collector::RunAnalysis& a, const RunInfo& info) {
   const uint64_t origin = a.run->origin_ns;
   json report;
@@ -767,6 +701,26 @@ json to_json(const Run& run, const RunInfo& info) {
 json live_groups_json(const collector::LiveSet& live) {
   return {{field::by_site, by_site(live.by_site)},
           {field::by_library, by_library(live.by_library)}};
+}
+
+json live_json(const collector::MomentAnalysis& m) {
+  json now = json::array();
+  for (const auto& d : m.now) {
+    json e = live_groups_json(d.live);
+    json by_process = json::array();
+    for (const auto& s : d.by_process)
+      by_process.push_back({{"pid", s.pid}, {"bytes", s.bytes}, {"count", s.count}});
+    e["host"] = d.host;
+    e["device"] = d.device;
+    e["bytes"] = d.bytes;
+    e["count"] = d.count;
+    e["by_process"] = std::move(by_process);
+    now.push_back(std::move(e));
+  }
+  json live = {{"running", true}, {"now", std::move(now)}};
+  live["cuda_used"] = m.cuda_used;
+  if (!m.note.empty()) live["note"] = m.note;
+  return live;
 }
 
 }  // namespace vramtrace::report

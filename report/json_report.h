@@ -11,8 +11,10 @@
 #include <string_view>
 
 #include "collector/analysis/analysis.h"
+#include "collector/analysis/moment.h"
 #include "collector/model/model.h"
 #include "common/bytes_text.h"
+#include "common/printable.h"
 
 namespace vramtrace::report {
 
@@ -37,17 +39,15 @@ nlohmann::json to_json(const collector::Run& run, const RunInfo& info = {});
 // A live set's groups as report.json writes them ({"by_site": [$defs/site_group], "by_library":
 // [$defs/library_group]}): what is live now in a report of a moment (cli/live_report.h).
 nlohmann::json live_groups_json(const collector::LiveSet& live);
+// A report of a moment's "live" object: {"running": true, "now": [...], "cuda_used", "note"},
+// from the moment's analysis (collector/analysis/moment.h).
+nlohmann::json live_json(const collector::MomentAnalysis& m);
 
 // A few lines for stderr: peak per device, OOMs, leak suspects, problems; from report.json alone.
 std::string summary_text(const nlohmann::json& report);
 
-// A string from the traced program (a file or function name, a command line, a notice) made
-// safe for a terminal or a CI log: control characters (C0, DEL, C1) and bidirectional-text
-// controls are written as escapes (\x1b, \n, \u202e), bytes that are not UTF-8 as \xNN; so
-// no such string can move the cursor, colour the terminal or start a line of its own (a CI
-// command such as "::error"), nor be read as one by a CI runner (a leading "::" is written
-// "\x3a:"). Everything vramtrace prints or writes as text goes through it.
-std::string printable(std::string_view s);
+// A string from the traced program made safe for a terminal or a CI log (common/printable.h).
+using vramtrace::printable;
 
 // The readable form of a mangled kernel name (the mangled name itself if it is not one).
 std::string demangle(const std::string& name);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "collector/ingest/frames.h"
 #include "common/format.h"
 
 namespace vramtrace::collector {
@@ -74,18 +75,12 @@ uint64_t whole_frames_end(const std::string& path, uint64_t from) {
     }
     at = h.header_bytes;
   }
-  uint64_t end = at;
-  for (;;) {
-    format::FrameHeader h{};
-    if (pread(fd, &h, sizeof h, static_cast<off_t>(end)) != static_cast<ssize_t>(sizeof h)) break;
-    if (h.stored_bytes > format::kMaxFrameBytes) {
-      end = size;  // not a frame header: the reader says where the trace is damaged
-      break;
-    }
-    const uint64_t next = end + sizeof h + h.stored_bytes;
-    if (next > size) break;  // still arriving
-    end = next;
-  }
+  auto read_header = [fd](uint64_t offset, format::FrameHeader* h) {
+    return pread(fd, h, sizeof *h, static_cast<off_t>(offset)) == static_cast<ssize_t>(sizeof *h);
+  };
+  const FramesEnd frames = walk_frames(at, size, read_header, [](const FrameAt&) { return true; });
+  // Not a frame header: the reader says where the trace is damaged.
+  const uint64_t end = frames.damaged ? size : frames.end;
   close(fd);
   return from == 0 && end == at ? 0 : end;
 }

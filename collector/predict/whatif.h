@@ -60,4 +60,26 @@ std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device
 // The devices of `p` with PyTorch allocator requests, in order.
 std::vector<uint32_t> replayable_devices(const ProcessModel& p);
 
+// One device of one process replayed by `vramtrace whatif` (written by report/whatif_json.h).
+struct ProcessReplay {
+  uint64_t pid = 0;
+  std::string device_name;
+  uint64_t device_total = 0;
+  WhatIfResult r;
+  std::optional<MaxBatch> max_batch;
+  bool max_batch_asked = false;
+  uint64_t origin_ns = 0;  // the run's: a time is said since it
+};
+
+// The replay that answers for the run: the first that ran out, else the one with the largest
+// reserved peak (the first of those). `replays` is not empty.
+inline size_t headline_replay(const std::vector<ProcessReplay>& replays) {
+  size_t head = 0;
+  for (size_t i = 0; i < replays.size(); ++i) {
+    if (!replays[i].r.fits()) return i;
+    if (replays[i].r.reserved_peak_bytes > replays[head].r.reserved_peak_bytes) head = i;
+  }
+  return head;
+}
+
 }  // namespace vramtrace::collector

@@ -2,7 +2,7 @@
 """The report contract's own test: report/report.schema.json is a valid JSON Schema (draft
 2020-12) of the version report/json_report.h writes, and it declares every key the writer
 (report/json_report.cpp, report/torch_json.cpp), the summary (report/summary.cpp) and the reader
-layer (report/report_keys.h) name. (What the HTML page reads is checked where it runs:
+layer (collector/analysis/report_keys.h) name. (What the HTML page reads is checked where it runs:
 tests/contract/page_keys.mjs.)
 
 The keys are found in the sources as written: `{"key", ...}`, `["key"]`, `value("key"`,
@@ -23,9 +23,10 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 WRITER_NOT_KEYS = {
     "B": "human_bytes()'s unit names",
 }
-# cli/live_report.cpp writes the "live" object of a report of a moment (--serve, snapshots).
+# report/json_report.cpp writes the "live" object of a report of a moment (--serve, snapshots),
+# cli/live_report.cpp its last one.
 CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/summary.cpp",
-               "report/report_keys.h", "cli/live_report.cpp"]
+               "collector/analysis/report_keys.h", "cli/live_report.cpp"]
 
 
 def schema_keys(node, out):

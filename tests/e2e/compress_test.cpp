@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collector/ingest/frames.h"
 #include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "e2e/e2e_util.h"
@@ -29,10 +30,8 @@ struct Frames {
 Frames frames_of(const std::string& path) {
   std::string b = slurp(path);
   Frames f;
-  size_t at = sizeof(format::FileHeader);
-  while (at + sizeof(format::FrameHeader) <= b.size()) {
-    format::FrameHeader h;
-    std::memcpy(&h, b.data() + at, sizeof h);
+  auto count = [&f](const collector::FrameAt& frame, const uint8_t*) {
+    const format::FrameHeader& h = frame.header;
     if (h.codec == static_cast<uint8_t>(format::Codec::Zstd)) {
       ++f.zstd;
       f.zstd_records += h.record_count;
@@ -42,8 +41,10 @@ Frames frames_of(const std::string& path) {
       ++f.raw;
       f.raw_records += h.record_count;
     }
-    at += sizeof h + h.stored_bytes;
-  }
+    return true;
+  };
+  const auto* data = reinterpret_cast<const uint8_t*>(b.data());
+  const size_t at = collector::walk_frames(data, b.size(), count).end;
   REQUIRE(at == b.size());
   return f;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/ingest/frames.h"
 #include "unit/trace_builder.h"
 
 using vt_test::Api;
@@ -24,11 +25,8 @@ void write(const std::string& dir, const std::string& name, const std::vector<ui
 std::vector<uint8_t> compress_frames(const std::vector<uint8_t>& raw) {
   using vramtrace::format::FrameHeader;
   std::vector<uint8_t> out(raw.begin(), raw.begin() + sizeof(vramtrace::format::FileHeader));
-  size_t at = out.size();
-  while (at + sizeof(FrameHeader) <= raw.size()) {
-    FrameHeader h;
-    std::memcpy(&h, raw.data() + at, sizeof h);
-    const uint8_t* payload = raw.data() + at + sizeof h;
+  auto compress = [&out](const vramtrace::collector::FrameAt& f, const uint8_t* payload) {
+    FrameHeader h = f.header;
     std::vector<uint8_t> z(ZSTD_compressBound(h.raw_bytes));
     size_t n = ZSTD_compress(z.data(), z.size(), payload, h.raw_bytes, 3);
     h.codec = static_cast<uint8_t>(vramtrace::format::Codec::Zstd);
@@ -36,8 +34,9 @@ std::vector<uint8_t> compress_frames(const std::vector<uint8_t>& raw) {
     const auto* hp = reinterpret_cast<const uint8_t*>(&h);
     out.insert(out.end(), hp, hp + sizeof h);
     out.insert(out.end(), z.begin(), z.begin() + static_cast<long>(n));
-    at += sizeof h + h.raw_bytes;
-  }
+    return true;
+  };
+  vramtrace::collector::walk_frames(raw.data(), raw.size(), compress);
   return out;
 }
 

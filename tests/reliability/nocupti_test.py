@@ -64,7 +64,7 @@ def gate_text(pid):
 
 
 def baseline_refused(cmd, path, pid):
-    """report/check.cpp, require_profiled_baseline(), through `vramtrace CMD`."""
+    """collector/analysis/compare.cpp, require_profiled_baseline(), through `vramtrace CMD`."""
     return ("vramtrace %s: baseline %s: 1 process(es) not profiled, so its peaks are unknown "
             "(pid %d (chatty): %s); record the baseline again where vramtrace can profile every "
             "process\n" % (cmd, path, pid, NOTICE_TEXT))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Bad options and bad input files, each with its exact message and exit code.
-  - the command line (CLI11 and report/check.cpp's budget parsing): every subcommand's
+  - the command line (CLI11 and collector/analysis/budgets.cpp's budget parsing): every subcommand's
     options with values that are not numbers, out of range, unknown, missing, or not writable;
     budgets given to `run` without --baseline (they would be ignored, and a CI job would pass
     without its gate);
@@ -201,7 +201,7 @@ def command_line(work):
     for opt, val in (("--max-increase", "5%"), ("--max-peak", "1GiB"), ("--device", "0"),
                      ("--markdown", "m.md"), ("--junit", "j.xml")):
         usage.append((["run", opt, val, "--", "true"], "%s requires --baseline\n%s" % (opt, HELP)))
-    # Budget values (report/check.cpp parse_increase / parse_size / split_device).
+    # Budget values (collector/analysis/budgets.cpp parse_increase / parse_size / split_device).
     not_size = "'%s' is not a size (examples: 256MiB, 40GiB, 1048576)"
     not_budget = "'%s' is not a percentage or a size (examples: 5%%, 256MiB)"
     no_unit = "'%s' has no unit: write %s%% for a share of the baseline's peak, or %sMiB for a size"

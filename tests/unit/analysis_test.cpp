@@ -9,6 +9,8 @@
 #include "collector/analysis/analysis.h"
 #include "collector/analysis/json_text.h"
 #include "collector/analysis/ranks.h"
+#include "common/printable.h"
+#include "common/utf8.h"
 #include "unit/run_of.h"
 #include "unit/trace_builder.h"
 
@@ -42,6 +44,41 @@ TEST_CASE("json_text writes a string as report.json does: escapes, invalid UTF-8
     INFO(i);
     REQUIRE(collector::json_text(s) == dumped(s));
   }
+}
+
+TEST_CASE("one UTF-8 decoder, strict: F5-FF, overlong forms and surrogates begin nothing") {
+  struct Case {
+    std::string bytes;
+    bool valid;
+    size_t length;  // of the step at byte 0
+    std::string printable;
+  };
+  const std::vector<Case> cases = {
+      // F5-FF can begin no sequence (beyond U+10FFFF): each byte alone, escaped.
+      {"\xf5\x80\x80", false, 1, "\\xf5\\x80\\x80"},
+      {"\xff", false, 1, "\\xff"},
+      // C0 80: an overlong NUL.
+      {"\xc0\x80", false, 1, "\\xc0\\x80"},
+      // ED A0 80: the surrogate U+D800.
+      {"\xed\xa0\x80", false, 1, "\\xed\\xa0\\x80"},
+      // F4 90 80 80: U+110000, past the last code point.
+      {"\xf4\x90\x80\x80", false, 1, "\\xf4\\x90\\x80\\x80"},
+      // A sequence cut short: its lead and the continuation that fits it are one step.
+      {"\xe2\x82", false, 2, "\\xe2\\x82"},
+      // A valid 4-byte sequence, U+1F600, kept as it is.
+      {"\xf0\x9f\x98\x80", true, 4, "\xf0\x9f\x98\x80"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.printable);
+    const utf8::Step st = utf8::step(c.bytes, 0);
+    REQUIRE(st.valid == c.valid);
+    REQUIRE(st.length == c.length);
+    REQUIRE(utf8::valid(c.bytes) == c.valid);
+    REQUIRE(printable(c.bytes) == c.printable);
+    REQUIRE(collector::json_text(c.bytes) == dumped(c.bytes));
+  }
+  REQUIRE(utf8::step("\xf0\x9f\x98\x80", 0).code_point == 0x1f600);
+  REQUIRE(collector::json_text("\xf5") == "\"\xef\xbf\xbd\"");
 }
 
 TEST_CASE("ranks in report.json's order: numbers by value, otherwise as written") {

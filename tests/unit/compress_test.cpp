@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 
+#include "collector/ingest/frames.h"
 #include "collector/ingest/trace_reader.h"
 #include "common/format.h"
 #include "common/record_text.h"
@@ -34,16 +35,12 @@ struct Recoded {
 // (compressed when smaller, else kept raw); a cut-off tail is kept as it is.
 Recoded recode(const std::vector<uint8_t>& in, FrameCompressor& z) {
   Recoded out;
-  size_t at = sizeof(format::FileHeader);
-  out.bytes.assign(in.begin(), in.begin() + at);
-  while (at + sizeof(format::FrameHeader) <= in.size()) {
-    format::FrameHeader h;
-    std::memcpy(&h, in.data() + at, sizeof h);
-    const size_t payload = at + sizeof h;
-    if (h.codec != static_cast<uint8_t>(format::Codec::Raw) || payload + h.stored_bytes > in.size())
-      break;
-    size_t n = z.compress(in.data() + payload, h.stored_bytes);
-    const uint8_t* src = in.data() + payload;
+  out.bytes.assign(in.begin(), in.begin() + sizeof(format::FileHeader));
+  auto recode_frame = [&](const collector::FrameAt& f, const uint8_t* payload) {
+    if (f.header.codec != static_cast<uint8_t>(format::Codec::Raw)) return false;
+    format::FrameHeader h = f.header;
+    size_t n = z.compress(payload, h.stored_bytes);
+    const uint8_t* src = payload;
     if (n) {
       h.codec = static_cast<uint8_t>(format::Codec::Zstd);
       h.stored_bytes = static_cast<uint32_t>(n);
@@ -56,8 +53,9 @@ Recoded recode(const std::vector<uint8_t>& in, FrameCompressor& z) {
     const auto* hp = reinterpret_cast<const uint8_t*>(&h);
     out.bytes.insert(out.bytes.end(), hp, hp + sizeof h);
     out.bytes.insert(out.bytes.end(), src, src + n);
-    at = payload + h.raw_bytes;
-  }
+    return true;
+  };
+  const size_t at = collector::walk_frames(in.data(), in.size(), recode_frame).end;
   out.bytes.insert(out.bytes.end(), in.begin() + at, in.end());
   return out;
 }
