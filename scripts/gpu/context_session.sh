@@ -6,7 +6,8 @@
 # hook's marks (scripts/gpu/check.py's torch part: iterations, phases, categories, modules).
 #
 #   BUILD=/abs/build OUT=/tmp/out HOOK=/abs/old_sitecustomize.py scripts/gpu/context_session.sh
-#   PARTS (default ab,torch; ckpt: a real checkpointed ResNet-50 recorded), REPEATS (3), VT_AB_PAIRS (16), PIN (4-11)
+#   PARTS (default ab,torch; parts: the context's cost by part; pytest: scripts/gpu/pytest.sh;
+#   ckpt: a real checkpointed ResNet-50 recorded), REPEATS (3), VT_AB_PAIRS (16), PIN (4-11)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -25,6 +26,11 @@ for part in ${PARTS//,/ }; do
         --repeats "${REPEATS:-3}" --pin "${PIN:-4-11}" --workload launch_bound_ab --only "$cases" ;;
     torch)
       OUT_DIR=$OUT/suite BUILD=$BUILD bash "$ROOT/scripts/gpu/test.sh" 2>&1 | tail -60 ;;
+    parts)
+      # Where the context's cost goes: each part switched alone, and the Python calls it adds.
+      (cd "$ROOT/bench" && timeout 240 python3 context_parts.py "${VT_AB_PAIRS}" 2>&1 | tail -36) ;;
+    pytest)
+      OUT_DIR=$OUT/pytest BUILD=$BUILD timeout 300 bash "$ROOT/scripts/gpu/pytest.sh" 2>&1 | tail -30 ;;
     ckpt)
       # ResNet-50 at batch 128 with layer1-4 checkpointed, recorded for real: its requests
       # against those of the step the hook runs on fake tensors with the same change.
