@@ -431,8 +431,11 @@
     if (known(x.saves_bytes) && x.saves_bytes > 0) t.append($("span", { class: "saves", text: `saves ~${bytes(x.saves_bytes)}` }));
     li.append(t);
     const w = x.replayed;
+    // A replay over the limit names the request it could not serve when it has one (as the
+    // summary says it).
     const said = !w ? "" : w.verdict === "fits"
       ? `; replayed through PyTorch's allocator: fits under ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " as far as the run got" : "")
+      : !w.oom ? "; replayed through PyTorch's allocator: over the limit"
       : `; replayed through PyTorch's allocator: runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
     const predicted = w && w.completed_by_prediction ? `; the step the run never finished is predicted (${w.completed_by_prediction.predicted_requests} requests)` : "";
     const grows = x.leaves_growth ? "; memory still grows every iteration" : "";

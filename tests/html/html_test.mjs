@@ -407,7 +407,11 @@ for (const width of [1400, 1000]) {
   delete first.fatal;
   r.oom = [first, r.oom[0]];
   r.diagnosis = { ...r.diagnosis, oom_index: 1, recovered_ooms: 1 };
+  // A remedy whose replay ran over the limit with no request named (as the H200 first-step
+  // reports have it).
+  r.diagnosis.remedies = [{ ...r.diagnosis.remedies[1], predicted_peak_bytes: 20 * 1024 ** 3, replayed: { verdict: "oom", reserved_peak_bytes: 20 * 1024 ** 3, limit_bytes: 16 * 1024 ** 3, up_to_recorded_oom: false } }, ...r.diagnosis.remedies];
   const { page, errors } = await open(render("torch-two-ooms", r), "light", 1400, 900);
+  check("two OOMs: a replay over the limit with no request named", (await page.locator("#remedies li .predicted").first().textContent()) === "peak with it: 20.00 GiB; replayed through PyTorch's allocator: over the limit");
   const verdict = await page.locator("#verdict").textContent();
   const sub = await page.locator(".verdict-sub").first().textContent();
   check("two OOMs: the verdict is the diagnosis' OOM", verdict === "Out of memory: the program died on device 0 at 1.363 s" && sub.startsWith("It asked for 2.00 GiB while ") && sub.includes("2 out-of-memory errors on this device in all."), `${verdict} | ${sub}`);
