@@ -155,7 +155,7 @@ TEST_CASE("the analysis of an OOM after growth: its findings and the diagnosis' 
 }
 
 TEST_CASE(
-    "the diagnosis names its OOM by its place in report.json's oom; a native program "
+    "the diagnosis names its OOM by its place in report.json's oom, and a native program "
     "gets CUDA's remedies only") {
   // Process 100 survives an OOM and exits cleanly; process 101 survives one and dies of the
   // next. report.json lists 100's OOM, then 101's two: the fatal one is the third.
