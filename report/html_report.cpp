@@ -285,7 +285,9 @@ std::string noscript_summary(const json& r) {
     out += "<p>What to try:</p><ol>";
     for (const auto& m : diag["remedies"]) {
       out += "<li>" + html_escape(text_of(m, "title"));
-      if (has_number(m, "saves_bytes")) out += " (saves about " + bytes_of(m, "saves_bytes") + ")";
+      // As the page says it: a saving only where there is one (an OOM finding's advice has none).
+      if (has_number(m, "saves_bytes") && m["saves_bytes"].get<double>() > 0)
+        out += " (saves about " + bytes_of(m, "saves_bytes") + ")";
       out += "</li>";
     }
     out += "</ol>";

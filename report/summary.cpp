@@ -207,6 +207,9 @@ std::string remedy_line(const json& m) {
   if (m.contains(field::not_replayed_because))
     peak += "; not replayed: " + printable(m[field::not_replayed_because].get<std::string>());
   if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
+  // An OOM finding's advice (no remedy was looked for): its words alone, nothing measured.
+  if (m[field::how].get<std::string>().empty() && !m.contains(field::predicted_peak_bytes))
+    return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + "\n";
   return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
          human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
          printable(m[field::how].get<std::string>()) + ")\n";

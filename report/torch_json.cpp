@@ -248,14 +248,20 @@ json diagnosis_json(const collector::Diagnosis& dg) {
   json j = {{field::verdict, dg.oom ? "oom" : "peak"},
             {"fatal_ooms", dg.fatal_ooms},
             {"recovered_ooms", dg.recovered_ooms}};
+  if (dg.oom_index) {
+    j[field::oom_index] = *dg.oom_index;
+    j[field::fatal] = dg.oom_fatal;
+  }
   if (!dg.device) return j;
   j[field::device] = *dg.device;
   j[field::pid] = dg.pid;
-  j[field::limit] = {
-      {field::bytes, dg.limit.bytes}, {field::kind, dg.limit.kind}, {field::title, dg.limit.title}};
+  if (!dg.limit.kind.empty())
+    j[field::limit] = {{field::bytes, dg.limit.bytes},
+                       {field::kind, dg.limit.kind},
+                       {field::title, dg.limit.title}};
   j["held_bytes"] = dg.held_bytes;
   j[field::requested_bytes] = dg.requested_bytes;
-  j["headroom_bytes"] = dg.headroom_bytes;
+  if (!dg.limit.kind.empty()) j["headroom_bytes"] = dg.headroom_bytes;
   if (const auto& c = dg.cause) {
     json ev = json::array();
     for (const auto& f : c->evidence) ev.push_back({{"label", f.label}, {field::bytes, f.bytes}});

@@ -57,6 +57,7 @@ inline constexpr Key name = "name";
 inline constexpr Key not_profiled_reason = "not_profiled_reason";
 inline constexpr Key notices = "notices";
 inline constexpr Key oom = "oom";
+inline constexpr Key oom_index = "oom_index";
 inline constexpr Key peak = "peak";
 inline constexpr Key peak_bytes = "peak_bytes";
 inline constexpr Key phase = "phase";

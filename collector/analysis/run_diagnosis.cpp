@@ -13,25 +13,44 @@ namespace vramtrace::collector {
 namespace {
 
 // The moment the diagnosis is about: the first fatal OOM, else the device whose peak came
-// closest to its capacity.
+// closest to its capacity (with no capacity known, the device with the largest peak).
 struct Moment {
   const OomAnalysis* fatal = nullptr;
+  size_t fatal_index = 0;  // its place among every process's OOMs, as report.json lists them
   const ProcessModel* process = nullptr;  // the last process of the OOM's pid
   size_t process_index = 0;
   const OomEvent* fatal_event = nullptr;  // that process's first fatal OOM on the device
   uint32_t device = 0;
 };
 
+// The device of the largest peak, for a run where no device's capacity is known.
+void largest_peak(const std::vector<ProcessModel>& processes, Moment& m) {
+  uint64_t best = 0;
+  for (size_t i = 0; i < processes.size(); ++i)
+    for (const auto& [index, d] : processes[i].devices)
+      if (!m.process || d.footprint_peak > best) {
+        best = d.footprint_peak;
+        m.process = &processes[i];
+        m.process_index = i;
+        m.device = index;
+      }
+}
+
 Moment moment_of(const RunAnalysis& a, Diagnosis& dg) {
   Moment m;
+  size_t index = 0;
   for (const ProcessAnalysis& pa : a.processes)
     for (const OomAnalysis& o : pa.ooms) {
       if (o.event->fatal) {
         ++dg.fatal_ooms;
-        if (!m.fatal) m.fatal = &o;
+        if (!m.fatal) {
+          m.fatal = &o;
+          m.fatal_index = index;
+        }
       } else {
         ++dg.recovered_ooms;
       }
+      ++index;
     }
   dg.oom = m.fatal != nullptr;
   const std::vector<ProcessModel>& processes = a.run->processes;
@@ -59,6 +78,7 @@ Moment moment_of(const RunAnalysis& a, Diagnosis& dg) {
           m.device = index;
         }
       }
+  if (!m.process) largest_peak(processes, m);
   return m;
 }
 
@@ -325,20 +345,31 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
   dg.categories = in.at;
 }
 
-}  // namespace
+// What to try where no remedy was looked for (PyTorch without its allocator trace): the fatal
+// OOM's findings' advice, worded for the program by oom_findings.cpp.
+void findings_remedies(Diagnosis& dg, const OomAnalysis& fatal) {
+  dg.remedies.emplace();
+  for (const OomFindingAtSites& f : fatal.findings)
+    if (!f.finding.suggestion.empty()) {
+      Remedy r;
+      r.kind = finding_kind_name(f.finding.kind);
+      r.title = f.finding.suggestion;
+      dg.remedies->push_back({r, std::nullopt, std::nullopt, ""});
+    }
+}
 
-Diagnosis diagnosis_of(const RunAnalysis& a) {
-  Diagnosis dg;
-  const Moment m = moment_of(a, dg);
-  if (!m.process || !m.process->devices.count(m.device)) return dg;
+// The diagnosis of the moment's process and device: its limit, cause, growth and remedies.
+void diagnose(Diagnosis& dg, const RunAnalysis& a, const Moment& m) {
   const ProcessModel& proc = *m.process;
   const auto& d = proc.devices.at(m.device);
   const TorchMemory* tm = proc.torch_memory.get();
-  const std::optional<uint64_t> others = m.fatal ? m.fatal->held_by_others : std::nullopt;
-  dg.limit = effective_limit(d.total_bytes, tm, m.device, others);
   dg.device = m.device;
   dg.pid = proc.pid;
   dg.held_bytes = m.fatal ? m.fatal->event->live_bytes : d.footprint_peak;
+  // No capacity known, and no OOM: the device is named, against no limit.
+  if (!m.fatal && !d.total_bytes) return;
+  const std::optional<uint64_t> others = m.fatal ? m.fatal->held_by_others : std::nullopt;
+  dg.limit = effective_limit(d.total_bytes, tm, m.device, others);
   dg.requested_bytes = m.fatal ? m.fatal->event->requested_bytes : 0;
   dg.headroom_bytes = static_cast<int64_t>(dg.limit.bytes) - static_cast<int64_t>(dg.held_bytes);
   // The cause: the fatal OOM's first finding, else (no OOM) none yet.
@@ -352,14 +383,28 @@ Diagnosis diagnosis_of(const RunAnalysis& a) {
     }
   if (!tm || tm->context().blocks.empty()) {
     native_diagnosis(dg, growth, m, d.memory.peak_bytes(), !tm);
-    if (!tm) return dg;
+    if (!tm) return;
   }
   if (auto x = tm->context().xla.find(m.device); x != tm->context().xla.end()) {
     xla_diagnosis(dg, x->second, d.total_bytes);
-    return dg;
+    return;
   }
-  if (tm->context().blocks.empty()) return dg;
+  if (tm->context().blocks.empty()) return;
   pytorch_diagnosis(dg, a, m, growth);
+}
+
+}  // namespace
+
+Diagnosis diagnosis_of(const RunAnalysis& a) {
+  Diagnosis dg;
+  const Moment m = moment_of(a, dg);
+  if (m.fatal) {
+    dg.oom_index = m.fatal_index;
+    dg.oom_fatal = m.fatal->event->fatal;
+  }
+  if (!m.process || !m.process->devices.count(m.device)) return dg;
+  diagnose(dg, a, m);
+  if (!dg.remedies && m.fatal) findings_remedies(dg, *m.fatal);
   return dg;
 }
 

@@ -62,16 +62,23 @@ struct RemedyOutcome {
 struct Diagnosis {
   bool oom = false;  // the verdict: a fatal OOM, else the peak
   uint64_t fatal_ooms = 0, recovered_ooms = 0;
+  // The OOM the diagnosis is about: its place in report.json's `oom` (every process's OOMs, the
+  // processes in order), and whether it ended its process. None at a peak.
+  std::optional<size_t> oom_index;
+  bool oom_fatal = false;
   // The moment's process and device; none (and nothing below) when no device had memory.
   std::optional<uint32_t> device;
   uint64_t pid = 0;
-  EffectiveLimit limit;
+  EffectiveLimit limit;  // its kind empty when no device's capacity is known
   uint64_t held_bytes = 0, requested_bytes = 0;
   int64_t headroom_bytes = 0;  // the limit less what was held (negative: past it)
   std::optional<DiagnosisCause> cause;
   std::optional<DiagnosisGrowth> growth;
-  std::optional<std::vector<RemedyOutcome>> remedies;  // none: no remedy was looked for
-  std::optional<CategoryBytes> categories;             // PyTorch's memory at the moment
+  // Only those that fit the program: PyTorch's for a PyTorch process, CUDA's for a native one;
+  // where none was looked for (PyTorch without its allocator trace), the fatal OOM's findings'
+  // advice, which oom_findings.h words for the program. None: no remedy and no OOM.
+  std::optional<std::vector<RemedyOutcome>> remedies;
+  std::optional<CategoryBytes> categories;  // PyTorch's memory at the moment
   struct XlaFigures {
     uint64_t peak_in_use_bytes = 0, limit_bytes = 0;
   };

@@ -337,56 +337,35 @@
   }
 
   // ---- the program and its verdict ----------------------------------------------------------
+  // What the collector decided, as report.json's diagnosis says it: the device the page heads
+  // with, the OOM it is about (an index into report.json's oom) and whether it ended its process,
+  // the effective limit. The page decides none of these; a report without a diagnosis gets no
+  // verdict.
   function analyse(R) {
     const procs = R.processes || [];
     const procOf = (pid) => procs.find((p) => p.pid === pid);
-    const isTorch = (p) => !!(p && ((p.torch_allocator_trace && p.torch_allocator_trace.merged) ||
-      /(^|\/)python[\d.]*$/.test(String((p.cmdline || [])[0] || p.exe || ""))));
-    const anyTorch = procs.some(isTorch);
-    // A process still running (a report of a moment of a live run) has not ended at all.
-    const endOf = (p) => p && !p.still_running && (p.clean_exit === false || (known(p.exit_code) && p.exit_code !== 0) || p.signal);
-    // An OOM is fatal when the report says so; in a report without that key, when its process
-    // did not end cleanly.
-    const fatal = (o) => o.fatal === true || (o.fatal == null && !o.recovered && !!endOf(procOf(o.pid)));
+    const fatal = (o) => o.fatal === true;
     const oomsOf = (dev) => (R.oom || []).filter((o) => o.device === dev && !o.recovered);
     const D = R.diagnosis || null;
-    const devices = R.devices || [];
-    let dev = D && known(D.device) ? D.device : null;
-    const firstFatal = (R.oom || []).find((o) => !o.recovered && fatal(o));
-    const firstOom = (R.oom || []).find((o) => !o.recovered);
-    if (dev == null && (firstFatal || firstOom)) dev = (firstFatal || firstOom).device;
-    if (dev == null && devices.length) dev = devices.reduce((a, b) => ((b.peak || {}).bytes > (a.peak || {}).bytes ? b : a)).index;
-    const d = devices.find((x) => x.index === dev) || null;
-    const limit = D && D.limit && known(D.limit.bytes) ? D.limit
-      : (d && known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device", title: `the device's memory (${bytes(d.total_bytes)})` } : null);
-    const verdictOom = D ? D.verdict === "oom" : !!(firstOom);
-    const oom = verdictOom ? ((R.oom || []).find((o) => !o.recovered && o.device === dev && fatal(o)) || (R.oom || []).find((o) => !o.recovered && o.device === dev) || firstFatal || firstOom) : null;
-    const died = !!(oom && fatal(oom));
-    const diedPids = new Set((R.oom || []).filter((o) => !o.recovered && fatal(o)).map((o) => o.pid));
+    const dev = D && known(D.device) ? D.device : null;
+    const d = (R.devices || []).find((x) => x.index === dev) || null;
+    const limit = D && D.limit && known(D.limit.bytes) ? D.limit : null;
+    const verdictOom = !!D && D.verdict === "oom";
+    const oom = verdictOom && known(D.oom_index) ? (R.oom || [])[D.oom_index] || null : null;
+    const died = !!(oom && D.fatal);
+    const diedPids = new Set((R.oom || []).filter(fatal).map((o) => o.pid));
     // One clock for every time on the page, the chart's axis included: from the run's first CUDA
     // work (report.json's run.cuda_start_ns), as the summary counts; a report without it counts
     // from the start.
     const origin = R.run && known(R.run.cuda_start_ns) ? R.run.cuda_start_ns : null;
     const at = (ns) => !known(ns) ? "unknown" : (ns >= (origin || 0) ? secs(ns - (origin || 0)) : `−${secs(origin - ns)}`);
     const when = (ns) => `${at(ns)} after ${origin != null ? "the first CUDA work" : "the start"}`;
-    return { R, procs, procOf, isTorch, anyTorch, fatal, oomsOf, D, dev, d, limit, verdictOom, oom, died, diedPids, origin, at, when };
+    return { R, procs, procOf, fatal, oomsOf, D, dev, d, limit, verdictOom, oom, died, diedPids, origin, at, when };
   }
 
-  // PyTorch's remedies are for PyTorch programs only; a native CUDA program is told about pools,
-  // streams and buffer sizes instead.
-  const torchOnly = new Set(["mixed_precision", "activation_checkpointing", "leaner_optimizer", "expandable_segments", "no_grad", "gradient_accumulation"]);
-  const nativeAdvice = {
-    growth: "Memory is kept across iterations: free (cudaFree/cudaFreeAsync) what each iteration allocates before the next one, or reuse one buffer sized for the largest iteration.",
-    near_capacity: "Use less memory at the peak: process the data in smaller chunks (smaller buffers or batches), reuse buffers across steps (a stream-ordered pool, cudaMallocAsync, with a release threshold), and free temporaries before the largest request.",
-  };
-  function remediesOf(A) {
-    const torch = A.oom ? A.isTorch(A.procOf(A.oom.pid)) : A.anyTorch;
-    if (A.D && Array.isArray(A.D.remedies)) {
-      return A.D.remedies.filter((r) => torch || !(torchOnly.has(r.kind) || /PYTORCH_|torch\.|\.backward\(|autocast/.test(String(r.how || ""))));
-    }
-    const findings = (A.oom && A.oom.findings) || [];
-    return findings.map((f) => ({ kind: f.kind, title: !torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion }));
-  }
+  // The collector's remedies, already those that fit the program (PyTorch's for a PyTorch
+  // process, CUDA's for a native one).
+  const remediesOf = (A) => (A.D && Array.isArray(A.D.remedies) ? A.D.remedies : []);
   // Evidence as labelled figures in human units: bytes in binary units, times on the page's clock.
   function evidenceList(ev, A) {
     if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label, value: known(e.bytes) ? bytes(e.bytes) : (known(e.time_ns) ? A.when(e.time_ns) : String(e.value ?? "")) }));
@@ -408,27 +387,16 @@
     }
     return out;
   }
-  function causeOf(A) {
-    if (A.D) return A.D.cause ? { title: A.D.cause.title, evidence: evidenceList(A.D.cause.evidence, A) } : null;
-    const o = A.oom;
-    if (!o) return null;
-    const f = (o.findings || [])[0];
-    if (f) return { title: f.title, evidence: evidenceList(f.evidence, A) };
-    if (known(o.free_bytes)) {
-      return o.requested_bytes > o.free_bytes
-        ? { title: `The request (${bytes(o.requested_bytes)}) was larger than all free memory (${bytes(o.free_bytes)}).`, evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes, this_process_held_bytes: o.live_bytes }, A) }
-        : { title: "The request fitted in free memory but no contiguous block was large enough: fragmentation.", evidence: evidenceList({ requested_bytes: o.requested_bytes, free_bytes: o.free_bytes }, A) };
-    }
-    return null;
-  }
+  // The collector's cause, drawn with its evidence.
+  const causeOf = (A) => (A.D && A.D.cause ? { title: A.D.cause.title, evidence: evidenceList(A.D.cause.evidence, A) } : null);
 
   // ---- the first screen: what happened, why, what to try --------------------------------------
-  function summary(A, title) {
-    const R = A.R, d = A.d, o = A.oom;
-    const box = $("section", { class: "card summary" + (A.verdictOom ? " is-oom" : ""), id: title ? null : "summary", "data-verdict": A.verdictOom ? "oom" : "peak" });
-    const limit = A.limit;
+  // The verdict's headline and the lines under it, in the diagnosis' figures.
+  function verdictText(A) {
+    const d = A.d, o = A.oom, D = A.D, limit = A.limit;
     const limitText = limit ? (limit.title || bytes(limit.bytes)) : null;
-    let head, sub = [];
+    let head;
+    const sub = [];
     if (A.verdictOom && o) {
       const req = o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
       head = A.died ? `Out of memory: the program died on device ${o.device} at ${A.at(o.time_ns)}` : `Out of memory on device ${o.device} at ${A.at(o.time_ns)}; the program went on`;
@@ -437,81 +405,89 @@
       if (limit && limit.kind && limit.kind !== "device") sub.push(`The limit is ${limitText}.`);
       const n = A.oomsOf(A.dev).length;
       if (n > 1) sub.push(`${n} out-of-memory errors on this device in all.`);
-    } else if (A.verdictOom && A.D) {
+    } else if (A.verdictOom) {
       head = `Out of memory on device ${A.dev}`;
     } else if (d) {
       const lim = limit ? limit.bytes : null;
-      const head_b = A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (known(lim) ? lim - d.peak.bytes : null);
       head = `Peak ${bytes(d.peak.bytes)}${known(lim) ? ` of ${bytes(lim)} (${pct(d.peak.bytes / lim)})` : ""} on device ${d.index} at ${A.at(d.peak.time_ns)}`;
-      if (known(head_b)) sub.push(head_b > 0 ? `${bytes(head_b)} headroom left under ${limitText}.` : `No headroom: the peak reached ${limitText}.`);
-      if (A.D && A.D.growth && known(A.D.growth.bytes_per_iteration)) sub.push(`Memory grows by ${bytes(A.D.growth.bytes_per_iteration)} every iteration (${bytes(A.D.growth.kept_bytes)} kept so far): given enough iterations it runs out.`);
-      const rec = A.D && A.D.recovered_ooms ? A.D.recovered_ooms : (R.oom || []).filter((x) => x.recovered).length;
-      if (rec) sub.push(`${plural(rec, "allocation")} failed and worked when retried after the allocator freed its cache.`);
+      if (known(D.headroom_bytes) && limit) sub.push(D.headroom_bytes > 0 ? `${bytes(D.headroom_bytes)} headroom left under ${limitText}.` : `No headroom: the peak reached ${limitText}.`);
+      if (D.growth && known(D.growth.bytes_per_iteration)) sub.push(`Memory grows by ${bytes(D.growth.bytes_per_iteration)} every iteration (${bytes(D.growth.kept_bytes)} kept so far): given enough iterations it runs out.`);
+      if (D.recovered_ooms) sub.push(`${plural(D.recovered_ooms, "allocation")} failed and worked when retried after the allocator freed its cache.`);
     } else {
       head = "No CUDA device memory was used by this run.";
     }
-    if (A.verdictOom && A.D && A.D.limit && A.D.limit.kind !== "device" && !sub.some((s) => s.startsWith("The limit"))) sub.push(`The limit is ${limitText}.`);
-    if (A.D && A.verdictOom && known(A.D.headroom_bytes) && A.D.headroom_bytes > 0) sub.push(`${bytes(A.D.headroom_bytes)} was still under the limit: the request did not fit in it.`);
+    if (A.verdictOom && limit && limit.kind !== "device" && !sub.some((s) => s.startsWith("The limit"))) sub.push(`The limit is ${limitText}.`);
+    if (A.verdictOom && known(D.headroom_bytes) && D.headroom_bytes > 0) sub.push(`${bytes(D.headroom_bytes)} was still under the limit: the request did not fit in it.`);
     if (A.origin > 0 && (d || o)) sub.push(`Times count from the first CUDA work, ${secs(A.origin)} after the start.`);
-    box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
-
+    return { head, sub };
+  }
+  // One remedy: what it saves, the one peak it leads to (for PyTorch, the replay of the run's
+  // requests with the remedy applied, through PyTorch's allocator) said as the bound it is (a
+  // floor when the job died in its first step, a ceiling where only the most it can need is
+  // known), as report.json says it.
+  function remedyItem(x) {
+    const li = $("li", { "data-kind": x.kind });
+    const t = $("div", { class: "remedy-title" }, $("span", { text: x.title }));
+    if (known(x.saves_bytes) && x.saves_bytes > 0) t.append($("span", { class: "saves", text: `saves ~${bytes(x.saves_bytes)}` }));
+    li.append(t);
+    const w = x.replayed;
+    // A replay over the limit names the request it could not serve when it has one (as the
+    // summary says it).
+    const said = !w ? "" : w.verdict === "fits"
+      ? `; replayed through PyTorch's allocator: fits under ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " as far as the run got" : "")
+      : !w.oom ? "; replayed through PyTorch's allocator: over the limit"
+      : `; replayed through PyTorch's allocator: runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
+    const predicted = w && w.completed_by_prediction ? `; the step the run never finished is predicted (${w.completed_by_prediction.predicted_requests} requests)` : "";
+    const grows = x.leaves_growth ? "; memory still grows every iteration" : "";
+    if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
+      li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` + grows }));
+    } else if (known(x.predicted_peak_bytes)) {
+      const how = x.predicted_peak_is_lower_bound ? "at least " : x.predicted_peak_is_upper_bound ? "at most " : w ? "" : "about ";
+      li.append($("div", { class: "predicted small" + (w ? " replayed" : ""), text: `peak with it: ${how}${bytes(x.predicted_peak_bytes)}` + said + predicted + grows }));
+    } else if (x.not_replayed_because) {
+      li.append($("div", { class: "predicted small", text: `not replayed: ${x.not_replayed_because}` + grows }));
+    } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
+    if (x.how) li.append($("code", { class: "how", text: x.how }));
+    if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
+    return li;
+  }
+  // The likely cause with its evidence, and what to try: the top three remedies, the rest folded.
+  function whyGrid(A, title) {
     const cause = causeOf(A);
     const rem = remediesOf(A);
-    if (cause || rem.length) {
-      const grid = $("div", { class: "why" });
-      if (cause) {
-        const c = $("div", { class: "cause", id: title ? null : "cause" }, $("h3", { text: "Likely cause" }), $("div", { class: "cause-title", text: cause.title }));
-        if (cause.evidence.length) {
-          const dl = $("dl", { class: "evidence" });
-          for (const e of cause.evidence.slice(0, 6)) dl.append($("dt", { text: e.label }), nameEl("dd", e.value));
-          c.append(dl);
-        }
-        grid.append(c);
+    if (!cause && !rem.length) return null;
+    const grid = $("div", { class: "why" });
+    if (cause) {
+      const c = $("div", { class: "cause", id: title ? null : "cause" }, $("h3", { text: "Likely cause" }), $("div", { class: "cause-title", text: cause.title }));
+      if (cause.evidence.length) {
+        const dl = $("dl", { class: "evidence" });
+        for (const e of cause.evidence.slice(0, 6)) dl.append($("dt", { text: e.label }), nameEl("dd", e.value));
+        c.append(dl);
       }
-      if (rem.length) {
-        const r = $("div", { class: "remedies", id: title ? null : "remedies" }, $("h3", { text: "What to try" }));
-        const ol = $("ol");
-        const item = (x) => {
-          const li = $("li", { "data-kind": x.kind });
-          const t = $("div", { class: "remedy-title" }, $("span", { text: x.title }));
-          if (known(x.saves_bytes) && x.saves_bytes > 0) t.append($("span", { class: "saves", text: `saves ~${bytes(x.saves_bytes)}` }));
-          li.append(t);
-          // The peak it leads to, said as the bound it is: a floor when the job died in its first
-          // step, a ceiling where only the most it can need is known.
-          // One figure: the peak it leads to (for PyTorch, the replay of the run's requests with
-          // the remedy applied, through PyTorch's allocator), as report.json says it.
-          const w = x.replayed;
-          const said = !w ? "" : w.verdict === "fits"
-            ? `; replayed through PyTorch's allocator: fits under ${bytes(w.limit_bytes)}` + (w.up_to_recorded_oom ? " as far as the run got" : "")
-            : `; replayed through PyTorch's allocator: runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
-          const predicted = w && w.completed_by_prediction ? `; the step the run never finished is predicted (${w.completed_by_prediction.predicted_requests} requests)` : "";
-          const grows = x.leaves_growth ? "; memory still grows every iteration" : "";
-          if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
-            li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` + grows }));
-          } else if (known(x.predicted_peak_bytes)) {
-            const how = x.predicted_peak_is_lower_bound ? "at least " : x.predicted_peak_is_upper_bound ? "at most " : w ? "" : "about ";
-            li.append($("div", { class: "predicted small" + (w ? " replayed" : ""), text: `peak with it: ${how}${bytes(x.predicted_peak_bytes)}` + said + predicted + grows }));
-          } else if (x.not_replayed_because) {
-            li.append($("div", { class: "predicted small", text: `not replayed: ${x.not_replayed_because}` + grows }));
-          } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));
-          if (x.how) li.append($("code", { class: "how", text: x.how }));
-          if (x.assumption) li.append($("div", { class: "muted small", text: x.assumption }));
-          return li;
-        };
-        const top = rem.slice(0, 3);
-        for (const x of top) ol.append(item(x));
-        r.append(ol);
-        if (rem.length > 3) {
-          const more = $("details", { class: "more-remedies" }, $("summary", { text: `${rem.length - 3} more` }));
-          const ol2 = $("ol", { start: "4" });
-          for (const x of rem.slice(3)) ol2.append(item(x));
-          more.append(ol2);
-          r.append(more);
-        }
-        grid.append(r);
-      }
-      box.append(grid);
+      grid.append(c);
     }
+    if (rem.length) {
+      const r = $("div", { class: "remedies", id: title ? null : "remedies" }, $("h3", { text: "What to try" }));
+      const ol = $("ol");
+      for (const x of rem.slice(0, 3)) ol.append(remedyItem(x));
+      r.append(ol);
+      if (rem.length > 3) {
+        const more = $("details", { class: "more-remedies" }, $("summary", { text: `${rem.length - 3} more` }));
+        const ol2 = $("ol", { start: "4" });
+        for (const x of rem.slice(3)) ol2.append(remedyItem(x));
+        more.append(ol2);
+        r.append(more);
+      }
+      grid.append(r);
+    }
+    return grid;
+  }
+  function summary(A, title) {
+    const box = $("section", { class: "card summary" + (A.verdictOom ? " is-oom" : ""), id: title ? null : "summary", "data-verdict": A.verdictOom ? "oom" : "peak" });
+    const { head, sub } = verdictText(A);
+    box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
+    const why = whyGrid(A, title);
+    if (why) box.append(why);
     return box;
   }
 
@@ -527,29 +503,29 @@
     for (let v = 0; v <= max + 0.5; v += step) if (v >= min) out.push(v);
     return out;
   }
-  // `share` (the diff's two runs): one time axis and one byte axis for every chart in it, the
-  // cursor and the zoom of one followed by the others.
-  function memoryChart(A, d, pd, host, height, share) {
-    const R = A.R;
-    const ooms = (R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!host || o.host == null || o.host === host));
+  // The chart's samples: PyTorch's categories over time when the report has them, else the
+  // device's live bytes (each bucket's lowest and highest figure at their moments, in time order;
+  // a report without them: the highest from the bucket's start).
+  function chartSamples(d) {
     const cat = d.categories && d.categories.timeline && (d.categories.timeline.points || []).length ? d.categories : null;
-    let names, pts;
     if (cat) {
       const cols = cat.timeline.columns || ["time_ns", ...(cat.order || [])];
-      names = cols.slice(1);
-      pts = cat.timeline.points;
-    } else {
-      names = ["live"];
-      // Each bucket's lowest and highest figure at their moments, in time order (a report
-      // without them: the highest from the bucket's start).
-      pts = [];
-      for (const p of (d.timeline && d.timeline.points) || []) {
-        if (p.length < 6) { pts.push([p[0], p[1]]); continue; }
-        const [lo, hi] = [[p[5], p[3]], [p[4], p[1]]];
-        if (lo[0] === hi[0]) pts.push(hi);
-        else pts.push(...(lo[0] < hi[0] ? [lo, hi] : [hi, lo]));
-      }
+      return { cat, names: cols.slice(1), pts: cat.timeline.points };
     }
+    const pts = [];
+    for (const p of (d.timeline && d.timeline.points) || []) {
+      if (p.length < 6) { pts.push([p[0], p[1]]); continue; }
+      const [lo, hi] = [[p[5], p[3]], [p[4], p[1]]];
+      if (lo[0] === hi[0]) pts.push(hi);
+      else pts.push(...(lo[0] < hi[0] ? [lo, hi] : [hi, lo]));
+    }
+    return { cat: null, names: ["live"], pts };
+  }
+  // The chart's figures: its time origin and span, the stacked series, the byte axis' top and
+  // the limit line.
+  function chartFigures(A, d, ooms) {
+    const R = A.R;
+    let { cat, names, pts } = chartSamples(d);
     const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
     // The axis starts at the first CUDA activity on the device: a job that spends seconds in
     // imports and data loading before its first allocation would otherwise draw all of its
@@ -577,24 +553,109 @@
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
     const showLimit = limit && limit.bytes <= peakB * 4;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
-    if (share) { share.xEnd = Math.max(share.xEnd || 0, span); share.yMax = Math.max(share.yMax || 0, ymax); }
+    return { cat, names, pts, end, t0, span, idx, xs, raw, cum, limit, showLimit, ymax };
+  }
+  // What is drawn over the series: the phases as bands with their names where they fit, the
+  // limit as a line, the peak and each OOM as marks.
+  function chartOverlays(C, marks, phases, muted, card) {
+    const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
+    const drawAxes = [(u) => {
+      if (!phases.length) return;
+      const ctx = u.ctx; ctx.save();
+      ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
+      const top = u.bbox.top, h = u.bbox.height;
+      for (const p of phases) {
+        // Clipped to the plot: zoomed in, a band may start or end outside it.
+        const x0 = Math.max(u.bbox.left, u.valToPos(p.start_ns / 1e9, "x", true)), x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(p.end_ns / 1e9, "x", true));
+        if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
+        ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
+        ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
+      }
+      ctx.restore();
+    }];
+    // Phase names over the bands where they fit, under the top edge.
+    const drawSeries = [(u, si) => {
+      if (si !== u.series.length - 1 || !phases.length) return;
+      const ctx = u.ctx, dpr = devicePixelRatio;
+      ctx.save();
+      ctx.textAlign = "left"; ctx.textBaseline = "top";
+      ctx.fillStyle = muted(); ctx.font = `${11 * dpr}px sans-serif`;
+      let lastEnd = -1e9;
+      for (const p of phases) {
+        const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
+        const t = `${p.phase}${known(p.iteration) ? " " + p.iteration : ""}`;
+        const w = ctx.measureText(t).width + 6 * dpr;
+        if (x1 - x0 < w || x0 < lastEnd || x0 < u.bbox.left || x1 > u.bbox.left + u.bbox.width) continue;
+        ctx.fillText(t, x0 + 3 * dpr, u.bbox.top + u.bbox.height - 14 * dpr);
+        lastEnd = x0 + w;
+      }
+      ctx.restore();
+    }];
+    const draw = [(u) => {
+      const ctx = u.ctx; const dpr = devicePixelRatio;
+      ctx.save();
+      ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
+      ctx.font = `${12 * dpr}px sans-serif`;
+      if (C.showLimit) {
+        const limit = C.limit;
+        const y = Math.round(u.valToPos(limit.bytes, "y", true));
+        ctx.strokeStyle = "#dc2626"; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([8 * dpr, 4 * dpr]);
+        ctx.beginPath(); ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y); ctx.stroke();
+        ctx.fillStyle = "#dc2626";
+        const t = `limit ${bytes(limit.bytes)}${limit.kind && limit.kind !== "device" ? " (" + limit.kind.replace(/_/g, " ") + ")" : ""}`;
+        // At the left, unless a mark's label is there: then at the right.
+        const crowded = marks.some((m) => known(m.x) && u.valToPos(m.x / 1e9, "x", true) < u.bbox.left + u.bbox.width * 0.4);
+        ctx.fillText(t, crowded ? u.bbox.left + u.bbox.width - ctx.measureText(t).width - 6 * dpr : u.bbox.left + 6 * dpr, y - 5 * dpr);
+      }
+      let row = 0;
+      for (const m of marks) {
+        if (!known(m.x)) continue;
+        const x = Math.round(u.valToPos(m.x / 1e9, "x", true));
+        if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) continue;
+        ctx.strokeStyle = m.color; ctx.fillStyle = m.color; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([4 * dpr, 3 * dpr]);
+        ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+        const w = ctx.measureText(m.label).width;
+        const tx = x + 4 * dpr + w > u.bbox.left + u.bbox.width ? x - w - 4 * dpr : x + 4 * dpr;
+        const ty = u.bbox.top + (14 + 14 * (row++ % 3)) * dpr;
+        // On the card's colour: readable over the limit line and the areas.
+        ctx.fillStyle = card();
+        ctx.fillRect(tx - 2 * dpr, ty - 11 * dpr, w + 4 * dpr, 14 * dpr);
+        ctx.fillStyle = m.color;
+        ctx.fillText(m.label, tx, ty);
+      }
+      ctx.restore();
+    }];
+    return { drawAxes, drawSeries, draw };
+  }
+  // A step chart's series: each category stacked (the first at the bottom), and their total.
+  function chartSeries(C) {
     const stepped = typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const series = [{ label: "time", value: (u, v) => v == null ? "" : secs(v * 1e9) }];
-    const data = [xs];
-    for (let j = raw.length - 1; j >= 0; j--) {
-      const name = names[idx[j]];
+    const data = [C.xs];
+    for (let j = C.raw.length - 1; j >= 0; j--) {
+      const name = C.names[C.idx[j]];
       const col = catColor(name, j);
-      const rj = raw[j];
-      series.push({ label: cat ? catLabel(name) : "live in this device", stroke: col, fill: col + (cat ? "d9" : "33"), width: cat ? 0 : 1.5,
+      const rj = C.raw[j];
+      series.push({ label: C.cat ? catLabel(name) : "live in this device", stroke: col, fill: col + (C.cat ? "d9" : "33"), width: C.cat ? 0 : 1.5,
         paths: stepped, points: { show: false }, value: (u, v, si, i) => i == null ? "" : bytes(rj[i]) });
-      data.push(cum[j]);
+      data.push(C.cum[j]);
     }
-    if (cat && raw.length > 1) {
+    if (C.cat && C.raw.length > 1) {
       series.push({ label: "total", stroke: () => getComputedStyle(root).getPropertyValue("--fg").trim() || "#1f2937", width: 1, paths: stepped, points: { show: false }, value: (u, v) => v == null ? "" : bytes(v) });
-      data.push(cum[cum.length - 1]);
+      data.push(C.cum[C.cum.length - 1]);
     }
-    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(end), "data-x-start-ns": String(t0), "data-stepped": stepped ? "1" : "0",
-      "data-limit": showLimit ? String(limit.bytes) : null, "data-marks": String(1 + ooms.length) });
+    return { stepped, series, data };
+  }
+  // `share` (the diff's two runs): one time axis and one byte axis for every chart in it, the
+  // cursor and the zoom of one followed by the others.
+  function memoryChart(A, d, pd, host, height, share) {
+    const ooms = (A.R.oom || []).filter((o) => o.device === d.index && !o.recovered && (!host || o.host == null || o.host === host));
+    const C = chartFigures(A, d, ooms);
+    const { t0, span, ymax, xs } = C;
+    if (share) { share.xEnd = Math.max(share.xEnd || 0, span); share.yMax = Math.max(share.yMax || 0, ymax); }
+    const { stepped, series, data } = chartSeries(C);
+    const box = $("div", { class: "chart", "data-chart": String(d.index), "data-x-end-ns": String(C.end), "data-x-start-ns": String(t0), "data-stepped": stepped ? "1" : "0",
+      "data-limit": C.showLimit ? String(C.limit.bytes) : null, "data-marks": String(1 + ooms.length) });
     const rel = (ns) => known(ns) ? ns - t0 : ns;
     const marks = [{ x: rel((d.peak || {}).time_ns), label: `peak ${bytes((d.peak || {}).bytes)}`, color: "#d97706" }];
     ooms.forEach((o, i) => marks.push({ x: rel(o.time_ns), label: ooms.length > 1 ? `OOM ${i + 1}` : `OOM: asked ${bytes(o.requested_bytes)}`, color: "#dc2626" }));
@@ -603,7 +664,6 @@
     // then only those at the peak and at each OOM are drawn.
     const atMoment = (p) => [rel((d.peak || {}).time_ns), ...ooms.map((o) => rel(o.time_ns))].some((t) => known(t) && p.start_ns <= t && t <= p.end_ns);
     const phases = allPhases.length > 300 ? allPhases.filter(atMoment) : allPhases;
-    const phaseColor = { forward: "rgba(59,130,246,0.10)", backward: "rgba(168,85,247,0.10)", optimizer: "rgba(34,197,94,0.12)", evaluation: "rgba(107,114,128,0.12)" };
     let zoomed = false;
     const draw = () => {
       const width = Math.max(320, box.clientWidth || host_width(box));
@@ -621,73 +681,7 @@
         axes: [{ space: 90, values: (u, v) => v.map(tickSecs), stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } },
                { values: (u, v) => { const t = v.map(tickBytes); box.dataset.yticks = t.join(","); return t; }, splits: binarySplits, size: 80, stroke: muted, grid: { stroke: "rgba(128,128,128,0.15)" } }],
         series,
-        hooks: {
-          drawAxes: [(u) => {
-            if (!phases.length) return;
-            const ctx = u.ctx; ctx.save();
-            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
-            const top = u.bbox.top, h = u.bbox.height;
-            for (const p of phases) {
-              // Clipped to the plot: zoomed in, a band may start or end outside it.
-              const x0 = Math.max(u.bbox.left, u.valToPos(p.start_ns / 1e9, "x", true)), x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(p.end_ns / 1e9, "x", true));
-              if (x1 < u.bbox.left || x0 > u.bbox.left + u.bbox.width) continue;
-              ctx.fillStyle = phaseColor[p.phase] || "rgba(107,114,128,0.08)";
-              ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
-            }
-            ctx.restore();
-          }],
-          // Phase names over the bands where they fit, under the top edge.
-          drawSeries: [(u, si) => {
-            if (si !== u.series.length - 1 || !phases.length) return;
-            const ctx = u.ctx, dpr = devicePixelRatio;
-            ctx.save();
-            ctx.textAlign = "left"; ctx.textBaseline = "top";
-            ctx.fillStyle = muted(); ctx.font = `${11 * dpr}px sans-serif`;
-            let lastEnd = -1e9;
-            for (const p of phases) {
-              const x0 = u.valToPos(p.start_ns / 1e9, "x", true), x1 = u.valToPos(p.end_ns / 1e9, "x", true);
-              const t = `${p.phase}${known(p.iteration) ? " " + p.iteration : ""}`;
-              const w = ctx.measureText(t).width + 6 * dpr;
-              if (x1 - x0 < w || x0 < lastEnd || x0 < u.bbox.left || x1 > u.bbox.left + u.bbox.width) continue;
-              ctx.fillText(t, x0 + 3 * dpr, u.bbox.top + u.bbox.height - 14 * dpr);
-              lastEnd = x0 + w;
-            }
-            ctx.restore();
-          }],
-          draw: [(u) => {
-            const ctx = u.ctx; const dpr = devicePixelRatio;
-            ctx.save();
-            ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
-            ctx.font = `${12 * dpr}px sans-serif`;
-            if (showLimit) {
-              const y = Math.round(u.valToPos(limit.bytes, "y", true));
-              ctx.strokeStyle = "#dc2626"; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([8 * dpr, 4 * dpr]);
-              ctx.beginPath(); ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y); ctx.stroke();
-              ctx.fillStyle = "#dc2626";
-              const t = `limit ${bytes(limit.bytes)}${limit.kind && limit.kind !== "device" ? " (" + limit.kind.replace(/_/g, " ") + ")" : ""}`;
-              // At the left, unless a mark's label is there: then at the right.
-              const crowded = marks.some((m) => known(m.x) && u.valToPos(m.x / 1e9, "x", true) < u.bbox.left + u.bbox.width * 0.4);
-              ctx.fillText(t, crowded ? u.bbox.left + u.bbox.width - ctx.measureText(t).width - 6 * dpr : u.bbox.left + 6 * dpr, y - 5 * dpr);
-            }
-            let row = 0;
-            for (const m of marks) {
-              if (!known(m.x)) continue;
-              const x = Math.round(u.valToPos(m.x / 1e9, "x", true));
-              if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) continue;
-              ctx.strokeStyle = m.color; ctx.fillStyle = m.color; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([4 * dpr, 3 * dpr]);
-              ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
-              const w = ctx.measureText(m.label).width;
-              const tx = x + 4 * dpr + w > u.bbox.left + u.bbox.width ? x - w - 4 * dpr : x + 4 * dpr;
-              const ty = u.bbox.top + (14 + 14 * (row++ % 3)) * dpr;
-              // On the card's colour: readable over the limit line and the areas.
-              ctx.fillStyle = card();
-              ctx.fillRect(tx - 2 * dpr, ty - 11 * dpr, w + 4 * dpr, 14 * dpr);
-              ctx.fillStyle = m.color;
-              ctx.fillText(m.label, tx, ty);
-            }
-            ctx.restore();
-          }],
-        },
+        hooks: chartOverlays(C, marks, phases, muted, card),
       };
       // The legend shows the breakdown at the peak while the pointer is not over the chart.
       const pt = rel((d.peak || {}).time_ns);
@@ -718,7 +712,7 @@
     const offset = t0 > 0 ? $("div", { class: "muted small", "data-time-offset": String(t0),
       text: A.origin != null ? `Time from the first CUDA work of the job, ${secs(t0)} after it started (the ${secs(t0)} before it are left out), as every time on this page.`
         : `Time from the first CUDA activity on this device, ${secs(t0)} after the process started (the ${secs(t0)} before it are left out).` }) : null;
-    return { box, draw, hasData: pts.length > 0, offset };
+    return { box, draw, hasData: C.pts.length > 0, offset };
   }
   const host_width = (el) => (el.parentElement && el.parentElement.clientWidth) || 900;
 
@@ -988,13 +982,14 @@
   const stat = (label, value, cls, id) =>
     $("div", { class: "stat " + (cls || ""), ...(id ? { "data-stat": id } : {}) },
       $("div", { class: "label", text: label }), $("div", { class: "value", text: value }));
-  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
-  // this run's side in the aligned rows above the columns.
-  function renderRun(R, main, title, share) {
-    const A = analyse(R);
-    const slot = share && share.slots[title];
-    const run = R.run || {};
-    const later = [];
+  const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
+  // Launches recorded until stopped_ns only (PyTorch's hook marks the iterations itself).
+  const launchesStopped = (p, t) => !!(p && p.launches && p.launches.stopped_ns != null && t != null && t >= p.launches.stopped_ns);
+  const stoppedWhy = "launch recording stopped once PyTorch's start-up hook marked the iterations; vramtrace run --launches=on keeps it";
+  // What the reader must know before the figures: a stand-in run, a run cut short, dropped
+  // events, processes not profiled, launches not recorded.
+  function runBanners(A, main, title) {
+    const R = A.R, run = R.run || {};
     if (run.stand_in) main.append($("div", { class: "banner warn", id: title ? null : "standin", text: "Recorded on the CPU stand-in for CUDA (tests and demo), not on a real GPU." }));
     const running = !!(R.live && R.live.running);
     if (run.complete === false && !running) main.append($("div", { class: "banner bad", text: "The run was cut short: a process ended without flushing (crash, kill or _exit). Everything that left it is shown." }));
@@ -1002,201 +997,219 @@
     if (run.dropped_events) main.append($("div", { class: "banner bad", text: `${run.dropped_events} events were dropped (buffer full).` }));
     const unprofiled = A.procs.filter((p) => p.profiled === false);
     for (const p of unprofiled) main.append($("div", { class: "banner bad", text: `Process ${p.pid} (${base(p.exe)}) was not profiled: ${p.not_profiled_reason}. The device memory it used is unknown and not in this report.` }));
-    const noLaunches = A.procs.filter((p) => p.launches && p.launches.recorded === false);
-    const launchesOff = (p) => !!(p && p.launches && p.launches.recorded === false);
-    // Launches recorded until stopped_ns only (PyTorch's hook marks the iterations itself).
-    const launchesStopped = (p, t) => !!(p && p.launches && p.launches.stopped_ns != null && t != null && t >= p.launches.stopped_ns);
-    const stoppedWhy = "launch recording stopped once PyTorch's start-up hook marked the iterations; vramtrace run --launches=on keeps it";
+    const noLaunches = A.procs.filter(launchesOff);
     if (noLaunches.length) {
       const who = noLaunches.length < A.procs.length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
       main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
     }
-    const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
-    if (devices.length || A.verdictOom) (slot ? slot.summary : main).append(summary(A, title));
-    // A moment of a running job before its first CUDA work: nothing to draw yet, and why.
-    else if (running && R.live.cuda_used === false) {
+    return { running, unprofiled };
+  }
+  // The first screen's verdict (the diagnosis'), or why there is none.
+  function verdictCard(A, main, title, slot, devices, running, unprofiled) {
+    if (devices.length || A.verdictOom) {
+      if (A.D) (slot ? slot.summary : main).append(summary(A, title));
+    } else if (running && A.R.live.cuda_used === false) {
+      // A moment of a running job before its first CUDA work: nothing to draw yet, and why.
       main.append($("section", { class: "card summary", id: "summary", "data-verdict": "no-cuda-yet" },
         $("div", { class: "verdict" }, $("h2", { id: "verdict", text: "The job has not used CUDA yet" }),
           $("div", { class: "verdict-sub", text: "No process of it has created a CUDA context or allocated device memory so far; its memory is shown here from its first CUDA work on." }))));
+    } else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
+  }
+  // A device's headline figures: its peak, limit, headroom, OOMs, leaks, growth and allocator.
+  function deviceHeadline(A, d, pd, ooms) {
+    const R = A.R;
+    const deviceLimit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device" } : null);
+    const diedHere = ooms.some(A.fatal);
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
+    const leaksDied = leaks.length > 0 && leaks.every((l) => A.diedPids.has(l.pid));
+    const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
+    const frac = deviceLimit && deviceLimit.bytes ? d.peak.bytes / deviceLimit.bytes : null;
+    const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
+    const head = $("div", { class: "headline" },
+      stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
+      stat("Peak at", A.at(d.peak.time_ns), "", "peak-time"),
+      stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
+      stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
+        diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
+      stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
+      leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
+        : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"));
+    // What stream-ordered pools reserved beyond their allocations; a caching allocator's free
+    // memory is the "Allocator free at peak" card (and the allocator cache category).
+    if (reserved > d.peak.bytes) head.append(stat("Reserved, not in use, at peak", bytes(reserved - d.peak.bytes), "", "slack"));
+    const growth = (R.growth || []).filter((g) => g.device === d.index);
+    if (growth.length) head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
+    const alloc = pd && pd.allocator;
+    if (alloc && alloc.at_peak) head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
+    if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
+    return head;
+  }
+  // One OOM: its request, the memory then, its findings (each with what to try, in the words
+  // the collector chose for the program), the last kernel and the request's stack.
+  function oomBox(A, d, o, i, n) {
+    const box = $("div", { class: "finding", "data-oom": "1" });
+    const total = known(o.total_bytes) ? o.total_bytes : d.total_bytes;
+    box.append($("h3", { text: `Out of memory${n > 1 ? " " + (i + 1) : ""} at ${A.at(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
+    // A pool's OOM (api "pool NAME") is a request made to the pool, not by it.
+    const api = String(o.api || "");
+    const what = [(api.startsWith("pool ") ? `A request of ${bytes(o.requested_bytes)} to ${api.slice(5)}` : `${api} asked for ${bytes(o.requested_bytes)}`) + ` (pid ${o.pid}, thread ${o.thread})`];
+    if (o.phase) what.push(`in ${o.phase}${known(o.iteration) ? " of iteration " + o.iteration : ""}`);
+    if (o.module) what.push(`in module ${o.module}`);
+    box.append($("div", { text: what.join(", ") + "." }));
+    if (o.python_site) box.append($("div", { class: "labelled" }, "Python line: ", nameEl("span", o.python_site, "code")));
+    if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
+    if (known(o.free_bytes)) {
+      const others = known(o.held_by_others_bytes) ? o.held_by_others_bytes : (known(total) ? Math.max(0, total - o.free_bytes - o.live_bytes) : null);
+      box.append($("div", { text: `The driver reported ${bytes(o.free_bytes)} free${known(total) ? " of " + bytes(total) : ""}; this process held ${bytes(o.live_bytes)}` +
+        (known(others) ? `; other processes, contexts and the driver held ${bytes(others)}.` : ".") }));
+    } else box.append($("div", { text: `This process held ${bytes(o.live_bytes)} when it asked.` }));
+    if ((o.findings || []).length) {
+      const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
+      for (const f of o.findings) {
+        const li = $("li", { "data-kind": f.kind }, $("div", { class: "finding-title", text: f.title }));
+        const ev = evidenceList(f.evidence, A);
+        if (ev.length) li.append($("div", { class: "muted", text: "Evidence: " + ev.map((e) => `${e.label}: ${e.value}`).join("; ") }));
+        li.append($("div", { text: "Try: " + f.suggestion }));
+        list.append(li);
+      }
+      box.append($("div", { text: "Possible causes, most likely first:" }), list);
     }
-    else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
-
-    const procDevice = (host, index) => {
-      for (const p of A.procs) if (p.host === host) for (const dd of p.devices || []) if (dd.index === index) return [p, dd];
-      return [null, null];
-    };
-    for (const d of devices) {
-      const [proc, pd] = procDevice(d.host, d.index);
-      if (pd) pd._pid = proc.pid;
-      const card = $("section", { class: "card", "data-device": String(d.index) });
-      card.append($("h2", { text: `Device ${d.index}: ${d.name || "unknown"}${d.host ? " on " + d.host : ""}` }));
-      const aligned = slot && d.index === A.dev && !slot.chart.childElementCount;
-      const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
-      if (chart.hasData) {
-        const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
-        if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box, ...(chart.offset ? [chart.offset] : []));
-        else card.append($("h3", { class: "chart-title", text: what }), chart.box, ...(chart.offset ? [chart.offset] : []),
-          $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
-        later.push(chart.draw);
-      }
-      if (d.categories && d.categories.note) card.append($("div", { class: "muted small", text: d.categories.note }));
-      const pools = d.categories && privatePoolsLine(d.categories.private_pools);
-      if (pools) card.append(pools);
-      const ooms = A.oomsOf(d.index);
-      const recovered = (R.oom || []).filter((o) => o.device === d.index && o.recovered);
-      const deviceLimit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device" } : null);
-      const diedHere = ooms.some(A.fatal);
-      const leaks = (R.leaks || []).filter((l) => l.device === d.index);
-      const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
-      const leaksDied = leaks.length > 0 && leaks.every((l) => A.diedPids.has(l.pid));
-      const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
-      const frac = deviceLimit && deviceLimit.bytes ? d.peak.bytes / deviceLimit.bytes : null;
-      const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
-      const head = $("div", { class: "headline" },
-        stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
-        stat("Peak at", A.at(d.peak.time_ns), "", "peak-time"),
-        stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
-        stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
-          diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
-        stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
-        leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
-          : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"));
-      // What stream-ordered pools reserved beyond their allocations; a caching allocator's free
-      // memory is the "Allocator free at peak" card (and the allocator cache category).
-      if (reserved > d.peak.bytes) head.append(stat("Reserved, not in use, at peak", bytes(reserved - d.peak.bytes), "", "slack"));
-      const growth = (R.growth || []).filter((g) => g.device === d.index);
-      if (growth.length) head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
-      const alloc = pd && pd.allocator;
-      if (alloc && alloc.at_peak) head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
-      if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
-      card.append(head);
-      if (recovered.length) card.append($("div", { class: "muted", "data-recovered": String(recovered.length), text: `${recovered.length} failed driver allocation(s) were retried after the allocator freed its cache, and then worked: not out-of-memory errors of the program.` }));
-      main.append(card);
-
-      // The OOMs, each with its request, the memory then and its findings.
-      for (const [i, o] of ooms.entries()) {
-        const box = $("div", { class: "finding", "data-oom": "1" });
-        const total = known(o.total_bytes) ? o.total_bytes : d.total_bytes;
-        box.append($("h3", { text: `Out of memory${ooms.length > 1 ? " " + (i + 1) : ""} at ${A.at(o.time_ns)}${A.fatal(o) ? ": the process died" : ""}` }));
-        // A pool's OOM (api "pool NAME") is a request made to the pool, not by it.
-        const api = String(o.api || "");
-        const what = [(api.startsWith("pool ") ? `A request of ${bytes(o.requested_bytes)} to ${api.slice(5)}` : `${api} asked for ${bytes(o.requested_bytes)}`) + ` (pid ${o.pid}, thread ${o.thread})`];
-        if (o.phase) what.push(`in ${o.phase}${known(o.iteration) ? " of iteration " + o.iteration : ""}`);
-        if (o.module) what.push(`in module ${o.module}`);
-        box.append($("div", { text: what.join(", ") + "." }));
-        if (o.python_site) box.append($("div", { class: "labelled" }, "Python line: ", nameEl("span", o.python_site, "code")));
-        if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
-        if (known(o.free_bytes)) {
-          const others = known(o.held_by_others_bytes) ? o.held_by_others_bytes : (known(total) ? Math.max(0, total - o.free_bytes - o.live_bytes) : null);
-          box.append($("div", { text: `The driver reported ${bytes(o.free_bytes)} free${known(total) ? " of " + bytes(total) : ""}; this process held ${bytes(o.live_bytes)}` +
-            (known(others) ? `; other processes, contexts and the driver held ${bytes(others)}.` : ".") }));
-        } else box.append($("div", { text: `This process held ${bytes(o.live_bytes)} when it asked.` }));
-        if ((o.findings || []).length > 1 || (A.D && (o.findings || []).length)) {
-          const torch = A.isTorch(A.procOf(o.pid));
-          const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
-          for (const f of o.findings) {
-            const li = $("li", { "data-kind": f.kind }, $("div", { class: "finding-title", text: f.title }));
-            const ev = evidenceList(f.evidence, A);
-            if (ev.length) li.append($("div", { class: "muted", text: "Evidence: " + ev.map((e) => `${e.label}: ${e.value}`).join("; ") }));
-            li.append($("div", { text: "Try: " + (!torch && nativeAdvice[f.kind] ? nativeAdvice[f.kind] : f.suggestion) }));
-            list.append(li);
-          }
-          box.append($("div", { text: "Possible causes, most likely first:" }), list);
-        } else if ((o.findings || []).length) {
-          box.append($("ol", { class: "findings", hidden: "", "data-findings": "1" }, $("li", { "data-kind": o.findings[0].kind }, $("div", { class: "finding-title", text: o.findings[0].title }))));
-        }
-        if (launchesOff(A.procOf(o.pid))) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
-        else if (launchesStopped(A.procOf(o.pid), o.time_ns)) box.append($("div", { class: "muted", text: `Last kernel launched before it: not recorded (${stoppedWhy}).` }));
-        else if (o.last_kernel) box.append($("div", { class: "muted labelled" }, "Last kernel launched before it: ", nameEl("span", o.last_kernel, "code")));
-        if ((o.stack || []).length) {
-          const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
-          det.append(stackList(o.stack));
-          box.append(det);
-        }
-        card.append(box);
-      }
-
-      card.append($("h3", { text: "What was live" }), breakdown(A, d, pd));
-      if ((d.peak.by_process || []).length > 1) {
-        card.append($("h3", { text: "Live at the peak, by process" }));
-        card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], d.peak.by_process.slice(), "peak-processes"));
-      }
-      if (pd) {
-        // Several processes: every process's at the device's peak.
-        const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
-        const tree = peakTree(pk);
-        if (tree.value > 0) card.append($("h3", { text: `Live at the peak by stack (interpreter${tree.folded ? ", nn.Module call and PyTorch dispatcher" : " and nn.Module call"} frames folded)` }), icicle(tree, (unfold) => peakTree(pk, unfold)));
-        const largest = (pk.largest || []).slice();
-        // PyTorch's own blocks (tensors) by category, module and line; the driver's allocations
-        // (the caching allocator's segments, each named by whichever line made it) one click away.
-        const blocks = (pk.blocks || d.peak.blocks || []).slice();
-        let segmentsBox = card;
-        if (blocks.length) {
-          card.append($("h3", { text: "Largest PyTorch blocks (tensors) live at the peak" }));
-          const shown = blocks.map((b) => ({ ...b, category: catLabel(b.category), who: b.name || b.module || "", line: b.site || "(line unknown)",
-            when: [b.phase, known(b.iteration) ? `iteration ${b.iteration}` : ""].filter(Boolean).join(", ") }));
-          card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "category", label: "category", width: "11em" },
-            { key: "who", label: "tensor or module", code: true }, { key: "line", label: "Python line", code: true }, { key: "when", label: "made in", width: "13em" }],
-          shown, "peak-blocks"));
-          if (largest.length) {
-            segmentsBox = $("details", { class: "segments", "data-segments": "1" }, $("summary", { text: `Driver allocations live at the peak (the caching allocator's segments): the largest ${plural(largest.length, "allocation")}` }));
-            card.append(segmentsBox);
-          }
-        }
-        if (largest.length) {
-          if (!blocks.length) card.append($("h3", { text: "Largest blocks live at the peak" }));
-          segmentsBox.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
-            { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: A.at },
-            { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v, r) => launchesOff(proc) || launchesStopped(proc, r.time_ns) ? "not recorded" : String(v ?? "") }],
-          largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
-        }
-        if ((pd.pools || []).length) {
-          card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
-          const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
-          card.append($("div", { class: "muted", "data-fragmentation": "1", text: `At the reserved peak the pools held ${bytes(slack)} more than was allocated from them: freed memory the pools keep for reuse, unavailable to other processes.` }));
-          card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
-            { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
-        }
-        if (alloc) {
-          card.append($("h3", { text: "Fragmentation: the allocator's view (blocks inside its segments)" }));
-          const rows = [["at the in-use peak", alloc.at_peak], ["when most was free", alloc.most_free], ["at the end", alloc.now]]
-            .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
-          card.append(table([{ key: "when", label: "when", width: "11em" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
-            { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
-            { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
-          card.append($("div", { class: "muted small", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
-          card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
-            { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
-        }
-        if (growth.length) {
-          card.append($("h3", { text: "Growing across iterations" }));
-          card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
-          card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
-            { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: A.at },
-            { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.growth_rest, restLabel: "growing sites" }));
-        }
-        card.append($("h3", { text: "Kernels launched" }));
-        if (launchesOff(proc))
-          card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
-        else if (((pd.launches || {}).top || []).length) {
-          if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${A.at(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
-          card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
-        } else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
-      }
-      const retained = (R.retained || []).filter((x) => x.device === d.index);
-      if (retained.length) {
-        card.append($("h3", { text: "Retained by allocators at exit (cached, not leaked)" }));
-        card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
-          { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
-      }
-      if (leaks.length) {
-        card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
-        const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
-        card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
-          { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.leaks_rest, restLabel: "sites" }));
+    const proc = A.procOf(o.pid);
+    if (launchesOff(proc)) box.append($("div", { class: "muted", text: "Last kernel launched before it: not recorded (--launches=off)." }));
+    else if (launchesStopped(proc, o.time_ns)) box.append($("div", { class: "muted", text: `Last kernel launched before it: not recorded (${stoppedWhy}).` }));
+    else if (o.last_kernel) box.append($("div", { class: "muted labelled" }, "Last kernel launched before it: ", nameEl("span", o.last_kernel, "code")));
+    if ((o.stack || []).length) {
+      const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
+      det.append(stackList(o.stack));
+      box.append(det);
+    }
+    return box;
+  }
+  // What was live at the device's peak in detail: by stack (the icicle), PyTorch's blocks, the
+  // largest driver allocations, stream-ordered pools, the allocator's fragmentation, growth and
+  // the kernels launched.
+  function peakDetails(A, d, pd, proc, card) {
+    const R = A.R;
+    // Several processes: every process's at the device's peak.
+    const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd.peak;
+    const tree = peakTree(pk);
+    if (tree.value > 0) card.append($("h3", { text: `Live at the peak by stack (interpreter${tree.folded ? ", nn.Module call and PyTorch dispatcher" : " and nn.Module call"} frames folded)` }), icicle(tree, (unfold) => peakTree(pk, unfold)));
+    const largest = (pk.largest || []).slice();
+    // PyTorch's own blocks (tensors) by category, module and line; the driver's allocations
+    // (the caching allocator's segments, each named by whichever line made it) one click away.
+    const blocks = (pk.blocks || d.peak.blocks || []).slice();
+    let segmentsBox = card;
+    if (blocks.length) {
+      card.append($("h3", { text: "Largest PyTorch blocks (tensors) live at the peak" }));
+      const shown = blocks.map((b) => ({ ...b, category: catLabel(b.category), who: b.name || b.module || "", line: b.site || "(line unknown)",
+        when: [b.phase, known(b.iteration) ? `iteration ${b.iteration}` : ""].filter(Boolean).join(", ") }));
+      card.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "category", label: "category", width: "11em" },
+        { key: "who", label: "tensor or module", code: true }, { key: "line", label: "Python line", code: true }, { key: "when", label: "made in", width: "13em" }],
+      shown, "peak-blocks"));
+      if (largest.length) {
+        segmentsBox = $("details", { class: "segments", "data-segments": "1" }, $("summary", { text: `Driver allocations live at the peak (the caching allocator's segments): the largest ${plural(largest.length, "allocation")}` }));
+        card.append(segmentsBox);
       }
     }
-
+    if (largest.length) {
+      if (!blocks.length) card.append($("h3", { text: "Largest blocks live at the peak" }));
+      segmentsBox.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
+        { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: A.at },
+        { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v, r) => launchesOff(proc) || launchesStopped(proc, r.time_ns) ? "not recorded" : String(v ?? "") }],
+      largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
+    }
+    if ((pd.pools || []).length) {
+      card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
+      const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
+      card.append($("div", { class: "muted", "data-fragmentation": "1", text: `At the reserved peak the pools held ${bytes(slack)} more than was allocated from them: freed memory the pools keep for reuse, unavailable to other processes.` }));
+      card.append(table([{ key: "pool", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+        { key: "reserved_bytes", label: "reserved at end", num: true, fmt: bytes }, { key: "used_bytes", label: "in use at end", num: true, fmt: bytes }], pd.pools.slice(), "pools"));
+    }
+    const alloc = pd.allocator;
+    if (alloc) {
+      card.append($("h3", { text: "Fragmentation: the allocator's view (blocks inside its segments)" }));
+      const rows = [["at the in-use peak", alloc.at_peak], ["when most was free", alloc.most_free], ["at the end", alloc.now]]
+        .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
+      card.append(table([{ key: "when", label: "when", width: "11em" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
+        { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
+        { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
+      card.append($("div", { class: "muted small", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
+      card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
+        { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
+    }
+    const growth = (R.growth || []).filter((g) => g.device === d.index);
+    if (growth.length) {
+      card.append($("h3", { text: "Growing across iterations" }));
+      card.append($("div", { class: "muted", text: `Iterations: ${proc && proc.iterations ? proc.iterations.count + " (from " + proc.iterations.source + ")" : "unknown"}. What each site allocated in an iteration and still held at the end.` }));
+      card.append(table([{ key: "site", label: "site", code: true }, { key: "bytes_per_iteration", label: "per iteration", num: true, fmt: bytes },
+        { key: "iterations", label: "iterations", num: true }, { key: "first_iteration", label: "since iteration", num: true }, { key: "since_ns", label: "since", num: true, fmt: A.at },
+        { key: "bytes", label: "grown", num: true, fmt: bytes }], growth.slice(), "growth", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.growth_rest, restLabel: "growing sites" }));
+    }
+    card.append($("h3", { text: "Kernels launched" }));
+    if (launchesOff(proc))
+      card.append($("div", { class: "muted", "data-launches": "off", text: "Not recorded: this run had --launches=off (VRAMTRACE_LAUNCHES=off), so the kernel launches, and the kernel at the peak, are unknown." }));
+    else if (((pd.launches || {}).top || []).length) {
+      if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${A.at(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
+      card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
+    } else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
+  }
+  // What allocators kept cached at the end, and what was still live (leak suspects, or what a
+  // process that died of out-of-memory never got to free).
+  function endOfRun(A, d, card) {
+    const R = A.R;
+    const retained = (R.retained || []).filter((x) => x.device === d.index);
+    if (retained.length) {
+      card.append($("h3", { text: "Retained by allocators at exit (cached, not leaked)" }));
+      card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
+        { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
+    }
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    if (!leaks.length) return;
+    const leaksDied = leaks.every((l) => A.diedPids.has(l.pid));
+    card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
+    const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
+    card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
+      { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.leaks_rest, restLabel: "sites" }));
+  }
+  // One device's card: its chart (in the diff's aligned row when it is the diagnosed one), its
+  // headline figures, its OOMs, what was live and the details of its peak.
+  function deviceCard(A, d, main, title, slot, share, later) {
+    const R = A.R;
+    let proc = null, pd = null;
+    for (const p of A.procs) if (!pd && p.host === d.host) for (const dd of p.devices || []) if (!pd && dd.index === d.index) { proc = p; pd = dd; }
+    if (pd) pd._pid = proc.pid;
+    const card = $("section", { class: "card", "data-device": String(d.index) });
+    card.append($("h2", { text: `Device ${d.index}: ${d.name || "unknown"}${d.host ? " on " + d.host : ""}` }));
+    const aligned = slot && d.index === A.dev && !slot.chart.childElementCount;
+    const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
+    if (chart.hasData) {
+      const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
+      if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box, ...(chart.offset ? [chart.offset] : []));
+      else card.append($("h3", { class: "chart-title", text: what }), chart.box, ...(chart.offset ? [chart.offset] : []),
+        $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
+      later.push(chart.draw);
+    }
+    if (d.categories && d.categories.note) card.append($("div", { class: "muted small", text: d.categories.note }));
+    const pools = d.categories && privatePoolsLine(d.categories.private_pools);
+    if (pools) card.append(pools);
+    const ooms = A.oomsOf(d.index);
+    card.append(deviceHeadline(A, d, pd, ooms));
+    const recovered = (R.oom || []).filter((o) => o.device === d.index && o.recovered);
+    if (recovered.length) card.append($("div", { class: "muted", "data-recovered": String(recovered.length), text: `${recovered.length} failed driver allocation(s) were retried after the allocator freed its cache, and then worked: not out-of-memory errors of the program.` }));
+    main.append(card);
+    ooms.forEach((o, i) => card.append(oomBox(A, d, o, i, ooms.length)));
+    card.append($("h3", { text: "What was live" }), breakdown(A, d, pd));
+    if ((d.peak.by_process || []).length > 1) {
+      card.append($("h3", { text: "Live at the peak, by process" }));
+      card.append(table([{ key: "pid", label: "pid", num: true }, { key: "bytes", label: "bytes", num: true, fmt: bytes }], d.peak.by_process.slice(), "peak-processes"));
+    }
+    if (pd) peakDetails(A, d, pd, proc, card);
+    endOfRun(A, d, card);
+  }
+  // The ranks' peaks, each process's NVTX ranges and the processes.
+  function runTables(A, main) {
+    const R = A.R;
     if ((R.ranks || []).length) {
       const w = R.worst_rank || {}, im = R.rank_imbalance || {};
       const card = $("section", { class: "card", "data-ranks": String(R.ranks.length) }, $("h2", { text: `Ranks: ${R.ranks.length}` }));
@@ -1224,6 +1237,18 @@
       { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
     A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.still_running ? "running" : (p.clean_exit ? "exit()" : "cut short")) })), "processes"));
     if (A.procs.length) main.append(procs);  // none before a job's first CUDA work
+  }
+  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
+  // this run's side in the aligned rows above the columns. Returns what draws its charts.
+  function renderRun(R, main, title, share) {
+    const A = analyse(R);
+    const slot = share && share.slots[title];
+    const later = [];
+    const { running, unprofiled } = runBanners(A, main, title);
+    const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
+    verdictCard(A, main, title, slot, devices, running, unprofiled);
+    for (const d of devices) deviceCard(A, d, main, title, slot, share, later);
+    runTables(A, main);
     return later;
   }
 

@@ -4,7 +4,8 @@
 // read must be a property that report/report.schema.json declares. Keys the page sets on the
 // report's objects itself are its own. The reports: stand-in runs of the test programs (an
 // OOM, a leak that grows, a fragmented pool, several processes, two devices, PyTorch's
-// categories), a diff page and a snapshot of a running job.
+// categories), a diff page and a snapshot of a running job. The page must read the diagnosis'
+// decisions (its OOM, whether it was fatal, its cause and remedies) rather than make its own.
 //   node tests/contract/page_keys.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -145,6 +146,13 @@ for (const [name, path] of pages) {
   await page.close();
 }
 await browser.close();
+// The collector's decisions the page draws instead of making them: the OOM the verdict is about
+// and whether it was fatal (the oom run's diagnosis has both).
+for (const k of ["oom_index", "fatal", "remedies", "cause"]) {
+  const ok = allRead.has(k);
+  console.log(`${ok ? "PASS" : "FAIL"}  the page reads the diagnosis' ${k}`);
+  if (!ok) failures++;
+}
 console.log(`${allRead.size} distinct report keys read by the page; ${failures} failure(s)`);
 if (!failures) for (const t of temps) rmSync(t, { recursive: true, force: true });
 process.exit(failures ? 1 : 0);

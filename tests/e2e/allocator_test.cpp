@@ -191,6 +191,8 @@ TEST_CASE("a native loop of one kernel per iteration: iterations and growth per 
   // The growth is the diagnosis' cause, and the remedy is CUDA's: freeing each iteration's
   // buffer leaves one of them, 64 MiB, at the peak.
   const json& dg = j["diagnosis"];
+  REQUIRE_FALSE(dg.contains("oom_index"));
+  REQUIRE_FALSE(dg.contains("fatal"));
   REQUIRE(dg["cause"]["kind"] == "growth");
   REQUIRE(dg["remedies"].size() == 1);
   REQUIRE(dg["remedies"][0]["kind"] == "free_per_iteration");
@@ -225,6 +227,10 @@ TEST_CASE("a native loop that runs out and exits 3 right after: the OOM is the f
       // working set by the 24 MiB it was over the 1000 MiB device.
       const json& dg = j["diagnosis"];
       REQUIRE(dg["verdict"] == "oom");
+      // The OOM it is about, named for the page: report.json's only OOM, which ended the process.
+      REQUIRE(dg["oom_index"] == 0);
+      REQUIRE(dg["fatal"] == true);
+      REQUIRE(j["oom"][0]["fatal"] == true);
       REQUIRE(dg["cause"]["kind"] == "growth");
       REQUIRE(dg["remedies"].size() == 2);
       REQUIRE(dg["remedies"][0]["kind"] == "free_per_iteration");

@@ -1,9 +1,9 @@
 // Report fixtures with the shapes of real workloads, for the HTML tests: a PyTorch ResNet-50
 // that died of out-of-memory on an H200 under a per-process memory fraction (demangled kernel
 // names of several hundred characters, deep Python stacks through CPython's own frames, the
-// analysis fields: diagnosis, categories, modules, phases), a native CUDA program's OOM in a
-// report without those fields, and a big run (tens of thousands of blocks, a long timeline).
-// Deterministic: no randomness, so the tests can assert exact figures.
+// analysis fields: diagnosis, categories, modules, phases), a native CUDA program's OOM with the
+// diagnosis the collector writes for it (no categories), and a big run (tens of thousands of
+// blocks, a long timeline). Deterministic: no randomness, so the tests can assert exact figures.
 const MiB = 1024 ** 2, GiB = 1024 ** 3;
 
 // A demangled CUDA kernel name as PyTorch's builds have them: hundreds of characters.
@@ -196,7 +196,7 @@ export function torchOom() {
     // Its first CUDA work 1.2 s after the start (imports before it), where the timeline begins.
     run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, cuda_start_ns: 1.2e9, complete: true, stand_in: false },
     diagnosis: {
-      verdict: "oom", device: 0,
+      verdict: "oom", oom_index: 0, fatal: true, device: 0, pid: 31337, held_bytes: liveAt, requested_bytes: requested,
       limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (16.00 GiB)" },
       headroom_bytes: limit - liveAt,
       cause: { kind: "activations", title: "Activations of the forward pass filled the memory: the batch of 512 keeps every layer's output for backward.",
@@ -234,9 +234,9 @@ export function torchOom() {
   };
 }
 
-// A native CUDA program's OOM in a report without the analysis fields (no diagnosis, no
-// categories) and with an OOM that lacks the device's total: the page falls back to the
-// device's own figures and gives CUDA advice, not PyTorch's.
+// A native CUDA program's OOM, with no categories and an OOM that lacks the device's total
+// (the page takes the device's own): the collector's diagnosis, findings and remedies are in
+// CUDA's terms, never PyTorch's.
 export function nativeOom() {
   const total = 80 * GiB;
   const points = [];
@@ -244,19 +244,40 @@ export function nativeOom() {
   const stack = [nat("cudaMalloc", "/usr/local/cuda/lib64/libcudart.so.13"), nat("Solver::allocate_workspace(unsigned long)", "/opt/solver/bin/solver"),
     nat("main", "/opt/solver/bin/solver"), nat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("_start", "/opt/solver/bin/solver")];
   const live = 76 * GiB;
+  const site = "Solver::allocate_workspace(unsigned long) (solver.cu:88)";
+  const growthTitle = `Live memory grew by 2.00 GiB per iteration since iteration 0, led by ${site}`;
   return {
     schema: "vramtrace.report/1",
     run: { command: ["/opt/solver/bin/solver", "--grid", "4096"], duration_ns: 1.25e9, complete: true },
+    // As run_diagnosis.cpp writes it for a native program: the growth's remedy first, then the
+    // working set cut to the device (82 GiB needed of 80 GiB).
+    diagnosis: {
+      verdict: "oom", fatal_ooms: 1, recovered_ooms: 0, oom_index: 0, fatal: true, device: 0, pid: 777,
+      limit: { bytes: total, kind: "device", title: "the GPU's capacity (80.00 GiB)" },
+      held_bytes: live, requested_bytes: 6 * GiB, headroom_bytes: total - live,
+      cause: { kind: "growth", title: growthTitle, evidence: [{ label: "growth per iteration", bytes: 2 * GiB }, { label: "grown in all", bytes: live }] },
+      growth: { kind: "growth", bytes_per_iteration: 2 * GiB, kept_bytes: live },
+      remedies: [
+        { kind: "free_per_iteration", title: `Free or reuse the memory allocated at ${site} each iteration`, saves_bytes: live,
+          assumption: "it kept 2.00 GiB per iteration that no later iteration freed", how: "cudaFree (or cudaFreeAsync) it when the iteration is done, or allocate one buffer before the loop and reuse it",
+          predicted_peak_bytes: 6 * GiB },
+        { kind: "smaller_working_set", title: "Use a smaller working set: process the data in chunks, or keep fewer buffers live at once", saves_bytes: 2 * GiB,
+          assumption: "what the program held with its last request exceeded the limit by this much: at least that must go for it to fit", how: "split the largest buffers (or the batch) into chunks processed in turn",
+          predicted_peak_bytes: total, predicted_peak_is_upper_bound: true, leaves_growth: true },
+      ],
+    },
     devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, peak: { bytes: live, time_ns: 0.76e9, by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
     processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, exit_code: 134, events: 120, dropped_events: 0,
       devices: [{ index: 0, peak: { by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38, library: "solver", stack }], by_library: [{ library: "solver", bytes: live, count: 38 }], largest: [] } }] }],
-    oom: [{ device: 0, pid: 777, thread: 777, time_ns: 1.2e9, api: "cudaMalloc", requested_bytes: 6 * GiB, live_bytes: live, free_bytes: 3.5 * GiB,
+    oom: [{ device: 0, pid: 777, thread: 777, time_ns: 1.2e9, api: "cudaMalloc", requested_bytes: 6 * GiB, live_bytes: live, free_bytes: 3.5 * GiB, fatal: true,
       site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", stack, live_by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }],
-      findings: [{ kind: "growth", score: 0.85, title: "Live memory grew by 2.00 GiB per iteration since iteration 0, led by Solver::allocate_workspace(unsigned long) (solver.cu:88)",
+      // The findings' advice as oom_findings.cpp words it for a program without PyTorch.
+      findings: [{ kind: "growth", score: 0.85, title: growthTitle,
         evidence: { bytes_per_iteration: 2 * GiB, grown_bytes: live, iterations: 38, since_ns: 482735 },
-        suggestion: "Memory is kept across iterations: keep Python numbers rather than tensors (loss.item(), .detach() before storing), and clear lists of outputs or caches." },
+        suggestion: "Memory is kept across iterations: free (cudaFree/cudaFreeAsync) what each iteration allocates before the next one, or reuse one buffer sized for the largest iteration." },
       { kind: "near_capacity", score: 0.6, title: "This process held 76.00 GiB (95% of the GPU) when it asked for 6.00 GiB",
-        evidence: { live_bytes: live, total_bytes: total, requested_bytes: 6 * GiB }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }] }],
+        evidence: { live_bytes: live, total_bytes: total, requested_bytes: 6 * GiB },
+        suggestion: "Use less memory at the peak: process the data in smaller chunks (smaller buffers or batches), reuse buffers across steps (a stream-ordered pool, cudaMallocAsync, with a release threshold), and free temporaries before the largest request." }] }],
     leaks: [{ device: 0, pid: 777, site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", library: "solver", bytes: live, count: 38, stack }],
   };
 }

@@ -372,6 +372,7 @@ for (const width of [1400, 1000]) {
   r.oom = []; r.leaks = [];
   r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
   r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
+  delete r.diagnosis.oom_index; delete r.diagnosis.fatal;
   const { page, errors } = await open(render("torch-peak", r), "light", 1400, 900);
   const verdict = await page.locator("#verdict").textContent();
   check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 1.361 s", verdict);
@@ -398,10 +399,36 @@ for (const width of [1400, 1000]) {
   await page.close();
 }
 
-// 8. A native CUDA program's OOM, in a report without the analysis fields.
+// 7d. Two OOMs, the first survived: the verdict is about the one the diagnosis names (oom[1],
+// fatal), never one the page would pick itself; only that one is marked as the death.
+{
+  const r = torchOom();
+  const first = { ...r.oom[0], time_ns: r.oom[0].time_ns - 500e6, requested_bytes: 1024 ** 3, allocator: { ...r.oom[0].allocator, requested_bytes: 1024 ** 3 } };
+  delete first.fatal;
+  r.oom = [first, r.oom[0]];
+  r.diagnosis = { ...r.diagnosis, oom_index: 1, recovered_ooms: 1 };
+  // A remedy whose replay ran over the limit with no request named (as the H200 first-step
+  // reports have it).
+  r.diagnosis.remedies = [{ ...r.diagnosis.remedies[1], predicted_peak_bytes: 20 * 1024 ** 3, replayed: { verdict: "oom", reserved_peak_bytes: 20 * 1024 ** 3, limit_bytes: 16 * 1024 ** 3, up_to_recorded_oom: false } }, ...r.diagnosis.remedies];
+  const { page, errors } = await open(render("torch-two-ooms", r), "light", 1400, 900);
+  check("two OOMs: a replay over the limit with no request named", (await page.locator("#remedies li .predicted").first().textContent()) === "peak with it: 20.00 GiB; replayed through PyTorch's allocator: over the limit");
+  const verdict = await page.locator("#verdict").textContent();
+  const sub = await page.locator(".verdict-sub").first().textContent();
+  check("two OOMs: the verdict is the diagnosis' OOM", verdict === "Out of memory: the program died on device 0 at 1.363 s" && sub.startsWith("It asked for 2.00 GiB while ") && sub.includes("2 out-of-memory errors on this device in all."), `${verdict} | ${sub}`);
+  const heads = await page.locator("[data-oom] h3").allTextContents();
+  check("two OOMs: only the fatal one is the death", JSON.stringify(heads) === '["Out of memory 1 at 863.50 ms","Out of memory 2 at 1.363 s: the process died"]', JSON.stringify(heads));
+  check("no console errors (two OOMs)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 8. A native CUDA program's OOM: the page draws the collector's diagnosis, findings and
+// remedies, all in CUDA's terms.
 {
   const { page, errors } = await open(render("native", nativeOom()), "light", 1400, 900);
   const text = await page.locator("main").innerText();
+  const kinds = await page.locator("#remedies li").evaluateAll((ls) => ls.map((l) => l.dataset.kind));
+  check("native OOM: the collector's remedies, as it ranked them", JSON.stringify(kinds) === '["free_per_iteration","smaller_working_set"]', JSON.stringify(kinds));
+  check("native OOM: the collector's cause", (await page.locator("#cause .cause-title").textContent()).startsWith("Live memory grew by 2.00 GiB per iteration"));
   check("native OOM: no PyTorch advice for a C++ program", !/loss\.item|\.detach|checkpointing|mixed precision|bf16/.test(text), (text.match(/.{0,60}(loss\.item|checkpointing|bf16).{0,60}/) || [""])[0]);
   check("native OOM: CUDA advice instead", text.includes("cudaFree/cudaFreeAsync") && text.includes("stream-ordered pool"));
   check("native OOM: evidence in human units", text.includes("since\t482.7 µs after the start") || text.includes("since\n482.7 µs after the start") || text.includes("since: 482.7 µs after the start"), (text.match(/.{0,30}since.{0,40}/) || [""])[0]);
@@ -460,6 +487,7 @@ for (const width of [1400, 1000]) {
   const b = torchOom();
   // B: half the batch, a peak of 9 GiB under the same 16 GiB memory fraction.
   b.diagnosis = { ...a.diagnosis, verdict: "peak", headroom_bytes: 7 * 1024 ** 3, cause: null, remedies: [], fatal_ooms: 0 };
+  delete b.diagnosis.oom_index; delete b.diagnosis.fatal;
   const f = 9 * 1024 ** 3 / a.devices[0].peak.bytes;
   b.devices[0].categories.timeline.points = a.devices[0].categories.timeline.points.map(([t, ...v]) => [t, ...v.map((x) => Math.round(x * f))]);
   b.devices[0].timeline.points = a.devices[0].timeline.points.map(([t, x]) => [t, Math.round(x * f)]);

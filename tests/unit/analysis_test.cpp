@@ -190,3 +190,55 @@ TEST_CASE("the analysis of an OOM after growth: its findings and the diagnosis' 
   REQUIRE(an.diagnosis.cause);
   REQUIRE(an.diagnosis.remedies);
 }
+
+TEST_CASE(
+    "the diagnosis names its OOM by its place in report.json's oom, and a native program "
+    "gets CUDA's remedies only") {
+  // Process 100 survives an OOM and exits cleanly; process 101 survives one and dies of the
+  // next. report.json lists 100's OOM, then 101's two: the fatal one is the third.
+  TraceBuilder a(100), b(101);
+  a.context(0, 1024 * MiB).alloc(0xa000, 512 * MiB).failed(1024 * MiB).exit_clean();
+  b.context(0, 1024 * MiB).alloc(0x1000, 256 * MiB).failed(900 * MiB);
+  b.alloc(0x2000, 64 * MiB).failed(1024 * MiB);
+  const collector::Run run = run_of({a.bytes(), b.bytes()});
+  const collector::RunAnalysis an = collector::analysis_of(run);
+  const collector::Diagnosis& dg = an.diagnosis;
+  REQUIRE(dg.oom);
+  REQUIRE(dg.fatal_ooms == 1);
+  REQUIRE(dg.recovered_ooms == 2);
+  REQUIRE(dg.oom_index == size_t{2});
+  REQUIRE(dg.oom_fatal);
+  REQUIRE(dg.pid == 101);
+  REQUIRE(dg.held_bytes == 320 * MiB);
+  REQUIRE(dg.requested_bytes == 1024 * MiB);
+  REQUIRE(dg.limit.kind == "device");
+  REQUIRE(dg.limit.bytes == 1024 * MiB);
+  // A native program: one remedy, in CUDA's terms, cutting what it held with its request
+  // (1344 MiB) to the 1024 MiB device.
+  REQUIRE(dg.remedies);
+  REQUIRE(dg.remedies->size() == 1);
+  const collector::RemedyOutcome& r = dg.remedies->front();
+  REQUIRE(r.remedy.kind == "smaller_working_set");
+  REQUIRE(r.remedy.saves_bytes == 320 * MiB);
+  REQUIRE(r.predicted_peak == 1024 * MiB);
+  REQUIRE(r.remedy.upper_bound);
+  REQUIRE_FALSE(r.replayed);
+}
+
+TEST_CASE(
+    "with no device's capacity known, the diagnosis names the device of the largest "
+    "peak, against no limit") {
+  TraceBuilder a(100), b(101);
+  a.context(0, 0).alloc(0xa000, 8 * MiB).exit_clean();
+  b.context(1, 0).alloc(0x1000, 32 * MiB, vt_test::Api::cuMemAlloc, 1).exit_clean();
+  const collector::Run run = run_of({a.bytes(), b.bytes()});
+  const collector::Diagnosis& dg = collector::analysis_of(run).diagnosis;
+  REQUIRE_FALSE(dg.oom);
+  REQUIRE_FALSE(dg.oom_index);
+  REQUIRE(dg.device == 1u);
+  REQUIRE(dg.pid == 101);
+  REQUIRE(dg.held_bytes == 32 * MiB);
+  REQUIRE(dg.limit.kind.empty());
+  REQUIRE_FALSE(dg.cause);
+  REQUIRE_FALSE(dg.remedies);
+}
