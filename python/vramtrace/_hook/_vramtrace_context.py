@@ -140,20 +140,12 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         self.always_call = True
         # Module hooks put every module call on PyTorch's slow path (about 20 us a call with
         # ours): they run in the first iterations and every 50th ("every": always); the other
-        # iterations only mark the outermost calls (outermost_calls), and the collector takes
-        # each of their blocks' module from the traced iteration of the same model.
+        # iterations only mark the outermost calls, through Module.__call__, and the collector
+        # takes each of their blocks' module from the traced iteration of the same model.
         self.every = os.environ.get("VRAMTRACE_TORCH_MODULES", "sampled") == "every"
         self.full = True          # module hooks on for this iteration
         self.enabled = False
-        self.in_root = False      # an outermost call marked between the traced iterations is running
-        self.root_module = None   # that call's module, while it runs
-        self.root_mid = 0
-        # The outermost modules met in the traced iterations (id -> (weakref, their hooks'
-        # handles, whether they can have hooks)): between those iterations their own forward
-        # hooks mark their calls, and every other module call takes PyTorch's fast path
-        # untouched (outermost_calls). A module first called outermost between the traced
-        # iterations is marked from the next traced one on.
-        self.roots_seen = {}
+        self.in_root = False      # an outermost call marked by traced_call is running
         # id(module) of an outermost call -> its last forward's first output tensors (id,
         # storage pointer), to tell when the next forward gets them back (fed_back).
         self.root_outputs = {}
@@ -189,7 +181,8 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         self.backward, self.traced_backward = backward, traced_backward
 
     def wrap_call(self):
-        """Module.__call__ wrapped (self.traced_call): see outermost_calls."""
+        """Module.__call__ wrapped (self.traced_call): the outermost calls between the traced
+        iterations, and the first call's arguments."""
         ctx = self
         module_class = self.torch.nn.Module
         call = module_class.__call__
@@ -197,12 +190,13 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
 
         def traced_call(module, *args, **kwargs):
             try:
-                # On in the traced iterations (learns the outermost modules) and, between
-                # them, only where an outermost module cannot have hooks of its own
-                # (outermost_calls): then it marks the outermost call only (a forward of the
-                # model, of the loss), every inner call straight through. is_compiling()
+                # Between the traced iterations: the outermost module call only (a forward of
+                # the model, of the loss), every inner call straight through. is_compiling()
                 # first: while torch.compile traces this, nothing of ctx is read (reading
-                # ctx.full there would make it guard on it and recompile).
+                # ctx.full there would make it guard on it and recompile). The calls inside an
+                # outermost one take the shortest path. (Forward hooks of the outermost modules
+                # instead, every inner call left on PyTorch's fast path, measured no faster on
+                # the H200: docs/PERFORMANCE.md.)
                 if compiling() or ctx.in_root or ctx.in_backward:
                     return call(module, *args, **kwargs)
                 if ctx.want_call:
@@ -210,10 +204,7 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
                 if ctx.predict_pending and ctx.get_ident() == ctx.main:
                     ctx.predict_pending = False
                     ctx.predict_steps()
-                if ctx.get_ident() != ctx.main:
-                    return call(module, *args, **kwargs)
-                if ctx.full:
-                    ctx.learn_root(module)
+                if ctx.full or ctx.get_ident() != ctx.main:
                     return call(module, *args, **kwargs)
                 mid = ctx.root_begin(module, (args, kwargs))
                 ctx.in_root = True
@@ -336,7 +327,6 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         self.stack.clear()
         if self.enabled:
             self.module_hooks(full)
-            self.outermost_calls(True)
 
     @staticmethod
     def dynamo_compiled():
@@ -363,84 +353,8 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         self.torch.autograd.backward = self.traced_backward if on else self.backward
         for name, f in (self.traced_moves if on else self.moves).items():
             setattr(self.tensor_class, name, f)
-        self.outermost_calls(on)
-
-    def outermost_calls(self, on):
-        """How an outermost module call is found while the module hooks are off: by that
-        module's own forward hooks, so that every call inside it takes PyTorch's fast path
-        untouched; by the Module.__call__ wrapper where one of the outermost modules cannot
-        have hooks of its own (compiled in place: they would run inside the compiled code;
-        PyTorch before 2.1: no always_call). In the traced iterations the wrapper is on: it
-        learns the outermost modules and captures the first call's arguments."""
-        if self.every:
-            return
-        hooks = on and all(hookable for _, _, hookable in self.roots_seen.values())
-        for key, (ref, handles, hookable) in list(self.roots_seen.items()):
-            module = ref()
-            if not hooks or module is None:
-                for h in handles:
-                    h.remove()
-                handles.clear()
-                if module is None:
-                    del self.roots_seen[key]
-            elif not handles:
-                handles.extend(self.root_hooks(module) or ())
-        wrapped = on and (self.full or not hooks)
-        self.module_class.__call__ = self.traced_call if wrapped else self.call
-
-    def root_hooks(self, module):
-        """The outermost module's own forward hooks, or None where it cannot have them."""
-        if getattr(module, "_compiled_call_impl", None) is not None:
-            return None
-        handles = []
-        try:
-            handles.append(module.register_forward_hook(self.root_post, always_call=True))
-            handles.append(module.register_forward_pre_hook(self.root_pre, with_kwargs=True))
-            return handles
-        except Exception:
-            for h in handles:
-                h.remove()
-            return None
-
-    def learn_root(self, module):
-        """An outermost module call in a traced iteration: its module gets hooks of its own,
-        installed once (none is removed while PyTorch runs them) and acting only between the
-        traced iterations."""
-        key = id(module)
-        entry = self.roots_seen.get(key)
-        if (entry is not None and entry[0]() is module) or len(self.roots_seen) >= 64:
-            return
-        handles = self.root_hooks(module) if self.enabled else []
-        self.roots_seen[key] = (self.weakref.ref(module), handles or [], handles is not None)
-
-    def root_pre(self, module, args, kwargs):
-        """An outermost module's forward pre hook: marks its call between the traced
-        iterations (in them, the module hooks do)."""
-        if self.full or self.compiling() or self.in_backward or self.get_ident() != self.main:
-            return None
-        if self.in_root:
-            if self.root_module is not module:
-                return None
-            # The module's last call never reached its post hook (a KeyboardInterrupt in it):
-            # that call ended when it raised.
-            self.root_post(module, None, None)
-        if self.want_call:
-            self.capture_call(module, args, kwargs)
-        if self.predict_pending:
-            self.predict_pending = False
-            self.predict_steps()
-        self.root_mid = self.root_begin(module, (args, kwargs))
-        self.root_module = module
-        self.in_root = True
-        return None
-
-    def root_post(self, module, args, output):
-        if not self.in_root or self.root_module is not module:
-            return None
-        self.in_root = False
-        self.root_module = None
-        self.root_end(module, self.root_mid, output)
-        return None
+        if not self.every:
+            self.module_class.__call__ = self.traced_call if on else self.call
 
     def forward_kind(self, module, mid):
         # Evaluation: a model in eval() or under no_grad; with grad on, what it keeps past
