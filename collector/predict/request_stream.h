@@ -86,9 +86,20 @@ const TorchPredictedStep* predicted_change(const TorchContext& ctx, uint32_t dev
                                            const std::string& change);
 
 // The run's recorded requests before `step` began (its parameters, buffers and batch), then
-// `step`'s predicted requests alone: what fake tensors see of the step. A change's effect is the
-// difference between the replays of two of these (collector/whatif.cpp).
+// `step`'s predicted requests: what fake tensors see of the step. With `reference` (the step as
+// the program runs it, which the run's own requests from the step's start are aligned with),
+// the run's requests that no fake tensor made (cuDNN and cuBLAS workspaces) are put in where
+// they came, in `step` by the reference's requests they came after, and again where `step`
+// recomputes a forward (checkpointing); none where the run and the reference do not align. A
+// change's effect is the ratio of the replays of two of these (collector/predict/whatif.cpp).
 RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx,
-                               const TorchPredictedStep& step);
+                               const TorchPredictedStep& step,
+                               const TorchPredictedStep* reference = nullptr);
+
+// Whether the run's workspaces can be put into both `reference` and `changed`: the run aligns
+// with the reference and the reference with the change (a change that makes other sizes, as
+// autocast does, does not). Weighed with them in one step, they go into both or neither.
+bool workspaces_placeable(const RequestStream& run, const TorchPredictedStep& reference,
+                          const TorchPredictedStep& changed);
 
 }  // namespace vramtrace::collector

@@ -386,3 +386,86 @@ TEST_CASE("predict: a remedy weighed on the steps the hook ran on fake tensors, 
   RemedyChange ckpt{"activation_checkpointing", {"fc1"}, {}};
   CHECK_FALSE(replay_remedy(*p, 0, ckpt).fake_step_change);
 }
+
+TEST_CASE("predict: the run's workspaces put into the fake steps, and again where one recomputes") {
+  // A run that finished its step: W (40 MiB) before it; then fc1's output (30), a 36 MiB
+  // workspace made and freed by fc1's kernel (no tensor: the fake step does not see it), fc2's
+  // output (30, split from the workspace's freed segment), fc1's output freed in the backward,
+  // W's gradient (40), fc2's output freed.
+  auto e = [](const char* what, int addr, uint64_t mib_, int t) {
+    return std::string("E\t0\t") + what + "\t" + std::to_string(addr) + "000000\t" + mib(mib_) +
+           "\t0\t" + std::to_string(1000300000 + t) + "\t\t\n";
+  };
+  const std::string run =
+      "vramtrace.torch/2\t42\t1000000000000\t10000000000\t2.11.0\n"
+      "M\t1\tfc1\tLinear\tm.py\t1\n"
+      "M\t2\tfc2\tLinear\tm.py\t2\n"
+      "E\t0\tsegment_alloc\t1000000000\t" +
+      mib(40) + "\t0\t1000100000\t\t\n" + "E\t0\talloc\t1000000000\t" + mib(40) +
+      "\t0\t1000100000\t\t\n" + e("segment_alloc", 2000, 30, 0) + e("alloc", 2000, 30, 0) +
+      e("segment_alloc", 3000, 36, 1) + e("alloc", 3000, 36, 1) + e("free_completed", 3000, 36, 2) +
+      e("alloc", 3000, 30, 3) + e("free_completed", 2000, 30, 4) + e("segment_alloc", 4000, 40, 5) +
+      e("alloc", 4000, 40, 5) + e("free_completed", 3000, 30, 6);
+  // The hook's steps: as the program runs it (1), and with fc1 checkpointed (2): fc1's output
+  // freed as fc1 returns and made again in the backward.
+  auto r = [](int id, const char* op, int block, uint64_t mib_, int module, char phase) {
+    return "R\t" + std::to_string(id) + "\t" + op + "\t" + std::to_string(block) + "\t" +
+           mib(mib_) + "\t" + std::to_string(module) + "\t" + phase + "\n";
+  };
+  const std::string n = "\t8\t8\t1000200000000\tok\n";
+  const std::string steps =
+      "N\t0\t1" + n + r(1, "a", 1, 30, 1, 'f') + r(1, "a", 2, 30, 2, 'f') +
+      r(1, "f", 1, 30, 0, 'b') + r(1, "a", 3, 40, 0, 'b') + r(1, "f", 2, 30, 0, 'b') +
+      "V\t1\tnone\t-\n" + "N\t0\t2" + n + r(2, "a", 1, 30, 1, 'f') + r(2, "f", 1, 30, 1, 'f') +
+      r(2, "a", 2, 30, 2, 'f') + r(2, "a", 3, 30, 1, 'b') + r(2, "f", 3, 30, 0, 'b') +
+      r(2, "a", 4, 40, 0, 'b') + r(2, "f", 2, 30, 0, 'b') + "V\t2\tcheckpoint\t1\n";
+  auto p = std::make_shared<ProcessModel>();
+  p->pid = 42;
+  p->devices[0].total_bytes = 2048 * MiB;
+  auto tm = std::make_shared<const TorchMemory>(context_of(run + steps));
+  p->torch_context = std::shared_ptr<const TorchContext>(tm, &tm->context());
+  p->torch_memory = tm;
+  const TorchContext& ctx = *p->torch_context;
+  const TorchPredictedStep &none = ctx.predicted_steps[0], &ckpt = ctx.predicted_steps[1];
+
+  // The checkpointed step with the workspace after fc1's output, where the run had it, and a
+  // copy of it after fc1's output made again in the backward.
+  const RequestStream rec = recorded_stream(ctx, tm.get(), 0);
+  REQUIRE(workspaces_placeable(rec, none, ckpt));
+  const RequestStream s = fake_step_stream(rec, ctx, ckpt, &none);
+  std::vector<std::pair<char, uint64_t>> seen;  // (a)lloc or (f)ree, MiB
+  for (const Request& q : s.requests)
+    seen.emplace_back(q.op == RequestOp::Malloc ? 'a' : 'f', q.bytes / MiB);
+  const std::vector<std::pair<char, uint64_t>> want = {{'a', 40}, {'a', 30}, {'a', 36}, {'f', 36},
+                                                       {'f', 30}, {'a', 30}, {'a', 30}, {'a', 36},
+                                                       {'f', 36}, {'f', 30}, {'a', 40}, {'f', 30}};
+  CHECK(seen == want);
+  CHECK(s.requests[7].predicted);  // the copy, a block of its own
+  CHECK(s.requests[7].block == s.requests[8].block);
+  CHECK(s.requests[7].block != s.requests[2].block);
+  CHECK(s.blocks > s.requests[7].block);
+
+  // Replayed (large-pool segments of the requests' sizes, the smallest free block that fits,
+  // split when more than 1 MiB is left). The step as the program runs it: W 40, fc1's 30, the
+  // workspace 36; fc2's 30 split from its freed segment; W's gradient (40) fits in no free
+  // block: 146 MiB, as the run's own. Checkpointed: fc2's output takes fc1's freed 30, fc1's
+  // recompute splits the workspace's 36, the workspace again a segment of 36, the gradient one
+  // of 40: 182 MiB. The remedy: the run's 146 x 182 / 146.
+  const WhatIfResult w =
+      replay_remedy(*p, 0, RemedyChange{"activation_checkpointing", {"fc1"}, {}});
+  INFO(w.error);
+  REQUIRE(w.fake_step_change);
+  CHECK(w.fake_step_change->without_bytes == 146 * MiB);
+  CHECK(w.fake_step_change->with_bytes == 182 * MiB);
+  CHECK(w.reserved_peak_bytes == 182 * MiB);
+
+  // A run that does not align with the step (its step's sizes other than the fake ones): no
+  // workspace anywhere, and the ratio of the fake steps alone (140 MiB each).
+  std::string other = run;
+  for (size_t at = other.find(mib(30)); at != std::string::npos; at = other.find(mib(30), at))
+    other.replace(at, mib(30).size(), mib(28));
+  auto tm2 = std::make_shared<const TorchMemory>(context_of(other + steps));
+  const RequestStream rec2 = recorded_stream(tm2->context(), tm2.get(), 0);
+  CHECK_FALSE(workspaces_placeable(rec2, tm2->context().predicted_steps[0],
+                                   tm2->context().predicted_steps[1]));
+}
