@@ -31,7 +31,8 @@ import torch
 import torch.nn as nn
 
 
-def timed(step, warmup, reps):
+def timed(step, warmup, reps, every=None):
+    """The median step time; `every`, when given, gets each step's time (for the mean)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -41,6 +42,8 @@ def timed(step, warmup, reps):
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    if every is not None:
+        every.extend(times)
     return statistics.median(times)
 
 
@@ -154,21 +157,27 @@ def switch():
     return lib
 
 
-def ab_blocks(step, turn, pairs, steps_per_block):
+def ab_blocks(step, turn, pairs, steps_per_block, means=None):
     """Median step time with `turn(True)` and with `turn(False)`, in adjacent blocks whose order
-    alternates (on-off, off-on, ...), so that drift during the run falls on both."""
-    def block():
-        return timed(step, 1, steps_per_block)  # one step after the switch, not timed
+    alternates (on-off, off-on, ...), so that drift during the run falls on both. `means`, when
+    given, gets the ratio of the mean step times on and off over every timed step: what a run
+    pays, with its rare costly steps (the hook's sampled iterations), which medians leave out."""
+    every = {True: [], False: []}
+
+    def block(state):
+        return timed(step, 1, steps_per_block, every[state])  # one step after the switch, untimed
     on, off, ratios = [], [], []
     for i in range(pairs):
         got = {}
         for state in ((True, False) if i % 2 == 0 else (False, True)):
             turn(state)
-            got[state] = block()
+            got[state] = block(state)
         on.append(got[True])
         off.append(got[False])
         ratios.append(got[True] / got[False])
     turn(True)
+    if means is not None:
+        means.append(statistics.fmean(every[True]) / statistics.fmean(every[False]))
     return statistics.median(on), statistics.median(off), statistics.median(ratios)
 
 
@@ -214,10 +223,13 @@ def main():
         for _ in range(10):
             step()
         allocs = (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / 10
-        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")), 10)
+        means = []
+        on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")),
+                                   int(os.environ.get("VT_AB_STEPS", "10")), means)
         print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
                           "seconds_per_step_on": on, "seconds_per_step_off": off,
-                          "paired_ratio": ratio, "allocations_per_step": allocs}))
+                          "paired_ratio": ratio, "mean_ratio": means[0],
+                          "allocations_per_step": allocs}))
         return
     elif mode == "alloc_cached_ab":
         # PyTorch's caching allocator serving every tensor from its cache (no driver call): what
