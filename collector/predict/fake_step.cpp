@@ -41,6 +41,9 @@ struct Workspace {
 // streams are not the same program's (a fused kernel where fake tensors decompose, another
 // dtype) and the run's leftovers would not be workspaces.
 constexpr double kAlignedShare = 0.9;
+bool mostly_found(size_t found, size_t mallocs) {
+  return mallocs > 0 && static_cast<double>(found) >= kAlignedShare * static_cast<double>(mallocs);
+}
 
 // The run's requests from the step's start, aligned in order with the reference step's mallocs
 // (the same bytes, looking a few mallocs ahead: a workspace may have an activation's size, and
@@ -52,7 +55,6 @@ std::vector<Workspace> workspaces_of(const RequestStream& run,
   const auto& ref = reference.requests;
   std::vector<Workspace> out;
   std::map<uint32_t, size_t> open;  // recorded block -> index in `out`
-  std::vector<bool> matched_block(run.blocks, false);
   size_t j = 0, last = kNone, found = 0, mallocs = 0;
   for (const auto& r : ref) mallocs += !r.free;
   for (const Request& q : run.requests) {
@@ -76,7 +78,6 @@ std::vector<Workspace> workspaces_of(const RequestStream& run,
         ++seen;
       }
     if (k < ref.size() && !ref[k].free && ref[k].bytes == q.bytes) {
-      if (q.block < matched_block.size()) matched_block[q.block] = true;
       last = k;
       j = k + 1;
       ++found;
@@ -85,8 +86,7 @@ std::vector<Workspace> workspaces_of(const RequestStream& run,
       out.push_back({q, std::nullopt, last, kNone});
     }
   }
-  if (mallocs == 0 || static_cast<double>(found) < kAlignedShare * static_cast<double>(mallocs))
-    out.clear();
+  if (!mostly_found(found, mallocs)) out.clear();
   return out;
 }
 
@@ -115,8 +115,7 @@ std::vector<size_t> changed_index(const TorchPredictedStep& reference,
       ++found;
     }
   }
-  if (mallocs == 0 || static_cast<double>(found) < kAlignedShare * static_cast<double>(mallocs))
-    out.clear();
+  if (!mostly_found(found, mallocs)) out.clear();
   return out;
 }
 
@@ -149,17 +148,40 @@ std::map<size_t, size_t> recomputed(const TorchPredictedStep& reference,
   return out;
 }
 
+// The run's workspaces and, for each request of `step` (one of the two weighed), the reference
+// request it is: both empty unless the run aligns with `reference` and `reference` with
+// `changed`, so that the two weighed steps get the workspaces or neither does.
+struct Placement {
+  std::vector<Workspace> ws;
+  std::vector<size_t> index;  // reference request -> request of `step`
+};
+Placement placement(const RequestStream& run, const TorchPredictedStep& reference,
+                    const TorchPredictedStep& changed, const TorchPredictedStep& step) {
+  Placement p;
+  p.ws = workspaces_of(run, reference);
+  if (p.ws.empty()) return p;
+  std::vector<size_t> identity(reference.requests.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = i;
+  std::vector<size_t> to_changed =
+      &changed == &reference ? identity : changed_index(reference, changed);
+  if (to_changed.empty()) {
+    p.ws.clear();
+    return p;
+  }
+  p.index = &step == &reference ? std::move(identity) : std::move(to_changed);
+  return p;
+}
+
 }  // namespace
 
 bool workspaces_placeable(const RequestStream& run, const TorchPredictedStep& reference,
                           const TorchPredictedStep& changed) {
-  return !workspaces_of(run, reference).empty() &&
-         (&changed == &reference || !changed_index(reference, changed).empty());
+  return !placement(run, reference, changed, reference).ws.empty();
 }
 
 RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx,
-                               const TorchPredictedStep& step,
-                               const TorchPredictedStep* reference) {
+                               const TorchPredictedStep& step, const TorchPredictedStep* reference,
+                               const TorchPredictedStep* changed) {
   RequestStream out;
   out.device = run.device;
   out.categorized = run.categorized;
@@ -175,18 +197,10 @@ RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx
 
   // The run's workspaces, placed after the requests of `step` that are the reference's they
   // came after, and again after a recompute of the forward request they came after.
-  std::vector<Workspace> ws;
-  std::vector<size_t> index;
-  if (reference) {
-    ws = workspaces_of(run, *reference);
-    if (&step == reference) {
-      index.resize(step.requests.size());
-      for (size_t i = 0; i < index.size(); ++i) index[i] = i;
-    } else if (!ws.empty()) {
-      index = changed_index(*reference, step);
-    }
-    if (index.empty()) ws.clear();
-  }
+  Placement p;
+  if (reference) p = placement(run, *reference, changed ? *changed : step, step);
+  const std::vector<Workspace>& ws = p.ws;
+  const std::vector<size_t>& index = p.index;
   std::vector<std::vector<Request>> after(step.requests.size() + 1);  // [size]: the step's start
   auto slot = [&](size_t ref_index) -> std::vector<Request>& {
     const size_t c = ref_index == kNone ? kNone : index[ref_index];

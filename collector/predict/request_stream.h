@@ -87,18 +87,21 @@ const TorchPredictedStep* predicted_change(const TorchContext& ctx, uint32_t dev
 
 // The run's recorded requests before `step` began (its parameters, buffers and batch), then
 // `step`'s predicted requests: what fake tensors see of the step. With `reference` (the step as
-// the program runs it, which the run's own requests from the step's start are aligned with),
-// the run's requests that no fake tensor made (cuDNN and cuBLAS workspaces) are put in where
-// they came, in `step` by the reference's requests they came after, and again where `step`
-// recomputes a forward (checkpointing); none where the run and the reference do not align. A
-// change's effect is the ratio of the replays of two of these (collector/predict/whatif.cpp).
+// the program runs it, which the run's own requests from the step's start are aligned with) and
+// `changed` (the step with a change weighed against it; `step` when not given), `step` being one
+// of the two, the run's requests that no fake tensor made (cuDNN and cuBLAS workspaces) are put
+// in where they came, in `step` by the reference's requests they came after, and again where
+// `step` recomputes a forward (checkpointing); none where the run does not align with the
+// reference or the reference with the change, so that both weighed steps get them or neither.
+// A change's effect is the ratio of the replays of two of these (collector/predict/whatif.cpp).
 RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx,
                                const TorchPredictedStep& step,
-                               const TorchPredictedStep* reference = nullptr);
+                               const TorchPredictedStep* reference = nullptr,
+                               const TorchPredictedStep* changed = nullptr);
 
-// Whether the run's workspaces can be put into both `reference` and `changed`: the run aligns
-// with the reference and the reference with the change (a change that makes other sizes, as
-// autocast does, does not). Weighed with them in one step, they go into both or neither.
+// Whether fake_step_stream puts the run's workspaces into `reference` and `changed`: the run
+// aligns with the reference and the reference with the change (a change that makes other sizes,
+// as autocast does, does not).
 bool workspaces_placeable(const RequestStream& run, const TorchPredictedStep& reference,
                           const TorchPredictedStep& changed);
 

@@ -83,8 +83,7 @@ WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfS
   auto fake = [&](const TorchPredictedStep& step) {
     WhatIfSettings f = unlimited;
     f.transform = [&ctx, &step, &changed, &reference](RequestStream& q) {
-      const bool placed = workspaces_placeable(q, reference, changed);
-      q = fake_step_stream(q, ctx, step, placed ? &reference : nullptr);
+      q = fake_step_stream(q, ctx, step, &reference, &changed);
       return std::string();
     };
     return replay_run(p, device, f);

@@ -293,7 +293,7 @@ def signals(work):
             except subprocess.TimeoutExpired:
                 p.kill()
                 subprocess.run(["pkill", "-KILL", "-f", "while :; do sleep 0.02"])
-                p.communicate()
+                out, err = p.communicate()
                 check(attempt == 1, "%s to the launcher: no exit within 60 s, twice" %
                       signal.Signals(sig).name)
         check(p.returncode == code, "%s to the launcher: exit %d, not %d (%r)" %
