@@ -1,7 +1,9 @@
 """Where the start-up hook's context costs on the launch-bound step (bench/gpu_torch.py's), part by
 part: each part of _Context switched on and off inside one process in interleaved blocks (as
-bench/gpu_ab.py does), the rest off, between the traced iterations (module hooks off); then the
-whole context, and the Python calls one step makes with it on and off (cProfile's counts).
+bench/gpu_ab.py does; VT_AB_STEPS steps a block, 10), the rest off, between the traced
+iterations (module hooks off); then the whole context, PyTorch's allocator trace as the hook
+sets it and with every action recorded, and the Python calls one step makes with the context on
+and off (cProfile's counts).
 
     python3 bench/context_parts.py [PAIRS]"""
 import cProfile
@@ -65,10 +67,32 @@ def main():
         else:
             ctx.module_class.__call__ = ctx.traced_call if on else ctx.call
 
-    parts = {"backward": backward, "moves": moves, "optimizer steps": optimizer,
-             "outermost calls": calls, "all": ctx.set_enabled}
+    def inner_calls(on):
+        # The wrapper alone, as every call inside an outermost one pays it: every call takes
+        # the short path (inside an outermost call), nothing marked.
+        ctx.inside = on
+        ctx.module_class.__call__ = ctx.traced_call if on else ctx.call
 
-    def block(n=10):
+    from gpu_torch import hook_trace
+    record = hook_trace(1000000)
+    every_action = {k: v for k, v in record.keywords.items() if k != "skip_actions"}
+
+    def trace(settings):
+        def turn(on):
+            if on:
+                record.func(context=None, **settings)
+            else:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        return turn
+
+    parts = {"backward": backward, "moves": moves, "optimizer steps": optimizer,
+             "outermost calls": calls, "inner calls' wrapper": inner_calls,
+             "all": ctx.set_enabled,
+             "allocator trace (hook's: %s)" % ",".join(record.keywords.get("skip_actions", [])
+                                                      or ["every action"]): trace(record.keywords),
+             "allocator trace, every action": trace(every_action)}
+
+    def block(n=int(os.environ.get("VT_AB_STEPS", "10"))):
         step()
         times = []
         for _ in range(n):

@@ -17,6 +17,7 @@ step's spread from one process to the next on the GPU machine, 10 to 16 ms, is l
   context-other   the context of another version of the hook (VT_AB_HOOK=FILE)
   lines      over the context and the trace, the trace's frames between the phases
   history    PyTorch's allocator trace as `--torch=auto` sets it, without vramtrace
+  history-every-action   the same with free_requested recorded too (as the hook did before)
   history-20k, history-state   the same with a ring of 20,000 entries, or enabled="state"
 
 and prints the median step with it on and off, the median paired ratio (adjacent blocks of one
@@ -72,6 +73,8 @@ def main():
         "default-launches-on": ([vt, "run", "-o", run_dir, "--torch=off", "--launches=on", "--lib",
                                  selftime, "--"] + bench, {"VT_AB": "default", "VT_AB_LIB": selftime}),
         "history": (bench, {"VT_AB": "history"}),
+        # The trace as the hook set it before it skipped free_requested (every action).
+        "history-every-action": (bench, {"VT_AB": "history", "VT_AB_SKIP": "none"}),
         # The start-up hook's context (module, autograd and optimizer hooks: the categories).
         "context": (bench, {"VT_AB": "context"}),
         # The context of another version of the hook (VT_AB_HOOK=FILE in the environment of
@@ -110,12 +113,13 @@ def main():
             print(f"run {rep + 1}/{a.repeats} {name:10s} on {r['seconds_per_step_on'] * 1e3:8.3f} ms  "
                   f"off {r['seconds_per_step_off'] * 1e3:8.3f} ms  paired x{r['paired_ratio']:.4f}  "
                   f"means x{r.get('mean_ratio', float('nan')):.4f}  "
+                  f"instructions x{r.get('instructions_ratio') or float('nan'):.4f}  "
                   f"allocations per step {r['allocations_per_step']:.0f}", flush=True)
     unit = "per launch" if a.workload == "launch_bound_ab" else "per alloc+free"
     per_step = {"launch_bound_ab": LAUNCHES_PER_STEP, "alloc_cached_ab": 2000}.get(a.workload, 1)
     print(f"\n{a.workload}:")
-    print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | spread | added per step | {unit} | ratio of the means (every step: what a run pays) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| switched | step off (ms) | step on (ms) | paired ratio (median of processes) | per process | spread | added per step | {unit} | ratio of the means (every step: what a run pays) | instructions a step (where counted) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rs in got.items():
         if not rs:
             continue
@@ -126,8 +130,10 @@ def main():
         added = (pr - 1) * off
         spread = max(ratios) - min(ratios)
         means = ", ".join("x%.4f" % r.get("mean_ratio", float("nan")) for r in rs)
+        counted = ", ".join("x%.4f" % r["instructions_ratio"] for r in rs
+                            if r.get("instructions_ratio")) or "-"
         print(f"| {name} | {off * 1e3:.3f} | {on * 1e3:.3f} | x{pr:.4f} | {', '.join(f'x{x:.4f}' for x in ratios)} "
-              f"| ±{spread / 2:.4f} | {added * 1e6:+.0f} us | {added * 1e9 / per_step:+.0f} ns | {means} |",
+              f"| ±{spread / 2:.4f} | {added * 1e6:+.0f} us | {added * 1e9 / per_step:+.0f} ns | {means} | {counted} |",
               flush=True)
 
 

@@ -30,16 +30,26 @@ import time
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from instructions import counter  # noqa: E402
 
-def timed(step, warmup, reps, every=None):
-    """The median step time; `every`, when given, gets each step's time (for the mean)."""
+COUNTER = counter()  # this thread's instructions, where the machine's counters can be had
+
+
+def timed(step, warmup, reps, every=None, instructions=None):
+    """The median step time; `every`, when given, gets each step's time (for the mean);
+    `instructions`, a list, each step's instructions up to the synchronize (not its wait,
+    which spins), where the counters can be had."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
+        n0 = COUNTER.read() if instructions is not None else 0
         t0 = time.perf_counter()
         step()
+        if instructions is not None:
+            instructions.append(COUNTER.read() - n0)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     if every is not None:
@@ -78,6 +88,15 @@ def load_hook():
     if not hasattr(hook, "_Context"):
         hook._Context = importlib.import_module("_vramtrace_context")._Context
     return hook
+
+
+def hook_trace(max_entries):
+    """PyTorch's allocator trace with the start-up hook's settings (_vramtrace_lines'
+    allocator_trace): a function of the trace's `context`."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "python", "vramtrace", "_hook"))
+    from _vramtrace_lines import allocator_trace
+    return allocator_trace(torch.cuda.memory._record_memory_history, max_entries)
 
 
 def switch():
@@ -130,21 +149,25 @@ def switch():
                 raise SystemExit("vramtrace_bench_enable_callbacks: no callback switched")
             ctx.set_enabled(on)
             if on:
-                torch.cuda.memory._record_memory_history(enabled="all", context=None,
-                                                         stacks="python", max_entries=1000000)
+                hook_trace(1000000)(context=None)
             else:
                 torch.cuda.memory._record_memory_history(enabled=None)
         return default
     if os.environ.get("VT_AB") == "history":
-        # As --torch=auto sets it, unless VT_AB_ENABLED (all, state) or VT_AB_MAX_ENTRIES say.
-        enabled = os.environ.get("VT_AB_ENABLED", "all")
-        max_entries = int(os.environ.get("VT_AB_MAX_ENTRIES", "1000000"))
+        # As --torch=auto sets it (the hook's own settings), unless VT_AB_ENABLED (all, state),
+        # VT_AB_MAX_ENTRIES, VT_AB_CONTEXT, VT_AB_STACKS or VT_AB_SKIP ("none": every action
+        # recorded, free_requested too) say.
+        record = hook_trace(int(os.environ.get("VT_AB_MAX_ENTRIES", "1000000")))
+        settings = dict(record.keywords, context=os.environ.get("VT_AB_CONTEXT") or None)
+        settings["enabled"] = os.environ.get("VT_AB_ENABLED", "all")
+        settings["stacks"] = os.environ.get("VT_AB_STACKS", "python")
+        if os.environ.get("VT_AB_SKIP") == "none":
+            settings.pop("skip_actions", None)
+        sys.stderr.write("history settings: %s\n" % settings)
 
         def history(on):
             if on:
-                torch.cuda.memory._record_memory_history(
-                    enabled=enabled, context=os.environ.get("VT_AB_CONTEXT") or None,
-                    stacks=os.environ.get("VT_AB_STACKS", "python"), max_entries=max_entries)
+                record.func(**settings)
             else:
                 torch.cuda.memory._record_memory_history(enabled=None)
         return history
@@ -157,15 +180,19 @@ def switch():
     return lib
 
 
-def ab_blocks(step, turn, pairs, steps_per_block, means=None):
+def ab_blocks(step, turn, pairs, steps_per_block, means=None, counted=None):
     """Median step time with `turn(True)` and with `turn(False)`, in adjacent blocks whose order
     alternates (on-off, off-on, ...), so that drift during the run falls on both. `means`, when
     given, gets the ratio of the mean step times on and off over every timed step: what a run
-    pays, with its rare costly steps (the hook's sampled iterations), which medians leave out."""
+    pays, with its rare costly steps (the hook's sampled iterations), which medians leave out.
+    `counted`, when given and the counters can be had, gets the ratio of the median
+    instructions a step on and off (the CPU work added, without the machine's drift)."""
     every = {True: [], False: []}
+    instructions = {True: [], False: []} if COUNTER is not None else {True: None, False: None}
 
     def block(state):
-        return timed(step, 1, steps_per_block, every[state])  # one step after the switch, untimed
+        # one step after the switch, untimed
+        return timed(step, 1, steps_per_block, every[state], instructions[state])
     on, off, ratios = [], [], []
     for i in range(pairs):
         got = {}
@@ -178,6 +205,8 @@ def ab_blocks(step, turn, pairs, steps_per_block, means=None):
     turn(True)
     if means is not None:
         means.append(statistics.fmean(every[True]) / statistics.fmean(every[False]))
+    if counted is not None and COUNTER is not None:
+        counted.append(statistics.median(instructions[True]) / statistics.median(instructions[False]))
     return statistics.median(on), statistics.median(off), statistics.median(ratios)
 
 
@@ -223,12 +252,13 @@ def main():
         for _ in range(10):
             step()
         allocs = (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / 10
-        means = []
+        means, counted = [], []
         on, off, ratio = ab_blocks(step, turn, int(os.environ.get("VT_AB_PAIRS", "30")),
-                                   int(os.environ.get("VT_AB_STEPS", "10")), means)
+                                   int(os.environ.get("VT_AB_STEPS", "10")), means, counted)
         print(json.dumps({"mode": mode, "switched": os.environ.get("VT_AB") or os.environ["VT_AB_SYMBOL"],
                           "seconds_per_step_on": on, "seconds_per_step_off": off,
                           "paired_ratio": ratio, "mean_ratio": means[0],
+                          "instructions_ratio": counted[0] if counted else None,
                           "allocations_per_step": allocs}))
         return
     elif mode == "alloc_cached_ab":

@@ -198,6 +198,12 @@ def failed_writes(work):
 
 def whatif_damaged(work):
     t = os.path.join(work, "t")
+    # The hook asks the allocator trace for the entries the collector reads only: each block's
+    # alloc and free_completed, not the free_requested written beside every free_completed.
+    actions = [line.split("\t")[2] for n in os.listdir(t) if n.endswith(".torch")
+               for line in read(os.path.join(t, n)).decode().splitlines() if line.startswith("E\t")]
+    check("alloc" in actions and "free_completed" in actions and "free_requested" not in actions,
+          "the allocator trace's actions: %s" % sorted(set(actions)))
     r = run(["whatif", t, "--json"], work)
     check(r.returncode == 0 and json.loads(r.stdout)["problems"] == [] and r.stderr == "",
           "whatif on a whole run: %d %r" % (r.returncode, r.stderr))

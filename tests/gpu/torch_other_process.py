@@ -1,6 +1,8 @@
 """PyTorch script for the GPU suite (scripts/gpu/check_allocator.py): an OOM because another
-process holds the GPU. A child process takes 100 GiB and waits; the parent then asks for 60 GiB,
-which the device no longer has: OutOfMemoryError in the parent, whose own memory is small.
+process holds the GPU. A child process takes 70 % of the device's memory (whole GiB; 98 GiB of an
+H200, 55 of an H100) and waits; the parent then asks for 45 %, which the device no longer has:
+OutOfMemoryError in the parent, whose own memory is small. The parent prints what the child held
+("held_bytes N"), which the check compares with the report's memory held by others.
 """
 import subprocess
 import sys
@@ -11,10 +13,15 @@ import torch
 GiB = 1 << 30
 
 
+def share(fraction):
+    """That share of the device's memory, in whole GiB."""
+    return int(torch.cuda.get_device_properties(0).total_memory * fraction) // GiB * GiB
+
+
 def child() -> int:
-    hold = torch.empty(100 * GiB, dtype=torch.uint8, device="cuda")
+    hold = torch.empty(share(0.7), dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
-    print("held", hold.numel() // GiB, flush=True)
+    print("held", hold.numel(), flush=True)
     sys.stdin.readline()  # until the parent is done
     return 0
 
@@ -24,11 +31,13 @@ def main() -> int:
         return child()
     p = subprocess.Popen([sys.executable, __file__, "child"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().startswith("held")
+    line = p.stdout.readline()
+    assert line.startswith("held")
+    print("held_bytes", int(line.split()[1]), flush=True)
     small = torch.ones(256 << 20, dtype=torch.uint8, device="cuda")
     rc = 0
     try:
-        torch.empty(60 * GiB, dtype=torch.uint8, device="cuda")  # VT-OOM
+        torch.empty(share(0.45), dtype=torch.uint8, device="cuda")  # VT-OOM
     except torch.cuda.OutOfMemoryError as ex:
         print("OOM:", str(ex).splitlines()[0][:120])
         rc = 3

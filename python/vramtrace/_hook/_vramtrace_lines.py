@@ -1,8 +1,26 @@
 """The Python lines of the blocks a program makes between its phases (forward, backward,
 optimizer step), for vramtrace's start-up hook (sitecustomize.py): PyTorch's allocator trace
 gathers Python frames only between the phases, and only while they cost little (a part of
-_vramtrace_context._Context)."""
+_vramtrace_context._Context); and the trace's settings, which the hook starts it with."""
+import functools
 import os
+
+
+def allocator_trace(record, max_entries):
+    """PyTorch's allocator trace as the hook keeps it, a function of its `context` (None: no
+    frames; "alloc": the Python frames of each block), from `record`
+    (torch.cuda.memory._record_memory_history). Every block's alloc and free_completed, which
+    the collector reads; not free_requested, which PyTorch writes beside every free_completed
+    and nothing reads: a third of the trace's entries, and of its cost on a step of many small
+    tensors, where this PyTorch can skip them (skip_actions)."""
+    import inspect
+    settings = {"enabled": "all", "stacks": "python", "max_entries": max_entries}
+    try:
+        if "skip_actions" in inspect.signature(record).parameters:
+            settings["skip_actions"] = ["free_requested"]
+    except (TypeError, ValueError):
+        pass
+    return functools.partial(record, **settings)
 
 
 class _Lines:
@@ -25,7 +43,6 @@ class _Lines:
         cost more than 0.5 % of a counted iteration (the first ones and every 50th), the
         frames stay off from then on. A program that sets the trace itself keeps its own.
         VRAMTRACE_TORCH_LINES: off, or the share of an iteration they may cost (0.005)."""
-        import functools
         budget = os.environ.get("VRAMTRACE_TORCH_LINES", "") or "0.005"
         if budget == "off":
             return
@@ -55,8 +72,7 @@ class _Lines:
                 return 0
 
         self.allocations = allocations
-        self.history = functools.partial(record, enabled="all", stacks="python",
-                                         max_entries=max_entries)
+        self.history = allocator_trace(record, max_entries)
         self.frames(True)
 
     def frames(self, on):

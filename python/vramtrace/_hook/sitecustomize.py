@@ -76,9 +76,9 @@ def _attach_torch(torch, out_dir, max_entries, state):
         # Python frames per block only when asked (--torch=stacks): gathering them costs
         # about 1.7 us per allocation, +30 % on a launch-bound step.
         with_frames = os.environ.get("VRAMTRACE_TORCH_STACKS") == "1"
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context="alloc" if with_frames else None, stacks="python",
-            max_entries=max_entries)
+        from _vramtrace_lines import allocator_trace
+        history = allocator_trace(torch.cuda.memory._record_memory_history, max_entries)
+        history(context="alloc" if with_frames else None)
     except Exception as ex:  # an old PyTorch, no CUDA build, ...
         _say("PyTorch allocator trace off: %s" % (str(ex).splitlines() or [""])[0][:200])
         return

@@ -23,6 +23,7 @@ _cudart.cudaMemGetInfo.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINT
 _trace = []
 _recording = False
 _context = None
+_skipped = frozenset()  # the actions not recorded (skip_actions)
 _observers = []
 _sizes = {}
 _segments = []  # [base, bytes, blocks, pool]; blocks: [offset, bytes, in_use], by offset
@@ -41,10 +42,13 @@ class OutOfMemoryError(RuntimeError):
 OutOfMemoryError.__module__ = "torch"
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0, **kw):
-    global _recording, _context, _trace
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0,
+                           skip_actions=None, **kw):
+    global _recording, _context, _trace, _skipped
     _recording = bool(enabled)
     _context = context
+    # As a PyTorch that takes skip_actions: each call sets the actions it does not record.
+    _skipped = frozenset(skip_actions or ())
     # A ring of the latest max_entries entries, as PyTorch keeps them.
     _trace = collections.deque(_trace, maxlen=max_entries or None)
 
@@ -70,7 +74,7 @@ def _frames():
 
 
 def _entry(action, addr, size, **extra):
-    if _recording:
+    if _recording and action not in _skipped:
         e = {"action": action, "addr": addr, "size": size, "stream": 0,
              "time_us": time.time_ns() // 1000, "frames": _frames() if _context else []}
         e.update(extra)
