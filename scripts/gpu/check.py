@@ -15,11 +15,11 @@ import sys
 import time
 
 
-
 def gpu_name():
     """The GPU the reports must name: the one nvidia-smi names (cuDeviceGetName's words)."""
     return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
                           capture_output=True, text=True).stdout.strip()
+
 
 MiB = 1 << 20
 results = []  # (scenario, check, expected, got, ok)

@@ -19,15 +19,7 @@ spec = importlib.util.spec_from_file_location("vt_hook_under_test",
 hook = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hook)
 import _vramtrace_marks as marks  # noqa: E402
-failed = 0
-
-
-def check(name, got, expected):
-    global failed
-    ok = got == expected
-    failed += not ok
-    print("%s %s%s" % ("PASS" if ok else "FAIL", name,
-                       "" if ok else ": got %r, expected %r" % (got, expected)))
+from checks import check, finish  # noqa: E402  (beside this file)
 
 
 class Storage:
@@ -123,4 +115,4 @@ for name, block, expected in cases:
 del model, optimizer
 check("a dropped model's parameter", hook.vramtrace_categories([(0x1000, 1.5, None)]),
       ["activations"])
-sys.exit(1 if failed else 0)
+finish("categories test")

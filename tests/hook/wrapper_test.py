@@ -18,16 +18,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "programs", "fake_torch"),
 import torch  # noqa: E402  (the stand-in)
 from _vramtrace_context import _Context  # noqa: E402
 import _vramtrace_marks as marks  # noqa: E402
-
-failed = 0
-
-
-def check(name, got, expected):
-    global failed
-    ok = got == expected
-    failed += not ok
-    print("%s %s%s" % ("PASS" if ok else "FAIL", name,
-                       "" if ok else ": got %r, expected %r" % (got, expected)))
+from checks import check, finish  # noqa: E402  (beside this file)
 
 
 class Leaf(torch.nn.Module):
@@ -121,5 +112,4 @@ check("a forward that raised leaves no outermost call running", (ctx.inside, ctx
 del model.b1.forward
 n, kinds, idents = iteration()
 check("the next iteration asks is_compiling() once again", n, 1)
-print("wrapper test: %d failure(s)" % failed)
-sys.exit(1 if failed else 0)
+finish("wrapper test")
