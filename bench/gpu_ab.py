@@ -69,6 +69,10 @@ def main():
         # VT_AB=default): the default's cost against the same process without vramtrace's parts.
         "default": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] + bench,
                     {"VT_AB": "default", "VT_AB_LIB": selftime}),
+        # --torch=sampled between its windows: the same without PyTorch's allocator trace.
+        "default-sampled": ([vt, "run", "-o", run_dir, "--torch=off", "--lib", selftime, "--"] +
+                            bench, {"VT_AB": "default", "VT_AB_LIB": selftime,
+                                    "VT_AB_SAMPLED": "1"}),
         # The same with --launches=on: launches recorded all along (the default before).
         "default-launches-on": ([vt, "run", "-o", run_dir, "--torch=off", "--launches=on", "--lib",
                                  selftime, "--"] + bench, {"VT_AB": "default", "VT_AB_LIB": selftime}),

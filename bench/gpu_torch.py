@@ -139,6 +139,9 @@ def switch():
         # The context stops the launch callbacks after its second step, as the hook does,
         # unless VRAMTRACE_LAUNCHES=on (`--launches=on`: the arm default-launches-on). Not
         # switched: the trace's frames between the phases (measured apart: the `lines` arm).
+        # VT_AB_SAMPLED=1: without the trace, as --torch=sampled runs between its windows (the
+        # windows' own cost, every 50 steps, is bench/trace_gate_probe.py's).
+        sampled = os.environ.get("VT_AB_SAMPLED") == "1"
         lib = ctypes.CDLL(os.environ["VT_AB_LIB"])
         callbacks = lib.vramtrace_bench_enable_callbacks
         callbacks.argtypes = [ctypes.c_int]
@@ -148,6 +151,8 @@ def switch():
             if callbacks(1 if on else 0) <= 0:
                 raise SystemExit("vramtrace_bench_enable_callbacks: no callback switched")
             ctx.set_enabled(on)
+            if sampled:
+                return
             if on:
                 hook_trace(1000000)(context=None)
             else:

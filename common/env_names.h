@@ -37,6 +37,8 @@ inline constexpr char kSitePackages[] = "VRAMTRACE_SITE_PACKAGES";
 // ---- read by the Python hook (python/vramtrace/_hook/sitecustomize.py) --------------------------
 inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";
 inline constexpr char kTorchStacks[] = "VRAMTRACE_TORCH_STACKS";
+// "sampled": PyTorch's allocator trace on in the sampled iterations only (--torch=sampled).
+inline constexpr char kTorchTrace[] = "VRAMTRACE_TORCH_TRACE";
 inline constexpr char kTorchContext[] = "VRAMTRACE_TORCH_CONTEXT";  // off: no categories
 inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no sampling
 // The Python lines of blocks made between forward, backward and step: off, or the share of an

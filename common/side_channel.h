@@ -67,6 +67,18 @@ namespace vramtrace::side {
     F(Dev, device) F(U64, address) F(U64, bytes))                                                  \
   /* A block in use at the dump (the size asked for), written when a ring was full. */             \
   X(DumpBlock, "A", 2, Match, "bad allocator state", F(Dev, device) F(U64, address) F(U64, bytes)) \
+  /* --torch=sampled: the trace of a device switched off here (its entries stop until the next     \
+     U line); peak_bytes, PyTorch's max_memory_allocated then (empty: unknown). */                 \
+  X(GapStart, "O", 2, Match, "bad trace gap",                                                      \
+    F(Dev, device) F(U64, time_us) F(MaybeU64, peak_bytes))                                        \
+  /* The end of a device's gap (the trace on again, or the dump while it was off): the             \
+     allocator's state then follows in H and B lines; peak_bytes as in O. */                       \
+  X(GapEnd, "U", 2, Match, "bad trace gap",                                                        \
+    F(Dev, device) F(U64, time_us) F(MaybeU64, peak_bytes))                                        \
+  /* A segment of the allocator at the last U line of its device. */                               \
+  X(GapSegment, "H", 2, Match, "bad trace gap", F(Dev, device) F(U64, address) F(U64, bytes))      \
+  /* A block in use at the last U line of its device (the size asked for). */                      \
+  X(GapBlock, "B", 2, Match, "bad trace gap", F(Dev, device) F(U64, address) F(U64, bytes))        \
   /* An nn.Module, when first called: ids count up from 1 in file order. */                        \
   X(Module, "M", 2, Match, "bad module",                                                           \
     F(U64, id) T(name, 1024) T(type, 256) T(file, 4096) F(U64, line))                              \

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <set>
 
 #include "collector/analysis/stacks.h"
 #include "common/format.h"
@@ -432,6 +433,27 @@ void put_iterations_and_ranges(json& pj, const collector::ProcessAnalysis& pa, u
 }
 
 // A process: who it was, how it ended, what it recorded, its devices and its OOMs.
+// --torch=sampled: the stretches the trace was off, and where PyTorch's peak of allocated
+// memory came in one of them, that peak (the block view shows the highest traced moment).
+json sampled_json(const collector::TorchContext& ctx, uint64_t origin) {
+  json gaps = json::array();
+  std::set<uint32_t> devices;
+  for (const auto& g : ctx.gaps) {
+    gaps.push_back({{field::device, g.device},
+                    {"start_ns", since(g.start_ns, origin)},
+                    {"end_ns", since(g.end_ns, origin)}});
+    devices.insert(g.device);
+  }
+  json peaks = json::array();
+  for (uint32_t dev : devices)
+    if (auto g = collector::gap_of_peak(ctx, dev))
+      peaks.push_back({{field::device, dev},
+                       {field::bytes, *g->end_peak},
+                       {"start_ns", since(g->start_ns, origin)},
+                       {"end_ns", since(g->end_ns, origin)}});
+  return {{"gaps", gaps}, {"peak_between", peaks}};
+}
+
 json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
   const ProcessModel& p = *pa.model;
   json pj;
@@ -483,6 +505,8 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
     pj["torch_allocator_trace"] = {{"merged", true}};
     if (!p.torch_trace_problem.empty())
       pj["torch_allocator_trace"]["problem"] = p.torch_trace_problem;
+    if (p.torch_context && !p.torch_context->gaps.empty())
+      pj["torch_allocator_trace"]["sampled"] = sampled_json(*p.torch_context, origin);
   }
   json ooms = json::array();
   for (const auto& oa : pa.ooms) ooms.push_back(oom_json(p, oa, origin));

@@ -61,6 +61,32 @@ std::string not_profiled_lines(const json& r) {
            " (--launches=off): no launch counts, no kernel at the peak, no iterations from the "
            "launch rhythm\n";
   }
+  // --torch=sampled: what the block view lacks, and a peak it did not see.
+  const uint64_t origin = cuda_start_ns(r);
+  for (const auto& p : r[field::processes]) {
+    if (!p.contains("torch_allocator_trace") || !p["torch_allocator_trace"].contains("sampled"))
+      continue;
+    const json& s = p["torch_allocator_trace"]["sampled"];
+    out += "vramtrace: NOTE: pid " + p.value(field::pid, json(0)).dump() +
+           ": PyTorch's blocks recorded in the sampled iterations only (--torch=sampled): " +
+           std::to_string(s["gaps"].size()) +
+           " stretch(es) without them, where what was made and freed is known, not when\n";
+    for (const auto& k : s["peak_between"]) {
+      char line[512];
+      const auto at = [&](const char* key) {
+        const uint64_t t = k[key].get<uint64_t>();
+        return static_cast<double>(t > origin ? t - origin : 0) / 1e9;
+      };
+      std::snprintf(line, sizeof line,
+                    "vramtrace: NOTE: device %llu: PyTorch's peak of allocated memory, %s, came "
+                    "between %.3f s and %.3f s, while the trace was off: the blocks shown are of "
+                    "the highest moment traced (--torch=auto records every one)\n",
+                    static_cast<unsigned long long>(k[field::device].get<uint64_t>()),
+                    human_bytes(k[field::bytes].get<uint64_t>()).c_str(), at("start_ns"),
+                    at("end_ns"));
+      out += line;
+    }
+  }
   return out;
 }
 

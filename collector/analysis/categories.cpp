@@ -23,12 +23,16 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
   // Before the window of a ring that dropped its earliest entries, what PyTorch's allocator
   // held is not known: its segments' bytes are unclassified, not cache nor outside PyTorch.
   const auto window = tm.context().window_start.find(device);
-  const bool unknown = window != tm.context().window_start.end() && t < window->second;
+  // So too while the trace was off (--torch=sampled): the blocks made and freed then, and the
+  // segments, are known only at the gap's end; the blocks live all through it are known.
+  const bool in_gap = gap_at(tm.context(), device, t) != nullptr;
+  const bool unknown = in_gap || (window != tm.context().window_start.end() && t < window->second);
   if (blocks > reserved) {
     // The allocator's own records of a segment can trail the driver's by microseconds.
     reserved = std::min(blocks, driver_total);
   }
-  out[static_cast<size_t>(Category::AllocatorCache)] = reserved - std::min(reserved, blocks);
+  out[static_cast<size_t>(in_gap ? Category::Unclassified : Category::AllocatorCache)] =
+      reserved - std::min(reserved, blocks);
   uint64_t rest = driver_total - reserved;
   for (const Allocation& a : outside) {
     if (!rest) break;

@@ -165,21 +165,24 @@ bool TorchTraceReader::on(const side::Frame& f) {
   return true;
 }
 
+void TorchTraceReader::pool_record(uint32_t device) {
+  if (!pools_.insert(device).second) return;
+  TorchEvent p;
+  p.record.type = RecordType::UserPool;
+  p.record.user_pool = {kTorchPoolBase + device, device, 0};  // named kTorchPoolName by its id
+  trace_.events.push_back(std::move(p));
+}
+
 bool TorchTraceReader::on(const side::Entry& e) {
   ++entries_;
+  if (gap_end_.count(e.device)) close_gap(e.device);
   TorchEvent event;
   if (!entry_record(e, &event))
     return true;  // free_requested, snapshot, ...: nothing changes hands
   format::Record& r = event.record;
   entry_order(e.device, r);
   entry_context(e, r, e.stream);
-  if (pools_.insert(e.device).second) {
-    TorchEvent p;
-    p.record.type = RecordType::UserPool;
-    p.record.user_pool = {kTorchPoolBase + e.device, e.device,
-                          0};  // named kTorchPoolName by its id
-    trace_.events.push_back(std::move(p));
-  }
+  pool_record(e.device);
   if ((r.type == RecordType::UserBlock && r.user_block.bytes) || r.type == RecordType::UserOom)
     entry_stack(e.frames, r.time_ns);
   trace_.events.push_back(std::move(event));
@@ -239,10 +242,13 @@ void TorchTraceReader::entry_context(const side::Entry& e, const format::Record&
   } else if (r.type == RecordType::UserSegment) {
     const auto op = r.user_segment.op;
     const bool grow = op == format::SegmentOp::AddSegment || op == format::SegmentOp::Map;
-    if (grow)
+    if (grow) {
       live_segments_.insert({dev, e.address});
-    else if (!live_segments_.erase({dev, e.address}) && wrapped_.count(dev))
+      if (op == format::SegmentOp::AddSegment) segment_bytes_[{dev, e.address}] = e.bytes;
+    } else if (!live_segments_.erase({dev, e.address}) && wrapped_.count(dev)) {
       segments_before_.push_back({dev, e.address, e.bytes, r.time_ns});
+    }
+    if (op == format::SegmentOp::RemoveSegment) segment_bytes_.erase({dev, e.address});
     ctx.reserves.push_back({dev, e.address, r.time_ns,
                             grow ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes),
                             op == format::SegmentOp::Map || op == format::SegmentOp::Unmap});
@@ -306,6 +312,136 @@ bool TorchTraceReader::on(const side::DumpSegment& g) {
 bool TorchTraceReader::on(const side::DumpBlock& a) {
   dump_blocks_.push_back({a.device, a.address, a.bytes});
   return true;
+}
+
+// ---- gaps: the trace off between the sampled iterations (--torch=sampled) ------------------
+
+bool TorchTraceReader::on(const side::GapStart& o) {
+  if (gap_end_.count(o.device)) close_gap(o.device);
+  const uint64_t t = o.time_us * 1000 - offset_;
+  gap_start_[o.device] = {t, o.peak_bytes};
+  return true;
+}
+
+bool TorchTraceReader::on(const side::GapEnd& u) {
+  if (gap_end_.count(u.device)) close_gap(u.device);
+  GapEnd& g = gap_end_[u.device];
+  g.time_ns = u.time_us * 1000 - offset_;
+  g.peak = u.peak_bytes;
+  return true;
+}
+
+bool TorchTraceReader::on(const side::GapSegment& h) {
+  auto g = gap_end_.find(h.device);
+  if (g == gap_end_.end()) return true;  // no gap's end before it: nothing to close
+  if (g->second.segments.size() >= kMaxNames) return false;
+  g->second.segments.push_back({h.address, h.bytes});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::GapBlock& b) {
+  auto g = gap_end_.find(b.device);
+  if (g == gap_end_.end()) return true;
+  if (g->second.blocks.size() >= kMaxRequests) return false;
+  g->second.blocks.push_back({b.address, b.bytes});
+  return true;
+}
+
+void TorchTraceReader::close_gap(uint32_t dev) {
+  auto node = gap_end_.extract(dev);
+  GapEnd& g = node.mapped();
+  TorchContext& ctx = trace_.context;
+  uint64_t& last = last_time_[dev];
+  TorchGap gap;
+  gap.device = dev;
+  gap.end_peak = g.peak;
+  uint64_t start = last;
+  if (auto s = gap_start_.find(dev); s != gap_start_.end()) {
+    start = std::max(start, s->second.first);
+    gap.start_peak = s->second.second;
+    gap_start_.erase(s);
+  }
+  // Frees after every entry before the gap, makes after them (a clock a microsecond behind
+  // cannot put a make before a free of the same address).
+  gap.start_ns = start + 1;
+  gap.end_ns = std::max(g.time_ns, gap.start_ns + 1);
+  pool_record(dev);
+  const uint64_t pool = kTorchPoolBase + dev;
+  auto event = [&](uint64_t t) -> format::Record& {
+    trace_.events.emplace_back();
+    trace_.events.back().record.time_ns = t;
+    return trace_.events.back().record;
+  };
+  std::map<uint64_t, uint64_t> blocks(g.blocks.begin(), g.blocks.end());
+  for (auto it = live_blocks_.lower_bound({dev, 0});
+       it != live_blocks_.end() && it->first.first == dev;) {
+    TorchBlock& b = ctx.blocks[it->second];
+    auto now = blocks.find(b.address);
+    if (now != blocks.end() && now->second == b.bytes) {
+      blocks.erase(now);  // live all through
+      ++it;
+      continue;
+    }
+    b.free_ns = gap.start_ns;
+    format::Record& r = event(gap.start_ns);
+    r.type = RecordType::UserBlock;
+    r.user_block = {pool, b.address, 0, 0};
+    it = live_blocks_.erase(it);
+  }
+  std::map<uint64_t, uint64_t> segments(g.segments.begin(), g.segments.end());
+  for (auto it = segment_bytes_.lower_bound({dev, 0});
+       it != segment_bytes_.end() && it->first.first == dev;) {
+    auto now = segments.find(it->first.second);
+    if (now != segments.end() && now->second == it->second) {
+      segments.erase(now);
+      ++it;
+      continue;
+    }
+    format::Record& r = event(gap.start_ns);
+    r.type = RecordType::UserSegment;
+    r.user_segment = {pool, it->first.second, it->second, format::SegmentOp::RemoveSegment};
+    ctx.reserves.push_back(
+        {dev, it->first.second, gap.start_ns, -static_cast<int64_t>(it->second), false});
+    live_segments_.erase(it->first);
+    it = segment_bytes_.erase(it);
+  }
+  for (const auto& [address, bytes] : segments) {
+    format::Record& r = event(gap.end_ns);
+    r.type = RecordType::UserSegment;
+    r.user_segment = {pool, address, bytes, format::SegmentOp::AddSegment};
+    ctx.reserves.push_back({dev, address, gap.end_ns, static_cast<int64_t>(bytes), false});
+    live_segments_.insert({dev, address});
+    segment_bytes_[{dev, address}] = bytes;
+  }
+  for (const auto& [address, bytes] : blocks) {
+    format::Record& r = event(gap.end_ns);
+    r.type = RecordType::UserBlock;
+    r.user_block = {pool, address, bytes, 0};
+    live_blocks_[{dev, address}] = ctx.blocks.size();
+    TorchBlock b{dev, address, bytes, gap.end_ns};
+    b.in_gap = true;
+    ctx.blocks.push_back(b);
+  }
+  last = gap.end_ns;
+  first_time_.try_emplace(dev, gap.start_ns);
+  ctx.gaps.push_back(gap);
+}
+
+std::optional<TorchGap> gap_of_peak(const TorchContext& ctx, uint32_t device) {
+  uint64_t peak = 0;
+  for (const TorchGap& g : ctx.gaps)
+    if (g.device == device)
+      peak = std::max({peak, g.start_peak.value_or(0), g.end_peak.value_or(0)});
+  if (!peak) return std::nullopt;
+  for (const TorchGap& g : ctx.gaps)
+    if (g.device == device && g.end_peak == peak && g.start_peak && *g.start_peak < peak) return g;
+  return std::nullopt;
+}
+
+const TorchGap* gap_at(const TorchContext& ctx, uint32_t device, uint64_t t) {
+  for (const TorchGap& g : ctx.gaps)
+    if (g.device == device && g.start_ns <= t && t < g.end_ns) return &g;
+  return nullptr;
 }
 
 // ---- what the hook saw of the program --------------------------------------------------------
@@ -522,6 +658,7 @@ void TorchTraceReader::finalize() {
     trace_.problem +=
         " (what was live before them is read from the allocator's state at the end; "
         "VRAMTRACE_TORCH_MAX_ENTRIES raises the size)";
+  while (!gap_end_.empty()) close_gap(gap_end_.begin()->first);
   for (uint32_t dev : wrapped_) add_before_window(dev);
   // A version 2 file whose hook saw nothing of the program (no module, mark, label or private
   // pool) has no context to classify by.

@@ -75,6 +75,18 @@ struct TorchBlock {
   // Made before the earliest entry PyTorch's ring still held (a long run): known from its
   // free or from the allocator's state at the dump, its moment and context are not.
   bool before_window = false;
+  // Made while the trace was off (--torch=sampled): alloc_ns is the gap's end, when the
+  // allocator's state showed it; its moment and context are not known.
+  bool in_gap = false;
+};
+// A stretch while the trace of a device was off (--torch=sampled): what was made and freed in
+// it is known from the allocator's state at its end, not when. Blocks freed in it are given
+// start_ns, those made in it end_ns. The peaks are PyTorch's max_memory_allocated when the
+// trace went off and at the end (unknown: nullopt).
+struct TorchGap {
+  uint32_t device = 0;
+  uint64_t start_ns = 0, end_ns = 0;
+  std::optional<uint64_t> start_peak, end_peak;
 };
 // A request the allocator could not serve (its trace's oom entry): `bytes` is the request as
 // the allocator rounded it (CUDACachingAllocator.cpp's malloc records params.size()).
@@ -149,7 +161,16 @@ struct TorchContext {
   // Devices whose ring had dropped its earliest entries: the time of the first entry left.
   std::map<uint32_t, uint64_t> window_start;
   std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
+  std::vector<TorchGap> gaps;                       // in each device's time order
 };
+
+// The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,
+// the highest the hook read) was reached, when it rose to it while the trace was off: the
+// block view then shows the highest traced moment, not the peak. nullopt: reached while the
+// trace was on, or not known.
+std::optional<TorchGap> gap_of_peak(const TorchContext& ctx, uint32_t device);
+// The gap of `device` that holds moment t (start_ns <= t < end_ns), or null.
+const TorchGap* gap_at(const TorchContext& ctx, uint32_t device, uint64_t t);
 
 // A record made from PyTorch's trace, and what it knows that the record cannot carry. It owns
 // what its record views: a PyCode record's file and function are in `text`, shared by its

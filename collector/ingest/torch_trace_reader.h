@@ -92,6 +92,11 @@ class TorchTraceReader {
   // trace()'s and finish()'s: the window before each wrapped ring's, the orders.
   void finalize();
   void add_before_window(uint32_t device);
+  // The end of a device's gap (its U line and the H and B lines after it): what the state then
+  // holds that was not live is made at the gap's end, what was live and is not there freed at
+  // its start.
+  void close_gap(uint32_t device);
+  void pool_record(uint32_t device);
 
   std::string name_;
   TorchTrace trace_;     // as read so far: events in the file's order
@@ -111,6 +116,15 @@ class TorchTraceReader {
   std::vector<BeforeWindow> blocks_before_, segments_before_;
   std::set<std::pair<uint32_t, uint64_t>> live_segments_;  // made in the window, not yet freed
   std::vector<BeforeWindow> dump_blocks_, dump_segments_;  // A and G lines
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> segment_bytes_;  // live segments' sizes
+  // A device's gap: from its O line (time, peak) and its U line with its state.
+  struct GapEnd {
+    uint64_t time_ns = 0;
+    std::optional<uint64_t> peak;
+    std::vector<std::pair<uint64_t, uint64_t>> segments, blocks;  // address, bytes
+  };
+  std::map<uint32_t, std::pair<uint64_t, std::optional<uint64_t>>> gap_start_;
+  std::map<uint32_t, GapEnd> gap_end_;
   // read_more()'s file: its identity and how much of it was read.
   uint64_t file_dev_ = 0, file_ino_ = 0, file_offset_ = 0;
 };

@@ -293,8 +293,9 @@ void TorchMemory::classify_by_phase() {
     // The latest phase begun may have ended: then the block is outside any phase.
     const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
     BlockInfo& b = info_[i];
-    if (blocks[i].before_window) {
-      // Its moment is not known (only that it came before the ring's window): not a phase's.
+    if (blocks[i].before_window || blocks[i].in_gap) {
+      // Its moment is not known (only that it came before the ring's window, or between two
+      // of the sampled iterations' windows): not a phase's.
       b.category = Category::Unclassified;
       continue;
     }
@@ -662,7 +663,10 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
     return what + l.name + (where.empty() ? "" : " at " + where);
   }
   if (b.category == Category::Unclassified)
-    return "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
+    return ctx_.window_start.empty() && !ctx_.gaps.empty()
+               ? "made while PyTorch's trace was off, between the sampled iterations "
+                 "(--torch=sampled)"
+               : "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
   std::string text;
   if (b.module && b.module <= ctx_.modules.size()) {  // a damaged file may name no module
     const TorchModule& m = ctx_.modules[b.module - 1];

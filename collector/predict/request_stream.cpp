@@ -48,7 +48,7 @@ RequestStream recorded_stream(const TorchContext& ctx, const TorchMemory* tm, ui
     if (b.device != device) continue;
     events.push_back({b.alloc_ns, 0, static_cast<uint32_t>(i)});
     if (b.free_ns != UINT64_MAX) events.push_back({b.free_ns, 1, static_cast<uint32_t>(i)});
-    s.window_lost |= b.before_window;
+    s.window_lost |= b.before_window || b.in_gap;
   }
   for (size_t i = 0; i < ctx.oom_requests.size(); ++i)
     if (ctx.oom_requests[i].device == device) {

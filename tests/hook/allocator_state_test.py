@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The start-up hook's reading of PyTorch's memory snapshot at the dump of a wrapped ring
-(python/vramtrace/_hook/_vramtrace_write.py, _allocator_state), on snapshots shaped as PyTorch 2.x gives
+(python/vramtrace/_hook/_vramtrace_write.py, allocator_state), and of the state at the end of a gap
+of the trace (--torch=sampled), on snapshots shaped as PyTorch 2.x gives
 them: the function is taken from the hook's source alone, so that nothing of the hook starts."""
 import ast
 import os
@@ -9,10 +10,10 @@ import sys
 HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python",
                     "vramtrace", "_hook", "_vramtrace_write.py")
 tree = ast.parse(open(HOOK, encoding="utf-8").read())
-fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_allocator_state")
+fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "allocator_state")
 space = {}
 exec(compile(ast.Module(body=[fn], type_ignores=[]), HOOK, "exec"), space)
-state = space["_allocator_state"]
+state = space["allocator_state"]
 MiB = 1 << 20
 failed = 0
 
@@ -51,4 +52,7 @@ check("blocks in use at the size asked for", [l for l in lines if l.startswith("
 odd = {"segments": [{"device": 0, "address": 0, "total_size": MiB, "blocks": [
     {"address": 0, "size": 1024, "requested_size": 4096, "state": "active_allocated"}]}]}
 check("a requested size above the block's is not taken", state(odd).splitlines()[1], "A\t0\t0\t1024")
+# At a gap's end the same state, as H and B lines.
+check("a gap's end: the same lines as H and B", state(snap, gap=True),
+      state(snap).replace("G\t", "H\t").replace("A\t", "B\t"))
 sys.exit(1 if failed else 0)

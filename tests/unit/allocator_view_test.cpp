@@ -308,3 +308,64 @@ TEST_CASE("PyTorch trace files list the private pools' segments at the dump") {
   std::remove(path.c_str());
   std::remove(plain.c_str());
 }
+
+TEST_CASE("PyTorch's trace off between the sampled iterations: each gap closed from its state") {
+  // Realtime 1000 s, monotonic 10 s. The first window makes segment 0x200000 and blocks
+  // 0x200000 (4 KiB) and 0x201000 (8 KiB); the trace goes off (peak 12 KiB). At the gap's end
+  // the state holds the first block, not the second, and a new segment 0x800000 with a block
+  // of 16 KiB (peak 64 KiB: it rose in the gap). The second window makes 0x201000 (1 KiB);
+  // at the dump, off again, only the segment 0x200000 and that block are left.
+  TorchTrace t =
+      read_torch_trace(std::string(VT_FUZZ_CORPUS) + "/torch_trace/hook-v2-sampled.torch");
+  REQUIRE(t.problem.empty());
+  const auto& ctx = t.context;
+  REQUIRE(ctx.blocks.size() == 4);
+  // Live through the first gap, freed in the second: freed at the second's start.
+  REQUIRE(ctx.blocks[0].address == 0x200000);
+  REQUIRE(ctx.blocks[0].alloc_ns == 10500001000ull);
+  REQUIRE(ctx.blocks[0].free_ns == 10600010001ull);
+  REQUIRE_FALSE(ctx.blocks[0].in_gap);
+  // Freed in the first gap: just after the trace went off.
+  REQUIRE(ctx.blocks[1].address == 0x201000);
+  REQUIRE(ctx.blocks[1].bytes == 8192);
+  REQUIRE(ctx.blocks[1].free_ns == 10500010001ull);
+  // Made in the first gap: when its end showed it; freed in the second.
+  REQUIRE(ctx.blocks[2].address == 0x800000);
+  REQUIRE(ctx.blocks[2].bytes == 16384);
+  REQUIRE(ctx.blocks[2].alloc_ns == 10600000000ull);
+  REQUIRE(ctx.blocks[2].free_ns == 10600010001ull);
+  REQUIRE(ctx.blocks[2].in_gap);
+  // The second window's own, live at the end.
+  REQUIRE(ctx.blocks[3].address == 0x201000);
+  REQUIRE(ctx.blocks[3].bytes == 1024);
+  REQUIRE(ctx.blocks[3].alloc_ns == 10600005000ull);
+  REQUIRE(ctx.blocks[3].free_ns == UINT64_MAX);
+  REQUIRE_FALSE(ctx.blocks[3].in_gap);
+  // The segment made in the first gap and given back in the second.
+  REQUIRE(ctx.reserves.size() == 3);
+  REQUIRE(ctx.reserves[1].address == 0x800000);
+  REQUIRE(ctx.reserves[1].time_ns == 10600000000ull);
+  REQUIRE(ctx.reserves[1].delta == 2097152);
+  REQUIRE(ctx.reserves[2].time_ns == 10600010001ull);
+  REQUIRE(ctx.reserves[2].delta == -2097152);
+  REQUIRE(ctx.gaps.size() == 2);
+  REQUIRE(ctx.gaps[0].start_ns == 10500010001ull);
+  REQUIRE(ctx.gaps[0].end_ns == 10600000000ull);
+  REQUIRE(ctx.gaps[1].end_peak == std::nullopt);
+  // PyTorch's peak (64 KiB) rose to its high in the first gap.
+  const auto peak = gap_of_peak(ctx, 0);
+  REQUIRE(peak);
+  REQUIRE(peak->start_ns == 10500010001ull);
+  REQUIRE(*peak->end_peak == 65536);
+  REQUIRE_FALSE(gap_of_peak(ctx, 1));
+  // The events replay the same: at the end, 0x200000's segment and one block of 1 KiB.
+  int64_t blocks = 0, reserved = 0;
+  for (const TorchEvent& e : t.events) {
+    if (e.record.type == vramtrace::format::RecordType::UserBlock)
+      blocks += e.record.user_block.bytes ? 1 : -1;
+    if (e.record.type == vramtrace::format::RecordType::UserSegment)
+      reserved += e.record.user_segment.op == vramtrace::format::SegmentOp::AddSegment ? 1 : -1;
+  }
+  REQUIRE(blocks == 1);
+  REQUIRE(reserved == 1);
+}

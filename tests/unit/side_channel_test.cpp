@@ -96,7 +96,10 @@ std::string dump(const TorchTrace& t) {
     o << "P " << p.device << " " << p.address << " " << p.pool_id[0] << p.cuda_graph;
   for (const auto& b : c.blocks)
     o << "B " << b.device << " " << b.address << " " << b.bytes << " " << b.alloc_ns << " "
-      << b.free_ns << " " << b.stream << b.before_window << "\n";
+      << b.free_ns << " " << b.stream << b.before_window << b.in_gap << "\n";
+  for (const auto& g : c.gaps)
+    o << "G " << g.device << " " << g.start_ns << " " << g.end_ns << " " << g.start_peak.value_or(1)
+      << " " << g.end_peak.value_or(1) << "\n";
   for (const auto& r : c.reserves) o << "R " << r.address << " " << r.time_ns << " " << r.delta;
   for (const auto& r : c.oom_requests) o << "O " << r.time_ns << " " << r.device_free;
   for (const auto& [d, t] : c.window_start) o << "W " << d << " " << t;

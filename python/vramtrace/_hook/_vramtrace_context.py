@@ -8,7 +8,8 @@ them (the user's line); the carried state (a forward's outputs fed back to it). 
 arrays (12 bytes a mark) and a few dictionaries, written by _vramtrace_write.
 
 Its parts: _vramtrace_storages (named storages), _vramtrace_lines (the lines of the blocks made
-between the phases), _vramtrace_step (the first step predicted on fake tensors) and
+between the phases), _vramtrace_windows (the allocator trace in the sampled iterations only,
+--torch=sampled), _vramtrace_step (the first step predicted on fake tensors) and
 _vramtrace_write (the lines written)."""
 import os
 import sys
@@ -19,6 +20,7 @@ from _vramtrace_marks import (_BWD, _BWD_END, _FED_BACK, _FWD, _FWD_END, _FWD_EV
                               _STEP, _STEP_END, _STOPPED_BY_HOOK)
 from _vramtrace_step import _Prediction
 from _vramtrace_storages import _Storages
+from _vramtrace_windows import _Windows
 from _vramtrace_write import _Writer
 
 
@@ -88,7 +90,7 @@ def _exception_line(exc, clean, now_ns):
         clean(str(exc))[:1000], where)
 
 
-class _Context(_Storages, _Lines, _Prediction, _Writer):
+class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
     """What the memory is: module calls, phases, iterations and named storages."""
 
     MAX_MARKS = 4_000_000  # the oldest half is dropped past this: long runs stay bounded
@@ -125,6 +127,7 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         self.init_storages()
         self.init_calls()
         self.init_prediction()
+        self.init_windows()
         self.init_lines()
         self.watch_optimizers()
         self.wrap_backward()
@@ -416,7 +419,9 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         if self.optimizers or mid != self.first_root:
             return
         self.forwards += 1
-        self.trace_modules(self.forwards < 3 or self.forwards % 50 == 49)
+        sampled = self.forwards < 3 or self.forwards % 50 == 49
+        self.trace_modules(sampled)
+        self.trace_window(sampled)
         if self.forwards == 2:
             _stop_launches()
         self.check_lines(self.forwards)
@@ -556,7 +561,9 @@ class _Context(_Storages, _Lines, _Prediction, _Writer):
         # past it), only its name is missing.
         if first:
             self.steps += 1
-            self.trace_modules(self.steps < 3 or self.steps % 50 == 49)
+            sampled = self.steps < 3 or self.steps % 50 == 49
+            self.trace_modules(sampled)
+            self.trace_window(sampled)
             if self.steps == 2:
                 _stop_launches()
         if self.steps <= 3 or self.steps % 50 == 0:

@@ -26,6 +26,7 @@ def allocator_trace(record, max_entries):
 class _Lines:
     def init_lines(self):
         self.history = None       # PyTorch's _record_memory_history while the hook switches it
+        self.original_record = None  # PyTorch's own, once watch_program_trace wrapped it
         self.frames_on = False
         self.in_step = False
         self.counting = False     # allocations between phases counted in this iteration
@@ -51,17 +52,7 @@ class _Lines:
         except ValueError:
             self.budget = 0.005
         memory = self.torch.cuda.memory
-        record = memory._record_memory_history
-        ctx = self
-
-        @functools.wraps(record)
-        def program_record(*args, **kwargs):
-            ctx.history = None
-            return record(*args, **kwargs)
-
-        memory._record_memory_history = program_record
-        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
-            self.torch.cuda._record_memory_history = program_record
+        record = self.watch_program_trace()
         stats = getattr(memory, "memory_stats_as_nested_dict", None)
 
         def allocations():
@@ -75,6 +66,29 @@ class _Lines:
         self.history = allocator_trace(record, max_entries)
         self.frames(True)
 
+    def watch_program_trace(self):
+        """PyTorch's _record_memory_history wrapped once: a program that sets the trace itself
+        keeps its settings (the hook switches it no more, frames nor windows). The function as
+        PyTorch has it, for the hook's own switches."""
+        if self.original_record is not None:
+            return self.original_record
+        memory = self.torch.cuda.memory
+        record = memory._record_memory_history
+        ctx = self
+
+        @functools.wraps(record)
+        def program_record(*args, **kwargs):
+            ctx.history = None
+            ctx.window_record = None
+            ctx.trace_on = True
+            return record(*args, **kwargs)
+
+        memory._record_memory_history = program_record
+        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
+            self.torch.cuda._record_memory_history = program_record
+        self.original_record = record
+        return record
+
     def frames(self, on):
         if on == self.frames_on or self.history is None:
             return
@@ -84,7 +98,8 @@ class _Lines:
             else:
                 self.tally()
         try:
-            self.history(context="alloc" if on else None)
+            if self.trace_on:  # off between the sampled iterations: set when the next opens
+                self.history(context="alloc" if on else None)
             self.frames_on = on
         except Exception:
             self.history = None

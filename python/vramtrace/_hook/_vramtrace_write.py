@@ -3,16 +3,19 @@ vramtrace.<pid>.torch (common/side_channel.h declares every line) with PyTorch's
 and the context's lines (modules, sites, marks, named storages, limits, pools, the exception,
 the predicted steps), at exit, at each OOM and when a report of the moment asks."""
 import os
+import time
 
 
 def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns):
     """Writes vramtrace.<pid>.torch into out_dir: the header, the allocator's settings, its trace
     (F and E lines), and the context's lines; written whole into a .tmp file, then moved."""
+    # The kept windows before the snapshot: a window closed by the program's thread while a
+    # report of the moment is written is then missing from it, never written twice.
+    kept, next_frame, trace_on = ("", 1, True) if context is None else context.kept_lines()
     snap = torch.cuda.memory._snapshot()
     path = os.path.join(out_dir, "vramtrace.%d.torch" % os.getpid())
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    frames = {}
     count = 0
     with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
         f.write("vramtrace.torch/2\t%d\t%d\t%d\t%s\n"
@@ -22,50 +25,28 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
         if conf:
             f.write("C\t%s\n" % clean(conf))
         wrapped = False
+        # The windows the trace was on in, before the ring's (--torch=sampled).
+        f.write(kept)
         for device, trace in enumerate(snap.get("device_traces", [])):
             if len(trace) >= max_entries:
                 f.write("W\t%d\t%d\n" % (device, len(trace)))
                 wrapped = True
-            # Written in chunks, with each action's text cleaned once: about 1 s per million
-            # entries at exit instead of 1.8 (the ring holds up to max_entries).
-            actions = {}
-            out = []
-            for e in trace:
-                ids = ""
-                stack = e.get("frames")
-                if stack:
-                    refs = []
-                    for fr in stack:
-                        key = (fr.get("filename", ""), fr.get("line", 0), fr.get("name", ""))
-                        i = frames.get(key)
-                        if i is None:
-                            i = frames[key] = len(frames) + 1
-                            out.append("F\t%d\t%s\t%d\t%s\n" % (
-                                i, clean(key[0]), int(key[1] or 0), clean(key[2])))
-                        refs.append(str(i))
-                    ids = ",".join(refs)
-                a = e.get("action", "")
-                act = actions.get(a)
-                if act is None:
-                    act = actions[a] = clean(a)
-                free = e.get("device_free")
-                out.append("E\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n" % (
-                    device, act, e.get("addr") or 0, e.get("size") or 0,
-                    e.get("stream") or 0, e.get("time_us") or 0, ids,
-                    "" if free is None else int(free)))
-                if len(out) >= 4096:
-                    f.write("".join(out))
-                    out.clear()
-            f.write("".join(out))
+            entry_lines(device, trace, {}, clean, f.write, next_frame)
             count += len(trace)
-            if context is not None and trace:
+            if context is not None and (trace or kept):
                 context.write_limit(f, device)
+        if not trace_on:
+            # Off since the last window: what the allocator holds now closes the gap.
+            now_us = time.time_ns() // 1000
+            for device in range(len(snap.get("device_traces", [])) or 1):
+                f.write("U\t%d\t%d\t%s\n" % (device, now_us, context.peak_allocated(device)))
+            f.write(allocator_state(snap, gap=True))
         if wrapped:
             # The ring held only the latest entries: what the allocator holds now (its
             # segments and the blocks in use) tells the collector what was live before them,
             # and every named storage labelled now says what those blocks are (a label from
             # before the window may name a storage freed since).
-            f.write(_allocator_state(snap))
+            f.write(allocator_state(snap))
             if context is not None:
                 context.label_all_now()
         if context is not None:
@@ -75,21 +56,69 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
     os.replace(tmp, path)
 
 
-def _allocator_state(snap):
-    """G lines (segments: device, address, bytes) and A lines (blocks in use: device, address,
-    bytes) of a memory snapshot. A segment's blocks are listed in address order. A block in use
-    is given the size asked for (requested_size), as the trace's entries give it: its own size
-    can be larger by the rest of a segment too small to split off."""
+def entry_lines(device, trace, frames, clean, write=None, first_frame=1):
+    """The F and E lines of `trace`, a device's entries of PyTorch's allocator trace (a
+    _snapshot()'s device_traces[device]): each frame once, by an id from `first_frame` kept in
+    `frames` ((file, line, function) -> id). Written in chunks with `write`, or returned as a
+    list without it; each action's text is cleaned once (about 1 s per million entries at exit
+    instead of 1.8: the ring holds up to max_entries)."""
+    actions = {}
+    out, lines = [], []
+    for e in trace:
+        ids = ""
+        stack = e.get("frames")
+        if stack:
+            refs = []
+            for fr in stack:
+                key = (fr.get("filename", ""), fr.get("line", 0), fr.get("name", ""))
+                i = frames.get(key)
+                if i is None:
+                    i = frames[key] = len(frames) + first_frame
+                    out.append("F\t%d\t%s\t%d\t%s\n" % (
+                        i, clean(key[0]), int(key[1] or 0), clean(key[2])))
+                refs.append(str(i))
+            ids = ",".join(refs)
+        a = e.get("action", "")
+        act = actions.get(a)
+        if act is None:
+            act = actions[a] = clean(a)
+        free = e.get("device_free")
+        out.append("E\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n" % (
+            device, act, e.get("addr") or 0, e.get("size") or 0,
+            e.get("stream") or 0, e.get("time_us") or 0, ids,
+            "" if free is None else int(free)))
+        if len(out) >= 4096:
+            if write is None:
+                lines.extend(out)
+            else:
+                write("".join(out))
+            out.clear()
+    if write is None:
+        lines.extend(out)
+        return lines
+    write("".join(out))
+    return None
+
+
+def allocator_state(snap, gap=False):
+    """The segments (G lines: device, address, bytes) and the blocks in use (A lines: device,
+    address, bytes) of a memory snapshot, written at the dump of a wrapped ring; with `gap`, the
+    same as H and B lines, at the end of a gap of the trace (--torch=sampled). A segment's
+    blocks are listed in address order. A block in use is given the size asked for
+    (requested_size), as the trace's entries give it: its own size can be larger by the rest of
+    a segment too small to split off."""
+    segment_line, block_line = (("H\t%d\t%d\t%d\n", "B\t%d\t%d\t%d\n") if gap
+                                else ("G\t%d\t%d\t%d\n", "A\t%d\t%d\t%d\n"))
     out = []
     for seg in snap.get("segments", []):
         device, address = int(seg.get("device", 0) or 0), int(seg.get("address", 0) or 0)
-        out.append("G\t%d\t%d\t%d\n" % (device, address, int(seg.get("total_size", 0) or 0)))
+        out.append(segment_line % (device, address, int(seg.get("total_size", 0) or 0)))
         for block in seg.get("blocks", []):
             size = int(block.get("size", 0) or 0)
             if block.get("state") in ("active_allocated", "active_pending_free"):
                 asked = int(block.get("requested_size", 0) or 0)
-                out.append("A\t%d\t%d\t%d\n" % (device, int(block.get("address", address)),
-                                                   asked if 0 < asked <= size else size))
+                out.append(block_line % (device, int(block.get("address", address)),
+                                         asked if 0 < asked <= size else size))
             address += size
     return "".join(out)
 

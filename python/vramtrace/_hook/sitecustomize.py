@@ -77,7 +77,8 @@ def _attach_torch(torch, out_dir, max_entries, state):
         # about 1.7 us per allocation, +30 % on a launch-bound step.
         with_frames = os.environ.get("VRAMTRACE_TORCH_STACKS") == "1"
         from _vramtrace_lines import allocator_trace
-        history = allocator_trace(torch.cuda.memory._record_memory_history, max_entries)
+        record = torch.cuda.memory._record_memory_history
+        history = allocator_trace(record, max_entries)
         history(context="alloc" if with_frames else None)
     except Exception as ex:  # an old PyTorch, no CUDA build, ...
         _say("PyTorch allocator trace off: %s" % (str(ex).splitlines() or [""])[0][:200])
@@ -100,15 +101,22 @@ def _attach_torch(torch, out_dir, max_entries, state):
     if os.environ.get("VRAMTRACE_TORCH_CONTEXT", "on") != "off":
         try:
             from _vramtrace_context import _Context
-            ctx["context"] = _Context(torch, _clean)
+            context = ctx["context"] = _Context(torch, _clean)
             if not with_frames:
-                ctx["context"].lines_between_phases(max_entries)
+                context.lines_between_phases(max_entries)
+                # --torch=sampled: the trace on in the sampled iterations only (not with
+                # expandable segments, whose maps a gap's state would not show).
+                if (os.environ.get("VRAMTRACE_TORCH_TRACE") == "sampled"
+                        and "expandable_segments:True" not in conf.replace(" ", "")):
+                    context.watch_program_trace()
+                    context.sample_trace(history, max_entries)
         except Exception as ex:
             _say("PyTorch memory categories off: %s" % str(ex)[:200])
 
     def on_oom(device, alloc, device_allocated, device_free):
         context = ctx.get("context")
         if context is not None:
+            context.gap_oom(device, alloc, device_free)
             context.on_oom()
         write("at an OOM")
 

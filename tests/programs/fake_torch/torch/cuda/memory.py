@@ -30,6 +30,8 @@ _segments = []  # [base, bytes, blocks, pool]; blocks: [offset, bytes, in_use], 
 _pool = (0, 0)  # the pool new blocks come from (segment_pool_id)
 _reserved = 0
 _allocations = 0
+_allocated = 0  # bytes in blocks now, and at most
+_peak = 0
 _fraction = 1.0
 _SEGMENT_ROUND = 2 << 20
 
@@ -49,8 +51,8 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     _context = context
     # As a PyTorch that takes skip_actions: each call sets the actions it does not record.
     _skipped = frozenset(skip_actions or ())
-    # A ring of the latest max_entries entries, as PyTorch keeps them.
-    _trace = collections.deque(_trace, maxlen=max_entries or None)
+    # A ring of the latest max_entries entries, as PyTorch keeps them; switched off, emptied.
+    _trace = collections.deque(_trace if enabled else (), maxlen=max_entries or None)
 
 
 def _snapshot():
@@ -128,16 +130,25 @@ def memory_stats_as_nested_dict(device=None):
     return {"allocation": {"all": {"allocated": _allocations}}}
 
 
+def max_memory_allocated(device=None):
+    # The most bytes in blocks at once (PyTorch's allocated_bytes.all.peak).
+    return _peak
+
+
 def alloc(addr, nbytes):
-    global _allocations
+    global _allocations, _allocated, _peak
     _allocations += 1
+    _allocated += nbytes
+    _peak = max(_peak, _allocated)
     _sizes[addr] = nbytes
     _entry("alloc", addr, nbytes)
     return addr
 
 
 def free(addr):
+    global _allocated
     _entry("free_requested", addr, _sizes[addr])
+    _allocated -= _sizes[addr]
     _entry("free_completed", addr, _sizes.pop(addr))
 
 

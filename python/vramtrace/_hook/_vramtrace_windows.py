@@ -1,0 +1,142 @@
+"""PyTorch's allocator trace in the sampled iterations only, for vramtrace's start-up hook (a
+part of _vramtrace_context._Context), with `vramtrace run --torch=sampled`
+(VRAMTRACE_TORCH_TRACE=sampled). On a launch-bound step the trace costs about 0.5 us a block,
+2 to 2.5 % of the step; this keeps it on in the iterations whose module calls are traced (the
+first ones and every 50th) and off between them.
+
+PyTorch empties its ring when the trace is switched off, so a window's entries are read
+(torch.cuda.memory._snapshot) and kept as lines when it closes. When the next window opens, the
+allocator's state then (its segments and the blocks in use) and PyTorch's peak of
+allocated memory are kept before its entries (U H B lines; an O line where each closed): the
+collector knows what was made and freed between the windows, though not when, and whether the
+peak came between them.
+
+The trace stays on for good once memory is not in a steady state (a segment was made between
+two windows), the device is nearly full (less than a tenth free when a window closes), a
+window's entries filled the ring, an OOM came, or the program sets the trace itself."""
+import time
+
+from _vramtrace_write import allocator_state, entry_lines
+
+
+class _Windows:
+    STASH_MAX_BYTES = 64 << 20  # the kept windows' lines; past it the oldest but the first go
+    NEARLY_FULL = 0.10          # the device's free share under which the trace stays on
+
+    def init_windows(self):
+        self.window_record = None  # the hook's trace settings while it switches the trace
+        self.trace_on = True
+        self.windows = []          # per kept window: its lines, oldest first
+        self.window_bytes = 0
+        self.window_frames = {}    # (file, line, function) -> F line id, across the kept windows
+        self.closed_segments = None  # {(device, address)} when the last window closed
+
+    def sample_trace(self, record, max_entries):
+        """Switches the allocator trace off between the sampled iterations from now on:
+        `record` is the hook's allocator_trace partial (its settings), `max_entries` its ring."""
+        self.window_record = record
+        self.window_max_entries = max_entries
+
+    def trace_window(self, on):
+        """At an iteration's end: the trace on for the next iteration (a sampled one) or off."""
+        if self.window_record is None or on == self.trace_on:
+            return
+        try:
+            if on:
+                self.open_window()
+            else:
+                self.close_window()
+        except Exception:
+            self.trace_for_good()
+
+    def trace_for_good(self):
+        """The trace on from now on, as the hook started it."""
+        record, self.window_record = self.window_record, None
+        if record is not None and not self.trace_on:
+            try:
+                record(context="alloc" if self.frames_on else None)
+                self.trace_on = True
+            except Exception:
+                pass
+
+    def close_window(self):
+        memory = self.torch.cuda.memory
+        snap = memory._snapshot()
+        traces = snap.get("device_traces", [])
+        if any(len(t) >= self.window_max_entries for t in traces) or self.nearly_full():
+            self.window_record = None  # on for good: nothing of this window is lost
+            return
+        lines = []
+        for device, trace in enumerate(traces):
+            lines.extend(entry_lines(device, trace, self.window_frames, self.clean))
+        self.original_record(enabled=None)
+        self.trace_on = False
+        now_us = time.time_ns() // 1000
+        for device in range(len(traces) or 1):
+            lines.append("O\t%d\t%d\t%s\n" % (device, now_us, self.peak_allocated(device)))
+        self.closed_segments = _segments(snap)
+        self.keep(lines, new_window=False)
+
+    def open_window(self):
+        snap = self.torch.cuda.memory._snapshot()  # the trace is off: the state alone
+        now_us = time.time_ns() // 1000
+        segments = _segments(snap)
+        lines = []
+        for device in range(len(snap.get("device_traces", [])) or 1):
+            lines.append("U\t%d\t%d\t%s\n" % (device, now_us, self.peak_allocated(device)))
+        lines.append(allocator_state(snap, gap=True))
+        self.window_record(context="alloc" if self.frames_on else None)
+        self.trace_on = True
+        self.keep(lines, new_window=True)
+        if self.closed_segments is not None and segments - self.closed_segments:
+            self.window_record = None  # a segment made between the windows: on for good
+
+    def gap_oom(self, device, nbytes, device_free):
+        """At an OOM, the trace on for good; while it was off, first the allocator's state now
+        and the OOM's entry (PyTorch recorded none)."""
+        if self.window_record is None:
+            return
+        if not self.trace_on:
+            try:
+                self.open_window()
+            except Exception:
+                pass
+            self.keep(["E\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n" % (
+                device, "oom", 0, nbytes, 0, time.time_ns() // 1000, "",
+                "" if device_free is None else int(device_free))], new_window=False)
+        self.trace_for_good()
+
+    def keep(self, lines, new_window):
+        text = "".join(lines)
+        if new_window or not self.windows:
+            self.windows.append([])
+        self.windows[-1].append(text)
+        self.window_bytes += len(text)
+        # Past the bound the second-oldest window goes (the first holds the first steps): the
+        # next window's state still says what was live when it began.
+        while self.window_bytes > self.STASH_MAX_BYTES and len(self.windows) > 2:
+            self.window_bytes -= sum(len(t) for t in self.windows.pop(1))
+
+    def kept_lines(self):
+        """For the dump: the kept windows' lines (before the ring's entries), the next F line id
+        free, and whether the trace is on."""
+        return ("".join("".join(w) for w in list(self.windows)), len(self.window_frames) + 1,
+                self.trace_on)
+
+    def nearly_full(self):
+        try:
+            free, total = self.torch.cuda.mem_get_info()
+            return total > 0 and free < self.NEARLY_FULL * total
+        except Exception:
+            return True
+
+    def peak_allocated(self, device):
+        try:
+            return str(int(self.torch.cuda.max_memory_allocated(device)))
+        except Exception:
+            return ""
+
+
+def _segments(snap):
+    return {(int(s.get("device", 0) or 0), int(s.get("address", 0) or 0))
+            for s in snap.get("segments", [])}

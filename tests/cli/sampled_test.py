@@ -1,0 +1,126 @@
+"""`vramtrace run --torch=sampled` end to end on the stand-in PyTorch, each program run twice:
+sampled, and with every block traced (--torch=auto), the reference.
+
+tests/programs/py_torch_sampled.py (120 steps; step 75 takes an 8x batch between the sampled
+iterations; 4 KiB kept each step):
+  - the trace's windows: off at the end of steps 3 and 50 (2 O lines), on again at the end of
+    steps 49 and 99 (2 U lines with the allocator's state), on for good from then (step 75 made
+    segments between the windows): no U line at exit;
+  - the entries of the traced steps only: 106 blocks made (the 2 parameters, step 1's 8, steps 2
+    and 3's 4 and 3, step 49's tail and step 50's 3, step 99's tail and steps 100-120's 84),
+    the reference's 486;
+  - PyTorch's peak of allocated memory reported as reached between the windows: 18 MiB + 75 x
+    4 KiB, the reference's in-use peak to the byte, in the second gap;
+  - the same device peak and the same memory at the end as the reference; the blocks made in a
+    gap said to be so.
+tests/programs/py_torch_train.py (dies of an OOM in step 4, between the windows):
+  - the OOM recorded as the reference records it (request, live memory, free bytes, iteration,
+    module), with the allocator's state at the OOM (a U line) and its entry written by the
+    hook (PyTorch records none while the trace is off);
+  - PyTorch's peak of allocated memory, 56 MiB, the reference's in-use peak.
+   sampled_test.py BUILD_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reliability"))
+sys.dont_write_bytecode = True
+import vtrel  # noqa: E402  (the reliability tests' helpers)
+from vtrel import check  # noqa: E402
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+MiB = 1 << 20
+
+
+def run(work, program, name, *options):
+    env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
+                    PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
+                    VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
+    d = os.path.join(work, name)
+    r = subprocess.run([vtrel.VRAMTRACE, "run", "-o", d] + list(options) +
+                       ["--", "python3", os.path.join(SRC, "tests", "programs", program)],
+                       cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=300)
+    torch = [n for n in os.listdir(d) if n.endswith(".torch")] if os.path.isdir(d) else []
+    check(len(torch) == 1 and os.path.exists(os.path.join(d, "report.json")),
+          "%s %s: no trace or report (%d) %r" % (program, name, r.returncode, r.stderr[-800:]))
+    lines = open(os.path.join(d, torch[0]), encoding="utf-8").read().splitlines() if torch else []
+    with open(os.path.join(d, "report.json"), encoding="utf-8") as f:
+        return r, lines, json.load(f)
+
+
+def tags(lines, tag):
+    return [l.split("\t") for l in lines if l.startswith(tag + "\t")]
+
+
+def made(lines):
+    return sum(1 for f in tags(lines, "E") if f[2] == "alloc")
+
+
+def sampled(report):
+    return report["processes"][0].get("torch_allocator_trace", {}).get("sampled")
+
+
+def steps(work):
+    r, lines, rep = run(work, "py_torch_sampled.py", "sampled", "--torch=sampled")
+    _, ref_lines, ref = run(work, "py_torch_sampled.py", "every")
+    check(r.returncode == 0 and "steps done" in r.stdout, "sampled run: %d %r" % (
+        r.returncode, r.stderr[-500:]))
+    check(len(tags(lines, "O")) == 2 and len(tags(lines, "U")) == 2,
+          "windows: %d O lines, %d U lines (expected 2 and 2)" % (
+              len(tags(lines, "O")), len(tags(lines, "U"))))
+    check(not tags(ref_lines, "O") and not tags(ref_lines, "U"), "the reference has gaps")
+    check((made(lines), made(ref_lines)) == (106, 486),
+          "blocks made in the trace: %d sampled, %d every (expected 106 and 486)" % (
+              made(lines), made(ref_lines)))
+    s = sampled(rep)
+    peak = 18 * MiB + 75 * 4096
+    ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
+    check(s is not None and len(s["gaps"]) == 2, "gaps in report.json: %r" % s)
+    check(s is not None and [(p["device"], p["bytes"]) for p in s["peak_between"]] == [(0, peak)]
+          and ref_peak == peak and s["peak_between"][0]["start_ns"] == s["gaps"][1]["start_ns"],
+          "the peak between the windows: %r (reference's in-use peak %d, expected %d)" % (
+              s and s["peak_between"], ref_peak, peak))
+    check("came between" in r.stderr and "18.29 MiB" in r.stderr,
+          "the summary says where the peak came: %r" % r.stderr[:1200])
+    for key in ("final_live_bytes",):
+        check(rep["devices"][0][key] == ref["devices"][0][key], "%s: %d sampled, %d every" % (
+            key, rep["devices"][0][key], ref["devices"][0][key]))
+    check(rep["devices"][0]["peak"]["bytes"] == ref["devices"][0]["peak"]["bytes"],
+          "device peak: %d sampled, %d every" % (rep["devices"][0]["peak"]["bytes"],
+                                                 ref["devices"][0]["peak"]["bytes"]))
+    whats = {b.get("what") for b in rep["devices"][0]["peak"]["blocks"]
+             if b.get("category") == "unclassified"}
+    check(whats == {"made while PyTorch's trace was off, between the sampled iterations "
+                    "(--torch=sampled)"}, "what the gap's blocks are: %r" % whats)
+    print("sampled steps: windows, entries, the peak between them, the end: checked")
+
+
+def oom(work):
+    r, lines, rep = run(work, "py_torch_train.py", "oom-sampled", "--torch=sampled")
+    ref_r, ref_lines, ref = run(work, "py_torch_train.py", "oom-every")
+    check(r.returncode == 1 and ref_r.returncode == 1, "the OOM runs: %d and %d" % (
+        r.returncode, ref_r.returncode))
+    check(len(tags(lines, "O")) == 1 and len(tags(lines, "U")) == 1,
+          "windows: %d O, %d U (expected 1 and 1)" % (len(tags(lines, "O")), len(tags(lines, "U"))))
+    got = [(f[2], f[4], f[8]) for f in tags(lines, "E") if f[2] == "oom"]
+    want = [(f[2], f[4], f[8]) for f in tags(ref_lines, "E") if f[2] == "oom"]
+    check(got == want == [("oom", str(20 * MiB), str(10 * MiB))],
+          "the oom entry: %r, the reference's %r" % (got, want))
+    keys = ("requested_bytes", "live_bytes", "free_bytes", "iteration", "module", "phase",
+            "fatal")
+    a = [{k: o.get(k) for k in keys} for o in rep["oom"]]
+    b = [{k: o.get(k) for k in keys} for o in ref["oom"]]
+    check(a == b and len(a) == 1, "the OOM: %r, the reference's %r" % (a, b))
+    s = sampled(rep)
+    ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
+    check(s is not None and [p["bytes"] for p in s["peak_between"]] == [56 * MiB] == [ref_peak],
+          "PyTorch's peak: %r, the reference's in-use peak %d" % (s, ref_peak))
+    print("an OOM between the windows: recorded as with every block traced: checked")
+
+
+work = vtrel.temp_dir("vt-sampled-")
+steps(work)
+oom(work)
+vtrel.finish("sampled")

@@ -1,0 +1,63 @@
+# Test script (stand-in PyTorch of tests/programs/fake_torch) for `vramtrace run
+# --torch=sampled`: 120 training steps of fc1 and fc2 (512x512 float32, 1 MiB weights each)
+# with a momentum buffer per weight, on a batch of 256 rows (512 KiB) that each step makes
+# again. Each step keeps a 4 KiB metric tensor in a list (`history`: 480 KiB after 120 steps,
+# in the small blocks' first segment: no new segment). Step 75 (between the sampled
+# iterations: the first three, the 50th, the 100th) takes a batch of 2048 rows: its 4 MiB
+# batch and outputs need new segments, and its blocks are the run's peak of allocated memory.
+# With --torch=sampled the trace is off from the end of step 3 to the end of step 49 and from
+# the end of step 50 to the end of step 99; the segments made in step 75 keep it on from then
+# to the end.
+import torch
+
+FEATURES = 512
+
+
+class Momentum(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.empty_like(p)
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.weight = torch.nn.Parameter((features, features))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = Linear(FEATURES)
+        self.fc2 = Linear(FEATURES)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+def main():
+    model = Net()
+    opt = Momentum(model.parameters())
+    history = []
+    for step in range(120):
+        rows = 2048 if step == 75 else 256
+        x = torch.empty(rows, FEATURES, device="cpu").to("cuda")
+        out = model(x)
+        out.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        history.append(torch.empty(1024))
+        del x, out
+    print("steps done", flush=True)
+
+
+main()
