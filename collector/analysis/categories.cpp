@@ -11,9 +11,17 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
                          const std::vector<Allocation>& outside, StackResolver* stacks) {
   CategoryBytes out{};
   uint64_t blocks = 0;
+  // Inside a gap of the trace (--torch=sampled) a block at the same address and size at both
+  // its ends may have been freed and made again in it: only parameters and optimizer state,
+  // made once, are taken as live all through; the rest is unclassified.
+  const bool gap = gap_at(tm.context(), device, t) != nullptr;
   for (size_t i : tm.live_at(device, t)) {
-    out[static_cast<size_t>(tm.info()[i].category)] += tm.context().blocks[i].bytes;
-    if (tm.info()[i].category != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
+    Category c = tm.info()[i].category;
+    if (gap && c != Category::Parameters && c != Category::OptimizerState &&
+        c != Category::PrivatePool)
+      c = Category::Unclassified;
+    out[static_cast<size_t>(c)] += tm.context().blocks[i].bytes;
+    if (c != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
   }
   // The private pools' segments whole (their free bytes are no other block's to take).
   uint64_t& pool = out[static_cast<size_t>(Category::PrivatePool)];
@@ -25,13 +33,12 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
   const auto window = tm.context().window_start.find(device);
   // So too while the trace was off (--torch=sampled): the blocks made and freed then, and the
   // segments, are known only at the gap's end; the blocks live all through it are known.
-  const bool in_gap = gap_at(tm.context(), device, t) != nullptr;
-  const bool unknown = in_gap || (window != tm.context().window_start.end() && t < window->second);
+  const bool unknown = gap || (window != tm.context().window_start.end() && t < window->second);
   if (blocks > reserved) {
     // The allocator's own records of a segment can trail the driver's by microseconds.
     reserved = std::min(blocks, driver_total);
   }
-  out[static_cast<size_t>(in_gap ? Category::Unclassified : Category::AllocatorCache)] =
+  out[static_cast<size_t>(gap ? Category::Unclassified : Category::AllocatorCache)] +=
       reserved - std::min(reserved, blocks);
   uint64_t rest = driver_total - reserved;
   for (const Allocation& a : outside) {

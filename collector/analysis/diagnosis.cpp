@@ -23,6 +23,8 @@ std::vector<Allocation> driver_only(const std::vector<Allocation>& v) {
 // When the device's peak is read: just after the allocator's block that the peak's segment
 // was made for (see TorchMemory::after_segment), else the driver's peak itself.
 uint64_t segment_moment(const TorchMemory& tm, const DeviceModel& d) {
+  // A peak while PyTorch's trace was off (--torch=sampled): its block is not known.
+  if (gap_at(tm.context(), d.index, d.memory.peak_time())) return d.memory.peak_time();
   for (const auto& a : d.live_at_peak)
     if (a.seq == d.memory.peak_seq() && a.space == 0)
       return tm.after_segment(d.index, a.id, d.memory.peak_time());
@@ -328,7 +330,10 @@ std::vector<ModuleBytes> checkpoint_groups(const std::vector<ModuleBytes>& mods,
 
 PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d) {
   const uint64_t seg_t = segment_moment(tm, d);
-  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t)
+  // A device's peak while PyTorch's trace was off: shown there, what is not known unclassified
+  // (the traced in-use peak is not the same moment's, nor its outside part).
+  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t ||
+      gap_at(tm.context(), d.index, seg_t))
     return {seg_t, d.memory.peak_bytes(), "the device's peak"};
   // Memory outside PyTorch's allocator is taken as it was at the device's peak.
   const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);

@@ -49,6 +49,12 @@ void category_series(const TorchMemory& tm, const DeviceModel& d, uint64_t end_n
   extremes(in_use, false);
   if (!pts.empty() && (moments.empty() || end_ns > moments.rbegin()->first))
     moments[end_ns] = pts.back().last_bytes;
+  // Each gap of the trace (--torch=sampled) starts and ends a stretch drawn as not known.
+  for (const TorchGap& g : tm.context().gaps)
+    if (g.device == dev && g.end_ns <= end_ns) {
+      moments.try_emplace(g.start_ns);
+      moments.try_emplace(g.end_ns);
+    }
   std::vector<uint64_t>& times = out.times;
   std::vector<uint64_t> drivers;
   uint64_t driver_now = 0;
@@ -69,7 +75,9 @@ void category_series(const TorchMemory& tm, const DeviceModel& d, uint64_t end_n
   std::sort(changes.begin(), changes.end());
   std::vector<uint64_t> read_at(times.size());
   for (size_t i = 0; i < times.size(); ++i) {
-    if (!rises.count(times[i])) {
+    // While PyTorch's trace was off (--torch=sampled) the block made there is not known: the
+    // moment itself is read, its unknown part unclassified.
+    if (!rises.count(times[i]) || gap_at(tm.context(), dev, times[i])) {
       read_at[i] = times[i];
       continue;
     }
@@ -90,6 +98,18 @@ void category_series(const TorchMemory& tm, const DeviceModel& d, uint64_t end_n
   for (size_t i = 0; i < times.size(); ++i) {
     CategoryBytes& c = out.series[i];
     const uint64_t driver = drivers[i];
+    if (gap_at(tm.context(), dev, times[i])) {
+      // While the trace was off (--torch=sampled), as categorize() has it: parameters and
+      // optimizer state (made once) and private pools are known, the rest is not.
+      CategoryBytes known{};
+      for (Category k : {Category::Parameters, Category::OptimizerState, Category::PrivatePool})
+        known[static_cast<size_t>(k)] = c[static_cast<size_t>(k)];
+      uint64_t sum = 0;
+      for (uint64_t v : known) sum += v;
+      known[static_cast<size_t>(Category::Unclassified)] = driver - std::min(driver, sum);
+      c = known;
+      continue;
+    }
     uint64_t blocks = 0;
     for (size_t k = 0; k < kCategories; ++k)
       if (k != kCache) blocks += c[k];

@@ -1002,6 +1002,14 @@
       const who = noLaunches.length < A.procs.length ? ` in process${noLaunches.length > 1 ? "es" : ""} ${noLaunches.map((p) => p.pid).join(", ")}` : "";
       main.append($("div", { class: "banner", id: title ? null : "launches-off", text: `Kernel launches were not recorded${who} (--launches=off): no launch counts, no kernel at the peak, no iterations found by the launch rhythm.` }));
     }
+    // --torch=sampled: what the block view lacks, and a peak it did not see.
+    for (const p of A.procs) {
+      const sm = (p.torch_allocator_trace || {}).sampled;
+      if (!sm) continue;
+      main.append($("div", { class: "banner", "data-sampled": "gaps", text: `PyTorch's blocks were recorded in the sampled iterations only in process ${p.pid} (--torch=sampled): ${sm.gaps.length} stretch${sm.gaps.length === 1 ? "" : "es"} without them, where what was made and freed is known, not when (their blocks are unclassified).` }));
+      for (const k of sm.peak_between || [])
+        main.append($("div", { class: "banner warn", "data-sampled": "peak", text: `Device ${k.device}: PyTorch's peak of allocated memory, ${bytes(k.bytes)}, came between ${A.at(k.start_ns)} and ${A.at(k.end_ns)}, while the trace was off: the blocks shown are of the highest moment traced (--torch=auto records every one).` }));
+    }
     return { running, unprofiled };
   }
   // The first screen's verdict (the diagnosis'), or why there is none.
