@@ -11,8 +11,9 @@ iterations; 4 KiB kept each step):
     the reference's 486;
   - PyTorch's peak of allocated memory reported as reached between the windows: 18 MiB + 75 x
     4 KiB, the reference's in-use peak to the byte, in the second gap;
-  - the same device peak and the same memory at the end as the reference; the blocks made in a
-    gap said to be so.
+  - the same device peak and the same memory at the end as the reference; the device's peak,
+    in a gap, as parameters and optimizer state (2 MiB each) and 16 MiB unclassified; the blocks
+    made in a gap said to be so.
 tests/programs/py_torch_train.py (dies of an OOM in step 4, between the windows):
   - the OOM recorded as the reference records it (request, live memory, free bytes, iteration,
     module), with the allocator's state at the OOM (a U line) and its entry written by the
@@ -90,6 +91,10 @@ def steps(work):
     check(rep["devices"][0]["peak"]["bytes"] == ref["devices"][0]["peak"]["bytes"],
           "device peak: %d sampled, %d every" % (rep["devices"][0]["peak"]["bytes"],
                                                  ref["devices"][0]["peak"]["bytes"]))
+    # The device's peak came in the second gap: what is not known there is unclassified.
+    at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
+    check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
+                      "unclassified": 16 * MiB}, "at the peak: %r" % at_peak)
     whats = {b.get("what") for b in rep["devices"][0]["peak"]["blocks"]
              if b.get("category") == "unclassified"}
     check(whats == {"made while PyTorch's trace was off, between the sampled iterations "
