@@ -75,6 +75,8 @@ namespace vramtrace::side {
      allocator's state then follows in H and B lines; peak_bytes as in O. */                       \
   X(GapEnd, "U", 2, Match, "bad trace gap",                                                        \
     F(Dev, device) F(U64, time_us) F(MaybeU64, peak_bytes))                                        \
+  /* --torch=sampled: PyTorch's max_memory_allocated of a device at the dump. */                   \
+  X(DumpPeak, "Y", 2, Lax, "", F(Dev, device) F(MaybeU64, peak_bytes))                             \
   /* A segment of the allocator at the last U line of its device. */                               \
   X(GapSegment, "H", 2, Match, "bad trace gap", F(Dev, device) F(U64, address) F(U64, bytes))      \
   /* A block in use at the last U line of its device (the size asked for). */                      \

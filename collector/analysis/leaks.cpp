@@ -19,22 +19,51 @@ std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, cons
     Allocation example;
   };
   std::map<std::string, Group> groups;
+  // PyTorch's trace off between the sampled iterations (--torch=sampled): an iteration with any
+  // part in a gap shows only some of what it made, and a block made in a gap has the gap's end
+  // for a time, not its own. Growth is judged on the iterations traced whole alone.
+  std::vector<std::pair<uint64_t, uint64_t>> gaps;  // start, end; in time order
+  if (p.torch_context)
+    for (const TorchGap& g : p.torch_context->gaps) gaps.push_back({g.start_ns, g.end_ns});
+  std::sort(gaps.begin(), gaps.end());
+  std::vector<uint64_t> gap_ends;
+  for (const auto& g : gaps) gap_ends.push_back(g.second);
+  std::sort(gap_ends.begin(), gap_ends.end());
+  const size_t n_it = p.iterations.size();
+  std::vector<bool> untraced_it(n_it, false);
+  std::vector<int64_t> traced_before(n_it + 1, 0);  // traced iterations among the first i
+  for (size_t i = 0; i < n_it && !gaps.empty(); ++i) {
+    const uint64_t from = p.iterations[i], to = i + 1 < n_it ? p.iterations[i + 1] : UINT64_MAX;
+    // Any part of it in a gap: what it made there has no iteration, so none of it counts.
+    auto g = std::lower_bound(gaps.begin(), gaps.end(), std::pair{to, uint64_t{0}});
+    untraced_it[i] = g != gaps.begin() && std::prev(g)->second > from;
+  }
+  for (size_t i = 0; i < n_it; ++i) traced_before[i + 1] = traced_before[i] + !untraced_it[i];
+  const auto untraced = [&](int64_t it) { return untraced_it[static_cast<size_t>(it)]; };
+  const auto traced_between = [&](int64_t a, int64_t b) {
+    return std::max<int64_t>(
+        traced_before[static_cast<size_t>(b) + 1] - traced_before[static_cast<size_t>(a)], 1);
+  };
   for (const Allocation& a : live) {
     int64_t it = p.iteration_of(a.time_ns);
     if (it < 0) continue;  // before the first iteration: set-up, not growth
+    if (std::binary_search(gap_ends.begin(), gap_ends.end(), a.time_ns))
+      continue;  // made in a gap: when is not known
+    if (!gaps.empty() && untraced(it)) continue;
     Group& g = groups[site_of(a)];
     if (!g.example.stack && !g.example.py_stack) g.example = a;
     g.by_iteration[it] += a.bytes;
   }
   for (auto& [site, g] : groups) {
     const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
-    const int64_t span = last - first + 1;
+    const int64_t span = gaps.empty() ? last - first + 1 : traced_between(first, last);
     const auto k = static_cast<int64_t>(g.by_iteration.size());
     if (k < 3 || 2 * k < span) continue;
-    if (latest < last - std::max<int64_t>(1, span / 10)) continue;  // stopped growing
+    const int64_t after = gaps.empty() ? last - latest : traced_between(latest, last) - 1;
+    if (after > std::max<int64_t>(1, span / 10)) continue;  // stopped growing
     uint64_t bytes = 0;
     for (auto& [it, b] : g.by_iteration) bytes += b;
-    const int64_t grown = latest - first + 1;
+    const int64_t grown = gaps.empty() ? latest - first + 1 : traced_between(first, latest);
     SiteGrowth s;
     s.site = site;
     s.example = g.example;

@@ -331,6 +331,11 @@ bool TorchTraceReader::on(const side::GapEnd& u) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::DumpPeak& y) {
+  if (y.peak_bytes) trace_.context.dump_peaks[y.device] = *y.peak_bytes;
+  return true;
+}
+
 bool TorchTraceReader::on(const side::GapSegment& h) {
   auto g = gap_end_.find(h.device);
   if (g == gap_end_.end()) return true;  // no gap's end before it: nothing to close
@@ -432,6 +437,10 @@ std::optional<TorchGap> gap_of_peak(const TorchContext& ctx, uint32_t device) {
   for (const TorchGap& g : ctx.gaps)
     if (g.device == device)
       peak = std::max({peak, g.start_peak.value_or(0), g.end_peak.value_or(0)});
+  // The figure at the dump: a peak reached after the last gap, while the trace was on, is
+  // higher than any gap's.
+  if (auto d = ctx.dump_peaks.find(device); d != ctx.dump_peaks.end())
+    peak = std::max(peak, d->second);
   if (!peak) return std::nullopt;
   for (const TorchGap& g : ctx.gaps)
     if (g.device == device && g.end_peak == peak && g.start_peak && *g.start_peak < peak) return g;

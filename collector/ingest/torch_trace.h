@@ -162,6 +162,7 @@ struct TorchContext {
   std::map<uint32_t, uint64_t> window_start;
   std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
   std::vector<TorchGap> gaps;                       // in each device's time order
+  std::map<uint32_t, uint64_t> dump_peaks;  // --torch=sampled: max_memory_allocated at the dump
 };
 
 // The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,

@@ -2,18 +2,20 @@
 sampled, and with every block traced (--torch=auto), the reference.
 
 tests/programs/py_torch_sampled.py (120 steps; step 75 takes an 8x batch between the sampled
-iterations; 4 KiB kept each step):
+iterations):
   - the trace's windows: off at the end of steps 3 and 50 (2 O lines), on again at the end of
     steps 49 and 99 (2 U lines with the allocator's state), on for good from then (step 75 made
     segments between the windows): no U line at exit;
-  - the entries of the traced steps only: 106 blocks made (the 2 parameters, step 1's 8, steps 2
-    and 3's 4 and 3, step 49's tail and step 50's 3, step 99's tail and steps 100-120's 84),
-    the reference's 486;
-  - PyTorch's peak of allocated memory reported as reached between the windows: 18 MiB + 75 x
-    4 KiB, the reference's in-use peak to the byte, in the second gap;
+  - the entries of the traced steps only: 81 blocks made (the 2 parameters, step 1's 7, steps 2
+    and 3's 3 each, step 50's 3, steps 100-120's 63), the reference's 366;
+  - PyTorch's peak of allocated memory reported as reached between the windows: 18 MiB, the
+    reference's in-use peak to the byte, in the second gap;
   - the same device peak and the same memory at the end as the reference; the device's peak,
-    in a gap, as parameters and optimizer state (2 MiB each) and 16 MiB unclassified; the blocks
-    made in a gap said to be so.
+    in a gap, as parameters and optimizer state (2 MiB each) and 16 MiB unclassified.
+The same with `keep` (4 KiB kept each step): more memory in use at the end of step 49 than at
+the end of step 3, so the trace stays on from then (1 O, 1 U line); the growth found as the
+reference finds it, 4 KiB per iteration, on the iterations traced whole; PyTorch's peak (step
+75's, traced) not said to be between the windows; the blocks made in the gap said to be so.
 tests/programs/py_torch_train.py (dies of an OOM in step 4, between the windows):
   - the OOM recorded as the reference records it (request, live memory, free bytes, iteration,
     module), with the allocator's state at the OOM (a U line) and its entry written by the
@@ -34,13 +36,14 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 MiB = 1 << 20
 
 
-def run(work, program, name, *options):
+def run(work, program, name, *options, args=()):
     env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                     PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
                     VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
     d = os.path.join(work, name)
     r = subprocess.run([vtrel.VRAMTRACE, "run", "-o", d] + list(options) +
-                       ["--", "python3", os.path.join(SRC, "tests", "programs", program)],
+                       ["--", "python3", os.path.join(SRC, "tests", "programs", program)] +
+                       list(args),
                        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=300)
     torch = [n for n in os.listdir(d) if n.endswith(".torch")] if os.path.isdir(d) else []
@@ -72,18 +75,18 @@ def steps(work):
           "windows: %d O lines, %d U lines (expected 2 and 2)" % (
               len(tags(lines, "O")), len(tags(lines, "U"))))
     check(not tags(ref_lines, "O") and not tags(ref_lines, "U"), "the reference has gaps")
-    check((made(lines), made(ref_lines)) == (106, 486),
-          "blocks made in the trace: %d sampled, %d every (expected 106 and 486)" % (
+    check((made(lines), made(ref_lines)) == (81, 366),
+          "blocks made in the trace: %d sampled, %d every (expected 81 and 366)" % (
               made(lines), made(ref_lines)))
     s = sampled(rep)
-    peak = 18 * MiB + 75 * 4096
+    peak = 18 * MiB
     ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
     check(s is not None and len(s["gaps"]) == 2, "gaps in report.json: %r" % s)
     check(s is not None and [(p["device"], p["bytes"]) for p in s["peak_between"]] == [(0, peak)]
           and ref_peak == peak and s["peak_between"][0]["start_ns"] == s["gaps"][1]["start_ns"],
           "the peak between the windows: %r (reference's in-use peak %d, expected %d)" % (
               s and s["peak_between"], ref_peak, peak))
-    check("came between" in r.stderr and "18.29 MiB" in r.stderr,
+    check("came between" in r.stderr and "18.00 MiB" in r.stderr,
           "the summary says where the peak came: %r" % r.stderr[:1200])
     for key in ("final_live_bytes",):
         check(rep["devices"][0][key] == ref["devices"][0][key], "%s: %d sampled, %d every" % (
@@ -95,11 +98,29 @@ def steps(work):
     at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
     check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
                       "unclassified": 16 * MiB}, "at the peak: %r" % at_peak)
+    print("sampled steps: windows, entries, the peak between them, the end: checked")
+
+
+def kept(work):
+    r, lines, rep = run(work, "py_torch_sampled.py", "keep-sampled", "--torch=sampled",
+                        args=["keep"])
+    _, _, ref = run(work, "py_torch_sampled.py", "keep-every", args=["keep"])
+    check(len(tags(lines, "O")) == 1 and len(tags(lines, "U")) == 1,
+          "kept: windows %d O, %d U (expected 1 and 1: on for good from step 49)" % (
+              len(tags(lines, "O")), len(tags(lines, "U"))))
+    got = [(g["site"], g["bytes_per_iteration"]) for g in rep.get("growth", [])]
+    want = [(g["site"], g["bytes_per_iteration"]) for g in ref.get("growth", [])]
+    check(got == want == [("outside forward, backward and step", 4096)],
+          "kept: growth %r, the reference's %r" % (got, want))
+    s = sampled(rep)
+    check(s is not None and s["peak_between"] == [] and tags(lines, "Y") == [["Y", "0",
+          str(18 * MiB + 75 * 4096)]], "kept: the peak, traced: %r, Y %r" % (
+              s and s["peak_between"], tags(lines, "Y")))
     whats = {b.get("what") for b in rep["devices"][0]["peak"]["blocks"]
              if b.get("category") == "unclassified"}
     check(whats == {"made while PyTorch's trace was off, between the sampled iterations "
                     "(--torch=sampled)"}, "what the gap's blocks are: %r" % whats)
-    print("sampled steps: windows, entries, the peak between them, the end: checked")
+    print("kept across iterations: on for good, the growth as with every block traced: checked")
 
 
 def oom(work):
@@ -127,5 +148,6 @@ def oom(work):
 
 work = vtrel.temp_dir("vt-sampled-")
 steps(work)
+kept(work)
 oom(work)
 vtrel.finish("sampled")

@@ -1,13 +1,16 @@
 # Test script (stand-in PyTorch of tests/programs/fake_torch) for `vramtrace run
 # --torch=sampled`: 120 training steps of fc1 and fc2 (512x512 float32, 1 MiB weights each)
 # with a momentum buffer per weight, on a batch of 256 rows (512 KiB) that each step makes
-# again. Each step keeps a 4 KiB metric tensor in a list (`history`: 480 KiB after 120 steps,
-# in the small blocks' first segment: no new segment). Step 75 (between the sampled
-# iterations: the first three, the 50th, the 100th) takes a batch of 2048 rows: its 4 MiB
-# batch and outputs need new segments, and its blocks are the run's peak of allocated memory.
-# With --torch=sampled the trace is off from the end of step 3 to the end of step 49 and from
-# the end of step 50 to the end of step 99; the segments made in step 75 keep it on from then
-# to the end.
+# again. Step 75 (between the sampled iterations: the first three, the 50th, the 100th) takes
+# a batch of 2048 rows: its 4 MiB batch and outputs need new segments, and its blocks are the
+# run's peak of allocated memory. With --torch=sampled the trace is off from the end of step 3
+# to the end of step 49 and from the end of step 50 to the end of step 99; the segments made in
+# step 75 keep it on from then to the end.
+# With `keep`, each step also keeps a 4 KiB metric tensor in a list (480 KiB after 120 steps, in
+# the small blocks' first segment: no new segment): at the end of step 49 more memory is in use
+# than at the end of step 3, and the trace stays on from then.
+import sys
+
 import torch
 
 FEATURES = 512
@@ -48,6 +51,7 @@ def main():
     model = Net()
     opt = Momentum(model.parameters())
     history = []
+    keep = sys.argv[1:] == ["keep"]
     for step in range(120):
         rows = 2048 if step == 75 else 256
         x = torch.empty(rows, FEATURES, device="cpu").to("cuda")
@@ -55,7 +59,8 @@ def main():
         out.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
-        history.append(torch.empty(1024))
+        if keep:
+            history.append(torch.empty(1024))
         del x, out
     print("steps done", flush=True)
 

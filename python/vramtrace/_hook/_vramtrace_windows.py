@@ -12,7 +12,8 @@ collector knows what was made and freed between the windows, though not when, an
 peak came between them.
 
 The trace stays on for good once memory is not in a steady state (a segment was made between
-two windows), the device is nearly full (less than a tenth free when a window closes), a
+two windows, or more memory is in use at a window's start than at the last one's end: memory
+kept across the iterations), the device is nearly full (less than a tenth free when a window closes), a
 window's entries filled the ring, an OOM came, or the program sets the trace itself."""
 import time
 
@@ -30,6 +31,7 @@ class _Windows:
         self.window_bytes = 0
         self.window_frames = {}    # (file, line, function) -> F line id, across the kept windows
         self.closed_segments = None  # {(device, address)} when the last window closed
+        self.closed_allocated = None  # the bytes in use then
 
     def sample_trace(self, record, max_entries):
         """Switches the allocator trace off between the sampled iterations from now on:
@@ -75,6 +77,7 @@ class _Windows:
         for device in range(len(traces) or 1):
             lines.append("O\t%d\t%d\t%s\n" % (device, now_us, self.peak_allocated(device)))
         self.closed_segments = _segments(snap)
+        self.closed_allocated = self.allocated()
         self.keep(lines, new_window=False)
 
     def open_window(self):
@@ -88,8 +91,12 @@ class _Windows:
         self.window_record(context="alloc" if self.frames_on else None)
         self.trace_on = True
         self.keep(lines, new_window=True)
-        if self.closed_segments is not None and segments - self.closed_segments:
-            self.window_record = None  # a segment made between the windows: on for good
+        # Not a steady state: a segment made between the windows, or more memory in use than
+        # at the same point of the iteration when the last closed (memory kept across the
+        # iterations, whose growth the traced iterations then show): on for good.
+        if self.closed_segments is not None and (segments - self.closed_segments or
+                                                 self.allocated() != self.closed_allocated):
+            self.window_record = None
 
     def gap_oom(self, device, nbytes, device_free):
         """At an OOM, the trace on for good; while it was off, first the allocator's state now
@@ -129,6 +136,14 @@ class _Windows:
             return total > 0 and free < self.NEARLY_FULL * total
         except Exception:
             return True
+
+    def allocated(self):
+        """The bytes in use on every device (PyTorch's memory_allocated), None if unknown."""
+        try:
+            cuda = self.torch.cuda
+            return sum(int(cuda.memory_allocated(d)) for d in range(cuda.device_count()))
+        except Exception:
+            return None
 
     def peak_allocated(self, device):
         try:

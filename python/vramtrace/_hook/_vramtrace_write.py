@@ -35,6 +35,11 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
             count += len(trace)
             if context is not None and (trace or kept):
                 context.write_limit(f, device)
+        if kept:
+            # PyTorch's peak now: one reached after the last gap, while the trace was on, is
+            # higher than any the gaps' lines hold.
+            for device in range(len(snap.get("device_traces", [])) or 1):
+                f.write("Y\t%d\t%s\n" % (device, context.peak_allocated(device)))
         if not trace_on:
             # Off since the last window: what the allocator holds now closes the gap.
             now_us = time.time_ns() // 1000

@@ -130,6 +130,10 @@ def memory_stats_as_nested_dict(device=None):
     return {"allocation": {"all": {"allocated": _allocations}}}
 
 
+def memory_allocated(device=None):
+    return _allocated
+
+
 def max_memory_allocated(device=None):
     # The most bytes in blocks at once (PyTorch's allocated_bytes.all.peak).
     return _peak
