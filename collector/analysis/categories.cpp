@@ -11,15 +11,11 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
                          const std::vector<Allocation>& outside, StackResolver* stacks) {
   CategoryBytes out{};
   uint64_t blocks = 0;
-  // Inside a gap of the trace (--torch=sampled) a block at the same address and size at both
-  // its ends may have been freed and made again in it: only parameters and optimizer state,
-  // made once, are taken as live all through; the rest is unclassified.
+  // Inside a gap of the trace (--torch=sampled) only what known_in_gap() says stays classified.
   const bool gap = gap_at(tm.context(), device, t) != nullptr;
   for (size_t i : tm.live_at(device, t)) {
     Category c = tm.info()[i].category;
-    if (gap && c != Category::Parameters && c != Category::OptimizerState &&
-        c != Category::PrivatePool)
-      c = Category::Unclassified;
+    if (gap && !known_in_gap(c)) c = Category::Unclassified;
     out[static_cast<size_t>(c)] += tm.context().blocks[i].bytes;
     if (c != Category::PrivatePool) blocks += tm.context().blocks[i].bytes;
   }

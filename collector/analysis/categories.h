@@ -24,4 +24,11 @@ class StackResolver;
 CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
                          const std::vector<Allocation>& outside, StackResolver* stacks);
 
+// Whether a block of category `c` live at both ends of a gap of the trace (--torch=sampled) is
+// taken as live all through it: parameters and optimizer state, made once, and the private
+// pools' segments. Any other may have been freed and made again at the same address in it.
+inline bool known_in_gap(Category c) {
+  return c == Category::Parameters || c == Category::OptimizerState || c == Category::PrivatePool;
+}
+
 }  // namespace vramtrace::collector

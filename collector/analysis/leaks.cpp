@@ -40,6 +40,7 @@ std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, cons
   }
   for (size_t i = 0; i < n_it; ++i) traced_before[i + 1] = traced_before[i] + !untraced_it[i];
   const auto untraced = [&](int64_t it) { return untraced_it[static_cast<size_t>(it)]; };
+  // Iterations a to b traced whole (all of them without a gap).
   const auto traced_between = [&](int64_t a, int64_t b) {
     return std::max<int64_t>(
         traced_before[static_cast<size_t>(b) + 1] - traced_before[static_cast<size_t>(a)], 1);
@@ -49,21 +50,21 @@ std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, cons
     if (it < 0) continue;  // before the first iteration: set-up, not growth
     if (std::binary_search(gap_ends.begin(), gap_ends.end(), a.time_ns))
       continue;  // made in a gap: when is not known
-    if (!gaps.empty() && untraced(it)) continue;
+    if (untraced(it)) continue;
     Group& g = groups[site_of(a)];
     if (!g.example.stack && !g.example.py_stack) g.example = a;
     g.by_iteration[it] += a.bytes;
   }
   for (auto& [site, g] : groups) {
     const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
-    const int64_t span = gaps.empty() ? last - first + 1 : traced_between(first, last);
+    const int64_t span = traced_between(first, last);
     const auto k = static_cast<int64_t>(g.by_iteration.size());
     if (k < 3 || 2 * k < span) continue;
-    const int64_t after = gaps.empty() ? last - latest : traced_between(latest, last) - 1;
+    const int64_t after = traced_between(latest, last) - 1;
     if (after > std::max<int64_t>(1, span / 10)) continue;  // stopped growing
     uint64_t bytes = 0;
     for (auto& [it, b] : g.by_iteration) bytes += b;
-    const int64_t grown = gaps.empty() ? latest - first + 1 : traced_between(first, latest);
+    const int64_t grown = traced_between(first, latest);
     SiteGrowth s;
     s.site = site;
     s.example = g.example;

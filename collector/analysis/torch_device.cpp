@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include "collector/analysis/categories.h"
+
 namespace vramtrace::collector {
 
 namespace {
@@ -99,13 +101,15 @@ void category_series(const TorchMemory& tm, const DeviceModel& d, uint64_t end_n
     CategoryBytes& c = out.series[i];
     const uint64_t driver = drivers[i];
     if (gap_at(tm.context(), dev, times[i])) {
-      // While the trace was off (--torch=sampled), as categorize() has it: parameters and
-      // optimizer state (made once) and private pools are known, the rest is not.
+      // While the trace was off (--torch=sampled), as categorize() has it: what known_in_gap()
+      // says, the rest unclassified.
       CategoryBytes known{};
-      for (Category k : {Category::Parameters, Category::OptimizerState, Category::PrivatePool})
-        known[static_cast<size_t>(k)] = c[static_cast<size_t>(k)];
       uint64_t sum = 0;
-      for (uint64_t v : known) sum += v;
+      for (size_t k = 0; k < kCategories; ++k)
+        if (known_in_gap(static_cast<Category>(k))) {
+          known[k] = c[k];
+          sum += c[k];
+        }
       known[static_cast<size_t>(Category::Unclassified)] = driver - std::min(driver, sum);
       c = known;
       continue;

@@ -448,8 +448,14 @@ std::optional<TorchGap> gap_of_peak(const TorchContext& ctx, uint32_t device) {
 }
 
 const TorchGap* gap_at(const TorchContext& ctx, uint32_t device, uint64_t t) {
-  for (const TorchGap& g : ctx.gaps)
-    if (g.device == device && g.start_ns <= t && t < g.end_ns) return &g;
+  // The gaps are in order of their starts (finalize()), and one device's do not overlap: the
+  // latest of `device` to start by t is the only one that can hold it.
+  auto it = std::upper_bound(ctx.gaps.begin(), ctx.gaps.end(), t,
+                             [](uint64_t v, const TorchGap& g) { return v < g.start_ns; });
+  while (it != ctx.gaps.begin()) {
+    const TorchGap& g = *--it;
+    if (g.device == device) return t < g.end_ns ? &g : nullptr;
+  }
   return nullptr;
 }
 
@@ -677,6 +683,8 @@ void TorchTraceReader::finalize() {
                    [](const TorchMark& a, const TorchMark& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(ctx.labels.begin(), ctx.labels.end(),
                    [](const TorchLabel& a, const TorchLabel& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(ctx.gaps.begin(), ctx.gaps.end(),
+                   [](const TorchGap& a, const TorchGap& b) { return a.start_ns < b.start_ns; });
   std::stable_sort(
       ctx.reserves.begin(), ctx.reserves.end(),
       [](const TorchReserve& a, const TorchReserve& b) { return a.time_ns < b.time_ns; });

@@ -161,7 +161,7 @@ struct TorchContext {
   // Devices whose ring had dropped its earliest entries: the time of the first entry left.
   std::map<uint32_t, uint64_t> window_start;
   std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
-  std::vector<TorchGap> gaps;                       // in each device's time order
+  std::vector<TorchGap> gaps;                       // in order of their starts
   std::map<uint32_t, uint64_t> dump_peaks;  // --torch=sampled: max_memory_allocated at the dump
 };
 

@@ -419,12 +419,17 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         if self.optimizers or mid != self.first_root:
             return
         self.forwards += 1
-        sampled = self.forwards < 3 or self.forwards % 50 == 49
-        self.trace_modules(sampled)
-        self.trace_window(sampled)
+        self.sample_next(self.forwards)
         if self.forwards == 2:
             _stop_launches()
         self.check_lines(self.forwards)
+
+    def sample_next(self, done):
+        """After iteration `done` - 1: whether the next is a sampled one (the first ones and
+        every 50th) sets its module hooks and the allocator trace's window (--torch=sampled)."""
+        sampled = done < 3 or done % 50 == 49
+        self.trace_modules(sampled)
+        self.trace_window(sampled)
 
     def mark(self, kind, ident):
         self.times.append(self.now())
@@ -561,9 +566,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         # past it), only its name is missing.
         if first:
             self.steps += 1
-            sampled = self.steps < 3 or self.steps % 50 == 49
-            self.trace_modules(sampled)
-            self.trace_window(sampled)
+            self.sample_next(self.steps)
             if self.steps == 2:
                 _stop_launches()
         if self.steps <= 3 or self.steps % 50 == 0:

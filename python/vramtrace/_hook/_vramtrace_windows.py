@@ -73,20 +73,15 @@ class _Windows:
             lines.extend(entry_lines(device, trace, self.window_frames, self.clean))
         self.original_record(enabled=None)
         self.trace_on = False
-        now_us = time.time_ns() // 1000
-        for device in range(len(traces) or 1):
-            lines.append("O\t%d\t%d\t%s\n" % (device, now_us, self.peak_allocated(device)))
+        lines.extend(self.gap_lines("O\t%d\t%d\t%s\n", snap))
         self.closed_segments = _segments(snap)
         self.closed_allocated = self.allocated()
         self.keep(lines, new_window=False)
 
     def open_window(self):
         snap = self.torch.cuda.memory._snapshot()  # the trace is off: the state alone
-        now_us = time.time_ns() // 1000
         segments = _segments(snap)
-        lines = []
-        for device in range(len(snap.get("device_traces", [])) or 1):
-            lines.append("U\t%d\t%d\t%s\n" % (device, now_us, self.peak_allocated(device)))
+        lines = self.gap_lines("U\t%d\t%d\t%s\n", snap)
         lines.append(allocator_state(snap, gap=True))
         self.window_record(context="alloc" if self.frames_on else None)
         self.trace_on = True
@@ -129,6 +124,13 @@ class _Windows:
         free, and whether the trace is on."""
         return ("".join("".join(w) for w in list(self.windows)), len(self.window_frames) + 1,
                 self.trace_on)
+
+    def gap_lines(self, line, snap):
+        """An O or U line (`line`: its format) for each device of `snap`: the time now and
+        PyTorch's peak of allocated memory on it."""
+        now_us = time.time_ns() // 1000
+        return [line % (device, now_us, self.peak_allocated(device))
+                for device in range(len(snap.get("device_traces", [])) or 1)]
 
     def nearly_full(self):
         try:

@@ -3,7 +3,6 @@ vramtrace.<pid>.torch (common/side_channel.h declares every line) with PyTorch's
 and the context's lines (modules, sites, marks, named storages, limits, pools, the exception,
 the predicted steps), at exit, at each OOM and when a report of the moment asks."""
 import os
-import time
 
 
 def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns):
@@ -42,9 +41,7 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
                 f.write("Y\t%d\t%s\n" % (device, context.peak_allocated(device)))
         if not trace_on:
             # Off since the last window: what the allocator holds now closes the gap.
-            now_us = time.time_ns() // 1000
-            for device in range(len(snap.get("device_traces", [])) or 1):
-                f.write("U\t%d\t%d\t%s\n" % (device, now_us, context.peak_allocated(device)))
+            f.write("".join(context.gap_lines("U\t%d\t%d\t%s\n", snap)))
             f.write(allocator_state(snap, gap=True))
         if wrapped:
             # The ring held only the latest entries: what the allocator holds now (its
