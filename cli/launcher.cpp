@@ -239,7 +239,8 @@ int Launch::spawn() {
       setenv(env::kTorchDir, fs::absolute(options_.out_dir).c_str(), 1);
       setenv(env::kTorchLive, torch_request_path().c_str(), 1);
       if (stacks.torch == "stacks") setenv(env::kTorchStacks, "1", 1);
-      if (stacks.torch == "sampled") setenv(env::kTorchTrace, "sampled", 1);
+      if (stacks.torch == "sampled" || stacks.torch == "full")
+        setenv(env::kTorchTrace, stacks.torch.c_str(), 1);
     }
     std::vector<char*> argv;
     for (const auto& a : cmd_) argv.push_back(const_cast<char*>(a.c_str()));

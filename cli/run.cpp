@@ -201,11 +201,12 @@ Command add_run_command(CLI::App& app) {
       ->transform(decimal_range(1, 128));
   run->add_option("--torch", stacks.torch,
                   "PyTorch's allocator trace (blocks inside its segments, its OOMs): auto (on "
-                  "when the program imports torch), stacks (also the Python line of each block: "
-                  "growth by line; costs ~1.7 us per allocation), sampled (blocks in the first "
-                  "iterations and every 50th only, where the trace costs more than the step can "
-                  "spare: what is made and freed between them is known, not when) or off")
-      ->check(CLI::IsMember({"auto", "stacks", "sampled", "off"}))
+                  "when the program imports torch; sampled where it would cost more than 1 % of "
+                  "an iteration), full (on throughout), stacks (also the Python line of each "
+                  "block: growth by line; costs ~1.7 us per allocation), sampled (blocks in the "
+                  "first iterations and every 50th only: what is made and freed between them is "
+                  "known, not when) or off")
+      ->check(CLI::IsMember({"auto", "full", "stacks", "sampled", "off"}))
       ->capture_default_str();
   run->add_option("--launches", stacks.launches,
                   "Kernel launches: by default recorded (counts by kernel, the kernel at the "

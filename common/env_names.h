@@ -37,7 +37,9 @@ inline constexpr char kSitePackages[] = "VRAMTRACE_SITE_PACKAGES";
 // ---- read by the Python hook (python/vramtrace/_hook/sitecustomize.py) --------------------------
 inline constexpr char kTorchDir[] = "VRAMTRACE_TORCH_DIR";
 inline constexpr char kTorchStacks[] = "VRAMTRACE_TORCH_STACKS";
-// "sampled": PyTorch's allocator trace on in the sampled iterations only (--torch=sampled).
+// PyTorch's allocator trace: "sampled", on in the sampled iterations only (--torch=sampled);
+// "full", on throughout (--torch=full); unset, sampled where it would cost more than
+// VRAMTRACE_TORCH_TRACE_BUDGET's share of an iteration (default 0.01).
 inline constexpr char kTorchTrace[] = "VRAMTRACE_TORCH_TRACE";
 inline constexpr char kTorchContext[] = "VRAMTRACE_TORCH_CONTEXT";  // off: no categories
 inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no sampling

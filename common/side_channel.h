@@ -77,6 +77,12 @@ namespace vramtrace::side {
     F(Dev, device) F(U64, time_us) F(MaybeU64, peak_bytes))                                        \
   /* --torch=sampled: PyTorch's max_memory_allocated of a device at the dump. */                   \
   X(DumpPeak, "Y", 2, Lax, "", F(Dev, device) F(MaybeU64, peak_bytes))                             \
+  /* Whether the allocator trace was sampled (by default: where it would cost more than            \
+     budget_ppm millionths of an iteration): the iteration judged (the last of the first ones),    \
+     its blocks (PyTorch's count of allocations), its time and the trace's estimated cost in it;   \
+     sampled 1 or 0. */                                                                            \
+  X(TraceCost, "I", 2, Lax, "",                                                                    \
+    F(U64, blocks) F(U64, iteration_us) F(U64, trace_us) F(U64, budget_ppm) F(U64, sampled))       \
   /* A segment of the allocator at the last U line of its device. */                               \
   X(GapSegment, "H", 2, Match, "bad trace gap", F(Dev, device) F(U64, address) F(U64, bytes))      \
   /* A block in use at the last U line of its device (the size asked for). */                      \

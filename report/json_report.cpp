@@ -507,6 +507,14 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
       pj["torch_allocator_trace"]["problem"] = p.torch_trace_problem;
     if (p.torch_context && !p.torch_context->gaps.empty())
       pj["torch_allocator_trace"]["sampled"] = sampled_json(*p.torch_context, origin);
+    if (p.torch_context && p.torch_context->trace_cost) {
+      const auto& c = *p.torch_context->trace_cost;
+      pj["torch_allocator_trace"]["cost"] = {{"blocks", c.blocks},
+                                             {"iteration_ns", c.iteration_ns},
+                                             {"trace_ns", c.trace_ns},
+                                             {"budget_share", c.budget_ppm / 1e6},
+                                             {"sampled", c.sampled}};
+    }
   }
   json ooms = json::array();
   for (const auto& oa : pa.ooms) ooms.push_back(oom_json(p, oa, origin));

@@ -66,10 +66,24 @@ std::string not_profiled_lines(const json& r) {
   for (const auto& p : r[field::processes]) {
     if (!p.contains("torch_allocator_trace") || !p["torch_allocator_trace"].contains("sampled"))
       continue;
-    const json& s = p["torch_allocator_trace"]["sampled"];
+    const json& t = p["torch_allocator_trace"];
+    const json& s = t["sampled"];
+    std::string why = "--torch=sampled";
+    if (t.contains("cost") && t["cost"].value("sampled", false)) {
+      // By default: the trace would have cost more than its budget of an iteration.
+      const json& c = t["cost"];
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "the trace would cost %.1f %% of an iteration: %llu blocks in %.1f ms; "
+                    "--torch=full records every one",
+                    100.0 * c.value("trace_ns", 0.0) / std::max(1.0, c.value("iteration_ns", 0.0)),
+                    static_cast<unsigned long long>(c.value("blocks", uint64_t{0})),
+                    c.value("iteration_ns", 0.0) / 1e6);
+      why = buf;
+    }
     out += "vramtrace: NOTE: pid " + p.value(field::pid, json(0)).dump() +
-           ": PyTorch's blocks recorded in the sampled iterations only (--torch=sampled): " +
-           std::to_string(s["gaps"].size()) +
+           ": PyTorch's blocks recorded in the sampled iterations only (" + why +
+           "): " + std::to_string(s["gaps"].size()) +
            " stretch(es) without them, where what was made and freed is known, not when\n";
     for (const auto& k : s["peak_between"]) {
       char line[512];
@@ -80,7 +94,7 @@ std::string not_profiled_lines(const json& r) {
       std::snprintf(line, sizeof line,
                     "vramtrace: NOTE: device %llu: PyTorch's peak of allocated memory, %s, came "
                     "between %.3f s and %.3f s, while the trace was off: the blocks shown are of "
-                    "the highest moment traced (--torch=auto records every one)\n",
+                    "the highest moment traced (--torch=full records every one)\n",
                     static_cast<unsigned long long>(k[field::device].get<uint64_t>()),
                     human_bytes(k[field::bytes].get<uint64_t>()).c_str(), at("start_ns"),
                     at("end_ns"));

@@ -336,6 +336,12 @@ bool TorchTraceReader::on(const side::DumpPeak& y) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::TraceCost& c) {
+  trace_.context.trace_cost = TorchTraceCost{c.blocks, c.iteration_us * 1000, c.trace_us * 1000,
+                                             c.budget_ppm, c.sampled != 0};
+  return true;
+}
+
 bool TorchTraceReader::on(const side::GapSegment& h) {
   auto g = gap_end_.find(h.device);
   if (g == gap_end_.end()) return true;  // no gap's end before it: nothing to close

@@ -88,6 +88,13 @@ struct TorchGap {
   uint64_t start_ns = 0, end_ns = 0;
   std::optional<uint64_t> start_peak, end_peak;
 };
+// Whether the allocator trace was sampled and why: the iteration it was judged on (its blocks,
+// its time, the trace's estimated cost in it) against the share of an iteration it may cost
+// (millionths).
+struct TorchTraceCost {
+  uint64_t blocks = 0, iteration_ns = 0, trace_ns = 0, budget_ppm = 0;
+  bool sampled = false;
+};
 // A request the allocator could not serve (its trace's oom entry): `bytes` is the request as
 // the allocator rounded it (CUDACachingAllocator.cpp's malloc records params.size()).
 struct TorchOomRequest {
@@ -162,7 +169,8 @@ struct TorchContext {
   std::map<uint32_t, uint64_t> window_start;
   std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
   std::vector<TorchGap> gaps;                       // in order of their starts
-  std::map<uint32_t, uint64_t> dump_peaks;  // --torch=sampled: max_memory_allocated at the dump
+  std::map<uint32_t, uint64_t> dump_peaks;   // --torch=sampled: max_memory_allocated at the dump
+  std::optional<TorchTraceCost> trace_cost;  // whether the trace was sampled, and why
 };
 
 // The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,

@@ -665,7 +665,7 @@ std::string TorchMemory::describe(const BlockInfo& b) const {
   if (b.category == Category::Unclassified)
     return ctx_.window_start.empty() && !ctx_.gaps.empty()
                ? "made while PyTorch's trace was off, between the sampled iterations "
-                 "(--torch=sampled)"
+                 "(--torch=full records every block)"
                : "made before the earliest entry of PyTorch's trace (VRAMTRACE_TORCH_MAX_ENTRIES)";
   std::string text;
   if (b.module && b.module <= ctx_.modules.size()) {  // a damaged file may name no module

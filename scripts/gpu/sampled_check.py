@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks scripts/gpu/sampled.sh's jobs: each run under --torch=sampled against the same job
-under --torch=auto and against PyTorch's own figures (the FIGURES line sampled_job.py prints).
+under --torch=full and against PyTorch's own figures (the FIGURES line sampled_job.py prints).
 Prints one line per check and exits 1 if any failed.
     sampled_check.py RUNS_DIR"""
 import glob
@@ -44,10 +44,10 @@ def main():
     runs = sys.argv[1]
     for job in ("resnet18", "gpt2", "gpt2:oom"):
         s, s_fig, s_lines = load(os.path.join(runs, job + "-sampled"))
-        a, a_fig, a_lines = load(os.path.join(runs, job + "-auto"))
+        a, a_fig, a_lines = load(os.path.join(runs, job + "-full"))
         if not (s and a and s_fig and a_fig):
             check(job, "both runs reported, with PyTorch's figures", False,
-                  "sampled %s/%s, auto %s/%s" % (bool(s), bool(s_fig), bool(a), bool(a_fig)))
+                  "sampled %s/%s, full %s/%s" % (bool(s), bool(s_fig), bool(a), bool(a_fig)))
             continue
         sd, ad = s["devices"][0], a["devices"][0]
         sampled = s["processes"][0].get("torch_allocator_trace", {}).get("sampled")
@@ -57,8 +57,8 @@ def main():
                                         sum(1 for l in s_lines if l[0] == "U")))
         made = [sum(1 for l in x if l[0] == "E" and len(l) > 2 and l[2] == "alloc")
                 for x in (s_lines, a_lines)]
-        check(job, "blocks in the trace, sampled < auto", made[0] < made[1], "%d vs %d" % tuple(made))
-        check(job, "device peak as --torch=auto's (within 2 %)",
+        check(job, "blocks in the trace, sampled < full", made[0] < made[1], "%d vs %d" % tuple(made))
+        check(job, "device peak as --torch=full's (within 2 %)",
               near(sd["peak"]["bytes"], ad["peak"]["bytes"], 0.02),
               "%d vs %d" % (sd["peak"]["bytes"], ad["peak"]["bytes"]))
         # PyTorch's own peak: the highest figure the hook read.
@@ -67,13 +67,13 @@ def main():
         check(job, "PyTorch's peak (between the windows or traced) vs max_memory_allocated",
               near(got, s_fig["max_memory_allocated"], 0.01 if not peaks else 0.0),
               "%s %d vs %d" % ("between" if peaks else "traced", got, s_fig["max_memory_allocated"]))
-        check(job, "--torch=auto's in-use peak vs its max_memory_allocated (within 1 %)",
+        check(job, "--torch=full's in-use peak vs its max_memory_allocated (within 1 %)",
               near(ad["allocator"]["peak_in_use_bytes"], a_fig["max_memory_allocated"], 0.01),
               "%d vs %d" % (ad["allocator"]["peak_in_use_bytes"], a_fig["max_memory_allocated"]))
         if job.endswith(":oom"):
             so, ao = s.get("oom", []), a.get("oom", [])
             keys = ("requested_bytes", "iteration", "phase", "fatal")
-            check(job, "the OOM as --torch=auto's (request, iteration, phase)",
+            check(job, "the OOM as --torch=full's (request, iteration, phase)",
                   len(so) == len(ao) == 1 and all(so[0].get(k) == ao[0].get(k) for k in keys),
                   "%r vs %r" % ([{k: o.get(k) for k in keys} for o in so],
                                 [{k: o.get(k) for k in keys} for o in ao]))
@@ -81,7 +81,7 @@ def main():
                   len(so) == len(ao) == 1 and near(so[0]["live_bytes"], ao[0]["live_bytes"], 0.01),
                   "%s vs %s" % ([o.get("live_bytes") for o in so], [o.get("live_bytes") for o in ao]))
         else:
-            check(job, "live at the end as --torch=auto's (within 1 %)",
+            check(job, "live at the end as --torch=full's (within 1 %)",
                   near(sd["final_live_bytes"], ad["final_live_bytes"], 0.01),
                   "%d vs %d" % (sd["final_live_bytes"], ad["final_live_bytes"]))
     print("sampled_check: %d failed" % failed)

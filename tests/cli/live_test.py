@@ -210,7 +210,8 @@ def snapshot_torch(root):
                 "    time.sleep(0.02)\n" % (work, work))
     env = dict(ENV, FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                       "programs", "fake_torch"))
+                                       "programs", "fake_torch"),
+               VRAMTRACE_TORCH_TRACE="full")  # not sampled by the iterations' time
     p = subprocess.Popen([VT, "run", "-o", out, "--", sys.executable, script], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until("the PyTorch job ready", lambda: p.poll() is not None or

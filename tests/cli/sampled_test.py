@@ -1,5 +1,5 @@
 """`vramtrace run --torch=sampled` end to end on the stand-in PyTorch, each program run twice:
-sampled, and with every block traced (--torch=auto), the reference.
+sampled, and with every block traced (--torch=full), the reference.
 
 tests/programs/py_torch_sampled.py (120 steps; step 75 takes an 8x batch between the sampled
 iterations):
@@ -36,10 +36,14 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 MiB = 1 << 20
 
 
-def run(work, program, name, *options, args=()):
+def run(work, program, name, *options, args=(), budget=None):
     env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                     PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
                     VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
+    env.pop("VRAMTRACE_TORCH_TRACE", None)
+    env.pop("VRAMTRACE_TORCH_TRACE_BUDGET", None)
+    if budget is not None:
+        env["VRAMTRACE_TORCH_TRACE_BUDGET"] = budget
     d = os.path.join(work, name)
     r = subprocess.run([vtrel.VRAMTRACE, "run", "-o", d] + list(options) +
                        ["--", "python3", os.path.join(SRC, "tests", "programs", program)] +
@@ -68,7 +72,7 @@ def sampled(report):
 
 def steps(work):
     r, lines, rep = run(work, "py_torch_sampled.py", "sampled", "--torch=sampled")
-    _, ref_lines, ref = run(work, "py_torch_sampled.py", "every")
+    _, ref_lines, ref = run(work, "py_torch_sampled.py", "every", "--torch=full")
     check(r.returncode == 0 and "steps done" in r.stdout, "sampled run: %d %r" % (
         r.returncode, r.stderr[-500:]))
     check(len(tags(lines, "O")) == 2 and len(tags(lines, "U")) == 2,
@@ -104,7 +108,7 @@ def steps(work):
 def kept(work):
     r, lines, rep = run(work, "py_torch_sampled.py", "keep-sampled", "--torch=sampled",
                         args=["keep"])
-    _, _, ref = run(work, "py_torch_sampled.py", "keep-every", args=["keep"])
+    _, _, ref = run(work, "py_torch_sampled.py", "keep-every", "--torch=full", args=["keep"])
     check(len(tags(lines, "O")) == 1 and len(tags(lines, "U")) == 1,
           "kept: windows %d O, %d U (expected 1 and 1: on for good from step 49)" % (
               len(tags(lines, "O")), len(tags(lines, "U"))))
@@ -119,13 +123,13 @@ def kept(work):
     whats = {b.get("what") for b in rep["devices"][0]["peak"]["blocks"]
              if b.get("category") == "unclassified"}
     check(whats == {"made while PyTorch's trace was off, between the sampled iterations "
-                    "(--torch=sampled)"}, "what the gap's blocks are: %r" % whats)
+                    "(--torch=full records every block)"}, "what the gap's blocks are: %r" % whats)
     print("kept across iterations: on for good, the growth as with every block traced: checked")
 
 
 def oom(work):
     r, lines, rep = run(work, "py_torch_train.py", "oom-sampled", "--torch=sampled")
-    ref_r, ref_lines, ref = run(work, "py_torch_train.py", "oom-every")
+    ref_r, ref_lines, ref = run(work, "py_torch_train.py", "oom-every", "--torch=full")
     check(r.returncode == 1 and ref_r.returncode == 1, "the OOM runs: %d and %d" % (
         r.returncode, ref_r.returncode))
     check(len(tags(lines, "O")) == 1 and len(tags(lines, "U")) == 1,
@@ -146,8 +150,47 @@ def oom(work):
     print("an OOM between the windows: recorded as with every block traced: checked")
 
 
+def default(work):
+    """--torch=auto: sampled where the trace would cost more than its budget of the third
+    iteration (its blocks at 0.5 us each against its time). A budget of 0 samples, one of 100
+    (a hundred times the iteration) does not; the default (1 %) decides by the iteration's time,
+    which the test cannot fix: what it decided must agree with what it measured."""
+    r, lines, rep = run(work, "py_torch_sampled.py", "auto-0", budget="0")
+    # The third iteration: its batch, fc1's and fc2's outputs (the gradients and momentum
+    # buffers are kept from the first step): 3 blocks, 1.5 us of trace.
+    check(tags(lines, "I") == [["I", "3", tags(lines, "I")[0][2], "1", "0", "1"]]
+          if tags(lines, "I") else False, "budget 0: the I line %r" % tags(lines, "I"))
+    check((len(tags(lines, "O")), len(tags(lines, "U")), made(lines)) == (2, 2, 81),
+          "budget 0: sampled as --torch=sampled: %d O, %d U, %d blocks (expected 2, 2, 81)" % (
+              len(tags(lines, "O")), len(tags(lines, "U")), made(lines)))
+    cost = rep["processes"][0]["torch_allocator_trace"].get("cost")
+    check(cost is not None and cost["sampled"] and cost["blocks"] == 3 and
+          cost["trace_ns"] == 1000 and cost["budget_share"] == 0 and sampled(rep) is not None,
+          "budget 0: report.json's cost %r" % cost)
+    check("the trace would cost" in r.stderr and "--torch=full records every one" in r.stderr,
+          "budget 0: the summary says why: %r" % r.stderr[:1500])
+    r, lines, rep = run(work, "py_torch_sampled.py", "auto-100", budget="100")
+    cost = rep["processes"][0]["torch_allocator_trace"].get("cost")
+    check(not tags(lines, "O") and made(lines) == 366 and cost is not None and
+          not cost["sampled"] and cost["blocks"] == 3 and sampled(rep) is None,
+          "budget 100: on throughout: %d O lines, %d blocks, cost %r" % (
+              len(tags(lines, "O")), made(lines), cost))
+    r, lines, rep = run(work, "py_torch_sampled.py", "auto")
+    i = tags(lines, "I")
+    check(len(i) == 1 and i[0][1] == "3" and i[0][4] == "10000", "default: the I line %r" % i)
+    if len(i) == 1:
+        iteration_us, trace_us, on = int(i[0][2]), int(i[0][3]), i[0][5] == "1"
+        # The decision was on nanoseconds, the line holds microseconds.
+        agrees = (trace_us + 1 > 0.01 * iteration_us) if on else (trace_us < 0.01 * (iteration_us + 1))
+        check(agrees and (sampled(rep) is not None) == on and bool(tags(lines, "O")) == on,
+              "default: sampled %s, trace %d us of %d us, gaps %r" % (on, trace_us, iteration_us,
+                                                                   sampled(rep)))
+    print("the default: sampled by the trace's cost of an iteration, as measured: checked")
+
+
 work = vtrel.temp_dir("vt-sampled-")
 steps(work)
 kept(work)
 oom(work)
+default(work)
 vtrel.finish("sampled")

@@ -63,7 +63,8 @@ def basic_run(work, name):
 def torch_run(work, name):
     env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                     PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
-                    VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
+                    VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB),
+                    VRAMTRACE_TORCH_TRACE="full")  # not sampled by the iterations' time
     d = os.path.join(work, name)
     r = run(["run", "-o", d, "--", "python3",
              os.path.join(SRC, "tests", "programs", "py_torch_train.py")], work, env=env)

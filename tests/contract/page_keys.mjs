@@ -51,7 +51,8 @@ const runs = {
   two: profile("two", [prog("two_devices")], { VRAMTRACE_STANDIN_DEVICES: "2" }),
   torch: profile("torch", ["python3", join(here, "../programs/py_torch_train.py")],
                  { PYTHONPATH: fakeTorch, VRAMTRACE_STANDIN_DEVICE_BYTES: String(80 << 20),
-                   FAKE_TORCH_CUDART: join(build, "standin/libcudart.so.13") }),
+                   FAKE_TORCH_CUDART: join(build, "standin/libcudart.so.13"),
+                   VRAMTRACE_TORCH_TRACE: "full" }),
 };
 const pages = Object.entries(runs).map(([name, dir]) => [name, join(dir, "report.html")]);
 const diffDir = mkdtempSync(join(tmpdir(), "vt-keys-diff-"));

@@ -38,10 +38,7 @@ void check_fragmented(const json& f, uint64_t reserved) {
   REQUIRE(f["blocks"] == 8);
 }
 
-std::string torch_env() {
-  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + kSrc +
-         "fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
-}
+std::string torch_env() { return fake_torch_env(); }
 
 }  // namespace
 

@@ -32,6 +32,16 @@ inline const std::string kEnv = "LD_LIBRARY_PATH=" + kBuild + "/standin ";
 
 inline std::string prog(const std::string& name) { return kBuild + "/tests/programs/" + name; }
 
+// The environment of a Python program on the fake torch (tests/programs/fake_torch) over the
+// stand-in: its cudart and a device of `device_mib`. PyTorch's allocator trace on throughout, as
+// --torch=full has it: by default it is sampled or not by the time of an iteration, which a
+// test cannot fix.
+inline std::string fake_torch_env(uint64_t device_mib = 80) {
+  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
+         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
+         std::to_string(device_mib << 20) + " VRAMTRACE_TORCH_TRACE=full";
+}
+
 struct Result {
   int status;  // as from waitpid
   std::string out;

@@ -18,9 +18,7 @@ const std::string kKept = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch
 // `vramtrace run` of py_torch_kept.py on a stand-in device of `device_mib`.
 json run_kept(const std::string& args, const std::string& dir, uint64_t device_mib, int code,
               std::string* out) {
-  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
-                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
-                std::to_string(device_mib * MiB) + " " + kVramtrace + " run -o " + dir +
+  Result r = sh(kEnv + fake_torch_env(device_mib) + " " + kVramtrace + " run -o " + dir +
                 " -- python3 " + kKept + " " + args);
   INFO(r.out);
   REQUIRE(r.code() == code);
@@ -141,11 +139,8 @@ namespace {
 const std::string kState = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_state.py";
 
 json run_state(const std::string& args, const std::string& dir, std::string* out) {
-  Result r =
-      sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild +
-         "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
-         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB) +
-         " " + kVramtrace + " run -o " + dir + " -- python3 " + kState + " " + args);
+  Result r = sh(kEnv + fake_torch_env() + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                kState + " " + args);
   INFO(r.out);
   REQUIRE(r.code() == 0);
   REQUIRE(contains(r.out, "chunk 5 scored"));

@@ -221,9 +221,7 @@ namespace {
 // forwards: iterations 0-2, iteration 3's that runs out of memory in fc2 (fc1's launch made,
 // fc2's output not), and its retry.
 json run_torch_train(const std::string& options, const std::string& dir, Records* records) {
-  Result r = sh(kEnv + "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" +
-                VT_SOURCE_DIR + "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" +
-                std::to_string(80 * MiB) + " " + kVramtrace + " run" + options + " -o " + dir +
+  Result r = sh(kEnv + fake_torch_env() + " " + kVramtrace + " run" + options + " -o " + dir +
                 " -- python3 " + VT_SOURCE_DIR + "/tests/programs/py_torch_train.py --recover");
   INFO(r.out);
   REQUIRE(r.code() == 0);

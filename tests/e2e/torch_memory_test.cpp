@@ -21,10 +21,7 @@ namespace {
 
 const std::string kTrain = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_train.py";
 
-std::string torch_env() {
-  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
-         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
-}
+std::string torch_env() { return fake_torch_env(); }
 
 // `vramtrace run` of py_torch_train.py with `args`; the run exits as the program did.
 json run_train(const std::string& args, const std::string& dir, int code, std::string* out,

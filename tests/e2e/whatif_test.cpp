@@ -33,11 +33,6 @@ namespace {
 
 const std::string kTrainScript = std::string(VT_SOURCE_DIR) + "/tests/programs/py_torch_train.py";
 
-std::string fake_torch_env() {
-  return "FAKE_TORCH_CUDART=" + kBuild + "/standin/libcudart.so.13 PYTHONPATH=" + VT_SOURCE_DIR +
-         "/tests/programs/fake_torch VRAMTRACE_STANDIN_DEVICE_BYTES=" + std::to_string(80 * MiB);
-}
-
 std::set<std::string> listing(const std::string& dir) {
   std::set<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))

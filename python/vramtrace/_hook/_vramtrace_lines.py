@@ -23,6 +23,19 @@ def allocator_trace(record, max_entries):
     return functools.partial(record, **settings)
 
 
+def allocation_counter(torch):
+    """A function that says how many blocks PyTorch's allocator has handed out so far (0 where
+    PyTorch cannot say: nothing is then counted)."""
+    stats = getattr(torch.cuda.memory, "memory_stats_as_nested_dict", None)
+
+    def allocations():
+        try:
+            return int(stats()["allocation"]["all"]["allocated"])
+        except Exception:
+            return 0
+    return allocations
+
+
 class _Lines:
     def init_lines(self):
         self.history = None       # PyTorch's _record_memory_history while the hook switches it
@@ -51,18 +64,8 @@ class _Lines:
             self.budget = float(budget)
         except ValueError:
             self.budget = 0.005
-        memory = self.torch.cuda.memory
         record = self.watch_program_trace()
-        stats = getattr(memory, "memory_stats_as_nested_dict", None)
-
-        def allocations():
-            # 0 where PyTorch cannot say: nothing is counted, the frames are never cut.
-            try:
-                return int(stats()["allocation"]["all"]["allocated"])
-            except Exception:
-                return 0
-
-        self.allocations = allocations
+        self.allocations = allocation_counter(self.torch)
         self.history = allocator_trace(record, max_entries)
         self.frames(True)
 

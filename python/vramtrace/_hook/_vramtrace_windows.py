@@ -1,8 +1,10 @@
 """PyTorch's allocator trace in the sampled iterations only, for vramtrace's start-up hook (a
-part of _vramtrace_context._Context), with `vramtrace run --torch=sampled`
-(VRAMTRACE_TORCH_TRACE=sampled). On a launch-bound step the trace costs about 0.5 us a block,
-2 to 2.5 % of the step; this keeps it on in the iterations whose module calls are traced (the
-first ones and every 50th) and off between them.
+part of _vramtrace_context._Context). On a launch-bound step the trace costs about 0.5 us a
+block, 2 to 2.5 % of the step; this keeps it on in the iterations whose module calls are traced
+(the first ones and every 50th) and off between them: by default (--torch=auto) where the trace
+would cost more than 1 % of an iteration (VRAMTRACE_TORCH_TRACE_BUDGET, judged on the last of
+the first iterations: its blocks against its time), with --torch=sampled always, with
+--torch=full never.
 
 PyTorch empties its ring when the trace is switched off, so a window's entries are read
 (torch.cuda.memory._snapshot) and kept as lines when it closes. When the next window opens, the
@@ -17,12 +19,14 @@ kept across the iterations), the device is nearly full (less than a tenth free w
 window's entries filled the ring, an OOM came, or the program sets the trace itself."""
 import time
 
+from _vramtrace_lines import allocation_counter
 from _vramtrace_write import allocator_state, entry_lines
 
 
 class _Windows:
     STASH_MAX_BYTES = 64 << 20  # the kept windows' lines; past it the oldest but the first go
     NEARLY_FULL = 0.10          # the device's free share under which the trace stays on
+    BLOCK_COST_NS = 500         # the trace's cost of a block (PyTorch 2.11, H100 and H200)
 
     def init_windows(self):
         self.window_record = None  # the hook's trace settings while it switches the trace
@@ -32,24 +36,55 @@ class _Windows:
         self.window_frames = {}    # (file, line, function) -> F line id, across the kept windows
         self.closed_segments = None  # {(device, address)} when the last window closed
         self.closed_allocated = None  # the bytes in use then
+        self.trace_budget = None   # the share of an iteration the trace may cost, until judged
+        self.cost_from = None      # (blocks handed out, time_ns) when an iteration began
+        self.cost_line = ""        # the I line: what the trace cost in the iteration judged
 
-    def sample_trace(self, record, max_entries):
+    def sample_trace(self, record, max_entries, budget=None):
         """Switches the allocator trace off between the sampled iterations from now on:
-        `record` is the hook's allocator_trace partial (its settings), `max_entries` its ring."""
+        `record` is the hook's allocator_trace partial (its settings), `max_entries` its ring.
+        With `budget`, only where the trace would cost more than that share of the last of the
+        first iterations; else it stays on throughout."""
         self.window_record = record
         self.window_max_entries = max_entries
+        self.trace_budget = budget
+        if budget is not None:
+            self.block_count = allocation_counter(self.torch)
 
     def trace_window(self, on):
         """At an iteration's end: the trace on for the next iteration (a sampled one) or off."""
-        if self.window_record is None or on == self.trace_on:
+        if self.window_record is None:
+            return
+        if on and self.trace_on and self.trace_budget is not None:
+            self.cost_from = (self.block_count(), time.time_ns())
+        if on == self.trace_on:
             return
         try:
             if on:
                 self.open_window()
-            else:
+            elif self.trace_budget is None or self.worth_sampling():
                 self.close_window()
         except Exception:
             self.trace_for_good()
+
+    def worth_sampling(self):
+        """Whether the trace would cost more than the budget's share of the iteration that just
+        ended (its blocks at BLOCK_COST_NS each, against its time); if not, it stays on for
+        good. Either way the I line says what was judged."""
+        budget, self.trace_budget = self.trace_budget, None
+        if self.cost_from is None:
+            self.window_record = None
+            return False
+        blocks = self.block_count() - self.cost_from[0]
+        ns = time.time_ns() - self.cost_from[1]
+        trace_ns = max(blocks, 0) * self.BLOCK_COST_NS
+        sampled = trace_ns > 0 and trace_ns > budget * ns
+        self.cost_line = "I\t%d\t%d\t%d\t%d\t%d\n" % (max(blocks, 0), max(ns, 0) // 1000,
+                                                       trace_ns // 1000, round(budget * 1e6),
+                                                       int(sampled))
+        if not sampled:
+            self.window_record = None
+        return sampled
 
     def trace_for_good(self):
         """The trace on from now on, as the hook started it."""

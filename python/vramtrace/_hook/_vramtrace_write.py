@@ -176,6 +176,7 @@ class _Writer:
                 f.write("".join(out))
                 out.clear()
         f.write("".join(out))
+        f.write(self.cost_line)
         if self.exception:
             f.write(self.exception)
         f.write("".join(self.predicted))

@@ -62,6 +62,15 @@ def _vramtrace_setup():
         sys.meta_path.insert(0, _ImportHook(attachers, done))
 
 
+def _trace_budget():
+    """The share of an iteration PyTorch's allocator trace may cost before it is sampled
+    (VRAMTRACE_TORCH_TRACE_BUDGET, default 0.01)."""
+    try:
+        return max(0.0, float(os.environ.get("VRAMTRACE_TORCH_TRACE_BUDGET", "") or "0.01"))
+    except ValueError:
+        return 0.01
+
+
 def _attach_torch(torch, out_dir, max_entries, state):
     """PyTorch imported: its allocator trace on, the context made, the file written at each OOM,
     at exit and when a report of the moment asks (_vramtrace_write.dump)."""
@@ -104,12 +113,15 @@ def _attach_torch(torch, out_dir, max_entries, state):
             context = ctx["context"] = _Context(torch, _clean)
             if not with_frames:
                 context.lines_between_phases(max_entries)
-                # --torch=sampled: the trace on in the sampled iterations only (not with
-                # expandable segments, whose maps a gap's state would not show).
-                if (os.environ.get("VRAMTRACE_TORCH_TRACE") == "sampled"
+                # The trace on in the sampled iterations only: --torch=sampled, or by default
+                # where it would cost more than its budget; not with expandable segments,
+                # whose maps a gap's state would not show.
+                mode = os.environ.get("VRAMTRACE_TORCH_TRACE", "auto")
+                if (mode != "full"
                         and "expandable_segments:True" not in conf.replace(" ", "")):
                     context.watch_program_trace()
-                    context.sample_trace(history, max_entries)
+                    context.sample_trace(history, max_entries,
+                                         None if mode == "sampled" else _trace_budget())
         except Exception as ex:
             _say("PyTorch memory categories off: %s" % str(ex)[:200])
 
