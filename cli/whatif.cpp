@@ -150,6 +150,10 @@ void print_text(const Replayed& x) {
   if (r.window_lost)
     std::cout << "  note: PyTorch's trace ring had dropped the run's start: blocks made before "
                  "it are replayed as made at its start\n";
+  if (r.trace_sampled)
+    std::cout << "  note: PyTorch's trace was sampled (on in the first iterations and every "
+                 "50th): between them blocks are replayed as freed at a gap's start and made at "
+                 "its end (--torch=full records every block)\n";
   if (x.max_batch_asked) {
     if (x.max_batch) {
       char buf[160];

@@ -38,6 +38,7 @@ nlohmann::json replay_json(const ProcessReplay& x) {
   j["scaled_requests"] = r.scaled_requests;
   j["truncated_at_recorded_oom"] = r.truncated_at_recorded_oom;
   j["window_lost"] = r.window_lost;
+  j["trace_sampled"] = r.trace_sampled;
   nlohmann::json s;
   s["alloc_conf"] = r.conf;
   s["recorded_alloc_conf"] = r.recorded_conf;

@@ -186,6 +186,7 @@ RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx
   out.device = run.device;
   out.categorized = run.categorized;
   out.window_lost = run.window_lost;
+  out.trace_sampled = run.trace_sampled;
   // What the run recorded before the step began: its parameters, buffers and batch.
   for (const Request& q : run.requests)
     if (!q.predicted && q.time_ns < step.time_ns && q.op != RequestOp::RecordedOom)

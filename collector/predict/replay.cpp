@@ -191,6 +191,7 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
 
   RequestStream s = recorded_stream(ctx, tm, device);
   r.window_lost = s.window_lost;
+  r.trace_sampled = s.trace_sampled;
   r.recorded_oom = s.recorded_oom;
   if (s.requests.empty()) {
     r.error = "no PyTorch allocator requests on device " + std::to_string(device);

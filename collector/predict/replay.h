@@ -86,6 +86,9 @@ struct WhatIfResult {
   // recorded, so "fits" holds up to that point only.
   bool truncated_at_recorded_oom = false;
   bool window_lost = false;  // PyTorch's trace ring had dropped its start
+  // The trace was off between sampled iterations: a gap's blocks are replayed as freed at its
+  // start and made at its end.
+  bool trace_sampled = false;
   // The most the process held on the device at once in the replay: PyTorch's segments plus
   // the memory outside them then.
   uint64_t device_peak_bytes = 0;

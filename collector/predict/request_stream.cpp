@@ -48,8 +48,9 @@ RequestStream recorded_stream(const TorchContext& ctx, const TorchMemory* tm, ui
     if (b.device != device) continue;
     events.push_back({b.alloc_ns, 0, static_cast<uint32_t>(i)});
     if (b.free_ns != UINT64_MAX) events.push_back({b.free_ns, 1, static_cast<uint32_t>(i)});
-    s.window_lost |= b.before_window || b.in_gap;
+    s.window_lost |= b.before_window;
   }
+  for (const TorchGap& g : ctx.gaps) s.trace_sampled |= g.device == device;
   for (size_t i = 0; i < ctx.oom_requests.size(); ++i)
     if (ctx.oom_requests[i].device == device) {
       events.push_back({ctx.oom_requests[i].time_ns, 2, static_cast<uint32_t>(i)});
@@ -279,6 +280,7 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
   out.device = recorded.device;
   out.recorded_oom = recorded.recorded_oom;
   out.window_lost = recorded.window_lost;
+  out.trace_sampled = recorded.trace_sampled;
   out.categorized = recorded.categorized;
   const uint32_t base = recorded.blocks;
   out.blocks = blocks_with(base, *shape);

@@ -52,6 +52,7 @@ struct RequestStream {
   uint32_t blocks = 0;            // block indices in use are below this
   bool recorded_oom = false;      // the run had an OOM on this device
   bool window_lost = false;       // PyTorch's trace ring had dropped the run's start
+  bool trace_sampled = false;     // the trace was off between sampled iterations (gaps)
   bool categorized = false;       // categories known (the hook's context)
   std::optional<Completion> completion;
 };

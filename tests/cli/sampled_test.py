@@ -102,6 +102,18 @@ def steps(work):
     at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
     check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
                       "unclassified": 16 * MiB}, "at the peak: %r" % at_peak)
+    # The replay knows the gaps: their blocks freed at a gap's start, made at its end.
+    w = subprocess.run([vtrel.VRAMTRACE, "whatif", "--json", os.path.join(work, "sampled")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    ref_w = subprocess.run([vtrel.VRAMTRACE, "whatif", "--json", os.path.join(work, "every")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    try:
+        got, want = json.loads(w.stdout), json.loads(ref_w.stdout)
+    except ValueError:
+        got, want = {}, {}
+    check(got.get("trace_sampled") is True and want.get("trace_sampled") is False and
+          not got.get("window_lost"), "whatif: trace_sampled %r, the reference's %r (%r)" % (
+              got.get("trace_sampled"), want.get("trace_sampled"), w.stderr[-300:]))
     print("sampled steps: windows, entries, the peak between them, the end: checked")
 
 
