@@ -213,18 +213,19 @@ const unprof = profile("unprofiled", [join(build, "tests/programs/basic")],
   await page.close();
 }
 
-// 6b. --torch=sampled on the stand-in PyTorch (tests/programs/py_torch_sampled.py): banners for
-// the trace's gaps and for PyTorch's peak that came in one; the device's peak, inside a gap,
-// has what is not known unclassified.
+// 6b. The allocator trace sampled on the stand-in PyTorch (tests/programs/py_torch_sampled.py),
+// as the default samples it where it would cost more than its budget (0 here: always): banners
+// for the trace's gaps, saying why, and for PyTorch's peak that came in one; the device's peak,
+// inside a gap, has what is not known unclassified.
 const srcDir = resolve(here, "../..");
 const sampledRun = profile("sampled", ["python3", join(srcDir, "tests/programs/py_torch_sampled.py")], {
   FAKE_TORCH_CUDART: join(build, "standin/libcudart.so.13"),
   PYTHONPATH: join(srcDir, "tests/programs/fake_torch"),
-  VRAMTRACE_STANDIN_DEVICE_BYTES: String(80 << 20) }, ["--torch=sampled"]);
+  VRAMTRACE_STANDIN_DEVICE_BYTES: String(80 << 20), VRAMTRACE_TORCH_TRACE_BUDGET: "0" });
 {
   const { page, errors } = await open(sampledRun, "light");
   const gaps = await page.locator("[data-sampled='gaps']").allTextContents();
-  check("sampled: a banner for the gaps", gaps.length === 1 && /^PyTorch's blocks were recorded in the sampled iterations only in process \d+ \(--torch=sampled\): 2 stretches without them, where what was made and freed is known, not when \(their blocks are unclassified\)\.$/.test(gaps[0]), gaps.join(" | "));
+  check("sampled: a banner for the gaps", gaps.length === 1 && /^PyTorch's blocks were recorded in the sampled iterations only in process \d+ \(the trace would cost [\d.]+ % of an iteration, 3 blocks in [\d.]+ ms; --torch=full records every one\): 2 stretches without them, where what was made and freed is known, not when \(their blocks are unclassified\)\.$/.test(gaps[0]), gaps.join(" | "));
   const peak = await page.locator("[data-sampled='peak']").allTextContents();
   check("sampled: a banner for the peak between the windows", peak.length === 1 && /^Device 0: PyTorch's peak of allocated memory, 18\.00 MiB, came between [\d.]+ ms and [\d.]+ ms, while the trace was off: /.test(peak[0]), peak.join(" | "));
   const legend = await page.locator(".u-legend").textContent();
