@@ -2,7 +2,7 @@
 """Checks scripts/gpu/sampled.sh's jobs: each run under --torch=sampled against the same job
 under --torch=full and against PyTorch's own figures (the FIGURES line sampled_job.py prints).
 Prints one line per check and exits 1 if any failed.
-    sampled_check.py RUNS_DIR"""
+    sampled_check.py RUNS_DIR [JOB...]"""
 import glob
 import json
 import os
@@ -42,7 +42,7 @@ def load(d):
 
 def main():
     runs = sys.argv[1]
-    for job in ("resnet18", "gpt2", "gpt2:oom"):
+    for job in sys.argv[2:] or ("resnet18", "gpt2", "gpt2:oom"):
         s, s_fig, s_lines = load(os.path.join(runs, job + "-sampled"))
         a, a_fig, a_lines = load(os.path.join(runs, job + "-full"))
         if not (s and a and s_fig and a_fig):
