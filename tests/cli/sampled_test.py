@@ -36,7 +36,7 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 MiB = 1 << 20
 
 
-def run(work, program, name, *options, args=(), budget=None):
+def run(work, program, name, *options, args=(), budget=None, **extra):
     env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                     PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
                     VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
@@ -44,6 +44,7 @@ def run(work, program, name, *options, args=(), budget=None):
     env.pop("VRAMTRACE_TORCH_TRACE_BUDGET", None)
     if budget is not None:
         env["VRAMTRACE_TORCH_TRACE_BUDGET"] = budget
+    env.update(extra)
     d = os.path.join(work, name)
     r = subprocess.run([vtrel.VRAMTRACE, "run", "-o", d] + list(options) +
                        ["--", "python3", os.path.join(SRC, "tests", "programs", program)] +
@@ -114,6 +115,12 @@ def steps(work):
     check(got.get("trace_sampled") is True and want.get("trace_sampled") is False and
           not got.get("window_lost"), "whatif: trace_sampled %r, the reference's %r (%r)" % (
               got.get("trace_sampled"), want.get("trace_sampled"), w.stderr[-300:]))
+    # A PyTorch that kept its ring when the trace went off: no window's entries twice.
+    _, kept_lines, _ = run(work, "py_torch_sampled.py", "kept-ring", "--torch=sampled",
+                           FAKE_TORCH_KEEP_RING="1")
+    check(made(kept_lines) == 81 and len(tags(kept_lines, "O")) == 2,
+          "a ring kept across the gaps: %d blocks made, %d O lines (expected 81 and 2)" % (
+              made(kept_lines), len(tags(kept_lines, "O"))))
     print("sampled steps: windows, entries, the peak between them, the end: checked")
 
 

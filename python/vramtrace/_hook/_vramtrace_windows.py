@@ -39,6 +39,7 @@ class _Windows:
         self.trace_budget = None   # the share of an iteration the trace may cost, until judged
         self.cost_from = None      # (blocks handed out, time_ns) when an iteration began
         self.cost_line = ""        # the I line: what the trace cost in the iteration judged
+        self.opened_us = 0         # when the trace last went on again (0: never off)
 
     def sample_trace(self, record, max_entries, budget=None):
         """Switches the allocator trace off between the sampled iterations from now on:
@@ -105,7 +106,8 @@ class _Windows:
             return
         lines = []
         for device, trace in enumerate(traces):
-            lines.extend(entry_lines(device, trace, self.window_frames, self.clean))
+            lines.extend(entry_lines(device, self.since_open(trace), self.window_frames,
+                                     self.clean))
         self.original_record(enabled=None)
         self.trace_on = False
         lines.extend(self.gap_lines("O\t%d\t%d\t%s\n", snap))
@@ -118,6 +120,7 @@ class _Windows:
         segments = _segments(snap)
         lines = self.gap_lines("U\t%d\t%d\t%s\n", snap)
         lines.append(allocator_state(snap, gap=True))
+        self.opened_us = time.time_ns() // 1000
         self.window_record(context="alloc" if self.frames_on else None)
         self.trace_on = True
         self.keep(lines, new_window=True)
@@ -159,6 +162,14 @@ class _Windows:
         free, and whether the trace is on."""
         return ("".join("".join(w) for w in list(self.windows)), len(self.window_frames) + 1,
                 self.trace_on)
+
+    def since_open(self, trace):
+        """A device's entries from when the trace last went on: PyTorch 2.11 empties its ring when
+        the trace goes off, and a PyTorch that kept it would otherwise give a closed window's
+        entries twice."""
+        if not self.opened_us:
+            return trace
+        return [e for e in trace if (e.get("time_us") or 0) >= self.opened_us]
 
     def gap_lines(self, line, snap):
         """An O or U line (`line`: its format) for each device of `snap`: the time now and

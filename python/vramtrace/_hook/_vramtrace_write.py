@@ -30,6 +30,8 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
             if len(trace) >= max_entries:
                 f.write("W\t%d\t%d\n" % (device, len(trace)))
                 wrapped = True
+            if context is not None:
+                trace = context.since_open(trace)
             entry_lines(device, trace, {}, clean, f.write, next_frame)
             count += len(trace)
             if context is not None and (trace or kept):

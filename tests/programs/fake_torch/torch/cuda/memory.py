@@ -51,8 +51,10 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     _context = context
     # As a PyTorch that takes skip_actions: each call sets the actions it does not record.
     _skipped = frozenset(skip_actions or ())
-    # A ring of the latest max_entries entries, as PyTorch keeps them; switched off, emptied.
-    _trace = collections.deque(_trace if enabled else (), maxlen=max_entries or None)
+    # A ring of the latest max_entries entries, as PyTorch keeps them; switched off, emptied
+    # (as PyTorch 2.11 does), unless FAKE_TORCH_KEEP_RING=1 (a PyTorch that would keep it).
+    keep = enabled or os.environ.get("FAKE_TORCH_KEEP_RING") == "1"
+    _trace = collections.deque(_trace if keep else (), maxlen=max_entries or None)
 
 
 def _snapshot():
