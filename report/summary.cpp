@@ -74,11 +74,11 @@ std::string not_profiled_lines(const json& r) {
       const json& c = t["cost"];
       char buf[256];
       std::snprintf(buf, sizeof buf,
-                    "the trace would cost %.1f %% of an iteration: %llu blocks in %.1f ms; "
-                    "--torch=full records every one",
+                    "the trace would cost %.1f %% of an iteration, %llu blocks in %.1f ms, over "
+                    "its budget of %g %%; --torch=full records every one",
                     100.0 * c.value("trace_ns", 0.0) / std::max(1.0, c.value("iteration_ns", 0.0)),
                     static_cast<unsigned long long>(c.value("blocks", uint64_t{0})),
-                    c.value("iteration_ns", 0.0) / 1e6);
+                    c.value("iteration_ns", 0.0) / 1e6, 100.0 * c.value("budget_share", 0.0));
       why = buf;
     }
     out += "vramtrace: NOTE: pid " + p.value(field::pid, json(0)).dump() +

@@ -186,7 +186,8 @@ def default(work):
     check(cost is not None and cost["sampled"] and cost["blocks"] == 3 and
           cost["trace_ns"] == 1000 and cost["budget_share"] == 0 and sampled(rep) is not None,
           "budget 0: report.json's cost %r" % cost)
-    check("the trace would cost" in r.stderr and "--torch=full records every one" in r.stderr,
+    check("the trace would cost" in r.stderr and "over its budget of 0 %; --torch=full records "
+          "every one" in r.stderr,
           "budget 0: the summary says why: %r" % r.stderr[:1500])
     r, lines, rep = run(work, "py_torch_sampled.py", "auto-100", budget="100")
     cost = rep["processes"][0]["torch_allocator_trace"].get("cost")
