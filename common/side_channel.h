@@ -80,7 +80,7 @@ namespace vramtrace::side {
   /* Whether the allocator trace was sampled (by default: where it would cost more than            \
      budget_ppm millionths of an iteration): the iteration judged (the last of the first ones),    \
      its blocks (PyTorch's count of allocations), its time and the trace's estimated cost in it;   \
-     sampled 1 or 0. */                                                                            \
+     sampled 1 when the trace then went off between the sampled iterations, else 0. */             \
   X(TraceCost, "I", 2, Lax, "",                                                                    \
     F(U64, blocks) F(U64, iteration_us) F(U64, trace_us) F(U64, budget_ppm) F(U64, sampled))       \
   /* A segment of the allocator at the last U line of its device. */                               \

@@ -38,7 +38,7 @@ class _Windows:
         self.closed_allocated = None  # the bytes in use then
         self.trace_budget = None   # the share of an iteration the trace may cost, until judged
         self.cost_from = None      # (blocks handed out, time_ns) when an iteration began
-        self.cost_line = ""        # the I line: what the trace cost in the iteration judged
+        self.cost = None           # the I line's fields: what the trace cost in the iteration judged
         self.opened_us = 0         # when the trace last went on again (0: never off)
 
     def sample_trace(self, record, max_entries, budget=None):
@@ -80,9 +80,8 @@ class _Windows:
         ns = time.time_ns() - self.cost_from[1]
         trace_ns = max(blocks, 0) * self.BLOCK_COST_NS
         sampled = trace_ns > 0 and trace_ns > budget * ns
-        self.cost_line = "I\t%d\t%d\t%d\t%d\t%d\n" % (max(blocks, 0), max(ns, 0) // 1000,
-                                                       trace_ns // 1000, round(budget * 1e6),
-                                                       int(sampled))
+        self.cost = (max(blocks, 0), max(ns, 0) // 1000, trace_ns // 1000, round(budget * 1e6),
+                     int(sampled))
         if not sampled:
             self.window_record = None
         return sampled
@@ -103,6 +102,8 @@ class _Windows:
         traces = snap.get("device_traces", [])
         if any(len(t) >= self.window_max_entries for t in traces) or self.nearly_full():
             self.window_record = None  # on for good: nothing of this window is lost
+            if self.cost:
+                self.cost = self.cost[:4] + (0,)  # judged worth sampling, but not sampled
             return
         lines = []
         for device, trace in enumerate(traces):

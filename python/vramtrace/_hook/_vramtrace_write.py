@@ -178,7 +178,8 @@ class _Writer:
                 f.write("".join(out))
                 out.clear()
         f.write("".join(out))
-        f.write(self.cost_line)
+        if self.cost:
+            f.write("I\t%d\t%d\t%d\t%d\t%d\n" % self.cost)
         if self.exception:
             f.write(self.exception)
         f.write("".join(self.predicted))
