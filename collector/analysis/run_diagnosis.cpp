@@ -139,6 +139,11 @@ class RemedyReplays {
           evaluation_.insert(i);
   }
 
+  // Replayed, it saves under 1 % of what the run needs.
+  bool saves_next_to_nothing(const RemedyOutcome& o) const {
+    return o.replayed && need_ && o.remedy.saves_bytes < need_ / 100;
+  }
+
   RemedyOutcome outcome(Remedy r) const {
     name_checkpointed_modules(r);
     RemedyChange change{r.kind, r.modules, {}};
@@ -336,7 +341,13 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
   if (kept) kept_blocks.insert(kept->blocks.begin(), kept->blocks.end());
   const RemedyReplays replays(proc, m.device, std::move(kept_blocks));
   dg.remedies.emplace();
-  for (auto& r : ranked) dg.remedies->push_back(replays.outcome(std::move(r)));
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    RemedyOutcome o = replays.outcome(std::move(ranked[i]));
+    // A remedy whose replay saves next to nothing is not advice (a launch-bound step whose
+    // peak is cuBLAS's workspaces gains nothing from bf16 or a smaller batch).
+    if (i >= stops_growth && replays.saves_next_to_nothing(o)) continue;
+    dg.remedies->push_back(std::move(o));
+  }
   // Largest replayed saving first, after the remedies that stop memory kept across iterations.
   const auto first = dg.remedies->begin() + static_cast<std::ptrdiff_t>(stops_growth);
   std::stable_sort(first, dg.remedies->end(), [](const RemedyOutcome& a, const RemedyOutcome& b) {

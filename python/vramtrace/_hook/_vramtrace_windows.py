@@ -1,6 +1,6 @@
 """PyTorch's allocator trace in the sampled iterations only, for vramtrace's start-up hook (a
-part of _vramtrace_context._Context). On a launch-bound step the trace costs about 0.5 us a
-block, 2 to 2.5 % of the step; this keeps it on in the iterations whose module calls are traced
+part of _vramtrace_context._Context). On a launch-bound step the trace costs about 0.8 us a
+block, 2 to 3 % of the step; this keeps it on in the iterations whose module calls are traced
 (the first ones and every 50th) and off between them: by default (--torch=auto) where the trace
 would cost more than 1 % of an iteration (VRAMTRACE_TORCH_TRACE_BUDGET, judged on the last of
 the first iterations: its blocks against its time), with --torch=sampled always, with
@@ -26,7 +26,9 @@ from _vramtrace_write import allocator_state, entry_lines
 class _Windows:
     STASH_MAX_BYTES = 64 << 20  # the kept windows' lines; past it the oldest but the first go
     NEARLY_FULL = 0.10          # the device's free share under which the trace stays on
-    BLOCK_COST_NS = 500         # the trace's cost of a block (PyTorch 2.11, H100 and H200)
+    # The trace's cost of a block inside a real step (PyTorch 2.11, H100: 0.6 to 1.15 us on the
+    # launch-bound step, against 0.36 to 0.62 us for a cached tensor's alloc+free alone).
+    BLOCK_COST_NS = 800
 
     def init_windows(self):
         self.window_record = None  # the hook's trace settings while it switches the trace
