@@ -591,3 +591,23 @@ TEST_CASE("PyTorch's allocator traces of several processes: each frame's text wh
               f.compare(f.size() - 17, 17, "/sitecustomize.py") == 0)));
   }
 }
+
+TEST_CASE("PyTorch's memory by category: no remedy where it would save next to nothing") {
+  // py_torch_sampled.py workspace: 1 GiB taken outside PyTorch (as a library's workspace) and
+  // kept, 14 MiB of PyTorch's at its most (step 75's 4 MiB batch and two 4 MiB outputs, the
+  // 1 MiB weights, grads and momentum buffers). bf16, half the batch and a leaner optimizer
+  // would each save under 1 % of the run's 1.02 GiB: none is offered.
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + fake_torch_env(2048) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                VT_SOURCE_DIR + "/tests/programs/py_torch_sampled.py workspace");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  const json j = load_json(dir + "/report.json");
+  const json& dg = j["diagnosis"];
+  REQUIRE(dg["verdict"] == "peak");
+  REQUIRE(dg["categories"]["outside_pytorch"] == 1024 * MiB);
+  REQUIRE(dg["categories"]["activations"] == 8 * MiB);
+  REQUIRE(dg["categories"]["inputs"] == 4 * MiB);
+  REQUIRE(dg["remedies"] == json::array());
+  REQUIRE_FALSE(contains(r.out, "remedy:"));
+}

@@ -9,6 +9,10 @@
 # With `keep`, each step also keeps a 4 KiB metric tensor in a list (480 KiB after 120 steps, in
 # the small blocks' first segment: no new segment): at the end of step 49 more memory is in use
 # than at the end of step 3, and the trace stays on from then.
+# With `workspace`, 1 GiB is taken outside PyTorch first (cudaMalloc through ctypes, as a
+# library's workspace would be) and kept to the end: the run's memory is nearly all of it.
+import ctypes
+import os
 import sys
 
 import torch
@@ -52,6 +56,11 @@ def main():
     opt = Momentum(model.parameters())
     history = []
     keep = sys.argv[1:] == ["keep"]
+    if sys.argv[1:] == ["workspace"]:
+        cudart = ctypes.CDLL(os.environ["FAKE_TORCH_CUDART"])
+        cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        workspace = ctypes.c_void_p()
+        assert cudart.cudaMalloc(ctypes.byref(workspace), 1 << 30) == 0
     for step in range(120):
         rows = 2048 if step == 75 else 256
         x = torch.empty(rows, FEATURES, device="cpu").to("cuda")
