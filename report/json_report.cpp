@@ -352,6 +352,8 @@ json process_device_json(const ProcessModel& p, uint32_t index, const collector:
   if (da.torch) add_torch_device(dj, p, *da.torch, origin);
   if (da.model_state_bytes) dj["model_state_at_exit_bytes"] = da.model_state_bytes;
   if (da.cuda_graph_bytes) dj["cuda_graph_blocks_at_exit_bytes"] = da.cuda_graph_bytes;
+  if (da.library_workspace_bytes)
+    dj["library_workspaces_at_exit_bytes"] = da.library_workspace_bytes;
   if (d.has_allocator_view) {
     dj["allocator"] = allocator_json(p, index, d, origin);
     if (da.retained_segment_bytes) dj["retained_segment_bytes"] = da.retained_segment_bytes;

@@ -2,6 +2,8 @@
 // was left at the end, then the run-wide devices, the ranks and the diagnosis.
 #include "collector/analysis/analysis.h"
 
+#include "collector/analysis/categories.h"
+
 #include <algorithm>
 
 namespace vramtrace::collector {
@@ -30,6 +32,22 @@ void left_at_end(RunAnalysis& a, const ProcessAnalysis& pa, uint32_t index, Devi
   da.retained_segment_bytes = left.retained_segment_bytes;
   da.model_state_bytes = left.model_state_bytes;
   da.cuda_graph_bytes = left.cuda_graph_bytes;
+  // PyTorch keeps each thread's cuBLAS and cuDNN handles, and their workspaces, for the life of
+  // the process and never frees them: at its clean exit they are the libraries' own, not leak
+  // suspects (a native program that never destroys its handles keeps them as suspects).
+  if (p.torch_memory && !died) {
+    std::vector<Allocation> suspects;
+    for (const Allocation& a : left.suspects) {
+      const bool workspace =
+          (a.stack || a.py_stack) &&
+          library_category(stacks.attribute(a.stack, a.py_stack).library) == Category::Workspaces;
+      if (workspace)
+        da.library_workspace_bytes += a.bytes;
+      else
+        suspects.push_back(a);
+    }
+    left.suspects = std::move(suspects);
+  }
   for (auto& [id, pool] : p.user_pools) {
     if (pool.device != index) continue;
     auto st = pool.view.state();

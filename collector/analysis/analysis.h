@@ -65,6 +65,9 @@ struct DeviceAnalysis {
   // Of what was live at the end: segments a sub-allocator only cached, the model's named
   // tensors, CUDA graphs' private pools' blocks (collector/analysis/leaks.h's StillLive).
   uint64_t retained_segment_bytes = 0, model_state_bytes = 0, cuda_graph_bytes = 0;
+  // What cuBLAS, cuDNN and the other math libraries still held at a PyTorch process's clean
+  // exit (their handles' workspaces, which PyTorch keeps for the life of the process).
+  uint64_t library_workspace_bytes = 0;
   std::optional<TorchDevice> torch;
 };
 

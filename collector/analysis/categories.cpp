@@ -7,6 +7,13 @@
 
 namespace vramtrace::collector {
 
+Category library_category(const std::string& lib) {
+  if (lib.find("nccl") != std::string::npos) return Category::Communication;
+  for (const char* math : {"cublas", "cudnn", "cufft", "cusparse", "cusolver"})
+    if (lib.find(math) != std::string::npos) return Category::Workspaces;
+  return Category::OutsidePytorch;
+}
+
 CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
                          const std::vector<Allocation>& outside, StackResolver* stacks) {
   CategoryBytes out{};
@@ -41,16 +48,8 @@ CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uin
     if (!rest) break;
     if (a.space != 0 || tm.is_segment(device, a.id)) continue;
     Category c = Category::OutsidePytorch;
-    if (stacks && (a.stack || a.py_stack)) {
-      const std::string& lib = stacks->attribute(a.stack, a.py_stack).library;
-      if (lib.find("nccl") != std::string::npos)
-        c = Category::Communication;
-      else if (lib.find("cublas") != std::string::npos || lib.find("cudnn") != std::string::npos ||
-               lib.find("cufft") != std::string::npos ||
-               lib.find("cusparse") != std::string::npos ||
-               lib.find("cusolver") != std::string::npos)
-        c = Category::Workspaces;
-    }
+    if (stacks && (a.stack || a.py_stack))
+      c = library_category(stacks->attribute(a.stack, a.py_stack).library);
     const uint64_t take = std::min(rest, a.bytes);
     out[static_cast<size_t>(c)] += take;
     rest -= take;

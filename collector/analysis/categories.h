@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collector/model/allocation.h"
@@ -23,6 +24,11 @@ class StackResolver;
 // segments count whole as CUDA-graph / private pools, their blocks within them.
 CategoryBytes categorize(const TorchMemory& tm, uint32_t device, uint64_t t, uint64_t driver_total,
                          const std::vector<Allocation>& outside, StackResolver* stacks);
+
+// The category of memory a library allocated outside PyTorch's allocator, by its file's name:
+// NCCL's is communication, cuBLAS's, cuDNN's and the other CUDA math libraries' workspaces,
+// any other library's outside PyTorch.
+Category library_category(const std::string& library);
 
 // Whether a block of category `c` live at both ends of a gap of the trace (--torch=sampled) is
 // taken as live all through it: parameters and optimizer state, made once, and the private

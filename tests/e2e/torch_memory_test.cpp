@@ -610,4 +610,26 @@ TEST_CASE("PyTorch's memory by category: no remedy where it would save next to n
   REQUIRE(dg["categories"]["inputs"] == 4 * MiB);
   REQUIRE(dg["remedies"] == json::array());
   REQUIRE_FALSE(contains(r.out, "remedy:"));
+  // Taken by the program itself (ctypes, cudaMalloc) and never freed: a leak suspect.
+  REQUIRE(j["leaks"].size() == 1);
+  REQUIRE(j["leaks"][0]["bytes"] == 1024 * MiB);
+  REQUIRE_FALSE(j["processes"][0]["devices"][0].contains("library_workspaces_at_exit_bytes"));
+}
+
+TEST_CASE("PyTorch's memory by category: a math library's workspace is no leak suspect") {
+  // The same 1 GiB taken by a library whose name says cuBLAS (tests/programs/
+  // libcublas_standin.cu), kept to the end as PyTorch keeps its cuBLAS handles' workspaces: a
+  // library workspace at the peak, the library's own at exit.
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + fake_torch_env(2048) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                VT_SOURCE_DIR + "/tests/programs/py_torch_sampled.py workspace " + kBuild +
+                "/tests/programs/libvt_cublas_standin.so");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  const json j = load_json(dir + "/report.json");
+  REQUIRE(j["diagnosis"]["categories"]["workspaces"] == 1024 * MiB);
+  REQUIRE(j["diagnosis"]["categories"]["outside_pytorch"] == 0);
+  REQUIRE(j["leaks"] == json::array());
+  REQUIRE(j["processes"][0]["devices"][0]["library_workspaces_at_exit_bytes"] == 1024 * MiB);
+  REQUIRE_FALSE(contains(r.out, "leak suspects"));
 }

@@ -11,6 +11,8 @@
 # than at the end of step 3, and the trace stays on from then.
 # With `workspace`, 1 GiB is taken outside PyTorch first (cudaMalloc through ctypes, as a
 # library's workspace would be) and kept to the end: the run's memory is nearly all of it.
+# With `workspace LIB`, LIB's cublas_standin_workspace() takes it (tests/programs/
+# libcublas_standin.cu: a library whose name says cuBLAS).
 import ctypes
 import os
 import sys
@@ -61,6 +63,11 @@ def main():
         cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         workspace = ctypes.c_void_p()
         assert cudart.cudaMalloc(ctypes.byref(workspace), 1 << 30) == 0
+    elif sys.argv[1:2] == ["workspace"]:
+        lib = ctypes.CDLL(sys.argv[2])
+        lib.cublas_standin_workspace.argtypes = [ctypes.c_size_t]
+        lib.cublas_standin_workspace.restype = ctypes.c_void_p
+        assert lib.cublas_standin_workspace(1 << 30)
     for step in range(120):
         rows = 2048 if step == 75 else 256
         x = torch.empty(rows, FEATURES, device="cpu").to("cuda")
