@@ -330,10 +330,17 @@ std::vector<ModuleBytes> checkpoint_groups(const std::vector<ModuleBytes>& mods,
 
 PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d) {
   const uint64_t seg_t = segment_moment(tm, d);
-  // A device's peak while PyTorch's trace was off: shown there, what is not known unclassified
-  // (the traced in-use peak is not the same moment's, nor its outside part).
-  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t ||
-      gap_at(tm.context(), d.index, seg_t))
+  // A device's peak while PyTorch's trace was off (--torch=sampled): shown there, what is not
+  // known unclassified, unless the run was steady: PyTorch's in-use peak in the traced
+  // iterations within 1 % of its peak between them is the same iteration's memory, read
+  // where the trace was on (a late workspace can put the device's peak in a gap).
+  bool in_gap = gap_at(tm.context(), d.index, seg_t) != nullptr;
+  if (in_gap && d.allocator_peak_time && !gap_at(tm.context(), d.index, d.allocator_peak_time)) {
+    const std::optional<TorchGap> g = gap_of_peak(tm.context(), d.index);
+    const uint64_t between = g && g->end_peak ? *g->end_peak : 0;
+    in_gap = d.allocator_peak_in_use < between - between / 100;
+  }
+  if (!d.allocator_peak_time || d.allocator_peak_time == seg_t || in_gap)
     return {seg_t, d.memory.peak_bytes(), "the device's peak"};
   // Memory outside PyTorch's allocator is taken as it was at the device's peak.
   const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);

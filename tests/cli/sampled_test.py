@@ -208,9 +208,25 @@ def default(work):
     print("the default: sampled by the trace's cost of an iteration, as measured: checked")
 
 
+def late(work):
+    """The device's peak between the sampled iterations from 2 MiB taken outside PyTorch in step
+    75, PyTorch's memory as in every step: the peak's categories are read in a traced
+    iteration, as the reference reads them, nothing unclassified."""
+    _, _, rep = run(work, "py_torch_sampled.py", "late-sampled", "--torch=sampled", args=["late"])
+    _, _, ref = run(work, "py_torch_sampled.py", "late-every", "--torch=full", args=["late"])
+    got = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
+    want = {k: v for k, v in ref["devices"][0]["categories"]["at_peak"].items() if v}
+    check(sampled(rep) is not None and got == want == {
+        "parameters": 2 * MiB, "gradients": 2 * MiB, "optimizer_state": 2 * MiB,
+        "activations": 1 * MiB, "inputs": MiB // 2, "allocator_cache": MiB // 2,
+        "outside_pytorch": 2 * MiB}, "late: at the peak %r, the reference's %r" % (got, want))
+    print("a steady run's peak between the sampled iterations: read where traced: checked")
+
+
 work = vtrel.temp_dir("vt-sampled-")
 steps(work)
 kept(work)
 oom(work)
 default(work)
+late(work)
 vtrel.finish("sampled")

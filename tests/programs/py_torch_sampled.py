@@ -13,6 +13,9 @@
 # library's workspace would be) and kept to the end: the run's memory is nearly all of it.
 # With `workspace LIB`, LIB's cublas_standin_workspace() takes it (tests/programs/
 # libcublas_standin.cu: a library whose name says cuBLAS).
+# With `late`, step 75 keeps its batch of 256 rows and takes 2 MiB outside PyTorch (cudaMalloc
+# through ctypes), kept to the end: the device's peak comes between the sampled iterations,
+# while PyTorch's memory is as in every step (steady).
 import ctypes
 import os
 import sys
@@ -68,8 +71,14 @@ def main():
         lib.cublas_standin_workspace.argtypes = [ctypes.c_size_t]
         lib.cublas_standin_workspace.restype = ctypes.c_void_p
         assert lib.cublas_standin_workspace(1 << 30)
+    late = sys.argv[1:] == ["late"]
     for step in range(120):
-        rows = 2048 if step == 75 else 256
+        rows = 2048 if step == 75 and not late else 256
+        if late and step == 75:
+            cudart = ctypes.CDLL(os.environ["FAKE_TORCH_CUDART"])
+            cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+            workspace = ctypes.c_void_p()
+            assert cudart.cudaMalloc(ctypes.byref(workspace), 2 << 20) == 0
         x = torch.empty(rows, FEATURES, device="cpu").to("cuda")
         out = model(x)
         out.backward()
