@@ -2,8 +2,6 @@
 // was left at the end, then the run-wide devices, the ranks and the diagnosis.
 #include "collector/analysis/analysis.h"
 
-#include "collector/analysis/categories.h"
-
 #include <algorithm>
 
 namespace vramtrace::collector {
@@ -28,26 +26,13 @@ void left_at_end(RunAnalysis& a, const ProcessAnalysis& pa, uint32_t index, Devi
   const ProcessModel& p = *pa.model;
   const DeviceModel& d = *da.model;
   const bool died = process_died(p);
-  StillLive left = still_live(p, index, still, died);
+  StillLive left = still_live(p, index, still, died, [&stacks](const Allocation& a) {
+    return a.stack || a.py_stack ? stacks.attribute(a.stack, a.py_stack).library : std::string();
+  });
   da.retained_segment_bytes = left.retained_segment_bytes;
   da.model_state_bytes = left.model_state_bytes;
   da.cuda_graph_bytes = left.cuda_graph_bytes;
-  // PyTorch keeps each thread's cuBLAS and cuDNN handles, and their workspaces, for the life of
-  // the process and never frees them: at its clean exit they are the libraries' own, not leak
-  // suspects (a native program that never destroys its handles keeps them as suspects).
-  if (p.torch_memory && !died) {
-    std::vector<Allocation> suspects;
-    for (const Allocation& a : left.suspects) {
-      const bool workspace =
-          (a.stack || a.py_stack) &&
-          library_category(stacks.attribute(a.stack, a.py_stack).library) == Category::Workspaces;
-      if (workspace)
-        da.library_workspace_bytes += a.bytes;
-      else
-        suspects.push_back(a);
-    }
-    left.suspects = std::move(suspects);
-  }
+  da.library_workspace_bytes = left.library_workspace_bytes;
   for (auto& [id, pool] : p.user_pools) {
     if (pool.device != index) continue;
     auto st = pool.view.state();

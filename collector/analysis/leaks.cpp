@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "collector/analysis/categories.h"
 #include "collector/model/torch_memory.h"
 
 namespace vramtrace::collector {
@@ -116,11 +117,14 @@ bool process_died(const ProcessModel& p) {
 }
 
 StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<Allocation>& still,
-                     bool died) {
+                     bool died, const LibraryOf& library_of) {
   StillLive out;
+  const bool torch_clean_exit = p.torch_memory && !died;
   for (const Allocation& a : still) {
     if (held_by_pool(p, a))
       out.retained_segment_bytes += a.bytes;
+    else if (torch_clean_exit && library_category(library_of(a)) == Category::Workspaces)
+      out.library_workspace_bytes += a.bytes;
     else
       out.suspects.push_back(a);
   }

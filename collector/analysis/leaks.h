@@ -52,18 +52,25 @@ bool process_died(const ProcessModel& p);
 
 // What the process still held on `device` at its end.
 struct StillLive {
-  std::vector<Allocation> suspects;     // leak suspects (what was live at death when it died)
-  uint64_t retained_segment_bytes = 0;  // segments a sub-allocator carves blocks from: cached
-  uint64_t model_state_bytes = 0;       // named parameters, buffers, gradients, optimizer state
-  uint64_t cuda_graph_bytes = 0;        // blocks in CUDA graphs' private pools: the graphs' own
+  std::vector<Allocation> suspects;      // leak suspects (what was live at death when it died)
+  uint64_t retained_segment_bytes = 0;   // segments a sub-allocator carves blocks from: cached
+  uint64_t model_state_bytes = 0;        // named parameters, buffers, gradients, optimizer state
+  uint64_t cuda_graph_bytes = 0;         // blocks in CUDA graphs' private pools: the graphs' own
+  uint64_t library_workspace_bytes = 0;  // the math libraries' handles' workspaces (PyTorch's)
 };
+
+// The library an allocation is attributed to (its stack's), "" when it has no stack.
+using LibraryOf = std::function<std::string(const Allocation&)>;
 
 // `still`: the driver allocations and VMM handles live at the end on `device`. What a
 // sub-allocator only caches (its segments) is retained, not leaked: its blocks still handed
 // out are the suspects, except a model still referenced at exit (a global) of a process that
 // did not die, which is the model, and the blocks of its CUDA graphs' private pools (a graph's
-// static outputs and scratch, held by the graph for its next replay).
+// static outputs and scratch, held by the graph for its next replay). PyTorch keeps each
+// thread's cuBLAS and cuDNN handles, and their workspaces, for the life of the process and never
+// frees them: at its clean exit what `library_of` attributes to a math library is the library's
+// own, not a suspect (a native program that never destroys its handles keeps them as suspects).
 StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<Allocation>& still,
-                     bool died);
+                     bool died, const LibraryOf& library_of);
 
 }  // namespace vramtrace::collector
