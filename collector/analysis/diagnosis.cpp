@@ -335,7 +335,12 @@ PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d) {
   // iterations within 1 % of its peak between them is the same iteration's memory, read
   // where the trace was on (a late workspace can put the device's peak in a gap).
   bool in_gap = gap_at(tm.context(), d.index, seg_t) != nullptr;
-  if (in_gap && d.allocator_peak_time && !gap_at(tm.context(), d.index, d.allocator_peak_time)) {
+  // At a gap's end its blocks appear all at once (made while the trace was off): a peak of
+  // PyTorch's there was not traced either.
+  bool traced = d.allocator_peak_time && !gap_at(tm.context(), d.index, d.allocator_peak_time);
+  for (const TorchGap& g : tm.context().gaps)
+    if (g.device == d.index && g.end_ns == d.allocator_peak_time) traced = false;
+  if (in_gap && traced) {
     const std::optional<TorchGap> g = gap_of_peak(tm.context(), d.index);
     const uint64_t between = g && g->end_peak ? *g->end_peak : 0;
     in_gap = d.allocator_peak_in_use < between - between / 100;

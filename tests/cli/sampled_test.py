@@ -1,26 +1,32 @@
 """`vramtrace run --torch=sampled` end to end on the stand-in PyTorch, each program run twice:
 sampled, and with every block traced (--torch=full), the reference.
 
-tests/programs/py_torch_sampled.py (120 steps; step 75 takes an 8x batch between the sampled
-iterations):
+tests/programs/py_torch_sampled.py (120 steps; step 75 moves an 8x batch to the GPU between the
+sampled iterations):
   - the trace's windows: off at the end of steps 3 and 50 (2 O lines), on again at the end of
-    steps 49 and 99 (2 U lines with the allocator's state), on for good from then (step 75 made
-    segments between the windows): no U line at exit;
-  - the entries of the traced steps only: 81 blocks made (the 2 parameters, step 1's 7, steps 2
-    and 3's 3 each, step 50's 3, steps 100-120's 63), the reference's 366;
-  - PyTorch's peak of allocated memory reported as reached between the windows: 18 MiB, the
-    reference's in-use peak to the byte, in the second gap;
-  - the same device peak and the same memory at the end as the reference; the device's peak,
-    in a gap, as parameters and optimizer state (2 MiB each) and 16 MiB unclassified.
+    step 49 and at step 75's move of its larger batch (2 U lines with the allocator's state),
+    on for good from then (the move made a segment): no U line at exit;
+  - the entries of the traced steps only: 153 blocks made (the 2 parameters, step 1's 7, steps
+    2 and 3's 3 each, step 50's 3, steps 76-120's 135), the reference's 366;
+  - the peak (step 75's) traced: its categories, the device peak and the memory at the end as
+    the reference's, nothing said to be between the windows.
+With `inner` step 75's batch is as every step's and its forward widens it inside (nothing tells
+the hook): PyTorch's peak of allocated memory reported as reached between the windows, the
+reference's in-use peak to the byte, in the second gap; the device's peak there as parameters
+and optimizer state (2 MiB each) and 16 MiB unclassified.
 The same with `keep` (4 KiB kept each step): more memory in use at the end of step 49 than at
 the end of step 3, so the trace stays on from then (1 O, 1 U line); the growth found as the
 reference finds it, 4 KiB per iteration, on the iterations traced whole; PyTorch's peak (step
 75's, traced) not said to be between the windows; the blocks made in the gap said to be so.
-tests/programs/py_torch_train.py (dies of an OOM in step 4, between the windows):
+tests/programs/py_torch_train.py (dies of an OOM in step 4, whose batch is 5 times larger): the
+trace on from that batch's move, the OOM and the peak as the reference's.
+py_torch_sampled.py `inner-oom` (dies of an OOM in step 75, between the windows, its inputs as
+every step's):
   - the OOM recorded as the reference records it (request, live memory, free bytes, iteration,
     module), with the allocator's state at the OOM (a U line) and its entry written by the
     hook (PyTorch records none while the trace is off);
-  - PyTorch's peak of allocated memory, 56 MiB, the reference's in-use peak.
+  - PyTorch's peak of allocated memory, 70.5 MiB, the reference's in-use peak; the categories
+    at the device's peak adding up to it.
    sampled_test.py BUILD_DIR"""
 import json
 import os
@@ -80,29 +86,26 @@ def steps(work):
           "windows: %d O lines, %d U lines (expected 2 and 2)" % (
               len(tags(lines, "O")), len(tags(lines, "U"))))
     check(not tags(ref_lines, "O") and not tags(ref_lines, "U"), "the reference has gaps")
-    check((made(lines), made(ref_lines)) == (81, 366),
-          "blocks made in the trace: %d sampled, %d every (expected 81 and 366)" % (
+    check((made(lines), made(ref_lines)) == (153, 366),
+          "blocks made in the trace: %d sampled, %d every (expected 153 and 366)" % (
               made(lines), made(ref_lines)))
     s = sampled(rep)
-    peak = 18 * MiB
-    ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
-    check(s is not None and len(s["gaps"]) == 2, "gaps in report.json: %r" % s)
-    check(s is not None and [(p["device"], p["bytes"]) for p in s["peak_between"]] == [(0, peak)]
-          and ref_peak == peak and s["peak_between"][0]["start_ns"] == s["gaps"][1]["start_ns"],
-          "the peak between the windows: %r (reference's in-use peak %d, expected %d)" % (
-              s and s["peak_between"], ref_peak, peak))
-    check("came between" in r.stderr and "18.00 MiB" in r.stderr,
-          "the summary says where the peak came: %r" % r.stderr[:1200])
+    check(s is not None and len(s["gaps"]) == 2 and s["peak_between"] == [],
+          "gaps in report.json: %r" % s)
+    check("came between" not in r.stderr, "the summary says the peak came between: %r" %
+          r.stderr[:1200])
     for key in ("final_live_bytes",):
         check(rep["devices"][0][key] == ref["devices"][0][key], "%s: %d sampled, %d every" % (
             key, rep["devices"][0][key], ref["devices"][0][key]))
     check(rep["devices"][0]["peak"]["bytes"] == ref["devices"][0]["peak"]["bytes"],
           "device peak: %d sampled, %d every" % (rep["devices"][0]["peak"]["bytes"],
                                                  ref["devices"][0]["peak"]["bytes"]))
-    # The device's peak came in the second gap: what is not known there is unclassified.
     at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
-    check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
-                      "unclassified": 16 * MiB}, "at the peak: %r" % at_peak)
+    want = {k: v for k, v in ref["devices"][0]["categories"]["at_peak"].items() if v}
+    check(at_peak == want == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
+                              "gradients": 2 * MiB, "activations": 8 * MiB, "inputs": 4 * MiB,
+                              "allocator_cache": 2 * MiB},
+          "at the peak: %r, the reference's %r" % (at_peak, want))
     # The replay knows the gaps: their blocks freed at a gap's start, made at its end.
     w = subprocess.run([vtrel.VRAMTRACE, "whatif", "--json", os.path.join(work, "sampled")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
@@ -118,10 +121,36 @@ def steps(work):
     # A PyTorch that kept its ring when the trace went off: no window's entries twice.
     _, kept_lines, _ = run(work, "py_torch_sampled.py", "kept-ring", "--torch=sampled",
                            FAKE_TORCH_KEEP_RING="1")
-    check(made(kept_lines) == 81 and len(tags(kept_lines, "O")) == 2,
-          "a ring kept across the gaps: %d blocks made, %d O lines (expected 81 and 2)" % (
+    check(made(kept_lines) == 153 and len(tags(kept_lines, "O")) == 2,
+          "a ring kept across the gaps: %d blocks made, %d O lines (expected 153 and 2)" % (
               made(kept_lines), len(tags(kept_lines, "O"))))
-    print("sampled steps: windows, entries, the peak between them, the end: checked")
+    print("sampled steps: windows, entries, the larger batch's step traced: checked")
+
+
+def inner(work):
+    r, lines, rep = run(work, "py_torch_sampled.py", "inner-sampled", "--torch=sampled",
+                        args=["inner"])
+    _, _, ref = run(work, "py_torch_sampled.py", "inner-every", "--torch=full", args=["inner"])
+    check(len(tags(lines, "O")) == 2 and len(tags(lines, "U")) == 2,
+          "inner: windows %d O, %d U (expected 2 and 2)" % (
+              len(tags(lines, "O")), len(tags(lines, "U"))))
+    s = sampled(rep)
+    peak = 18 * MiB + MiB // 2
+    ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
+    check(s is not None and [(p["device"], p["bytes"]) for p in s["peak_between"]] == [(0, peak)]
+          and ref_peak == peak and s["peak_between"][0]["start_ns"] == s["gaps"][1]["start_ns"],
+          "inner: the peak between the windows: %r (reference's in-use peak %d, expected %d)" % (
+              s and s["peak_between"], ref_peak, peak))
+    check("came between" in r.stderr and "18.50 MiB" in r.stderr,
+          "inner: the summary says where the peak came: %r" % r.stderr[:1200])
+    check(rep["devices"][0]["peak"]["bytes"] == ref["devices"][0]["peak"]["bytes"],
+          "inner: device peak: %d sampled, %d every" % (rep["devices"][0]["peak"]["bytes"],
+                                                        ref["devices"][0]["peak"]["bytes"]))
+    # The device's peak came in the second gap: what is not known there is unclassified.
+    at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
+    check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
+                      "unclassified": 16 * MiB}, "inner: at the peak: %r" % at_peak)
+    print("a peak between the windows, its inputs as every step's: checked")
 
 
 def kept(work):
@@ -153,19 +182,45 @@ def oom(work):
         r.returncode, ref_r.returncode))
     check(len(tags(lines, "O")) == 1 and len(tags(lines, "U")) == 1,
           "windows: %d O, %d U (expected 1 and 1)" % (len(tags(lines, "O")), len(tags(lines, "U"))))
-    got = [(f[2], f[4], f[8]) for f in tags(lines, "E") if f[2] == "oom"]
-    want = [(f[2], f[4], f[8]) for f in tags(ref_lines, "E") if f[2] == "oom"]
-    check(got == want == [("oom", str(20 * MiB), str(10 * MiB))],
-          "the oom entry: %r, the reference's %r" % (got, want))
     keys = ("requested_bytes", "live_bytes", "free_bytes", "iteration", "module", "phase",
-            "fatal")
+            "fatal", "categories")
     a = [{k: o.get(k) for k in keys} for o in rep["oom"]]
     b = [{k: o.get(k) for k in keys} for o in ref["oom"]]
     check(a == b and len(a) == 1, "the OOM: %r, the reference's %r" % (a, b))
+    got = rep["devices"][0]["categories"]["at_peak"]
+    want = ref["devices"][0]["categories"]["at_peak"]
+    check(got == want and sampled(rep)["peak_between"] == [],
+          "the OOM's step traced from its batch's move: at the peak %r, the reference's %r" % (
+              got, want))
+    print("an OOM of a larger batch: traced from its move, as with every block traced: checked")
+    r, lines, rep = run(work, "py_torch_sampled.py", "inner-oom-sampled", "--torch=sampled",
+                        args=["inner-oom"])
+    ref_r, ref_lines, ref = run(work, "py_torch_sampled.py", "inner-oom-every", "--torch=full",
+                                args=["inner-oom"])
+    check(r.returncode == 1 and ref_r.returncode == 1, "the inner OOM runs: %d and %d" % (
+        r.returncode, ref_r.returncode))
+    check(len(tags(lines, "O")) == 2 and len(tags(lines, "U")) == 2,
+          "inner OOM: windows: %d O, %d U (expected 2 and 2)" % (
+              len(tags(lines, "O")), len(tags(lines, "U"))))
+    got = [(f[2], f[4], f[8]) for f in tags(lines, "E") if f[2] == "oom"]
+    want = [(f[2], f[4], f[8]) for f in tags(ref_lines, "E") if f[2] == "oom"]
+    check(got == want == [("oom", str(32 * MiB), str(8 * MiB))],
+          "the oom entry: %r, the reference's %r" % (got, want))
+    keys = keys[:-1]
+    a = [{k: o.get(k) for k in keys} for o in rep["oom"]]
+    b = [{k: o.get(k) for k in keys} for o in ref["oom"]]
+    check(a == b and len(a) == 1, "the inner OOM: %r, the reference's %r" % (a, b))
     s = sampled(rep)
     ref_peak = ref["devices"][0]["allocator"]["peak_in_use_bytes"]
-    check(s is not None and [p["bytes"] for p in s["peak_between"]] == [56 * MiB] == [ref_peak],
-          "PyTorch's peak: %r, the reference's in-use peak %d" % (s, ref_peak))
+    check(s is not None and [p["bytes"] for p in s["peak_between"]] == [ref_peak] ==
+          [70 * MiB + MiB // 2], "PyTorch's peak: %r, the reference's in-use peak %d" % (
+              s, ref_peak))
+    at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
+    check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
+                      "unclassified": 68 * MiB} and
+          rep["devices"][0]["peak"]["bytes"] == ref["devices"][0]["peak"]["bytes"] == 72 * MiB,
+          "inner OOM: at the peak %r (device peak %d)" % (at_peak,
+                                                         rep["devices"][0]["peak"]["bytes"]))
     print("an OOM between the windows: recorded as with every block traced: checked")
 
 
@@ -179,8 +234,8 @@ def default(work):
     # buffers are kept from the first step): 3 blocks, 2.4 us of trace.
     check(tags(lines, "I") == [["I", "3", tags(lines, "I")[0][2], "2", "0", "1"]]
           if tags(lines, "I") else False, "budget 0: the I line %r" % tags(lines, "I"))
-    check((len(tags(lines, "O")), len(tags(lines, "U")), made(lines)) == (2, 2, 81),
-          "budget 0: sampled as --torch=sampled: %d O, %d U, %d blocks (expected 2, 2, 81)" % (
+    check((len(tags(lines, "O")), len(tags(lines, "U")), made(lines)) == (2, 2, 153),
+          "budget 0: sampled as --torch=sampled: %d O, %d U, %d blocks (expected 2, 2, 153)" % (
               len(tags(lines, "O")), len(tags(lines, "U")), made(lines)))
     cost = rep["processes"][0]["torch_allocator_trace"].get("cost")
     check(cost is not None and cost["sampled"] and cost["blocks"] == 3 and
@@ -225,6 +280,7 @@ def late(work):
 
 work = vtrel.temp_dir("vt-sampled-")
 steps(work)
+inner(work)
 kept(work)
 oom(work)
 default(work)

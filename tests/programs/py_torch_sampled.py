@@ -16,6 +16,11 @@
 # With `late`, step 75 keeps its batch of 256 rows and takes 2 MiB outside PyTorch (cudaMalloc
 # through ctypes), kept to the end: the device's peak comes between the sampled iterations,
 # while PyTorch's memory is as in every step (steady).
+# With `inner`, step 75 keeps its batch of 256 rows (the same inputs as every step: nothing
+# tells the hook to trace it) and the model's forward widens it 8 times (2048 rows, 4 MiB)
+# before fc1: the run's peak of allocated memory, between the sampled iterations. With
+# `inner-oom` it widens it 64 times (32 MiB): fc2's output does not fit the 80 MiB device, a
+# fatal OOM between the sampled iterations.
 import ctypes
 import os
 import sys
@@ -51,8 +56,11 @@ class Net(torch.nn.Module):
         super().__init__()
         self.fc1 = Linear(FEATURES)
         self.fc2 = Linear(FEATURES)
+        self.widen = 1
 
     def forward(self, x):
+        if self.widen > 1:
+            x = torch.empty(x.shape[0] * self.widen, x.shape[1])
         return self.fc2(self.fc1(x))
 
 
@@ -72,8 +80,10 @@ def main():
         lib.cublas_standin_workspace.restype = ctypes.c_void_p
         assert lib.cublas_standin_workspace(1 << 30)
     late = sys.argv[1:] == ["late"]
+    widen = {"inner": 8, "inner-oom": 64}.get(sys.argv[1] if sys.argv[1:] else "", 0)
     for step in range(120):
-        rows = 2048 if step == 75 and not late else 256
+        rows = 2048 if step == 75 and not late and not widen else 256
+        model.widen = widen if step == 75 else 1
         if late and step == 75:
             cudart = ctypes.CDLL(os.environ["FAKE_TORCH_CUDART"])
             cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]

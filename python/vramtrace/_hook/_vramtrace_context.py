@@ -213,6 +213,10 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                     ctx.predict_steps()
                 if ctx.get_ident() != ctx.main:
                     return call(module, *args, **kwargs)
+                if ctx.window_record is not None:
+                    # Larger inputs than ever between the sampled iterations: this iteration
+                    # is traced from here (its peak, or its OOM, would otherwise go unseen).
+                    ctx.larger_inputs(id(module), (args, kwargs))
                 if ctx.full:
                     # A traced iteration: the module hooks mark every call.
                     ctx.inside = True
@@ -255,7 +259,10 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                     if (compiling() or ctx.in_root or ctx.stack or ctx.in_backward
                             or ctx.in_move or ctx.get_ident() != ctx.main):
                         return original(tensor, *args, **kwargs)
-                    ctx.mark(_SITE, ctx.site())
+                    site = ctx.site()
+                    if ctx.window_record is not None:
+                        ctx.larger_inputs(("move", site), tensor)
+                    ctx.mark(_SITE, site)
                     ctx.mark(_MOVE, 0)
                     ctx.in_move = True
                     try:

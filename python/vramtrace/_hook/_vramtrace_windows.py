@@ -13,6 +13,11 @@ allocated memory are kept before its entries (U H B lines; an O line where each 
 collector knows what was made and freed between the windows, though not when, and whether the
 peak came between them.
 
+An iteration between the sampled ones that moves a larger tensor to the GPU than its line ever
+moved, or whose outermost module call is given larger inputs than that module ever was (a bigger
+batch, a longer sequence: the steps that set a new peak, or run out of memory), is traced as a
+sampled one, from that move or call to the iteration's end.
+
 The trace stays on for good once memory is not in a steady state (a segment was made between
 two windows, or more memory is in use at a window's start than at the last one's end: memory
 kept across the iterations), the device is nearly full (less than a tenth free when a window closes), a
@@ -42,6 +47,7 @@ class _Windows:
         self.cost_from = None      # (blocks handed out, time_ns) when an iteration began
         self.cost = None           # the I line's fields: what the trace cost in the iteration judged
         self.opened_us = 0         # when the trace last went on again (0: never off)
+        self.input_bytes = {}      # id(module) or a move's site -> the largest inputs it had
 
     def sample_trace(self, record, max_entries, budget=None):
         """Switches the allocator trace off between the sampled iterations from now on:
@@ -69,6 +75,22 @@ class _Windows:
                 self.close_window()
         except Exception:
             self.trace_for_good()
+
+    def larger_inputs(self, key, inputs):
+        """At an outermost module call (key: id(module)) or a move to the GPU (key: its site)
+        while the allocator trace is sampled: whether the trace is off and `inputs` are larger
+        than any that call or move had before; if so the trace and the module hooks go on for
+        the rest of this iteration. A few tensors looked at, once per call."""
+        size = _input_bytes(inputs, self.tensor_class, [0, 0])
+        seen = self.input_bytes.get(key)
+        if seen is not None and size <= seen:
+            return False
+        self.input_bytes[key] = size
+        if seen is None or self.trace_on or self.trace_budget is not None:
+            return False
+        self.trace_modules(True)
+        self.trace_window(True)
+        return True
 
     def worth_sampling(self):
         """Whether the trace would cost more than the budget's share of the iteration that just
@@ -201,6 +223,25 @@ class _Windows:
             return str(int(self.torch.cuda.max_memory_allocated(device)))
         except Exception:
             return ""
+
+
+def _input_bytes(obj, tensor_class, acc, depth=0):
+    """The bytes of the first 8 tensors of a call's inputs (tensors, and tuples, lists and dicts
+    of them up to 4 deep). `acc`: [bytes, tensors] so far."""
+    if acc[1] >= 8:
+        return acc[0]
+    if isinstance(obj, tensor_class):
+        try:
+            acc[0] += int(obj.nbytes)
+        except Exception:
+            pass
+        acc[1] += 1
+    elif depth < 4 and isinstance(obj, (tuple, list, dict)):
+        for x in (obj.values() if isinstance(obj, dict) else obj):
+            if acc[1] >= 8:
+                break
+            _input_bytes(x, tensor_class, acc, depth + 1)
+    return acc[0]
 
 
 def _segments(snap):

@@ -77,11 +77,12 @@ class Tensor:
     def untyped_storage(self):
         return _Storage(self)
 
-    def data_ptr(self):
-        return self._addr
-
+    @property
     def nbytes(self):
         return self._nbytes
+
+    def data_ptr(self):
+        return self._addr
 
     def free(self):
         if self._addr:
