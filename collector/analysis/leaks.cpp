@@ -141,6 +141,12 @@ StillLive still_live(const ProcessModel& p, uint32_t device, const std::vector<A
         out.cuda_graph_bytes += b.bytes;
         continue;
       }
+      // cuBLAS's workspaces, which PyTorch makes through its own allocator on a handle's
+      // first use and keeps for the process's life (32 MiB each on Hopper).
+      if (named && !died && named->category == Category::Workspaces) {
+        out.library_workspace_bytes += b.bytes;
+        continue;
+      }
       out.suspects.push_back(b);
     }
   }

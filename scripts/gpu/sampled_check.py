@@ -70,6 +70,17 @@ def main():
         check(job, "--torch=full's in-use peak vs its max_memory_allocated (within 1 %)",
               near(ad["allocator"]["peak_in_use_bytes"], a_fig["max_memory_allocated"], 0.01),
               "%d vs %d" % (ad["allocator"]["peak_in_use_bytes"], a_fig["max_memory_allocated"]))
+        # What the peak is: each category within 3 % of the peak of --torch=full's (a batch made
+        # before its forward, between the windows, is unclassified where --torch=full says
+        # inputs), and the remedies offered.
+        sc, ac = sd["categories"]["at_peak"], ad["categories"]["at_peak"]
+        off = {k: (sc.get(k, 0), ac.get(k, 0)) for k in set(sc) | set(ac)
+               if abs(sc.get(k, 0) - ac.get(k, 0)) > 0.03 * ad["peak"]["bytes"]}
+        check(job, "categories at the peak as --torch=full's (within 3 % of it)", not off,
+              "off: %r" % off if off else "unclassified %d" % sc.get("unclassified", 0))
+        kinds = [sorted(r["kind"] for r in x.get("diagnosis", {}).get("remedies", []))
+                 for x in (s, a)]
+        check(job, "the remedies as --torch=full's", kinds[0] == kinds[1], "%r vs %r" % tuple(kinds))
         if job.endswith(":oom"):
             so, ao = s.get("oom", []), a.get("oom", [])
             keys = ("requested_bytes", "iteration", "phase", "fatal")

@@ -633,3 +633,20 @@ TEST_CASE("PyTorch's memory by category: a math library's workspace is no leak s
   REQUIRE(j["processes"][0]["devices"][0]["library_workspaces_at_exit_bytes"] == 1024 * MiB);
   REQUIRE_FALSE(contains(r.out, "leak suspects"));
 }
+
+TEST_CASE("PyTorch's memory by category: a workspace made through PyTorch's allocator is no "
+          "leak suspect") {
+  // py_torch_sampled.py cublas: fc1's first forward takes 2 MiB through PyTorch's allocator and
+  // keeps it to the end, as PyTorch keeps a cuBLAS handle's workspace: a library workspace at
+  // the peak, the library's own at exit.
+  std::string dir = temp_dir();
+  Result r = sh(kEnv + fake_torch_env(80) + " " + kVramtrace + " run -o " + dir + " -- python3 " +
+                VT_SOURCE_DIR + "/tests/programs/py_torch_sampled.py cublas");
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  const json j = load_json(dir + "/report.json");
+  REQUIRE(j["devices"][0]["categories"]["at_peak"]["workspaces"] == 2 * MiB);
+  REQUIRE(j["leaks"] == json::array());
+  REQUIRE(j["processes"][0]["devices"][0]["library_workspaces_at_exit_bytes"] == 2 * MiB);
+  REQUIRE(j["devices"][0]["final_live_bytes"] == 22 * MiB);
+}

@@ -16,6 +16,8 @@
 # With `late`, step 75 keeps its batch of 256 rows and takes 2 MiB outside PyTorch (cudaMalloc
 # through ctypes), kept to the end: the device's peak comes between the sampled iterations,
 # while PyTorch's memory is as in every step (steady).
+# With `cublas`, fc1's first forward takes a 2 MiB workspace through PyTorch's allocator and
+# keeps it for the process's life, as PyTorch does for a cuBLAS handle's.
 # With `inner`, step 75 keeps its batch of 256 rows (the same inputs as every step: nothing
 # tells the hook to trace it) and the model's forward widens it 8 times (2048 rows, 4 MiB)
 # before fc1: the run's peak of allocated memory, between the sampled iterations. With
@@ -28,6 +30,7 @@ import sys
 import torch
 
 FEATURES = 512
+_WORKSPACES = []
 
 
 class Momentum(torch.optim.Optimizer):
@@ -46,8 +49,11 @@ class Linear(torch.nn.Module):
     def __init__(self, features):
         super().__init__()
         self.weight = torch.nn.Parameter((features, features))
+        self.workspace = None
 
     def forward(self, x):
+        if self.workspace is not None and not _WORKSPACES:
+            _WORKSPACES.append(torch.empty(self.workspace // 4))  # float32
         return torch.nn.functional.linear(x, self.weight)
 
 
@@ -80,6 +86,8 @@ def main():
         lib.cublas_standin_workspace.restype = ctypes.c_void_p
         assert lib.cublas_standin_workspace(1 << 30)
     late = sys.argv[1:] == ["late"]
+    if sys.argv[1:] == ["cublas"]:
+        model.fc1.workspace = 2 << 20
     widen = {"inner": 8, "inner-oom": 64}.get(sys.argv[1] if sys.argv[1:] else "", 0)
     for step in range(120):
         rows = 2048 if step == 75 and not late and not widen else 256
