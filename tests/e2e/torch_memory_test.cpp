@@ -634,8 +634,7 @@ TEST_CASE("PyTorch's memory by category: a math library's workspace is no leak s
   REQUIRE_FALSE(contains(r.out, "leak suspects"));
 }
 
-TEST_CASE("PyTorch's memory by category: a workspace made through PyTorch's allocator is no "
-          "leak suspect") {
+TEST_CASE("PyTorch's memory by category: cuBLAS's workspace in PyTorch's pool is no leak") {
   // py_torch_sampled.py cublas: fc1's first forward takes 2 MiB through PyTorch's allocator and
   // keeps it to the end, as PyTorch keeps a cuBLAS handle's workspace: a library workspace at
   // the peak, the library's own at exit.
