@@ -19,6 +19,19 @@ namespace {
 
 constexpr size_t kMaxNotProfiledLines = 10;  // of the summary; report.json has them all
 
+// What the blocks at a device's peak are when PyTorch's peak came while the trace was off: the
+// highest moment traced stands for it in a steady run; otherwise the device's peak in the gap,
+// where only the blocks live all through it are known one by one.
+const char* peak_blocks_shown(const json& r, uint64_t device) {
+  for (const auto& d : r[field::devices])
+    if (d.value(field::index, uint64_t{0}) == device && d.contains(field::categories) &&
+        d[field::categories].contains("at_peak_moment") &&
+        d[field::categories]["at_peak_moment"].value("what", "") == "PyTorch's in-use peak")
+      return "the blocks shown are of the highest moment traced";
+  return "what was made and freed then is unclassified; the blocks shown are those live all "
+         "through it (parameters, optimizer state)";
+}
+
 // What is not in the report qualifies every figure after it: processes not profiled, launches
 // not recorded.
 std::string not_profiled_lines(const json& r) {
@@ -93,11 +106,11 @@ std::string not_profiled_lines(const json& r) {
       };
       std::snprintf(line, sizeof line,
                     "vramtrace: NOTE: device %llu: PyTorch's peak of allocated memory, %s, came "
-                    "between %.3f s and %.3f s, while the trace was off: the blocks shown are of "
-                    "the highest moment traced (--torch=full records every one)\n",
+                    "between %.3f s and %.3f s, while the trace was off: %s (--torch=full "
+                    "records every one)\n",
                     static_cast<unsigned long long>(k[field::device].get<uint64_t>()),
                     human_bytes(k[field::bytes].get<uint64_t>()).c_str(), at("start_ns"),
-                    at("end_ns"));
+                    at("end_ns"), peak_blocks_shown(r, k[field::device].get<uint64_t>()));
       out += line;
     }
   }

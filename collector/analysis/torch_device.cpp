@@ -10,6 +10,19 @@ namespace vramtrace::collector {
 
 namespace {
 
+// The blocks live at `t` whose holder is known there: inside a gap of the trace
+// (--torch=sampled) only those known_in_gap() keeps (parameters, optimizer state); a block of
+// any other kind live at both of the gap's ends may have been freed and made again in it, so
+// the lists of the peak leave it out, as its category counts it unclassified.
+std::vector<size_t> known_live_at(const TorchMemory& tm, uint32_t dev, uint64_t t) {
+  std::vector<size_t> live = tm.live_at(dev, t);
+  if (gap_at(tm.context(), dev, t))
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](size_t i) { return !known_in_gap(tm.info()[i].category); }),
+               live.end());
+  return live;
+}
+
 // Over time: at the lowest and the highest moment of each bucket of the device's timeline, in
 // time order (every rise and fall wider than a bucket, the exact peak), and at the end: the
 // blocks by category, the cache and the memory outside PyTorch's allocator (the driver's
@@ -133,6 +146,8 @@ void modules_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, Torch
     std::map<uint32_t, std::pair<uint64_t, uint64_t>> sites;  // site id -> bytes, blocks
     CategoryMap categories;
   };
+  // Inside a gap of the trace no activation's module is known (known_live_at).
+  if (gap_at(tm.context(), dev, peak_t)) return;
   std::map<std::string, ModuleDetail> details;
   for (size_t i : tm.live_at(dev, peak_t)) {
     const auto& b = tm.info()[i];
@@ -192,7 +207,7 @@ void modules_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, Torch
 // Named tensors live at the peak: parameters, gradients, optimizer state, largest first.
 void named_tensors_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak_t, TorchDevice& out) {
   std::vector<NamedTensorAtPeak> named;
-  for (size_t i : tm.live_at(dev, peak_t)) {
+  for (size_t i : known_live_at(tm, dev, peak_t)) {
     const auto& b = tm.info()[i];
     if (b.label < 0) continue;
     named.push_back({&tm.context().labels[static_cast<size_t>(b.label)], b.category,
@@ -215,7 +230,7 @@ void lines_and_blocks_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak
     std::map<std::string, uint64_t> modules;
   };
   std::map<std::string, Line> lines;
-  std::vector<size_t> live = tm.live_at(dev, peak_t);
+  std::vector<size_t> live = known_live_at(tm, dev, peak_t);
   for (size_t i : live) {
     const auto& b = tm.info()[i];
     const uint64_t n = tm.context().blocks[i].bytes;

@@ -150,6 +150,18 @@ def inner(work):
     at_peak = {k: v for k, v in rep["devices"][0]["categories"]["at_peak"].items() if v}
     check(at_peak == {"parameters": 2 * MiB, "optimizer_state": 2 * MiB,
                       "unclassified": 16 * MiB}, "inner: at the peak: %r" % at_peak)
+    # The peak's lists of blocks hold what is known all through the gap, as its categories do:
+    # the two parameters and their momentum buffers, not the gradients live at both its ends.
+    peak = rep["devices"][0]["peak"]
+    listed = sorted((b["category"], b["bytes"]) for b in peak["blocks"])
+    check(listed == [("optimizer_state", MiB)] * 2 + [("parameters", MiB)] * 2
+          and not peak.get("by_module") and
+          sorted(t["name"] for t in peak["tensors"]) == ["fc1.weight", "fc1.weight.momentum_buffer",
+                                                         "fc2.weight", "fc2.weight.momentum_buffer"],
+          "inner: the blocks listed at the peak: %r, tensors %r" % (
+              listed, [t["name"] for t in peak.get("tensors", [])]))
+    check("the blocks shown are those live all through it" in r.stderr,
+          "inner: the summary says which blocks are shown: %r" % r.stderr[:1200])
     print("a peak between the windows, its inputs as every step's: checked")
 
 

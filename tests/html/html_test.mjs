@@ -228,7 +228,9 @@ const sampledRun = profile("sampled", ["python3", join(srcDir, "tests/programs/p
   const gaps = await page.locator("[data-sampled='gaps']").allTextContents();
   check("sampled: a banner for the gaps", gaps.length === 1 && /^PyTorch's blocks were recorded in the sampled iterations only in process \d+ \(the trace would cost [\d.]+ % of an iteration, 3 blocks in [\d.]+ ms, over its budget of 0 %; --torch=full records every one\): 2 stretches without them, where what was made and freed is known, not when \(their blocks are unclassified\)\.$/.test(gaps[0]), gaps.join(" | "));
   const peak = await page.locator("[data-sampled='peak']").allTextContents();
-  check("sampled: a banner for the peak between the windows", peak.length === 1 && /^Device 0: PyTorch's peak of allocated memory, 18\.50 MiB, came between [\d.]+ ms and [\d.]+ ms, while the trace was off: /.test(peak[0]), peak.join(" | "));
+  check("sampled: a banner for the peak between the windows", peak.length === 1 && /^Device 0: PyTorch's peak of allocated memory, 18\.50 MiB, came between [\d.]+ ms and [\d.]+ ms, while the trace was off: what was made and freed then is unclassified; the blocks shown are those live all through it \(parameters, optimizer state\)/.test(peak[0]), peak.join(" | "));
+  const peakCats = await page.locator("[data-table='peak-blocks'] tbody tr td:nth-child(2)").allTextContents();
+  check("sampled: the blocks at the peak are those known all through the gap", peakCats.join(",") === "parameters,parameters,optimizer state,optimizer state", peakCats.join(","));
   const legend = await page.locator(".u-legend").textContent();
   check("sampled: at the peak, unclassified 16 MiB beside parameters and optimizer state", /unclassified:?\s*16\.00 MiB/.test(legend) && /parameters:?\s*2\.00 MiB/.test(legend) && /optimizer state:?\s*2\.00 MiB/.test(legend) && /gradients:?\s*0 B/.test(legend), legend);
   check("no console errors (sampled)", errors.length === 0, errors.join("; "));
