@@ -18,11 +18,13 @@ std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, cons
   struct Group {
     std::map<int64_t, uint64_t> by_iteration;
     Allocation example;
+    bool blocks = false;  // PyTorch's blocks, whose times the gaps hide; else driver allocations
   };
   std::map<std::string, Group> groups;
   // PyTorch's trace off between the sampled iterations (--torch=sampled): an iteration with any
-  // part in a gap shows only some of what it made, and a block made in a gap has the gap's end
-  // for a time, not its own. Growth is judged on the iterations traced whole alone.
+  // part in a gap shows only some of the blocks it made, and a block made in a gap has the gap's
+  // end for a time, not its own. Growth of blocks is judged on the iterations traced whole
+  // alone; the driver's allocations (the allocator's segments) are recorded in every iteration.
   std::vector<std::pair<uint64_t, uint64_t>> gaps;  // start, end; in time order
   if (p.torch_context)
     for (const TorchGap& g : p.torch_context->gaps) gaps.push_back({g.start_ns, g.end_ns});
@@ -42,21 +44,26 @@ std::vector<SiteGrowth> growth_by_site(const std::vector<Allocation>& live, cons
   for (size_t i = 0; i < n_it; ++i) traced_before[i + 1] = traced_before[i] + !untraced_it[i];
   const auto untraced = [&](int64_t it) { return untraced_it[static_cast<size_t>(it)]; };
   // Iterations a to b traced whole (all of them without a gap).
-  const auto traced_between = [&](int64_t a, int64_t b) {
+  const auto traced_whole = [&](int64_t a, int64_t b) {
     return std::max<int64_t>(
         traced_before[static_cast<size_t>(b) + 1] - traced_before[static_cast<size_t>(a)], 1);
   };
   for (const Allocation& a : live) {
     int64_t it = p.iteration_of(a.time_ns);
     if (it < 0) continue;  // before the first iteration: set-up, not growth
-    if (std::binary_search(gap_ends.begin(), gap_ends.end(), a.time_ns))
+    const bool block = a.space != 0;
+    if (block && std::binary_search(gap_ends.begin(), gap_ends.end(), a.time_ns))
       continue;  // made in a gap: when is not known
-    if (untraced(it)) continue;
+    if (block && untraced(it)) continue;
     Group& g = groups[site_of(a)];
     if (!g.example.stack && !g.example.py_stack) g.example = a;
     g.by_iteration[it] += a.bytes;
+    g.blocks = g.blocks || block;
   }
   for (auto& [site, g] : groups) {
+    const auto traced_between = [&, blocks = g.blocks](int64_t a, int64_t b) {
+      return blocks ? traced_whole(a, b) : std::max<int64_t>(b - a + 1, 1);
+    };
     const int64_t first = g.by_iteration.begin()->first, latest = g.by_iteration.rbegin()->first;
     const int64_t span = traced_between(first, last);
     const auto k = static_cast<int64_t>(g.by_iteration.size());

@@ -54,6 +54,7 @@ if [[ " $PARTS " == *" decide "* ]]; then
     echo "$w --torch=full: rc=$? $(tail -1 "$dir-full.log")"
   done
   for d in "$RUNS"/*-auto "$RUNS"/bench-*; do
+    [[ -d $d ]] || continue  # the runs' .log files beside their folders
     python3 - "$d" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1] + "/report.json"))

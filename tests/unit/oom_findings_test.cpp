@@ -298,3 +298,33 @@ TEST_CASE("growth by site: sites that kept what they allocated each iteration") 
   o.live_bytes = 85 * MiB;  // 21 MiB is less than a quarter of it
   REQUIRE(oom_findings(in)[0].score == 0.5);
 }
+
+TEST_CASE("growth by site: the trace's gaps hide the blocks' times, not the driver's") {
+  // Iterations 0..19; PyTorch's trace off (--torch=sampled) from inside iteration 2 to inside
+  // iteration 14: iterations 0, 1 and 15..19 are traced whole.
+  ProcessModel p;
+  for (uint64_t t = 1000; t <= 20000; t += 1000) p.iterations.push_back(t);
+  auto ctx = std::make_shared<TorchContext>();
+  TorchGap gap;
+  gap.start_ns = 3500;
+  gap.end_ns = 15500;
+  ctx->gaps.push_back(gap);
+  p.torch_context = ctx;
+  // The allocator's segments made in iterations 0, 16, 17 and 18 (a batch that grows at the
+  // end, as a job's before its OOM): 4 of 20 iterations, no growth; as blocks, 4 of the 7 traced.
+  std::vector<Allocation> live;
+  for (int i : {0, 16, 17, 18}) {
+    Allocation a;
+    a.stack = 1;
+    a.bytes = MiB;
+    a.time_ns = 1000 * static_cast<uint64_t>(i + 1) + 10;
+    live.push_back(a);
+  }
+  const SiteOf site = [](const Allocation&) { return std::string("s"); };
+  REQUIRE(growth_by_site(live, p, 20500, site).empty());
+  for (Allocation& a : live) a.space = 1;
+  auto g = growth_by_site(live, p, 20500, site);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].iterations == 4);
+  REQUIRE(g[0].bytes_per_iteration == 4 * MiB / 6);  // over iterations 0, 1, 15..18 traced
+}
