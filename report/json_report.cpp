@@ -436,7 +436,8 @@ void put_iterations_and_ranges(json& pj, const collector::ProcessAnalysis& pa, u
 
 // A process: who it was, how it ended, what it recorded, its devices and its OOMs.
 // --torch=sampled: the stretches the trace was off, and where PyTorch's peak of allocated
-// memory came in one of them, that peak (the block view shows the highest traced moment).
+// memory came in one of them, that peak (categories.at_peak_moment says which moment the block
+// view shows instead).
 json sampled_json(const collector::TorchContext& ctx, uint64_t origin) {
   json gaps = json::array();
   std::set<uint32_t> devices;
