@@ -14,7 +14,7 @@
 extern "C" {
 
 // Bumped whenever anything below changes.
-#define VT_HTTP_ABI 1
+#define VT_HTTP_ABI 2
 
 // One request, as the plugin read it. Every string is set ("" when absent) and lives for the
 // handler's call only.
@@ -37,11 +37,15 @@ typedef void (*vt_http_handler_fn)(void* context, const struct vt_http_request* 
 
 struct vt_http_server;
 // Listens on host:port (a numeric address; port 0: any free one) and serves every request
-// with `handler` on a thread of its own until vt_http_stop. Returns null, with the reason in
-// `error`, when it cannot listen; `*bound_port` is the port it listens on.
+// with `handler` on a thread of its own until vt_http_stop. `token` is the secret the handler
+// asks for: the server only schedules by it (a connection whose first request carries it is
+// served by threads that no other connection can take), the handler still decides. Returns
+// null, with the reason in `error`, when it cannot listen; `*bound_port` is the port it listens
+// on.
 typedef struct vt_http_server* (*vt_http_start_fn)(int abi, const char* host, int port,
-                                                   vt_http_handler_fn handler, void* context,
-                                                   int* bound_port, char* error, size_t error_len);
+                                                   const char* token, vt_http_handler_fn handler,
+                                                   void* context, int* bound_port, char* error,
+                                                   size_t error_len);
 // Stops listening, waits for the requests being served, frees the server.
 typedef void (*vt_http_stop_fn)(struct vt_http_server* server);
 

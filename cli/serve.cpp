@@ -193,8 +193,8 @@ std::unique_ptr<Server> Server::start(const std::string& spec, LiveReport& live,
   }
   char error[256] = {};
   int port = 0;
-  s->server_ = start(VT_HTTP_ABI, addr.host.c_str(), addr.port, &Server::on_request, s.get(), &port,
-                     error, sizeof error);
+  s->server_ = start(VT_HTTP_ABI, addr.host.c_str(), addr.port, s->token_.c_str(),
+                     &Server::on_request, s.get(), &port, error, sizeof error);
   if (!s->server_) {
     const std::string where =
         (addr.v6 ? "[" + addr.given + "]" : addr.given) + ":" + std::to_string(addr.port);

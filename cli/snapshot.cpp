@@ -52,12 +52,16 @@ std::string boot_id() {
 }
 
 constexpr const char* kSnapshotPrefix = "snapshot-";
+// The last number: 9 digits, the most snapshot_number() reads, so that no snapshot is ever
+// named past what the command lists.
+constexpr unsigned long kLastSnapshot = 999999999;
 
-// N of a folder named snapshot-N, 0 for any other name.
+// N of a name snapshot-N as the launcher writes it (N from 1 to kLastSnapshot, no leading
+// zero), 0 for any other name.
 unsigned long snapshot_number(const std::string& name) {
   const std::string prefix = kSnapshotPrefix;
   if (name.compare(0, prefix.size(), prefix) != 0 || name.size() == prefix.size() ||
-      name.size() > prefix.size() + 9)
+      name.size() > prefix.size() + 9 || name[prefix.size()] == '0')
     return 0;
   unsigned long n = 0;
   for (size_t i = prefix.size(); i < name.size(); ++i) {
@@ -67,11 +71,19 @@ unsigned long snapshot_number(const std::string& name) {
   return n;
 }
 
+// N of a snapshot's folder, 0 for anything else: another name, or a link, a file, whatever was
+// put there under a snapshot's name (the launcher makes folders only, never links).
+unsigned long snapshot_folder(const fs::directory_entry& e) {
+  const unsigned long n = snapshot_number(e.path().filename().string());
+  std::error_code ec;
+  return n && e.symlink_status(ec).type() == fs::file_type::directory ? n : 0;
+}
+
 unsigned long highest_snapshot(const std::string& dir) {
   unsigned long highest = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    highest = std::max(highest, snapshot_number(e.path().filename().string()));
+    highest = std::max(highest, snapshot_folder(e));
   return highest;
 }
 
@@ -88,7 +100,7 @@ void take_snapshot(const std::string& dir, LiveReport& live) {
   // The folder is made first (mode 0700, never one that exists), then its two files.
   std::string out;
   unsigned long n = highest_snapshot(dir) + 1;
-  for (int tries = 0; tries < 1000; ++tries, ++n) {
+  for (int tries = 0; tries < 1000 && n <= kLastSnapshot; ++tries, ++n) {
     const std::string d = dir + "/" + kSnapshotPrefix + std::to_string(n);
     if (mkdir(d.c_str(), 0700) == 0) {
       out = d;
@@ -100,7 +112,11 @@ void take_snapshot(const std::string& dir, LiveReport& live) {
       return;
     }
   }
-  if (out.empty()) return;
+  if (out.empty()) {
+    std::cerr << "vramtrace: snapshot: no snapshot number left in " << report::printable(dir)
+              << " (the last is " << kSnapshotPrefix << kLastSnapshot << ")\n";
+    return;
+  }
   json j = *now;
   j["live"]["snapshot"] = n;
   // report.html last: a snapshot is whole once it is there (`vramtrace snapshot` waits for it).
@@ -216,14 +232,40 @@ json read_marker(const std::string& dir, std::string* why) {
   return nullptr;
 }
 
-// Whether PID is a vramtrace launcher that holds DIR open (a launcher keeps its run folder open
-// while the run lasts): a run marker that names another process of the user, forged or left
-// behind, never gets it signalled.
-bool launcher_serves(pid_t pid, const std::string& dir) {
+// Whether SIGUSR2 is caught by PID (/proc/PID/status, SigCgt): a launcher catches it before its
+// run marker names it, and the signal would end a process that does not.
+bool catches_snapshot_signal(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    try {
+      return (std::stoull(line.substr(7), nullptr, 16) >> (SIGUSR2 - 1)) & 1;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return false;
+}
+
+// Whether PID is a launcher of this vramtrace that holds DIR open (a launcher keeps its run
+// folder open while the run lasts) and catches SIGUSR2: a run marker that names another
+// process of the user, forged or left behind, never gets it signalled. Its executable must be
+// this one (the same file, not a name: any program can be called vramtrace-something); when it
+// is not, `why` says what it runs.
+bool launcher_serves(pid_t pid, const std::string& dir, std::string* why) {
   std::error_code ec;
   const std::string proc = "/proc/" + std::to_string(pid);
-  const std::string exe = fs::read_symlink(proc + "/exe", ec).filename().string();
-  if (ec || exe.rfind("vramtrace", 0) != 0) return false;
+  struct stat exe {
+  }, self{};
+  if (stat((proc + "/exe").c_str(), &exe) != 0 || stat("/proc/self/exe", &self) != 0) return false;
+  if (exe.st_dev != self.st_dev || exe.st_ino != self.st_ino) {
+    const fs::path path = fs::read_symlink(proc + "/exe", ec);
+    const fs::path mine = fs::read_symlink("/proc/self/exe", ec);
+    *why = "runs " + report::printable(path.string()) + ", not this vramtrace (" +
+           report::printable(mine.string()) + ")";
+    return false;
+  }
+  if (!catches_snapshot_signal(pid)) return false;
   struct stat want {};
   if (stat(dir.c_str(), &want) != 0) return false;
   for (const auto& e : fs::directory_iterator(proc + "/fd", ec)) {
@@ -293,11 +335,16 @@ int snapshot_command(const SnapshotArgs& a) {
            shown + "` reports the traces it left)";
   };
   if (!launcher_alive()) return fail(gone_message());
-  if (!launcher_serves(pid, dir))
-    return fail("pid " + std::to_string(pid) + ", which " + shown + "/" + kRunMarker +
-                " names, is not the vramtrace launcher of this folder: not signalled");
+  std::string other;
+  if (!launcher_serves(pid, dir, &other))
+    return fail("pid " + std::to_string(pid) + ", which " + shown + "/" + kRunMarker + " names, " +
+                (other.empty() ? "is not the vramtrace launcher of this folder" : other) +
+                ": not signalled");
 
   const unsigned long before = highest_snapshot(dir);
+  if (before >= kLastSnapshot)
+    return fail(shown + " holds " + kSnapshotPrefix + std::to_string(kLastSnapshot) +
+                ", the last snapshot's number: move the snapshots elsewhere to take more");
   if (kill(pid, SIGUSR2) != 0)
     return fail(errno == ESRCH ? gone_message()
                                : "cannot signal the launcher of the run in " + shown + " (pid " +
@@ -306,8 +353,8 @@ int snapshot_command(const SnapshotArgs& a) {
                         std::chrono::milliseconds(static_cast<long long>(a.timeout_s * 1000));
   for (;;) {
     for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const unsigned long n = snapshot_number(e.path().filename().string());
-      if (n > before && fs::exists(e.path() / "report.html", ec)) {
+      const unsigned long n = snapshot_folder(e);
+      if (n > before && fs::is_regular_file(fs::symlink_status(e.path() / "report.html", ec))) {
         const std::string out = dir + "/" + kSnapshotPrefix + std::to_string(n);
         std::cout << out << "\n";
         std::cerr << "vramtrace: snapshot: " << report::printable(out) << "/report.html (and "

@@ -6,17 +6,24 @@ test drives step by step through files, so that nothing here depends on the mach
     asks the start-up hook for PyTorch's view of the moment (the tests' stand-in PyTorch);
   - `vramtrace run --serve`: the page, /report.json of the moment and the final report once the
     job has ended; read-only (405), another Host refused on loopback (403), a token on every
-    address (403 without it); vramtrace ends with its command, with its exit status;
+    address (403 without it); vramtrace ends with its command, with its exit status; the
+    owner's requests (with the token) are answered while 106 other connections, from 101
+    addresses, trickle a byte at a time and reconnect when closed;
+  - `vramtrace snapshot` signals only a launcher of this vramtrace (another process named
+    vramtrace-* that holds the folder open, as a forged run marker may name, is refused and
+    lives on); planted entries (a link snapshot-999999999, a file, a zero-padded folder) change
+    neither the next snapshot's number nor the folder the command prints;
   - bad input, each a clear message and exit 2 with nothing lost: a port in use (before the
     command starts), an address after a bare --serve, a folder that is not a running run, a
     snapshot of a run that has ended or whose launcher is gone.
 Every wait is a poll with a generous bound; no sleep is an assertion. One bound is on time: a
 request behind another client's idle connections is answered within the server's read timeout.
-   live_test.py BUILD_DIR"""
+   live_test.py BUILD_DIR [CASE...]"""
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -499,12 +506,203 @@ def serve_bad_input(root):
     check(r.returncode == 3, "--serve, a command that exits 3: %d %r" % (r.returncode, r.stderr))
     print("--serve's bad input (port in use, --serve PORT, bad values) and exit status: checked")
 
+class Tricklers:
+    """Connections that each send one byte of a request every 0.5 s (within any read timeout),
+    never the end of its head nor the token, and connect again at once when the server closes
+    them: what any local user can aim at the page's server."""
+
+    def __init__(self, port, sources):
+        import threading
+        self.port, self.sources = port, sources
+        self.socks = [None] * len(sources)
+        self.connects = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def connect(self, i):
+        sk = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sk.settimeout(1)
+        try:
+            sk.bind((self.sources[i], 0))
+            sk.connect(("127.0.0.1", self.port))
+            sk.setblocking(False)
+            self.connects += 1
+        except OSError:
+            sk.close()
+            sk = None
+        self.socks[i] = sk
+
+    def run(self):
+        line = b"GET /report.json HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        sent = 0
+        while not self.stop.is_set():
+            for i in range(len(self.socks)):
+                if self.stop.is_set():
+                    break
+                if self.socks[i] is None:
+                    self.connect(i)
+                    continue
+                try:
+                    self.socks[i].send(line[sent % len(line):][:1])
+                except OSError:  # closed by the server: come back
+                    self.socks[i].close()
+                    self.connect(i)
+            sent += 1
+            self.stop.wait(0.5)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        for sk in self.socks:
+            if sk is not None:
+                sk.close()
+
+
+def serve_under_slow_clients(root):
+    """Any local user reaches 127.0.0.1 (and 127.0.0.2-101: Linux routes all of 127/8 to lo).
+    Connections that never finish a request nor show the token take none of the owner's places:
+    every request with the token is answered while 100 of them from 127.0.0.2-101 and 6 from
+    127.0.0.1 (the owner's own address) trickle on."""
+    job = Job(root, "slow", ["--serve"])
+    url = job.url()
+    check(url is not None, "--serve under slow clients: no URL")
+    if not url:
+        job.finish()
+        return
+    port = int(re.match(r"http://[^/]+:(\d+)/", url).group(1))
+    token = re.search(r"token=([0-9a-f]+)", url).group(1)
+    sources = ["127.0.0.%d" % (2 + i) for i in range(100)] + ["127.0.0.1"] * 6
+    slow = Tricklers(port, sources)
+    wait_until("106 slow connections open", lambda: slow.connects >= len(sources), timeout=60)
+    served, slowest = [], 0.0
+
+    def ask(path):
+        nonlocal slowest
+        asked = time.monotonic()
+        try:
+            # 10 s: a report of this moment on the stand-in takes well under a second, and the
+            # starved server never answers (it closes the owner's connection at once, or leaves
+            # it queued behind the slow ones for as long as they trickle).
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/%s?token=%s" % (path, token))
+            r = c.getresponse()
+            r.read()
+            c.close()
+            served.append((path, r.status))
+        except (OSError, http.client.HTTPException) as e:
+            served.append((path, type(e).__name__))
+        slowest = max(slowest, time.monotonic() - asked)
+
+    for path in ("report.json", "page.json", "", "report.json", "page.json", "report.html"):
+        ask(path)
+    # Once the slow connections have been closed and have come back (all of them, once each),
+    # the owner is served still.
+    wait_until("the slow connections closed and made again",
+               lambda: slow.connects >= 2 * len(sources), timeout=60)
+    for path in ("report.json", "page.json", "", "report.json", "page.json"):
+        ask(path)
+    slow.close()
+    check(served == [(p, 200) for p, _ in served],
+          "the owner's 11 requests under 106 slow connections: %d answered 200: %r"
+          % (sum(1 for _, s in served if s == 200), served))
+    # Without the token, a whole request is still answered (403), not dropped.
+    try:
+        s = request(url, path="report.json", token=False)[0]
+    except (OSError, http.client.HTTPException) as e:
+        s = type(e).__name__
+    check(s == 403, "a request without the token after the slow clients: %r" % s)
+    rc, err = job.finish()
+    check(rc == 0, "--serve under slow clients: exit %d (%r)" % (rc, err))
+    print("--serve: the owner served under 106 trickling connections: %d of %d (the slowest "
+          "in %.2f s; %d slow connections made)" % (sum(1 for _, s in served if s == 200),
+                                                     len(served), slowest, slow.connects))
+
+
+def snapshot_impostor(root):
+    """A run marker that names another process of the user: one whose executable is named
+    vramtrace-something and that holds the run folder open (a forged or stale marker may name
+    any). It is not this vramtrace: never signalled (SIGUSR2 would end it), one clear line."""
+    job = Job(root, "impostor-run")
+    impostor = os.path.join(root, "vramtrace-impostor")
+    shutil.copy("/bin/sh", impostor)
+    q = subprocess.Popen([impostor, "-c", 'exec 3<"$0"; echo ready; read line', job.out],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    check(q.stdout.readline() == "ready\n", "the impostor started")
+    marker_path = os.path.join(job.out, "vramtrace.run")
+    marker = vtrel.load(marker_path)
+    forged = dict(marker, pid=q.pid, launcher_start_ticks=start_ticks(q.pid))
+    os.chmod(marker_path, 0o600)
+    with open(marker_path, "w") as f:
+        json.dump(forged, f)
+    r = snapshot(job.out, "--timeout", "5")
+    check(r.returncode == 2 and r.stdout == "" and r.stderr ==
+          "vramtrace snapshot: pid %d, which %s/vramtrace.run names, runs %s, not this "
+          "vramtrace (%s): not signalled\n" % (q.pid, job.out, impostor, os.path.realpath(VT)),
+          "snapshot of a run whose marker names another program: %d %r"
+          % (r.returncode, r.stderr))
+    check(q.poll() is None, "the impostor was signalled: it ended with %r" % q.poll())
+    q.stdin.close()
+    q.wait(timeout=60)
+    with open(marker_path, "w") as f:
+        json.dump(marker, f)
+    rc, err = job.finish()
+    check(rc == 0, "the impostor's run: exit %d (%r)" % (rc, err))
+    print("snapshot of a marker naming another vramtrace-* program: refused, not signalled")
+
+
+def start_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def snapshot_numbering(root):
+    """Entries the launcher did not make, planted in the run folder, change neither the number
+    of the next snapshot nor the folder the command prints: a link snapshot-999999999 (which
+    made the next snapshot-1000000000, a name the command never lists), a file snapshot-3, a
+    folder snapshot-07 (not how the launcher writes 7)."""
+    job = Job(root, "numbering")
+    elsewhere = os.path.join(root, "elsewhere")
+    os.mkdir(elsewhere)
+    touch(elsewhere, "report.html")
+    os.symlink(elsewhere, os.path.join(job.out, "snapshot-999999999"))
+    os.symlink(elsewhere, os.path.join(job.out, "snapshot-2"))
+    touch(job.out, "snapshot-3")
+    os.mkdir(os.path.join(job.out, "snapshot-07"))
+    touch(os.path.join(job.out, "snapshot-07"), "report.html")
+    taken = []
+    for _ in range(3):
+        r = snapshot(job.out, "--timeout", "30")
+        taken.append((r.returncode, r.stdout.strip()))
+        if r.returncode != 0:
+            break
+    want = [(0, os.path.join(job.out, "snapshot-%d" % n)) for n in (1, 4, 5)]
+    check(taken == want, "snapshots beside planted entries: %r, not %r" % (taken, want))
+    for _, folder in taken:
+        check(os.path.isfile(os.path.join(folder, "report.html")) and
+              not os.path.islink(folder), "%s is a snapshot's folder" % folder)
+    check(os.listdir(elsewhere) == ["report.html"] and
+          os.readlink(os.path.join(job.out, "snapshot-999999999")) == elsewhere and
+          os.path.getsize(os.path.join(job.out, "snapshot-3")) == 0 and
+          os.listdir(os.path.join(job.out, "snapshot-07")) == ["report.html"],
+          "the planted entries are as they were")
+    check(not os.path.exists(os.path.join(job.out, "snapshot-1000000000")),
+          "a snapshot named past the numbers the command lists")
+    rc, err = job.finish()
+    check(rc == 0, "the numbering run: exit %d (%r)" % (rc, err))
+    print("snapshot numbering beside planted links, files and zero-padded folders: checked")
+
 
 def main():
     root = vtrel.temp_dir("vt-live-")
-    for case in (snapshots_and_signal, snapshot_torch, snapshot_bad_input, serve,
-                 serve_processes, serve_before_cuda, serve_token, serve_bad_input):
-        case(root)
+    cases = (snapshots_and_signal, snapshot_torch, snapshot_bad_input, snapshot_impostor,
+             snapshot_numbering, serve, serve_under_slow_clients, serve_processes,
+             serve_before_cuda, serve_token, serve_bad_input)
+    # live_test.py BUILD_DIR [CASE...]: only those cases (to look at one).
+    wanted = sys.argv[2:]
+    for case in cases:
+        if not wanted or case.__name__ in wanted:
+            case(root)
     vtrel.finish("cli live test")
 
 
