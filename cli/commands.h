@@ -43,6 +43,7 @@ struct Command {
 };
 
 Command add_run_command(CLI::App& app);       // cli/run.cpp
+Command add_plan_command(CLI::App& app);      // cli/run.cpp
 Command add_check_command(CLI::App& app);     // cli/check.cpp
 Command add_diff_command(CLI::App& app);      // cli/diff.cpp
 Command add_report_command(CLI::App& app);    // cli/report.cpp

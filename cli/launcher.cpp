@@ -242,6 +242,10 @@ int Launch::spawn() {
       if (stacks.torch == "sampled" || stacks.torch == "full")
         setenv(env::kTorchTrace, stacks.torch.c_str(), 1);
     }
+    if (options_.plan)
+      setenv(env::kPlan, "1", 1);
+    else
+      unsetenv(env::kPlan);
     std::vector<char*> argv;
     for (const auto& a : cmd_) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

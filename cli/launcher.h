@@ -44,6 +44,9 @@ struct LaunchOptions {
   std::string lib;  // empty: VRAMTRACE_LIB, or next to this program
   int grace_ms = 5000;
   StackOptions stacks;
+  // `vramtrace plan`: the hook stops each PyTorch process before its first training step, once
+  // the step is predicted (VRAMTRACE_PLAN).
+  bool plan = false;
 };
 
 class Launch {

@@ -1,6 +1,7 @@
 // The vramtrace command line: registers the subcommands and runs the one asked for.
 //
 //   run     cli/run.cpp (the launcher: cli/launcher.h)   a command, profiled, and its report
+//   plan    cli/run.cpp                                  a PyTorch job's first step, planned
 //   check   cli/check.cpp (the gate: cli/gate.h)         CI gate against a baseline
 //   diff    cli/diff.cpp                                 two runs compared
 //   report  cli/report.cpp                               traces to reports
@@ -40,15 +41,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("vramtrace ") + VRAMTRACE_VERSION);
 
   const std::vector<cli::Command> commands = {
-      cli::add_run_command(app),    cli::add_check_command(app),  cli::add_diff_command(app),
-      cli::add_report_command(app), cli::add_whatif_command(app), cli::add_snapshot_command(app)};
+      cli::add_run_command(app),     cli::add_plan_command(app),   cli::add_check_command(app),
+      cli::add_diff_command(app),    cli::add_report_command(app), cli::add_whatif_command(app),
+      cli::add_snapshot_command(app)};
 
   // CLI11 alone says "A subcommand is required" of a mistyped one, without naming the word.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(),
                    [&](const cli::Command& c) { return c.app->get_name() == argv[1]; })) {
     std::cerr << "vramtrace: '" << report::printable(argv[1])
-              << "' is not a vramtrace command: use run, check, diff, report, whatif or "
+              << "' is not a vramtrace command: use run, plan, check, diff, report, whatif or "
                  "snapshot (vramtrace --help)\n";
     return cli::kExitUsage;
   }

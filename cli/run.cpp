@@ -1,6 +1,10 @@
 // `vramtrace run [OPTIONS] [--] COMMAND...`: runs COMMAND under the launcher (cli/launcher.h),
 // writes its report, checks it against a baseline when asked, and exits as COMMAND did.
 // Options end at the first word of COMMAND, as with nsys and memray: what follows is COMMAND's.
+// `vramtrace plan [OPTIONS] [--] COMMAND...`: the same run, with the start-up hook told to stop
+// each PyTorch process before its first training step once that step is predicted on fake
+// tensors; the report holds the plan (collector/predict/plan.h), and it exits 0 when one was
+// made.
 #include <sys/wait.h>
 
 #include <cstring>
@@ -18,6 +22,7 @@ namespace vramtrace::cli {
 namespace {
 
 struct RunArgs {
+  const char* name = "run";  // the subcommand: "run" or "plan"
   LaunchOptions launch;
   CheckOptions check;
   bool no_progress = false;
@@ -46,6 +51,19 @@ std::vector<std::string> run_inputs(const RunArgs& a) {
   return out;
 }
 
+// `plan`'s exit: 0 when a process stopped for a plan (the report holds it), else, said, the
+// command's own (2 for a command that exited 0 without reaching a training step).
+int plan_exit(const nlohmann::json& report_json, int status, int written) {
+  const auto plan = report_json.find("plan");
+  if (plan != report_json.end() && plan->is_object() &&
+      !plan->value("processes", nlohmann::json()).empty())
+    return written;
+  std::cerr << "vramtrace plan: no process reached a training step (the first call of a module "
+               "with parameters in training mode, gradients on): no plan\n";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return kExitUsage;
+  return exit_as_command(status, written);
+}
+
 int run_command(const RunArgs& a) {
   CheckOptions check = a.check;
   check.force = a.launch.force;  // run's --force also replaces its CI files
@@ -70,6 +88,10 @@ int run_command(const RunArgs& a) {
   }
   if (a.cmd.empty()) {
     std::cerr << "command is required\nRun with --help for more information.\n";
+    return kExitUsage;
+  }
+  if (a.launch.plan && a.launch.stacks.torch == "off") {
+    std::cerr << "vramtrace plan: --torch=off leaves out the start-up hook that makes the plan\n";
     return kExitUsage;
   }
 
@@ -125,6 +147,7 @@ int run_command(const RunArgs& a) {
     server.reset();
   }
   const int status = launch.status();
+  if (a.launch.plan) return plan_exit(report_json, status, written);
   const bool command_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!check.baseline.empty() && command_ok && written == 0)
     return gate(baseline, report_json, check, "vramtrace run");
@@ -159,10 +182,10 @@ std::pair<int, bool> command_start(CLI::App* run, int argc, char** argv, int fir
   return {argc, false};
 }
 
-// The first word after the subcommand "run" (argv[i] == "run" with only options before it).
-int run_position(int argc, char** argv) {
+// The first word after the subcommand `name` (argv[i] == name with only options before it).
+int run_position(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "run") == 0) return i;
+    if (std::strcmp(argv[i], name) == 0) return i;
     if (argv[i][0] != '-') return 0;
   }
   return 0;
@@ -170,15 +193,25 @@ int run_position(int argc, char** argv) {
 
 }  // namespace
 
-Command add_run_command(CLI::App& app) {
+namespace {
+
+Command add_launch_command(CLI::App& app, bool plan) {
   auto args = std::make_shared<RunArgs>();
+  args->name = plan ? "plan" : "run";
   LaunchOptions& launch = args->launch;
+  launch.plan = plan;
   StackOptions& stacks = launch.stacks;
   auto* run = app.add_subcommand(
-      "run",
-      "Run a command under vramtrace and write its report: vramtrace run [OPTIONS] [--] "
-      "COMMAND [ARGS...]. Options end at the first word of COMMAND: what follows is the "
-      "command's.");
+      args->name,
+      plan ? "Plan a PyTorch training job's memory before it runs: vramtrace plan [OPTIONS] [--] "
+             "COMMAND [ARGS...] runs COMMAND as `run` does up to its first training step, "
+             "predicts that whole step on fake tensors (at its batch and its half, with bf16 "
+             "autocast, with checkpointing), ends the program (exit 0) before the step "
+             "allocates anything, and prints the plan: the step's peak against the limit, the "
+             "largest batch that fits, each remedy's peak. Options as run's."
+           : "Run a command under vramtrace and write its report: vramtrace run [OPTIONS] [--] "
+             "COMMAND [ARGS...]. Options end at the first word of COMMAND: what follows is the "
+             "command's.");
   run->add_option("-o,--output", launch.out_dir,
                   "Directory for report.json and the raw traces (default: a new "
                   "vramtrace-out/run-N); one that holds an earlier output needs --force")
@@ -233,7 +266,7 @@ Command add_run_command(CLI::App& app) {
 
   // `run`'s options end where its command begins: CLI11 sees only what comes before.
   auto words_for_cli11 = [args, run](int argc, char** argv) {
-    int at = run_position(argc, argv);
+    int at = run_position(argc, argv, args->name);
     if (at == 0) return argc;
     auto [start, dashes] = command_start(run, argc, argv, at + 1);
     for (int i = start; i < argc; ++i) args->cmd.push_back(argv[i]);
@@ -241,5 +274,10 @@ Command add_run_command(CLI::App& app) {
   };
   return {run, [args] { return run_command(*args); }, words_for_cli11};
 }
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) { return add_launch_command(app, false); }
+Command add_plan_command(CLI::App& app) { return add_launch_command(app, true); }
 
 }  // namespace vramtrace::cli

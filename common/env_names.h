@@ -48,6 +48,9 @@ inline constexpr char kTorchModules[] = "VRAMTRACE_TORCH_MODULES";  // every: no
 inline constexpr char kTorchLines[] = "VRAMTRACE_TORCH_LINES";
 // A file the launcher touches to ask for the allocator's trace of the moment (a live report).
 inline constexpr char kTorchLive[] = "VRAMTRACE_TORCH_LIVE";
+// `vramtrace plan`: "1", the hook predicts the first training step on fake tensors and ends the
+// process (status 0) before that step's forward runs.
+inline constexpr char kPlan[] = "VRAMTRACE_PLAN";
 
 // ---- read by the command-line tool -----------------------------------------------------------
 inline constexpr char kLib[] = "VRAMTRACE_LIB";

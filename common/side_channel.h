@@ -141,6 +141,12 @@ namespace vramtrace::side {
      end (gradients, optimizer state) have no "f". */                                              \
   X(PredictedRequest, "R", 2, Match, "bad predicted request",                                      \
     F(U64, step) T(op, 1) F(U64, block) F(U64, bytes) F(U64, module) T(phase, 1))                  \
+  /* `vramtrace plan` (VRAMTRACE_PLAN=1): the process stopped at time_ns, before the first         \
+     training forward (at batch `batch`) ran, its step predicted on fake tensors (N, V, R lines)   \
+     in spent_ns; rng_restored 1: the RNG states were read before the fake steps and put back;     \
+     loss: "model" (the model's own), "cross_entropy" or "sum" (assumed), "" (unknown). */         \
+  X(PlanStop, "Z", 2, Match, "bad plan stop",                                                      \
+    F(U64, time_ns) F(U64, batch) F(U64, spent_ns) F(U64, rng_restored) T(loss, 32))               \
   /* The file is complete: the trace's entries in all. */                                          \
   X(End, "END", 1, Unread, "", F(U64, entries))
 

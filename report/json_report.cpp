@@ -726,6 +726,7 @@ json to_json(const collector::RunAnalysis& a, const RunInfo& info) {
   report[field::growth] = growth_json(a.growth, origin);
   report["retained"] = retained_json(a.retained);
   report[field::diagnosis] = diagnosis_json(a.diagnosis);
+  if (!a.plans.empty()) report["plan"] = plan_json(a.plans, origin);
   return report;
 }
 

@@ -387,6 +387,77 @@ std::string warning_lines(const json& r) {
 }
 
 }  // namespace
+// `vramtrace plan`'s lines: per process stopped for a plan, the step's predicted peak against
+// the limit, the largest batch that fits, each remedy's peak, what the prediction could not see
+// and what the plan cost.
+std::string plan_lines(const json& r) {
+  std::string out;
+  if (!r.contains("plan")) return out;
+  const std::string head = "vramtrace: PLAN: ";
+  for (const json& p : r["plan"].value("processes", json::array())) {
+    const uint64_t batch = p.value("batch", uint64_t{0});
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "process %llu stopped before its first training step (batch %llu); the step "
+                  "was predicted on fake tensors in %.2f s; %s, the model and optimizer "
+                  "untouched\n",
+                  static_cast<unsigned long long>(p.value("pid", uint64_t{0})),
+                  static_cast<unsigned long long>(batch), p.value("fake_step_seconds", 0.0),
+                  p.value("rng_restored", false) ? "RNG states restored"
+                                                 : "RNG states not read (none to restore)");
+    out += head + line;
+    for (const json& d : p.value("devices", json::array())) {
+      const std::string dev = "device " + std::to_string(d.value("device", 0u)) + ": ";
+      if (!d.value("predicted", false)) {
+        out += head + dev + "no prediction: " + printable(d.value("error", std::string())) + "\n";
+        continue;
+      }
+      const uint64_t limit = d.value("limit_bytes", uint64_t{0});
+      const bool by_fraction =
+          d.contains("fraction_limit_bytes") && d["fraction_limit_bytes"].get<uint64_t>() < limit;
+      const uint64_t reserved = d.value("reserved_peak_bytes", uint64_t{0});
+      out += head + dev + "the whole step peaks at " +
+             human_bytes(d.value("peak_bytes", uint64_t{0})) + " (PyTorch reserved " +
+             human_bytes(reserved) + " + " + human_bytes(d.value("outside_bytes", uint64_t{0})) +
+             " outside PyTorch) against " +
+             (by_fraction ? "PyTorch's per-process fraction of " +
+                                human_bytes(d["fraction_limit_bytes"].get<uint64_t>())
+                          : "a limit of " + human_bytes(limit)) +
+             (d.value("fits", false)
+                  ? ": fits, " + human_bytes(d.value("free_bytes", uint64_t{0})) + " to spare\n"
+                  : ": will run out of memory, " + human_bytes(d.value("over_bytes", uint64_t{0})) +
+                        " over\n");
+      const json largest = d.value("largest_batch", json());
+      out +=
+          head + dev +
+          (largest.is_number() ? std::string("the largest batch that fits is ") +
+                                     (d.value("largest_batch_at_least", false) ? "at least " : "") +
+                                     std::to_string(largest.get<uint64_t>())
+                               : std::string("no batch fits, down to 1 % of this one")) +
+          " (this one: " + std::to_string(d.value("batch", batch)) + "; 1.5 % kept free)\n";
+      for (const json& m : d.value("remedies", json::array())) {
+        const std::string kind = m.value("kind", std::string());
+        const std::string what = kind == "smaller_batch"     ? "halve the batch"
+                                 : kind == "mixed_precision" ? "bf16 autocast"
+                                 : kind == "activation_checkpointing"
+                                     ? "checkpoint the repeated blocks"
+                                 : kind == "expandable_segments" ? "expandable_segments:True"
+                                                                 : printable(kind);
+        out +=
+            head + dev + "  " + what + ": " +
+            (m.value("replayed", false)
+                 ? "peak " + human_bytes(m.value("peak_bytes", uint64_t{0})) +
+                       (m.value("fits", false) ? " (fits)" : " (runs out)")
+                 : "not replayed: " + printable(m.value("not_replayed_because", std::string()))) +
+            "\n";
+      }
+    }
+    for (const json& u : p.value("unseen", json::array()))
+      out += head + "not seen: " + printable(u.get<std::string>()) + "\n";
+  }
+  return out;
+}
+
 
 std::string summary_text(const json& r) {
   std::string out;
@@ -397,6 +468,7 @@ std::string summary_text(const json& r) {
   out += oom_lines(r);
   out += diagnosis_lines(r);
   out += rank_line(r);
+  out += plan_lines(r);
   out += left_at_end_lines(r);
   out += growth_lines(r);
   out += warning_lines(r);

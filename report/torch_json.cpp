@@ -285,4 +285,55 @@ json diagnosis_json(const collector::Diagnosis& dg) {
   return j;
 }
 
+json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin) {
+  json processes = json::array();
+  for (const auto& pp : plans) {
+    json devices = json::array();
+    for (const auto& d : pp.devices) {
+      json dj = {{"device", d.device},
+                 {"batch", d.batch},
+                 {"predicted", d.predicted},
+                 {"predicted_batches", d.predicted_batches}};
+      if (!d.predicted) {
+        dj["error"] = d.error;
+        devices.push_back(std::move(dj));
+        continue;
+      }
+      dj["reserved_peak_bytes"] = d.reserved_peak_bytes;
+      dj["outside_bytes"] = d.outside_bytes;
+      dj["peak_bytes"] = d.peak_bytes;
+      dj["limit_bytes"] = d.limit_bytes;
+      dj["limit_source"] = d.limit_source;
+      if (d.fraction_limit_bytes) dj["fraction_limit_bytes"] = *d.fraction_limit_bytes;
+      dj["fits"] = d.fits;
+      dj["over_bytes"] = d.over_bytes;
+      dj["free_bytes"] = d.free_bytes;
+      dj["largest_batch"] = d.largest_batch ? json(*d.largest_batch) : json(nullptr);
+      dj["largest_batch_at_least"] = d.largest_at_least;
+      json remedies = json::array();
+      for (const auto& r : d.remedies) {
+        json rj = {{"kind", r.kind}, {"replayed", r.replayed}};
+        if (r.replayed) {
+          rj["peak_bytes"] = r.peak_bytes;
+          rj["fits"] = r.fits;
+        } else {
+          rj["not_replayed_because"] = r.not_replayed_because;
+        }
+        remedies.push_back(std::move(rj));
+      }
+      dj["remedies"] = std::move(remedies);
+      devices.push_back(std::move(dj));
+    }
+    processes.push_back({{"pid", pp.pid},
+                         {"batch", pp.batch},
+                         {"stopped_ns", pp.stopped_ns > origin ? pp.stopped_ns - origin : 0},
+                         {"fake_step_seconds", static_cast<double>(pp.spent_ns) / 1e9},
+                         {"rng_restored", pp.rng_restored},
+                         {"loss", pp.loss},
+                         {"unseen", pp.unseen},
+                         {"devices", std::move(devices)}});
+  }
+  return {{"processes", std::move(processes)}};
+}
+
 }  // namespace vramtrace::report

@@ -10,6 +10,7 @@
 #include "collector/analysis/run_diagnosis.h"
 #include "collector/analysis/torch_device.h"
 #include "collector/model/model.h"
+#include "collector/predict/plan.h"
 
 namespace vramtrace::report {
 
@@ -26,5 +27,9 @@ void add_torch_oom(nlohmann::json& oj, const collector::OomEvent& o,
 
 // The run's verdict, effective limit, cause and remedies.
 nlohmann::json diagnosis_json(const collector::Diagnosis& dg);
+
+// `vramtrace plan`'s "plan": each process the hook stopped before its first training step, and
+// each device's completed step replayed (collector/predict/plan.h). Times since `origin`.
+nlohmann::json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin);
 
 }  // namespace vramtrace::report

@@ -45,7 +45,10 @@ void left_at_end(RunAnalysis& a, const ProcessAnalysis& pa, uint32_t index, Devi
     kept = kept_across_iterations(*p.torch_memory, index, UINT64_MAX - 1);
     if (kept) kept_blocks = take_kept(*p.torch_memory, *kept, index, left.suspects);
   }
-  if (!pa.still_running) {
+  // `vramtrace plan` ended the process before its first step: what it held then (its model, its
+  // batch) was in use, not left behind.
+  const bool plan_stop = p.torch_context && p.torch_context->plan_stop;
+  if (!pa.still_running && !plan_stop) {
     for (SiteGroup& g : by_site(left.suspects, stacks))
       (died ? a.live_at_death : a.leaks).push_back({std::move(g), index, p.pid, std::nullopt});
     for (SiteGroup& g : by_site(kept_blocks, stacks))
@@ -218,6 +221,7 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
   std::stable_sort(a.leaks.begin(), a.leaks.end(), larger);
   std::stable_sort(a.live_at_death.begin(), a.live_at_death.end(), larger);
   a.diagnosis = diagnosis_of(a);
+  a.plans = plans_of(run);
   return a;
 }
 

@@ -25,6 +25,7 @@
 #include "collector/analysis/stacks.h"
 #include "collector/analysis/torch_device.h"
 #include "collector/model/model.h"
+#include "collector/predict/plan.h"
 
 namespace vramtrace::collector {
 
@@ -147,6 +148,8 @@ struct RunAnalysis {
   std::vector<GrowthOnDevice> growth;    // by process and device, fastest first in each
   std::vector<RetainedPool> retained;
   Diagnosis diagnosis;
+  // `vramtrace plan`: the processes the start-up hook stopped before their first training step.
+  std::vector<ProcessPlan> plans;
 };
 
 // `still_running`: the traces (paths) of processes that outlived the command and were still

@@ -666,6 +666,17 @@ void TorchTraceReader::add_before_window(uint32_t dev) {
     e.record.user_block = {pool, x.address, x.bytes, 0};
     e.record.time_ns = ts;
     trace_.events.push_back(std::move(e));
+bool TorchTraceReader::on(const side::PlanStop& z) {
+  TorchPlanStop stop;
+  stop.time_ns = z.time_ns - offset_;
+  stop.batch = z.batch;
+  stop.spent_ns = z.spent_ns;
+  stop.rng_restored = z.rng_restored != 0;
+  stop.loss = std::string(z.loss);
+  trace_.context.plan_stop = std::move(stop);
+  return true;
+}
+
     TorchBlock b{dev, x.address, x.bytes, ts, x.free_ns};
     b.before_window = true;
     ctx.blocks.push_back(b);

@@ -149,6 +149,15 @@ struct TorchPredictedStep {
 };
 
 struct TorchContext {
+// `vramtrace plan` stopped the process before its first training forward ran (a Z line).
+struct TorchPlanStop {
+  uint64_t time_ns = 0;  // monotonic
+  uint64_t batch = 0;
+  uint64_t spent_ns = 0;      // the fake steps' time
+  bool rng_restored = false;  // the RNG states were read before and put back after
+  std::string loss;           // "model", "cross_entropy", "sum", or "" unknown
+};
+
   bool present = false;              // a version 2 file: the hook recorded the program's context
   std::vector<TorchModule> modules;  // by id - 1
   std::vector<TorchSite> sites;      // by id - 1
@@ -172,6 +181,7 @@ struct TorchContext {
   std::map<uint32_t, uint64_t> dump_peaks;   // --torch=sampled: max_memory_allocated at the dump
   std::optional<TorchTraceCost> trace_cost;  // whether the trace was sampled, and why
 };
+  std::optional<TorchPlanStop> plan_stop;    // `vramtrace plan` stopped the process here
 
 // The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,
 // the highest the hook read) was reached, when it rose to it while the trace was off: the

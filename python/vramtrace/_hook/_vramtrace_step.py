@@ -31,6 +31,9 @@ import os
 import sys
 
 _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
+# The loss each fake step took ("model", "cross_entropy", "sum"), for `vramtrace plan` to say
+# when it was assumed.
+LOSSES = []
 
 
 class _Recorder:
@@ -172,6 +175,7 @@ def _loss_of(torch, out):
     a cross-entropy over the last dimension of its first floating output."""
     loss = getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor):
+        LOSSES.append("model")
         return loss
     first = None
     for leaf in _tensors(torch, out):
@@ -183,7 +187,9 @@ def _loss_of(torch, out):
     if first.dim() >= 2 and first.shape[-1] > 1:
         logits = first.reshape(-1, first.shape[-1])
         target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+        LOSSES.append("cross_entropy")
         return torch.nn.functional.cross_entropy(logits, target)
+    LOSSES.append("sum")
     return first.float().sum()
 
 
@@ -371,13 +377,25 @@ class _Prediction:
         # exit the model is usually gone), else only at the exit of a process that ran out.
         self.predict_always = os.environ.get("VRAMTRACE_TORCH_PREDICT") == "always"
         self.predict_pending = False
+        # `vramtrace plan` (VRAMTRACE_PLAN=1): the first training call is predicted and the
+        # process stopped before its forward runs (plan_stop).
+        self.plan = os.environ.get("VRAMTRACE_PLAN") == "1"
+        if self.plan:
+            self.want_call = True
+        self.plan_line = None      # the Z line, once stopped
+        self.rng_restored = False  # the last predict_steps put the RNG states back
+        self.dump_now = None       # writes the side channel now (set by sitecustomize)
 
     def capture_call(self, module, args, kwargs):
         """The first outermost call of a module with parameters on the main thread: what it was
         called with (shapes and dtypes, nothing kept alive) and how (training, grad, autocast)."""
+        if self.plan_line is not None and self.get_ident() == self.main:
+            self.plan_exit()  # the program caught the stop's SystemExit and went on
         if (self.stack or self.in_root or self.in_backward or self.get_ident() != self.main
                 or next(module.parameters(), None) is None):
             return
+        if self.plan and not (module.training and self.torch.is_grad_enabled()):
+            return  # an evaluation before training: the plan waits for a training step
         self.want_call = False
         try:
             call, batch = describe_call(self.torch, args, kwargs)
@@ -388,16 +406,71 @@ class _Prediction:
                 autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
             self.first_call = (self.weakref.ref(module), call, batch, module.training,
                                torch.is_grad_enabled(), autocast, self.now())
-        except Exception:
+        except Exception as ex:
             self.first_call = None
+            if self.plan:
+                self.predicted = ["N\t0\t1\t0\t0\t%d\tnot predicted: its arguments could "
+                                  "not be read: %s\n" % (self.now(), self.clean(str(ex))[:500])]
+        if self.plan:
+            self.plan_stop(module)
 
-    def predict_steps(self):
-        """At exit of a process that ran out of memory (or of any, with
-        VRAMTRACE_TORCH_PREDICT=always): the N, V and R lines of its first step run on fake
-        tensors: completed at the recorded batch and its half when the process never finished
-        it, and with the changes the report's remedies weigh (_vramtrace_step.py)."""
+    def plan_stop(self, module):
+        """`vramtrace plan`: the step the program is about to run predicted on fake tensors
+        (at its batch and its half, and with the remedies' changes), then the process ended
+        with status 0 before the forward runs: SystemExit(0), so that the exit handlers (this
+        hook's side channel, the preloaded library's trace) run as at any clean exit."""
+        import time
+        started = time.perf_counter_ns()
+        try:
+            self.module_id(module)  # its modules named (M lines) for the predicted requests
+        except Exception:
+            pass
         first = self.first_call
-        if first is None or self.predicted or not (self.oom_seen or self.predict_always):
+        batch = first[2] if first is not None else 0
+        del LOSSES[:]
+        if first is not None and not batch:
+            self.predicted = ["N\t0\t1\t0\t0\t%d\tnot predicted: the model was called with "
+                              "no tensor to take a batch from\n" % first[6]]
+        elif first is not None:
+            self.predict_steps(force=True)
+        spent = time.perf_counter_ns() - started
+        loss = LOSSES[0] if LOSSES else ""
+        self.plan_line = "Z\t%d\t%d\t%d\t%d\t%s\n" % (self.now(), batch, spent,
+                                                       1 if self.rng_restored else 0, loss)
+        # The side channel written now, as the allocator stands at the stop: what the program
+        # frees while SystemExit unwinds it (its model, its batch) is no part of the step
+        # planned, and the replay would take those frees for the step's.
+        if self.dump_now is not None:
+            self.dump_now()
+        self.want_call = True  # the next outermost call, if the program goes on, ends it
+        try:
+            sys.stderr.write(
+                "vramtrace plan: stopped before the first training step (batch %d): the step "
+                "was predicted on fake tensors in %.1f s; nothing of it ran\n"
+                % (batch, spent / 1e9))
+            sys.stderr.flush()
+        except Exception:
+            pass
+        raise SystemExit(0)
+
+    def plan_exit(self):
+        """The program caught the plan's SystemExit and called a module again: the process ends
+        at once, with status 0 still (the side channel was written at the stop)."""
+        try:
+            sys.stderr.flush()
+            sys.stdout.flush()
+        except Exception:
+            pass
+        os._exit(0)
+
+    def predict_steps(self, force=False):
+        """At exit of a process that ran out of memory (or of any, with
+        VRAMTRACE_TORCH_PREDICT=always; or, `force`, before the first step for `vramtrace
+        plan`): the N, V and R lines of its first step run on fake tensors: completed at the
+        recorded batch and its half when the process never finished it, and with the changes
+        the report's remedies weigh (_vramtrace_step.py)."""
+        first = self.first_call
+        if first is None or self.predicted or not (self.oom_seen or self.predict_always or force):
             return
         ref, call, batch, training, grad, autocast, t = first
         model = ref()
@@ -413,29 +486,36 @@ class _Prediction:
             cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         except Exception:
             pass
+        self.rng_restored = False
         try:
             self.predict_model(first, model)
         finally:
             try:
                 if rng is not None:
                     torch.set_rng_state(rng)
+                    if cuda_rng is not None or not torch.cuda.is_initialized():
+                        self.rng_restored = True
                 if cuda_rng is not None:
                     torch.cuda.set_rng_state_all(cuda_rng)
             except Exception:
-                pass
+                self.rng_restored = False
             if enabled:
                 self.set_enabled(True)
 
     def predict_model(self, first, model):
         ref, call, batch, training, grad, autocast, t = first
         try:
-            sys.stderr.write(
-                "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "
-                "VRAMTRACE_TORCH_PREDICT=off skips this)\n"
-                % (("the first step ran out of memory", "predict the rest of it and weigh the "
-                    "remedies") if not self.first_done else
-                   ("out of memory" if self.oom_seen else "VRAMTRACE_TORCH_PREDICT=always",
-                    "weigh the remedies")))
+            if self.plan:
+                sys.stderr.write("vramtrace plan: running the first training step on fake "
+                                 "tensors (a few seconds)\n")
+            else:
+                sys.stderr.write(
+                    "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "
+                    "VRAMTRACE_TORCH_PREDICT=off skips this)\n"
+                    % (("the first step ran out of memory", "predict the rest of it and weigh "
+                        "the remedies") if not self.first_done else
+                       ("out of memory" if self.oom_seen else "VRAMTRACE_TORCH_PREDICT=always",
+                        "weigh the remedies")))
         except Exception:
             pass
         try:

@@ -183,3 +183,5 @@ class _Writer:
         if self.exception:
             f.write(self.exception)
         f.write("".join(self.predicted))
+        if self.plan_line:
+            f.write(self.plan_line)

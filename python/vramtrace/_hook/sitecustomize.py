@@ -111,6 +111,9 @@ def _attach_torch(torch, out_dir, max_entries, state):
         try:
             from _vramtrace_context import _Context
             context = ctx["context"] = _Context(torch, _clean)
+            # `vramtrace plan`'s stop, when the program swallows its SystemExit, writes the
+            # side channel itself before os._exit.
+            context.dump_now = lambda: write("at the plan's stop")
             if not with_frames:
                 context.lines_between_phases(max_entries)
                 # The trace on in the sampled iterations only: --torch=sampled, or by default
@@ -139,6 +142,9 @@ def _attach_torch(torch, out_dir, max_entries, state):
 
     def at_exit():
         context = ctx.get("context")
+        if context is not None and context.plan_line and context.dump_now is not None:
+            state["done"] = True  # `vramtrace plan` stopped it: written at the stop
+            return
         if context is not None:
             context.at_exit()
         write("at exit")
