@@ -75,12 +75,13 @@ Damage damage_of(const collector::Run& run) {
   Damage d;
   d.problems = run.problems;
   for (const auto& p : run.processes) {
-    if (collector::replayable_devices(p).empty()) continue;
     const std::string& why = p.torch_trace_problem;
     // A ring that dropped its earliest entries is read to its end (the replay says what is
-    // lost); any other problem stopped the reading before the END line.
+    // lost); any other problem stopped the reading before the END line (a bad line before the
+    // first request leaves nothing to replay, and is said as what stopped it).
     if (!why.empty() && why.rfind("PyTorch's trace buffer", 0) != 0)
       d.cut.push_back("pid " + std::to_string(p.pid) + "'s PyTorch allocator trace: " + why);
+    if (collector::replayable_devices(p).empty()) continue;
     if (!p.problem.empty())
       d.cut.push_back("pid " + std::to_string(p.pid) + "'s trace: " + p.problem);
   }
@@ -239,9 +240,11 @@ bool replayable(const Damage& damage, bool allow_damaged) {
 }
 
 // Every replayable device of every process, replayed under `settings` (and the per-process
-// `fraction` of each device's capacity); false, said, when one cannot be.
+// `fraction` of each device's capacity); false, said, when one cannot be. What a replay could
+// not take as recorded is said on stderr and added to `problems`.
 bool replay_all(const collector::Run& run, const collector::WhatIfSettings& settings,
-                std::optional<double> fraction, bool max_batch, std::vector<Replayed>* out) {
+                std::optional<double> fraction, bool max_batch, std::vector<Replayed>* out,
+                std::vector<std::string>* problems) {
   for (const auto& p : run.processes) {
     for (uint32_t dev : collector::replayable_devices(p)) {
       Replayed x;
@@ -264,6 +267,11 @@ bool replay_all(const collector::Run& run, const collector::WhatIfSettings& sett
       if (!x.r.ok) {
         std::cerr << "vramtrace whatif: " << report::printable(x.r.error) << "\n";
         return false;
+      }
+      for (const auto& why : x.r.problems) {
+        problems->push_back("pid " + std::to_string(p.pid) + ", device " + std::to_string(dev) +
+                            ": " + why);
+        std::cerr << "vramtrace whatif: warning: " << report::printable(problems->back()) << "\n";
       }
       if (max_batch) {
         x.max_batch_asked = true;
@@ -310,13 +318,14 @@ int whatif_command(const WhatIfArgs& a) {
   const Damage damage = damage_of(run);
   if (!replayable(damage, a.allow_damaged)) return kExitUsage;
   std::vector<Replayed> out;
-  if (!replay_all(run, settings, fraction, a.max_batch, &out)) return kExitUsage;
+  std::vector<std::string> problems = damage.problems;
+  if (!replay_all(run, settings, fraction, a.max_batch, &out, &problems)) return kExitUsage;
   if (out.empty()) {
     std::cerr << only;
     return kExitUsage;
   }
   if (a.json) {
-    std::cout << report::whatif_json(out, damage.problems).dump(2) << "\n";
+    std::cout << report::whatif_json(out, problems).dump(2) << "\n";
   } else {
     for (const auto& x : out) print_text(x);
   }

@@ -22,6 +22,11 @@ constexpr size_t kMaxLine = 1 << 16;
 constexpr size_t kMaxNames = 1 << 20;
 // The most requests a predicted step may hold (a bad count is corruption, not a step).
 constexpr size_t kMaxRequests = 1 << 26;
+// More bytes than any device has (256 TiB): a block, a segment or a batch this large was never
+// made (a batch of B samples holds at least B bytes), and sums of such sizes cannot overflow.
+constexpr uint64_t kMaxBytes = 1ull << 48;
+// A request PyTorch's allocator failed on is an int64_t count of bytes.
+constexpr uint64_t kMaxRequestBytes = (1ull << 63) - 1;
 
 uint32_t clamp32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
 
@@ -114,8 +119,29 @@ void TorchTraceReader::dispatch(const side::Split& fields) {
       unknown(fields);  // not a line of this kind
     return;
   }
+  why_.clear();
   if (d == side::Decoded::Ok && on(l)) return;
-  if (spec.on_bad == side::OnBad::Stop || spec.on_bad == side::OnBad::Match) fail(spec.problem);
+  if (spec.on_bad == side::OnBad::Stop || spec.on_bad == side::OnBad::Match)
+    fail(why_.empty() ? std::string(spec.problem) : spec.problem + std::string(": ") + why_);
+}
+
+bool TorchTraceReader::bad(std::string why) {
+  why_ = std::move(why);
+  return false;
+}
+
+// A time of the hook's epoch clock on the header's monotonic one: false (said) for one before
+// the traced host booted (the header's two clocks' difference), where the monotonic clock
+// would wrap, and for one past what 64 bits of nanoseconds hold.
+bool TorchTraceReader::monotonic(uint64_t epoch, uint64_t per_unit, uint64_t* out) {
+  if (epoch > UINT64_MAX / per_unit)
+    return bad("time " + std::to_string(epoch) + " is past 2^64 ns");
+  const uint64_t ns = epoch * per_unit;
+  if (ns < offset_)
+    return bad("time " + std::to_string(epoch) + " is before the traced host started (its " +
+               "clocks in the header)");
+  *out = ns - offset_;
+  return true;
 }
 
 void TorchTraceReader::unknown(const side::Split& fields) {
@@ -174,6 +200,16 @@ void TorchTraceReader::pool_record(uint32_t device) {
 }
 
 bool TorchTraceReader::on(const side::Entry& e) {
+  uint64_t t = 0;
+  if (!monotonic(e.time_us, 1000, &t)) return false;
+  const std::string_view a = e.action;
+  if (a == "oom") {
+    if (e.bytes > kMaxRequestBytes)
+      return bad("a request of " + std::to_string(e.bytes) + " bytes (more than an int64_t)");
+  } else if (a == "alloc" || a == "free_completed" || a.rfind("segment_", 0) == 0) {
+    if (e.bytes == 0 || e.bytes > kMaxBytes)
+      return bad(std::string(a) + " of " + std::to_string(e.bytes) + " bytes");
+  }
   ++entries_;
   if (gap_end_.count(e.device)) close_gap(e.device);
   TorchEvent event;
@@ -192,7 +228,7 @@ bool TorchTraceReader::on(const side::Entry& e) {
 bool TorchTraceReader::entry_record(const side::Entry& e, TorchEvent* event) const {
   format::Record& r = event->record;
   const uint64_t pool = kTorchPoolBase + e.device;
-  r.time_ns = e.time_us * 1000 - offset_;
+  r.time_ns = e.time_us * 1000 - offset_;  // in range: on() checked it
   const std::string_view a = e.action;
   if (a == "segment_alloc" || a == "segment_free" || a == "segment_map" || a == "segment_unmap") {
     r.type = RecordType::UserSegment;
@@ -317,16 +353,19 @@ bool TorchTraceReader::on(const side::DumpBlock& a) {
 // ---- gaps: the trace off between the sampled iterations (--torch=sampled) ------------------
 
 bool TorchTraceReader::on(const side::GapStart& o) {
+  uint64_t t = 0;
+  if (!monotonic(o.time_us, 1000, &t)) return false;
   if (gap_end_.count(o.device)) close_gap(o.device);
-  const uint64_t t = o.time_us * 1000 - offset_;
   gap_start_[o.device] = {t, o.peak_bytes};
   return true;
 }
 
 bool TorchTraceReader::on(const side::GapEnd& u) {
+  uint64_t t = 0;
+  if (!monotonic(u.time_us, 1000, &t)) return false;
   if (gap_end_.count(u.device)) close_gap(u.device);
   GapEnd& g = gap_end_[u.device];
-  g.time_ns = u.time_us * 1000 - offset_;
+  g.time_ns = t;
   g.peak = u.peak_bytes;
   return true;
 }
@@ -562,6 +601,9 @@ bool TorchTraceReader::on(const side::AllocConf& c) {
 bool TorchTraceReader::on(const side::PredictedStep& n) {
   auto& steps = trace_.context.predicted_steps;
   if (n.id != steps.size() + 1 || n.id > kMaxNames) return false;
+  if (n.batch > kMaxBytes || n.recorded_batch > kMaxBytes)
+    return bad("a batch of " + std::to_string(std::max(n.batch, n.recorded_batch)) +
+               " samples (more than any device has bytes)");
   TorchPredictedStep step;
   step.device = n.device;
   step.id = n.id;
@@ -607,8 +649,29 @@ bool TorchTraceReader::on(const side::PredictedRequest& r) {
   if (r.step == 0 || r.step > steps.size() || steps[r.step - 1].status != "ok") return true;
   TorchPredictedStep& step = steps[r.step - 1];
   if (step.requests.size() >= kMaxRequests) return false;
+  // The hook numbers a step's blocks as it makes them: a block made out of turn, or freed
+  // before it was made, is not the hook's (and a number far past the count would size every
+  // replay's tables by it).
+  if (r.op == "a" && r.block != step.blocks + 1)
+    return bad("block " + std::to_string(r.block) + " made where block " +
+               std::to_string(step.blocks + 1) + " comes next");
+  if (r.op == "f" && r.block > step.blocks)
+    return bad("block " + std::to_string(r.block) + " freed before it was made");
+  if (r.bytes > kMaxBytes) return bad("a block of " + std::to_string(r.bytes) + " bytes");
+  step.blocks += r.op == "a";
   step.requests.push_back(
       {r.op == "f", r.block, r.bytes, static_cast<uint32_t>(r.module), r.phase[0]});
+  return true;
+}
+
+bool TorchTraceReader::on(const side::PlanStop& z) {
+  TorchPlanStop stop;
+  stop.time_ns = z.time_ns - offset_;
+  stop.batch = z.batch;
+  stop.spent_ns = z.spent_ns;
+  stop.rng_restored = z.rng_restored != 0;
+  stop.loss = std::string(z.loss);
+  trace_.context.plan_stop = std::move(stop);
   return true;
 }
 
@@ -666,17 +729,6 @@ void TorchTraceReader::add_before_window(uint32_t dev) {
     e.record.user_block = {pool, x.address, x.bytes, 0};
     e.record.time_ns = ts;
     trace_.events.push_back(std::move(e));
-bool TorchTraceReader::on(const side::PlanStop& z) {
-  TorchPlanStop stop;
-  stop.time_ns = z.time_ns - offset_;
-  stop.batch = z.batch;
-  stop.spent_ns = z.spent_ns;
-  stop.rng_restored = z.rng_restored != 0;
-  stop.loss = std::string(z.loss);
-  trace_.context.plan_stop = std::move(stop);
-  return true;
-}
-
     TorchBlock b{dev, x.address, x.bytes, ts, x.free_ns};
     b.before_window = true;
     ctx.blocks.push_back(b);

@@ -139,6 +139,7 @@ struct TorchPredictedStep {
   uint32_t device = 0;
   uint64_t id = 0, batch = 0, recorded_batch = 0;
   uint64_t time_ns = 0;  // when the real step began (its first forward), monotonic
+  uint64_t blocks = 0;   // blocks its requests make, numbered from 1 in the order made
   std::string status;    // "ok", or why the hook could not predict it
   // The change it was run with (a V line): "" the completion of the step the process never
   // finished; "none" the step as the program runs it (the reference for the changes);
@@ -148,7 +149,6 @@ struct TorchPredictedStep {
   std::vector<TorchPredictedRequest> requests;
 };
 
-struct TorchContext {
 // `vramtrace plan` stopped the process before its first training forward ran (a Z line).
 struct TorchPlanStop {
   uint64_t time_ns = 0;  // monotonic
@@ -158,6 +158,7 @@ struct TorchPlanStop {
   std::string loss;           // "model", "cross_entropy", "sum", or "" unknown
 };
 
+struct TorchContext {
   bool present = false;              // a version 2 file: the hook recorded the program's context
   std::vector<TorchModule> modules;  // by id - 1
   std::vector<TorchSite> sites;      // by id - 1
@@ -180,8 +181,8 @@ struct TorchPlanStop {
   std::vector<TorchGap> gaps;                       // in order of their starts
   std::map<uint32_t, uint64_t> dump_peaks;   // --torch=sampled: max_memory_allocated at the dump
   std::optional<TorchTraceCost> trace_cost;  // whether the trace was sampled, and why
-};
   std::optional<TorchPlanStop> plan_stop;    // `vramtrace plan` stopped the process here
+};
 
 // The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,
 // the highest the hook read) was reached, when it rose to it while the trace was off: the

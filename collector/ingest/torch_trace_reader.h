@@ -73,6 +73,10 @@ class TorchTraceReader {
   void line(std::string_view text);
   void header(std::string_view text);
   void fail(const std::string& why);
+  // A handler's refusal, with why the line is bad (added to its row's problem): false.
+  bool bad(std::string why);
+  // An epoch time of `per_unit` ns units onto the monotonic clock; false (bad()) when it cannot be.
+  bool monotonic(uint64_t epoch, uint64_t per_unit, uint64_t* out);
   void unknown(const side::Split& fields);
   // A line of one kind, read as common/side_channel.h declares it, then given to its handler.
   template <typename Line>
@@ -103,6 +107,7 @@ class TorchTraceReader {
   std::string pending_;  // a line without its newline yet
   bool header_read_ = false, v2_ = false, stopped_ = false, complete_ = false;
   uint64_t offset_ = 0;  // epoch - monotonic, ns
+  std::string why_;      // the handler's words for the line it refused ("": none)
   uint64_t lineno_ = 1, entries_ = 0;
   // What the E lines need of the lines before them.
   std::unordered_map<uint64_t, Frame> frames_;

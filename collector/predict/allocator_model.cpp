@@ -4,8 +4,11 @@
 #include "collector/predict/allocator_model.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace vramtrace::collector {
 
@@ -27,17 +30,54 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
-bool to_double(const std::string& s, double* v) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(*v);
+bool fail(std::string* error, const std::string& why) {
+  *error = why;
+  return false;
 }
 
-bool to_uint(const std::string& s, uint64_t* v) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 18)
-    return false;
-  *v = std::stoull(s);
+// A value's number as PyTorch 2.11's ConfigTokenizer reads it (toSizeT: std::stoull; toDouble:
+// std::stod): the number the text starts with, the rest ignored ("1e3" is 1, "128MiB" 128, a
+// '-' negates modulo 2^64 as strtoull does); no number at its start, or one out of range, is
+// an error that stops PyTorch. `read` says what was taken when it was not the whole text.
+bool torch_size(const std::string& key, const std::string& text, uint64_t* v, std::string* read,
+                std::string* error) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str())
+    return fail(error, "alloc-conf: " + key + ": '" + text + "' is not a number");
+  if (errno == ERANGE)
+    return fail(error, "alloc-conf: " + key + ": '" + text +
+                           "' is out of range (PyTorch refuses a number past 2^64 - 1)");
+  *v = x;
+  *read = *end ? " (PyTorch reads '" + text + "' as " + std::to_string(x) +
+                     ", the number it starts with)"
+               : "";
+  return true;
+}
+
+bool torch_double(const std::string& key, const std::string& text, double* v, std::string* read,
+                  std::string* error) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(text.c_str(), &end);
+  if (end == text.c_str())
+    return fail(error, "alloc-conf: " + key + ": '" + text + "' is not a number");
+  if (errno == ERANGE)
+    return fail(error, "alloc-conf: " + key + ": '" + text +
+                           "' is out of range of a double (PyTorch refuses it)");
+  *v = x;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  *read = *end ? " (PyTorch reads '" + text + "' as " + buf + ", the number it starts with)" : "";
+  return true;
+}
+
+// A True/False value (ConfigTokenizer::toBool: those two words exactly).
+bool torch_bool(const std::string& key, const std::string& value, bool* v, std::string* error) {
+  if (value != "True" && value != "False")
+    return fail(error, "alloc-conf: " + key + " takes True or False, not '" + value + "'");
+  *v = value == "True";
   return true;
 }
 
@@ -48,50 +88,46 @@ bool power_of_2_or_0(uint64_t v) { return (v & (v - 1)) == 0; }
 using KeyParser = bool (*)(const std::string& key, const std::string& value, AllocatorSettings& s,
                            std::string* error);
 
-bool fail(std::string* error, const std::string& why) {
-  *error = why;
-  return false;
-}
-
-bool parse_expandable(const std::string&, const std::string& value, AllocatorSettings& s,
+bool parse_expandable(const std::string& key, const std::string& value, AllocatorSettings& s,
                       std::string* error) {
-  if (value != "True" && value != "False")
-    return fail(error, "alloc-conf: expandable_segments takes True or False, not '" + value + "'");
-  s.expandable_segments = value == "True";
-  return true;
+  return torch_bool(key, value, &s.expandable_segments, error);
 }
 
-// max_split_size_mb, max_non_split_rounding_mb.
+// max_split_size_mb, max_non_split_rounding_mb: at least kLargeBuffer (20 MiB), and no more
+// MiB than a size_t holds in bytes (AcceleratorAllocatorConfig::parseMaxSplitSize).
 bool parse_mib_limit(const std::string& key, const std::string& value, AllocatorSettings& s,
                      std::string* error) {
-  double d = 0;
-  // CUDAAllocatorConfig: both must exceed kLargeBuffer (20 MiB).
-  if (!to_double(value, &d) || d <= 20)
+  uint64_t mib = 0;
+  std::string read;
+  if (!torch_size(key, value, &mib, &read, error)) return false;
+  if (mib < (kLargeBuffer >> 20))
     return fail(error,
-                "alloc-conf: " + key + " must be a number of MiB above 20, not '" + value + "'");
-  const uint64_t bytes = d >= static_cast<double>(UINT64_MAX >> 21)
-                             ? UINT64_MAX
-                             : static_cast<uint64_t>(d) * 1048576ull;
-  (key == "max_split_size_mb" ? s.max_split_size : s.max_non_split_rounding) = bytes;
+                "alloc-conf: " + key + " must be at least 20 (MiB), not '" + value + "'" + read);
+  (key == "max_split_size_mb" ? s.max_split_size : s.max_non_split_rounding) =
+      std::min<uint64_t>(mib, UINT64_MAX >> 20) << 20;
   return true;
 }
 
-bool parse_gc_threshold(const std::string&, const std::string& value, AllocatorSettings& s,
+bool parse_gc_threshold(const std::string& key, const std::string& value, AllocatorSettings& s,
                         std::string* error) {
   double d = 0;
-  if (!to_double(value, &d) || d <= 0 || d >= 1)
-    return fail(error,
-                "alloc-conf: garbage_collection_threshold must be in (0, 1), not '" + value + "'");
+  std::string read;
+  if (!torch_double(key, value, &d, &read, error)) return false;
+  if (!(d > 0 && d < 1))
+    return fail(error, "alloc-conf: garbage_collection_threshold must be in (0, 1), not '" + value +
+                           "'" + read);
   s.garbage_collection_threshold = d;
   return true;
 }
 
-bool parse_fraction(const std::string&, const std::string& value, AllocatorSettings& s,
+bool parse_fraction(const std::string& key, const std::string& value, AllocatorSettings& s,
                     std::string* error) {
   double d = 0;
-  if (!to_double(value, &d) || d <= 0 || d > 1)
-    return fail(error,
-                "alloc-conf: per_process_memory_fraction must be in (0, 1], not '" + value + "'");
+  std::string read;
+  if (!torch_double(key, value, &d, &read, error)) return false;
+  if (!(d > 0 && d <= 1))
+    return fail(error, "alloc-conf: per_process_memory_fraction must be in (0, 1], not '" + value +
+                           "'" + read);
   s.per_process_memory_fraction = d;
   return true;
 }
@@ -113,17 +149,24 @@ bool parse_roundup_list(const std::string& value, AllocatorSettings& s, std::str
     if (e.empty()) continue;
     size_t c2 = e.find(':');
     uint64_t n = 0, mb = 0;
-    if (c2 == std::string::npos || !to_uint(trim(e.substr(c2 + 1)), &n) || !power_of_2_or_0(n))
+    std::string read;
+    const std::string key = "roundup_power2_divisions";
+    if (c2 == std::string::npos)
       return fail(error, "alloc-conf: roundup_power2_divisions entry '" + e +
                              "': SIZE_MB:DIVISIONS, divisions a power of 2 or 0");
+    if (!torch_size(key, trim(e.substr(c2 + 1)), &n, &read, error)) return false;
+    if (!power_of_2_or_0(n))
+      return fail(error, "alloc-conf: roundup_power2_divisions entry '" + e +
+                             "': divisions must be a power of 2 or 0" + read);
     const std::string k = trim(e.substr(0, c2));
     if (k == ">") {
       std::fill(div.begin() + static_cast<std::ptrdiff_t>(first ? 0 : last + 1), div.end(), n);
       continue;
     }
-    if (!to_uint(k, &mb) || mb == 0 || !power_of_2_or_0(mb))
+    if (!torch_size(key, k, &mb, &read, error)) return false;
+    if (mb == 0 || !power_of_2_or_0(mb))
       return fail(error, "alloc-conf: roundup_power2_divisions size '" + k +
-                             "' must be a power of 2 (MiB)");
+                             "' must be a power of 2 (MiB)" + read);
     size_t index = std::min<size_t>(63 - __builtin_clzll(mb), kRoundUpIntervals - 1);
     if (first)
       std::fill(div.begin(), div.begin() + static_cast<std::ptrdiff_t>(index), n);
@@ -141,9 +184,12 @@ bool parse_roundup(const std::string&, const std::string& value, AllocatorSettin
                    std::string* error) {
   if (!value.empty() && value.front() == '[') return parse_roundup_list(value, s, error);
   uint64_t u = 0;
-  if (!to_uint(value, &u) || !power_of_2_or_0(u))
-    return fail(error, "alloc-conf: roundup_power2_divisions must be a power of 2 or 0, not '" +
-                           value + "'");
+  std::string read;
+  if (!torch_size("roundup_power2_divisions", value, &u, &read, error)) return false;
+  // One number for every interval: a power of 2 (PyTorch takes 0 in the list form only).
+  if (u == 0 || !power_of_2_or_0(u))
+    return fail(error, "alloc-conf: roundup_power2_divisions must be a power of 2, not '" + value +
+                           "'" + read);
   s.roundup_power2_divisions.fill(u);
   return true;
 }
@@ -158,8 +204,32 @@ bool parse_backend(const std::string&, const std::string& value, AllocatorSettin
   return true;
 }
 
-// Taken and left alone: they change neither what the device's memory holds nor when.
-bool no_effect(const std::string&, const std::string&, AllocatorSettings&, std::string*) {
+// Taken and left alone: they change neither what the device's memory holds nor when. Their
+// values are checked as PyTorch checks them (it refuses to start on a bad one).
+bool no_effect_bool(const std::string& key, const std::string& value, AllocatorSettings&,
+                    std::string* error) {
+  bool ignored = false;
+  return torch_bool(key, value, &ignored, error);
+}
+bool no_effect_threads(const std::string& key, const std::string& value, AllocatorSettings&,
+                       std::string* error) {
+  uint64_t n = 0;
+  std::string read;
+  if (!torch_size(key, value, &n, &read, error)) return false;
+  // A power of 2, at most pinned_max_register_threads() (128).
+  if (n == 0 || !power_of_2_or_0(n) || n > 128)
+    return fail(error, "alloc-conf: " + key + " must be a power of 2 up to 128, not '" + value +
+                           "'" + read);
+  return true;
+}
+bool no_effect_mib(const std::string& key, const std::string& value, AllocatorSettings&,
+                   std::string* error) {
+  uint64_t n = 0;
+  std::string read;
+  if (!torch_size(key, value, &n, &read, error)) return false;
+  if (n == 0)
+    return fail(error,
+                "alloc-conf: " + key + " must be more than 0 (MiB), not '" + value + "'" + read);
   return true;
 }
 
@@ -172,36 +242,64 @@ const ConfKey kConfKeys[] = {
     {"backend", parse_backend},
     {"expandable_segments", parse_expandable},
     {"garbage_collection_threshold", parse_gc_threshold},
-    {"graph_capture_record_stream_reuse", no_effect},
+    {"graph_capture_record_stream_reuse", no_effect_bool},
     {"max_non_split_rounding_mb", parse_mib_limit},
     {"max_split_size_mb", parse_mib_limit},
     {"per_process_memory_fraction", parse_fraction},
-    {"pinned_num_register_threads", no_effect},
-    {"pinned_reserve_segment_size_mb", no_effect},
-    {"pinned_use_background_threads", no_effect},
-    {"pinned_use_cuda_host_register", no_effect},
-    {"release_lock_on_cudamalloc", no_effect},
+    {"pinned_num_register_threads", no_effect_threads},
+    {"pinned_reserve_segment_size_mb", no_effect_mib},
+    {"pinned_use_background_threads", no_effect_bool},
+    {"pinned_use_cuda_host_register", no_effect_bool},
+    {"release_lock_on_cudamalloc", no_effect_bool},
     {"roundup_power2_divisions", parse_roundup},
 };
 
-// key:value pairs separated by commas; roundup_power2_divisions's list ([256:1,>:8]) has
-// commas inside its brackets (CUDAAllocatorConfig::lexArgs).
-std::vector<std::string> conf_items(const std::string& conf) {
-  std::vector<std::string> items;
+// PyTorch's ConfigTokenizer: ',', ':', '[' and ']' each a token, the text between them the
+// others, whitespace dropped wherever it is ("max_split_size_mb: 1 28" is 128).
+std::vector<std::string> conf_tokens(const std::string& conf) {
+  std::vector<std::string> out;
   std::string cur;
-  int depth = 0;
   for (char c : conf) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if ((c == ',' || c == ' ') && depth == 0) {
-      if (!trim(cur).empty()) items.push_back(trim(cur));
+    if (c == ',' || c == ':' || c == '[' || c == ']') {
+      if (!cur.empty()) out.push_back(std::move(cur));
       cur.clear();
-    } else {
+      out.emplace_back(1, c);
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
       cur += c;
     }
   }
-  if (!trim(cur).empty()) items.push_back(trim(cur));
-  return items;
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+bool separator(const std::string& t) { return t == "," || t == ":" || t == "[" || t == "]"; }
+
+// KEY:VALUE items separated by commas (a trailing comma allowed, as PyTorch's loop allows it);
+// a VALUE is one token or a bracketed list (roundup_power2_divisions's [256:1,>:8]), given
+// back as its text.
+bool conf_items(const std::string& conf, std::vector<std::pair<std::string, std::string>>* items,
+                std::string* error) {
+  const std::vector<std::string> t = conf_tokens(conf);
+  for (size_t i = 0; i < t.size();) {
+    const std::string& key = t[i];
+    if (separator(key) || i + 2 >= t.size() || t[i + 1] != ":")
+      return fail(error,
+                  "alloc-conf: '" + conf + "' is not KEY:VALUE,KEY:VALUE... (at '" + key + "')");
+    std::string value = t[i + 2];
+    i += 3;
+    if (value == "[") {
+      while (i < t.size() && t[i] != "]") value += t[i++];
+      if (i == t.size())
+        return fail(error, "alloc-conf: " + key + ": '" + value + "' has no closing ']'");
+      value += t[i++];
+    } else if (separator(value)) {
+      return fail(error, "alloc-conf: " + key + " has no value");
+    }
+    items->emplace_back(key, value);
+    if (i < t.size() && t[i++] != ",")
+      return fail(error, "alloc-conf: a ',' between items, not '" + t[i - 1] + "' after " + key);
+  }
+  return true;
 }
 
 }  // namespace
@@ -217,11 +315,9 @@ const std::vector<std::string>& alloc_conf_keys() {
 
 bool parse_alloc_conf(const std::string& conf, AllocatorSettings* out, std::string* error) {
   AllocatorSettings s = *out;
-  for (const auto& item : conf_items(conf)) {
-    const size_t colon = item.find(':');
-    if (colon == std::string::npos)
-      return fail(error, "alloc-conf: '" + item + "' is not KEY:VALUE");
-    const std::string key = trim(item.substr(0, colon)), value = trim(item.substr(colon + 1));
+  std::vector<std::pair<std::string, std::string>> items;
+  if (!conf_items(conf, &items, error)) return false;
+  for (const auto& [key, value] : items) {
     const ConfKey* found = nullptr;
     for (const ConfKey& k : kConfKeys)
       if (key == k.name) found = &k;

@@ -31,9 +31,17 @@ bool resolve_settings(const TorchContext& ctx, uint32_t device, const WhatIfSett
   bool any_map = false;
   for (const auto& x : ctx.reserves) any_map |= x.device == device && x.map;
   if (ctx.alloc_conf) {
-    std::string ignored;
+    std::string why;
     AllocatorSettings rec;
-    if (parse_alloc_conf(*ctx.alloc_conf, &rec, &ignored)) s = rec;
+    // PyTorch refuses settings it cannot read, so a run went on under these only if they are
+    // right: one this model cannot read is not what ran (a damaged line, or a setting of a
+    // later PyTorch), and a replay under the defaults instead is said to be one.
+    if (parse_alloc_conf(*ctx.alloc_conf, &rec, &why))
+      s = rec;
+    else
+      r.problems.push_back("the run's recorded allocator settings '" + *ctx.alloc_conf +
+                           "' cannot be read (" + why +
+                           "): replayed under PyTorch's defaults, which are not what ran");
     r.recorded_conf = *ctx.alloc_conf;
     r.conf_source = "recorded";
   } else if (any_map) {
@@ -129,6 +137,21 @@ WhatIfOom oom_of(const Request& q, uint64_t index, const CachingAllocatorModel& 
   return o;
 }
 
+// CUDA aligns every allocation to 256 bytes at least and PyTorch's blocks are multiples of 512
+// inside its segments: a block elsewhere is no allocator's, and the trace is not as PyTorch
+// wrote it (the replay, which pairs blocks by address only, cannot tell what else changed).
+std::vector<std::string> unaligned_blocks(const TorchContext& ctx, uint32_t device) {
+  uint64_t count = 0, first = 0;
+  for (const TorchBlock& b : ctx.blocks)
+    if (b.device == device && b.address % 256 != 0 && !count++) first = b.address;
+  if (!count) return {};
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(first));
+  return {std::to_string(count) + " of PyTorch's recorded blocks are at addresses no CUDA " +
+          "allocation has (not a multiple of 256; the first at " + hex +
+          "): the trace is not as PyTorch wrote it"};
+}
+
 // The loop: each request in order through the model, until the first it cannot serve.
 void run_stream(const RequestStream& s, CachingAllocatorModel& model, const Steps& background,
                 const TorchMemory* tm, const TorchContext& ctx, WhatIfResult& r) {
@@ -189,6 +212,7 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
       (ctx.torch_version.empty() ? std::string("(version not recorded)") : ctx.torch_version);
   if (tm && &tm->context() != &ctx) tm = nullptr;  // the categories must be of these blocks
 
+  r.problems = unaligned_blocks(ctx, device);
   RequestStream s = recorded_stream(ctx, tm, device);
   r.window_lost = s.window_lost;
   r.trace_sampled = s.trace_sampled;
@@ -214,6 +238,7 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
   s = predicted ? completed_stream(s, ctx, device, settings.scale_batch)
                 : scale_batch(std::move(s), settings.scale_batch);
   r.completion = s.completion;
+  r.problems.insert(r.problems.end(), s.problems.begin(), s.problems.end());
   if (settings.transform) {
     r.error = settings.transform(s);
     if (!r.error.empty()) return r;

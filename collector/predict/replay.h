@@ -100,6 +100,9 @@ struct WhatIfResult {
   // they pass the limits.
   std::optional<FakeStepChange> fake_step_change;
   bool over_limit = false;
+  // What of the run's side channel the replay could not take as recorded (a recorded setting
+  // PyTorch would not have run under, two predicted steps at one batch), and what it did instead.
+  std::vector<std::string> problems;
   bool fits() const { return ok && !oom && !over_limit; }
 };
 

@@ -110,7 +110,11 @@ RequestStream scale_batch(RequestStream s, double scale) {
 
 namespace {
 
-std::vector<const TorchPredictedStep*> predicted_steps(const TorchContext& ctx, uint32_t device) {
+// The steps that complete an unfinished one, by batch. Two at one batch cannot both be the
+// step at that batch (and would divide the interpolation between them by zero): the first is
+// kept, the others are said in `problems`.
+std::vector<const TorchPredictedStep*> predicted_steps(const TorchContext& ctx, uint32_t device,
+                                                       std::vector<std::string>* problems) {
   std::vector<const TorchPredictedStep*> out;
   for (const auto& st : ctx.predicted_steps)
     if (st.device == device && st.status == "ok" && !st.requests.empty() && st.batch &&
@@ -118,6 +122,19 @@ std::vector<const TorchPredictedStep*> predicted_steps(const TorchContext& ctx, 
       out.push_back(&st);
   std::stable_sort(out.begin(), out.end(),
                    [](const auto* a, const auto* b) { return a->batch < b->batch; });
+  size_t kept = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (kept && out[kept - 1]->batch == out[i]->batch) {
+      if (problems)
+        problems->push_back(
+            "the start-up hook's predicted steps " + std::to_string(out[kept - 1]->id) + " and " +
+            std::to_string(out[i]->id) + " are both at batch " + std::to_string(out[i]->batch) +
+            ": step " + std::to_string(out[i]->id) + " is left out");
+      continue;
+    }
+    out[kept++] = out[i];
+  }
+  out.resize(kept);
   return out;
 }
 
@@ -129,10 +146,11 @@ TorchPhase phase_of(char p) {
 // each request's size can be read as a function of the batch.
 bool aligned(const std::vector<const TorchPredictedStep*>& steps) {
   if (steps.size() < 2) return false;
+  for (size_t i = 1; i < steps.size(); ++i)
+    if (!(static_cast<double>(steps[i - 1]->batch) < static_cast<double>(steps[i]->batch)))
+      return false;  // the interpolation divides by the batches' difference
   for (const auto* st : steps) {
-    if (st->requests.size() != steps[0]->requests.size() ||
-        (st != steps[0] && st->batch == steps[0]->batch))
-      return false;
+    if (st->requests.size() != steps[0]->requests.size()) return false;
     for (size_t i = 0; i < st->requests.size(); ++i) {
       const auto &a = st->requests[i], &b = steps[0]->requests[i];
       if (a.free != b.free || a.block != b.block || a.module != b.module || a.phase != b.phase)
@@ -192,12 +210,15 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
 // made it -> temporaries, made in the backward and kept -> gradients, in the step and kept ->
 // optimizer state.
 std::vector<Category> categories_of(const TorchPredictedStep& st) {
-  std::map<uint64_t, std::pair<char, char>> life;  // block -> (made in, freed in; 0: never)
+  // By block number (the reader keeps them below the count of requests).
+  uint64_t most = 0;
+  for (const auto& r : st.requests) most = std::max(most, r.block);
+  std::vector<std::pair<char, char>> life(most + 1, {0, 0});  // (made in, freed in; 0: never)
   for (const auto& r : st.requests) {
     if (!r.free)
       life[r.block] = {r.phase, 0};
-    else if (auto it = life.find(r.block); it != life.end())
-      it->second.second = r.phase;
+    else if (life[r.block].first)
+      life[r.block].second = r.phase;
   }
   auto forward = [](char p) { return p == 'f' || p == 'l'; };
   std::vector<Category> out;
@@ -255,12 +276,13 @@ Request predicted_request(const TorchPredictedRequest& r, const TorchContext& ct
 }
 
 bool has_predicted_step(const TorchContext& ctx, uint32_t device) {
-  return !predicted_steps(ctx, device).empty();
+  return !predicted_steps(ctx, device, nullptr).empty();
 }
 
 RequestStream completed_stream(const RequestStream& recorded, const TorchContext& ctx,
                                uint32_t device, double scale) {
-  const auto steps = predicted_steps(ctx, device);
+  std::vector<std::string> problems;
+  const auto steps = predicted_steps(ctx, device, &problems);
   if (steps.empty()) return scale_batch(recorded, scale);
   const TorchPredictedStep& first = *steps[0];
   const uint64_t t0 = first.time_ns;
@@ -358,6 +380,7 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
     out.requests.push_back(q);
   }
   out.completion = std::move(c);
+  out.problems = std::move(problems);
   return out;
 }
 

@@ -55,6 +55,8 @@ struct RequestStream {
   bool trace_sampled = false;     // the trace was off between sampled iterations (gaps)
   bool categorized = false;       // categories known (the hook's context)
   std::optional<Completion> completion;
+  // What of the side channel the stream could not take as written, and what it did instead.
+  std::vector<std::string> problems;
 };
 
 // The recorded requests of `device` (`tm`, when not null and of `ctx`, gives their
