@@ -429,8 +429,9 @@ class _Prediction:
         batch = first[2] if first is not None else 0
         del LOSSES[:]
         if first is not None and not batch:
-            self.predicted = ["N\t0\t1\t0\t0\t%d\tnot predicted: the model was called with "
-                              "no tensor to take a batch from\n" % first[6]]
+            self.predicted = ["N\t0\t1\t0\t0\t%d\t%s\n" % (
+                first[6], "not predicted: the model was called with no tensor to take a batch "
+                "from")]
         elif first is not None:
             self.predict_steps(force=True)
         spent = time.perf_counter_ns() - started
