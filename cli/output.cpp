@@ -387,40 +387,12 @@ bool output_file_allowed(const std::string& path, const char* option, bool force
 }
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool* ok) {
-  std::vector<std::string> out;
-  *ok = true;
-  std::set<std::pair<dev_t, ino_t>> seen;  // one file named twice (or through a link) counts once
-  auto add = [&](const std::string& path) {
-    struct stat st {};
-    if (stat(path.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
-      std::cerr << "vramtrace: " << report::printable(path)
-                << ": the same trace as one given before: counted once\n";
-      return;
-    }
-    out.push_back(path);
-  };
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    if (fs::is_directory(in, ec)) {
-      std::vector<std::string> found;
-      for (const auto& entry : fs::directory_iterator(in, ec))
-        if (entry.path().extension() == ".vtrace" || collector::is_side_channel(entry.path()))
-          found.push_back(entry.path().string());
-      std::sort(found.begin(), found.end());
-      if (found.empty()) {
-        std::cerr << "vramtrace: " << report::printable(in)
-                  << ": no .vtrace files in this directory\n";
-        *ok = false;
-      }
-      for (const auto& f : found) add(f);
-    } else if (fs::exists(in, ec)) {
-      add(in);
-    } else {
-      std::cerr << "vramtrace: " << report::printable(in) << ": no such file or directory\n";
-      *ok = false;
-    }
-  }
-  return out;
+  collector::RunInputs in = collector::run_inputs(inputs);
+  for (const auto& note : in.notes) std::cerr << "vramtrace: " << report::printable(note) << "\n";
+  for (const auto& error : in.errors)
+    std::cerr << "vramtrace: " << report::printable(error) << "\n";
+  *ok = in.errors.empty();
+  return in.files;
 }
 
 }  // namespace vramtrace::cli

@@ -35,9 +35,7 @@ int write_reports(const std::vector<std::string>& traces, const std::string& out
   // only a header: the process was cut off before its first write): there is no report to
   // write, and "no device memory was used" would be a false answer.
   if (info.command.empty() && !traces.empty()) {
-    bool anything = false;
-    for (const auto& p : run.processes) anything = anything || p.has_process_record || p.events;
-    if (!anything) {
+    if (!run.anything_read()) {
       for (const auto& problem : run.problems)
         std::cerr << "vramtrace report: " << report::printable(problem) << "\n";
       std::cerr << "vramtrace report: nothing could be read from the input: no report written\n";

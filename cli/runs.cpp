@@ -80,11 +80,7 @@ std::map<std::string, std::vector<std::string>> runs_of(const std::vector<std::s
 bool input_is_one_run(const std::string& path, const char* who) {
   std::error_code ec;
   if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "report.json", ec)) return true;
-  std::vector<std::string> traces;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
-  std::sort(traces.begin(), traces.end());
-  const auto runs = runs_of(traces);
+  const auto runs = runs_of(collector::run_inputs({path}).files);
   if (runs.size() <= 1) return true;
   refuse_runs(who, runs,
               "report them with `vramtrace report --merge`, and give the report instead");

@@ -67,4 +67,18 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string printable_lines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    const bool newline = end != std::string_view::npos;
+    if (!newline) end = text.size();
+    out += printable(text.substr(start, end - start));
+    if (newline) out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace vramtrace

@@ -13,4 +13,11 @@ namespace vramtrace {
 // be read as one by a CI runner (a leading "::" is written "\x3a:").
 std::string printable(std::string_view s);
 
+// A whole text output (the summary, check's and diff's text, the Markdown of a CI job page):
+// each of its lines made printable() and its line breaks kept. Every text output passes through
+// it as it is handed out, so a string from the program that one formatter forgot to escape still
+// cannot reach a terminal or a CI log raw. printable() leaves text that is already printable as
+// it is, so strings escaped on the way in are not escaped twice.
+std::string printable_lines(std::string_view text);
+
 }  // namespace vramtrace

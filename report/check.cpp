@@ -58,7 +58,7 @@ std::string check_text(const CheckResult& r) {
         "whole measurement of the baseline's command\n";
   if (r.passed())
     out += "vramtrace check: PASSED: " + std::to_string(r.rows.size()) + " within budget\n";
-  return out;
+  return printable_lines(out);
 }
 
 std::string failure_markdown(const std::string& why) {
@@ -190,7 +190,7 @@ std::string check_markdown(const CheckResult& r) {
              std::to_string(c.changes[i].baseline_count) + " -> " +
              std::to_string(c.changes[i].candidate_count) + " allocations)\n";
   }
-  return out;
+  return printable_lines(out);
 }
 
 std::string check_junit(const CheckResult& r) {
@@ -267,12 +267,15 @@ std::string diff_text(const CheckResult& r) {
   }
   out += "leak suspects: " + human_bytes(a.leak_bytes) + " -> " + human_bytes(b.leak_bytes) + "\n";
   out += "out-of-memory events: " + std::to_string(a.ooms) + " -> " + std::to_string(b.ooms) + "\n";
+  // A run that is not a whole measurement (a damaged trace, a death, a cut) is said as the gate
+  // says it: the figures above are of the part it kept.
+  for (const auto& why : r.incomplete) out += "B INCOMPLETE: " + why + "\n";
   out += details_text(r, "");
   for (const auto& p : a.not_profiled)
     out += "A NOT PROFILED (its device memory is unknown): " + p + "\n";
   for (const auto& p : b.not_profiled)
     out += "B NOT PROFILED (its device memory is unknown): " + p + "\n";
-  return out;
+  return printable_lines(out);
 }
 
 // The HTML diff: both runs in report.html's own views, side by side, and the sites whose live

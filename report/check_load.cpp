@@ -27,8 +27,22 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
-json report_from_traces(const std::vector<std::string>& traces) {
-  collector::Run run = collector::model_of(traces);
+// A report of traces, read as `vramtrace report` reads them (the same files of a folder, the
+// same refusals): a trace that cannot be opened, or traces of which nothing could be read, are
+// bad input, never a report of a run that used no memory.
+json report_from_traces(const std::vector<std::string>& paths, const std::string& what) {
+  collector::RunInputs in = collector::run_inputs(paths);
+  if (!in.errors.empty())
+    throw CheckError(what + ": " +
+                     (fs::is_directory(paths.front())
+                          ? std::string("a directory with neither report.json nor traces")
+                          : printable(in.errors.front())));
+  collector::RunFiles files = collector::open_run(in.files);
+  if (!files.problems.empty()) throw CheckError(what + ": " + printable(files.problems.front()));
+  collector::Run run = collector::model_of(std::move(files));
+  if (!run.anything_read())
+    throw CheckError(what + ": nothing could be read from its traces" +
+                     (run.problems.empty() ? "" : " (" + printable(run.problems.front()) + ")"));
   return to_json(collector::analysis_of(run));
 }
 
@@ -62,19 +76,12 @@ json load_report(const std::string& path, const std::string& role) {
   json r;
   try {
     if (fs::is_directory(path, ec)) {
-      if (fs::exists(fs::path(path) / "report.json", ec)) {
+      if (fs::exists(fs::path(path) / "report.json", ec))
         r = parse_json_file((fs::path(path) / "report.json").string(), what + "/report.json");
-      } else {
-        std::vector<std::string> traces;
-        for (const auto& e : fs::directory_iterator(path, ec))
-          if (e.path().extension() == ".vtrace") traces.push_back(e.path().string());
-        std::sort(traces.begin(), traces.end());
-        if (traces.empty())
-          throw CheckError(what + ": a directory with neither report.json nor traces");
-        r = report_from_traces(traces);
-      }
+      else
+        r = report_from_traces({path}, what);
     } else if (collector::starts_as_trace(path)) {
-      r = report_from_traces({path});
+      r = report_from_traces({path}, what);
     } else {
       r = parse_json_file(path, what);
     }

@@ -482,7 +482,7 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
   pj[field::profiled] = p.profiled();
   if (!p.profiled()) pj[field::not_profiled_reason] = p.not_profiled;
   if (!p.cupti_library.empty()) pj["cupti_library"] = p.cupti_library;
-  if (p.exit_status) pj["exit_status"] = *p.exit_status;
+  if (p.exit_status) pj[field::exit_status] = *p.exit_status;
   pj[field::launches] = {{field::recorded, p.launches_recorded}};
   if (!p.launches_recorded) pj[field::launches]["note"] = kLaunchesNotRecorded;
   if (p.launches_recorded && p.launches_stopped_ns) {

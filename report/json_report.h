@@ -48,6 +48,7 @@ std::string summary_text(const nlohmann::json& report);
 
 // A string from the traced program made safe for a terminal or a CI log (common/printable.h).
 using vramtrace::printable;
+using vramtrace::printable_lines;
 
 // The readable form of a mangled kernel name (the mangled name itself if it is not one).
 std::string demangle(const std::string& name);

@@ -200,12 +200,13 @@ std::string oom_lines(const json& r) {
     }
     out += line;
     if (o.contains(field::phase)) {
-      std::string where = "vramtrace:   when: " + o[field::phase].get<std::string>();
-      if (o.contains(field::module)) where += " of " + o[field::module].get<std::string>();
+      std::string where = "vramtrace:   when: " + printable(o[field::phase].get<std::string>());
+      if (o.contains(field::module))
+        where += " of " + printable(o[field::module].get<std::string>());
       if (o.contains(field::iteration) && o[field::iteration].get<int64_t>() >= 0)
         where += ", iteration " + std::to_string(o[field::iteration].get<int64_t>());
       if (o.contains(field::python_site))
-        where += ", at " + o[field::python_site].get<std::string>();
+        where += ", at " + printable(o[field::python_site].get<std::string>());
       out += where + "\n";
     }
     if (o.contains(field::findings) && !o[field::findings].empty())
@@ -386,7 +387,6 @@ std::string warning_lines(const json& r) {
   return out;
 }
 
-}  // namespace
 // `vramtrace plan`'s lines: per process stopped for a plan, the step's predicted peak against
 // the limit, the largest batch that fits, each remedy's peak, what the prediction could not see
 // and what the plan cost.
@@ -458,6 +458,7 @@ std::string plan_lines(const json& r) {
   return out;
 }
 
+}  // namespace
 
 std::string summary_text(const json& r) {
   std::string out;
@@ -467,12 +468,12 @@ std::string summary_text(const json& r) {
   out += device_lines(r);
   out += oom_lines(r);
   out += diagnosis_lines(r);
-  out += rank_line(r);
   out += plan_lines(r);
+  out += rank_line(r);
   out += left_at_end_lines(r);
   out += growth_lines(r);
   out += warning_lines(r);
-  return out;
+  return printable_lines(out);
 }
 
 }  // namespace vramtrace::report

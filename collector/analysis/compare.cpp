@@ -342,8 +342,27 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
   } else if (exit_code && *exit_code != 0 && !procs.empty()) {
     why.push_back("cut short: the command exited " + std::to_string(*exit_code));
   }
+  // A run that died of running out of memory measured a job that never finished: its peak is
+  // that of the moment it died, not of the job. Said whichever form the candidate comes in (its
+  // own report.json has the command's exit status; a report made again from its traces, or its
+  // folder, has the OOM and each process's exit status, which the traces keep).
+  if (candidate.contains(field::oom) && candidate[field::oom].is_array())
+    for (const auto& o : candidate[field::oom]) {
+      if (!o.is_object() || !o.contains(field::fatal) || o[field::fatal] != true) continue;
+      std::string what = "died of out-of-memory";
+      if (o.contains(field::device) && o[field::device].is_number_unsigned())
+        what += ": device " + std::to_string(o[field::device].get<uint64_t>());
+      if (o.contains(field::requested_bytes) && o[field::requested_bytes].is_number_unsigned())
+        what += ", " + human_bytes(o[field::requested_bytes].get<uint64_t>()) + " requested";
+      why.push_back(what);
+      break;
+    }
   for (const auto& p : procs) {
     if (!p.is_object()) continue;
+    if (!exit_code && p.contains(field::exit_status) && p[field::exit_status].is_number_integer() &&
+        p[field::exit_status].get<int64_t>() != 0)
+      why.push_back("cut short: " + exe_of(p) + " exited " +
+                    std::to_string(p[field::exit_status].get<int64_t>()));
     const bool cut = p.contains(field::cut_short) && p[field::cut_short].is_boolean()
                          ? p[field::cut_short].get<bool>()
                          : (p.contains(field::clean_exit) && p[field::clean_exit].is_boolean() &&
@@ -478,11 +497,28 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   }
   result.incomplete =
       incomplete_reasons(baseline, candidate, budgets.only_device, result.unprofiled());
+  // What the baseline itself measured, said beside the verdict: a baseline that did not finish,
+  // or one of another GPU model (whose context, library workspaces and allocator rounding
+  // differ), is a weaker budget than the job page would suggest.
+  for (const auto& why : incomplete_reasons(candidate, baseline, budgets.only_device, false))
+    if (why.rfind("no measurement for device", 0) != 0)
+      result.notes.push_back("the baseline is not a whole measurement: " + why);
+  for (uint32_t i : indices) {
+    if (budgets.only_device && *budgets.only_device != i) continue;
+    if (!bdev.count(i) || !cdev.count(i)) continue;
+    const std::string bn = device_name(*bdev[i]), cn = device_name(*cdev[i]);
+    if (!bn.empty() && !cn.empty() && bn != cn)
+      result.notes.push_back("device " + std::to_string(i) + " is another GPU model in each run: " +
+                             printable(bn) + " in the baseline, " + printable(cn) +
+                             " in the candidate; compare runs on the same model");
+  }
   compare_run_details(baseline, candidate, result);
+  // A budget that checks nothing must not pass a CI job that asked for it.
   if (!budgets.by_category.empty() &&
       std::none_of(result.rows.begin(), result.rows.end(), [](auto& r) { return r.torch; }))
-    result.notes.push_back(
-        "the budgets per category were not checked: neither run has PyTorch's categories");
+    throw CheckError(
+        "the budgets per category cannot be checked: neither run has PyTorch's categories (not "
+        "a PyTorch run, or its start-up hook's side channel was not read)");
   // A device or rank the candidate lacks may be one of the processes that were not profiled.
   if (result.unprofiled())
     for (auto& row : result.rows)

@@ -177,11 +177,15 @@ void compare_torch(const json& baseline, const json* bd, const json& candidate, 
     if (auto it = b.at_peak.find(key); it != b.at_peak.end()) c.candidate_bytes = it->second;
     if (auto it = budgets.by_category.find(key); it != budgets.by_category.end()) {
       c.budget = it->second;
-      // One side without PyTorch's categories is not measured against: a budget needs both.
-      if (a.present && b.present) {
-        c.allowed = allowed_by(it->second, c.baseline_bytes);
-        c.regression = c.candidate_bytes > c.allowed;
-      }
+      // A budget needs both sides' figures: one side without PyTorch's categories would read
+      // as 0 B and pass whatever the other holds, so the gate refuses to decide.
+      if (!a.present || !b.present)
+        throw CheckError("the budget on " + key + " cannot be checked on " + row.scope + ": the " +
+                         (a.present ? "candidate" : "baseline") +
+                         " has no PyTorch categories at its peak (not a PyTorch run, or its "
+                         "start-up hook's side channel was not read)");
+      c.allowed = allowed_by(it->second, c.baseline_bytes);
+      c.regression = c.candidate_bytes > c.allowed;
     }
     if (c.baseline_bytes || c.candidate_bytes || c.budget) row.categories.push_back(c);
   }

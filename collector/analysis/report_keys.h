@@ -35,6 +35,7 @@ inline constexpr Key diagnosis = "diagnosis";
 inline constexpr Key dropped_events = "dropped_events";
 inline constexpr Key exe = "exe";
 inline constexpr Key exit_code = "exit_code";
+inline constexpr Key exit_status = "exit_status";
 inline constexpr Key fatal = "fatal";
 inline constexpr Key final_live_bytes = "final_live_bytes";
 inline constexpr Key findings = "findings";

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "collector/ingest/frames.h"
 #include "common/format.h"
@@ -83,6 +85,39 @@ uint64_t whole_frames_end(const std::string& path, uint64_t from) {
   const uint64_t end = frames.damaged ? size : frames.end;
   close(fd);
   return from == 0 && end == at ? 0 : end;
+}
+
+RunInputs run_inputs(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  RunInputs in;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  auto add = [&](const std::string& path) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
+      in.notes.push_back(path + ": the same trace as one given before: counted once");
+      return;
+    }
+    in.files.push_back(path);
+  };
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(path, ec))
+        if (entry.path().extension() == ".vtrace" || is_side_channel(entry.path()))
+          found.push_back(entry.path().string());
+      std::sort(found.begin(), found.end());
+      const bool any_trace = std::any_of(found.begin(), found.end(),
+                                         [](const std::string& f) { return !is_side_channel(f); });
+      if (!any_trace) in.errors.push_back(path + ": no .vtrace files in this directory");
+      for (const auto& f : found) add(f);
+    } else if (fs::exists(path, ec)) {
+      add(path);
+    } else {
+      in.errors.push_back(path + ": no such file or directory");
+    }
+  }
+  return in;
 }
 
 RunFiles open_run(const std::vector<std::string>& paths) {

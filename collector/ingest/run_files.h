@@ -1,7 +1,8 @@
 // A run's files: what each file of a run folder is by its name (a trace, a start-up hook's side
 // channel), the pid a trace's name carries, where a trace being written ends in whole frames,
-// and open_run(), the one place a run's files are opened for the model (by `report`, `run`,
-// `whatif`, `check` and the report of a moment).
+// run_inputs(), the one place that decides which files a run's inputs (files and folders, as a
+// user names them) stand for, and open_run(), the one place a run's files are opened for the
+// model (by `report`, `run`, `whatif`, `check`, `diff` and the report of a moment).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,19 @@ uint64_t pid_in_trace_name(const std::string& path);
 // file's size when a frame header there is not one (a damaged trace: the reader says so).
 // 0 while it has no whole frame (from 0).
 uint64_t whole_frames_end(const std::string& path, uint64_t from = 0);
+
+// The files that inputs named by a user stand for: a file itself, a folder's traces (*.vtrace) and
+// side channels (vramtrace.<pid>.torch, .jax) sorted by name. One file named twice (or through a
+// link) counts once. Every command that reads a run from its traces takes its files from here, so
+// that a folder is the same run to `report`, `check`, `diff` and `whatif` (a gate that read a
+// folder's traces without their side channels saw no PyTorch categories, and passed budgets on
+// them).
+struct RunInputs {
+  std::vector<std::string> files;
+  std::vector<std::string> errors;  // an input that stands for nothing: missing, a folder of none
+  std::vector<std::string> notes;   // said, and read on: a file given twice
+};
+RunInputs run_inputs(const std::vector<std::string>& paths);
 
 // A run's files, opened: the traces' readers in the order given, the side channels' paths
 // (read with their process's trace by the merge), and, for each trace that could not be opened,

@@ -375,6 +375,14 @@ struct Run {
   uint64_t origin_ns = 0;  // earliest process start: report times count from here
   std::vector<std::string> problems;
   bool stand_in = false;
+  // Whether any trace gave anything: a process record or an event. Traces corrupt from their
+  // first frame, or cut before their first write, give none, and a report of them would say "no
+  // device memory was used": a false answer, refused by every command that reads traces.
+  bool anything_read() const {
+    for (const auto& p : processes)
+      if (p.has_process_record || p.events) return true;
+    return false;
+  }
 };
 
 // The model of a run (analysis_of() in collector/analysis/analysis.h makes its analysis): from

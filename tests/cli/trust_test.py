@@ -291,8 +291,9 @@ def forged_marker(work):
             "launcher_start_ticks": proc_start_ticks(victim.pid), "boot_id": boot}))
         r = run(["snapshot", d, "--timeout", "1"], work)
         check(r.returncode == 2 and r.stderr == "vramtrace snapshot: pid %d, which %s/vramtrace.run "
-              "names, is not the vramtrace launcher of this folder: not signalled\n" % (
-                  victim.pid, d), "a forged marker: %d %r" % (r.returncode, r.stderr))
+              "names, runs %s, not this vramtrace (%s): not signalled\n" % (
+                  victim.pid, d, os.path.realpath(shutil.which("sleep")),
+                  os.path.realpath(VT)), "a forged marker: %d %r" % (r.returncode, r.stderr))
         check(victim.poll() is None, "the process a forged marker names was signalled")
     finally:
         victim.kill()

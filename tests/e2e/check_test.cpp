@@ -189,13 +189,14 @@ TEST_CASE("the ready CI job records a baseline, then fails a regression") {
   REQUIRE(json::parse(slurp(d + "/ci/base.json"))["devices"][0]["peak"]["bytes"] == 64 * MiB);
   Result same = sh(job);
   REQUIRE(same.code() == 0);
-  // Budgets per category reach the gate; a native program has no PyTorch categories to check.
+  // Budgets per category reach the gate; a native program has no PyTorch categories to check,
+  // and a budget that checks nothing fails the job as bad input, never passes it.
   Result cats = sh("export CATEGORY_BUDGETS='parameters:0 activations:5%' && " + job);
   INFO(cats.out);
-  REQUIRE(cats.code() == 0);
+  REQUIRE(cats.code() == 2);
   REQUIRE(contains(cats.out,
-                   "vramtrace check: NOTE: the budgets per category were not checked: neither "
-                   "run has PyTorch's categories\n"));
+                   "the budgets per category cannot be checked: neither run has PyTorch's "
+                   "categories"));
   // The same command, 8 MiB more.
   Result grown = sh("export GROW_EXTRA_MIB=8 && " + job);
   INFO(grown.out);
@@ -304,13 +305,14 @@ TEST_CASE("check fails an incomplete measurement with exit 4 and says why") {
     std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 3);
     Result g = gate(cut);
     INFO(g.out);
-    REQUIRE(g.code() == 4);
-    // The trace's one frame is cut: nothing of the run is left.
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: damaged trace: " + cut +
+    // The trace's one frame is cut: nothing of the run is left, and the gate refuses it as
+    // `vramtrace report` does (bad input), rather than comparing a run that used no memory.
+    REQUIRE(g.code() == 2);
+    REQUIRE(contains(g.out, "vramtrace check: candidate " + cut +
+                                ": nothing could be read from its traces (" + cut +
                                 ": trace ends inside a frame at byte 16 ("));
-    REQUIRE(contains(g.out, "bytes; the process was cut off while writing)\n"));
-    REQUIRE(contains(g.out, "candidate INCOMPLETE: " + kStandIn + "\n"));
-    REQUIRE(contains(slurp(md), "**Incomplete measurement**: "));
+    REQUIRE(contains(g.out, "bytes; the process was cut off while writing))\n"));
+    REQUIRE(contains(slurp(md), "nothing could be read from its traces"));
   }
 
   SECTION("bad input (exit 2) still writes the CI files, failing") {

@@ -169,15 +169,23 @@ TEST_CASE("budgets per category: parameters may not grow, activations by 5%") {
   CHECK_THROWS_AS(add_increase_option(dev, "activations:lots"), CheckError);
 }
 
-TEST_CASE("a category budget on runs without PyTorch's categories says it checked nothing") {
-  json a = gpt2(8), b = gpt2(8);
-  for (json* r : {&a, &b}) (*r)["devices"][0].erase("categories");
+TEST_CASE("a category budget that either run cannot be measured against is an error") {
+  // Read as 0 B, a side without categories passed any budget ("activations -10.17 GiB, ok").
+  json a = gpt2(8), b = gpt2(8), none = gpt2(8);
+  none["devices"][0].erase("categories");
   Budgets budgets;
-  add_increase_option(budgets, "parameters:0");
-  CheckResult r = compare(a, b, budgets);
-  CHECK(gate_exit_code(r) == 0);
-  CHECK(check_text(r).find("vramtrace check: NOTE: the budgets per category were not checked: "
-                           "neither run has PyTorch's categories\n") != std::string::npos);
+  add_increase_option(budgets, "activations:0");
+  CHECK_THROWS_WITH(compare(a, none, budgets),
+                    Catch::StartsWith("the budget on activations cannot be checked on device 0 "
+                                      "(NVIDIA H200): the candidate has no PyTorch categories"));
+  CHECK_THROWS_WITH(compare(none, b, budgets),
+                    Catch::StartsWith("the budget on activations cannot be checked on device 0 "
+                                      "(NVIDIA H200): the baseline has no PyTorch categories"));
+  CHECK_THROWS_WITH(compare(none, none, budgets),
+                    Catch::StartsWith("the budgets per category cannot be checked: neither run "
+                                      "has PyTorch's categories"));
+  // Without a budget per category, a run without them is compared as before.
+  CHECK(gate_exit_code(compare(a, none, Budgets{})) == 0);
 }
 
 TEST_CASE("OOMs that appeared or went are said, with the user's line") {
