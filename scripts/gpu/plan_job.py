@@ -95,13 +95,30 @@ def trial(name, batch, limit_gib):
 
 
 def largest(name, guess, hi):
-    """The largest batch in [1, hi] whose three steps fit under LIMIT_GIB, searched from
-    `guess` outwards (the prediction, usually within a few samples)."""
+    """The largest batch in [1, hi] whose three steps fit under LIMIT_GIB, searched outwards from
+    `guess` (the prediction, usually within a few samples) by steps that double, then bisected:
+    two trials when the prediction is right."""
     guess = max(1, min(guess, hi))
     if trial(name, guess, LIMIT_GIB) is not None:
-        lo, top = guess, hi
+        lo, step = guess, 1  # fits: look above
+        while lo < hi:
+            up = min(hi, lo + step)
+            if trial(name, up, LIMIT_GIB) is None:
+                top = up - 1
+                break
+            lo, step = up, step * 2
+        else:
+            return lo
     else:
-        lo, top = 0, guess - 1
+        top, step = guess - 1, 1  # does not fit: look below
+        while top >= 1:
+            down = max(1, top - step + 1)
+            if trial(name, down, LIMIT_GIB) is not None:
+                lo = down
+                break
+            top, step = down - 1, step * 2
+        else:
+            return 0
     while lo < top:
         mid = (lo + top + 1) // 2
         if trial(name, mid, LIMIT_GIB) is not None:
