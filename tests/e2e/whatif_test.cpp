@@ -56,6 +56,69 @@ json whatif_json(const std::string& dir, const std::string& opts) {
   return load_json(path);  // validated against report/whatif.schema.json (its "schema" key)
 }
 
+// A run that died in its first step, as the .torch file alone gives it (see the test below),
+// with a second step at the run's batch after the hook's two when `twice_at_8`, and `more`
+// lines after them.
+void write_predicted_run(const std::string& dir, const std::string& more, bool twice_at_8 = false) {
+  fs::create_directories(dir);
+  auto mib = [](uint64_t n) { return std::to_string(n * MiB); };
+  auto step = [&](int id, uint64_t batch) {
+    const std::string s = std::to_string(id);
+    auto per = [&](uint64_t at8) { return std::to_string(at8 * MiB / 8 * batch); };
+    return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" + "R\t" + s +
+           "\ta\t1\t" + per(30) + "\t1\tf\n" + "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" +
+           "R\t" + s + "\ta\t3\t" + per(50) + "\t2\tf\n" + "R\t" + s + "\tf\t3\t" + per(50) +
+           "\t0\tl\n" + "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t4\t" +
+           per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" + "R\t" + s +
+           "\ta\t5\t" + mib(40) + "\t1\tb\n" + "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" +
+           "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
+  };
+  {
+    // The process's own trace: its CUDA context on a 2 GiB device, nothing outside PyTorch.
+    const auto trace = vt_test::TraceBuilder(4242).context(0, 2048 * MiB).exit_clean().bytes();
+    std::ofstream(dir + "/vramtrace.4242.vtrace", std::ios::binary)
+        .write(reinterpret_cast<const char*>(trace.data()),
+               static_cast<std::streamsize>(trace.size()));
+    std::ofstream f(dir + "/vramtrace.4242.torch");
+    f << "vramtrace.torch/2\t4242\t1000000000000\t10000000000\t2.11.0\n"
+         "M\t1\tfc1\tLinear\tm.py\t1\nM\t2\tfc2\tLinear\tm.py\t2\n"
+         "E\t0\tsegment_alloc\t1000000000\t"
+      << mib(40)
+      << "\t0\t1000100000\t\t\n"
+         "E\t0\talloc\t1000000000\t"
+      << mib(40)
+      << "\t0\t1000100000\t\t\n"
+         "L\t1000150000000\t0\t1000000000\t"
+      << mib(40)
+      << "\tparam\tfc1.weight\t3200x3276"
+         "8\tfloat32\n"
+         "E\t0\tsegment_alloc\t2000000000\t"
+      << mib(30)
+      << "\t0\t1000210000\t\t\n"
+         "E\t0\talloc\t2000000000\t"
+      << mib(30)
+      << "\t0\t1000210000\t\t\n"
+         "E\t0\tsegment_alloc\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000220000\t\t\n"
+         "E\t0\talloc\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000220000\t\t\n"
+         "E\t0\tfree_completed\t3000000000\t"
+      << mib(12)
+      << "\t0\t1000230000\t\t\n"
+         "E\t0\tsegment_alloc\t4000000000\t"
+      << mib(30)
+      << "\t0\t1000240000\t\t\n"
+         "E\t0\talloc\t4000000000\t"
+      << mib(30)
+      << "\t0\t1000240000\t\t\n"
+         "E\t0\toom\t0\t"
+      << mib(50) << "\t0\t1000250000\t\t" << mib(400) << "\n"
+      << step(1, 8) << step(2, 4) << (twice_at_8 ? step(3, 8) : "") << more << "END\t10\n";
+  }
+}
+
 }  // namespace
 
 TEST_CASE("whatif: a stand-in PyTorch run replayed under other limits, batch and settings") {
@@ -143,6 +206,16 @@ TEST_CASE("whatif: a stand-in PyTorch run replayed under other limits, batch and
     CHECK(std::count(size.out.begin(), size.out.end(), '\n') == 1);
     Result scale = sh(kEnv + kVramtrace + " whatif " + dir + " --scale-batch -1");
     CHECK(scale.code() == 2);
+    // Values PyTorch refuses (std::stoull: out of range; "1e3" is 1, under 20): exit 2 too.
+    Result digits = sh(kEnv + kVramtrace + " whatif " + dir +
+                       " --alloc-conf max_split_size_mb:" + "12345678901234567890123");
+    CHECK(digits.code() == 2);
+    CHECK(digits.out ==
+          "vramtrace whatif: alloc-conf: max_split_size_mb: '12345678901234567890123' is out of "
+          "range (PyTorch refuses a number past 2^64 - 1)\n");
+    Result exp = sh(kEnv + kVramtrace + " whatif " + dir + " --alloc-conf max_split_size_mb:1e3");
+    CHECK(exp.code() == 2);
+    CHECK(exp.out.find("PyTorch reads '1e3' as 1") != std::string::npos);
   }
   CHECK(listing(dir) == before);  // nothing written into RUN
 }
@@ -182,63 +255,7 @@ TEST_CASE("whatif: a run that died in its first step, completed from the hook's 
   // completed step peaks at 202 MiB reserved; half the batch at 190 MiB (the parameters, named
   // by the L line, do not scale).
   const std::string dir = temp_dir() + "/predicted";
-  fs::create_directories(dir);
-  auto mib = [](uint64_t n) { return std::to_string(n * MiB); };
-  auto step = [&](int id, uint64_t batch) {
-    const std::string s = std::to_string(id);
-    auto per = [&](uint64_t at8) { return std::to_string(at8 * MiB / 8 * batch); };
-    return "N\t0\t" + s + "\t" + std::to_string(batch) + "\t8\t1000200000000\tok\n" + "R\t" + s +
-           "\ta\t1\t" + per(30) + "\t1\tf\n" + "R\t" + s + "\ta\t2\t" + per(30) + "\t2\tf\n" +
-           "R\t" + s + "\ta\t3\t" + per(50) + "\t2\tf\n" + "R\t" + s + "\tf\t3\t" + per(50) +
-           "\t0\tl\n" + "R\t" + s + "\ta\t4\t" + per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t4\t" +
-           per(20) + "\t0\tl\n" + "R\t" + s + "\tf\t2\t" + per(30) + "\t0\tb\n" + "R\t" + s +
-           "\ta\t5\t" + mib(40) + "\t1\tb\n" + "R\t" + s + "\tf\t1\t" + per(30) + "\t0\tb\n" +
-           "R\t" + s + "\ta\t6\t" + mib(40) + "\t1\ts\n";
-  };
-  {
-    // The process's own trace: its CUDA context on a 2 GiB device, nothing outside PyTorch.
-    const auto trace = vt_test::TraceBuilder(4242).context(0, 2048 * MiB).exit_clean().bytes();
-    std::ofstream(dir + "/vramtrace.4242.vtrace", std::ios::binary)
-        .write(reinterpret_cast<const char*>(trace.data()),
-               static_cast<std::streamsize>(trace.size()));
-    std::ofstream f(dir + "/vramtrace.4242.torch");
-    f << "vramtrace.torch/2\t4242\t1000000000000\t10000000000\t2.11.0\n"
-         "M\t1\tfc1\tLinear\tm.py\t1\nM\t2\tfc2\tLinear\tm.py\t2\n"
-         "E\t0\tsegment_alloc\t1000000000\t"
-      << mib(40)
-      << "\t0\t1000100000\t\t\n"
-         "E\t0\talloc\t1000000000\t"
-      << mib(40)
-      << "\t0\t1000100000\t\t\n"
-         "L\t1000150000000\t0\t1000000000\t"
-      << mib(40)
-      << "\tparam\tfc1.weight\t3200x3276"
-         "8\tfloat32\n"
-         "E\t0\tsegment_alloc\t2000000000\t"
-      << mib(30)
-      << "\t0\t1000210000\t\t\n"
-         "E\t0\talloc\t2000000000\t"
-      << mib(30)
-      << "\t0\t1000210000\t\t\n"
-         "E\t0\tsegment_alloc\t3000000000\t"
-      << mib(12)
-      << "\t0\t1000220000\t\t\n"
-         "E\t0\talloc\t3000000000\t"
-      << mib(12)
-      << "\t0\t1000220000\t\t\n"
-         "E\t0\tfree_completed\t3000000000\t"
-      << mib(12)
-      << "\t0\t1000230000\t\t\n"
-         "E\t0\tsegment_alloc\t4000000000\t"
-      << mib(30)
-      << "\t0\t1000240000\t\t\n"
-         "E\t0\talloc\t4000000000\t"
-      << mib(30)
-      << "\t0\t1000240000\t\t\n"
-         "E\t0\toom\t0\t"
-      << mib(50) << "\t0\t1000250000\t\t" << mib(400) << "\n"
-      << step(1, 8) << step(2, 4) << "END\t10\n";
-  }
+  write_predicted_run(dir, "");
   json j = whatif_json(dir, "");
   CHECK(j["verdict"] == "fits");
   CHECK(j["reserved_peak_bytes"] == 202 * MiB);
@@ -262,4 +279,30 @@ TEST_CASE("whatif: a run that died in its first step, completed from the hook's 
   // batch fits at 162 MiB), so it is above the recorded batch.
   j = whatif_json(dir, "--limit 170MiB --max-batch");
   CHECK(j["max_batch"]["scale"].get<double>() > 1.0);
+}
+
+TEST_CASE("whatif: impossible side-channel lines: refused naming the line, or said") {
+  // A third predicted step at the run's batch 8: the interpolation between the two at 8 divided
+  // by zero. The first is kept and the replay says so (stderr, "problems"): at twice the batch
+  // the step extrapolated from batches 4 and 8, 272 MiB (tests/unit/predict_test.cpp derives
+  // it).
+  const std::string dir = temp_dir() + "/twice";
+  write_predicted_run(dir, "", true);
+  Result r = sh(kEnv + kVramtrace + " whatif " + dir + " --json --scale-batch 2 2>&1 >/dev/null");
+  CHECK(r.code() == 0);
+  CHECK(r.out ==
+        "vramtrace whatif: warning: pid 4242, device 0: the start-up hook's predicted steps 1 "
+        "and 3 are both at batch 8: step 3 is left out\n");
+  json j = whatif_json(dir, "--scale-batch 2");
+  CHECK(j["reserved_peak_bytes"] == 272 * MiB);
+  CHECK(j["problems"] == json::array({"pid 4242, device 0: the start-up hook's predicted steps 1 "
+                                      "and 3 are both at batch 8: step 3 is left out"}));
+
+  // A block of 2^64 - 1 bytes after the steps (it "fit" before): the reading stops there, and
+  // whatif gives no verdict, naming the line (exit 2).
+  const std::string huge = temp_dir() + "/huge";
+  write_predicted_run(huge, "E\t0\talloc\t5000000000\t18446744073709551615\t0\t1000260000\t\t\n");
+  r = sh(kEnv + kVramtrace + " whatif " + huge + " 2>&1");
+  CHECK(r.code() == 2);
+  CHECK(r.out.find("line 37: bad event: alloc of 18446744073709551615 bytes") != std::string::npos);
 }

@@ -142,6 +142,78 @@ TEST_CASE("predict: the hook's N and R lines are read, a bad one stops the readi
   }
 }
 
+TEST_CASE("predict: an impossible line of the side channel stops the reading, naming it") {
+  // Each of these replayed before as if PyTorch had written it: a block of 2^64 - 1 bytes (the
+  // replay's sums wrapped and it "fit"), times that wrap the monotonic clock.
+  auto problem_of = [](std::string text) {
+    const std::string path = write_temp(text + "END\t10\n");
+    TorchTrace t = read_torch_trace(path);
+    std::remove(path.c_str());
+    return t.problem;
+  };
+  auto replaced = [](std::string text, const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  const std::string ok = recorded();
+  const std::string alloc = "E\t0\talloc\t1000000000\t" + mib(40) + "\t0\t1000100000";
+  const std::string max = "18446744073709551615";
+  // Line 5: the parameters' alloc (line 1 is the header).
+  CHECK(problem_of(replaced(ok, alloc, "E\t0\talloc\t1000000000\t" + max + "\t0\t1000100000")) ==
+        "line 5: bad event: alloc of 18446744073709551615 bytes");
+  CHECK(problem_of(replaced(ok, "E\t0\tsegment_alloc\t1000000000\t" + mib(40),
+                            "E\t0\tsegment_alloc\t1000000000\t0")) ==
+        "line 4: bad event: segment_alloc of 0 bytes");
+  // 2^48 bytes (256 TiB) is more than any device has; 2^48 - 256 is not refused by the reader.
+  CHECK(
+      problem_of(replaced(ok, alloc, "E\t0\talloc\t1000000000\t281474976710657\t0\t1000100000")) ==
+      "line 5: bad event: alloc of 281474976710657 bytes");
+  CHECK(problem_of(replaced(ok, alloc, "E\t0\talloc\t1000000000\t281474976710400\t0\t1000100000"))
+            .empty());
+  CHECK(problem_of(replaced(ok, alloc, "E\t0\talloc\t1000000000\t" + mib(40) + "\t0\t0")) ==
+        "line 5: bad event: time 0 is before the traced host started (its clocks in the header)");
+  CHECK(problem_of(replaced(ok, alloc, "E\t0\talloc\t1000000000\t" + mib(40) + "\t0\t" + max)) ==
+        "line 5: bad event: time 18446744073709551615 is past 2^64 ns");
+  // The request the run failed on may be any int64_t, no more.
+  CHECK(problem_of(replaced(ok, "E\t0\toom\t0\t" + mib(50), "E\t0\toom\t0\t" + max)) ==
+        "line 13: bad event: a request of 18446744073709551615 bytes (more than an int64_t)");
+  // Line 14: the N line after the recorded twelve.
+  CHECK(problem_of(ok + "N\t0\t1\t" + max + "\t8\t1000200000000\tok\n") ==
+        "line 14: bad predicted step: a batch of 18446744073709551615 samples (more than any "
+        "device has bytes)");
+  const std::string n = "N\t0\t1\t8\t8\t1000200000000\tok\n";
+  CHECK(problem_of(ok + n + "R\t1\ta\t1\t512\t0\tf\nR\t1\ta\t3\t512\t0\tf\n") ==
+        "line 16: bad predicted request: block 3 made where block 2 comes next");
+  CHECK(problem_of(ok + n + "R\t1\tf\t1\t512\t0\tf\n") ==
+        "line 15: bad predicted request: block 1 freed before it was made");
+  CHECK(problem_of(ok + n + "R\t1\ta\t1\t" + max + "\t0\tf\n") ==
+        "line 15: bad predicted request: a block of 18446744073709551615 bytes");
+  CHECK(problem_of(ok + step(1, 8)).empty());
+}
+
+TEST_CASE("predict: two predicted steps at one batch: the first is kept, and said") {
+  // Steps at batches 4 and 8 (the run's), and a second at 8. At batch 16 the sizes are
+  // extrapolated from 4 and 8: fc1's and fc2's outputs 60 MiB, fc2's request 100, the loss
+  // temporary 40, the gradient and the state 40. W 40 (a segment), fc1's output 60 (a segment:
+  // 100), the 12 MiB workspace (112) made and freed, fc2's output 60 (172), its request 100
+  // (272), freed; the temporary split from it; the gradient from fc2's freed 60; the state from
+  // fc1's: 272 MiB reserved. Between the two steps at 8 the interpolation divided by zero (a
+  // 412 MiB peak on the H200's ResNet-50 at twice its batch, where 15.86 GiB was right).
+  const TorchContext single = context_of(recorded() + step(1, 8) + step(2, 4));
+  const TorchContext twice = context_of(recorded() + step(1, 8) + step(2, 4) + step(3, 8));
+  const WhatIfResult a = replay_at(single, 2.0), b = replay_at(twice, 2.0);
+  CHECK(a.reserved_peak_bytes == 272 * MiB);
+  CHECK(b.reserved_peak_bytes == 272 * MiB);
+  CHECK(a.problems.empty());
+  REQUIRE(b.problems.size() == 1);
+  CHECK(b.problems[0] ==
+        "the start-up hook's predicted steps 1 and 3 are both at batch 8: step 3 is left out");
+  REQUIRE(b.completion);
+  CHECK(b.completion->method == "interpolated from the steps predicted at batches 4 and 8");
+  CHECK(b.completion->batches == std::vector<uint64_t>{4, 8});
+}
+
 TEST_CASE("predict: a step that died in its forward, completed and replayed to the byte") {
   // Without a prediction the replay serves the failed request (a 50 MiB segment: 40 + 30 + 12
   // + 30 + 50 = 162 MiB) and can say no more: "fits as far as the run got".

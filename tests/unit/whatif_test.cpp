@@ -226,7 +226,7 @@ TEST_CASE("whatif: PYTORCH_CUDA_ALLOC_CONF is read as the allocator reads it") {
   CHECK_FALSE(parse_alloc_conf("expandable_segment:True", &s, &error));
   CHECK(error.find("unknown key 'expandable_segment'") != std::string::npos);
   CHECK(error.find("max_split_size_mb") != std::string::npos);        // the known ones listed
-  CHECK_FALSE(parse_alloc_conf("max_split_size_mb:10", &s, &error));  // must be > 20
+  CHECK_FALSE(parse_alloc_conf("max_split_size_mb:10", &s, &error));  // must be >= 20
   CHECK_FALSE(parse_alloc_conf("garbage_collection_threshold:1.5", &s, &error));
   CHECK_FALSE(parse_alloc_conf("roundup_power2_divisions:3", &s, &error));
   CHECK_FALSE(parse_alloc_conf("backend:cudaMallocAsync", &s, &error));
@@ -238,6 +238,87 @@ TEST_CASE("whatif: PYTORCH_CUDA_ALLOC_CONF is read as the allocator reads it") {
   CHECK(s.max_split_size == 128 * MiB);
   CHECK(s.garbage_collection_threshold == 0.6);
   CHECK(describe_settings(s) == "max_split_size_mb:128,garbage_collection_threshold:0.6");
+}
+
+TEST_CASE("whatif: alloc-conf values are read as PyTorch 2.11's ConfigTokenizer reads them") {
+  // std::stoull and std::stod (AcceleratorAllocatorConfig::parseMaxSplitSize, toSizeT,
+  // toDouble): the number a value starts with, the rest ignored; none, or out of range, is an
+  // error that stops PyTorch, and is refused here.
+  auto refusal = [](const std::string& c) {
+    AllocatorSettings s;
+    std::string error;
+    CHECK_FALSE(parse_alloc_conf(c, &s, &error));
+    CHECK(s.max_split_size == UINT64_MAX);
+    return error;
+  };
+  // 23 digits: out of range for PyTorch (replayed before as no max_split_size_mb at all).
+  CHECK(refusal("max_split_size_mb:12345678901234567890123") ==
+        "alloc-conf: max_split_size_mb: '12345678901234567890123' is out of range (PyTorch "
+        "refuses a number past 2^64 - 1)");
+  // 1e3 is 1 to stoull (it was 1000 MiB here): under the 20 MiB minimum.
+  CHECK(refusal("max_split_size_mb:1e3") ==
+        "alloc-conf: max_split_size_mb must be at least 20 (MiB), not '1e3' (PyTorch reads "
+        "'1e3' as 1, the number it starts with)");
+  CHECK(refusal("max_split_size_mb:abc") == "alloc-conf: max_split_size_mb: 'abc' is not a number");
+  CHECK(refusal("max_split_size_mb:19") ==
+        "alloc-conf: max_split_size_mb must be at least 20 (MiB), not '19'");
+  CHECK(refusal("garbage_collection_threshold:1e-400") ==
+        "alloc-conf: garbage_collection_threshold: '1e-400' is out of range of a double (PyTorch "
+        "refuses it)");
+  CHECK(refusal("garbage_collection_threshold:nan") ==
+        "alloc-conf: garbage_collection_threshold must be in (0, 1), not 'nan'");
+  CHECK(refusal("roundup_power2_divisions:0") ==
+        "alloc-conf: roundup_power2_divisions must be a power of 2, not '0'");
+  CHECK(refusal("release_lock_on_cudamalloc:1") ==
+        "alloc-conf: release_lock_on_cudamalloc takes True or False, not '1'");
+  CHECK(refusal("pinned_num_register_threads:256") ==
+        "alloc-conf: pinned_num_register_threads must be a power of 2 up to 128, not '256'");
+  CHECK(refusal("max_split_size_mb") ==
+        "alloc-conf: 'max_split_size_mb' is not KEY:VALUE,KEY:VALUE... (at 'max_split_size_mb')");
+  // What PyTorch takes: 20 MiB itself, the leading number of "1000.7" and "128MiB", digits
+  // with whitespace between them (the tokenizer drops it), the largest count of MiB a size_t
+  // holds for 2^64 - 1, a trailing comma.
+  CHECK(conf("max_split_size_mb:20").max_split_size == 20 * MiB);
+  CHECK(conf("max_split_size_mb:1000.7").max_split_size == 1000 * MiB);
+  CHECK(conf("max_split_size_mb:128MiB").max_split_size == 128 * MiB);
+  CHECK(conf("max_split_size_mb: 1 28 ,").max_split_size == 128 * MiB);
+  CHECK(conf("max_split_size_mb:18446744073709551615").max_split_size == (UINT64_MAX >> 20) << 20);
+  CHECK(conf("max_non_split_rounding_mb:+64").max_non_split_rounding == 64 * MiB);
+  CHECK(conf("garbage_collection_threshold:0.5abc").garbage_collection_threshold == 0.5);
+  CHECK(conf("garbage_collection_threshold:6e-1").garbage_collection_threshold == 0.6);
+}
+
+TEST_CASE("whatif: what the replay cannot take as the side channel recorded it is said") {
+  // Recorded settings PyTorch would have refused to start under (an unknown key): not what
+  // ran, so the replay under the defaults says so (it said nothing before). Blocks off CUDA's
+  // 256-byte alignment: no allocator's.
+  TorchContext ctx;
+  ctx.blocks.push_back({0, 0x1000, 60 * MiB, 10, 20, 0});
+  ctx.blocks.push_back({0, 0x1001, 2 * MiB, 30, UINT64_MAX, 0});
+  ctx.blocks.push_back({0, 0x4000, 2 * MiB, 40, UINT64_MAX, 0});
+  ctx.blocks.push_back({0, 0x4080, 2 * MiB, 50, UINT64_MAX, 0});
+  ctx.alloc_conf = "foo:1,expandable_segments:True";
+  WhatIfResult r = replay(ctx, nullptr, 0, {}, 100 * MiB, {});
+  REQUIRE(r.ok);
+  CHECK(r.conf.empty());  // the defaults: expandable_segments was not applied
+  CHECK_FALSE(r.settings.expandable_segments);
+  REQUIRE(r.problems.size() == 2);
+  CHECK(r.problems[0] ==
+        "2 of PyTorch's recorded blocks are at addresses no CUDA allocation has (not a multiple "
+        "of 256; the first at 0x1001): the trace is not as PyTorch wrote it");
+  CHECK(r.problems[1].rfind("the run's recorded allocator settings "
+                            "'foo:1,expandable_segments:True' cannot be read (alloc-conf: unknown "
+                            "key 'foo' (known: backend, ",
+                            0) == 0);
+  CHECK(r.problems[1].find("): replayed under PyTorch's defaults, which are not what ran") !=
+        std::string::npos);
+  // Settings that parse, at addresses PyTorch's allocator gives: nothing to say.
+  ctx.blocks.resize(1);
+  ctx.alloc_conf = "expandable_segments:True";
+  r = replay(ctx, nullptr, 0, {}, 100 * MiB, {});
+  REQUIRE(r.ok);
+  CHECK(r.problems.empty());
+  CHECK(r.settings.expandable_segments);
 }
 
 TEST_CASE("whatif: replaying a trace reproduces its OOM, and expandable segments fit it") {
