@@ -229,12 +229,99 @@ std::string secs_of(const json& j, const char* key, uint64_t origin) {
 }
 bool recovered(const json& o) { return o.value("recovered", false) == true; }
 
+// `vramtrace plan`'s result in plain HTML, as the page's first screen says it: per process
+// stopped before its first training step, each device's predicted step against the limit (fits
+// or not, as report.json's plan decided), the largest batch that fits, each remedy's replayed
+// peak, what the prediction could not see and what the fake steps cost.
+std::string plan_noscript(const json& r) {
+  if (!r.is_object() || !r.contains("plan") || !r["plan"].is_object() ||
+      !r["plan"].contains("processes") || !r["plan"]["processes"].is_array() ||
+      r["plan"]["processes"].empty())
+    return "";
+  const json& procs = r["plan"]["processes"];
+  // Seconds as the page gives them: 351.5 µs, 12.50 ms, 3.250 s.
+  auto seconds = [](const json& p) {
+    const double s = has_number(p, "fake_step_seconds") ? p["fake_step_seconds"].get<double>() : 0;
+    char buf[32];
+    if (s >= 1)
+      std::snprintf(buf, sizeof buf, "%.3f s", s);
+    else if (s >= 1e-3)
+      std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+    else
+      std::snprintf(buf, sizeof buf, "%.1f \xc2\xb5s", s * 1e6);
+    return std::string(buf);
+  };
+  std::string out = "<h2>Plan: ";
+  out += procs.size() == 1
+             ? "stopped before the first training step (batch " +
+                   html_escape(text_of(procs[0], "batch")) + ")"
+             : std::to_string(procs.size()) + " processes stopped before their first training step";
+  out += "</h2><ul>";
+  std::string unseen;
+  for (const auto& p : procs) {
+    out += "<li>Process " + html_escape(text_of(p, "pid")) + " (batch " +
+           html_escape(text_of(p, "batch")) + "): the step was predicted on fake tensors in " +
+           seconds(p) + "; nothing of it ran</li>";
+    if (p.contains("devices") && p["devices"].is_array())
+      for (const auto& d : p["devices"]) {
+        const std::string dev = "<li>Device " + html_escape(text_of(d, "device")) + ": ";
+        if (d.value("predicted", false) != true) {
+          out += dev + "no prediction: " + html_escape(text_of(d, "error")) + "</li>";
+          continue;
+        }
+        // The limit the step is held to: PyTorch's per-process fraction where it is the lower.
+        const bool by_fraction =
+            has_number(d, "fraction_limit_bytes") &&
+            (!has_number(d, "limit_bytes") ||
+             d["fraction_limit_bytes"].get<double>() < d["limit_bytes"].get<double>());
+        const bool fits = d.value("fits", false) == true;
+        out += dev + "the whole step peaks at " + bytes_of(d, "peak_bytes") + " against " +
+               (by_fraction
+                    ? "PyTorch's per-process fraction of " + bytes_of(d, "fraction_limit_bytes")
+                    : "a limit of " + bytes_of(d, "limit_bytes")) +
+               (fits ? ": fits, " + bytes_of(d, "free_bytes") + " to spare"
+                     : ": will run out of memory, " + bytes_of(d, "over_bytes") + " over") +
+               "</li>";
+        const bool largest = has_number(d, "largest_batch");
+        out += dev + "the largest batch that fits: " +
+               (largest ? std::string(d.value("largest_batch_at_least", false) == true ? "at least "
+                                                                                       : "") +
+                              html_escape(text_of(d, "largest_batch"))
+                        : std::string("none")) +
+               " (this one: " + html_escape(text_of(d, "batch")) + ")</li>";
+        if (d.contains("remedies") && d["remedies"].is_array())
+          for (const auto& m : d["remedies"]) {
+            const std::string kind = text_of(m, "kind");
+            const std::string what =
+                kind == "smaller_batch"              ? "Halve the batch"
+                : kind == "mixed_precision"          ? "bf16 autocast"
+                : kind == "activation_checkpointing" ? "Checkpoint the repeated blocks"
+                : kind == "expandable_segments" ? "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+                                                : html_escape(kind);
+            out += dev + what + ": " +
+                   (m.value("replayed", false) == true
+                        ? "peak " + bytes_of(m, "peak_bytes") +
+                              (m.value("fits", false) == true ? " (fits)" : " (runs out)")
+                        : "not replayed: " + html_escape(text_of(m, "not_replayed_because"))) +
+                   "</li>";
+          }
+      }
+    if (p.contains("unseen") && p["unseen"].is_array())
+      for (const auto& u : p["unseen"])
+        unseen += "<li>" + html_escape(u.is_string() ? u.get<std::string>() : u.dump()) + "</li>";
+  }
+  out += "</ul>";
+  if (!unseen.empty()) out += "<p>What the prediction could not see:</p><ul>" + unseen + "</ul>";
+  return out;
+}
+
 // The page's essentials in plain HTML: the verdict, each device's peak against its limit, the
 // OOMs, and (when the report has a diagnosis) the cause and the remedies.
 std::string noscript_summary(const json& r) {
   std::string out =
       "<div class=\"noscript\"><p><strong>JavaScript is off</strong>: this is the "
       "summary; turn it on for the charts and breakdowns.</p>";
+  out += plan_noscript(r);
   const json diag = r.is_object() && r.contains("diagnosis") && r["diagnosis"].is_object()
                         ? r["diagnosis"]
                         : json::object();

@@ -482,12 +482,109 @@
     }
     return grid;
   }
-  function summary(A, title) {
+  // `fold`: the cause and remedies closed under a line that says whose they are (a plan's report,
+  // where the plan's own come first).
+  function summary(A, title, fold) {
     const box = $("section", { class: "card summary" + (A.verdictOom ? " is-oom" : ""), id: title ? null : "summary", "data-verdict": A.verdictOom ? "oom" : "peak" });
     const { head, sub } = verdictText(A);
     box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
     const why = whyGrid(A, title);
-    if (why) box.append(why);
+    if (why && fold) box.append($("details", { class: "more-remedies folded-why" }, $("summary", { text: fold }), why));
+    else if (why) box.append(why);
+    return box;
+  }
+
+  // ---- the first screen of `vramtrace plan` -------------------------------------------------
+  // The step the plan stopped before, as report.json's plan says it: its predicted peak against
+  // the limit, whether it fits and by how much, the largest batch that fits, each remedy's
+  // replayed peak, what the prediction could not see and what the fake steps cost. Whether
+  // anything fits is the collector's (each "fits"); the page only words it. Several processes
+  // or devices each get their block.
+  const planRemedyNames = { smaller_batch: "Halve the batch", mixed_precision: "bf16 autocast",
+    activation_checkpointing: "Checkpoint the repeated blocks", expandable_segments: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" };
+  const planLosses = { model: "the model's own loss", cross_entropy: "an assumed cross-entropy loss", sum: "an assumed sum of the outputs as the loss" };
+  // The limit the step is held to: PyTorch's per-process fraction where it is below the device's.
+  const planLimit = (d) => known(d.fraction_limit_bytes) && (!known(d.limit_bytes) || d.fraction_limit_bytes < d.limit_bytes)
+    ? { bytes: d.fraction_limit_bytes, words: `PyTorch's per-process fraction of ${bytes(d.fraction_limit_bytes)}`, label: "Limit (per process fraction)" }
+    : { bytes: d.limit_bytes, words: `a limit of ${bytes(d.limit_bytes)}`, label: "Limit" };
+  function planDevice(p, d, many) {
+    const box = $("div", { class: "plan-device", "data-plan-device": String(d.device) });
+    const who = many ? `Process ${p.pid}, device ${d.device}` : `Device ${d.device}`;
+    if (!d.predicted) {
+      box.append($("div", { class: "plan-line bad", text: `${who}: no prediction: ${d.error || "no reason given"}.` }));
+      return { box, remBox: null };
+    }
+    const lim = planLimit(d);
+    const fits = d.fits === true;
+    const outcome = fits ? `fits, ${bytes(d.free_bytes)} to spare` : `will run out of memory, ${bytes(d.over_bytes)} over`;
+    box.append($("div", { class: "plan-line " + (fits ? "ok" : "bad"), "data-plan-step": fits ? "fits" : "oom",
+      text: `${who}: the whole step peaks at ${bytes(d.peak_bytes)} against ${lim.words}: ${outcome}.` }));
+    const parts = [`PyTorch reserved ${bytes(d.reserved_peak_bytes)} + ${bytes(d.outside_bytes)} outside PyTorch at that peak`];
+    if ((d.predicted_batches || []).length) parts.push(`fake steps run at ${(d.predicted_batches.length > 1 ? "batches " : "batch ") + d.predicted_batches.join(" and ")}`);
+    if (known(d.limit_bytes)) parts.push(`the device's limit, ${bytes(d.limit_bytes)}${d.limit_source ? ": " + d.limit_source : ""}`);
+    box.append($("div", { class: "muted small", text: parts.join("; ") + "." }));
+    const largest = known(d.largest_batch) ? `${d.largest_batch_at_least ? "at least " : ""}${d.largest_batch}` : "none";
+    box.append($("div", { class: "headline plan-stats" },
+      stat("Predicted step peak", bytes(d.peak_bytes), fits ? "ok" : "bad", "plan-peak"),
+      stat(lim.label, bytes(lim.bytes), "", "plan-limit"),
+      fits ? stat("To spare", bytes(d.free_bytes), "ok", "plan-spare") : stat("Over the limit", bytes(d.over_bytes), "bad", "plan-over"),
+      stat(`Largest batch that fits (this one: ${d.batch})`, largest, known(d.largest_batch) ? "" : "bad", "plan-largest")));
+    const rem = d.remedies || [];
+    let remBox = null;
+    if (rem.length) {
+      const ol = $("ol", { class: "plan-remedies" });
+      for (const m of rem) {
+        const li = $("li", { "data-kind": m.kind });
+        const t = $("div", { class: "plan-remedy-title" }, $("span", { text: planRemedyNames[m.kind] || String(m.kind) }));
+        if (m.replayed) t.append($("span", { class: "verdict-chip " + (m.fits ? "ok" : "bad"), text: m.fits ? "fits" : "runs out" }));
+        li.append(t);
+        li.append($("div", { class: "predicted small", text: m.replayed
+          ? `peak with it: ${bytes(m.peak_bytes)}; replayed through PyTorch's allocator: ${m.fits ? `fits under ${bytes(lim.bytes)}` : `runs out of memory under ${bytes(lim.bytes)}`}`
+          : `not replayed: ${m.not_replayed_because || "no reason given"}` }));
+        ol.append(li);
+      }
+      remBox = $("div", { class: "remedies plan-remedies-box" }, $("h3", { text: many ? `What to try on device ${d.device}` : "What to try, each replayed on the predicted step" }), ol);
+    }
+    return { box, remBox };
+  }
+  function planCard(A) {
+    const procs = (A.R.plan && A.R.plan.processes) || [];
+    if (!procs.length) return null;
+    const many = procs.length > 1 || procs.some((p) => (p.devices || []).length > 1);
+    const devs = procs.flatMap((p) => (p.devices || []).map((d) => ({ p, d })));
+    const predicted = devs.filter((x) => x.d.predicted);
+    const oom = predicted.some((x) => x.d.fits === false);
+    const box = $("section", { class: "card summary plan" + (oom ? " is-oom" : ""), id: "plan", "data-plan": oom ? "oom" : (predicted.length ? "fits" : "none") });
+    const batches = [...new Set(procs.map((p) => p.batch))];
+    const head = procs.length === 1 ? `Plan: stopped before the first training step (batch ${procs[0].batch})`
+      : `Plan: ${procs.length} processes stopped before their first training step (batch ${batches.join(", ")})`;
+    // The step's outcome in the headline when there is one device to speak of.
+    const one = predicted.length === 1 && devs.length === 1 ? predicted[0].d : null;
+    const outcome = one ? (one.fits ? `: the step fits on device ${one.device}` : `: the step will run out of memory on device ${one.device}`) : "";
+    const sub = procs.map((p) => {
+      const rng = p.rng_restored ? "the RNG states restored" : "the RNG states not read (none to restore)";
+      const loss = planLosses[p.loss] ? `, with ${planLosses[p.loss]}` : "";
+      return `vramtrace plan stopped process ${p.pid} at ${A.at(p.stopped_ns)}, before its step ran: the step was predicted on fake tensors in ${secs(p.fake_step_seconds * 1e9)}${loss}; ${rng}, the model and optimizer untouched.`;
+    });
+    box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: head + outcome }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
+    const shown = devs.map(({ p, d }) => planDevice(p, d, many));
+    const unseen = procs.flatMap((p) => (p.unseen || []).map((u) => (procs.length > 1 ? `process ${p.pid}: ` : "") + u));
+    let unseenBox = null;
+    if (unseen.length) {
+      const ul = $("ul", { class: "plan-unseen" });
+      for (const u of unseen) ul.append($("li", { text: u }));
+      unseenBox = $("div", { class: "plan-unseen-box" }, $("h3", { text: "What the prediction could not see" }), ul);
+    }
+    // One device: its remedies beside what the prediction could not see; several: each
+    // device's remedies in its block, what was not seen after them.
+    if (shown.length === 1) {
+      box.append(shown[0].box);
+      const grid = $("div", { class: "why plan-why" }, shown[0].remBox, unseenBox);
+      if (grid.childElementCount) box.append(grid);
+    } else {
+      for (const s of shown) { if (s.remBox) s.box.append(s.remBox); box.append(s.box); }
+      if (unseenBox) box.append(unseenBox);
+    }
     return box;
   }
 
@@ -1023,9 +1120,9 @@
     return { running, unprofiled };
   }
   // The first screen's verdict (the diagnosis'), or why there is none.
-  function verdictCard(A, main, title, slot, devices, running, unprofiled) {
+  function verdictCard(A, main, title, slot, devices, running, unprofiled, fold) {
     if (devices.length || A.verdictOom) {
-      if (A.D) (slot ? slot.summary : main).append(summary(A, title));
+      if (A.D) (slot ? slot.summary : main).append(summary(A, title, fold));
     } else if (running && A.R.live.cuda_used === false) {
       // A moment of a running job before its first CUDA work: nothing to draw yet, and why.
       main.append($("section", { class: "card summary", id: "summary", "data-verdict": "no-cuda-yet" },
@@ -1264,7 +1361,12 @@
     const later = [];
     const { running, unprofiled } = runBanners(A, main, title);
     const devices = (R.devices || []).slice().sort((a, b) => (a.index === A.dev ? -1 : 0) - (b.index === A.dev ? -1 : 0));
-    verdictCard(A, main, title, slot, devices, running, unprofiled);
+    // A plan's report: the predicted step first; the run's own verdict, of what ran up to the
+    // stop, under it.
+    const plan = title ? null : planCard(A);
+    if (plan) main.append(plan);
+    verdictCard(A, main, plan ? "Up to the stop" : title, slot, devices, running, unprofiled,
+      plan ? "The run's own diagnosis: its cause and remedies, from what ran up to the stop" : null);
     for (const d of devices) deviceCard(A, d, main, title, slot, share, later);
     runTables(A, main);
     return later;
