@@ -147,6 +147,11 @@ namespace vramtrace::side {
      loss: "model" (the model's own), "cross_entropy" or "sum" (assumed), "" (unknown). */         \
   X(PlanStop, "Z", 2, Match, "bad plan stop",                                                      \
     F(U64, time_ns) F(U64, batch) F(U64, spent_ns) F(U64, rng_restored) T(loss, 32))               \
+  /* `vramtrace run --preflight` (VRAMTRACE_PREFLIGHT=1): at time_ns, before the first training    \
+     forward (at batch `batch`) ran, its step was predicted on fake tensors (N, V, R lines) in     \
+     spent_ns and the launcher asked for its verdict; the program then went on. Fields as Z's. */  \
+  X(Preflight, "PF", 2, Match, "bad pre-flight",                                                   \
+    F(U64, time_ns) F(U64, batch) F(U64, spent_ns) F(U64, rng_restored) T(loss, 32))               \
   /* The file is complete: the trace's entries in all. */                                          \
   X(End, "END", 1, Unread, "", F(U64, entries))
 

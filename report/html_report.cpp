@@ -315,6 +315,40 @@ std::string plan_noscript(const json& r) {
   return out;
 }
 
+// `vramtrace run --preflight`'s check of its own prediction in plain HTML, as the summary says
+// it: per process and device, the first step's predicted reserved peak beside the recorded one.
+std::string preflight_noscript(const json& r) {
+  if (!r.is_object() || !r.contains("preflight") || !r["preflight"].is_object() ||
+      !r["preflight"].contains("processes") || !r["preflight"]["processes"].is_array() ||
+      r["preflight"]["processes"].empty())
+    return "";
+  std::string out = "<h2>Pre-flight: the first step predicted before it ran</h2><ul>";
+  for (const auto& p : r["preflight"]["processes"]) {
+    if (!p.is_object() || !p.contains("devices") || !p["devices"].is_array()) continue;
+    for (const auto& d : p["devices"]) {
+      if (!d.is_object()) continue;
+      out += "<li>Process " + html_escape(text_of(p, "pid")) + ", device " +
+             html_escape(text_of(d, "device")) + " (batch " + html_escape(text_of(d, "batch")) +
+             "): ";
+      if (d.value("predicted", false) != true) {
+        out += "no prediction: " + html_escape(text_of(d, "error")) + "</li>";
+        continue;
+      }
+      out += "predicted " + bytes_of(d, "predicted_reserved_peak_bytes") + " reserved";
+      if (d.value("compared", false) == true && has_number(d, "error_percent")) {
+        char err[32];
+        std::snprintf(err, sizeof err, "%+.1f %%", d["error_percent"].get<double>());
+        out += ", the step took " + bytes_of(d, "recorded_reserved_peak_bytes") + " (error " + err +
+               ")";
+      } else {
+        out += "; not compared: " + html_escape(text_of(d, "not_compared_because"));
+      }
+      out += "</li>";
+    }
+  }
+  return out + "</ul>";
+}
+
 // The page's essentials in plain HTML: the verdict, each device's peak against its limit, the
 // OOMs, and (when the report has a diagnosis) the cause and the remedies.
 std::string noscript_summary(const json& r) {
@@ -322,6 +356,7 @@ std::string noscript_summary(const json& r) {
       "<div class=\"noscript\"><p><strong>JavaScript is off</strong>: this is the "
       "summary; turn it on for the charts and breakdowns.</p>";
   out += plan_noscript(r);
+  out += preflight_noscript(r);
   const json diag = r.is_object() && r.contains("diagnosis") && r["diagnosis"].is_object()
                         ? r["diagnosis"]
                         : json::object();

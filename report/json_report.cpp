@@ -727,6 +727,7 @@ json to_json(const collector::RunAnalysis& a, const RunInfo& info) {
   report["retained"] = retained_json(a.retained);
   report[field::diagnosis] = diagnosis_json(a.diagnosis);
   if (!a.plans.empty()) report["plan"] = plan_json(a.plans, origin);
+  if (!a.preflights.empty()) report["preflight"] = preflight_json(a.preflights, origin);
   return report;
 }
 

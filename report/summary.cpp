@@ -458,6 +458,40 @@ std::string plan_lines(const json& r) {
   return out;
 }
 
+// `vramtrace run --preflight`'s check of its own prediction: per process and device, the first
+// step's predicted reserved peak beside the one recorded over the same two iterations.
+std::string preflight_lines(const json& r) {
+  std::string out;
+  if (!r.contains("preflight") || !r["preflight"].is_object()) return out;
+  const json procs = r["preflight"].value("processes", json::array());
+  for (const json& p : procs) {
+    const json devices = p.value("devices", json::array());
+    for (const json& d : devices) {
+      std::string who;
+      if (procs.size() > 1) who += "process " + std::to_string(p.value("pid", uint64_t{0})) + " ";
+      if (devices.size() > 1) who += "device " + std::to_string(d.value("device", 0u)) + " ";
+      const std::string head = "vramtrace: " + who + "pre-flight ";
+      if (!d.value("predicted", false)) {
+        out += head + "made no prediction: " + printable(d.value("error", std::string())) + "\n";
+        continue;
+      }
+      const std::string predicted =
+          "predicted " + human_bytes(d.value("predicted_reserved_peak_bytes", uint64_t{0}));
+      if (!d.value("compared", false)) {
+        out += head + predicted + " (reserved); not compared: " +
+               printable(d.value("not_compared_because", std::string())) + "\n";
+        continue;
+      }
+      char err[32];
+      std::snprintf(err, sizeof err, "%+.1f %%", d.value("error_percent", 0.0));
+      out += head + predicted + ", the step took " +
+             human_bytes(d.value("recorded_reserved_peak_bytes", uint64_t{0})) + " (error " + err +
+             "; PyTorch reserved, the first two iterations)\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string summary_text(const json& r) {
@@ -469,6 +503,7 @@ std::string summary_text(const json& r) {
   out += oom_lines(r);
   out += diagnosis_lines(r);
   out += plan_lines(r);
+  out += preflight_lines(r);
   out += rank_line(r);
   out += left_at_end_lines(r);
   out += growth_lines(r);

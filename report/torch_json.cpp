@@ -336,4 +336,42 @@ json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin
   return {{"processes", std::move(processes)}};
 }
 
+json preflight_json(const std::vector<collector::ProcessPreflight>& preflights, uint64_t origin) {
+  auto since = [origin](uint64_t t) { return t > origin ? t - origin : 0; };
+  json processes = json::array();
+  for (const auto& pp : preflights) {
+    json devices = json::array();
+    for (const auto& d : pp.devices) {
+      json dj = {{"device", d.device}, {"batch", d.batch}, {"predicted", d.predicted}};
+      if (!d.predicted) {
+        dj["error"] = d.error;
+        devices.push_back(std::move(dj));
+        continue;
+      }
+      dj["predicted_reserved_peak_bytes"] = d.predicted_reserved_peak_bytes;
+      dj["predicted_peak_bytes"] = d.predicted_peak_bytes;
+      dj["predicted_fits"] = d.predicted_fits;
+      dj["limit_bytes"] = d.limit_bytes;
+      dj["compared"] = d.compared;
+      if (d.compared) {
+        dj["recorded_reserved_peak_bytes"] = d.recorded_reserved_peak_bytes;
+        dj["recorded_from_ns"] = since(d.from_ns);
+        dj["recorded_to_ns"] = since(d.to_ns);
+        dj["error_percent"] = d.error_percent;
+      } else {
+        dj["not_compared_because"] = d.not_compared_because;
+      }
+      devices.push_back(std::move(dj));
+    }
+    processes.push_back({{"pid", pp.pid},
+                         {"batch", pp.batch},
+                         {"asked_ns", since(pp.time_ns)},
+                         {"fake_step_seconds", static_cast<double>(pp.spent_ns) / 1e9},
+                         {"rng_restored", pp.rng_restored},
+                         {"loss", pp.loss},
+                         {"devices", std::move(devices)}});
+  }
+  return {{"processes", std::move(processes)}};
+}
+
 }  // namespace vramtrace::report

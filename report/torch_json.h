@@ -11,6 +11,7 @@
 #include "collector/analysis/torch_device.h"
 #include "collector/model/model.h"
 #include "collector/predict/plan.h"
+#include "collector/predict/preflight.h"
 
 namespace vramtrace::report {
 
@@ -31,5 +32,11 @@ nlohmann::json diagnosis_json(const collector::Diagnosis& dg);
 // `vramtrace plan`'s "plan": each process the hook stopped before its first training step, and
 // each device's completed step replayed (collector/predict/plan.h). Times since `origin`.
 nlohmann::json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin);
+
+// `vramtrace run --preflight`'s "preflight": each process's first training step predicted before
+// it ran (collector/predict/preflight.h), and per device the prediction beside the same step
+// recorded. Times since `origin`.
+nlohmann::json preflight_json(const std::vector<collector::ProcessPreflight>& preflights,
+                              uint64_t origin);
 
 }  // namespace vramtrace::report

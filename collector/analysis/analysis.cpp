@@ -222,6 +222,7 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
   std::stable_sort(a.live_at_death.begin(), a.live_at_death.end(), larger);
   a.diagnosis = diagnosis_of(a);
   a.plans = plans_of(run);
+  a.preflights = preflights_of(run);
   return a;
 }
 

@@ -26,6 +26,7 @@
 #include "collector/analysis/torch_device.h"
 #include "collector/model/model.h"
 #include "collector/predict/plan.h"
+#include "collector/predict/preflight.h"
 
 namespace vramtrace::collector {
 
@@ -150,6 +151,9 @@ struct RunAnalysis {
   Diagnosis diagnosis;
   // `vramtrace plan`: the processes the start-up hook stopped before their first training step.
   std::vector<ProcessPlan> plans;
+  // `vramtrace run --preflight`: each process's first step predicted before it ran, beside the
+  // same step recorded.
+  std::vector<ProcessPreflight> preflights;
 };
 
 // `still_running`: the traces (paths) of processes that outlived the command and were still

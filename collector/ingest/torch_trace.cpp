@@ -675,6 +675,17 @@ bool TorchTraceReader::on(const side::PlanStop& z) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::Preflight& p) {
+  TorchPlanStop at;
+  if (!monotonic(p.time_ns, 1, &at.time_ns)) return false;
+  at.batch = p.batch;
+  at.spent_ns = p.spent_ns;
+  at.rng_restored = p.rng_restored != 0;
+  at.loss = std::string(p.loss);
+  trace_.context.preflight = std::move(at);
+  return true;
+}
+
 bool TorchTraceReader::on(const side::End&) {
   complete_ = true;
   stopped_ = true;

@@ -182,6 +182,9 @@ struct TorchContext {
   std::map<uint32_t, uint64_t> dump_peaks;   // --torch=sampled: max_memory_allocated at the dump
   std::optional<TorchTraceCost> trace_cost;  // whether the trace was sampled, and why
   std::optional<TorchPlanStop> plan_stop;    // `vramtrace plan` stopped the process here
+  // `vramtrace run --preflight`: the first training step was predicted here, and the program
+  // went on (its fields as a plan stop's).
+  std::optional<TorchPlanStop> preflight;
 };
 
 // The gap of `device` in which PyTorch's peak of allocated memory (its max_memory_allocated,

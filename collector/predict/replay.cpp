@@ -199,6 +199,35 @@ void run_stream(const RequestStream& s, CachingAllocatorModel& model, const Step
 
 }  // namespace
 
+namespace {
+
+// The time the predicted step of `device` began (the first of its steps'), UINT64_MAX: none.
+uint64_t preflight_step_start(const TorchContext& ctx, uint32_t device) {
+  uint64_t t = UINT64_MAX;
+  for (const auto& st : ctx.predicted_steps)
+    if (st.device == device && st.status == "ok" && st.change.empty()) t = std::min(t, st.time_ns);
+  return t;
+}
+
+// Whether the run recorded a request at `t` or later.
+bool ran_past(const RequestStream& s, uint64_t t) {
+  return !s.requests.empty() && s.requests.back().time_ns >= t;
+}
+
+// Whether the allocator ran out of memory before the first optimizer step ended (or with none).
+bool died_in_first_step(const TorchContext& ctx) {
+  if (ctx.ooms.empty()) return false;
+  uint64_t end = UINT64_MAX;
+  for (const TorchMark& m : ctx.marks)
+    if (m.kind == MarkKind::StepEnd && m.id == 1) {
+      end = m.time_ns;
+      break;
+    }
+  return ctx.ooms.front() < end;
+}
+
+}  // namespace
+
 WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t device,
                     const Steps& background, uint64_t device_total,
                     const WhatIfSettings& settings) {
@@ -221,7 +250,23 @@ WhatIfResult replay(const TorchContext& ctx, const TorchMemory* tm, uint32_t dev
     r.error = "no PyTorch allocator requests on device " + std::to_string(device);
     return r;
   }
-  const bool predicted = has_predicted_step(ctx, device);
+  bool predicted = has_predicted_step(ctx, device);
+  if (predicted && ctx.preflight) {
+    // A pre-flight predicted the step before it ran: its prediction stands for the step where
+    // the run never finished it (an OOM before the first optimizer step ended), or when asked;
+    // a step the run recorded whole is replayed as recorded.
+    if (settings.preflight_prediction) {
+      const uint64_t t0 = preflight_step_start(ctx, device);
+      size_t keep = 0;
+      while (keep < s.requests.size() && s.requests[keep].time_ns < t0) ++keep;
+      s.requests.resize(keep);
+    } else if (ran_past(s, ctx.preflight->time_ns) && !died_in_first_step(ctx)) {
+      predicted = false;
+    }
+  } else if (settings.preflight_prediction) {
+    r.error = "no pre-flight prediction on device " + std::to_string(device);
+    return r;
+  }
   if (settings.scale_batch != 1.0 && !tm && !predicted) {
     r.error =
         "--scale-batch needs the memory's categories (activations, inputs...), which the "

@@ -31,6 +31,10 @@ struct WhatIfSettings {
   // A remedy's change of the program's requests (collector/predict/transforms.h), applied
   // after the batch scale; its words say what it did, or why it could not ("" when it could).
   std::function<std::string(RequestStream&)> transform;
+  // `vramtrace run --preflight`'s prediction: the requests recorded before the predicted step
+  // began, then that step, as the pre-flight replayed them before the step ran (what the run
+  // recorded from the step on is left out).
+  bool preflight_prediction = false;
 };
 
 // What the CUDA context and the driver keep on a device beyond the allocations a process makes
