@@ -487,7 +487,7 @@
   function summary(A, title, fold) {
     const box = $("section", { class: "card summary" + (A.verdictOom ? " is-oom" : ""), id: title ? null : "summary", "data-verdict": A.verdictOom ? "oom" : "peak" });
     const { head, sub } = verdictText(A);
-    box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
+    box.append($("div", { class: "verdict" }, $("h2", { id: fold ? null : "verdict", text: (title ? title + ": " : "") + head }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
     const why = whyGrid(A, title);
     if (why && fold) box.append($("details", { class: "more-remedies folded-why" }, $("summary", { text: fold }), why));
     else if (why) box.append(why);

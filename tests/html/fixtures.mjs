@@ -282,6 +282,80 @@ export function nativeOom() {
   };
 }
 
+// `vramtrace plan` on the stand-in PyTorch (tests/programs/py_torch_plan.py, as
+// tests/cli/plan_test.py runs it on an 80 MiB stand-in device): the process stopped before its
+// first training step, holding only the weights and the batch; report.json's plan is copied
+// from real runs: at batch 10240 under a 0.875 per-process fraction the step runs out of memory
+// (96 MiB predicted, 26 MiB over 70 MiB); with `fits`, at batch 4096 and no fraction, it fits
+// (46 MiB of 75 MiB). The rest of the report is the 10240 run's, in both (its own diagnosis:
+// the 22 MiB it held at the stop, and a remedy from the replay of that much completed by
+// prediction).
+const unseenPlan = ["gradients assumed set to none at zero_grad (PyTorch's default; set_to_none=False keeps them)",
+  "cuBLAS and cuDNN workspaces and the kernels' own scratch: fake tensors do not see them (the largest batch keeps 1.5 % of the limit free for them)"];
+const estimatedLimit = "the device's capacity less an estimated 5.00 MiB for the CUDA context (no OOM recorded to measure it)";
+const planOver = { processes: [{ batch: 10240, pid: 10774, stopped_ns: 1520519, fake_step_seconds: 0.000351512, loss: "", rng_restored: false, unseen: unseenPlan,
+  devices: [{ batch: 10240, device: 0, predicted: true, predicted_batches: [5120, 10240], fits: false, fraction_limit_bytes: 73400320, free_bytes: 0,
+    largest_batch: 6826, largest_batch_at_least: false, limit_bytes: 78643200, limit_source: estimatedLimit, outside_bytes: 0, over_bytes: 27262976,
+    peak_bytes: 100663296, reserved_peak_bytes: 100663296,
+    remedies: [{ kind: "smaller_batch", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "mixed_precision", replayed: true, peak_bytes: 58720256, fits: true },
+      { kind: "activation_checkpointing", replayed: true, peak_bytes: 79691776, fits: false }, { kind: "expandable_segments", replayed: true, peak_bytes: 90177536, fits: false }] }] }] };
+const planFits = { processes: [{ batch: 4096, pid: 18886, stopped_ns: 5926519, fake_step_seconds: 0.000358863, loss: "", rng_restored: false, unseen: unseenPlan,
+  devices: [{ batch: 4096, device: 0, predicted: true, predicted_batches: [2048, 4096], fits: true, free_bytes: 30408704,
+    largest_batch: 7168, largest_batch_at_least: false, limit_bytes: 78643200, limit_source: estimatedLimit, outside_bytes: 0, over_bytes: 0,
+    peak_bytes: 48234496, reserved_peak_bytes: 48234496,
+    remedies: [{ kind: "smaller_batch", replayed: true, peak_bytes: 27262976, fits: true }, { kind: "mixed_precision", replayed: true, peak_bytes: 27262976, fits: true },
+      { kind: "activation_checkpointing", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "expandable_segments", replayed: true, peak_bytes: 48234496, fits: true }] }] }] };
+export function torchPlan({ fits = false } = {}) {
+  const prog = "/work/plan/tests/programs/py_torch_plan.py";
+  const weights = 2 * MiB, batch = 20 * MiB, held = weights + batch;
+  const order = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces", "communication", "private_pool", "allocator_cache", "outside_pytorch", "unclassified"];
+  const atPeak = Object.fromEntries(order.map((c) => [c, { parameters: weights, inputs: batch }[c] || 0]));
+  const row = (t, p, i, cache) => [t, p, 0, 0, 0, 0, i, 0, 0, 0, cache, 0, 0];
+  const weightsStack = [py("__init__", "/work/plan/tests/programs/fake_torch/torch/nn/parameter.py", 9), py("__init__", prog, 103), py("__init__", prog, 112), py("__init__", prog, 121), py("main", prog, 134), py("<module>", prog, 157), ...start()];
+  const batchStack = [py("to", "/work/plan/tests/programs/fake_torch/torch/_tensor.py", 72), py("main", prog, 136), py("<module>", prog, 157), ...start()];
+  const sites = [{ site: `main (${prog}:136)`, bytes: batch, count: 1, library: "libffi.so.8", sizes: [{ bytes: batch, count: 1 }], stack: batchStack },
+    { site: `__init__ (${prog}:103)`, bytes: weights, count: 1, library: "libffi.so.8", sizes: [{ bytes: weights, count: 1 }], stack: weightsStack }];
+  const blocks = [{ address: 140017632542720, bytes: batch, category: "inputs", site: `${prog}:136`, what: `moved to the GPU at ${prog}:136` },
+    { address: 140017653514240, bytes: MiB, category: "parameters", name: "block1.fc.weight", what: "parameter block1.fc.weight" },
+    { address: 140017654562816, bytes: MiB, category: "parameters", name: "block2.fc.weight", what: "parameter block2.fc.weight" }];
+  const limit = 73400320;
+  return {
+    schema: "vramtrace.report/1",
+    run: { command: ["python3", "tests/programs/py_torch_plan.py", ...(fits ? ["--batch", "4096"] : ["--fraction", "0.875"])], complete: true, cuda_start_ns: 196658, dropped_events: 0, duration_ns: 32554687,
+      events: 205, exit_code: 0, problems: [], processes_not_profiled: 0, stand_in: true },
+    diagnosis: {
+      verdict: "peak", device: 0, pid: 10774, fatal_ooms: 0, recovered_ooms: 0, held_bytes: held, requested_bytes: 0, headroom_bytes: limit - held,
+      limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (0.875 of 0.08 GiB: 0.07 GiB)" },
+      categories: atPeak,
+      remedies: [{ kind: "smaller_batch", title: "Halve the batch (with gradient accumulation to keep its effect)", saves_bytes: 52428800, predicted_peak_bytes: 48234496,
+        assumption: "activations, temporaries and inputs scale with the batch; parameters, gradients and optimizer state do not",
+        how: "the largest batch that fits the limit, replayed, is 6833 (this one: 10240)",
+        replayed: { verdict: "fits", limit_bytes: limit, reserved_peak_bytes: 48234496, up_to_recorded_oom: false,
+          completed_by_prediction: { batch: 5120, batches: [5120, 10240], method: "predicted at batch 5120", modules: ["block1.fc", "block2.fc"], predicted_requests: 10, recorded_batch: 10240 } } }],
+    },
+    devices: [{
+      index: 0, host: "vm", name: "vramtrace stand-in (CPU)", total_bytes: 80 * MiB, final_live_bytes: held,
+      peak: { bytes: held, time_ns: 889053, fraction_of_capacity: 0.275, by_site: sites.map(({ stack, ...x }) => x), blocks, by_module: [],
+        by_line: [{ site: `${prog}:136`, bytes: batch, count: 1, categories: { inputs: batch } }, { site: "(line unknown)", bytes: weights, count: 2, categories: { parameters: weights } }] },
+      timeline: { points: [[319139, 2 * MiB], [888139, held]] },
+      categories: { order, at_peak: atPeak, at_exit: atPeak, at_peak_moment: { bytes: held, time_ns: 1036308, what: "the device's peak" },
+        timeline: { columns: ["time_ns", ...order], points: [row(319139, MiB, 0, MiB), row(660308, MiB, 0, MiB), row(728308, weights, 0, 0), row(889053, weights, batch, 0), row(1036308, weights, batch, 0), row(32554687, weights, batch, 0)] } },
+      phases: [],
+    }],
+    processes: [{
+      pid: 10774, host: "vm", exe: "/usr/bin/python3.11", cmdline: ["/usr/bin/python3", "tests/programs/py_torch_plan.py", "--fraction", "0.875"],
+      clean_exit: true, exit_code: 0, events: 205, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true }, launches: { recorded: true },
+      iterations: { count: 0, source: "" },
+      devices: [{ index: 0, peak: { bytes: held, by_site: sites, by_library: [{ library: "libffi.so.8", bytes: held, count: 2 }], blocks,
+        largest: [{ address: "0x7f5865400000", api: "cuMemAlloc", bytes: batch, kind: "device", library: "libffi.so.8", site: sites[0].site, thread: 10774, time_ns: 889053, stack: batchStack },
+          { address: "0x7f5866800000", api: "cuMemAlloc", bytes: weights, kind: "device", library: "libffi.so.8", site: sites[1].site, thread: 10774, time_ns: 319139, stack: weightsStack }] },
+        launches: { recorded: true, top: [] } }],
+    }],
+    oom: [], leaks: [], growth: [], retained: [], ranks: [],
+    plan: JSON.parse(JSON.stringify(fits ? planFits : planOver)),
+  };
+}
+
 // A big run: `blocks` sites and stacks live at the peak, a timeline of 2048 points in 12
 // categories, 2,000 phases.
 export function big(blocks) {

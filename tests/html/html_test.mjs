@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { torchOom, nativeOom, big, longKernel } from "./fixtures.mjs";
+import { torchOom, nativeOom, big, longKernel, torchPlan } from "./fixtures.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(join(here, "../../report/web/package.json"));
@@ -444,6 +444,106 @@ for (const width of [1400, 1000]) {
   check("two OOMs: only the fatal one is the death", JSON.stringify(heads) === '["Out of memory 1 at 863.50 ms","Out of memory 2 at 1.363 s: the process died"]', JSON.stringify(heads));
   check("no console errors (two OOMs)", errors.length === 0, errors.join("; "));
   await page.close();
+}
+
+// 7e. `vramtrace plan`: the first screen is the plan (report.json's plan, copied from a real
+// run on the stand-in PyTorch): the step it stopped before, predicted over the limit, the
+// largest batch that fits, each remedy's replayed peak, what the prediction could not see and
+// what it cost; the run's own verdict (what it held at the stop) under it.
+{
+  const html = render("plan", torchPlan());
+  for (const width of [1400, 1000]) {
+    const { page, errors, requests } = await open(html, "light", width, 900);
+    const w = `plan at ${width} px`;
+    check(`${w}: the headline says it was a plan, the batch and the step's outcome`,
+          (await page.locator("#verdict").textContent()) === "Plan: stopped before the first training step (batch 10240): the step will run out of memory on device 0", await page.locator("#verdict").textContent());
+    const sub = await page.locator("#plan .verdict-sub").textContent();
+    check(`${w}: when it stopped and what the fake steps cost`, sub === "vramtrace plan stopped process 10774 at 1.32 ms, before its step ran: the step was predicted on fake tensors in 351.5 µs; the RNG states not read (none to restore), the model and optimizer untouched.", sub);
+    const line = await page.locator("[data-plan-device='0'] .plan-line").textContent();
+    check(`${w}: the whole step's predicted peak against the tighter limit, and by how much it runs out`,
+          line === "Device 0: the whole step peaks at 96.00 MiB against PyTorch's per-process fraction of 70.00 MiB: will run out of memory, 26.00 MiB over." &&
+          (await page.locator("#plan").getAttribute("data-plan")) === "oom" && (await page.locator("[data-plan-step]").getAttribute("data-plan-step")) === "oom", line);
+    const detail = await page.locator("[data-plan-device='0'] .muted").first().textContent();
+    check(`${w}: what the peak is made of, the fake steps' batches and the device's limit with its source`,
+          detail === "PyTorch reserved 96.00 MiB + 0 B outside PyTorch at that peak; fake steps run at batches 5120 and 10240; the device's limit, 75.00 MiB: the device's capacity less an estimated 5.00 MiB for the CUDA context (no OOM recorded to measure it).", detail);
+    const stats = await page.locator("#plan .stat").evaluateAll((ss) => ss.map((x) => `${x.dataset.stat}|${x.className}|${x.querySelector(".label").textContent}|${x.querySelector(".value").textContent}`));
+    check(`${w}: the plan's figures`, JSON.stringify(stats) === JSON.stringify(["plan-peak|stat bad|Predicted step peak|96.00 MiB", "plan-limit|stat |Limit (per process fraction)|70.00 MiB",
+      "plan-over|stat bad|Over the limit|26.00 MiB", "plan-largest|stat |Largest batch that fits (this one: 10240)|6826"]), JSON.stringify(stats));
+    const rem = await page.locator("#plan .plan-remedies > li").evaluateAll((ls) => ls.map((l) => [l.dataset.kind, l.querySelector(".plan-remedy-title span").textContent, l.querySelector(".verdict-chip").textContent, l.querySelector(".predicted").textContent]));
+    check(`${w}: each remedy's replayed peak, fits or not`, JSON.stringify(rem) === JSON.stringify([
+      ["smaller_batch", "Halve the batch", "fits", "peak with it: 46.00 MiB; replayed through PyTorch's allocator: fits under 70.00 MiB"],
+      ["mixed_precision", "bf16 autocast", "fits", "peak with it: 56.00 MiB; replayed through PyTorch's allocator: fits under 70.00 MiB"],
+      ["activation_checkpointing", "Checkpoint the repeated blocks", "runs out", "peak with it: 76.00 MiB; replayed through PyTorch's allocator: runs out of memory under 70.00 MiB"],
+      ["expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "runs out", "peak with it: 86.00 MiB; replayed through PyTorch's allocator: runs out of memory under 70.00 MiB"]]), JSON.stringify(rem));
+    const unseen = await page.locator("#plan .plan-unseen li").allTextContents();
+    check(`${w}: what the prediction could not see`, JSON.stringify(unseen) === JSON.stringify(torchPlan().plan.processes[0].unseen) && (await page.locator("#plan .plan-unseen-box h3").textContent()) === "What the prediction could not see", unseen.join(" | "));
+    for (const sel of ["#verdict", "[data-plan-device='0'] .plan-line", "#plan .plan-stats", "#plan .plan-remedies > li:last-child", "#plan .plan-unseen li:last-child"])
+      check(`${w}: ${sel} on the first screen`, await inFirstScreen(page, sel));
+    const own = page.locator("#plan + section.summary");
+    check(`${w}: the run's own verdict under the plan, of what ran up to the stop, its remedies folded`,
+          (await own.locator(".verdict h2").textContent()) === "Up to the stop: Peak 22.00 MiB of 70.00 MiB (31 %) on device 0 at 692.4 µs" &&
+          (await own.locator("details.folded-why summary").textContent()) === "The run's own diagnosis: its cause and remedies, from what ran up to the stop" &&
+          !(await own.locator("details.folded-why").evaluate((e) => e.open)) && (await page.locator("#summary, #remedies, #cause").count()) === 0,
+          await own.locator(".verdict h2").textContent());
+    await layout(page, w);
+    await page.screenshot({ path: join(shots, width === 1400 ? "report-plan.png" : "report-plan-1000.png") });
+    check(`no console errors (${w})`, errors.length === 0, errors.join("; "));
+    check(`no network requests (${w})`, requests.length === 0, requests.join(", "));
+    await page.close();
+  }
+  const plain = await browser.newPage({ viewport: { width: 1400, height: 900 }, javaScriptEnabled: false });
+  await plain.goto("file://" + html);
+  const text = await plain.locator("body").innerText();
+  const want = ["Plan: stopped before the first training step (batch 10240)",
+    "Process 10774 (batch 10240): the step was predicted on fake tensors in 351.5 µs; nothing of it ran",
+    "Device 0: the whole step peaks at 96.00 MiB against PyTorch's per-process fraction of 70.00 MiB: will run out of memory, 26.00 MiB over",
+    "Device 0: the largest batch that fits: 6826 (this one: 10240)",
+    "Device 0: Halve the batch: peak 46.00 MiB (fits)", "Device 0: bf16 autocast: peak 56.00 MiB (fits)",
+    "Device 0: Checkpoint the repeated blocks: peak 76.00 MiB (runs out)", "Device 0: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak 86.00 MiB (runs out)",
+    "What the prediction could not see:", ...torchPlan().plan.processes[0].unseen];
+  const lines = text.split("\n").map((l) => l.trim());
+  const missing = want.filter((l) => !lines.includes(l));
+  check("plan, JavaScript off: the same facts, the plan first", missing.length === 0 && text.indexOf("Plan: stopped") < text.indexOf("No out-of-memory error"), missing.join(" | "));
+  await plain.close();
+}
+// The batch that fits (the plan of the batch-4096 run): the headline and the device's line say
+// so, with what the limit spares.
+{
+  const { page, errors } = await open(render("plan-fits", torchPlan({ fits: true })), "light", 1400, 900);
+  check("plan that fits: the headline", (await page.locator("#verdict").textContent()) === "Plan: stopped before the first training step (batch 4096): the step fits on device 0", await page.locator("#verdict").textContent());
+  const line = await page.locator("[data-plan-device='0'] .plan-line").textContent();
+  check("plan that fits: the step against the device's limit, what it spares", line === "Device 0: the whole step peaks at 46.00 MiB against a limit of 75.00 MiB: fits, 29.00 MiB to spare." &&
+        (await page.locator("#plan").getAttribute("data-plan")) === "fits" && !(await page.locator("#plan").getAttribute("class")).includes("is-oom"), line);
+  const stats = await page.locator("#plan .stat").evaluateAll((ss) => ss.map((x) => `${x.dataset.stat}|${x.className}|${x.querySelector(".label").textContent}|${x.querySelector(".value").textContent}`));
+  check("plan that fits: its figures", JSON.stringify(stats) === JSON.stringify(["plan-peak|stat ok|Predicted step peak|46.00 MiB", "plan-limit|stat |Limit|75.00 MiB",
+    "plan-spare|stat ok|To spare|29.00 MiB", "plan-largest|stat |Largest batch that fits (this one: 4096)|7168"]), JSON.stringify(stats));
+  const chips = await page.locator("#plan .verdict-chip").allTextContents();
+  check("plan that fits: every remedy replayed fits", chips.join(",") === "fits,fits,fits,fits", chips.join(","));
+  check("no console errors (plan that fits)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+// A device with no prediction, and strings from the program that are tags: said as text, on the
+// page and without JavaScript.
+{
+  const r = torchPlan();
+  const p = r.plan.processes[0];
+  p.devices = [{ device: 0, batch: 10240, predicted: false, predicted_batches: [], error: "<img src=x onerror=alert(1)> has no meta kernel" }];
+  p.unseen = ["<script>alert(2)</script> ran outside the fake mode"];
+  const html = render("plan-hostile", r);
+  const { page, errors, dialogs } = await open(html, "light", 1400, 900);
+  check("plan without a prediction: the headline names no outcome", (await page.locator("#verdict").textContent()) === "Plan: stopped before the first training step (batch 10240)" && (await page.locator("#plan").getAttribute("data-plan")) === "none");
+  const line = await page.locator("[data-plan-device='0'] .plan-line").textContent();
+  check("plan without a prediction: why, as text", line === "Device 0: no prediction: <img src=x onerror=alert(1)> has no meta kernel." && (await page.locator("#plan .stat").count()) === 0, line);
+  check("plan: what was not seen, as text", (await page.locator("#plan .plan-unseen li").textContent()) === "<script>alert(2)</script> ran outside the fake mode");
+  check("plan: no element injected, no dialog", (await page.locator("main img, main script").count()) === 0 && dialogs.length === 0, dialogs.join("; "));
+  check("no console errors (plan without a prediction)", errors.length === 0, errors.join("; "));
+  await page.close();
+  const plain = await browser.newPage({ javaScriptEnabled: false });
+  await plain.goto("file://" + html);
+  const text = await plain.locator("body").innerText();
+  check("plan, JavaScript off: the program's strings as text", text.includes("Device 0: no prediction: <img src=x onerror=alert(1)> has no meta kernel") &&
+        text.includes("<script>alert(2)</script> ran outside the fake mode") && (await plain.locator("img").count()) === 0 && (await plain.locator("body script").count()) === 3, text.slice(0, 400));
+  await plain.close();
 }
 
 // 8. A native CUDA program's OOM: the page draws the collector's diagnosis, findings and
