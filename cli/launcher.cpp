@@ -246,6 +246,10 @@ int Launch::spawn() {
       setenv(env::kPlan, "1", 1);
     else
       unsetenv(env::kPlan);
+    if (options_.preflight && !hook_dir_.empty())
+      setenv(env::kPreflight, hook_dir_.c_str(), 1);
+    else
+      unsetenv(env::kPreflight);
     std::vector<char*> argv;
     for (const auto& a : cmd_) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

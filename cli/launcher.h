@@ -47,6 +47,9 @@ struct LaunchOptions {
   // `vramtrace plan`: the hook stops each PyTorch process before its first training step, once
   // the step is predicted (VRAMTRACE_PLAN).
   bool plan = false;
+  // `run --preflight`: the hook predicts each PyTorch process's first training step before it
+  // runs and asks the launcher for its verdict (VRAMTRACE_PREFLIGHT: cli/preflight.h).
+  bool preflight = false;
 };
 
 class Launch {
@@ -76,6 +79,8 @@ class Launch {
   std::string torch_request_path() const {
     return hook_dir_.empty() ? std::string() : hook_dir_ + "/torch-request";
   }
+  // Where the hook asks for pre-flight verdicts ("" without --preflight or the hook).
+  std::string preflight_folder() const { return options_.preflight ? hook_dir_ : std::string(); }
   // After wait(): the trace files of the run, PyTorch's allocator traces included.
   const std::vector<std::string>& traces() const { return traces_; }
   // After wait(): the command's status, as from waitpid.

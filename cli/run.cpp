@@ -15,6 +15,7 @@
 #include "cli/gate.h"
 #include "cli/launcher.h"
 #include "cli/live_report.h"
+#include "cli/preflight.h"
 #include "cli/serve.h"
 #include "cli/snapshot.h"
 
@@ -90,6 +91,10 @@ int run_command(const RunArgs& a) {
     std::cerr << "command is required\nRun with --help for more information.\n";
     return kExitUsage;
   }
+  if (a.launch.preflight && a.launch.stacks.torch == "off") {
+    std::cerr << "vramtrace run: --preflight needs the start-up hook that --torch=off leaves out\n";
+    return kExitUsage;
+  }
   if (a.launch.plan && a.launch.stacks.torch == "off") {
     std::cerr << "vramtrace plan: --torch=off leaves out the start-up hook that makes the plan\n";
     return kExitUsage;
@@ -120,9 +125,13 @@ int run_command(const RunArgs& a) {
     std::cerr << "vramtrace: live report: " << server->url() << "\n";
   }
   auto snapshots = std::make_unique<SnapshotTaker>(launch.out_dir(), live);
+  std::unique_ptr<PreflightDesk> preflight;
+  if (!launch.preflight_folder().empty())
+    preflight = std::make_unique<PreflightDesk>(launch.preflight_folder(), launch.out_dir());
   if (int rc = launch.spawn()) return rc;
-  const report::RunInfo info = launch.wait([&snapshots, &live] {
+  const report::RunInfo info = launch.wait([&snapshots, &live, &preflight] {
     snapshots.reset();
+    preflight.reset();
     live.hold();
   });
   if (const int err = launch.exec_errno()) {
@@ -248,6 +257,14 @@ Command add_launch_command(CLI::App& app, bool plan) {
                   "recorded in every process, all run long; off: their CUPTI callbacks are not "
                   "enabled (less overhead on launch-bound jobs, allocations recorded as ever)")
       ->check(CLI::IsMember({"on", "off"}));
+  if (!plan)
+    run->add_flag("--preflight", launch.preflight,
+                  "PyTorch jobs: at the first training step, before it allocates, predict the "
+                  "whole step on fake tensors (as `vramtrace plan` does, costing its seconds), "
+                  "say on stderr whether it will fit (if not: by how much, the largest batch "
+                  "that fits, the remedies), then let the program go on; the report holds the "
+                  "prediction beside the step as recorded (report.json's preflight). The hook "
+                  "waits up to VRAMTRACE_PREFLIGHT_WAIT seconds (30) for the verdict");
   run->add_flag("--no-progress", args->no_progress, kProgressHelp);
   args->serve_option =
       run->add_option("--serve", args->serve,

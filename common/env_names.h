@@ -51,6 +51,12 @@ inline constexpr char kTorchLive[] = "VRAMTRACE_TORCH_LIVE";
 // `vramtrace plan`: "1", the hook predicts the first training step on fake tensors and ends the
 // process (status 0) before that step's forward runs.
 inline constexpr char kPlan[] = "VRAMTRACE_PLAN";
+// `vramtrace run --preflight`: the folder where the hook asks the launcher for the verdict of its
+// first training step, predicted on fake tensors before it runs (preflight.<pid>.ask), and
+// finds it said (preflight.<pid>.done).
+inline constexpr char kPreflight[] = "VRAMTRACE_PREFLIGHT";
+// How long the hook waits for that verdict, in seconds (default 30; 0: it does not wait).
+inline constexpr char kPreflightWait[] = "VRAMTRACE_PREFLIGHT_WAIT";
 
 // ---- read by the command-line tool -----------------------------------------------------------
 inline constexpr char kLib[] = "VRAMTRACE_LIB";

@@ -382,6 +382,14 @@ class _Prediction:
         self.plan = os.environ.get("VRAMTRACE_PLAN") == "1"
         if self.plan:
             self.want_call = True
+        # `vramtrace run --preflight` (VRAMTRACE_PREFLIGHT: the folder where the launcher takes
+        # asks): the first training call is predicted, its verdict asked for and waited for
+        # (preflight), then the program goes on.
+        self.preflight_dir = None if self.plan else os.environ.get("VRAMTRACE_PREFLIGHT") or None
+        if self.preflight_dir:
+            self.want_call = True
+        self.preflight_line = None  # the PF line, once predicted
+        self.preflighting = False   # its fake steps are running
         self.plan_line = None      # the Z line, once stopped
         self.rng_restored = False  # the last predict_steps put the RNG states back
         self.dump_now = None       # writes the side channel now (set by sitecustomize)
@@ -394,7 +402,8 @@ class _Prediction:
         if (self.stack or self.in_root or self.in_backward or self.get_ident() != self.main
                 or next(module.parameters(), None) is None):
             return
-        if self.plan and not (module.training and self.torch.is_grad_enabled()):
+        if ((self.plan or self.preflight_dir)
+                and not (module.training and self.torch.is_grad_enabled())):
             return  # an evaluation before training: the plan waits for a training step
         self.want_call = False
         try:
@@ -413,6 +422,71 @@ class _Prediction:
                                   "not be read: %s\n" % (self.now(), self.clean(str(ex))[:500])]
         if self.plan:
             self.plan_stop(module)
+        elif self.preflight_dir:
+            self.preflight(module)
+
+    def preflight(self, module):
+        """`vramtrace run --preflight`: the step the program is about to run predicted on fake
+        tensors as for a plan, the side channel written now (with the PF line), the launcher
+        asked for its verdict (preflight.<pid>.ask in VRAMTRACE_PREFLIGHT) and its answer waited
+        for (VRAMTRACE_PREFLIGHT_WAIT seconds, 30), so that the verdict is said before the step
+        can die. Nothing of the program changes: the forward runs next, as it would have."""
+        import time
+        folder, self.preflight_dir = self.preflight_dir, None  # once
+        try:
+            asked_from = time.monotonic_ns()
+            started = time.perf_counter_ns()
+            try:
+                self.module_id(module)  # its modules named (M lines) for the predicted requests
+            except Exception:
+                pass
+            first = self.first_call
+            batch = first[2] if first is not None else 0
+            del LOSSES[:]
+            if first is not None and not batch:
+                self.predicted = ["N\t0\t1\t0\t0\t%d\t%s\n" % (
+                    first[6], "not predicted: the model was called with no tensor to take a "
+                    "batch from")]
+            elif first is not None:
+                self.preflighting = True
+                try:
+                    self.predict_steps(force=True)
+                finally:
+                    self.preflighting = False
+            spent = time.perf_counter_ns() - started
+            loss = LOSSES[0] if LOSSES else ""
+            self.preflight_line = "PF\t%d\t%d\t%d\t%d\t%s\n" % (
+                self.now(), batch, spent, 1 if self.rng_restored else 0, loss)
+            if self.dump_now is not None:
+                self.dump_now()
+            pid = os.getpid()
+            ask = os.path.join(folder, "preflight.%d.ask" % pid)
+            done = os.path.join(folder, "preflight.%d.done" % pid)
+            with open(ask + ".tmp", "w") as f:
+                f.write("%d\n" % asked_from)
+            os.replace(ask + ".tmp", ask)
+            try:
+                wait = float(os.environ.get("VRAMTRACE_PREFLIGHT_WAIT", "") or "30")
+            except ValueError:
+                wait = 30.0
+            wait = min(max(wait, 0.0), 600.0)
+            deadline = time.monotonic() + wait
+            while not os.path.exists(done) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if not os.path.exists(done):
+                sys.stderr.write("vramtrace: PRE-FLIGHT: no verdict within %g s "
+                                 "(VRAMTRACE_PREFLIGHT_WAIT); the program goes on\n" % wait)
+                sys.stderr.flush()
+            for path in (ask, done):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        except Exception as ex:
+            try:
+                sys.stderr.write("vramtrace: PRE-FLIGHT: not made: %s\n" % self.clean(str(ex))[:300])
+            except Exception:
+                pass
 
     def plan_stop(self, module):
         """`vramtrace plan`: the step the program is about to run predicted on fake tensors
@@ -509,6 +583,9 @@ class _Prediction:
             if self.plan:
                 sys.stderr.write("vramtrace plan: running the first training step on fake "
                                  "tensors (a few seconds)\n")
+            elif self.preflighting:
+                sys.stderr.write("vramtrace: PRE-FLIGHT: running the first training step on "
+                                 "fake tensors (a few seconds)\n")
             else:
                 sys.stderr.write(
                     "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "

@@ -185,3 +185,5 @@ class _Writer:
         f.write("".join(self.predicted))
         if self.plan_line:
             f.write(self.plan_line)
+        if self.preflight_line:
+            f.write(self.preflight_line)
