@@ -23,6 +23,7 @@ namespace {
 struct Writer {
   FILE* f;
   bool zstd = false;
+  ZSTD_CCtx* cctx = nullptr;  // level 1 with zstd's content checksum, as the library writes
   std::vector<uint8_t> frame, packed;
   uint32_t records = 0;
   uint64_t base = 0, last = 0, written = 0;
@@ -36,15 +37,18 @@ struct Writer {
     const uint8_t* payload = frame.data();
     if (zstd) {
       packed.resize(ZSTD_compressBound(frame.size()));
-      size_t n = ZSTD_compress(packed.data(), packed.size(), frame.data(), frame.size(), 1);
+      size_t n = ZSTD_compress2(cctx, packed.data(), packed.size(), frame.data(), frame.size());
       if (!ZSTD_isError(n) && n < frame.size()) {
         h.codec = static_cast<uint8_t>(Codec::Zstd);
         h.stored_bytes = static_cast<uint32_t>(n);
         payload = packed.data();
       }
     }
+    const uint32_t n = h.stored_bytes;
+    const uint32_t sum = seal_frame(h, payload, n);  // format version 2: a checksum per frame
     fwrite(&h, sizeof h, 1, f);
-    fwrite(payload, 1, h.stored_bytes, f);
+    fwrite(payload, 1, n, f);
+    fwrite(&sum, sizeof sum, 1, f);
     frame.clear();
     records = 0;
     base = last;
@@ -78,6 +82,11 @@ int main(int argc, char** argv) {
   uint64_t target = std::strtoull(argv[2], nullptr, 10);
   Writer w;
   w.zstd = argc == 4;
+  if (w.zstd) {
+    w.cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
+    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_checksumFlag, 1);
+  }
   w.f = std::fopen(argv[1], "wb");
   if (!w.f) return 1;
   FileHeader fh{};

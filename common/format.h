@@ -10,6 +10,11 @@
 // A frame is written with a single write(), so a stream cut off by a crash loses at most the
 // frame that was being written, and the reader says so.
 //
+// From version 2 every frame is checksummed: its stored bytes end with a CRC32C of its header and
+// the stored bytes before it (frame_checksum()), and a compressed frame carries zstd's content
+// checksum too, so a flipped bit anywhere in a frame makes it a damaged frame rather than other
+// figures. Version 1 (no checksum) is still read.
+//
 // Compatibility rules (as memray does it): record types and api ids are only ever appended;
 // a change of meaning bumps kFormatVersion and the reader refuses versions it does not know.
 #pragma once
@@ -18,10 +23,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/crc32c.h"
+
 namespace vramtrace::format {
 
 inline constexpr char kMagic[8] = {'V', 'R', 'A', 'M', 'T', 'R', 'C', '\n'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+// The oldest version the reader reads: version 1, the same frames without their checksum.
+inline constexpr uint32_t kOldestFormatVersion = 1;
 
 struct FileHeader {
   char magic[8];
@@ -33,8 +42,8 @@ static_assert(sizeof(FileHeader) == 16, "FileHeader layout is part of the format
 enum class Codec : uint8_t { Raw = 0, Zstd = 1 };
 
 struct FrameHeader {
-  uint32_t stored_bytes;  // bytes of payload that follow this header
-  uint32_t raw_bytes;     // bytes of records once decoded (== stored_bytes for Raw)
+  uint32_t stored_bytes;  // bytes of payload that follow this header, its checksum included
+  uint32_t raw_bytes;     // bytes of records once decoded (stored_bytes - its checksum for Raw)
   uint8_t codec;          // Codec
   uint8_t reserved[3];
   uint32_t record_count;
@@ -44,6 +53,25 @@ static_assert(sizeof(FrameHeader) == 24, "FrameHeader layout is part of the form
 
 // A frame larger than this is corrupt: the writer never produces one.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+
+// The checksum at the end of a frame's stored bytes (version 2 on): 4 bytes, little-endian.
+inline constexpr uint32_t kFrameChecksumBytes = 4;
+inline constexpr uint32_t frame_checksum_bytes(uint32_t version) {
+  return version >= 2 ? kFrameChecksumBytes : 0;
+}
+
+// The CRC32C of a frame: its header (as written, stored_bytes counting the checksum) and the
+// `n` stored bytes before the checksum.
+inline uint32_t frame_checksum(const FrameHeader& h, const void* stored, size_t n) {
+  return crc32c(crc32c(0, &h, sizeof h), stored, n);
+}
+
+// A frame of `n` stored bytes made whole for this version: sets its header's stored_bytes (the
+// checksum counted) and returns the checksum, which is written right after the stored bytes.
+inline uint32_t seal_frame(FrameHeader& h, const void* stored, size_t n) {
+  h.stored_bytes = static_cast<uint32_t>(n + kFrameChecksumBytes);
+  return frame_checksum(h, stored, n);
+}
 
 // What a UserSegment record does. A segment is separate from its neighbours (cudaMalloc'd
 // memory: a free block never spans two); a mapping joins the mappings next to it (expandable

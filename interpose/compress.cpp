@@ -8,9 +8,14 @@
 namespace vramtrace::interpose {
 
 namespace {
-// ZSTD_versionNumber() of the oldest libzstd we use: 1.4.0 (stable ZSTD_compressCCtx with the
-// content size in every frame header, which the reader requires).
+// ZSTD_versionNumber() of the oldest libzstd we use: 1.4.0 (stable ZSTD_compress2 and
+// ZSTD_CCtx_setParameter, with the content size in every frame header, which the reader
+// requires).
 constexpr unsigned kMinVersion = 10400;
+// zstd.h's ZSTD_cParameter values (stable since 1.4.0; zstd.h is not included: the library is
+// dlopen'd).
+constexpr int kLevelParameter = 100;     // ZSTD_c_compressionLevel
+constexpr int kChecksumParameter = 201;  // ZSTD_c_checksumFlag
 }  // namespace
 
 bool FrameCompressor::load(const char* mode, const char* library) {
@@ -26,9 +31,10 @@ bool FrameCompressor::load(const char* mode, const char* library) {
   bound_ = reinterpret_cast<BoundFn>(dlsym(h, "ZSTD_compressBound"));
   is_error_ = reinterpret_cast<IsErrorFn>(dlsym(h, "ZSTD_isError"));
   content_size_ = reinterpret_cast<ContentSizeFn>(dlsym(h, "ZSTD_getFrameContentSize"));
-  auto compress = reinterpret_cast<CompressFn>(dlsym(h, "ZSTD_compressCCtx"));
+  set_parameter_ = reinterpret_cast<SetParameterFn>(dlsym(h, "ZSTD_CCtx_setParameter"));
+  auto compress = reinterpret_cast<CompressFn>(dlsym(h, "ZSTD_compress2"));
   if (!version || version() < kMinVersion || !create_ || !free_ || !bound_ || !is_error_ ||
-      !content_size_ || !compress) {
+      !content_size_ || !set_parameter_ || !compress) {
     dlclose(h);
     create_ = nullptr;
     return false;
@@ -44,6 +50,12 @@ bool FrameCompressor::prepare(size_t max_raw_bytes) {
   void* m = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return false;
   cctx_ = create_();
+  // zstd's content checksum in every frame: the reader's decoder checks what it decoded.
+  if (cctx_ && (is_error_(set_parameter_(cctx_, kLevelParameter, kLevel)) ||
+                is_error_(set_parameter_(cctx_, kChecksumParameter, 1)))) {
+    free_(cctx_);
+    cctx_ = nullptr;
+  }
   if (!cctx_) {
     munmap(m, cap);
     return false;
@@ -56,7 +68,7 @@ bool FrameCompressor::prepare(size_t max_raw_bytes) {
 
 size_t FrameCompressor::compress(const uint8_t* src, size_t n) {
   if (!ready() || n == 0 || n > max_raw_) return 0;
-  size_t got = compress_(cctx_, out_, out_capacity_, src, n, kLevel);
+  size_t got = compress_(cctx_, out_, out_capacity_, src, n);
   if (is_error_(got) || got >= n) return 0;
   // The reader checks the size a frame says it decodes to before it allocates: make sure this
   // libzstd wrote it.

@@ -28,7 +28,8 @@ class FrameCompressor {
   bool prepare(size_t max_raw_bytes);
   bool ready() const { return cctx_ != nullptr && out_ != nullptr; }
 
-  // Compresses one frame's records. Returns the compressed size (the bytes are at output()), or
+  // Compresses one frame's records, with zstd's content checksum. Returns the compressed size
+  // (the bytes are at output()), or
   // 0 when the frame should be written raw: not ready, too large, an error, or no smaller.
   size_t compress(const uint8_t* src, size_t n);
   const uint8_t* output() const { return out_; }
@@ -40,7 +41,8 @@ class FrameCompressor {
   using CreateFn = void* (*)();
   using FreeFn = size_t (*)(void*);
   using BoundFn = size_t (*)(size_t);
-  using CompressFn = size_t (*)(void*, void*, size_t, const void*, size_t, int);
+  using CompressFn = size_t (*)(void*, void*, size_t, const void*, size_t);
+  using SetParameterFn = size_t (*)(void*, int, int);
   using IsErrorFn = unsigned (*)(size_t);
   using ContentSizeFn = unsigned long long (*)(const void*, size_t);
 
@@ -48,6 +50,7 @@ class FrameCompressor {
   FreeFn free_ = nullptr;
   BoundFn bound_ = nullptr;
   CompressFn compress_ = nullptr;
+  SetParameterFn set_parameter_ = nullptr;
   IsErrorFn is_error_ = nullptr;
   ContentSizeFn content_size_ = nullptr;
   void* cctx_ = nullptr;

@@ -190,13 +190,13 @@ void write_frame(State& s, Buffer& b, bool compress, bool still_active) {
       h.codec = static_cast<uint8_t>(format::Codec::Zstd);
     }
   }
-  h.stored_bytes = static_cast<uint32_t>(stored);
   h.raw_bytes = static_cast<uint32_t>(b.used);
   h.record_count = b.count;
   h.base_time_ns = b.base_time;
-  iovec iov[2] = {{&h, sizeof h}, {payload, stored}};
+  uint32_t sum = format::seal_frame(h, payload, stored);  // the frame's checksum, written last
+  iovec iov[3] = {{&h, sizeof h}, {payload, stored}, {&sum, sizeof sum}};
   if (s.ctl) shared_store(&s.ctl->buffers[&b - s.bufs].sending, 1 + s.frames_sent);
-  if (!write_all(s.fd, s.is_socket, iov, 2)) {
+  if (!write_all(s.fd, s.is_socket, iov, 3)) {
     int err = errno;
     s.phase.store(kStopped);
     notice_errno("cannot write the trace; recording stopped", err);

@@ -59,17 +59,23 @@ int recover_unsent(int shared, int out, const StreamPosition& pos) {
   if (pos.written != pos.boundary && ftruncate(out, static_cast<off_t>(pos.boundary)) != 0)
     return 0;
   if (lseek(out, static_cast<off_t>(pos.boundary), SEEK_SET) < 0) return 0;
+  // A raw frame as the stream's version writes it: with its checksum from version 2 on.
+  auto write_frame = [&pos, out](format::FrameHeader h, const uint8_t* records, size_t n) {
+    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(n);
+    h.codec = static_cast<uint8_t>(format::Codec::Raw);
+    const bool sealed = format::frame_checksum_bytes(pos.version) != 0;
+    const uint32_t sum = sealed ? format::seal_frame(h, records, n) : 0;
+    return write_all_fd(out, &h, sizeof h) && write_all_fd(out, records, n) &&
+           (!sealed || write_all_fd(out, &sum, sizeof sum));
+  };
   uint64_t last_time = 0;
   for (size_t k = 0; k < pending.size(); ++k) {
     const Pending& p = pending[k];
     format::FrameHeader h{};
-    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(p.used);
-    h.codec = static_cast<uint8_t>(format::Codec::Raw);
     h.record_count = static_cast<uint32_t>(p.count);
     h.base_time_ns = p.base_time;
     last_time = p.base_time;
-    if (!write_all_fd(out, &h, sizeof h) || !write_all_fd(out, data[k].data(), data[k].size()))
-      return appended;
+    if (!write_frame(h, data[k].data(), data[k].size())) return appended;
     ++appended;
   }
   if (ctl.dropped_pending) {
@@ -77,12 +83,9 @@ int recover_unsent(int shared, int out, const StreamPosition& pos) {
     uint8_t record[format::max_fixed_bytes<format::rec::Dropped>()];
     uint8_t* end = format::put(record, format::rec::Dropped{ctl.dropped_pending});
     format::FrameHeader h{};
-    h.stored_bytes = h.raw_bytes = static_cast<uint32_t>(end - record);
-    h.codec = static_cast<uint8_t>(format::Codec::Raw);
     h.record_count = 1;
     h.base_time_ns = last_time;
-    if (!write_all_fd(out, &h, sizeof h) || !write_all_fd(out, record, h.stored_bytes))
-      return appended;
+    if (!write_frame(h, record, static_cast<size_t>(end - record))) return appended;
     ++appended;
   }
   return appended;

@@ -5,7 +5,8 @@
 // ended, recover_unsent() appends to the trace, as whole raw frames, what the process's shared
 // buffers still hold and the stream does not: a frame cut off in the middle is cut off the file
 // and written again whole, then the buffers not yet sent, in the order they began to fill, then
-// the count of events dropped since the last Dropped record. Every read of the region is
+// the count of events dropped since the last Dropped record, each frame with its checksum when
+// the stream's version has one (common/format.h). Every read of the region is
 // checked: it is another process's memory, and whatever it holds, the trace stays readable.
 #pragma once
 
@@ -30,7 +31,8 @@ struct StreamPosition {
   uint8_t head[sizeof(format::FrameHeader)];   // the fixed header being received
   size_t head_got = 0;
   bool header_done = false;
-  bool broken = false;  // unparseable, or a write to the file failed: no recovery
+  bool broken = false;   // unparseable, or a write to the file failed: no recovery
+  uint32_t version = 0;  // the stream's format version: recovered frames are written in it
 
   void next_frame() {
     boundary = written;
@@ -56,6 +58,7 @@ struct StreamPosition {
           // The header says its own size (format.h: later versions may grow it).
           format::FileHeader h;
           std::memcpy(&h, head, sizeof h);
+          version = h.version;
           if (h.header_bytes < sizeof h || h.header_bytes > 4096) {
             broken = true;
             return;

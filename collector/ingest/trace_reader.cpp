@@ -70,9 +70,12 @@ void TraceReader::read_header() {
   }
   if (std::memcmp(h.magic, format::kMagic, sizeof h.magic) != 0)
     throw TraceError(name_ + ": not a vramtrace trace (bad magic)");
-  if (h.version != format::kFormatVersion)
+  if (h.version < format::kOldestFormatVersion || h.version > format::kFormatVersion)
     throw TraceError(name_ + ": trace format version " + std::to_string(h.version) +
-                     ", this vramtrace reads version " + std::to_string(format::kFormatVersion));
+                     ", this vramtrace reads versions " +
+                     std::to_string(format::kOldestFormatVersion) + " to " +
+                     std::to_string(format::kFormatVersion));
+  checksum_bytes_ = format::frame_checksum_bytes(h.version);
   if (h.header_bytes < sizeof h || h.header_bytes > 4096)
     throw TraceError(name_ + ": corrupt header (size " + std::to_string(h.header_bytes) + ")");
   std::vector<uint8_t> rest(h.header_bytes - sizeof h);
@@ -91,9 +94,25 @@ bool TraceReader::load_frame() {
     return false;
   }
   if (h.stored_bytes > format::kMaxFrameBytes || h.raw_bytes > format::kMaxFrameBytes ||
+      h.stored_bytes < checksum_bytes_ ||
       (h.codec != static_cast<uint8_t>(format::Codec::Raw) &&
        h.codec != static_cast<uint8_t>(format::Codec::Zstd))) {
     problem_ = "corrupt frame header at byte " + std::to_string(at);
+    return false;
+  }
+  // What a file can make the reader decode is bounded by its size: a frame of zstd can claim
+  // 64 MiB from a few KB, and records cost time (and what they describe, memory) to apply.
+  // Traces the library writes decode to 2 to 3 times their size, the most regular (bench/'s
+  // synthetic ones) to 80 times.
+  decoded_ += h.raw_bytes;
+  const uint64_t file_bytes = at + sizeof h + h.stored_bytes;
+  const uint64_t budget = kDecodeFloorBytes + kDecodePerByte * file_bytes;
+  if (decoded_ > budget) {
+    problem_ = "frame " + std::to_string(frames_ + 1) + " at byte " + std::to_string(at) +
+               " would decode the trace to " + std::to_string(decoded_) +
+               " bytes of records, more than the " + std::to_string(budget) + " that " +
+               std::to_string(file_bytes) +
+               " bytes of trace may decode to (256 MiB, and 256 a byte): the rest is not read";
     return false;
   }
   // A header may claim up to kMaxFrameBytes: allocate only what the input can still hold, so
@@ -110,22 +129,35 @@ bool TraceReader::load_frame() {
                " bytes; the process was cut off while writing)";
     return false;
   }
+  // Version 2 on: the stored bytes end with their checksum (format.h), checked before anything
+  // is made of them. A frame that fails it is damaged, as one that cannot be decoded.
+  const size_t payload = stored.size() - checksum_bytes_;
+  if (checksum_bytes_) {
+    uint32_t sum;
+    std::memcpy(&sum, stored.data() + payload, sizeof sum);
+    if (sum != format::frame_checksum(h, stored.data(), payload)) {
+      problem_ = "damaged frame at byte " + std::to_string(at) + ": its checksum does not match";
+      return false;
+    }
+  }
   if (zstd) {
     // The size the compressed frame says it decodes to must be the header's, before we
-    // allocate that much.
-    if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != h.raw_bytes) {
+    // allocate that much. zstd checks the content checksum a frame carries as it decodes.
+    if (ZSTD_getFrameContentSize(stored.data(), payload) != h.raw_bytes) {
       problem_ = "corrupt compressed frame at byte " + std::to_string(at);
       return false;
     }
     frame_.resize(h.raw_bytes);
-    size_t n = ZSTD_decompress(frame_.data(), frame_.size(), stored.data(), stored.size());
+    size_t n = ZSTD_decompress(frame_.data(), frame_.size(), stored.data(), payload);
     if (ZSTD_isError(n) || n != h.raw_bytes) {
       problem_ = "corrupt compressed frame at byte " + std::to_string(at);
       return false;
     }
-  } else if (h.raw_bytes != h.stored_bytes) {
+  } else if (h.raw_bytes != payload) {
     problem_ = "corrupt frame header at byte " + std::to_string(at);
     return false;
+  } else {
+    frame_.resize(payload);  // the checksum off
   }
   cursor_ = format::ByteReader(frame_.data(), frame_.size());
   frame_time_ = h.base_time_ns;
@@ -159,6 +191,8 @@ std::unique_ptr<TraceReader> TraceReader::clone() const {
   r->frame_records_left_ = frame_records_left_;
   r->frames_ = frames_;
   r->offset_ = offset_;
+  r->checksum_bytes_ = checksum_bytes_;
+  r->decoded_ = decoded_;
   r->problem_ = problem_;
   r->done_ = done_;
   return r;

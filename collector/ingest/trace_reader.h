@@ -31,6 +31,11 @@ using format::Record;
 
 class TraceReader {
  public:
+  // The records a trace may decode to: 256 MiB, and 256 bytes for each byte of the file read so
+  // far. Past it the reader stops as at a damaged frame (partial(), problem()).
+  static constexpr uint64_t kDecodeFloorBytes = 256ull << 20;
+  static constexpr uint64_t kDecodePerByte = 256;
+
   // Opens a trace file. Throws TraceError when it cannot be opened or is not a trace.
   explicit TraceReader(const std::string& path);
   // Reads only the first `max_bytes` of the file, as if it ended there: a trace still being
@@ -87,6 +92,8 @@ class TraceReader {
   uint32_t frame_records_left_ = 0;
   uint64_t frames_ = 0;
   uint64_t offset_ = 0;
+  uint32_t checksum_bytes_ = 0;  // at the end of each frame's stored bytes (format.h)
+  uint64_t decoded_ = 0;         // bytes of records the frames so far decode to
   std::string problem_;
   bool done_ = false;
   std::function<void(uint64_t)> progress_;

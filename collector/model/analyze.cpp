@@ -28,6 +28,11 @@ void finish_process(Run& run, ProcessModel& p, Builder& builder, const std::stri
     p.problem = stream_problem;
     run.problems.push_back(trace_name + ": " + p.problem);
   }
+  // A bound of what a process may hold (builder.h), reached: the report of it is incomplete.
+  if (!builder.limit().empty()) {
+    if (p.problem.empty()) p.problem = builder.limit();
+    run.problems.push_back(trace_name + ": " + builder.limit());
+  }
   if (!p.has_process_record) {
     run.problems.push_back(trace_name + ": no process record (empty stream)");
     // The launcher names each stream's file after the peer's pid (vramtrace.<pid>[-k].vtrace):

@@ -40,6 +40,8 @@ void Builder::on_user_block(const rec::UserBlock& r, uint64_t t, uint64_t stream
     return;
   }
   if (r.bytes) {
+    if (pool->view.blocks().size() >= kMaxLive) [[unlikely]]
+      return stop_at_live_limit("blocks of one pool", t);
     Allocation b = make(Api::Unknown, pool->device, r.address, r.bytes, t, stream, r.thread);
     b.space = 1;  // a block
     pool->view.alloc_block(b);

@@ -12,32 +12,65 @@ namespace rec = format::rec;
 
 namespace {
 
-constexpr size_t kMaxPhases = 20000;  // completed NVTX ranges kept per process
-constexpr size_t kMaxRangeStarts = 1u << 20;
+constexpr size_t kMaxPhases = 20000;          // completed NVTX ranges kept per process
+constexpr size_t kMaxRangeStarts = 1u << 20;  // depth-0 range starts kept, of all names
 
 }  // namespace
 
 void Builder::on_range_push(const rec::RangePush& r, uint64_t t) {
-  auto& open = open_ranges_[r.thread];
-  open.emplace_back(r.name_id, t);
-  if (open.size() == 1) {
-    auto& starts = top_range_starts_[r.name_id];
-    if (starts.size() < kMaxRangeStarts) starts.push_back(t);
+  auto it = open_ranges_.find(r.thread);
+  if (it == open_ranges_.end()) {
+    if (open_ranges_.size() >= kMaxRangeThreads) {
+      if (limit_.empty())
+        reach_limit("NVTX ranges open on more than " + std::to_string(kMaxRangeThreads) +
+                    " threads: those of the threads after them are not kept");
+      return;
+    }
+    it = open_ranges_.try_emplace(r.thread).first;
+  }
+  OpenRanges& ranges = it->second;
+  if (ranges.open.size() >= kMaxRangeDepth) {
+    // A push never popped, in a loop, is the usual way here: the outermost ranges stay.
+    if (ranges.deeper++ == 0 && limit_.empty())
+      reach_limit("NVTX ranges nested more than " + std::to_string(kMaxRangeDepth) +
+                  " deep on thread " + std::to_string(r.thread) +
+                  ": the deeper ones are counted, not kept");
+    return;
+  }
+  ranges.open.emplace_back(r.name_id, t);
+  if (ranges.open.size() == 1 && range_starts_ < kMaxRangeStarts) {
+    top_range_starts_[r.name_id].push_back(t);
+    ++range_starts_;
   }
   ranges_seen_ = true;
 }
 
 void Builder::on_range_pop(const rec::RangePop& r, uint64_t t) {
   auto it = open_ranges_.find(r.thread);
-  if (it == open_ranges_.end() || it->second.empty()) return;  // pushed before we started
-  auto [name, start] = it->second.back();
-  it->second.pop_back();
-  auto& st = p_->range_stats[name];
-  ++st.count;
-  st.total_ns += t - std::min(t, start);
+  if (it == open_ranges_.end()) return;  // pushed before we started
+  OpenRanges& ranges = it->second;
+  if (ranges.deeper) {
+    --ranges.deeper;
+    return;
+  }
+  if (ranges.open.empty()) return;
+  auto [name, start] = ranges.open.back();
+  ranges.open.pop_back();
   ++p_->phases_total;
   if (p_->phases.size() < kMaxPhases)
-    p_->phases.push_back({name, r.thread, static_cast<uint32_t>(it->second.size()), start, t});
+    p_->phases.push_back({name, r.thread, static_cast<uint32_t>(ranges.open.size()), start, t});
+  auto st = p_->range_stats.find(name);
+  if (st == p_->range_stats.end()) {
+    if (p_->range_stats.size() >= kMaxRangeNames) {
+      if (limit_.empty())
+        reach_limit("NVTX ranges of more than " + std::to_string(kMaxRangeNames) +
+                    " names: the times of the names after them are not kept");
+      return;
+    }
+    st = p_->range_stats.try_emplace(name).first;
+  }
+  ++st->second.count;
+  st->second.total_ns += t - std::min(t, start);
 }
 
 void Builder::on_step(uint64_t t) {

@@ -47,6 +47,8 @@ RunDevice& run_device(Run& run, Builder::DeviceIndex& where, const std::string& 
 // `secondary`: the record comes from PyTorch's trace of this process, not from its own trace;
 // `stream`: then a block's CUDA stream (PyTorch's trace has it, the UserBlock record has not).
 void Builder::apply(const Record& r, bool secondary, uint64_t stream) {
+  if (stopped_) [[unlikely]]
+    return;
   pend_ = &pending_[secondary ? 1 : 0];
   ++p_->events;
   ++*seq_;
@@ -125,6 +127,14 @@ void Builder::finish() {
   }
 }
 
+// One allocation more than kMaxLive would be live: the process is read no further.
+void Builder::stop_at_live_limit(const char* what, uint64_t t) {
+  stopped_ = true;
+  reach_limit("more than " + std::to_string(kMaxLive) + " " + what +
+              " live at once, the most one process may hold: its trace is read up to its event " +
+              std::to_string(p_->events - 1) + " (at " + std::to_string(t) + " ns) and no further");
+}
+
 DeviceModel& Builder::find_device(uint32_t index) {
   auto [it, inserted] = p_->devices.try_emplace(index);
   if (inserted) it->second.index = index;
@@ -148,6 +158,9 @@ RunDevice& Builder::run_dev(uint32_t index) {
 void Builder::on_alloc(const rec::Alloc& r, uint64_t t) {
   Allocation a = make(r.api, r.device, r.address, r.bytes, t, r.stream, r.thread);
   if (format::memory_kind(r.api) == format::MemoryKind::PinnedHost) {
+    if (p_->live.size() + p_->live_host.size() + p_->vmm_handles.size() >= kMaxLive &&
+        !p_->live_host.count(r.address)) [[unlikely]]
+      return stop_at_live_limit("driver allocations", t);
     auto& prev = p_->live_host[r.address];
     if (prev.bytes) p_->pinned_host.remove(prev, t);
     prev = a;
@@ -159,6 +172,9 @@ void Builder::on_alloc(const rec::Alloc& r, uint64_t t) {
   }
   uint64_t key = live_key(r.api, r.address);
   auto it = p_->live.find(key);
+  if (it == p_->live.end() &&
+      p_->live.size() + p_->live_host.size() + p_->vmm_handles.size() >= kMaxLive) [[unlikely]]
+    return stop_at_live_limit("driver allocations", t);
   if (it != p_->live.end()) {
     // Same address handed out again without a free we saw (a dropped event): the old one
     // cannot still be live.
@@ -193,6 +209,9 @@ void Builder::on_free(const rec::Free& r, uint64_t t) {
 }
 
 void Builder::on_vmm_create(const rec::VmmCreate& r, uint64_t t) {
+  if (p_->live.size() + p_->live_host.size() + p_->vmm_handles.size() >= kMaxLive &&
+      !p_->vmm_handles.count(r.handle)) [[unlikely]]
+    return stop_at_live_limit("driver allocations", t);
   Allocation a = make(Api::cuMemCreate, r.device, r.handle, r.bytes, t, 0, 0);
   VmmHandle& h = p_->vmm_handles[r.handle];
   if (h.alloc.bytes) remove_device(h.alloc, t);  // handle reused: lost release
@@ -272,7 +291,8 @@ Allocation Builder::make(Api api, uint32_t device_index, uint64_t id, uint64_t b
   pend_->stack = pend_->py = 0;
   if (ranges_seen_) {
     auto it = open_ranges_.find(thread);
-    if (it != open_ranges_.end() && !it->second.empty()) a.phase = it->second.back().first;
+    if (it != open_ranges_.end() && !it->second.open.empty())
+      a.phase = it->second.open.back().first;
   }
   return a;
 }
@@ -294,7 +314,7 @@ void Builder::add_device(const Allocation& a, uint64_t now) {
       d.phase_at_peak.clear();
       auto it = open_ranges_.find(a.thread);
       if (it != open_ranges_.end())
-        for (auto& [name, start] : it->second) d.phase_at_peak.push_back(name);
+        for (auto& [name, start] : it->second.open) d.phase_at_peak.push_back(name);
     }
   }
   ++d.allocations;

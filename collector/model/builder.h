@@ -37,6 +37,18 @@ class Builder {
   static constexpr size_t kOomsWithSurvivors = 4;
   static constexpr size_t kOomsWithLiveSet = 64;
 
+  // What one process's records can make the builder hold, whatever the trace (a crafted or
+  // broken one): 136 KB of zstd frames of RangePush records took 2 GiB and then the process.
+  // Allocations live at once: the driver's (device, pinned host, VMM handles), or one pool's
+  // blocks. Past it the process is read no further (limit() says so): what follows would be
+  // figured without the allocations not kept.
+  static constexpr size_t kMaxLive = size_t{1} << 21;
+  // NVTX ranges open on one thread (deeper ones are counted, so that their pops match, but not
+  // kept), threads with ranges open, and distinct range names timed.
+  static constexpr size_t kMaxRangeDepth = 1024;
+  static constexpr size_t kMaxRangeThreads = 4096;
+  static constexpr size_t kMaxRangeNames = 65536;
+
   using DeviceIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
   // `seq`: the run's event counter, shared by the builders of its processes, so that the order
   // of allocations is known across processes (what was live at a device's run-wide peak).
@@ -66,6 +78,10 @@ class Builder {
 
   // After the last record: iterations, the OOM that ended the job, the live sets at the peaks.
   void finish();
+
+  // The first bound above that the process's records reached (empty: none): the process's
+  // report is incomplete, and this says how.
+  const std::string& limit() const { return limit_; }
 
  private:
   // Most events name the device of the event before: remember it (std::map nodes are stable).
@@ -133,6 +149,10 @@ class Builder {
   void on_step(uint64_t t);
   void on_rhythm(uint32_t id, uint64_t now);
   void find_iterations();
+  void reach_limit(std::string what) {
+    if (limit_.empty()) limit_ = std::move(what);
+  }
+  [[gnu::noinline]] void stop_at_live_limit(const char* what, uint64_t t);
 
   Run* run_;
   ProcessModel* p_;
@@ -159,9 +179,18 @@ class Builder {
   // records of the segment that made the peak come just after the driver's).
   std::map<uint32_t, uint64_t> frag_peak_until_;
   bool ranges_seen_ = false;
-  std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> open_ranges_;
+  // A thread's open NVTX ranges, outermost first ((name id, start)), and how many more were
+  // pushed past kMaxRangeDepth and not popped yet.
+  struct OpenRanges {
+    std::vector<std::pair<uint32_t, uint64_t>> open;
+    uint64_t deeper = 0;
+  };
+  std::unordered_map<uint32_t, OpenRanges> open_ranges_;
   std::map<uint32_t, std::vector<uint64_t>> top_range_starts_;  // depth-0 ranges by name id
-  std::vector<uint64_t> steps_;                                 // vramtrace_step() times
+  size_t range_starts_ = 0;                                     // in all of them
+  std::string limit_;
+  bool stopped_ = false;         // kMaxLive reached: records are no longer applied
+  std::vector<uint64_t> steps_;  // vramtrace_step() times
   // The launch rhythm: per kernel name, its launches' times while it may mark iterations.
   // `separated`: launches with device memory allocated or freed since the name's previous
   // launch (what tells one kernel per iteration from a burst of it), `last_memory` the process's

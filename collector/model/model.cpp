@@ -103,7 +103,13 @@ void PeakTracker::remove(const Allocation& a, uint64_t now) {
 
 std::vector<Allocation> PeakTracker::live_at_peak(
     const std::vector<const Allocation*>& still_live) const {
-  std::vector<Allocation> out = freed_after_peak_;
+  // Sized exactly: a vector grown a push at a time holds up to twice its allocations, and this
+  // one can hold every allocation of the process.
+  size_t n = freed_after_peak_.size();
+  for (const Allocation* a : still_live) n += a->seq <= peak_seq_;
+  std::vector<Allocation> out;
+  out.reserve(n);
+  out.insert(out.end(), freed_after_peak_.begin(), freed_after_peak_.end());
   for (const Allocation* a : still_live)
     if (a->seq <= peak_seq_) out.push_back(*a);
   return out;

@@ -5,6 +5,10 @@
 // (TraceReader::from_bytes), rebuilds the model (collector::analyze) and renders it
 // (report::to_json, summary_text, to_html). Any crash, hang, sanitizer finding or exception other
 // than TraceError (what the reader throws for input that is not a trace) is a bug.
+//
+// A trace of format version 2 on has each frame's checksum made again before it is read (a
+// mutated frame would otherwise fail it, and the fuzzer would never reach the records); the
+// unit tests check that a frame whose checksum fails is refused.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "collector/ingest/frames.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/model.h"
 #include "common/format.h"
@@ -19,6 +24,27 @@
 #include "report/json_report.h"
 
 using namespace vramtrace;
+
+namespace {
+
+// Each whole frame's checksum made right, in a trace whose version has one.
+void reseal(std::vector<uint8_t>& t) {
+  format::FileHeader fh{};
+  if (t.size() < sizeof fh) return;
+  std::memcpy(&fh, t.data(), sizeof fh);
+  const uint32_t bytes = format::frame_checksum_bytes(fh.version);
+  if (!bytes || fh.header_bytes != sizeof fh) return;
+  collector::walk_frames(
+      t.data(), t.size(), [&t, bytes](const collector::FrameAt& f, const uint8_t*) {
+        if (f.header.stored_bytes < bytes) return false;
+        const uint32_t n = f.header.stored_bytes - bytes;
+        const uint32_t sum = format::frame_checksum(f.header, t.data() + f.payload(), n);
+        std::memcpy(t.data() + f.payload() + n, &sum, sizeof sum);
+        return true;
+      });
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr size_t kMagicBytes = sizeof format::kMagic;
@@ -34,8 +60,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::unique_ptr<collector::TraceReader>> readers;
   for (size_t i = 0; i + 1 < starts.size(); ++i) {
     try {
-      readers.push_back(collector::TraceReader::from_bytes(
-          std::vector<uint8_t>(data + starts[i], data + starts[i + 1]), "fuzz"));
+      std::vector<uint8_t> trace(data + starts[i], data + starts[i + 1]);
+      reseal(trace);
+      readers.push_back(collector::TraceReader::from_bytes(std::move(trace), "fuzz"));
     } catch (const collector::TraceError&) {
       if (i == 0) return 0;  // not a trace at all
     }

@@ -25,15 +25,18 @@ void write(const std::string& dir, const std::string& name, const std::vector<ui
 std::vector<uint8_t> compress_frames(const std::vector<uint8_t>& raw) {
   using vramtrace::format::FrameHeader;
   std::vector<uint8_t> out(raw.begin(), raw.begin() + sizeof(vramtrace::format::FileHeader));
-  auto compress = [&out](const vramtrace::collector::FrameAt& f, const uint8_t* payload) {
+  const uint32_t version = vt_test::stream_version(raw);
+  auto compress = [&out, version](const vramtrace::collector::FrameAt& f, const uint8_t* payload) {
     FrameHeader h = f.header;
     std::vector<uint8_t> z(ZSTD_compressBound(h.raw_bytes));
-    size_t n = ZSTD_compress(z.data(), z.size(), payload, h.raw_bytes, 3);
+    // As the library's writer compresses: with zstd's content checksum.
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    size_t n = ZSTD_compress2(cctx, z.data(), z.size(), payload, h.raw_bytes);
+    ZSTD_freeCCtx(cctx);
     h.codec = static_cast<uint8_t>(vramtrace::format::Codec::Zstd);
-    h.stored_bytes = static_cast<uint32_t>(n);
-    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-    out.insert(out.end(), hp, hp + sizeof h);
-    out.insert(out.end(), z.begin(), z.begin() + static_cast<long>(n));
+    vt_test::append_frame(out, h, z.data(), n, version);
     return true;
   };
   vramtrace::collector::walk_frames(raw.data(), raw.size(), compress);

@@ -39,20 +39,17 @@ Recoded recode(const std::vector<uint8_t>& in, FrameCompressor& z) {
   auto recode_frame = [&](const collector::FrameAt& f, const uint8_t* payload) {
     if (f.header.codec != static_cast<uint8_t>(format::Codec::Raw)) return false;
     format::FrameHeader h = f.header;
-    size_t n = z.compress(payload, h.stored_bytes);
+    size_t n = z.compress(payload, h.raw_bytes);
     const uint8_t* src = payload;
     if (n) {
       h.codec = static_cast<uint8_t>(format::Codec::Zstd);
-      h.stored_bytes = static_cast<uint32_t>(n);
       src = z.output();
       ++out.zstd_frames;
     } else {
-      n = h.stored_bytes;
+      n = h.raw_bytes;
       ++out.raw_frames;
     }
-    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-    out.bytes.insert(out.bytes.end(), hp, hp + sizeof h);
-    out.bytes.insert(out.bytes.end(), src, src + n);
+    vt_test::append_frame(out.bytes, h, src, n, vt_test::stream_version(in));
     return true;
   };
   const size_t at = collector::walk_frames(in.data(), in.size(), recode_frame).end;

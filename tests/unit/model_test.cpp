@@ -352,7 +352,8 @@ TEST_CASE("a Settings record: later fields are skipped, a bad value or field cou
   REQUIRE(events == 2);  // Process, the first Alloc
   REQUIRE(bad->problem() == "corrupt record in frame 1 (type 30)");
 
-  std::vector<uint8_t> many = TraceBuilder().alloc(0xa, 100).bytes();
+  // A version 1 stream (no checksum), so that a record can be appended to its frame by hand.
+  std::vector<uint8_t> many = TraceBuilder().format_version(1).alloc(0xa, 100).bytes();
   // Append a Settings record of 65 fields to the frame by hand, and count it in the header.
   std::vector<uint8_t> rec = {static_cast<uint8_t>(format::RecordType::Settings), 65};
   rec.insert(rec.end(), 65, 1);

@@ -2,6 +2,7 @@
 // common/records.h (each record at `step` ns after the one before).
 #pragma once
 
+#include <cstddef>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -15,6 +16,27 @@ namespace vt_test {
 using vramtrace::format::Api;
 using vramtrace::format::RecordType;
 namespace rec = vramtrace::format::rec;
+
+// The format version a stream's FileHeader names.
+inline uint32_t stream_version(const std::vector<uint8_t>& stream) {
+  vramtrace::format::FileHeader h{};
+  std::memcpy(&h, stream.data(), sizeof h);
+  return h.version;
+}
+
+// Appends to a stream of format `version` a frame of header `h` and `n` stored bytes, with its
+// checksum when that version has one (h.stored_bytes is set here).
+inline void append_frame(std::vector<uint8_t>& out, vramtrace::format::FrameHeader h,
+                         const uint8_t* stored, size_t n, uint32_t version) {
+  h.stored_bytes = static_cast<uint32_t>(n);
+  const bool sealed = vramtrace::format::frame_checksum_bytes(version) != 0;
+  const uint32_t sum = sealed ? vramtrace::format::seal_frame(h, stored, n) : 0;
+  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+  out.insert(out.end(), hp, hp + sizeof h);
+  out.insert(out.end(), stored, stored + n);
+  const auto* sp = reinterpret_cast<const uint8_t*>(&sum);
+  if (sealed) out.insert(out.end(), sp, sp + sizeof sum);
+}
 
 class TraceBuilder {
  public:
@@ -112,6 +134,14 @@ class TraceBuilder {
   // exit(status): the ExitStatus record the library writes right before ProcessExit (for a
   // non-zero status only).
   TraceBuilder& exit_with(uint64_t status) { return add(rec::ExitStatus{status}).exit_clean(); }
+  // The stream as an older library wrote it (format version 1: frames without a checksum);
+  // before the first flush.
+  TraceBuilder& format_version(uint32_t version) {
+    version_ = version;
+    std::memcpy(bytes_.data() + offsetof(vramtrace::format::FileHeader, version), &version,
+                sizeof version);
+    return *this;
+  }
   // Time passes between records: every record is `step_ns` after the previous one.
   TraceBuilder& step(uint64_t ns) {
     step_ = ns;
@@ -121,12 +151,11 @@ class TraceBuilder {
   TraceBuilder& flush() {
     if (frame_.empty()) return *this;
     vramtrace::format::FrameHeader fh{};
-    fh.stored_bytes = fh.raw_bytes = static_cast<uint32_t>(frame_.size());
+    fh.raw_bytes = static_cast<uint32_t>(frame_.size());
     fh.codec = 0;
     fh.record_count = count_in_frame_;
     fh.base_time_ns = frame_base_;
-    raw(&fh, sizeof fh);
-    bytes_.insert(bytes_.end(), frame_.begin(), frame_.end());
+    append_frame(bytes_, fh, frame_.data(), frame_.size(), version_);
     frame_.clear();
     count_in_frame_ = 0;
     frame_base_ = last_;
@@ -164,6 +193,7 @@ class TraceBuilder {
   uint64_t step_ = 1000;
   uint64_t last_ = start_;
   uint64_t frame_base_ = start_;
+  uint32_t version_ = vramtrace::format::kFormatVersion;
 };
 
 }  // namespace vt_test
