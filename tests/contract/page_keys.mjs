@@ -4,7 +4,7 @@
 // read must be a property that report/report.schema.json declares. Keys the page sets on the
 // report's objects itself are its own. The reports: stand-in runs of the test programs (an
 // OOM, a leak that grows, a fragmented pool, several processes, two devices, PyTorch's
-// categories), a diff page and a snapshot of a running job. The page must read the diagnosis'
+// categories, `vramtrace plan`'s predicted step), a diff page and a snapshot of a running job. The page must read the diagnosis'
 // decisions (its OOM, whether it was fatal, its cause and remedies) rather than make its own.
 //   node tests/contract/page_keys.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
@@ -54,6 +54,20 @@ const runs = {
                    FAKE_TORCH_CUDART: join(build, "standin/libcudart.so.13"),
                    VRAMTRACE_TORCH_TRACE: "full" }),
 };
+// `vramtrace plan`: the process stopped before its first training step, the step predicted
+// (report.json's plan, which the page's first screen draws).
+{
+  const out = mkdtempSync(join(tmpdir(), "vt-keys-plan-"));
+  temps.push(out);
+  try {
+    execFileSync(join(build, "bin/vramtrace"),
+                 ["plan", "-o", out, "--", "python3", join(here, "../programs/py_torch_plan.py"),
+                  "--fraction", "0.875"],
+                 { env: { ...env, PYTHONPATH: fakeTorch, VRAMTRACE_STANDIN_DEVICE_BYTES: String(80 << 20),
+                          FAKE_TORCH_CUDART: join(build, "standin/libcudart.so.13") }, stdio: "pipe" });
+  } catch (e) { /* the report is what is tested */ }
+  runs.plan = out;
+}
 const pages = Object.entries(runs).map(([name, dir]) => [name, join(dir, "report.html")]);
 const diffDir = mkdtempSync(join(tmpdir(), "vt-keys-diff-"));
 temps.push(diffDir);
@@ -148,10 +162,11 @@ for (const [name, path] of pages) {
 }
 await browser.close();
 // The collector's decisions the page draws instead of making them: the OOM the verdict is about
-// and whether it was fatal (the oom run's diagnosis has both).
-for (const k of ["oom_index", "fatal", "remedies", "cause"]) {
+// and whether it was fatal (the oom run's diagnosis has both); whether a plan's step and each
+// of its remedies fit.
+for (const k of ["oom_index", "fatal", "remedies", "cause", "plan", "fits", "over_bytes"]) {
   const ok = allRead.has(k);
-  console.log(`${ok ? "PASS" : "FAIL"}  the page reads the diagnosis' ${k}`);
+  console.log(`${ok ? "PASS" : "FAIL"}  the page reads the collector's ${k}`);
   if (!ok) failures++;
 }
 console.log(`${allRead.size} distinct report keys read by the page; ${failures} failure(s)`);
