@@ -57,7 +57,10 @@ def main():
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 3
     if "--fraction" in args:
         torch.cuda.set_per_process_memory_fraction(float(args[args.index("--fraction") + 1]), 0)
-    plan.stand_in_for_fake_tensors()
+    try:
+        plan.stand_in_for_fake_tensors()
+    except ImportError:
+        pass  # run without vramtrace (the test's reference): no hook to stand in for
     model = Net()
     opt = plan.Momentum(model.parameters())
     x = torch.empty(batch, FEATURES, device="cpu").to("cuda")

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""`vramtrace run --preflight` end to end on the stand-in PyTorch (tests/programs/
+py_torch_preflight.py: py_torch_plan.py's model and fake-tensor stand-in, its steps then run for
+real). The stand-in device has 80 MiB; the run's limit is 75 MiB, or PyTorch's per-process
+fraction.
+
+The prediction is the plan's (tests/cli/plan_test.py derives it): at batch 4096, 46 MiB reserved
+of 75, 29 MiB to spare; at batch 10240 under a 0.875 fraction (70 MiB), 96 MiB, the largest
+batch 6826, halving 46 MiB, bf16 56 MiB, checkpointing 76 MiB, expandable segments 86 MiB.
+
+The steps as the stand-in's caching allocator serves them (a new segment is the request rounded
+up to 2 MiB; best fit, the oldest segment first; nothing given back): at batch 4096 the weights
+take one 2 MiB segment and the batch 8 MiB (10 MiB when the first step begins); the first step's
+forward adds a 4 MiB segment for block1's scratch, 8 MiB for its output and, block2's scratch
+reusing the 4 MiB, 8 MiB for block2's output (30 MiB); the gradients and the momentum fill the
+4 MiB segment; the second step reuses every segment (the scratches inside the freed outputs'):
+30 MiB recorded over the two iterations, against 46 MiB predicted: +53.3 %. At batch 10240 under
+the fraction the step dies at block2's output (52 MiB held, 20 MiB more over 70): not compared.
+
+   preflight_test.py BUILD_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reliability"))
+sys.dont_write_bytecode = True
+import vtrel  # noqa: E402  (the reliability tests' helpers)
+from vtrel import check  # noqa: E402
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+MiB = 1 << 20
+PROGRAM = os.path.join(SRC, "tests", "programs", "py_torch_preflight.py")
+
+
+def env(**extra):
+    e = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
+                  PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
+                  VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB), **extra)
+    for k in ("VRAMTRACE_PLAN", "VRAMTRACE_PREFLIGHT", "VRAMTRACE_PREFLIGHT_WAIT",
+              "VRAMTRACE_TORCH_PREDICT", "VRAMTRACE_TORCH_TRACE"):
+        if k not in extra:
+            e.pop(k, None)
+    return e
+
+
+def plain(*args):
+    """The program without vramtrace: its output and exit code."""
+    r = subprocess.run(["python3", PROGRAM] + list(args), env=env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True, timeout=120)
+    return r.stdout, r.returncode
+
+
+def run(work, name, *args, options=("--preflight",), **extra):
+    d = os.path.join(work, name)
+    # stdout and stderr in one pipe: the order of the verdict and the program's lines.
+    r = subprocess.run([vtrel.VRAMTRACE, "run"] + list(options) + ["-o", d, "--", "python3",
+                                                                   PROGRAM] + list(args),
+                       cwd=work, env=env(**extra), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    rep = {}
+    if os.path.exists(os.path.join(d, "report.json")):
+        with open(os.path.join(d, "report.json"), encoding="utf-8") as f:
+            rep = json.load(f)
+    torch = [n for n in os.listdir(d) if n.endswith(".torch")] if os.path.isdir(d) else []
+    lines = (open(os.path.join(d, torch[0]), encoding="utf-8").read().splitlines()
+             if len(torch) == 1 else [])
+    check(rep and lines, "%s: no report or side channel (%d) %r" % (name, r.returncode,
+                                                                     r.stdout[-800:]))
+    return r, r.stdout.splitlines(), rep, lines
+
+
+def program_lines(out):
+    return [l for l in out if not l.startswith("vramtrace") and not l.startswith(" ")
+            and not l.startswith("Traceback") and not l.startswith("torch.")]
+
+
+def device(rep):
+    procs = rep.get("preflight", {}).get("processes", [])
+    check(len(procs) == 1 and len(procs[0]["devices"]) == 1, "one process, one device: %r" % (
+        rep.get("preflight"),))
+    return procs[0], procs[0]["devices"][0]
+
+
+def fits(work):
+    r, out, rep, lines = run(work, "fits")
+    want_out, want_rc = plain()
+    check(r.returncode == want_rc == 0, "exit %d, without vramtrace %d" % (r.returncode, want_rc))
+    check(program_lines(out) == want_out.splitlines(),
+          "the program's output %r, without vramtrace %r" % (program_lines(out), want_out))
+    verdict = ("vramtrace: PRE-FLIGHT: the first step (batch 4096) will peak at 46.00 MiB "
+               "against a limit of 75.00 MiB: it fits, 29.00 MiB to spare")
+    check(verdict in out, "the verdict: %r" % out)
+    # Said after the program reached its first step and before that step went on.
+    check(out.index("step 0 begins") < out.index(verdict) < out.index("step 1 begins"),
+          "the order: %r" % out)
+    pf = [l.split("\t") for l in lines if l.startswith("PF\t")]
+    check(len(pf) == 1 and pf[0][2] == "4096", "the PF line: %r" % pf)
+    p, d = device(rep)
+    check(p["batch"] == 4096 and p["fake_step_seconds"] >= 0 and p["loss"] == "",
+          "the process: %r" % p)
+    got = {k: d.get(k) for k in ("batch", "predicted", "predicted_reserved_peak_bytes",
+                                 "predicted_peak_bytes", "predicted_fits", "limit_bytes",
+                                 "compared", "recorded_reserved_peak_bytes")}
+    want = {"batch": 4096, "predicted": True, "predicted_reserved_peak_bytes": 46 * MiB,
+            "predicted_peak_bytes": 46 * MiB, "predicted_fits": True, "limit_bytes": 75 * MiB,
+            "compared": True, "recorded_reserved_peak_bytes": 30 * MiB}
+    check(got == want, "the pre-flight: %r, expected %r" % (got, want))
+    check(abs(d["error_percent"] - (46 - 30) / 30 * 100) < 1e-9 and
+          d["recorded_from_ns"] < d["recorded_to_ns"], "the error: %r" % d)
+    line = ("vramtrace: pre-flight predicted 46.00 MiB, the step took 30.00 MiB (error +53.3 %; "
+            "PyTorch reserved, the first two iterations)")
+    check(line in out, "the summary's line: %r" % out)
+    # The run's own replays are of the recorded steps: the prediction does not stand in for them.
+    check(rep["oom"] == [] and "plan" not in rep, "no OOM, no plan: %r" % rep.get("oom"))
+    page = open(os.path.join(work, "fits", "report.html"), encoding="utf-8").read()
+    check("predicted 46.00 MiB reserved, the step took 30.00 MiB (error +53.3 %)" in page,
+          "the page's no-script summary")
+    print("fits: the verdict before the first step, the output unchanged, predicted 46 MiB "
+          "against 30 MiB recorded: checked")
+
+
+def runs_out(work):
+    args = ("--batch", "10240", "--fraction", "0.875")
+    r, out, rep, _ = run(work, "oom", *args)
+    want_out, want_rc = plain(*args)
+    check(r.returncode == want_rc == 1, "exit %d, without vramtrace %d" % (r.returncode, want_rc))
+    check(program_lines(out) == want_out.splitlines(),
+          "the program's output %r, without vramtrace %r" % (program_lines(out), want_out))
+    verdict = ("vramtrace: PRE-FLIGHT: the first step will need 96.00 MiB against PyTorch's "
+               "per-process fraction of 70.00 MiB: it will run out of memory; the largest batch "
+               "that fits is 6826 (this one: 10240); remedies: halve the batch 46.00 MiB (fits), "
+               "bf16 autocast 56.00 MiB (fits), checkpointing 76.00 MiB (runs out), "
+               "expandable_segments:True 86.00 MiB (runs out)")
+    check(verdict in out, "the verdict: %r" % out)
+    dies = [i for i, l in enumerate(out) if l.startswith("Traceback")]
+    check(dies and out.index("step 0 begins") < out.index(verdict) < dies[0],
+          "the verdict before the step died: %r" % out)
+    _, d = device(rep)
+    check(d["predicted_reserved_peak_bytes"] == 96 * MiB and not d["predicted_fits"] and
+          not d["compared"] and d["not_compared_because"] == "the step ran out of memory" and
+          "recorded_reserved_peak_bytes" not in d, "the pre-flight: %r" % d)
+    check("vramtrace: pre-flight predicted 96.00 MiB (reserved); not compared: the step ran out "
+          "of memory" in out, "the summary's line: %r" % out)
+    print("runs out: the verdict before the step died, its exit and output unchanged: checked")
+
+
+def others(work):
+    # One step: the prediction covers two iterations, so nothing is compared.
+    r, out, rep, _ = run(work, "one-step", "--steps", "1")
+    _, d = device(rep)
+    check(r.returncode == 0 and not d["compared"] and d["not_compared_because"] ==
+          "the program ran 1 optimizer step(s) after the pre-flight; the prediction covers the "
+          "first two", "one step: %r" % d)
+    # No wait: the hook goes on at once and says so; the program's outcome is the same.
+    r, out, rep, _ = run(work, "no-wait", VRAMTRACE_PREFLIGHT_WAIT="0")
+    check(r.returncode == 0 and "3 steps ran" in out and
+          "vramtrace: PRE-FLIGHT: no verdict within 0 s (VRAMTRACE_PREFLIGHT_WAIT); the program "
+          "goes on" in out and device(rep)[1]["recorded_reserved_peak_bytes"] == 30 * MiB,
+          "no wait: %d %r" % (r.returncode, out))
+    # Without --preflight: no prediction, no PF line.
+    r, out, rep, lines = run(work, "without", options=())
+    check(r.returncode == 0 and "preflight" not in rep and
+          not any(l.startswith("PF\t") or l.startswith("N\t") for l in lines) and
+          not any("PRE-FLIGHT" in l for l in out), "without --preflight: %r" % out)
+    print("one step, no wait, without --preflight: checked")
+
+
+work = vtrel.temp_dir("vt-preflight-")
+fits(work)
+runs_out(work)
+others(work)
+vtrel.finish("preflight")
