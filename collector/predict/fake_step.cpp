@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "collector/predict/predicted_request.h"
 #include "collector/predict/request_stream.h"
@@ -54,9 +55,14 @@ std::vector<Workspace> workspaces_of(const RequestStream& run,
   constexpr size_t kLookAhead = 32;
   const auto& ref = reference.requests;
   std::vector<Workspace> out;
-  std::map<uint32_t, size_t> open;  // recorded block -> index in `out`
+  std::unordered_map<uint32_t, size_t> open;  // recorded block -> index in `out`
   size_t j = 0, last = kNone, found = 0, mallocs = 0;
-  for (const auto& r : ref) mallocs += !r.free;
+  std::vector<uint64_t> sizes(ref.size());
+  for (size_t k = 0; k < ref.size(); ++k) {
+    mallocs += !ref[k].free;
+    sizes[k] = ref[k].free ? MallocWindow::kFree : ref[k].bytes;
+  }
+  MallocWindow window(sizes, kLookAhead);
   for (const Request& q : run.requests) {
     if (q.predicted || q.time_ns < reference.time_ns || q.op == RequestOp::RecordedOom) continue;
     if (q.op == RequestOp::Free) {
@@ -71,13 +77,8 @@ std::vector<Workspace> workspaces_of(const RequestStream& run,
       if (open.empty()) break;  // the reference step is over: its workspaces' frees only
       continue;
     }
-    size_t k = j;
-    for (size_t seen = 0; k < ref.size() && seen < kLookAhead; ++k)
-      if (!ref[k].free) {
-        if (ref[k].bytes == q.bytes) break;
-        ++seen;
-      }
-    if (k < ref.size() && !ref[k].free && ref[k].bytes == q.bytes) {
+    const size_t k = window.find(j, q.bytes);
+    if (k != SIZE_MAX) {
       last = k;
       j = k + 1;
       ++found;
@@ -216,9 +217,18 @@ RequestStream fake_step_stream(const RequestStream& run, const TorchContext& ctx
       slot(w.freed_after).push_back(*w.free);
   }
   if (!ws.empty() && &step != reference) {
+    // The workspaces by the reference request they came after, each in their order: a
+    // recomputed request finds its own without a pass over all of them.
+    std::vector<size_t> by_after;
+    for (size_t i = 0; i < ws.size(); ++i)
+      if (ws[i].after != kNone) by_after.push_back(i);
+    std::stable_sort(by_after.begin(), by_after.end(),
+                     [&](size_t a, size_t b) { return ws[a].after < ws[b].after; });
     for (const auto& [c, ref_index] : recomputed(*reference, step, index))
-      for (const Workspace& w : ws) {
-        if (w.after != ref_index) continue;
+      for (auto it = std::lower_bound(by_after.begin(), by_after.end(), ref_index,
+                                      [&](size_t i, size_t ref) { return ws[i].after < ref; });
+           it != by_after.end() && ws[*it].after == ref_index; ++it) {
+        const Workspace& w = ws[*it];
         Request m = w.malloc;
         m.block = out.blocks++;
         m.predicted = true;

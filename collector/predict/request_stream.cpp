@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -42,21 +43,30 @@ RequestStream recorded_stream(const TorchContext& ctx, const TorchMemory* tm, ui
   s.device = device;
   s.categorized = tm != nullptr;
   s.blocks = static_cast<uint32_t>(ctx.blocks.size());
-  std::vector<Event> events;
+  // The blocks are in allocation order, so their allocations come sorted (but where a wrapped
+  // ring or a gap put some out of it); the frees and OOMs are sorted apart, then the three
+  // merged: every replay builds this, so no sort of the whole.
+  std::vector<Event> allocs, frees, ooms;
   for (size_t i = 0; i < ctx.blocks.size(); ++i) {
     const TorchBlock& b = ctx.blocks[i];
     if (b.device != device) continue;
-    events.push_back({b.alloc_ns, 0, static_cast<uint32_t>(i)});
-    if (b.free_ns != UINT64_MAX) events.push_back({b.free_ns, 1, static_cast<uint32_t>(i)});
+    allocs.push_back({b.alloc_ns, 0, static_cast<uint32_t>(i)});
+    if (b.free_ns != UINT64_MAX) frees.push_back({b.free_ns, 1, static_cast<uint32_t>(i)});
     s.window_lost |= b.before_window;
   }
   for (const TorchGap& g : ctx.gaps) s.trace_sampled |= g.device == device;
   for (size_t i = 0; i < ctx.oom_requests.size(); ++i)
     if (ctx.oom_requests[i].device == device) {
-      events.push_back({ctx.oom_requests[i].time_ns, 2, static_cast<uint32_t>(i)});
+      ooms.push_back({ctx.oom_requests[i].time_ns, 2, static_cast<uint32_t>(i)});
       s.recorded_oom = true;
     }
-  std::sort(events.begin(), events.end());
+  for (auto* v : {&allocs, &frees, &ooms})
+    if (!std::is_sorted(v->begin(), v->end())) std::sort(v->begin(), v->end());
+  std::vector<Event> both, events;
+  both.reserve(allocs.size() + frees.size());
+  std::merge(allocs.begin(), allocs.end(), frees.begin(), frees.end(), std::back_inserter(both));
+  events.reserve(both.size() + ooms.size());
+  std::merge(both.begin(), both.end(), ooms.begin(), ooms.end(), std::back_inserter(events));
   s.requests.reserve(events.size());
   for (const Event& e : events) {
     Request q;
@@ -320,9 +330,15 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
   // workspace) and is kept where it came, with its free when it had one.
   const auto& pred = shape->requests;
   constexpr size_t kLookAhead = 32;
-  std::vector<std::vector<Request>> kept(pred.size() + 1);  // before predicted request k
-  std::vector<uint64_t> anchor(pred.size(), 0);             // the matched request's time
+  // The recorded requests kept, each before predicted request `first` (in order: j only grows).
+  std::vector<std::pair<size_t, Request>> kept;
+  kept.reserve(recorded.requests.size() - split);
+  std::vector<uint64_t> anchor(pred.size(), 0);  // the matched request's time
   std::vector<bool> matched_block(recorded.blocks, false);
+  std::vector<uint64_t> sizes(pred.size());
+  for (size_t k = 0; k < pred.size(); ++k)
+    sizes[k] = pred[k].free ? MallocWindow::kFree : at_recorded[k];
+  MallocWindow window(sizes, kLookAhead);
   size_t j = 0;
   uint64_t kept_count = 0;
   for (size_t i = split; i < recorded.requests.size(); ++i) {
@@ -330,21 +346,16 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
     if (q.op == RequestOp::RecordedOom) continue;  // the predicted step makes it
     if (q.op == RequestOp::Free) {
       if (q.block < matched_block.size() && matched_block[q.block]) continue;
-      kept[j].push_back(q);
+      kept.emplace_back(j, q);
       continue;
     }
-    size_t k = j;
-    for (size_t seen = 0; k < pred.size() && seen < kLookAhead; ++k)
-      if (!pred[k].free) {
-        if (at_recorded[k] == q.bytes) break;
-        ++seen;
-      }
-    if (k < pred.size() && !pred[k].free && at_recorded[k] == q.bytes) {
+    const size_t k = window.find(j, q.bytes);
+    if (k != SIZE_MAX) {
       matched_block[q.block] = true;
       anchor[k] = q.time_ns;
       j = k + 1;
     } else {
-      kept[j].push_back(q);
+      kept.emplace_back(j, q);
       ++kept_count;
     }
   }
@@ -356,11 +367,14 @@ RequestStream completed_stream(const RequestStream& recorded, const TorchContext
   c.kept_recorded = kept_count;
   for (const auto* st : steps) c.batches.push_back(st->batch);
   out.requests = std::move(before.requests);
+  out.requests.reserve(out.requests.size() + kept.size() + pred.size());
   uint64_t t = t0;
   std::vector<bool> named(ctx.modules.size() + 1, false);
   const uint64_t stream = step_stream(recorded, t0);
+  size_t next_kept = 0;
   for (size_t k = 0; k <= pred.size(); ++k) {
-    for (const Request& q : kept[k]) {
+    for (; next_kept < kept.size() && kept[next_kept].first == k; ++next_kept) {
+      const Request& q = kept[next_kept].second;
       t = std::max(t, q.time_ns);
       out.requests.push_back(q);
     }

@@ -21,16 +21,17 @@ enum class RequestOp : uint8_t {
   RecordedOom,  // the request the run failed on: served and freed at once when it fits
 };
 
+// Its fields widest first: a stream holds one per request, and replays copy streams.
 struct Request {
   uint64_t time_ns = 0;  // the traced host's CLOCK_MONOTONIC (a predicted one: see completion)
-  RequestOp op = RequestOp::Malloc;
-  uint64_t bytes = 0;   // as the program asked (a recorded OOM: as the allocator rounded it)
-  uint64_t stream = 0;  // the CUDA stream (the allocator's pools are per stream)
-  uint32_t block = 0;   // pairs a Malloc with its Free (index below RequestStream::blocks)
-  Category category = Category::Unclassified;
-  uint32_t module = 0;  // TorchContext::modules id, 0: none
-  TorchPhase phase = TorchPhase::None;
+  uint64_t bytes = 0;    // as the program asked (a recorded OOM: as the allocator rounded it)
+  uint64_t stream = 0;   // the CUDA stream (the allocator's pools are per stream)
   int64_t iteration = -1;
+  uint32_t block = 0;   // pairs a Malloc with its Free (index below RequestStream::blocks)
+  uint32_t module = 0;  // TorchContext::modules id, 0: none
+  RequestOp op = RequestOp::Malloc;
+  Category category = Category::Unclassified;
+  TorchPhase phase = TorchPhase::None;
   bool predicted = false;  // from the hook's fake-tensor run of the step, not recorded
   bool scaled = false;     // a batch transform changed its size
 };

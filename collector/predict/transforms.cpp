@@ -42,10 +42,14 @@ std::string checkpoint_modules(RequestStream& s, const TorchContext& ctx,
     }
   if (!any) return "none of the modules named was seen running";
   auto& q = s.requests;
-  std::unordered_map<uint32_t, size_t> free_at;  // block -> index of its free
+  constexpr size_t kNever = SIZE_MAX;
+  std::vector<size_t> free_at(s.blocks, kNever);  // block -> index of its free
   for (size_t i = 0; i < q.size(); ++i)
-    if (q[i].op == RequestOp::Free) free_at[q[i].block] = i;
-  std::vector<std::vector<Request>> before(q.size() + 1), after(q.size());
+    if (q[i].op == RequestOp::Free && q[i].block < free_at.size()) free_at[q[i].block] = i;
+  auto freed_at = [&](uint32_t block) { return block < free_at.size() ? free_at[block] : kNever; };
+  // What goes in before and after request i, as (i, request): sorted by i at the end, each
+  // i's in the order they were put in.
+  std::vector<std::pair<size_t, Request>> before, after;
   std::vector<uint32_t> rename(q.size(), UINT32_MAX);  // an original free's new block
   uint64_t moved = 0;
   // A span: one call of a checkpointed module in a forward, as the run of its requests.
@@ -59,20 +63,19 @@ std::string checkpoint_modules(RequestStream& s, const TorchContext& ctx,
     for (size_t i : acts) {
       Request f = q[i];
       f.op = RequestOp::Free;
-      after[end].push_back(f);
+      after.emplace_back(end, f);
       ++moved;
-      if (auto it = free_at.find(q[i].block); it != free_at.end())
-        recompute = std::min(recompute, it->second);
+      recompute = std::min(recompute, freed_at(q[i].block));
     }
-    if (recompute == SIZE_MAX) return;  // the run never got to the backward
+    if (recompute == kNever) return;  // the run never got to the backward
     for (size_t i : acts) {
-      auto it = free_at.find(q[i].block);
-      if (it == free_at.end()) continue;
+      const size_t freed = freed_at(q[i].block);
+      if (freed == kNever) continue;
       Request m = q[i];
       m.time_ns = q[recompute].time_ns;
       m.block = s.blocks++;
-      rename[it->second] = m.block;
-      before[recompute].push_back(m);
+      rename[freed] = m.block;
+      before.emplace_back(recompute, m);
     }
   };
   std::vector<size_t> made;
@@ -91,13 +94,17 @@ std::string checkpoint_modules(RequestStream& s, const TorchContext& ctx,
   }
   if (cur >= 0 && !made.empty()) close(made, made.back());
   if (!moved) return "the modules named kept no activations in a training forward";
+  auto by_index = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::stable_sort(before.begin(), before.end(), by_index);
+  std::stable_sort(after.begin(), after.end(), by_index);
   std::vector<Request> out;
-  out.reserve(q.size() + 2 * moved);
+  out.reserve(q.size() + before.size() + after.size());
+  size_t b = 0, a = 0;
   for (size_t i = 0; i < q.size(); ++i) {
-    for (const Request& r : before[i]) out.push_back(r);
+    for (; b < before.size() && before[b].first == i; ++b) out.push_back(before[b].second);
     out.push_back(q[i]);
     if (rename[i] != UINT32_MAX) out.back().block = rename[i];
-    for (const Request& r : after[i]) out.push_back(r);
+    for (; a < after.size() && after[a].first == i; ++a) out.push_back(after[a].second);
   }
   q = std::move(out);
   return "";

@@ -13,6 +13,7 @@
 #include "collector/ingest/torch_trace.h"
 #include "collector/ingest/torch_trace_reader.h"
 #include "collector/model/model.h"
+#include "collector/predict/predicted_request.h"
 #include "collector/predict/transforms.h"
 #include "collector/predict/whatif.h"
 
@@ -190,6 +191,27 @@ TEST_CASE("predict: an impossible line of the side channel stops the reading, na
   CHECK(problem_of(ok + n + "R\t1\ta\t1\t" + max + "\t0\tf\n") ==
         "line 15: bad predicted request: a block of 18446744073709551615 bytes");
   CHECK(problem_of(ok + step(1, 8)).empty());
+}
+
+TEST_CASE("predict: the run's requests are matched to the step's in work linear in both") {
+  // A step of 100 mallocs, each followed by 999 frees, and 100 recorded requests of a size it
+  // never makes, each looked for from the next malloc on: the old scan looked through the 32
+  // mallocs ahead and every free between them (about 2.7 million requests for these 100); the
+  // window passes each request once.
+  std::vector<uint64_t> sizes;
+  for (int m = 0; m < 100; ++m) {
+    sizes.push_back(512 + static_cast<uint64_t>(m));
+    sizes.insert(sizes.end(), 999, MallocWindow::kFree);
+  }
+  MallocWindow window(sizes, 32);
+  for (size_t m = 0; m < 100; ++m) CHECK(window.find(m * 1000, 7) == SIZE_MAX);
+  CHECK(window.looked_at() == 100000);
+  // A size among the next 32 mallocs is found where it is; one 32 mallocs on is not.
+  MallocWindow w2(sizes, 32);
+  CHECK(w2.find(0, 512 + 31) == 31000);
+  CHECK(w2.find(0, 512 + 32) == SIZE_MAX);
+  CHECK(w2.find(1, 512 + 32) == 32000);    // from the second malloc on
+  CHECK(w2.find(32001, 512) == SIZE_MAX);  // behind the cursor
 }
 
 TEST_CASE("predict: two predicted steps at one batch: the first is kept, and said") {
