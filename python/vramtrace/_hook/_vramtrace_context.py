@@ -107,6 +107,8 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         self.times, self.codes = array.array("q"), array.array("q")
         self.dropped_marks = 0
         self.modules = {}        # id(module) -> (mid, weakref)
+        self.module_names = {}   # mid -> qualified name, as its M line gives it
+        self.hooks_failed = None  # why the module hooks stopped (a bug of this hook's)
         self.module_lines = []   # "M" lines
         self.sites = {}          # (file, line, function) -> sid
         self.site_lines = []
@@ -341,6 +343,22 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             post = self.nn_module.register_module_forward_hook(self.post)
         self.handles = [self.nn_module.register_module_forward_pre_hook(self.pre), post]
 
+    def hooks_broke(self, ex):
+        """A module hook of this hook's own raised: the program must not see it. Said once on
+        stderr; module calls are no longer traced (the categories of what follows are the
+        stacks'), and the program goes on as without vramtrace."""
+        if self.hooks_failed is None:
+            self.hooks_failed = "%s: %s" % (type(ex).__name__, str(ex).splitlines()[0]
+                                            if str(ex) else "")
+            try:
+                sys.stderr.write("vramtrace: the start-up hook's module hooks failed (%s): module "
+                                 "calls are no longer traced; the program goes on\n"
+                                 % self.clean(self.hooks_failed)[:300])
+            except Exception:
+                pass
+        del self.stack[:]
+        return None
+
     def trace_modules(self, full):
         """Module hooks on (full) or off for the next iteration; only between forwards."""
         if self.every or full == self.full or self.dynamo_compiled():
@@ -469,9 +487,11 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return entry[0]
         # A module called for the first time: a root (called from outside any module) names
         # its whole tree; one called inside another is named under the caller.
+        # (A module made while a forward runs, as a loss made inside a model's forward.)
         if self.stack:
-            parent = self.stack[-1][1]
-            return self.add_module(module, parent + "." + type(module).__name__)
+            parent = self.module_names.get(self.stack[-1][0], "")
+            return self.add_module(module, (parent + "." if parent else "") +
+                                   type(module).__name__)
         root_prefix = "" if not any(r[1] for r in self.roots) else type(module).__name__ + "."
         named = list(module.named_modules())
         for name, m in named:
@@ -491,6 +511,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
     def add_module(self, module, name):
         mid = len(self.module_lines) + 1
         self.modules[id(module)] = (mid, self.weakref.ref(module))
+        self.module_names[mid] = name
         code = getattr(getattr(type(module), "forward", None), "__code__", None)
         self.module_lines.append("M\t%d\t%s\t%s\t%s\t%d\n" % (
             mid, self.clean(name), self.clean(type(module).__name__),
@@ -500,8 +521,14 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
     def pre(self, module, args):
         # is_compiling() first: torch.compile inlines global module hooks into what it traces,
         # and a call it cannot trace (threading.get_ident) would break the graph there.
-        if self.compiling() or self.get_ident() != self.main:
+        if self.compiling() or self.get_ident() != self.main or self.hooks_failed is not None:
             return None
+        try:
+            return self.pre_call(module, args)
+        except Exception as ex:
+            return self.hooks_broke(ex)
+
+    def pre_call(self, module, args):
         if not self.always_call:
             # A module called again while still on the stack raised the last time (models do
             # not call the very module that is running).
@@ -523,8 +550,14 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         return None
 
     def post(self, module, args, output):
-        if self.compiling():
+        if self.compiling() or self.hooks_failed is not None:
             return None
+        try:
+            return self.post_call(module, args, output)
+        except Exception as ex:
+            return self.hooks_broke(ex)
+
+    def post_call(self, module, args, output):
         stack = self.stack
         if not stack or self.get_ident() != self.main:
             return None
