@@ -208,17 +208,25 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                     return call(module, *args, **kwargs)
                 if compiling() or ctx.in_backward:
                     return call(module, *args, **kwargs)
-                if ctx.want_call:
-                    ctx.capture_call(module, args, kwargs)
-                if ctx.predict_pending and ctx.get_ident() == ctx.main:
-                    ctx.predict_pending = False
-                    ctx.predict_steps()
+                # What the hook itself does before the call never raises into the program
+                # (`vramtrace plan`'s SystemExit, a BaseException, is the one thing meant to).
+                try:
+                    if ctx.want_call:
+                        ctx.capture_call(module, args, kwargs)
+                    if ctx.predict_pending and ctx.get_ident() == ctx.main:
+                        ctx.predict_pending = False
+                        ctx.predict_steps()
+                except Exception as ex:
+                    ctx.hooks_broke(ex)
                 if ctx.get_ident() != ctx.main:
                     return call(module, *args, **kwargs)
                 if ctx.window_record is not None:
                     # Larger inputs than ever between the sampled iterations: this iteration
                     # is traced from here (its peak, or its OOM, would otherwise go unseen).
-                    ctx.larger_inputs(id(module), (args, kwargs))
+                    try:
+                        ctx.larger_inputs(id(module), (args, kwargs))
+                    except Exception as ex:
+                        ctx.hooks_broke(ex)
                 if ctx.full:
                     # A traced iteration: the module hooks mark every call.
                     ctx.inside = True
