@@ -49,6 +49,7 @@ Command add_diff_command(CLI::App& app);      // cli/diff.cpp
 Command add_report_command(CLI::App& app);    // cli/report.cpp
 Command add_whatif_command(CLI::App& app);    // cli/whatif.cpp
 Command add_snapshot_command(CLI::App& app);  // cli/snapshot.cpp
+Command add_export_command(CLI::App& app);    // cli/export.cpp
 
 // A command's exit code once what it wrote to stdout is flushed: a stream that failed (a full
 // disk, a closed pipe's descriptor) is said, and turns a success into kExitWriteFailed.

@@ -7,6 +7,7 @@
 //   report  cli/report.cpp                               traces to reports
 //   whatif  cli/whatif.cpp (collector/predict/whatif.h)  a run replayed under other settings
 //   snapshot cli/snapshot.cpp (cli/live_report.h)        the report of a moment of a running run
+//   export  cli/export.cpp (report/perfetto.h, memory_viz.h)  a run for other tools' viewers
 //
 // Exit codes of vramtrace itself: 2 for bad usage or unrecoverable input; 74 when a report
 // cannot be written, stdout included (run: unless the command itself failed, whose exit code or
@@ -41,17 +42,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("vramtrace ") + VRAMTRACE_VERSION);
 
   const std::vector<cli::Command> commands = {
-      cli::add_run_command(app),     cli::add_plan_command(app),   cli::add_check_command(app),
-      cli::add_diff_command(app),    cli::add_report_command(app), cli::add_whatif_command(app),
-      cli::add_snapshot_command(app)};
+      cli::add_run_command(app),      cli::add_plan_command(app),   cli::add_check_command(app),
+      cli::add_diff_command(app),     cli::add_report_command(app), cli::add_whatif_command(app),
+      cli::add_snapshot_command(app), cli::add_export_command(app)};
 
   // CLI11 alone says "A subcommand is required" of a mistyped one, without naming the word.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(),
                    [&](const cli::Command& c) { return c.app->get_name() == argv[1]; })) {
     std::cerr << "vramtrace: '" << report::printable(argv[1])
-              << "' is not a vramtrace command: use run, plan, check, diff, report, whatif or "
-                 "snapshot (vramtrace --help)\n";
+              << "' is not a vramtrace command: use run, plan, check, diff, report, whatif, "
+                 "snapshot or export (vramtrace --help)\n";
     return cli::kExitUsage;
   }
   int parse_argc = argc;

@@ -287,7 +287,8 @@ def cuda_cannot_start(work):
 def small_ones(work):
     r = run(["frobnicate"], work)
     check(r.returncode == 2 and r.stderr == "vramtrace: 'frobnicate' is not a vramtrace command: "
-          "use run, plan, check, diff, report, whatif or snapshot (vramtrace --help)\n", "frobnicate: %r" % r.stderr)
+          "use run, plan, check, diff, report, whatif, snapshot or export (vramtrace --help)\n",
+          "frobnicate: %r" % r.stderr)
     r = run(["run", "-o", "--", "true"], work)
     check(r.returncode == 2 and not os.path.exists(os.path.join(work, "--")),
           "run -o -- true: %d %r" % (r.returncode, r.stderr))

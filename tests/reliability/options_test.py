@@ -129,9 +129,10 @@ def command_line(work):
     usage = [
         ([], "A subcommand is required\n" + HELP),
         (["frobnicate"], "vramtrace: 'frobnicate' is not a vramtrace command: use run, plan, "
-                         "check, diff, report, whatif or snapshot (vramtrace --help)\n"),
+                         "check, diff, report, whatif, snapshot or export (vramtrace --help)\n"),
         (["fr\x1b[2Job"], "vramtrace: 'fr\\x1b[2Job' is not a vramtrace command: use run, "
-                          "plan, check, diff, report, whatif or snapshot (vramtrace --help)\n"),
+                          "plan, check, diff, report, whatif, snapshot or export "
+                          "(vramtrace --help)\n"),
         (["--bogus"], "A subcommand is required\n" + HELP),
         (["run"], "command is required\n" + HELP),
         (["run", "-o", "out"], "command is required\n" + HELP),
