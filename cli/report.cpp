@@ -1,6 +1,7 @@
-// `vramtrace report TRACES...`: traces (files or folders) to report.json and report.html, in a
-// new folder or in -o; refuses what is not a trace, counts a process recorded twice once, and
-// does not mix the traces of different runs unless --merge.
+// `vramtrace report TRACES...`: traces (files or folders) or PyTorch memory snapshots
+// (torch.cuda.memory._dump_snapshot's pickle) to report.json and report.html, in a new folder or
+// in -o; refuses what is not a trace, counts a process recorded twice once, and does not mix the
+// traces of different runs unless --merge.
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -46,6 +47,13 @@ int report_command(ReportArgs& a) {
   for (const auto& t : traces) {
     std::string run_of_trace;
     bool identified = false;
+    // A PyTorch memory snapshot is a run of its own (read by open_run: a damaged one is refused
+    // there, before anything is written).
+    if (collector::is_snapshot(t)) {
+      kept.push_back(t);
+      runs["snapshot " + t].push_back(t);
+      continue;
+    }
     if (!collector::is_side_channel(t)) {
       try {
         collector::TraceReader probe(t);

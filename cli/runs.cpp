@@ -69,6 +69,10 @@ std::map<std::string, std::vector<std::string>> runs_of(const std::vector<std::s
   std::map<std::string, std::vector<std::string>> runs;
   for (const auto& t : traces) {
     if (collector::is_side_channel(t)) continue;  // read with its process's trace, whose run counts
+    if (collector::is_snapshot(t)) {              // a PyTorch memory snapshot: a run of its own
+      runs["snapshot " + t].push_back(t);
+      continue;
+    }
     auto id = trace_identity(t);
     std::string run = id && !id->run_id.empty() ? id->run_id : run_of_folder(t);
     if (!id && run.empty()) continue;  // cut before its process record: damaged, not a run

@@ -52,12 +52,13 @@ std::optional<double> number_of(const std::string& text) {
 bool inputs_are_traces(const std::vector<std::string>& traces) {
   for (const auto& t : traces) {
     const std::filesystem::path p(t);
-    if (p.extension() == ".vtrace" || collector::is_side_channel(p)) continue;
+    if (p.extension() == ".vtrace" || collector::is_side_channel(p) || collector::is_snapshot(t))
+      continue;
     std::cerr << "vramtrace whatif: " << report::printable(t)
               << (p.filename() == "report.json" ? " is a report, not a trace"
                                                 : " is not a vramtrace trace")
               << ": whatif replays a run's traces (give the run's folder, or its "
-                 "vramtrace.PID.vtrace and vramtrace.PID.torch)\n";
+                 "vramtrace.PID.vtrace and vramtrace.PID.torch, or a PyTorch memory snapshot)\n";
     return false;
   }
   return true;
@@ -297,8 +298,9 @@ int whatif_command(const WhatIfArgs& a) {
   if (!settings_of(a, &settings, &fraction)) return kExitUsage;
   bool torch = false;
   for (const auto& t : traces)
-    torch |=
-        collector::is_side_channel(t) && t.size() > 6 && t.compare(t.size() - 6, 6, ".torch") == 0;
+    torch |= (collector::is_side_channel(t) && t.size() > 6 &&
+              t.compare(t.size() - 6, 6, ".torch") == 0) ||
+             collector::is_snapshot(t);
   const char* only =
       "vramtrace whatif: what-if models PyTorch's caching allocator only, and these traces hold "
       "no PyTorch allocator trace (vramtrace.PID.torch: give the run's folder, or the .torch "

@@ -80,7 +80,7 @@ json load_report(const std::string& path, const std::string& role) {
         r = parse_json_file((fs::path(path) / "report.json").string(), what + "/report.json");
       else
         r = report_from_traces({path}, what);
-    } else if (collector::starts_as_trace(path)) {
+    } else if (collector::starts_as_trace(path) || collector::is_snapshot(path)) {
       r = report_from_traces({path}, what);
     } else {
       r = parse_json_file(path, what);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "collector/ingest/frames.h"
+#include "collector/ingest/torch_snapshot.h"
 #include "common/format.h"
 
 namespace vramtrace::collector {
@@ -29,6 +30,11 @@ bool named(const std::string& path, const char* extension) {
 
 bool is_side_channel(const std::string& path) {
   return named(path, ".torch") || named(path, ".jax");
+}
+
+bool is_snapshot(const std::string& path) {
+  // A trace or side channel is never one, whatever its bytes.
+  return !named(path, ".vtrace") && !is_side_channel(path) && starts_as_pickle(path);
 }
 
 bool is_run_file(const std::string& path) {
@@ -122,9 +128,24 @@ RunInputs run_inputs(const std::vector<std::string>& paths) {
 
 RunFiles open_run(const std::vector<std::string>& paths) {
   RunFiles files;
+  // The processes that stand for snapshots: pids of their own, never a traced process's (the
+  // kernel's pids stay below 2^22).
+  uint64_t snapshot_pid = 1ull << 30;
   for (const auto& path : paths) {
     if (is_side_channel(path)) {
       files.side_channels.push_back(path);
+      continue;
+    }
+    if (is_snapshot(path)) {
+      try {
+        TorchSnapshot s = read_torch_snapshot(path, snapshot_pid++);
+        files.trace_bytes += s.process_trace.size();  // what its reader will read
+        files.traces.push_back(TraceReader::from_bytes(std::move(s.process_trace), path));
+        files.snapshots.push_back(std::move(s.torch));
+        for (auto& n : s.problems) files.notes.push_back(std::move(n));
+      } catch (const TraceError& e) {
+        files.problems.push_back(e.what());
+      }
       continue;
     }
     try {

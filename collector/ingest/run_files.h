@@ -10,12 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "collector/ingest/torch_trace.h"
 #include "collector/ingest/trace_reader.h"
 
 namespace vramtrace::collector {
 
 // A start-up hook's side channel by its name: vramtrace.<pid>.torch (PyTorch) or .jax (JAX).
 bool is_side_channel(const std::string& path);
+// A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, torch_snapshot.h), by
+// its first bytes whatever its name: a run of one process of its own.
+bool is_snapshot(const std::string& path);
 // A file a run writes, by its name: a trace (vramtrace.<...>.vtrace) or a side channel.
 bool is_run_file(const std::string& path);
 // Whether the file begins as a trace does (its magic), whatever its name.
@@ -45,10 +49,15 @@ RunInputs run_inputs(const std::vector<std::string>& paths);
 
 // A run's files, opened: the traces' readers in the order given, the side channels' paths
 // (read with their process's trace by the merge), and, for each trace that could not be opened,
-// why (a TraceError's message).
+// why (a TraceError's message). A memory snapshot is read here whole: the process that stands
+// for it among the traces, its allocator trace in `snapshots` (merged with that process), and
+// what it cannot say in `notes` (an empty history, entries without times: said among the run's
+// problems).
 struct RunFiles {
   std::vector<std::unique_ptr<TraceReader>> traces;
   std::vector<std::string> side_channels;
+  std::vector<TorchTrace> snapshots;
+  std::vector<std::string> notes;
   std::vector<std::string> problems;
   uint64_t trace_bytes = 0;  // the opened traces' sizes on disk (a progress bar's total)
 };

@@ -87,21 +87,15 @@ std::vector<TorchTrace> read_side_channels(Run& run, const std::vector<std::stri
   return torch;
 }
 
-Run model_of(const std::vector<std::string>& paths) {
-  RunFiles files = open_run(paths);
-  if (!files.problems.empty()) throw TraceError(files.problems.front());
-  return model_of(std::move(files.traces), files.side_channels);
-}
+namespace {
 
-Run model_of(RunFiles files) {
-  Run run = model_of(std::move(files.traces), files.side_channels);
-  for (auto& problem : files.problems) run.problems.push_back(problem);
-  return run;
-}
-
-Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
-             const std::vector<std::string>& torch_paths) {
+// The model of `readers` with the side channels of `torch_paths` and the allocator traces of
+// memory snapshots already read (`snapshots`, each paired with its process by pid).
+Run model_with(std::vector<std::unique_ptr<TraceReader>> readers,
+               const std::vector<std::string>& torch_paths, std::vector<TorchTrace> snapshots,
+               const std::vector<std::string>& notes) {
   Run run;
+  for (const auto& note : notes) run.problems.push_back(note);
   run.processes.resize(readers.size());
   std::vector<Builder> builders;
   builders.reserve(readers.size());
@@ -112,6 +106,7 @@ Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
     builders.emplace_back(run, run.processes[i], where, seq);
   }
   std::vector<TorchTrace> torch = read_side_channels(run, torch_paths);
+  for (auto& t : snapshots) torch.push_back(std::move(t));
   std::vector<TraceReader*> sources;
   for (auto& r : readers) sources.push_back(r.get());
   Merge merge(run, std::move(sources), torch, builders);
@@ -124,6 +119,27 @@ Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
   }
   finish_run(run);
   return run;
+}
+
+}  // namespace
+
+Run model_of(const std::vector<std::string>& paths) {
+  RunFiles files = open_run(paths);
+  if (!files.problems.empty()) throw TraceError(files.problems.front());
+  return model_with(std::move(files.traces), files.side_channels, std::move(files.snapshots),
+                    files.notes);
+}
+
+Run model_of(RunFiles files) {
+  Run run = model_with(std::move(files.traces), files.side_channels, std::move(files.snapshots),
+                       files.notes);
+  for (auto& problem : files.problems) run.problems.push_back(problem);
+  return run;
+}
+
+Run model_of(std::vector<std::unique_ptr<TraceReader>> readers,
+             const std::vector<std::string>& torch_paths) {
+  return model_with(std::move(readers), torch_paths, {}, {});
 }
 
 }  // namespace vramtrace::collector
