@@ -163,7 +163,15 @@ TorchSnapshot torch_snapshot_of(std::string_view bytes, const std::string& name,
       t0 = std::min(t0, x.time_us);
     }
   }
-  if (t0 == UINT64_MAX) t0 = 1;
+  if (t0 == UINT64_MAX) t0 = kFirstNs / 1000;
+  // Times before 1 s of the epoch (entries without time_us) are moved on to it: the side
+  // channel's clocks cannot put an entry before its header's monotonic start.
+  if (t0 < kFirstNs / 1000) {
+    const uint64_t shift = kFirstNs / 1000 - t0;
+    for (auto& dev : devices)
+      for (Entry& x : dev) x.time_us += shift;
+    t0 += shift;
+  }
   // Epoch microseconds past what 64 bits of nanoseconds hold are a damaged file.
   constexpr uint64_t kMaxUs = (UINT64_MAX - kFirstNs) / 1000;
   for (auto& dev : devices)
