@@ -24,7 +24,7 @@ def entry(action, addr, size, t, fr, new=True):
     return e
 
 
-def snapshot(new=True, expandable=False, late=False):
+def snapshot(new=True, expandable=False, late=False, oom=True):
     fwd, bwd = frames("forward", "main"), frames("backward", "main")
     seg = "segment_map" if expandable else "segment_alloc"
     trace = [entry(seg, A, 20 * MiB, 0, fwd, new), entry("alloc", A, 8 * MiB, 1, fwd, new),
@@ -32,6 +32,8 @@ def snapshot(new=True, expandable=False, late=False):
              entry("free_requested", A + 8 * MiB, 8 * MiB, 3, bwd, new),
              entry("free_completed", A + 8 * MiB, 8 * MiB, 4, bwd, new),
              entry("oom", 16 * MiB, 32 * MiB, 5, fwd, new)]
+    if not oom:
+        trace = trace[:-1]
     if late:
         trace = trace[2:]
     segs = [{"device": 0, "address": A, "total_size": 20 * MiB, "allocated_size": 8 * MiB,
