@@ -386,7 +386,9 @@ TEST_CASE("snapshot: PyTorch 2.11's layout read as a run: peak, OOM, allocator s
   CHECK(!r.fits());
 }
 
-TEST_CASE("snapshot: a device trace named many times is read once; a history that begins late") {
+TEST_CASE(
+    "snapshot: a device trace named many times is read once, and a history that begins late is "
+    "said") {
   // One device trace named many times through the memo: past the devices a host has, refused;
   // under it, read once (a reader that followed each name would read it each time).
   P big = list({});
