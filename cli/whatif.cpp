@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -93,80 +94,82 @@ Damage damage_of(const collector::Run& run) {
 
 using Replayed = collector::ProcessReplay;
 
+// A replay in words; the lines pass through printable_lines(), as every text output does.
 void print_text(const Replayed& x) {
+  std::ostringstream out;
   const WhatIfResult& r = x.r;
-  std::cout << "pid " << x.pid << ", device " << r.device
-            << (x.device_name.empty() ? "" : " (" + report::printable(x.device_name) + ")")
-            << ", PyTorch " << (r.torch_version.empty() ? "?" : report::printable(r.torch_version))
-            << "\n";
-  std::cout << "  settings:  " << (r.conf.empty() ? "PyTorch's defaults" : r.conf)
-            << "   (the run's: "
-            << (r.recorded_conf.empty() ? "defaults" : report::printable(r.recorded_conf)) << ", "
-            << r.conf_source << ")\n";
-  std::cout << "  limit:     "
-            << (r.limit_bytes == UINT64_MAX ? std::string("none") : gib_or_mib_text(r.limit_bytes))
-            << " (" << r.limit_source << ")";
+  out << "pid " << x.pid << ", device " << r.device
+      << (x.device_name.empty() ? "" : " (" + report::printable(x.device_name) + ")")
+      << ", PyTorch " << (r.torch_version.empty() ? "?" : report::printable(r.torch_version))
+      << "\n";
+  out << "  settings:  " << (r.conf.empty() ? "PyTorch's defaults" : r.conf) << "   (the run's: "
+      << (r.recorded_conf.empty() ? "defaults" : report::printable(r.recorded_conf)) << ", "
+      << r.conf_source << ")\n";
+  out << "  limit:     "
+      << (r.limit_bytes == UINT64_MAX ? std::string("none") : gib_or_mib_text(r.limit_bytes))
+      << " (" << r.limit_source << ")";
   if (r.fraction_limit)
-    std::cout << "; PyTorch's per-process fraction " << gib_or_mib_text(*r.fraction_limit);
-  std::cout << "\n";
+    out << "; PyTorch's per-process fraction " << gib_or_mib_text(*r.fraction_limit);
+  out << "\n";
   if (r.scale_batch != 1.0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "  batch:     x%.4g (%llu requests scaled)\n", r.scale_batch,
                   static_cast<unsigned long long>(r.scaled_requests));
-    std::cout << buf;
+    out << buf;
   }
-  std::cout << "  rules:     " << report::printable(r.rules) << "\n";
-  std::cout << "  verdict:   " << (r.fits() ? "fits" : "out of memory") << " (" << r.requests
-            << " requests replayed)\n";
-  std::cout << "  reserved peak: " << gib_or_mib_text(r.reserved_peak_bytes) << " predicted, "
-            << gib_or_mib_text(r.recorded_reserved_peak_bytes) << " recorded\n";
+  out << "  rules:     " << report::printable(r.rules) << "\n";
+  out << "  verdict:   " << (r.fits() ? "fits" : "out of memory") << " (" << r.requests
+      << " requests replayed)\n";
+  out << "  reserved peak: " << gib_or_mib_text(r.reserved_peak_bytes) << " predicted, "
+      << gib_or_mib_text(r.recorded_reserved_peak_bytes) << " recorded\n";
   if (r.oom) {
     const auto& o = *r.oom;
     char t[32];
     std::snprintf(t, sizeof t, "%.3f s",
                   static_cast<double>(o.time_ns - std::min(o.time_ns, x.origin_ns)) / 1e9);
-    std::cout << "  first OOM: a request of " << gib_or_mib_text(o.requested_bytes) << " at " << t;
-    if (o.iteration >= 0) std::cout << ", iteration " << o.iteration;
-    if (!o.phase.empty()) std::cout << ", in " << o.phase;
-    if (!o.module.empty()) std::cout << ", module " << report::printable(o.module);
-    std::cout << (o.recorded_request ? " (the request the run itself failed on)"
-                                     : " (request #" + std::to_string(o.request_index) + ")")
-              << "\n";
-    std::cout << "    then: reserved " << gib_or_mib_text(o.state.reserved_bytes) << ", allocated "
-              << gib_or_mib_text(o.state.allocated_bytes) << ", cached free "
-              << gib_or_mib_text(o.state.cached_free_bytes) << " in " << o.state.free_blocks
-              << " blocks (largest " << gib_or_mib_text(o.state.largest_free_block)
-              << "), outside PyTorch " << gib_or_mib_text(o.state.background_bytes) << "\n";
+    out << "  first OOM: a request of " << gib_or_mib_text(o.requested_bytes) << " at " << t;
+    if (o.iteration >= 0) out << ", iteration " << o.iteration;
+    if (!o.phase.empty()) out << ", in " << o.phase;
+    if (!o.module.empty()) out << ", module " << report::printable(o.module);
+    out << (o.recorded_request ? " (the request the run itself failed on)"
+                               : " (request #" + std::to_string(o.request_index) + ")")
+        << "\n";
+    out << "    then: reserved " << gib_or_mib_text(o.state.reserved_bytes) << ", allocated "
+        << gib_or_mib_text(o.state.allocated_bytes) << ", cached free "
+        << gib_or_mib_text(o.state.cached_free_bytes) << " in " << o.state.free_blocks
+        << " blocks (largest " << gib_or_mib_text(o.state.largest_free_block)
+        << "), outside PyTorch " << gib_or_mib_text(o.state.background_bytes) << "\n";
   }
   if (const auto& c = r.completion) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "batch %.4g", c->batch);
-    std::cout << "  predicted: the run died before its first step ended; the rest of the step is "
-                 "the start-up hook's prediction ("
-              << c->predicted_requests << " requests in " << c->modules.size() << " modules, "
-              << buf << ", " << c->method << ")\n";
+    out << "  predicted: the run died before its first step ended; the rest of the step is "
+           "the start-up hook's prediction ("
+        << c->predicted_requests << " requests in " << c->modules.size() << " modules, " << buf
+        << ", " << c->method << ")\n";
   }
   if (r.truncated_at_recorded_oom)
-    std::cout << "  note: the run died at its own OOM, which the replay served; what it would "
-                 "have done next was never recorded, so 'fits' holds up to there\n";
+    out << "  note: the run died at its own OOM, which the replay served; what it would "
+           "have done next was never recorded, so 'fits' holds up to there\n";
   if (r.window_lost)
-    std::cout << "  note: PyTorch's trace ring had dropped the run's start: blocks made before "
-                 "it are replayed as made at its start\n";
+    out << "  note: PyTorch's trace ring had dropped the run's start: blocks made before "
+           "it are replayed as made at its start\n";
   if (r.trace_sampled)
-    std::cout << "  note: PyTorch's trace was sampled (on in the first iterations and every "
-                 "50th): between them blocks are replayed as freed at a gap's start and made at "
-                 "its end (--torch=full records every block)\n";
+    out << "  note: PyTorch's trace was sampled (on in the first iterations and every "
+           "50th): between them blocks are replayed as freed at a gap's start and made at "
+           "its end (--torch=full records every block)\n";
   if (x.max_batch_asked) {
     if (x.max_batch) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "  largest batch scale that fits: x%.3f (reserved peak %s)\n",
                     x.max_batch->scale,
                     gib_or_mib_text(x.max_batch->at.reserved_peak_bytes).c_str());
-      std::cout << buf;
+      out << buf;
     } else {
-      std::cout << "  largest batch scale that fits: none (even x0.01 runs out)\n";
+      out << "  largest batch scale that fits: none (even x0.01 runs out)\n";
     }
   }
+  std::cout << report::printable_lines(out.str());
 }
 
 // The options' values as the replay takes them; false (said) on a bad one.
