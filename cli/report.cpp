@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/gate.h"
 #include "collector/ingest/run_files.h"
+#include "collector/ingest/torch_snapshot.h"
 #include "collector/ingest/trace_reader.h"
 #include "report/check.h"
 
@@ -47,9 +48,14 @@ int report_command(ReportArgs& a) {
   for (const auto& t : traces) {
     std::string run_of_trace;
     bool identified = false;
-    // A PyTorch memory snapshot is a run of its own (read by open_run: a damaged one is refused
-    // there, before anything is written).
+    // A PyTorch memory snapshot is a run of its own.
     if (collector::is_snapshot(t)) {
+      try {  // read once here too, so that a damaged one leaves no empty report folder behind
+        collector::read_torch_snapshot(t, 1);
+      } catch (const collector::TraceError& e) {
+        std::cerr << "vramtrace report: " << report::printable(e.what()) << "\n";
+        return 2;
+      }
       kept.push_back(t);
       runs["snapshot " + t].push_back(t);
       continue;
