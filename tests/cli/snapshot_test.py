@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -120,8 +121,8 @@ def real(tmp):
         name = os.path.basename(path)[:-len(".pickle")]
         with open(path[:-len(".pickle")] + ".truth.json") as f:
             truth = json.load(f)
-        r, j = report(path, os.path.join(tmp, name + "-report"))
-        check(r.returncode == 0, "%s: report exit 0" % name)
+        r, j = report(path, os.path.join(tmp, "real-" + name + "-report"))
+        check(r.returncode == 0, "%s: report exit 0 (%d: %s)" % (name, r.returncode, r.stderr[-300:]))
         if not j:
             continue
         peak = j["devices"][0]["peak"]["bytes"]
@@ -133,7 +134,19 @@ def real(tmp):
             check(any(("%d" % a) in truth["oom"] or ("%.2f MiB" % (a / MiB)) in truth["oom"]
                       or ("%.2f GiB" % (a / 2**30)) in truth["oom"] for a in asked),
                   "%s: the OOM's request %s as PyTorch said it: %s" % (name, asked, truth["oom"]))
-        w = whatif(path, "--allow-damaged")
+        # A job that ran out under PyTorch's per-process fraction: the snapshot does not hold the
+        # fraction (PyTorch's message does: "2.00 GiB allowed"), so the replay is given it, and
+        # then fails at the request the job failed on.
+        allowed = re.search(r"(\d+\.\d+) GiB allowed", truth.get("oom", ""))
+        w = whatif(path, "--allow-damaged",
+                   *(["--limit", allowed.group(1) + "GiB"] if allowed else []))
+        if w and allowed:
+            x = w["replays"][0]
+            tried = re.search(r"Tried to allocate (\d+\.\d+) MiB", truth["oom"])
+            want = round(float(tried.group(1)) * MiB) if tried else -1
+            check(x["oom"] is not None and x["oom"]["requested_bytes"] == want,
+                  "%s: the replay fails at the job's request of %d bytes: %r" % (
+                      name, want, x.get("oom")))
         if w:
             x = w["replays"][0]
             check(abs(x["reserved_peak_bytes"] - x["recorded_reserved_peak_bytes"])
