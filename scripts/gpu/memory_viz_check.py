@@ -119,8 +119,9 @@ def one(vramtrace, out, name, env_extra):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     events = json.load(open(trace))["traceEvents"] if r.returncode == 0 else []
     iters = [e for e in events if e.get("cat") == "iteration"]
-    # Iterations start at the first forward and at the end of each optimizer step: 4 steps, 5.
-    check(len(iters) == 5, "%s: the Perfetto trace has the job's 5 iterations (%d)" % (
+    # The job's 4 training steps, each an iteration (on the H100 on 2026-12-07 this expected 5,
+    # counting a boundary after the last step that begins no iteration: the export gave 4).
+    check(len(iters) == 4, "%s: the Perfetto trace has the job's 4 iterations (%d)" % (
         name, len(iters)))
 
 
