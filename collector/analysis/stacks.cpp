@@ -158,11 +158,16 @@ const Frame& StackResolver::native_frame(uint32_t id) {
   return f;
 }
 
-// Python files of frameworks rather than of the program: installed packages and PyTorch.
-static bool is_framework_file(const std::string& file) {
+bool is_native_source_file(const std::string& file) {
+  if (file.empty() || file[0] == '<') return false;
+  return file.size() < 3 || file.compare(file.size() - 3, 3, ".py") != 0;
+}
+
+bool is_framework_file(const std::string& file) {
   return file.find("/site-packages/") != std::string::npos ||
          file.find("/dist-packages/") != std::string::npos ||
-         file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
+         file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0 ||
+         is_native_source_file(file);
 }
 
 // vramtrace's own start-up hook (the launcher writes it as sitecustomize.py, with its parts
@@ -222,6 +227,13 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
   const Frame* site = nullptr;
   for (const Frame& f : a.frames)
     if (f.python && !f.internal && !is_framework_file(f.file)) {
+      site = &f;
+      break;
+    }
+  // Then a framework's Python frame before PyTorch's C++ frames (a memory snapshot's stacks="all"
+  // puts the allocator's own functions innermost).
+  for (const Frame& f : a.frames)
+    if (!site && f.python && !f.internal && !is_native_source_file(f.file)) {
       site = &f;
       break;
     }

@@ -59,6 +59,14 @@ class Symbolizer {
 
 // Whether a module is part of the CUDA stack or of vramtrace itself (by file name).
 bool is_internal_module(const std::string& path);
+// A frame's file that is not the program's own: an installed package's, PyTorch's Python files,
+// Python's frozen modules, or a C++ source (a PyTorch memory snapshot recorded with
+// stacks="all" gives its C++ frames among the Python ones: "??" or a .cpp/.h path). The rule
+// of a site: the innermost frame whose file is none of these.
+bool is_framework_file(const std::string& file);
+// A frame's file that is not Python source (no ".py", not "<stdin>" and the like): a C++ frame
+// of PyTorch's CapturedTraceback.
+bool is_native_source_file(const std::string& file);
 
 // Stacks of one process, resolved once per distinct (native leaf, Python leaf).
 class StackResolver {

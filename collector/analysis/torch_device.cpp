@@ -1,6 +1,8 @@
 // PyTorch's memory on one device of a process, as the report shows it (see torch_device.h).
 #include "collector/analysis/torch_device.h"
 
+#include "collector/analysis/stacks.h"
+
 #include <algorithm>
 #include <set>
 
@@ -323,9 +325,7 @@ std::optional<TorchOom> torch_oom(const ProcessModel& p, const OomEvent& o, Stac
   const auto& x = tm->context().exception;
   if (o.fatal && x) {
     for (const auto& f : x->frames)
-      if (f.file.find("/torch/") == std::string::npos &&
-          f.file.find("/site-packages/") == std::string::npos &&
-          f.file.find("/dist-packages/") == std::string::npos) {
+      if (!is_framework_file(f.file)) {
         out.python_site = f.file + ":" + std::to_string(f.line);
         out.python_function = f.function;
         break;

@@ -20,6 +20,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "collector/analysis/stacks.h"
 #include "collector/ingest/pickle.h"
 #include "collector/ingest/torch_trace_reader.h"
 #include "collector/ingest/trace_reader.h"
@@ -88,6 +89,104 @@ struct Entry {
   std::optional<uint64_t> device_free;
   Index frames = npos;
 };
+
+// The phase an alloc entry's frames say made its block (docs/SNAPSHOTS.md, "Categories").
+enum class Made : uint8_t { Unknown, User, Forward, Backward, Step };
+
+struct FrameText {
+  std::string_view file, name;
+  uint32_t line = 0;
+};
+
+bool ends_with(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+bool starts_with(std::string_view s, std::string_view head) {
+  return s.compare(0, head.size(), head) == 0;
+}
+
+// What an alloc's frames (innermost first) say of it.
+struct Reading {
+  Made made = Made::Unknown;
+  bool parameter = false;  // made by torch.nn outside forward, backward and step
+  bool gradient = false;   // made by the autograd engine's AccumulateGrad
+  bool native = false;     // it holds C++ frames (stacks="all")
+  // The user's line: of the call into the model or the optimizer for a forward or a step, the
+  // innermost frame of the program's own code otherwise (stacks.cpp's rule).
+  std::optional<FrameText> site;
+  std::string root;  // a forward's outermost module: its forward's file and function
+  std::optional<FrameText> root_frame;
+};
+
+Reading read_frames(const std::vector<FrameText>& fr) {
+  Reading r;
+  bool python = false, backward = false, step = false;
+  int outer_call = -1, outer_optim = -1;
+  for (size_t i = 0; i < fr.size(); ++i) {
+    const FrameText& f = fr[i];
+    const bool native = is_native_source_file(std::string(f.file));
+    r.native |= native;
+    python |= !native;
+    if (native) {
+      // The autograd engine's worker (evaluate_function, thread_main) or the caller's
+      // Engine::execute; a gradient is made by AccumulateGrad.
+      backward |= f.name.find("torch::autograd::Engine::") != std::string_view::npos ||
+                  f.name.find("torch::autograd::python::PythonEngine::") != std::string_view::npos;
+      r.gradient |= f.name.find("torch::autograd::AccumulateGrad") != std::string_view::npos;
+      continue;
+    }
+    if ((ends_with(f.file, "torch/_tensor.py") && f.name == "backward") ||
+        (ends_with(f.file, "torch/autograd/__init__.py") &&
+         (f.name == "backward" || f.name == "grad")) ||
+        (ends_with(f.file, "torch/autograd/graph.py") && f.name == "_engine_run_backward"))
+      backward = true;
+    if (f.file.find("torch/optim/") != std::string_view::npos &&
+        (f.name == "step" || starts_with(f.name, "_single_tensor_") ||
+         starts_with(f.name, "_multi_tensor_") || starts_with(f.name, "_fused_"))) {
+      step = true;
+      outer_optim = static_cast<int>(i);
+    }
+    if (ends_with(f.file, "torch/nn/modules/module.py") &&
+        (f.name == "_call_impl" || f.name == "_wrapped_call_impl"))
+      outer_call = static_cast<int>(i);
+    // A module's parameters and buffers: made by its constructor or its initialisers, or
+    // moved by Module.to / .cuda (its _apply).
+    if ((ends_with(f.file, "torch/nn/modules/module.py") &&
+         (f.name == "_apply" || f.name == "to" || f.name == "cuda" || f.name == "to_empty")) ||
+        (f.file.find("torch/nn/modules/") != std::string_view::npos &&
+         (f.name == "__init__" || f.name == "reset_parameters")) ||
+        ends_with(f.file, "torch/nn/init.py") || ends_with(f.file, "torch/nn/parameter.py"))
+      r.parameter = true;
+  }
+  // The first frame outside `from` (outwards) that is the program's own.
+  auto user_from = [&](size_t from) -> std::optional<FrameText> {
+    for (size_t i = from; i < fr.size(); ++i)
+      if (!is_framework_file(std::string(fr[i].file))) return fr[i];
+    return std::nullopt;
+  };
+  if (backward) {
+    r.made = Made::Backward;
+  } else if (step) {
+    r.made = Made::Step;
+    r.site = user_from(static_cast<size_t>(outer_optim) + 1);
+  } else if (outer_call >= 0) {
+    r.made = Made::Forward;
+    r.site = user_from(static_cast<size_t>(outer_call) + 1);
+    for (int i = outer_call - 1; i >= 0; --i)
+      if (!ends_with(fr[static_cast<size_t>(i)].file, "torch/nn/modules/module.py")) {
+        const FrameText& f = fr[static_cast<size_t>(i)];
+        r.root = std::string(f.file) + '\0' + std::string(f.name);
+        r.root_frame = f;
+        break;
+      }
+  } else if (python) {
+    r.made = Made::User;
+    r.site = user_from(0);
+  }
+  r.parameter = r.parameter && r.made == Made::User;
+  r.gradient = r.gradient && r.made == Made::Backward;
+  return r;
+}
 
 }  // namespace
 
@@ -172,6 +271,71 @@ TorchSnapshot torch_snapshot_of(std::string_view bytes, const std::string& name,
       for (Entry& x : dev) x.time_us += shift;
     t0 += shift;
   }
+  // ---- phases, from the allocs' frames ----
+  // A snapshot has none of the hook's marks: each alloc's frames say whether the autograd
+  // engine, an optimizer's step, a module's forward or the program's own code made its block;
+  // the runs of allocs of one phase become the hook's phase marks (forward, backward, step),
+  // with the user's line that called it, so that torch_memory.cpp categorizes a snapshot's
+  // blocks by their lives as it does a recorded run's.
+  struct Alloc {
+    size_t dev = 0, i = 0;
+    Reading r;
+  };
+  std::vector<Alloc> allocs;
+  bool any_frames = false, any_native = false;
+  for (size_t d = 0; d < devices.size(); ++d)
+    for (size_t i = 0; i < devices[d].size(); ++i) {
+      const Entry& x = devices[d][i];
+      if (x.action != "alloc") continue;
+      std::vector<FrameText> fr;
+      if (x.frames != npos)
+        for (Index f : u.values.items(x.frames)) {
+          if (fr.size() >= kMaxFrames) break;
+          if (!w.is(f, Kind::Dict)) continue;
+          const int64_t ln = w.integer(f, "line");
+          fr.push_back({w.text(f, "filename"), w.text(f, "name"),
+                        ln < 0 || ln > UINT32_MAX ? 0u : static_cast<uint32_t>(ln)});
+        }
+      any_frames |= !fr.empty();
+      allocs.push_back({d, i, read_frames(fr)});
+      any_native |= allocs.back().r.native;
+    }
+  std::stable_sort(allocs.begin(), allocs.end(), [&](const Alloc& a, const Alloc& b) {
+    return devices[a.dev][a.i].time_us < devices[b.dev][b.i].time_us;
+  });
+  // A phase's run: allocs of one phase (a forward's of one model called from one line).
+  auto run_key = [](const Reading& r) {
+    std::string k(1, static_cast<char>('0' + static_cast<int>(r.made)));
+    if (r.made == Made::Forward && r.site)
+      k += r.root + '\0' + std::string(r.site->file) + ':' + std::to_string(r.site->line);
+    return k;
+  };
+  std::vector<bool> starts(allocs.size(), false);
+  for (size_t k = 0; k < allocs.size(); ++k) {
+    const Made m = allocs[k].r.made;
+    starts[k] = (m == Made::Forward || m == Made::Backward || m == Made::Step) &&
+                (k == 0 || run_key(allocs[k].r) != run_key(allocs[k - 1].r));
+  }
+  // A run's first alloc in the microsecond of the entry before it is moved on by 1 us: the
+  // phase's mark falls between the two (entries' times are whole microseconds).
+  {
+    std::set<std::pair<size_t, size_t>> first;
+    for (size_t k = 0; k < allocs.size(); ++k)
+      if (starts[k]) first.insert({allocs[k].dev, allocs[k].i});
+    for (size_t d = 0; d < devices.size(); ++d) {
+      uint64_t prev = 0;
+      for (size_t i = 0; i < devices[d].size(); ++i) {
+        Entry& x = devices[d][i];
+        if (i > 0 && first.count({d, i}) && x.time_us <= prev) x.time_us = prev + 1;
+        x.time_us = std::max(x.time_us, prev);
+        prev = x.time_us;
+      }
+    }
+  }
+  uint64_t last_us = 0;
+  for (const auto& dev : devices)
+    if (!dev.empty()) last_us = std::max(last_us, dev.back().time_us);
+
   // Epoch microseconds past what 64 bits of nanoseconds hold are a damaged file.
   constexpr uint64_t kMaxUs = (UINT64_MAX - kFirstNs) / 1000;
   for (auto& dev : devices)
@@ -246,6 +410,106 @@ TorchSnapshot torch_snapshot_of(std::string_view bytes, const std::string& name,
     it->second = std::move(ids);
     return it->second;
   };
+  // The phases' marks (the hook's K lines, on the epoch's clock as its entries are), its
+  // modules (M) and sites (S); named storages (L) for what torch.nn made outside the phases
+  // (parameters and buffers) and what AccumulateGrad made (gradients).
+  {
+    std::map<std::string, uint64_t> modules;
+    std::map<std::tuple<std::string, uint32_t, std::string>, uint64_t> sites;
+    auto site_id = [&](const std::optional<FrameText>& f) -> uint64_t {
+      if (!f) return 0;
+      auto key = std::make_tuple(field(f->file), f->line, field(f->name));
+      auto [it, fresh] = sites.try_emplace(key, sites.size() + 1);
+      if (fresh)
+        text += "S\t" + std::to_string(it->second) + "\t" + std::get<0>(key) + "\t" +
+                std::to_string(f->line) + "\t" + std::get<2>(key) + "\n";
+      return it->second;
+    };
+    auto mark = [&](uint64_t ns, MarkKind kind, uint64_t id) {
+      text += "K\t" + std::to_string(ns) + "\t" + std::to_string(static_cast<int>(kind)) + "\t" +
+              std::to_string(id) + "\n";
+    };
+    bool training = false;
+    for (const Alloc& a : allocs) training |= a.r.made == Made::Backward || a.r.made == Made::Step;
+    // Without a backward or an optimizer's step anywhere, a forward is an evaluation's
+    // (nothing it keeps is an activation that a backward will read).
+    const MarkKind forward = training ? MarkKind::Forward : MarkKind::ForwardEval;
+    auto us = [&](const Alloc& a) { return devices[a.dev][a.i].time_us; };
+    for (size_t k = 0; k < allocs.size(); ++k) {
+      const Alloc& a = allocs[k];
+      const Entry& x = devices[a.dev][a.i];
+      if (a.r.made == Made::User) {
+        if (a.r.parameter || a.r.site) {
+          // A user's .to / .cuda: a move, with its line (an input's site).
+          const uint64_t site = site_id(a.r.site);
+          if (site) mark(x.time_us * 1000 - 400, MarkKind::Site, site);
+          mark(x.time_us * 1000 - 400, MarkKind::Move, 0);
+          mark(x.time_us * 1000 + 400, MarkKind::MoveEnd, 0);
+        }
+        if (a.r.parameter)
+          text += "L\t" + std::to_string(x.time_us * 1000 + 1) + "\t" + std::to_string(a.dev) +
+                  "\t" + std::to_string(x.address) + "\t" + std::to_string(x.bytes) + "\tparam\t" +
+                  (a.r.site ? field(a.r.site->file) + ":" + std::to_string(a.r.site->line) : "") +
+                  "\t\t\n";
+        continue;
+      }
+      if (a.r.gradient)
+        text += "L\t" + std::to_string(x.time_us * 1000 + 1) + "\t" + std::to_string(a.dev) + "\t" +
+                std::to_string(x.address) + "\t" + std::to_string(x.bytes) + "\tgrad\t\t\t\n";
+      if (!starts[k]) continue;
+      size_t end = k + 1;
+      while (end < allocs.size() && !starts[end] && run_key(allocs[end].r) == run_key(a.r)) ++end;
+      const uint64_t start_ns = us(a) * 1000 - 500;
+      const uint64_t end_ns =
+          end < allocs.size() ? us(allocs[end]) * 1000 - 500 : last_us * 1000 + 500;
+      const uint64_t site = site_id(a.r.site);
+      if (site) mark(start_ns, MarkKind::Site, site);
+      switch (a.r.made) {
+        case Made::Forward: {
+          auto [it, fresh] = modules.try_emplace(a.r.root, modules.size() + 1);
+          if (fresh) {
+            const FrameText f = a.r.root_frame.value_or(FrameText{});
+            text += "M\t" + std::to_string(it->second) + "\t" + field(f.name) + " (" +
+                    field(f.file) + ")\t\t" + field(f.file) + "\t" + std::to_string(f.line) + "\n";
+          }
+          mark(start_ns, forward, it->second);
+          mark(end_ns, MarkKind::ForwardEnd, it->second);
+          break;
+        }
+        case Made::Backward:
+          mark(start_ns, MarkKind::Backward, 0);
+          mark(end_ns, MarkKind::BackwardEnd, 0);
+          break;
+        case Made::Step:
+          mark(start_ns, MarkKind::Step, 1);
+          mark(end_ns, MarkKind::StepEnd, 1);
+          break;
+        default: break;
+      }
+    }
+  }
+  // A snapshot that holds an OOM was written in the handler of the job it ended (its process's
+  // end is not in it): the exception the hook would have recorded, at the last OOM, with that
+  // entry's frames (innermost first), so that the OOM is the fatal one.
+  for (size_t d = 0; d < devices.size(); ++d)
+    for (auto it = devices[d].rbegin(); it != devices[d].rend(); ++it)
+      if (it->action == "oom") {
+        std::string where;
+        if (it->frames != npos)
+          for (Index f : u.values.items(it->frames)) {
+            if (!w.is(f, Kind::Dict) || where.size() > 60000) continue;
+            std::string file = field(w.text(f, "filename")), fn = field(w.text(f, "name"));
+            for (std::string* x : {&file, &fn}) std::replace(x->begin(), x->end(), '|', ' ');
+            where += (where.empty() ? "" : "|") + file + ":" +
+                     std::to_string(std::max<int64_t>(0, w.integer(f, "line"))) + ":" + fn;
+          }
+        text += "X\t" + std::to_string(it->time_us * 1000 + 1) +
+                "\ttorch.OutOfMemoryError\tCUDA out of memory (the snapshot ends at the "
+                "allocator's OOM)\t" +
+                where + "\n";
+        d = devices.size() - 1;
+        break;
+      }
   uint64_t last_ns = kFirstNs;
   bool any_oom = false;
   for (size_t d = 0; d < devices.size(); ++d) {
@@ -351,6 +615,34 @@ TorchSnapshot torch_snapshot_of(std::string_view bytes, const std::string& name,
   out.torch = reader.finish();
   out.torch.torch_version = "";
   out.torch.context.torch_version = "";
+  // Blocks whose frames say no phase: unclassified (torch_memory.cpp), and why.
+  {
+    std::set<std::tuple<uint32_t, uint64_t, uint64_t>> unknown;
+    for (const Alloc& a : allocs)
+      if (a.r.made == Made::Unknown) {
+        const Entry& x = devices[a.dev][a.i];
+        unknown.insert(
+            {static_cast<uint32_t>(a.dev), x.address, kFirstNs + (x.time_us - t0) * 1000});
+      }
+    for (TorchBlock& b : out.torch.context.blocks)
+      b.phase_unknown = unknown.count({b.device, b.address, b.alloc_ns}) > 0;
+    // Its frames are the snapshot's context: classified even where they say nothing (then
+    // unclassified, and said why).
+    if (!allocs.empty()) out.torch.context.present = true;
+    if (!unknown.empty()) {
+      const std::string n =
+          std::to_string(unknown.size()) + " of its " + std::to_string(allocs.size()) + " blocks";
+      out.problems.push_back(
+          name + ": " + n + " are unclassified: " +
+          (!any_frames ? std::string("no entry has frames (recorded with context=None), and "
+                                     "the phase that made a block is read from its frames")
+           : !any_native
+               ? std::string("they have no frames, and the snapshot has no C++ frames "
+                             "(recorded with stacks=\"python\"): the autograd engine's thread "
+                             "runs no Python, so a backward's blocks are among these")
+               : std::string("their frames show no Python code and no autograd engine")));
+    }
+  }
 
   // ---- what the snapshot is, and what it cannot say ----
   // Its layout by the keys it holds: PyTorch 2.1 wrote none of these four; 2.11 writes them all.

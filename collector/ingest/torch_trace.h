@@ -78,6 +78,9 @@ struct TorchBlock {
   // Made while the trace was off (--torch=sampled): alloc_ns is the gap's end, when the
   // allocator's state showed it; its moment and context are not known.
   bool in_gap = false;
+  // A memory snapshot's block whose frames do not say which phase made it (recorded with
+  // context=None, or stacks="python" on the autograd engine's thread): not a phase's.
+  bool phase_unknown = false;
 };
 // A stretch while the trace of a device was off (--torch=sampled): what was made and freed in
 // it is known from the allocator's state at its end, not when. Blocks freed in it are given

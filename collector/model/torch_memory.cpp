@@ -293,7 +293,7 @@ void TorchMemory::classify_by_phase() {
     // The latest phase begun may have ended: then the block is outside any phase.
     const PhaseSpan* in = current && t <= current->end_ns ? current : nullptr;
     BlockInfo& b = info_[i];
-    if (blocks[i].before_window || blocks[i].in_gap) {
+    if (blocks[i].before_window || blocks[i].in_gap || blocks[i].phase_unknown) {
       // Its moment is not known (only that it came before the ring's window, or between two
       // of the sampled iterations' windows): not a phase's.
       b.category = Category::Unclassified;

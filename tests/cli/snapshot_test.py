@@ -22,8 +22,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fuzz"))
+sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
 import make_snapshot_seeds as seeds  # noqa: E402
+import snapshot_frames  # noqa: E402
 
 VT = os.path.join(sys.argv[1], "bin", "vramtrace")
 MiB = 1 << 20
@@ -155,8 +157,59 @@ def real(tmp):
                       name, x["reserved_peak_bytes"], x["recorded_reserved_peak_bytes"]))
 
 
+def categories(tmp):
+    """Each block's category read from its frames (snapshot_frames.py's training step)."""
+    cols = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs",
+            "unclassified"]
+    for mode, at_exit, phases, most in [
+            ("all", dict(parameters=5, inputs=2, gradients=4, optimizer_state=4),
+             [("forward", "/home/user/train.py:36"), ("backward", None),
+              ("optimizer", "/home/user/train.py:38")],
+             dict(parameters=5, inputs=2, activations=4, temporaries=1, gradients=4,
+                  optimizer_state=4)),
+            # The backward's blocks have no frames: unclassified, the rest as with C++ frames.
+            ("python", dict(parameters=5, inputs=2, optimizer_state=4, unclassified=4),
+             [("forward", "/home/user/train.py:36"), ("optimizer", "/home/user/train.py:38")],
+             dict(parameters=5, inputs=2, activations=4, temporaries=1, optimizer_state=4,
+                  unclassified=4)),
+            ("none", dict(unclassified=15), [], dict(unclassified=16))]:
+        path = write(os.path.join(tmp, "frames-%s.pickle" % mode), snapshot_frames.train(mode))
+        r, rep = report(path, os.path.join(tmp, "frames-%s" % mode))
+        check(rep is not None, "frames %s: report exits 0" % mode)
+        if not rep:
+            continue
+        d = rep["processes"][0]["devices"][0]
+        c = d["categories"]
+        got = {k: v // MiB for k, v in c["at_exit"].items() if v and k != "allocator_cache"}
+        check(got == at_exit, "frames %s: at the end %r MiB (got %r)" % (mode, at_exit, got))
+        got = [(p["phase"], p.get("site")) for p in d.get("phases", [])]
+        check(got == phases, "frames %s: phases %r (got %r)" % (mode, phases, got))
+        tl = c["timeline"]
+        top = {}
+        for pt in tl["points"]:
+            for k in cols:
+                v = pt[tl["columns"].index(k)] // MiB
+                if v:
+                    top[k] = max(top.get(k, 0), v)
+        check(top == most, "frames %s: the most of each category %r MiB (got %r)" % (
+            mode, most, top))
+        problems = [p for p in rep["run"]["problems"] if "unclassified" in p]
+        want = {"all": 0, "python": 1, "none": 1}[mode]
+        check(len(problems) == want and (mode != "python" or "stacks=\"python\"" in problems[0])
+              and (mode != "none" or "context=None" in problems[0]),
+              "frames %s: %d problem(s) saying why blocks are unclassified (got %r)" % (
+                  mode, want, problems))
+    # The sites are the user's lines, not the allocator's innermost C++ frames.
+    rep = report(os.path.join(tmp, "frames-all.pickle"), os.path.join(tmp, "frames-all-2"))[1]
+    sites = sorted(x["site"] for x in rep["leaks"])
+    check(sites == ["<module> (/home/user/train.py:38)", "moved to the GPU at /home/user/train.py:35"]
+          or all("c10::" not in s for s in sites) and len(sites) > 0,
+          "frames all: the live set's sites are the user's lines (got %r)" % sites)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        categories(tmp)
         shaped(tmp)
         hostile(tmp)
         real(tmp)
