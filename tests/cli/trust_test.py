@@ -315,7 +315,7 @@ def small_ones(work):
             (["whatif", os.path.join(t, "report.json")],
              "vramtrace whatif: %s/report.json is a report, not a trace: whatif replays a run's "
              "traces (give the run's folder, or its vramtrace.PID.vtrace and "
-             "vramtrace.PID.torch)\n" % t),
+             "vramtrace.PID.torch, or a PyTorch memory snapshot)\n" % t),
             (["whatif", os.path.join(t, trace)],
              "vramtrace whatif: what-if models PyTorch's caching allocator only, and these traces "
              "hold no PyTorch allocator trace (vramtrace.PID.torch: give the run's folder, or the "
