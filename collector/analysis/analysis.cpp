@@ -209,8 +209,10 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
   for (size_t i = 0; i < run.processes.size(); ++i) {
     ProcessAnalysis& pa = a.processes[i];
     pa.model = &run.processes[i];
+    // A memory snapshot is a moment of a process that went on (its dump need not be its end).
     pa.still_running = std::find(still_running.begin(), still_running.end(),
-                                 pa.model->trace_path) != still_running.end();
+                                 pa.model->trace_path) != still_running.end() ||
+                       (pa.model->torch_context && pa.model->torch_context->from_snapshot);
     analyse_process(a, pa, *a.stacks[i]);
   }
   analyse_run_devices(a);

@@ -78,6 +78,24 @@ void limit_findings(Findings& f) {
           "the fraction (torch.cuda.set_per_process_memory_fraction).");
     }
   }
+  // No cap known (a PyTorch memory snapshot does not hold the per-process fraction), but the
+  // device had the request free when PyTorch's allocator refused it: a cap below the device did.
+  if (!(in.limit && fraction) && in.torch_pool && o.allocator && o.free_bytes &&
+      *o.free_bytes >= std::max(request, o.requested_bytes) && (!total || request <= total)) {
+    FindingEvidence ev;
+    ev.live_bytes = o.live_bytes;
+    ev.requested_bytes = request;
+    ev.device_free_bytes = *o.free_bytes;
+    add(0.9, FindingKind::LimitReached,
+        "The device had " + human_bytes(*o.free_bytes) + " free, more than the " +
+            human_bytes(request) +
+            " asked: a cap below the device refused it (PyTorch's "
+            "per-process fraction, not recorded here), with " +
+            human_bytes(o.live_bytes) + " held",
+        ev,
+        "Use less memory at the peak (the remedies below say how much each saves), or raise "
+        "the fraction (torch.cuda.set_per_process_memory_fraction).");
+  }
   if (total && request > total) {
     FindingEvidence ev;
     ev.requested_bytes = request;
@@ -123,7 +141,7 @@ void fragmentation_finding(Findings& f) {
               human_bytes(fs.largest_free) + ") is smaller than the request (" +
               human_bytes(request) + ")",
           ev, fix);
-    else if (fs.free_bytes() < request && fs.free_bytes() + free_b >= request &&
+    else if (fs.free_bytes() < request && free_b < request && fs.free_bytes() + free_b >= request &&
              fs.largest_free < request && fs.free_bytes() > request / 4)
       add(0.6, FindingKind::Fragmentation,
           human_bytes(fs.free_bytes()) + " reserved but free and " + human_bytes(free_b) +

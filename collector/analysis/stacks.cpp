@@ -164,7 +164,8 @@ bool is_native_source_file(const std::string& file) {
 }
 
 bool is_framework_file(const std::string& file) {
-  return file.find("/site-packages/") != std::string::npos ||
+  // A frame with no file (a C++ frame of a memory snapshot without its source) is nobody's line.
+  return file.empty() || file.find("/site-packages/") != std::string::npos ||
          file.find("/dist-packages/") != std::string::npos ||
          file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0 ||
          is_native_source_file(file);

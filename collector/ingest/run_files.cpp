@@ -141,6 +141,7 @@ RunFiles open_run(const std::vector<std::string>& paths) {
         TorchSnapshot s = read_torch_snapshot(path, snapshot_pid++);
         files.trace_bytes += s.process_trace.size();  // what its reader will read
         files.traces.push_back(TraceReader::from_bytes(std::move(s.process_trace), path));
+        s.torch.context.from_snapshot = true;
         files.snapshots.push_back(std::move(s.torch));
         for (auto& n : s.problems) files.notes.push_back(std::move(n));
       } catch (const TraceError& e) {

@@ -712,7 +712,8 @@ TorchSnapshot torch_snapshot_of(std::string_view bytes, const std::string& name,
   const std::string uuid(16, '\0');
   size_t ndev = std::max<size_t>(devices.size(), state.empty() ? 0 : state.rbegin()->first + 1);
   for (uint32_t d = 0; d < ndev; ++d)
-    put(rec::ContextCreate{0x5a000 + d, d, 0, "(from a PyTorch memory snapshot)", uuid}, start_ns);
+    put(rec::ContextCreate{0x5a000 + d, d, 0, "a GPU of a PyTorch memory snapshot", uuid},
+        start_ns);
   // The driver's side of each segment, as vramtrace records it in a run: segment_alloc and
   // segment_free are PyTorch's cudaMalloc and cudaFree; segment_map and segment_unmap (expandable
   // segments) map and unmap physical pages, a handle per 2 MiB page (both pools' pages are

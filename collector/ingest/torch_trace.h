@@ -162,11 +162,14 @@ struct TorchPlanStop {
 };
 
 struct TorchContext {
-  bool present = false;              // a version 2 file: the hook recorded the program's context
-  std::vector<TorchModule> modules;  // by id - 1
-  std::vector<TorchSite> sites;      // by id - 1
-  std::vector<TorchMark> marks;      // in time order
-  std::vector<TorchLabel> labels;    // in time order
+  bool present = false;  // a version 2 file: the hook recorded the program's context
+  // Read from a PyTorch memory snapshot (torch_snapshot.h): a moment of a process that went on,
+  // not its exit, so what was live then is neither left behind nor held at a death.
+  bool from_snapshot = false;
+  std::vector<TorchModule> modules;       // by id - 1
+  std::vector<TorchSite> sites;           // by id - 1
+  std::vector<TorchMark> marks;           // in time order
+  std::vector<TorchLabel> labels;         // in time order
   std::map<uint32_t, TorchLimit> limits;  // by device
   std::optional<TorchException> exception;
   std::map<uint32_t, XlaPool> xla;              // by device (a JAX program)
