@@ -10,6 +10,7 @@
 #                               development machine, at most 60 s each), a fresh corpus from the
 #                               seeds only, generous per-input limits (a slow machine never fails
 #                               it, only a bug does); findings to build-fuzz/ci/artifacts/.
+#   tests/fuzz.sh --build     only builds the targets (tests/test.sh: niced, while ctest runs).
 # A crash, sanitizer report (UBSan included), leak, per-input timeout or out-of-memory input
 # fails the script, and the path of the input that shows it is printed. Compilers: FUZZ_CC and
 # FUZZ_CXX (default clang-14, clang++-14).
@@ -17,8 +18,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 CI=0
+BUILD_ONLY=0
 if [[ ${1:-} == --ci ]]; then
   CI=1
+  shift
+elif [[ ${1:-} == --build ]]; then
+  BUILD_ONLY=1
   shift
 fi
 SECONDS_EACH=${1:-60}
@@ -40,6 +45,7 @@ CC=$CC CXX=$CXX cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVRAMTRACE_BUILD_TESTS=OFF -DVRAMTRACE_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j"$JOBS" --target vt_fuzz_trace_reader vt_fuzz_report_json \
   vt_fuzz_shared_recovery vt_fuzz_torch_trace >/dev/null
+((BUILD_ONLY)) && exit 0
 
 dict_of() {
   [[ -f tests/fuzz/$1.dict ]] && echo "-dict=tests/fuzz/$1.dict"
