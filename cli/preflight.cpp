@@ -95,19 +95,29 @@ void PreflightDesk::answer(uint64_t pid, uint64_t step_ns) {
 
   std::vector<collector::LiveTrace> traces;
   std::vector<std::string> side;
-  std::error_code ec;
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(run_dir_, ec)) names.push_back(entry.path());
-  std::sort(names.begin(), names.end());
-  for (const std::string& path : names) {
-    if (!collector::is_run_file(path)) continue;
-    if (collector::is_side_channel(path)) {
-      if (fs::path(path).filename() == "vramtrace." + std::to_string(pid) + ".torch")
-        side.push_back(path);
-      continue;
+  // On a loaded machine the collector may write the process's first frames later than the
+  // library sent them: looked for again for a while (the hook waits longer for the answer).
+  const uint64_t give_up = preflight_clock_ns() + 10'000'000'000ull;
+  for (;;) {
+    traces.clear();
+    side.clear();
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(run_dir_, ec)) names.push_back(entry.path());
+    std::sort(names.begin(), names.end());
+    for (const std::string& path : names) {
+      if (!collector::is_run_file(path)) continue;
+      if (collector::is_side_channel(path)) {
+        if (fs::path(path).filename() == "vramtrace." + std::to_string(pid) + ".torch")
+          side.push_back(path);
+        continue;
+      }
+      if (collector::pid_in_trace_name(path) != pid) continue;
+      if (const uint64_t end = collector::whole_frames_end(path))
+        traces.push_back({path, end, true});
     }
-    if (collector::pid_in_trace_name(path) != pid) continue;
-    if (const uint64_t end = collector::whole_frames_end(path)) traces.push_back({path, end, true});
+    if ((!traces.empty() && !side.empty()) || preflight_clock_ns() >= give_up) break;
+    usleep(100'000);
   }
   std::string verdict;
   if (traces.empty() || side.empty()) {
