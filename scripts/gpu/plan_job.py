@@ -1,7 +1,8 @@
 """`vramtrace plan` against the same step run for real, on models no other check names, built
 from their constructors or configs (nothing downloaded): efficientnet_b0 and resnet101
 (torchvision), llama (a small transformers LlamaConfig: 8 layers, 1024 wide, sequence 1024) and
-bert_small (BertConfig: 6 layers, 512 wide, sequence 512).
+bert_small (BertConfig: 6 layers, 512 wide, sequence 512); llama1b (LlamaConfig: 18 layers, 2048
+wide, sequence 1024: 1.06e9 parameters) for the plan's cost at that size.
 
     python3 plan_job.py run                 MODEL, BATCH, LIMIT_GIB from the environment: three
                                             training steps under LIMIT_GIB (PyTorch's
@@ -41,7 +42,14 @@ def build(name, batch):
             loss.backward()
             opt.step()
         return step
-    if name == "llama":
+    if name == "llama1b":  # about 1.0e9 parameters: the plan's cost on a model of that size
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                          num_hidden_layers=18, num_attention_heads=16, num_key_value_heads=16,
+                          max_position_embeddings=1024)
+        model = LlamaForCausalLM(cfg).cuda()
+        seq = 1024
+    elif name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                           num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
