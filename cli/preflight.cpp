@@ -101,12 +101,7 @@ void PreflightDesk::answer(uint64_t pid, uint64_t step_ns) {
   for (;;) {
     traces.clear();
     side.clear();
-    std::error_code ec;
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(run_dir_, ec)) names.push_back(entry.path());
-    std::sort(names.begin(), names.end());
-    for (const std::string& path : names) {
-      if (!collector::is_run_file(path)) continue;
+    for (const std::string& path : collector::run_inputs({run_dir_}).files) {
       if (collector::is_side_channel(path)) {
         if (fs::path(path).filename() == "vramtrace." + std::to_string(pid) + ".torch")
           side.push_back(path);

@@ -107,19 +107,21 @@ class Linear(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, layer):
         super().__init__()
-        self.fc = Linear()
+        self.fc = layer()
 
     def forward(self, x):
         return self.fc(x)
 
 
 class Net(torch.nn.Module):
-    def __init__(self):
+    """Two blocks of `layer` (py_torch_preflight.py runs the same model with a layer of its own)."""
+
+    def __init__(self, layer=Linear):
         super().__init__()
-        self.block1 = Block()
-        self.block2 = Block()
+        self.block1 = Block(layer)
+        self.block2 = Block(layer)
 
     def forward(self, x):
         return self.block2(self.block1(x))

@@ -32,25 +32,6 @@ class Linear(torch.nn.Module):
         return out
 
 
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = Linear()
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block1 = Block()
-        self.block2 = Block()
-
-    def forward(self, x):
-        return self.block2(self.block1(x))
-
-
 def main():
     args = sys.argv[1:]
     batch = int(args[args.index("--batch") + 1]) if "--batch" in args else 4096
@@ -61,7 +42,7 @@ def main():
         plan.stand_in_for_fake_tensors()
     except ImportError:
         pass  # run without vramtrace (the test's reference): no hook to stand in for
-    model = Net()
+    model = plan.Net(Linear)
     opt = plan.Momentum(model.parameters())
     x = torch.empty(batch, FEATURES, device="cpu").to("cuda")
     for step in range(steps):

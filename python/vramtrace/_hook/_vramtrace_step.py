@@ -435,28 +435,12 @@ class _Prediction:
         folder, self.preflight_dir = self.preflight_dir, None  # once
         try:
             asked_from = time.monotonic_ns()
-            started = time.perf_counter_ns()
+            self.preflighting = True
             try:
-                self.module_id(module)  # its modules named (M lines) for the predicted requests
-            except Exception:
-                pass
-            first = self.first_call
-            batch = first[2] if first is not None else 0
-            del LOSSES[:]
-            if first is not None and not batch:
-                self.predicted = ["N\t0\t1\t0\t0\t%d\t%s\n" % (
-                    first[6], "not predicted: the model was called with no tensor to take a "
-                    "batch from")]
-            elif first is not None:
-                self.preflighting = True
-                try:
-                    self.predict_steps(force=True)
-                finally:
-                    self.preflighting = False
-            spent = time.perf_counter_ns() - started
-            loss = LOSSES[0] if LOSSES else ""
-            self.preflight_line = "PF\t%d\t%d\t%d\t%d\t%s\n" % (
-                self.now(), batch, spent, 1 if self.rng_restored else 0, loss)
+                self.preflight_line = self.predict_first_step(
+                    module, "PF\t%d\t%d\t%d\t%d\t%s\n")[0]
+            finally:
+                self.preflighting = False
             if self.dump_now is not None:
                 self.dump_now()
             pid = os.getpid()
@@ -484,15 +468,17 @@ class _Prediction:
                     pass
         except Exception as ex:
             try:
-                sys.stderr.write("vramtrace: PRE-FLIGHT: not made: %s\n" % self.clean(str(ex))[:300])
+                sys.stderr.write("vramtrace: PRE-FLIGHT: not made: %s\n"
+                                 % self.clean(str(ex))[:300])
             except Exception:
                 pass
 
-    def plan_stop(self, module):
-        """`vramtrace plan`: the step the program is about to run predicted on fake tensors
-        (at its batch and its half, and with the remedies' changes), then the process ended
-        with status 0 before the forward runs: SystemExit(0), so that the exit handlers (this
-        hook's side channel, the preloaded library's trace) run as at any clean exit."""
+    def predict_first_step(self, module, line):
+        """The step the program is about to run, predicted on fake tensors (at its batch and its
+        half, and with the remedies' changes), for `vramtrace plan` (a Z line) and `run
+        --preflight` (a PF line): `line`, the caller's line format (common/side_channel.h: when,
+        the batch, the fake steps' time, whether the RNG states were put back, the loss taken),
+        filled in, with the batch and the nanoseconds the fake steps took."""
         import time
         started = time.perf_counter_ns()
         try:
@@ -510,8 +496,16 @@ class _Prediction:
             self.predict_steps(force=True)
         spent = time.perf_counter_ns() - started
         loss = LOSSES[0] if LOSSES else ""
-        self.plan_line = "Z\t%d\t%d\t%d\t%d\t%s\n" % (self.now(), batch, spent,
-                                                       1 if self.rng_restored else 0, loss)
+        return (line % (self.now(), batch, spent, 1 if self.rng_restored else 0, loss), batch,
+                spent)
+
+    def plan_stop(self, module):
+        """`vramtrace plan`: the step the program is about to run predicted on fake tensors
+        (at its batch and its half, and with the remedies' changes), then the process ended
+        with status 0 before the forward runs: SystemExit(0), so that the exit handlers (this
+        hook's side channel, the preloaded library's trace) run as at any clean exit."""
+        self.plan_line, batch, spent = self.predict_first_step(
+            module, "Z\t%d\t%d\t%d\t%d\t%s\n")
         # The side channel written now, as the allocator stands at the stop: what the program
         # frees while SystemExit unwinds it (its model, its batch) is no part of the step
         # planned, and the replay would take those frees for the step's.
