@@ -144,7 +144,9 @@ namespace vramtrace::side {
   /* `vramtrace plan` (VRAMTRACE_PLAN=1): the process stopped at time_ns, before the first         \
      training forward (at batch `batch`) ran, its step predicted on fake tensors (N, V, R lines)   \
      in spent_ns; rng_restored 1: the RNG states were read before the fake steps and put back;     \
-     loss: "model" (the model's own), "cross_entropy" or "sum" (assumed), "" (unknown). */         \
+     loss: "program" (the program's own loop ran the steps on fake tensors: its loss, scaler,      \
+     zero_grad and accumulation), "model" (the model's own loss in a stand-in step),               \
+     "cross_entropy" or "sum" (assumed), "" (unknown). */                                          \
   X(PlanStop, "Z", 2, Match, "bad plan stop",                                                      \
     F(U64, time_ns) F(U64, batch) F(U64, spent_ns) F(U64, rng_restored) T(loss, 32))               \
   /* `vramtrace run --preflight` (VRAMTRACE_PREFLIGHT=1): at time_ns, before the first training    \

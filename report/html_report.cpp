@@ -260,8 +260,12 @@ std::string plan_noscript(const json& r) {
   std::string unseen;
   for (const auto& p : procs) {
     out += "<li>Process " + html_escape(text_of(p, "pid")) + " (batch " +
-           html_escape(text_of(p, "batch")) + "): the step was predicted on fake tensors in " +
-           seconds(p) + "; nothing of it ran</li>";
+           html_escape(text_of(p, "batch")) + "): " +
+           (text_of(p, "loss") == "program"
+                ? "the program's own loop ran its steps on fake tensors (its loss, scaler, "
+                  "zero_grad and accumulation) in "
+                : "the step was predicted on fake tensors in ") +
+           seconds(p) + "; nothing of it ran on the GPU</li>";
     if (p.contains("devices") && p["devices"].is_array())
       for (const auto& d : p["devices"]) {
         const std::string dev = "<li>Device " + html_escape(text_of(d, "device")) + ": ";

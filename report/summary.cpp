@@ -397,12 +397,16 @@ std::string plan_lines(const json& r) {
   for (const json& p : r["plan"].value("processes", json::array())) {
     const uint64_t batch = p.value("batch", uint64_t{0});
     char line[512];
+    const bool own = p.value("loss", std::string()) == "program";
     std::snprintf(line, sizeof line,
-                  "process %llu stopped before its first training step (batch %llu); the step "
-                  "was predicted on fake tensors in %.2f s; %s, the model and optimizer "
-                  "untouched\n",
+                  "process %llu stopped before its first training step ran on the GPU (batch "
+                  "%llu); %s in %.2f s; %s, the model and optimizer put back\n",
                   static_cast<unsigned long long>(p.value("pid", uint64_t{0})),
-                  static_cast<unsigned long long>(batch), p.value("fake_step_seconds", 0.0),
+                  static_cast<unsigned long long>(batch),
+                  own ? "the program's own loop ran its steps on fake tensors (its loss, scaler, "
+                        "zero_grad and accumulation)"
+                      : "the step was predicted on fake tensors",
+                  p.value("fake_step_seconds", 0.0),
                   p.value("rng_restored", false) ? "RNG states restored"
                                                  : "RNG states not read (none to restore)");
     out += head + line;

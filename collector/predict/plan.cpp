@@ -159,9 +159,12 @@ std::vector<ProcessPlan> plans_of(const Run& run) {
           "assumed");
     else if (stop.loss == "sum")
       pp.unseen.push_back("the model returned no loss: the sum of its output was assumed");
-    pp.unseen.push_back(
-        "gradients assumed set to none at zero_grad (PyTorch's default; set_to_none=False keeps "
-        "them)");
+    // The program's own loop ran the steps (its loss, zero_grad, scaler and accumulation as
+    // it does them): nothing of those is assumed.
+    if (stop.loss != "program")
+      pp.unseen.push_back(
+          "gradients assumed set to none at zero_grad (PyTorch's default; set_to_none=False "
+          "keeps them)");
     pp.unseen.push_back(
         "cuBLAS and cuDNN workspaces and the kernels' own scratch: fake tensors do not see them "
         "(the largest batch keeps 1.5 % of the limit free for them)");

@@ -564,7 +564,8 @@
     const sub = procs.map((p) => {
       const rng = p.rng_restored ? "the RNG states restored" : "the RNG states not read (none to restore)";
       const loss = planLosses[p.loss] ? `, with ${planLosses[p.loss]}` : "";
-      return `vramtrace plan stopped process ${p.pid} at ${A.at(p.stopped_ns)}, before its step ran: the step was predicted on fake tensors in ${secs(p.fake_step_seconds * 1e9)}${loss}; ${rng}, the model and optimizer untouched.`;
+      const how = p.loss === "program" ? "the program's own loop ran its steps on fake tensors (its loss, scaler, zero_grad and accumulation)" : "the step was predicted on fake tensors";
+      return `vramtrace plan stopped process ${p.pid} at ${A.at(p.stopped_ns)}, before its step ran on the GPU: ${how} in ${secs(p.fake_step_seconds * 1e9)}${loss}; ${rng}, the model and optimizer put back.`;
     });
     box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: head + outcome }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
     const shown = devs.map(({ p, d }) => planDevice(p, d, many));

@@ -458,7 +458,7 @@ for (const width of [1400, 1000]) {
     check(`${w}: the headline says it was a plan, the batch and the step's outcome`,
           (await page.locator("#verdict").textContent()) === "Plan: stopped before the first training step (batch 10240): the step will run out of memory on device 0", await page.locator("#verdict").textContent());
     const sub = await page.locator("#plan .verdict-sub").textContent();
-    check(`${w}: when it stopped and what the fake steps cost`, sub === "vramtrace plan stopped process 10774 at 1.32 ms, before its step ran: the step was predicted on fake tensors in 351.5 µs; the RNG states not read (none to restore), the model and optimizer untouched.", sub);
+    check(`${w}: when it stopped and what the fake steps cost`, sub === "vramtrace plan stopped process 10774 at 1.32 ms, before its step ran on the GPU: the step was predicted on fake tensors in 351.5 µs; the RNG states not read (none to restore), the model and optimizer put back.", sub);
     const line = await page.locator("[data-plan-device='0'] .plan-line").textContent();
     check(`${w}: the whole step's predicted peak against the tighter limit, and by how much it runs out`,
           line === "Device 0: the whole step peaks at 96.00 MiB against PyTorch's per-process fraction of 70.00 MiB: will run out of memory, 26.00 MiB over." &&

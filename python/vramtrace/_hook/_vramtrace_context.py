@@ -654,6 +654,16 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             self.trace_modules(True)
 
     def at_exit(self):
+        own = self.own
+        if own is not None:
+            # The plan's own steps did not get to the stop: the program raised on fake tensors
+            # (not its death: said by OwnSteps.on_exception) or ended first.
+            own.put_back()
+            try:
+                self.own_done(own, at_exit=True)
+            except Exception:
+                pass
+            return
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if exc is not None:
             self.exception = _exception_line(exc, self.clean, self.now())

@@ -313,13 +313,14 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     return rec.requests
 
 
-def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
-                    training, grad, autocast, module_ids, first_id=1, finished=False):
-    """N, V and R lines (common/side_channel.h): the step at the recorded batch and, when the
-    process never finished it, at its half; then the same step under bf16 autocast (when the run
-    used neither autocast nor a narrower dtype) and with the repeated blocks checkpointed. A
-    status line says why a step could not be run."""
-    runs = []  # (batch, change, checkpointed modules)
+def step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
+              finished=False):
+    """The steps a prediction runs, as (batch, change, checkpointed modules): the step at the
+    recorded batch ("none" when the process finished it, else "": its completion) and, when
+    the process never finished it, at its half; then the same step under bf16 autocast (when
+    the run used neither autocast nor a narrower dtype) and with the repeated blocks
+    checkpointed."""
+    runs = []
     if finished:
         runs.append((recorded_batch, "none", []))
     else:
@@ -332,6 +333,32 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
         blocks = [m for m in repeated_blocks(model) if module_ids(m)]
         if len(blocks) >= 2:
             runs.append((recorded_batch, "checkpoint", blocks))
+    return runs
+
+
+def step_lines(device, step, batch, recorded_batch, step_time_ns, status, change, blocks,
+               requests, module_ids):
+    """A predicted step's N line, its V line (a change) and its R lines
+    (common/side_channel.h)."""
+    status = status.replace("\t", " ").replace("\n", " ")
+    lines = ["N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (device, step, batch, recorded_batch,
+                                                 step_time_ns, status)]
+    if change:
+        lines.append("V\t%d\t%s\t%s\n" % (step, change, ",".join(
+            str(module_ids(m)) for m in blocks) or "-"))
+    lines.extend("R\t%d\t%s\t%d\t%d\t%d\t%s\n" % (step, op, block, nbytes, module, phase)
+                 for op, block, nbytes, module, phase in requests)
+    return lines
+
+
+def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
+                    training, grad, autocast, module_ids, first_id=1, finished=False,
+                    runs=None):
+    """N, V and R lines (common/side_channel.h) of the stand-in step on fake tensors, for each
+    of `runs` (step_runs' by default). A status line says why a step could not be run."""
+    if runs is None:
+        runs = step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
+                         finished)
     lines = []
     step = first_id
     for b, change, blocks in runs:
@@ -345,14 +372,8 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
             requests = []
             status = ("cannot run on fake tensors: %s: %s"
                       % (type(ex).__name__, str(ex).splitlines()[0] if str(ex) else ""))[:1000]
-        status = status.replace("\t", " ").replace("\n", " ")
-        lines.append("N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (device, step, b, recorded_batch,
-                                                       step_time_ns, status))
-        if change:
-            lines.append("V\t%d\t%s\t%s\n" % (step, change, ",".join(
-                str(module_ids(m)) for m in blocks) or "-"))
-        lines.extend("R\t%d\t%s\t%d\t%d\t%d\t%s\n" % (step, op, block, nbytes, module, phase)
-                     for op, block, nbytes, module, phase in requests)
+        lines += step_lines(device, step, b, recorded_batch, step_time_ns, status, change,
+                            blocks, requests, module_ids)
         step += 1
         if not requests and not change:
             break  # the step as the program runs it failed: no change can be weighed
@@ -391,6 +412,7 @@ class _Prediction:
         self.preflight_line = None  # the PF line, once predicted
         self.preflighting = False   # its fake steps are running
         self.plan_line = None      # the Z line, once stopped
+        self.own = None            # the program's own steps on fake tensors, while they run
         self.rng_restored = False  # the last predict_steps put the RNG states back
         self.dump_now = None       # writes the side channel now (set by sitecustomize)
 
@@ -503,7 +525,12 @@ class _Prediction:
         """`vramtrace plan`: the step the program is about to run predicted on fake tensors
         (at its batch and its half, and with the remedies' changes), then the process ended
         with status 0 before the forward runs: SystemExit(0), so that the exit handlers (this
-        hook's side channel, the preloaded library's trace) run as at any clean exit."""
+        hook's side channel, the preloaded library's trace) run as at any clean exit. The
+        program's own loop runs those steps where it can (_vramtrace_own: its loss, scaler,
+        accumulation); VRAMTRACE_PLAN_STEP=standin, or a model that cannot, takes the stand-in
+        step."""
+        if self.start_own(module):
+            return  # the program goes on, on fake tensors; own_done stops it
         self.plan_line, batch, spent = self.predict_first_step(
             module, "Z\t%d\t%d\t%d\t%d\t%s\n")
         # The side channel written now, as the allocator stands at the stop: what the program
@@ -520,6 +547,124 @@ class _Prediction:
             sys.stderr.flush()
         except Exception:
             pass
+        raise SystemExit(0)
+
+    def module_ids_of(self):
+        """The M id of a module (0: none), as the predicted requests name it."""
+        modules = self.modules
+
+        def module_ids(m):
+            entry = modules.get(id(m))
+            return entry[0] if entry is not None and entry[1]() is m else 0
+        return module_ids
+
+    def start_own(self, module):
+        """The plan's steps run by the program's own loop on fake tensors (_vramtrace_own), from
+        this first training call on. False, nothing changed, where it cannot be: a compiled or
+        distributed model, a process group (the loop's collectives would wait for the other
+        ranks), VRAMTRACE_PLAN_STEP=standin, or a PyTorch without what it needs."""
+        import time
+        first = self.first_call
+        if (first is None or not first[2] or first[0]() is not module
+                or os.environ.get("VRAMTRACE_PLAN_STEP", "program") == "standin"):
+            return False
+        torch = self.torch
+        if type(module).__name__ in ("OptimizedModule", "DistributedDataParallel",
+                                     "FullyShardedDataParallel", "DataParallel"):
+            return False
+        try:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return False
+        except Exception:
+            pass
+        try:
+            from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
+            from torch.utils._python_dispatch import _disable_current_modes  # noqa: F401
+            from _vramtrace_own import OwnSteps
+            self.module_id(module)  # its modules named (M lines) for the predicted requests
+            p = next(module.parameters(), None)
+            device = (p.device.index or 0) if p is not None and p.device.type == "cuda" else 0
+            own = OwnSteps(self, module, first[1], first[2], first[5], self.module_ids_of(),
+                           device, first[6])
+        except Exception:
+            return False
+        started = time.perf_counter_ns()
+        self.set_enabled(False)  # the hook's marks and labels stay out of the fake steps
+        if not own.start():
+            self.set_enabled(True)
+            return False
+        self.own, self.own_started = own, started
+        try:
+            sys.stderr.write(
+                "vramtrace plan: the program's own loop runs on fake tensors from its first "
+                "training step (batch %d): two optimizer steps for each of %d predicted steps; "
+                "nothing of it runs on the GPU\n" % (first[2], len(own.runs)))
+            sys.stderr.flush()
+        except Exception:
+            pass
+        return True
+
+    def own_done(self, own, at_exit=False):
+        """The program's own steps over (all run, or the program stopped on fake tensors): the
+        steps it did not reach predicted with the stand-in step, the plan's Z line, and the
+        stop (SystemExit(0)) unless the process is exiting already."""
+        import time
+        self.own = None
+        batch = own.batch
+        self.predicted = list(own.lines)
+        if own.first_done:
+            missing = [r for r in own.runs if (r[0], r[1]) not in own.done]
+            if missing:
+                model = own.model
+                ref, call, _, training, grad, autocast, t = self.first_call
+                try:
+                    self.predicted += predicted_lines(
+                        self.torch, own.device, t, model, call, batch, own.optimizers[0]
+                        if own.optimizers else None, training, grad, autocast,
+                        self.module_ids_of(), first_id=len(own.done) + 1, runs=missing)
+                except Exception:
+                    pass
+            self.set_enabled(True)
+            loss = "program"
+            self.rng_restored = own.rng is not None
+        else:
+            self.set_enabled(True)
+            self.predicted = []
+            del LOSSES[:]
+            self.predict_steps(force=True)
+            loss = LOSSES[0] if LOSSES else ""
+        spent = time.perf_counter_ns() - self.own_started
+        self.plan_line = "Z\t%d\t%d\t%d\t%d\t%s\n" % (self.now(), batch, spent,
+                                                        1 if self.rng_restored else 0, loss)
+        notes = []
+        if own.first_done:
+            notes.append("the program's own loop ran %d of %d steps on fake tensors"
+                         % (len(own.done), len(own.runs)))
+        for b, change, why in own.failures:
+            notes.append("the step at batch %d%s: %s" % (b, " with " + change if change else "",
+                                                         why))
+        if own.values_read:
+            notes.append("%d values the program read from fake tensors (.item(), bool()) "
+                         "were given as 0" % own.values_read)
+        if own.saves_skipped:
+            notes.append("%d torch.save calls skipped" % own.saves_skipped)
+        try:
+            for n in notes:
+                sys.stderr.write("vramtrace plan: %s\n" % self.clean(n))
+            sys.stderr.write(
+                "vramtrace plan: stopped %s (batch %d): predicted on fake tensors in %.1f s; "
+                "nothing of it ran on the GPU\n"
+                % ("after the program's own steps" if own.first_done else
+                   "before the first training step", batch, spent / 1e9))
+            sys.stderr.flush()
+        except Exception:
+            pass
+        if at_exit:
+            return
+        if self.dump_now is not None:
+            self.dump_now()
+        self.want_call = True  # the next outermost call, if the program goes on, ends it
         raise SystemExit(0)
 
     def plan_exit(self):

@@ -1,0 +1,432 @@
+"""The program's own training steps on fake tensors, for `vramtrace plan`.
+
+A plan stops the program at its first training step; the stand-in step of _vramtrace_step
+guesses what the program would have done next (a cross-entropy when the model returns no loss,
+zero_grad(set_to_none=True), the previous iteration's output freed before the next forward).
+Since the plan ends the program anyway, the program's own code can run that step instead, on
+PyTorch's fake tensors: its loss, its GradScaler, its dtypes, its gradient checkpointing, its
+gradient accumulation and what its loop keeps alive from one iteration to the next are then
+what they are, not assumed.
+
+From the first training call on, while the program runs its loop:
+- the model's parameters and buffers are fake ones (swapped in as torch.func.functional_call
+  does) and each optimizer of the model steps those;
+- at the half batch, the program's DataLoader gives its batches cut to half (each tensor whose
+  first dimension is the batch); a batch that comes from elsewhere cannot be cut, and that step
+  is predicted with the stand-in step;
+- every operator on CUDA tensors runs on FakeTensorMode (shapes, dtypes, devices, no memory);
+  a real CUDA tensor it is given (the batch already on the GPU) is taken as existing, as the
+  run recorded it; work on real CPU tensors (the data pipeline) runs for real;
+- a value read from a fake tensor (.item(), bool(), a GradScaler's found-inf check) reads 0;
+- torch.save is skipped, so that no checkpoint of fake tensors overwrites the user's file.
+Every storage made on a CUDA device and when it is freed is recorded, as _vramtrace_step's
+recorder does. The loop runs two optimizer steps at the program's batch, then two at half of it, then
+two under bf16 autocast around the model's forward and two with the repeated blocks
+checkpointed (the changes the report weighs); each pair is one predicted step (N, V and R lines,
+common/side_channel.h). Then everything is put back (parameters, optimizers, RNG states, the
+dispatch modes, torch.save) and the plan's SystemExit(0) ends the program.
+
+What the program does that fake tensors cannot run (a .numpy(), an operator without a fake
+kernel, a data-dependent shape) ends it there: what was run is kept, and the steps not run are
+predicted with the stand-in step at exit (_vramtrace_step)."""
+import sys
+from collections.abc import Mapping
+
+from _vramtrace_step import _Recorder, step_lines, step_runs
+
+# Pairs of optimizer steps per predicted step; model calls after which a step with no optimizer
+# step is given up.
+STEPS = 2
+MAX_CALLS = 64
+
+
+class OwnSteps:
+    """The program's loop run on fake tensors from its first training call (start), each
+    configuration of step_runs for STEPS optimizer steps, then the plan's stop (ctx.own_done)."""
+
+    def __init__(self, ctx, model, call, batch, autocast, module_ids, device, time_ns):
+        self.ctx, self.torch, self.model = ctx, ctx.torch, model
+        self.batch, self.autocast, self.module_ids = batch, autocast, module_ids
+        self.device, self.time_ns = device, time_ns
+        self.lines = []        # N, V and R lines of the steps done
+        self.done = []         # (batch, change) of each step done
+        self.failed = None     # why the program's own step could not go on
+        self.values_read = 0   # values read from fake tensors (given 0)
+        self.saves_skipped = 0
+        self.active = False
+        self.finished = False
+        self.first_done = False  # the step at the program's own batch was recorded whole
+        self.failures = []      # (batch, change, why) of each step the loop could not give
+        self.internal = False   # this module's own operators: neither recorded nor changed
+        self.run_batch = batch
+        self.in_backward = 0
+        self.uncut = None       # (DataLoader iterator class, its __next__) while batches are cut
+
+    # ---- setting up and putting back -------------------------------------------------------
+    def start(self):
+        """Sets the program's loop on fake tensors. False (nothing changed) when this PyTorch
+        cannot (no FakeTensorMode, dispatch modes, or stateless reparametrization)."""
+        torch = self.torch
+        try:
+            from torch._subclasses.fake_tensor import FakeTensorMode, FakeTensor
+            from torch.nn.utils.stateless import _reparametrize_module
+            from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+            from torch.utils._pytree import tree_map, tree_leaves
+            from torch.optim.optimizer import (register_optimizer_step_pre_hook,
+                                               register_optimizer_step_post_hook)
+            import contextlib
+            aten = torch.ops.aten
+            scalar_op = aten._local_scalar_dense.default
+        except Exception:
+            return False
+        self.FakeTensor, self.reparametrize = FakeTensor, _reparametrize_module
+        self.tree_map, self.tree_leaves = tree_map, tree_leaves
+        self.no_modes, self.contextlib = _disable_current_modes, contextlib
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.rec = _Recorder(torch, self.module_ids)
+        self.runs = step_runs(torch, self.model, self.batch, True, True, self.autocast,
+                              self.module_ids)
+        self.run_index = 0
+        own = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return own.dispatch(func, args, kwargs or {}, scalar_op)
+
+        self.mode = Mode()
+        self.saved_optimizers = []  # (optimizer, [params lists], state)
+        self.optimizers = []
+        params = {id(p) for p in self.model.parameters()}
+        for w in self.ctx.made_optimizers:
+            o = w()
+            if o is not None and any(id(q) in params for g in o.param_groups
+                                     for q in g["params"]):
+                self.optimizers.append(o)
+                self.saved_optimizers.append((o, [list(g["params"]) for g in o.param_groups],
+                                              o.state))
+        self.rng = None
+        try:
+            self.rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all()
+                        if torch.cuda.is_initialized() else None)
+        except Exception:
+            pass
+        self.handles = []
+        self.entered = []  # the dispatch modes pushed, in order
+        self.save, self.excepthook = torch.save, sys.excepthook
+        self.backward = torch.autograd.backward
+        self.autocast_ctx = None
+        self.checkpointed = []
+        try:
+            self.begin_run()
+            self.handles += self.rec.forward_hooks()
+            self.handles.append(self.model.register_forward_pre_hook(self.model_pre))
+            self.handles.append(self.model.register_forward_hook(self.model_post,
+                                                                 always_call=True))
+            self.handles.append(register_optimizer_step_pre_hook(self.step_pre))
+            self.handles.append(register_optimizer_step_post_hook(self.step_post))
+            torch.autograd.backward = self.traced_backward
+            torch.save = self.skipped_save
+            sys.excepthook = self.on_exception
+            for m in (self.fake_mode, self.mode):
+                m.__enter__()
+                self.entered.append(m)
+            self.active = True
+        except Exception:
+            self.active = True
+            self.put_back()
+            return False
+        return True
+
+    def put_back(self):
+        """Everything as it was before start(): the dispatch modes, the model's parameters, the
+        optimizers, torch.save, backward, the excepthook and the RNG states."""
+        if not self.active:
+            return
+        self.active = False
+        torch = self.torch
+        while self.entered:
+            try:
+                self.entered.pop().__exit__(None, None, None)
+            except Exception:
+                pass
+        self.end_changes()
+        for o, groups, state in self.saved_optimizers:
+            for g, params in zip(o.param_groups, groups):
+                g["params"] = params
+            o.state = state
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles = []
+        torch.autograd.backward = self.backward
+        torch.save = self.save
+        if sys.excepthook is self.on_exception:
+            sys.excepthook = self.excepthook
+        try:
+            if self.rng is not None:
+                torch.set_rng_state(self.rng[0])
+                if self.rng[1] is not None:
+                    torch.cuda.set_rng_state_all(self.rng[1])
+        except Exception:
+            self.rng = None
+
+    # ---- one configuration (a predicted step) ----------------------------------------------
+    def begin_run(self):
+        """Fresh fake parameters and buffers, fresh optimizer state, the run's change."""
+        torch = self.torch
+        batch, change, blocks = self.runs[self.run_index]
+        self.run_batch, self.change, self.blocks = batch, change, blocks
+        self.calls = self.steps = 0
+        self.bad_batch = None
+        self.rec.requests, self.rec.blocks = [], 0
+        self.rec.outside.update((k, ref) for k, (ref, _) in self.rec.live.items())
+        self.rec.live = {}
+        self.rec.phase = "f"
+        fakes = {}  # id(real) -> fake: tied weights stay tied
+        made = []
+
+        def fake(t, parameter):
+            if id(t) not in fakes:
+                with self.fake_mode:
+                    f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                            device=t.device)
+                if parameter:
+                    f = torch.nn.Parameter(f, requires_grad=t.requires_grad)
+                fakes[id(t)] = f
+                made.append(f)
+            return fakes[id(t)]
+        self.internal = True
+        try:
+            params = {n: fake(p, True) for n, p in self.model.named_parameters(
+                remove_duplicate=False)}
+            buffers = {n: fake(b, False) for n, b in self.model.named_buffers(
+                remove_duplicate=False)}
+        finally:
+            self.internal = False
+        self.rec.existing(made)
+        self.run_stack = self.contextlib.ExitStack()
+        self.run_stack.enter_context(self.reparametrize(self.model, {**params, **buffers},
+                                                        tie_weights=True))
+        for o in self.optimizers:
+            for g, params_of in zip(o.param_groups, self.saved_groups(o)):
+                g["params"] = [fakes.get(id(p), p) for p in params_of]
+            o.state = type(o.state)(dict) if hasattr(o.state, "default_factory") else {}
+        if batch != self.batch:
+            self.cut_batches(batch)
+        if change == "checkpoint":
+            from torch.utils.checkpoint import checkpoint
+            for m in blocks:
+                def run(*args, _forward=m.forward, **kwargs):
+                    return checkpoint(_forward, *args, use_reentrant=False,
+                                      preserve_rng_state=False, **kwargs)
+                m.forward = run
+            self.checkpointed = list(blocks)
+
+    def saved_groups(self, o):
+        for opt, groups, _ in self.saved_optimizers:
+            if opt is o:
+                return groups
+        return []
+
+    def cut_batches(self, batch):
+        """The program's DataLoader batches cut to `batch` (each tensor whose first dimension
+        is the recorded batch, in tuples, lists and mappings), until end_changes."""
+        try:
+            from torch.utils.data import dataloader
+        except Exception:
+            return
+        cls = dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        torch, B = self.torch, self.batch
+
+        def cut(x):
+            if isinstance(x, torch.Tensor):
+                return x[:batch] if x.dim() and x.shape[0] == B else x
+            if isinstance(x, (list, tuple)):
+                out = [cut(y) for y in x]
+                if isinstance(x, list):
+                    return out
+                try:
+                    return type(x)(*out) if hasattr(x, "_fields") else type(x)(out)
+                except Exception:
+                    return tuple(out)
+            if isinstance(x, Mapping):
+                out = {k: cut(v) for k, v in x.items()}
+                try:
+                    return type(x)(out)
+                except Exception:
+                    return out
+            return x
+
+        def cut_next(it):
+            return cut(original(it))
+        cls.__next__ = cut_next
+        self.uncut = (cls, original)
+
+    def end_changes(self):
+        if self.uncut is not None:
+            cls, original = self.uncut
+            cls.__next__ = original
+            self.uncut = None
+        for m in self.checkpointed:
+            m.__dict__.pop("forward", None)
+        self.checkpointed = []
+        if self.autocast_ctx is not None:
+            try:
+                self.autocast_ctx.__exit__(None, None, None)
+            except Exception:
+                pass
+            self.autocast_ctx = None
+        stack = getattr(self, "run_stack", None)
+        self.run_stack = None
+        if stack is not None:
+            try:
+                stack.close()
+            except Exception:
+                pass
+
+    def end_run(self, status="ok"):
+        """The configuration's requests as a predicted step's lines; the next one set up, or
+        the plan's stop after the last."""
+        self.rec.collect()
+        if self.bad_batch is not None:
+            status = self.bad_batch
+        requests = self.rec.requests if status == "ok" else []
+        if status == "ok":
+            self.lines += step_lines(self.device, len(self.done) + 1, self.run_batch,
+                                     self.batch, self.time_ns, status, self.change, self.blocks,
+                                     requests, self.module_ids)
+            self.done.append((self.run_batch, self.change))
+            if self.run_index == 0:
+                self.first_done = True
+        else:
+            self.failures.append((self.run_batch, self.change, status))
+        self.end_changes()
+        self.run_index += 1
+        if self.run_index >= len(self.runs) or not self.first_done or not self.optimizers:
+            self.finish()
+            return
+        self.begin_run()
+
+    def finish(self):
+        """All configurations run (or the first could not be): everything put back and the
+        plan's stop (ctx.own_done raises SystemExit(0))."""
+        self.finished = True
+        self.put_back()
+        self.ctx.own_done(self)
+
+    # ---- what the program does, seen through hooks -------------------------------------------
+    def model_pre(self, module, args):
+        if not self.active:
+            return
+        self.calls += 1
+        self.rec.phase = "f"
+        if self.run_batch != self.batch and self.bad_batch is None:
+            first = next((t for t in self.tree_leaves(args)
+                          if isinstance(t, self.torch.Tensor) and t.dim()), None)
+            if first is not None and first.shape[0] != self.run_batch:
+                self.bad_batch = ("not predicted: the model was called with batch %d where %d "
+                                  "was asked (the program's batch is neither copied to the GPU "
+                                  "nor made there at each step)" % (first.shape[0],
+                                                                    self.run_batch))
+        if self.change == "bf16_autocast":
+            self.autocast_ctx = self.torch.autocast("cuda", dtype=self.torch.bfloat16)
+            self.autocast_ctx.__enter__()
+        if self.calls > MAX_CALLS or (not self.optimizers and self.calls > STEPS):
+            # No optimizer step within reach: the loop's shape is not a training step's.
+            self.calls = 0
+            self.end_run("ok" if not self.optimizers else
+                         "not predicted: %d calls of the model without an optimizer step"
+                         % MAX_CALLS)
+
+    def model_post(self, module, args, output):
+        if self.autocast_ctx is not None:
+            try:
+                self.autocast_ctx.__exit__(None, None, None)
+            except Exception:
+                pass
+            self.autocast_ctx = None
+        if self.active:
+            self.rec.phase = "l"
+
+    def traced_backward(self, *args, **kwargs):
+        if not self.active:
+            return self.backward(*args, **kwargs)
+        self.rec.phase = "b"
+        self.in_backward += 1  # a reentrant checkpoint's backward runs inside the outer one
+        try:
+            return self.backward(*args, **kwargs)
+        finally:
+            self.in_backward -= 1
+            if not self.in_backward:
+                self.rec.phase = "l"
+
+    def step_pre(self, optimizer, args, kwargs):
+        if self.active and optimizer in self.optimizers:
+            self.rec.phase = "s"
+
+    def step_post(self, optimizer, args, kwargs):
+        if not self.active or not self.optimizers or optimizer is not self.optimizers[0]:
+            return
+        self.steps += 1
+        self.rec.phase = "f"
+        if self.steps >= STEPS:
+            self.end_run()
+
+    def skipped_save(self, *args, **kwargs):
+        self.saves_skipped += 1
+        return None
+
+    def on_exception(self, kind, value, tb):
+        """The program's own step raised on fake tensors and nothing caught it: said in one line
+        (the steps not run are predicted with the stand-in at exit), not as the program's
+        death."""
+        where = ""
+        while tb is not None:
+            where = "%s:%d" % (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
+        self.failed = "%s: %s%s" % (kind.__name__, (str(value).splitlines() or [""])[0][:300],
+                                    " (at %s)" % where if where else "")
+        try:
+            sys.stderr.write("vramtrace plan: the program's own step stopped on fake tensors: "
+                             "%s; the steps it did not reach are predicted with a stand-in "
+                             "step\n" % self.ctx.clean(self.failed))
+        except Exception:
+            pass
+
+    # ---- every operator ----------------------------------------------------------------------
+    def dispatch(self, func, args, kwargs, scalar_op):
+        torch = self.torch
+        if self.internal:
+            return func(*args, **kwargs)
+        tensors = [x for x in self.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        fake = any(isinstance(x, self.FakeTensor) for x in tensors)
+        if func is scalar_op:  # a value the program reads (.item(), bool(), a scaler's check)
+            if not fake:
+                with self.no_modes():
+                    return func(*args, **kwargs)
+            self.values_read += 1  # fake tensors have none
+            t = args[0]
+            return False if t.dtype == torch.bool else 0.0 if t.is_floating_point() else 0
+        device = kwargs.get("device")
+        cuda = (device is not None and torch.device(device).type == "cuda") or any(
+            x.device.type == "cuda" for x in tensors)
+        if not fake and not cuda:
+            with self.no_modes():  # the data pipeline's work on the CPU stays real
+                return func(*args, **kwargs)
+        rec = self.rec
+
+        def existing(x):
+            if isinstance(x, torch.Tensor) and not isinstance(x, self.FakeTensor):
+                f = self.fake_mode.from_tensor(x)
+                if x.device.type == "cuda":
+                    rec.existing([f])  # on the GPU already: the run recorded it
+                return f
+            return x
+        args, kwargs = self.tree_map(existing, (args, kwargs))
+        rec.collect()
+        out = func(*args, **kwargs)
+        rec.made(out)
+        return out
