@@ -172,7 +172,7 @@ json phases_json(const TorchMemory& tm, uint64_t origin) {
 // apply it, its replay.
 json remedy_json(const collector::RemedyOutcome& o) {
   const collector::Remedy& r = o.remedy;
-  json j = {{field::kind, r.kind},
+  json j = {{field::kind, r.name()},
             {field::title, r.title},
             {field::saves_bytes, r.saves_bytes},
             {"assumption", r.assumption},

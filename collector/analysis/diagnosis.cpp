@@ -98,7 +98,7 @@ std::optional<Remedy> checkpointing_remedy(const RemedyInput& in, uint64_t act) 
   }
   const size_t n = picked.size();
   if (n < 2 || sum <= largest) return std::nullopt;
-  Remedy r{"activation_checkpointing",
+  Remedy r{RemedyKind::ActivationCheckpointing,
            "Checkpoint the modules that hold the most activations: " + names, sum - largest,
            "each checkpointed module keeps only its input and recomputes the rest "
            "in backward, one module at a time",
@@ -112,8 +112,8 @@ std::optional<Remedy> checkpointing_remedy(const RemedyInput& in, uint64_t act) 
 Remedy smaller_batch_remedy(const RemedyInput& in, uint64_t per_batch, uint64_t need,
                             uint64_t model_state) {
   const uint64_t fixed = std::max(need > per_batch ? need - per_batch : 0, model_state);
-  Remedy r{"smaller_batch", "Halve the batch (with gradient accumulation to keep its effect)",
-           per_batch / 2,
+  Remedy r{RemedyKind::SmallerBatch,
+           "Halve the batch (with gradient accumulation to keep its effect)", per_batch / 2,
            "activations, temporaries and inputs scale with the batch; parameters, gradients "
            "and optimizer state do not",
            ""};
@@ -140,6 +140,33 @@ Remedy smaller_batch_remedy(const RemedyInput& in, uint64_t per_batch, uint64_t 
 
 }  // namespace
 
+Remedy no_grad_remedy(NoGradFor why, uint64_t bytes, uint64_t activations) {
+  Remedy r{RemedyKind::NoGrad, "Evaluate under torch.no_grad() (or torch.inference_mode())", bytes,
+           "", ""};
+  switch (why) {
+    case NoGradFor::EvaluationForwards:
+      r.assumption = "evaluation forwards ran with autograd on and kept their graphs alive";
+      r.how = "with torch.no_grad(): out = model(x); total += out.item()";
+      break;
+    case NoGradFor::KeptGraphs:
+      r.assumption =
+          "no backward follows these forwards, so their graphs are never needed; without "
+          "autograd each forward frees its activations as it goes";
+      r.how = "with torch.no_grad(): out = model(x)";
+      break;
+    case NoGradFor::CarriedState:
+      r.title =
+          "When no training is meant, run the forwards under torch.no_grad() (or "
+          "torch.inference_mode())";
+      r.assumption = human_bytes(activations) +
+                     " of what is kept are activations autograd saved for a backward that never "
+                     "ran; without autograd no forward saves them, and the state holds no graph";
+      r.how = "with torch.no_grad(): out = model(x, state)";
+      break;
+  }
+  return r;
+}
+
 std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   std::vector<Remedy> out;
   const uint64_t act = of(in.at, Category::Activations);
@@ -156,8 +183,8 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   const uint64_t model_state = params + grads + full_state;
 
   if (act + tmp && !in.autocast && (in.param_dtype.empty() || in.param_dtype == "float32"))
-    out.push_back({"mixed_precision", "Run the forward in bf16 mixed precision (torch.autocast)",
-                   (act + tmp) / 2,
+    out.push_back({RemedyKind::MixedPrecision,
+                   "Run the forward in bf16 mixed precision (torch.autocast)", (act + tmp) / 2,
                    "activations and temporaries (convolution and matmul workspaces among them) "
                    "are float32 now and bf16 halves them",
                    "with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ..."});
@@ -169,7 +196,7 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   if (per_batch && in.limit) out.push_back(smaller_batch_remedy(in, per_batch, need, model_state));
 
   if (state) {
-    out.push_back({"leaner_optimizer", "Use an optimizer with less state",
+    out.push_back({RemedyKind::LeanerOptimizer, "Use an optimizer with less state",
                    in.optimizer_state_per_param >= 2 ? full_state / 2 : full_state,
                    in.optimizer_state_per_param >= 2
                        ? "Adam-like optimizers keep two tensors per parameter; SGD with momentum, "
@@ -182,20 +209,17 @@ std::vector<Remedy> pytorch_remedies(const RemedyInput& in) {
   }
 
   if (in.fragmented && cache)
-    out.push_back({"expandable_segments",
+    out.push_back({RemedyKind::ExpandableSegments,
                    "Let PyTorch grow segments instead of stranding free pieces", cache,
                    "the allocator's free memory was there but in pieces smaller than the request",
                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
 
   if (in.eval_activations)
-    out.push_back({"no_grad", "Evaluate under torch.no_grad() (or torch.inference_mode())",
-                   in.eval_activations,
-                   "evaluation forwards ran with autograd on and kept their graphs alive",
-                   "with torch.no_grad(): out = model(x); total += out.item()"});
+    out.push_back(no_grad_remedy(NoGradFor::EvaluationForwards, in.eval_activations));
 
   if (in.limit && model_state >= in.limit)
     out.push_back(
-        {"offload",
+        {RemedyKind::Offload,
          "Shard or offload: parameters, gradients and optimizer state alone exceed the "
          "limit",
          model_state - std::min(model_state, in.limit / 2),
@@ -236,7 +260,7 @@ std::string first_step_progress(const TorchMemory& tm, uint64_t t) {
 std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
   std::vector<Remedy> out;
   if (in.grown_bytes) {
-    out.push_back({"free_per_iteration",
+    out.push_back({RemedyKind::FreePerIteration,
                    "Free or reuse the memory allocated at " + in.growth_site + " each iteration",
                    in.grown_bytes,
                    "it kept " + gib_text(in.bytes_per_iteration) +
@@ -250,14 +274,14 @@ std::vector<Remedy> native_remedies(const NativeRemedyInput& in) {
         base - std::min(base, in.grown_bytes) + (in.needed ? 0 : in.bytes_per_iteration);
   }
   if (in.fragmented)
-    out.push_back({"pool_release",
+    out.push_back({RemedyKind::PoolRelease,
                    "Size the pool's blocks for the largest request, or let it release free memory",
                    0, "the pool's free memory was there, in pieces smaller than the request",
                    "cudaMallocAsync with cudaMemPoolAttrReleaseThreshold, and allocate the "
                    "long-lived buffers first"});
   if (in.needed > in.limit && in.limit) {
     Remedy r{
-        "smaller_working_set",
+        RemedyKind::SmallerWorkingSet,
         "Use a smaller working set: process the data in chunks, or keep fewer buffers live "
         "at once",
         in.needed - in.limit,

@@ -13,6 +13,7 @@
 #include "collector/analysis/categories.h"
 #include "collector/model/model.h"
 #include "collector/model/torch_memory.h"
+#include "collector/remedy_kinds.h"
 
 namespace vramtrace::collector {
 
@@ -28,8 +29,8 @@ EffectiveLimit effective_limit(uint64_t device_total, const TorchMemory* tm, uin
                                std::optional<uint64_t> held_by_others);
 
 struct Remedy {
-  std::string kind;   // mixed_precision, activation_checkpointing, smaller_batch, ...
-  std::string title;  // one line, imperative
+  RemedyKind kind = RemedyKind::FindingAdvice;  // collector/remedy_kinds.h
+  std::string title;                            // one line, imperative
   uint64_t saves_bytes = 0;
   std::string assumption;
   std::string how;  // the code or setting
@@ -44,7 +45,20 @@ struct Remedy {
   std::optional<uint64_t> predicted_peak_high;
   bool upper_bound = false;          // predicted_peak is a ceiling the remedy will stay under
   std::vector<std::string> modules;  // activation_checkpointing: the modules to checkpoint
+  std::string finding;               // FindingAdvice: its finding's kind ("fragmentation")
+
+  // Its kind as report.json names it.
+  std::string name() const {
+    return kind == RemedyKind::FindingAdvice ? finding : remedy_kind_name(kind);
+  }
 };
+
+// The one no_grad remedy, worded for what the forwards' graphs were kept by: evaluation
+// forwards run with autograd on (their activations `bytes`), forwards whose graphs are kept
+// across iterations (`bytes` kept), or a state fed back into the next forward (`bytes` kept,
+// `activations` of it saved by autograd).
+enum class NoGradFor { EvaluationForwards, KeptGraphs, CarriedState };
+Remedy no_grad_remedy(NoGradFor why, uint64_t bytes, uint64_t activations = 0);
 
 // A module's (or a group of modules') bytes, and where it comes in the model: the hook numbers
 // modules in the order of their first call, so that lists read as the model runs

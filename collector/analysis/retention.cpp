@@ -332,7 +332,7 @@ std::string kept_title(const KeptAcrossIterations& k) {
 }
 
 Remedy growth_remedy(const std::string& site, uint64_t bytes_per_iteration, uint64_t grown_bytes) {
-  return {"keep_numbers",
+  return {RemedyKind::KeepNumbers,
           "Don't keep tensors across iterations: " + site + " keeps " +
               human_bytes(bytes_per_iteration) + " per iteration",
           grown_bytes,
@@ -347,7 +347,7 @@ namespace {
 // time does in training), or, when its graph is autograd's and no backward uses it, no_grad.
 std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64_t overhead) {
   std::vector<Remedy> out;
-  Remedy detach{"detach_state",
+  Remedy detach{RemedyKind::DetachState,
                 "Detach the state " + state_owner(k) + " returns before its next forward",
                 k.kept_bytes,
                 "the state " + state_owner(k) +
@@ -362,15 +362,7 @@ std::vector<Remedy> carried_state_remedies(const KeptAcrossIterations& k, uint64
     detach.predicted_peak_high = k.peak_keeping_previous + overhead;
   out.push_back(std::move(detach));
   if (k.kind == KeptKind::Graph) {
-    Remedy none{"no_grad",
-                "When no training is meant, run the forwards under torch.no_grad() (or "
-                "torch.inference_mode())",
-                k.kept_bytes,
-                human_bytes(k.kept_activations) +
-                    " of what is kept are activations autograd "
-                    "saved for a backward that never ran; without autograd no forward saves "
-                    "them, and the state holds no graph",
-                "with torch.no_grad(): out = model(x, state)"};
+    Remedy none = no_grad_remedy(NoGradFor::CarriedState, k.kept_bytes, k.kept_activations);
     none.predicted_peak = k.peak_without_graphs + overhead;
     if (k.peak_one_graph > k.peak_without_graphs)
       none.predicted_peak_high = k.peak_one_graph + overhead;
@@ -385,12 +377,8 @@ std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhe
   if (k.carried_state) return carried_state_remedies(k, overhead);
   std::vector<Remedy> out;
   if (k.kind == KeptKind::Graph) {
-    out.push_back({"no_grad", "Evaluate under torch.no_grad() (or torch.inference_mode())",
-                   k.kept_bytes,
-                   "no backward follows these forwards, so their graphs are never needed; "
-                   "without autograd each forward frees its activations as it goes",
-                   "with torch.no_grad(): out = model(x)"});
-    out.push_back({"accumulate_numbers",
+    out.push_back(no_grad_remedy(NoGradFor::KeptGraphs, k.kept_bytes));
+    out.push_back({RemedyKind::AccumulateNumbers,
                    "Accumulate Python numbers, not tensors: total += loss.item() (or "
                    "loss.detach())",
                    k.kept_bytes,
@@ -406,7 +394,7 @@ std::vector<Remedy> kept_remedies(const KeptAcrossIterations& k, uint64_t overhe
     out[1].saves_bytes =
         k.in_use > k.peak_keeping_previous ? k.in_use - k.peak_keeping_previous : 0;
   } else {
-    out.push_back({"detach_outputs",
+    out.push_back({RemedyKind::DetachOutputs,
                    "Don't keep outputs on the GPU: store out.detach().cpu(), or compute the "
                    "metric inside the step",
                    k.kept_bytes,

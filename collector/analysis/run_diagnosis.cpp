@@ -150,7 +150,7 @@ class RemedyReplays {
     RemedyChange change{r.kind, r.modules, {}};
     // The evaluation forwards' graphs (no_grad offered for them), else what the forwards keep
     // across iterations.
-    change.kept_blocks = r.kind == "no_grad" && kept_.empty() ? evaluation_ : kept_;
+    change.kept_blocks = r.kind == RemedyKind::NoGrad && kept_.empty() ? evaluation_ : kept_;
     const WhatIfResult w = replay_remedy(p_, device_, change);
     r.predicted_peak_high.reset();
     r.upper_bound = false;
@@ -168,7 +168,7 @@ class RemedyReplays {
     r.predicted_peak = figure;
     // How large a batch fits, by replays; a job that died in its first step with nothing to
     // complete it keeps its advice to measure it.
-    if (r.kind == "smaller_batch" && !r.leaves_growth && !(r.lower_bound && !w.completion))
+    if (r.kind == RemedyKind::SmallerBatch && !r.leaves_growth && !(r.lower_bound && !w.completion))
       r.how = largest_batch(w.truncated_at_recorded_oom);
     // A run that died at its own OOM with no prediction of the rest: a floor.
     r.lower_bound = w.truncated_at_recorded_oom;
@@ -186,9 +186,10 @@ class RemedyReplays {
   // Checkpointing weighed on the step the hook ran on fake tensors checkpoints the modules the
   // hook chose (the repeated blocks): the remedy names those.
   void name_checkpointed_modules(Remedy& r) const {
-    if (r.kind != "activation_checkpointing" || !p_.torch_context) return;
+    if (r.kind != RemedyKind::ActivationCheckpointing || !p_.torch_context) return;
     const TorchContext& ctx = *p_.torch_context;
-    const TorchPredictedStep* st = predicted_change(ctx, device_, "checkpoint");
+    const char* tag = fake_step_change(remedy_kind_row(r.kind).predicted_by);
+    const TorchPredictedStep* st = predicted_change(ctx, device_, tag);
     if (!st || !predicted_change(ctx, device_, "")) return;
     std::vector<std::string> names;
     std::string list;
@@ -272,7 +273,7 @@ void xla_diagnosis(Diagnosis& dg, const XlaPool& x, uint64_t device_total) {
   const uint64_t want = std::max(x.peak_in_use, x.in_use) + dg.requested_bytes;
   if (device_total && x.limit < device_total * 9 / 10 && want > x.limit) {
     Remedy r;
-    r.kind = "xla_fraction";
+    r.kind = RemedyKind::XlaFraction;
     r.title = "Give XLA's pool more of the GPU";
     r.saves_bytes = device_total * 95 / 100 - x.limit;
     r.assumption = "the GPU is not shared with another process";
@@ -330,10 +331,10 @@ void pytorch_diagnosis(Diagnosis& dg, const RunAnalysis& a, const Moment& m,
   const bool growing = !ranked.empty();
   const size_t stops_growth = ranked.size();
   for (auto r : pytorch_remedies(in)) {
-    if (kept && kept->kind == KeptKind::Graph && r.kind == "no_grad") continue;
+    if (kept && kept->kind == KeptKind::Graph && r.kind == RemedyKind::NoGrad) continue;
     r.leaves_growth = growing;
     // How large a batch fits means nothing while every iteration keeps more.
-    if (growing && r.kind == "smaller_batch")
+    if (growing && r.kind == RemedyKind::SmallerBatch)
       r.how = "only delays the end: each iteration still keeps memory that the next one adds to";
     ranked.push_back(std::move(r));
   }
@@ -364,7 +365,8 @@ void findings_remedies(Diagnosis& dg, const OomAnalysis& fatal) {
   for (const OomFindingAtSites& f : fatal.findings)
     if (!f.finding.suggestion.empty()) {
       Remedy r;
-      r.kind = finding_kind_name(f.finding.kind);
+      r.kind = RemedyKind::FindingAdvice;
+      r.finding = finding_kind_name(f.finding.kind);
       r.title = f.finding.suggestion;
       dg.remedies->push_back({r, std::nullopt, std::nullopt, ""});
     }

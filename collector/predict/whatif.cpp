@@ -123,7 +123,7 @@ WhatIfResult replay_change(const ProcessModel& p, uint32_t device, const WhatIfS
 
 WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyChange& change,
                            WhatIfSettings s) {
-  const std::string& kind = change.kind;
+  const RemedyKindRow& kind = remedy_kind_row(change.kind);
   const TorchMemory* tm = p.torch_memory.get();
   auto refused = [&](const std::string& why) {
     WhatIfResult r;
@@ -133,52 +133,37 @@ WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyC
   };
   // bf16 autocast and checkpointing: the step run on fake tensors with the change, where the
   // hook ran it; else the change made to the recorded requests.
-  if (p.torch_context && (kind == "mixed_precision" || kind == "activation_checkpointing")) {
+  if (const char* tag = fake_step_change(kind.predicted_by); tag && p.torch_context) {
     const TorchContext& ctx = *p.torch_context;
-    const std::string tag = kind == "mixed_precision" ? "bf16_autocast" : "checkpoint";
     const TorchPredictedStep* changed = predicted_change(ctx, device, tag);
     const TorchPredictedStep* reference = predicted_change(ctx, device, "");
     if (changed && reference) return replay_change(p, device, s, *changed, *reference);
   }
-  if (kind == "expandable_segments") {
-    s.alloc_conf = "expandable_segments:True";
-  } else if (kind == "smaller_batch") {
-    s.scale_batch = 0.5;
-  } else if (kind == "mixed_precision") {
-    const bool autocast = tm && tm->autocast();
-    s.transform = [autocast](RequestStream& st) { return to_bf16_autocast(st, autocast); };
-  } else if (kind == "activation_checkpointing") {
-    if (!p.torch_context) return refused("no PyTorch allocator trace");
-    const TorchContext& ctx = *p.torch_context;
-    const std::vector<std::string> modules = change.modules;
-    s.transform = [&ctx, modules](RequestStream& st) {
-      return checkpoint_modules(st, ctx, modules);
-    };
-  } else if (kind == "no_grad" || kind == "accumulate_numbers" || kind == "detach_outputs") {
-    const auto& kept = change.kept_blocks;
-    s.transform = [&kept](RequestStream& st) { return without_blocks(st, kept); };
-  } else if (kind == "leaner_optimizer") {
-    return refused(
-        "another optimizer's requests (its state's layout, its step's temporaries) were not "
-        "recorded");
-  } else if (kind == "offload") {
-    return refused(
-        "memory sharded to other GPUs or moved to the CPU is outside what one "
-        "device's allocator replays");
-  } else if (kind == "keep_numbers") {
-    return refused("which of the growing site's tensors the program still reads is not known");
-  } else {
-    return refused("not a change of PyTorch's requests");
+  switch (kind.predicted_by) {
+    case PredictedBy::AllocConf: s.alloc_conf = "expandable_segments:True"; break;
+    case PredictedBy::HalfBatch: s.scale_batch = 0.5; break;
+    case PredictedBy::Bf16Autocast: {
+      const bool autocast = tm && tm->autocast();
+      s.transform = [autocast](RequestStream& st) { return to_bf16_autocast(st, autocast); };
+      break;
+    }
+    case PredictedBy::CheckpointModules: {
+      if (!p.torch_context) return refused("no PyTorch allocator trace");
+      const TorchContext& ctx = *p.torch_context;
+      const std::vector<std::string> modules = change.modules;
+      s.transform = [&ctx, modules](RequestStream& st) {
+        return checkpoint_modules(st, ctx, modules);
+      };
+      break;
+    }
+    case PredictedBy::WithoutKeptBlocks: {
+      const auto& kept = change.kept_blocks;
+      s.transform = [&kept](RequestStream& st) { return without_blocks(st, kept); };
+      break;
+    }
+    case PredictedBy::NotReplayed: return refused(kind.not_replayed_because);
   }
   return replay_run(p, device, s);
-}
-
-std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device,
-                                          const std::string& remedy_kind) {
-  if (remedy_kind != "expandable_segments" && remedy_kind != "smaller_batch") return std::nullopt;
-  WhatIfResult r = replay_remedy(p, device, RemedyChange{remedy_kind, {}, {}});
-  if (!r.ok) return std::nullopt;
-  return r;
 }
 
 WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings) {

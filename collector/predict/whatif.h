@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "collector/predict/replay.h"
+#include "collector/remedy_kinds.h"
 
 namespace vramtrace::collector {
 
@@ -41,9 +45,23 @@ std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
 // A report's remedy as a change of the run (collector/predict/transforms.h): its kind, the
 // modules it checkpoints, the blocks it stops keeping (indices into the trace's blocks).
 struct RemedyChange {
-  std::string kind;
-  std::vector<std::string> modules;        // activation_checkpointing
-  std::unordered_set<size_t> kept_blocks;  // no_grad, accumulate_numbers, detach_outputs
+  RemedyKind kind;
+  std::vector<std::string> modules;        // PredictedBy::CheckpointModules
+  std::unordered_set<size_t> kept_blocks;  // PredictedBy::WithoutKeptBlocks
+
+  RemedyChange(RemedyKind k, std::vector<std::string> m = {}, std::unordered_set<size_t> kept = {})
+      : kind(k), modules(std::move(m)), kept_blocks(std::move(kept)) {}
+  // By its name in report.json (remedy_kinds.h); a name not in the table is a caller's mistake:
+  // std::invalid_argument.
+  RemedyChange(std::string_view name, std::vector<std::string> m = {},
+               std::unordered_set<size_t> kept = {})
+      : RemedyChange(kind_named(name), std::move(m), std::move(kept)) {}
+
+ private:
+  static RemedyKind kind_named(std::string_view name) {
+    if (const auto k = remedy_kind_named(name)) return *k;
+    throw std::invalid_argument("no remedy kind is named \"" + std::string(name) + "\"");
+  }
 };
 
 // The remedy's replay: the run's requests (its unfinished step completed when the hook
@@ -52,10 +70,6 @@ struct RemedyChange {
 // remedy cannot be replayed (what it changes is not in the requests, or the run has none).
 WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyChange& change,
                            WhatIfSettings settings = {});
-// The remedies that are a setting or a batch scale, by kind alone (expandable_segments,
-// smaller_batch): nullopt for another kind, or when it cannot be replayed.
-std::optional<WhatIfResult> replay_remedy(const ProcessModel& p, uint32_t device,
-                                          const std::string& remedy_kind);
 
 // The devices of `p` with PyTorch allocator requests, in order.
 std::vector<uint32_t> replayable_devices(const ProcessModel& p);

@@ -218,7 +218,7 @@ TEST_CASE(
   REQUIRE(dg.remedies);
   REQUIRE(dg.remedies->size() == 1);
   const collector::RemedyOutcome& r = dg.remedies->front();
-  REQUIRE(r.remedy.kind == "smaller_working_set");
+  REQUIRE(r.remedy.kind == collector::RemedyKind::SmallerWorkingSet);
   REQUIRE(r.remedy.saves_bytes == 320 * MiB);
   REQUIRE(r.predicted_peak == 1024 * MiB);
   REQUIRE(r.remedy.upper_bound);

@@ -2,7 +2,11 @@
 // categories: which remedies a moment's figures support, and exactly what each saves.
 #include <catch2/catch.hpp>
 
+#include <set>
+#include <stdexcept>
+
 #include "collector/analysis/diagnosis.h"
+#include "collector/predict/whatif.h"
 
 using namespace vramtrace::collector;
 
@@ -14,7 +18,7 @@ void set(CategoryBytes& c, Category k, uint64_t v) { c[static_cast<size_t>(k)] =
 
 const Remedy* find(const std::vector<Remedy>& v, const std::string& kind) {
   for (const Remedy& r : v)
-    if (r.kind == kind) return &r;
+    if (r.name() == kind) return &r;
   return nullptr;
 }
 
@@ -49,7 +53,7 @@ TEST_CASE("remedies: an Adam-trained model whose state alone exceeds the limit i
           "parameters, gradients and optimizer state alone exceed the limit: no batch fits");
   // Ranked by what each saves.
   for (size_t i = 1; i < r.size(); ++i) REQUIRE(r[i - 1].saves_bytes >= r[i].saves_bytes);
-  REQUIRE(r[0].kind == "offload");
+  REQUIRE(r[0].kind == RemedyKind::Offload);
 }
 
 TEST_CASE("remedies: an OOM while Adam makes its state counts the whole state, not what was made") {
@@ -68,7 +72,7 @@ TEST_CASE("remedies: an OOM while Adam makes its state counts the whole state, n
   in.partial_step = true;
   in.param_dtype = "float32";
   auto r = pytorch_remedies(in);
-  REQUIRE(r[0].kind == "offload");
+  REQUIRE(r[0].kind == RemedyKind::Offload);
   REQUIRE(r[0].saves_bytes == 8 * GiB - 3 * GiB);  // 2 + 2 + 4 GiB, keeping half the limit
   const Remedy* lean = find(r, "leaner_optimizer");
   REQUIRE(lean);
@@ -202,4 +206,58 @@ TEST_CASE("the modules a remedy names: the largest, named in the model's order")
         "Checkpoint the modules that hold the most activations: encoder_layer_0, "
         "encoder_layer_1, encoder_layer_2, encoder_layer_9, encoder_layer_10, encoder_layer_11");
   CHECK(ckpt->saves_bytes == 10 * MiB);  // 3+3+3+2+1+1 less the largest, 3
+}
+
+TEST_CASE("remedy kinds: one table, each kind named once and told only to its programs") {
+  // The table's rows are in the enum's order, each name found again by its lookup.
+  std::set<std::string> names;
+  for (size_t i = 0; i < kRemedyKindCount; ++i) {
+    const RemedyKindRow& row = kRemedyKinds[i];
+    REQUIRE(static_cast<size_t>(row.kind) == i);
+    // Only a replayed kind has no reason for not being replayed.
+    REQUIRE(std::string(row.not_replayed_because).empty() ==
+            (row.predicted_by != PredictedBy::NotReplayed));
+    if (row.kind == RemedyKind::FindingAdvice) {
+      REQUIRE(std::string(row.name).empty());  // named by its finding
+      continue;
+    }
+    REQUIRE(names.insert(row.name).second);
+    REQUIRE(remedy_kind_named(row.name) == row.kind);
+  }
+  REQUIRE_FALSE(remedy_kind_named(""));
+  REQUIRE_FALSE(remedy_kind_named("fragmentation"));
+  REQUIRE_THROWS_AS(RemedyChange("no_such_remedy"), std::invalid_argument);
+  REQUIRE(RemedyChange("no_grad").kind == RemedyKind::NoGrad);
+  Remedy advice;
+  advice.finding = "fragmentation";
+  REQUIRE(advice.name() == "fragmentation");
+
+  // Every remedy PyTorch's figures support is a PyTorch one; a native program's are CUDA's.
+  RemedyInput in;
+  set(in.at, Category::Parameters, 4 * GiB);
+  set(in.at, Category::Gradients, 4 * GiB);
+  set(in.at, Category::OptimizerState, 8 * GiB);
+  set(in.at, Category::Activations, 2 * GiB);
+  set(in.at, Category::AllocatorCache, 1 * GiB);
+  in.total = 19 * GiB;
+  in.limit = 16 * GiB;
+  in.optimizer_state_per_param = 2;
+  in.fragmented = true;
+  in.eval_activations = 1 * GiB;
+  in.activations_by_module = {{"layer1", 1 * GiB, 1}, {"layer2", 1 * GiB, 2}};
+  const auto torch = pytorch_remedies(in);
+  REQUIRE(torch.size() == 7);
+  for (const Remedy& r : torch)
+    REQUIRE(remedy_kind_row(r.kind).audience == RemedyAudience::PyTorch);
+  NativeRemedyInput nin;
+  nin.growth_site = "train_step (train.cu:40)";
+  nin.grown_bytes = 4 * GiB;
+  nin.bytes_per_iteration = 1 * GiB;
+  nin.needed = 20 * GiB;
+  nin.limit = 16 * GiB;
+  nin.fragmented = true;
+  const auto native = native_remedies(nin);
+  REQUIRE(native.size() == 3);
+  for (const Remedy& r : native)
+    REQUIRE(remedy_kind_row(r.kind).audience == RemedyAudience::Native);
 }

@@ -465,7 +465,7 @@ TEST_CASE("predict: a remedy weighed on the steps the hook ran on fake tensors, 
   const WhatIfResult whole = replay_run(*p, 0, {});
   REQUIRE(whole.ok);
   CHECK(whole.reserved_peak_bytes == 202 * MiB);  // the completed step, as above
-  RemedyChange bf16{"mixed_precision", {}, {}};
+  RemedyChange bf16{RemedyKind::MixedPrecision};
   const WhatIfResult r = replay_remedy(*p, 0, bf16);
   INFO(r.error);
   REQUIRE(r.ok);
@@ -477,7 +477,7 @@ TEST_CASE("predict: a remedy weighed on the steps the hook ran on fake tensors, 
   CHECK(r.reserved_peak_bytes == 198434730);
   CHECK_FALSE(r.over_limit);
   // A change the hook did not run (checkpointing here) is made to the recorded requests instead.
-  RemedyChange ckpt{"activation_checkpointing", {"fc1"}, {}};
+  RemedyChange ckpt{RemedyKind::ActivationCheckpointing, {"fc1"}};
   CHECK_FALSE(replay_remedy(*p, 0, ckpt).fake_step_change);
 }
 
@@ -546,7 +546,7 @@ TEST_CASE("predict: the run's workspaces put into the fake steps, and again wher
   // recompute splits the workspace's 36, the workspace again a segment of 36, the gradient one
   // of 40: 182 MiB. The remedy: the run's 146 x 182 / 146.
   const WhatIfResult w =
-      replay_remedy(*p, 0, RemedyChange{"activation_checkpointing", {"fc1"}, {}});
+      replay_remedy(*p, 0, RemedyChange{RemedyKind::ActivationCheckpointing, {"fc1"}});
   INFO(w.error);
   REQUIRE(w.fake_step_change);
   CHECK(w.fake_step_change->without_bytes == 146 * MiB);
