@@ -257,6 +257,9 @@ std::string remedy_line(const json& m) {
               " requests)";
     if (w.contains("weighed_on_fake_step"))
       peak += "; its effect weighed on the step run on fake tensors with it and without it";
+    else if (w.contains("not_weighed_on_fake_step"))
+      peak += "; estimated from the recorded requests, " +
+              printable(w["not_weighed_on_fake_step"].get<std::string>());
   }
   if (m.contains(field::not_replayed_because))
     peak += "; not replayed: " + printable(m[field::not_replayed_because].get<std::string>());

@@ -202,6 +202,7 @@ json remedy_json(const collector::RemedyOutcome& o) {
       rj["weighed_on_fake_step"] = {{"change", f->change},
                                     {"step_without_change_peak_bytes", f->without_bytes},
                                     {"step_with_change_peak_bytes", f->with_bytes}};
+    if (!w->not_weighed_because.empty()) rj["not_weighed_on_fake_step"] = w->not_weighed_because;
     j[field::replayed] = rj;
   }
   if (!o.not_replayed.empty()) j[field::not_replayed_because] = o.not_replayed;

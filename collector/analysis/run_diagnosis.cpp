@@ -178,7 +178,8 @@ class RemedyReplays {
                     w.truncated_at_recorded_oom,
                     w.oom,
                     w.completion,
-                    w.fake_step_change};
+                    w.fake_step_change,
+                    w.not_weighed_because};
     return {r, figure, rp, ""};
   }
 

@@ -46,6 +46,8 @@ struct RemedyReplay {
   std::optional<Completion> completion;
   // The change weighed on the step run on fake tensors with it and without it.
   std::optional<FakeStepChange> fake_step_change;
+  // Why it was not (WhatIfResult::not_weighed_because).
+  std::string not_weighed_because;
 };
 
 struct RemedyOutcome {

@@ -103,6 +103,9 @@ struct WhatIfResult {
   // are the run's replay scaled by it; no request is known to fail, `over_limit` says whether
   // they pass the limits.
   std::optional<FakeStepChange> fake_step_change;
+  // Why a remedy that is weighed on fake steps where the hook ran them was estimated by a
+  // transform of the recorded requests instead (the hook's status of the step it did not give).
+  std::string not_weighed_because;
   bool over_limit = false;
   // What of the run's side channel the replay could not take as recorded (a recorded setting
   // PyTorch would not have run under, two predicted steps at one batch), and what it did instead.

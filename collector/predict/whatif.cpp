@@ -139,6 +139,12 @@ WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyC
     const TorchPredictedStep* reference = predicted_change(ctx, device, "");
     if (changed && reference) return replay_change(p, device, s, *changed, *reference);
   }
+  // The hook said why it ran no fake steps (they took too long for the run, their process
+  // failed): the transform's figure below says so.
+  std::string not_weighed;
+  if (fake_step_change(kind.predicted_by) && p.torch_context)
+    for (const auto& st : p.torch_context->predicted_steps)
+      if (st.device == device && st.change == "none" && st.status != "ok") not_weighed = st.status;
   switch (kind.predicted_by) {
     case PredictedBy::AllocConf: s.alloc_conf = "expandable_segments:True"; break;
     case PredictedBy::HalfBatch: s.scale_batch = 0.5; break;
@@ -163,7 +169,9 @@ WhatIfResult replay_remedy(const ProcessModel& p, uint32_t device, const RemedyC
     }
     case PredictedBy::NotReplayed: return refused(kind.not_replayed_because);
   }
-  return replay_run(p, device, s);
+  WhatIfResult r = replay_run(p, device, s);
+  r.not_weighed_because = not_weighed;
+  return r;
 }
 
 WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSettings& settings) {

@@ -479,6 +479,20 @@ TEST_CASE("predict: a remedy weighed on the steps the hook ran on fake tensors, 
   // A change the hook did not run (checkpointing here) is made to the recorded requests instead.
   RemedyChange ckpt{RemedyKind::ActivationCheckpointing, {"fc1"}};
   CHECK_FALSE(replay_remedy(*p, 0, ckpt).fake_step_change);
+  CHECK(replay_remedy(*p, 0, ckpt).not_weighed_because.empty());
+
+  // A run whose fake steps the hook gave up (its forked process needed more than 1 % of the
+  // run): bf16 is the transform's figure, and says why.
+  const std::string why =
+      "not weighed on fake steps: they took more than 1 % of the run's 12.0 s (6.1 s when the "
+      "run ended; VRAMTRACE_TORCH_PREDICT=always waits for them)";
+  const auto q =
+      process(recorded() + "N\t0\t1\t8\t8\t1000200000000\t" + why + "\n" + "V\t1\tnone\t-\n");
+  const WhatIfResult t = replay_remedy(*q, 0, bf16);
+  CHECK_FALSE(t.fake_step_change);
+  CHECK(t.not_weighed_because == why);
+  // Not said of a remedy that is never weighed on fake steps.
+  CHECK(replay_remedy(*q, 0, RemedyChange{RemedyKind::SmallerBatch}).not_weighed_because.empty());
 }
 
 TEST_CASE("predict: the run's workspaces put into the fake steps, and again where one recomputes") {

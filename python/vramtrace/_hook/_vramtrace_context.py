@@ -215,7 +215,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                         ctx.capture_call(module, args, kwargs)
                     if ctx.predict_pending and ctx.get_ident() == ctx.main:
                         ctx.predict_pending = False
-                        ctx.predict_steps()
+                        ctx.second_step()
                 except Exception as ex:
                     ctx.hooks_broke(ex)
                 if ctx.get_ident() != ctx.main:
@@ -604,7 +604,8 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
-        if self.predict_always and not self.first_done and self.first_call is not None:
+        if ((self.predict_always or self.predict_background) and not self.first_done
+                and self.first_call is not None):
             self.predict_pending = True
         self.first_done = True
         self.in_step = False
@@ -664,6 +665,10 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             except Exception:
                 pass
             return
+        try:
+            self.collect_weighing()
+        except Exception:
+            pass
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if exc is not None:
             self.exception = _exception_line(exc, self.clean, self.now())

@@ -119,7 +119,8 @@ class OwnSteps:
         try:
             self.begin_run()
             self.handles += self.rec.forward_hooks()
-            self.handles.append(self.model.register_forward_pre_hook(self.model_pre))
+            self.handles.append(self.model.register_forward_pre_hook(self.model_pre,
+                                                                     with_kwargs=True))
             self.handles.append(self.model.register_forward_hook(self.model_post,
                                                                  always_call=True))
             self.handles.append(register_optimizer_step_pre_hook(self.step_pre))
@@ -199,10 +200,8 @@ class OwnSteps:
             return fakes[id(t)]
         self.internal = True
         try:
-            params = {n: fake(p, True) for n, p in self.model.named_parameters(
-                remove_duplicate=False)}
-            buffers = {n: fake(b, False) for n, b in self.model.named_buffers(
-                remove_duplicate=False)}
+            params = {n: fake(p, True) for n, p in self.model.named_parameters()}
+            buffers = {n: fake(b, False) for n, b in self.model.named_buffers()}
         finally:
             self.internal = False
         self.rec.existing(made)
@@ -318,19 +317,18 @@ class OwnSteps:
         self.ctx.own_done(self)
 
     # ---- what the program does, seen through hooks -------------------------------------------
-    def model_pre(self, module, args):
+    def model_pre(self, module, args, kwargs):
         if not self.active:
             return
         self.calls += 1
         self.rec.phase = "f"
         if self.run_batch != self.batch and self.bad_batch is None:
-            first = next((t for t in self.tree_leaves(args)
+            first = next((t for t in self.tree_leaves((args, kwargs))
                           if isinstance(t, self.torch.Tensor) and t.dim()), None)
             if first is not None and first.shape[0] != self.run_batch:
-                self.bad_batch = ("not predicted: the model was called with batch %d where %d "
-                                  "was asked (the program's batch is neither copied to the GPU "
-                                  "nor made there at each step)" % (first.shape[0],
-                                                                    self.run_batch))
+                self.bad_batch = ("not run by the program's loop: its model was called with "
+                                  "batch %d where %d was asked (its batches do not come from a "
+                                  "DataLoader)" % (first.shape[0], self.run_batch))
         if self.change == "bf16_autocast":
             self.autocast_ctx = self.torch.autocast("cuda", dtype=self.torch.bfloat16)
             self.autocast_ctx.__enter__()
