@@ -404,6 +404,11 @@ std::string noscript_summary(const json& r) {
     if (!site.empty()) out += ", at " + html_escape(site);
     out += "</li>";
   }
+  // Where the time after a first-step death went, as the collector says it.
+  if (r.is_object() && r.contains("run") && r["run"].is_object() &&
+      r["run"].contains("predicted_at_exit") && r["run"]["predicted_at_exit"].is_array())
+    for (const auto& x : r["run"]["predicted_at_exit"])
+      out += "<li>" + html_escape(text_of(x, "note")) + "</li>";
   out += "</ul>";
   if (diag.contains("cause") && diag["cause"].is_object())
     out += "<p>Likely cause: " + html_escape(text_of(diag["cause"], "title")) + "</p>";

@@ -680,7 +680,17 @@ json run_json(const collector::RunAnalysis& a, const RunInfo& info) {
   run_j["events"] = a.events;
   run_j[field::dropped_events] = a.dropped_events;
   run_j["duration_ns"] = a.duration_ns;
+  run_j[field::timeline_end_ns] = a.timeline_end_ns;
   if (a.cuda_start_ns) run_j[field::cuda_start_ns] = since(a.cuda_start_ns, run.origin_ns);
+  if (!a.predicted_at_exit.empty()) {
+    json list = json::array();
+    for (const collector::PredictedAtExit& x : a.predicted_at_exit)
+      list.push_back({{field::pid, x.pid},
+                      {"last_work_ns", since(x.last_work_ns, run.origin_ns)},
+                      {"exit_ns", since(x.exit_ns, run.origin_ns)},
+                      {field::note, x.note}});
+    run_j[field::predicted_at_exit] = list;
+  }
   return run_j;
 }
 

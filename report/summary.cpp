@@ -499,6 +499,16 @@ std::string preflight_lines(const json& r) {
   return out;
 }
 
+// Where the time after a first-step death went (the prediction at exit), as the collector says it.
+std::string predicted_at_exit_lines(const json& r) {
+  std::string out;
+  const json& run = r[field::run];
+  if (run.contains(field::predicted_at_exit))
+    for (const auto& x : run[field::predicted_at_exit])
+      out += "vramtrace: " + x[field::note].get<std::string>() + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::string summary_text(const json& r) {
@@ -513,6 +523,7 @@ std::string summary_text(const json& r) {
   out += preflight_lines(r);
   out += rank_line(r);
   out += left_at_end_lines(r);
+  out += predicted_at_exit_lines(r);
   out += growth_lines(r);
   out += warning_lines(r);
   return printable_lines(out);

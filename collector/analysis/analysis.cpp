@@ -3,6 +3,9 @@
 #include "collector/analysis/analysis.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "collector/ingest/torch_trace.h"
 
 namespace vramtrace::collector {
 
@@ -76,7 +79,7 @@ void analyse_device(RunAnalysis& a, ProcessAnalysis& pa, uint32_t index, const D
   if (ks.size() > kTopKernels) ks.resize(kTopKernels);
   da.top_kernels = std::move(ks);
   da.final_live_allocations = still.size();
-  da.torch = torch_device(p, d, stacks);
+  da.torch = torch_device(p, d, pa.timeline_end_ns, stacks);
   left_at_end(a, pa, index, da, still, stacks);
 }
 
@@ -123,6 +126,49 @@ OomAnalysis analyse_oom(const ProcessModel& p, const OomEvent& o, StackResolver&
     oa.findings.push_back(std::move(fs));
   }
   return oa;
+}
+
+// Whether the start-up hook completed the process's first step on fake tensors at its exit: it
+// died in that step and the hook predicted the rest of it (a predicted step with no change),
+// neither `vramtrace plan` nor a pre-flight having predicted it before it ran.
+bool first_step_predicted_at_exit(const ProcessModel& p) {
+  const TorchContext* ctx = p.torch_context.get();
+  if (!ctx || ctx->plan_stop || ctx->preflight || !process_died(p)) return false;
+  return std::any_of(
+      ctx->predicted_steps.begin(), ctx->predicted_steps.end(),
+      [](const TorchPredictedStep& s) { return s.change.empty() && s.status == "ok"; });
+}
+
+// Where a process's timelines end: its end, unless its first step was predicted at its exit,
+// which took the time after its last CUDA work (seconds, against the step's fraction of one):
+// drawn, that time would read as memory held.
+uint64_t timeline_end(const ProcessModel& p) {
+  const bool cut = first_step_predicted_at_exit(p) && p.work_end_ns && p.work_end_ns < p.end_ns;
+  return cut ? p.work_end_ns : p.end_ns;
+}
+
+// The processes whose timelines end before their exit, and the sentence that says why, its
+// times on the report's clock (from the first CUDA work when known).
+std::vector<PredictedAtExit> predicted_at_exit(const RunAnalysis& a) {
+  const uint64_t clock = a.cuda_start_ns ? a.cuda_start_ns : a.run->origin_ns;
+  const auto at = [clock](uint64_t t) {
+    return (static_cast<double>(t) - static_cast<double>(clock)) / 1e9;
+  };
+  std::vector<PredictedAtExit> out;
+  for (const ProcessAnalysis& pa : a.processes) {
+    const ProcessModel& p = *pa.model;
+    if (pa.timeline_end_ns >= p.end_ns) continue;
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "Process %llu died in its first training step: from its last CUDA work "
+                  "(%.3f s) to its exit (%.3f s), %.3f s went to predicting the rest of that "
+                  "step on fake tensors, which used no device memory; the timeline ends at its "
+                  "last CUDA work.",
+                  static_cast<unsigned long long>(p.pid), at(pa.timeline_end_ns), at(p.end_ns),
+                  static_cast<double>(p.end_ns - pa.timeline_end_ns) / 1e9);
+    out.push_back({p.pid, pa.timeline_end_ns, p.end_ns, text});
+  }
+  return out;
 }
 
 void analyse_process(RunAnalysis& a, ProcessAnalysis& pa, StackResolver& stacks) {
@@ -206,15 +252,20 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
     if (d.first_ns && (!a.cuda_start_ns || d.first_ns < a.cuda_start_ns))
       a.cuda_start_ns = d.first_ns;
   a.processes.resize(run.processes.size());
+  uint64_t timelines_end = run.origin_ns;
   for (size_t i = 0; i < run.processes.size(); ++i) {
     ProcessAnalysis& pa = a.processes[i];
     pa.model = &run.processes[i];
+    pa.timeline_end_ns = timeline_end(*pa.model);
+    timelines_end = std::max(timelines_end, pa.timeline_end_ns);
     // A memory snapshot is a moment of a process that went on (its dump need not be its end).
     pa.still_running = std::find(still_running.begin(), still_running.end(),
                                  pa.model->trace_path) != still_running.end() ||
                        (pa.model->torch_context && pa.model->torch_context->from_snapshot);
     analyse_process(a, pa, *a.stacks[i]);
   }
+  a.timeline_end_ns = timelines_end - run.origin_ns;
+  a.predicted_at_exit = predicted_at_exit(a);
   analyse_run_devices(a);
   a.ranks = ranks_of(run);
   const auto larger = [](const LeftAtEnd& x, const LeftAtEnd& y) {

@@ -75,6 +75,9 @@ struct DeviceAnalysis {
 
 struct ProcessAnalysis {
   const ProcessModel* model = nullptr;
+  // Where its timelines end (the trace's clock): its end, or its last CUDA work when the time
+  // after it went to predicting its first step on fake tensors (PredictedAtExit).
+  uint64_t timeline_end_ns = 0;
   // Still sending when the launcher stopped waiting (it outlived the command): running, not
   // cut short, and what it held then is not a leak.
   bool still_running = false;
@@ -82,6 +85,16 @@ struct ProcessAnalysis {
   std::vector<OomAnalysis> ooms;
   // The NVTX ranges by name (name id, figures), longest in all first.
   std::vector<std::pair<uint32_t, ProcessModel::RangeStats>> ranges_by_time;
+};
+
+// A process that died in its first training step, whose step the start-up hook then completed
+// on fake tensors at its exit (for the diagnosis' remedies): from its last CUDA work to its exit
+// it used no device memory, so its timelines end at that work and this says where the rest of
+// its time went.
+struct PredictedAtExit {
+  uint64_t pid = 0;
+  uint64_t last_work_ns = 0, exit_ns = 0;  // the trace's clock
+  std::string note;                        // the sentence every view gives, on the report's clock
 };
 
 // What a process left on a device at its end, by site: leak suspects, what was live when it
@@ -136,6 +149,10 @@ struct RunAnalysis {
   bool processes_complete = true;  // every process reached its exit, with nothing wrong
   uint64_t processes_not_profiled = 0, events = 0, dropped_events = 0;
   uint64_t duration_ns = 0;  // from the first process's start to the last one's end
+  // Where the run's timelines end, from the first process's start as duration_ns: the last
+  // process's timeline_end_ns (its end, or its last CUDA work before a prediction at exit).
+  uint64_t timeline_end_ns = 0;
+  std::vector<PredictedAtExit> predicted_at_exit;  // by process
   // The run's first CUDA work (a context created, else an allocation, on any device; the
   // trace's clock, 0: none): the origin of every time the report's words and its chart give,
   // so that a job's seconds of imports before CUDA do not shift them.

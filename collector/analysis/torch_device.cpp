@@ -281,7 +281,7 @@ void lines_and_blocks_at_peak(const TorchMemory& tm, uint32_t dev, uint64_t peak
 }  // namespace
 
 std::optional<TorchDevice> torch_device(const ProcessModel& p, const DeviceModel& d,
-                                        StackResolver& stacks) {
+                                        uint64_t timeline_end_ns, StackResolver& stacks) {
   const TorchMemory* tm = p.torch_memory.get();
   if (!tm) return std::nullopt;
   const uint32_t dev = d.index;
@@ -304,7 +304,7 @@ std::optional<TorchDevice> torch_device(const ProcessModel& p, const DeviceModel
   // from the allocator's state at the end, but not when or by what they were made.
   const auto window = tm->context().window_start.find(dev);
   out.window_start = window == tm->context().window_start.end() ? 0 : window->second;
-  category_series(*tm, d, p.end_ns, out);
+  category_series(*tm, d, timeline_end_ns, out);
   modules_at_peak(*tm, dev, peak_t, out);
   named_tensors_at_peak(*tm, dev, peak_t, out);
   lines_and_blocks_at_peak(*tm, dev, peak_t, out);

@@ -89,9 +89,10 @@ struct TorchDevice {
 };
 inline constexpr size_t kTopModules = 200, kTopTensors = 100, kTopLines = 200, kTopBlocks = 50;
 
-// None without the hook's context (no TorchMemory).
+// None without the hook's context (no TorchMemory). `timeline_end_ns`: where the categories
+// over time end (ProcessAnalysis::timeline_end_ns).
 std::optional<TorchDevice> torch_device(const ProcessModel& p, const DeviceModel& d,
-                                        StackResolver& stacks);
+                                        uint64_t timeline_end_ns, StackResolver& stacks);
 
 // An OOM's moment in PyTorch's terms.
 struct TorchOom {

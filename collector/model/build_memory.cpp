@@ -54,6 +54,7 @@ void Builder::apply(const Record& r, bool secondary, uint64_t stream) {
   ++*seq_;
   const uint64_t t = r.time_ns;
   if (t) p_->end_ns = std::max(p_->end_ns, t);
+  if (t && r.type != RecordType::ProcessExit) p_->work_end_ns = std::max(p_->work_end_ns, t);
   // An AllocStack belongs to the allocation record right after it, and to nothing else.
   if (r.type != RecordType::AllocStack && r.type != RecordType::Alloc &&
       r.type != RecordType::AllocFailed && r.type != RecordType::VmmCreate &&

@@ -278,6 +278,9 @@ struct ProcessModel {
   std::vector<std::string> cmdline;
   std::vector<std::pair<std::string, std::string>> ranks;
   uint64_t start_realtime_ns = 0, start_ns = 0, end_ns = 0;
+  // Its last record before its exit: the last CUDA work of its own or of PyTorch's allocator
+  // (what it did between then and end_ns used no device memory that any record shows).
+  uint64_t work_end_ns = 0;
   bool has_process_record = false;
   bool clean_exit = false;  // reached exit() and flushed (a ProcessExit record)
   // The status it gave exit() (an ExitStatus record, 0-255; the library writes only a non-zero

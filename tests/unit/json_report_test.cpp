@@ -86,3 +86,48 @@ TEST_CASE("a rank that is not UTF-8 is reported, summarised and compared, not a 
   REQUIRE_THAT(report::check_text(r),
                Catch::Contains("worst rank (rank \"\xef\xbf\xbd\" -> rank \"\xef\xbf\xbd\")"));
 }
+
+namespace {
+nlohmann::json report_of_data(const std::string& folder, const std::string& pid) {
+  const std::string dir = std::string(VT_TEST_DATA) + "/h200/" + folder + "/";
+  collector::Run run = collector::model_of(std::vector<std::string>{
+      dir + "vramtrace." + pid + ".vtrace", dir + "vramtrace." + pid + ".torch"});
+  return report::to_json(collector::analysis_of(run));
+}
+}  // namespace
+
+TEST_CASE(
+    "a first-step death's timeline ends at its last CUDA work; the prediction's time is said") {
+  // ResNet-50 at batch 256 on an H200 died in its first step 0.467 s after its first CUDA work;
+  // the start-up hook then ran the step on fake tensors at exit, for 9.6 s of no CUDA work.
+  const nlohmann::json j = report_of_data("first-step/resnet50-b256", "744");
+  const nlohmann::json& run = j["run"];
+  CHECK(run["duration_ns"] == 17604741926ull);     // the run's end is still its end
+  CHECK(run["timeline_end_ns"] == 7971882993ull);  // PyTorch's last block freed in the unwind
+  REQUIRE(run["predicted_at_exit"].size() == 1);
+  const nlohmann::json& x = run["predicted_at_exit"][0];
+  CHECK(x["pid"] == 744);
+  CHECK(x["last_work_ns"] == 7971882993ull);
+  CHECK(x["exit_ns"] == 17604741926ull);
+  const std::string note =
+      "Process 744 died in its first training step: from its last CUDA work (0.495 s) to its "
+      "exit (10.128 s), 9.633 s went to predicting the rest of that step on fake tensors, which "
+      "used no device memory; the timeline ends at its last CUDA work.";
+  CHECK(x["note"] == note);
+  // The categories over time end there too, the device's and the process's.
+  for (const nlohmann::json* d : {&j["devices"][0], &j["processes"][0]["devices"][0]}) {
+    const nlohmann::json& pts = (*d)["categories"]["timeline"]["points"];
+    CHECK(pts.size() == 527);
+    CHECK(pts.back()[0] == 7971882993ull);
+  }
+  CHECK_THAT(report::summary_text(j), Catch::Contains("vramtrace: " + note + "\n"));
+}
+
+TEST_CASE("a run that did not die in its first step keeps its timeline to its end") {
+  // ResNet-50 at batch 128 on an H200 ran to its end, its step also run on fake tensors with
+  // the remedies' changes (predicted steps, none of them the completion of a step cut short).
+  const nlohmann::json j = report_of_data("remedies/resnet50-b128", "520");
+  CHECK(j["run"]["timeline_end_ns"] == j["run"]["duration_ns"]);
+  CHECK(!j["run"].contains("predicted_at_exit"));
+  CHECK(j["devices"][0]["categories"]["timeline"]["points"].back()[0] == j["run"]["duration_ns"]);
+}
