@@ -329,6 +329,8 @@
   // A key whose words alone would not say what it is.
   const catNames = { private_pool: "CUDA-graph / private pools" };
   const catLabel = (name) => catNames[name] || String(name).replace(/_/g, " ");
+  // What leaks[].kept names: what the forwards kept across iterations.
+  const keptKinds = { kept_graph: "autograd graph", kept_outputs: "outputs" };
   // The private pools the start-up hook saw at the end: which are CUDA graphs', their segments.
   function privatePoolsLine(pools) {
     if (!Array.isArray(pools) || !pools.length) return null;
@@ -624,7 +626,10 @@
   function chartFigures(A, d, ooms) {
     const R = A.R;
     let { cat, names, pts } = chartSamples(d);
-    const end = Math.max(R.run && R.run.duration_ns || 0, ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
+    // Where the collector ends the run's timelines: its end, or the last CUDA work of a process
+    // whose time after it went to predicting its first step at exit (an older report: its end).
+    const run = R.run || {};
+    const end = Math.max(known(run.timeline_end_ns) ? run.timeline_end_ns : (run.duration_ns || 0), ...ooms.map((o) => o.time_ns || 0), (d.peak || {}).time_ns || 0, pts.length ? pts[pts.length - 1][0] : 0);
     // The axis starts at the first CUDA activity on the device: a job that spends seconds in
     // imports and data loading before its first allocation would otherwise draw all of its
     // work in the chart's last sliver. Every time below is from there; the caption says the offset.
@@ -810,24 +815,16 @@
     const offset = t0 > 0 ? $("div", { class: "muted small", "data-time-offset": String(t0),
       text: A.origin != null ? `Time from the first CUDA work of the job, ${secs(t0)} after it started (the ${secs(t0)} before it are left out), as every time on this page.`
         : `Time from the first CUDA activity on this device, ${secs(t0)} after the process started (the ${secs(t0)} before it are left out).` }) : null;
-    return { box, draw, hasData: C.pts.length > 0, offset };
+    // The time the timeline leaves out at its end (a first-step death's prediction at exit), in
+    // the collector's words.
+    const untimed = ((A.R.run || {}).predicted_at_exit || []).map((x) => $("div", { class: "muted small", "data-predicted-at-exit": String(x.pid), text: x.note }));
+    return { box, draw, hasData: C.pts.length > 0, notes: [offset, ...untimed].filter(Boolean) };
   }
   const host_width = (el) => (el.parentElement && el.parentElement.clientWidth) || 900;
 
   // ---- breakdown at a moment ------------------------------------------------------------------
   // What was live at the peak or at an OOM: by category, by module, by site (the Python line or
   // native function), by library; each site expandable to its stack.
-  function catsAt(d, t) {
-    const tl = d.categories && d.categories.timeline;
-    if (!tl || !(tl.points || []).length) return null;
-    let best = null;
-    for (const p of tl.points) { if (p[0] <= t) best = p; else break; }
-    if (!best) return null;
-    const cols = tl.columns || [];
-    const out = {};
-    cols.slice(1).forEach((n, i) => { out[n] = best[i + 1] || 0; });
-    return out;
-  }
   function categoryPanel(cats, order, total) {
     const names = (order && order.length ? order : Object.keys(cats)).filter((n) => cats[n] > 0);
     const sum = names.reduce((s, n) => s + cats[n], 0) || 1;
@@ -934,13 +931,15 @@
       cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${A.at(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
       sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: [],
-      cats: catsAt(d, o.time_ns), modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
-    // At the end: what was still live (when the process died of an OOM, what it held then).
+      cats: o.categories || null, modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
+    // At the end: what was still live; when a process died, what it held then (the collector's
+    // live_at_death), else what was left at exit (leak suspects and what was kept).
     const atExit = d.categories && d.categories.at_exit;
-    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
-    if ((atExit && Object.values(atExit).some((v) => v > 0)) || leaks.length) {
-      const died = leaks.length ? leaks.every((l) => A.diedPids.has(l.pid)) : ooms.some(A.fatal);
-      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: leaks.reduce((s, l) => s + l.bytes, 0), sites: leaks.slice(), libs: [], cats: atExit, modules: null, sitesRest: R.leaks_rest });
+    const dead = (R.live_at_death || []).filter((l) => l.device === d.index);
+    const left = dead.length ? dead : (R.leaks || []).filter((l) => l.device === d.index);
+    if ((atExit && Object.values(atExit).some((v) => v > 0)) || left.length) {
+      const died = dead.length > 0 || ooms.some(A.fatal);
+      moments.push({ id: "exit", label: died ? "When it died" : "At exit", bytes: left.reduce((s, l) => s + l.bytes, 0), sites: left.slice(), libs: [], cats: atExit, modules: null, sitesRest: dead.length ? R.live_at_death_rest : R.leaks_rest });
     }
     if (!moments.length) return wrap;
     const tabs = $("div", { class: "tabs", role: "tablist" });
@@ -1131,14 +1130,21 @@
           $("div", { class: "verdict-sub", text: "No process of it has created a CUDA context or allocated device memory so far; its memory is shown here from its first CUDA work on." }))));
     } else if (!unprofiled.length) main.append($("div", { class: "banner", text: "No CUDA device memory was used by this run." }));
   }
+  // What the collector found left on a device at the end: what was live when a process died
+  // (live_at_death), and of leaks[] the leak suspects and the blocks kept across iterations by
+  // the forwards (`kept`: the diagnosis' cause, not leaks).
+  function leftAtEnd(R, d) {
+    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
+    return { dead: (R.live_at_death || []).filter((l) => l.device === d.index), suspects: leaks.filter((l) => !l.kept), kept: leaks.filter((l) => l.kept) };
+  }
+  const countOf = (list) => list.reduce((s, l) => s + l.count, 0);
+  const bytesOf = (list) => list.reduce((s, l) => s + l.bytes, 0);
   // A device's headline figures: its peak, limit, headroom, OOMs, leaks, growth and allocator.
   function deviceHeadline(A, d, pd, ooms) {
     const R = A.R;
     const deviceLimit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, kind: "device" } : null);
     const diedHere = ooms.some(A.fatal);
-    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
-    const leakBytes = leaks.reduce((s, l) => s + l.bytes, 0);
-    const leaksDied = leaks.length > 0 && leaks.every((l) => A.diedPids.has(l.pid));
+    const { dead, suspects, kept } = leftAtEnd(R, d);
     const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
     const frac = deviceLimit && deviceLimit.bytes ? d.peak.bytes / deviceLimit.bytes : null;
     const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
@@ -1149,8 +1155,9 @@
       stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
         diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
       stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
-      leaksDied ? stat("Live when it died", `${leaks.reduce((s, l) => s + l.count, 0)} blocks (${bytes(leakBytes)})`, "", "leaks")
-        : stat("Leak suspects", leaks.length ? `${leaks.reduce((s, l) => s + l.count, 0)} (${bytes(leakBytes)})` : "none", leaks.length ? "warn" : "ok", "leaks"));
+      dead.length ? stat("Live when it died", `${countOf(dead)} blocks (${bytes(bytesOf(dead))})`, "", "leaks")
+        : stat("Leak suspects", suspects.length ? `${countOf(suspects)} (${bytes(bytesOf(suspects))})` : "none", suspects.length ? "warn" : "ok", "leaks"));
+    if (kept.length) head.append(stat("Kept across iterations", `${countOf(kept)} blocks (${bytes(bytesOf(kept))})`, "warn", "kept"));
     // What stream-ordered pools reserved beyond their allocations; a caching allocator's free
     // memory is the "Allocator free at peak" card (and the allocator cache category).
     if (reserved > d.peak.bytes) head.append(stat("Reserved, not in use, at peak", bytes(reserved - d.peak.bytes), "", "slack"));
@@ -1280,13 +1287,18 @@
       card.append(table([{ key: "pool", label: "pool", code: true }, { key: "retained_bytes", label: "free, cached", num: true, fmt: bytes },
         { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "blocks_in_use", label: "blocks still in use", num: true }], retained.slice(), "retained"));
     }
-    const leaks = (R.leaks || []).filter((l) => l.device === d.index);
-    if (!leaks.length) return;
-    const leaksDied = leaks.every((l) => A.diedPids.has(l.pid));
-    card.append($("h3", { text: leaksDied ? "Live when the process died of out-of-memory (it never got to free them: not leaks)" : "Leak suspects: still live when the process ended" }));
-    const rows = leaks.map((l) => ({ ...l, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
-    card.append(table([{ key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
-      { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, "leaks", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: R.leaks_rest, restLabel: "sites" }));
+    const { dead, suspects, kept } = leftAtEnd(R, d);
+    const sites = (title, list, id, rest, extra = []) => {
+      if (!list.length) return;
+      card.append($("h3", { text: title }));
+      const rows = list.map((l) => ({ ...l, kept_text: keptKinds[l.kept] || l.kept, sizes_text: (l.sizes || []).map((s) => `${s.count}× ${bytes(s.bytes)}`).join(", ") }));
+      card.append(table([{ key: "site", label: "site", code: true }, ...extra, { key: "library", label: "library", code: true, width: "10em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" },
+        { key: "pid", label: "pid", num: true, width: "6em" }, { key: "sizes_text", label: "sizes", width: "12em" }], rows, id, { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest, restLabel: "sites" }));
+    };
+    sites("Live when the process died (it never got to free them: not leaks)", dead, "live-at-death", R.live_at_death_rest);
+    // leaks[] was cut to its largest sites as a whole: the rest is said under the last of its tables.
+    sites("Leak suspects: still live when the process ended", suspects, "leaks", kept.length ? null : R.leaks_rest);
+    sites("Kept across iterations by the forwards (the diagnosis' cause, not leaked)", kept, "kept", R.leaks_rest, [{ key: "kept_text", label: "kept", width: "9em" }]);
   }
   // One device's card: its chart (in the diff's aligned row when it is the diagnosed one), its
   // headline figures, its OOMs, what was live and the details of its peak.
@@ -1301,8 +1313,8 @@
     const chart = memoryChart(A, d, pd, d.host, title ? 240 : 290, aligned ? share : null);
     if (chart.hasData) {
       const what = d.categories && d.categories.timeline ? "Memory by category over time" : "Live device memory over time";
-      if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box, ...(chart.offset ? [chart.offset] : []));
-      else card.append($("h3", { class: "chart-title", text: what }), chart.box, ...(chart.offset ? [chart.offset] : []),
+      if (aligned) slot.chart.append($("h3", { class: "chart-title", text: `${title}: ${what.toLowerCase()}, device ${d.index}` }), chart.box, ...chart.notes);
+      else card.append($("h3", { class: "chart-title", text: what }), chart.box, ...chart.notes,
         $("div", { class: "chart-help", text: "Step chart of what was live. Drag to zoom, double-click to reset; keys ← → pan, + − zoom, 0 reset, t theme." }));
       later.push(chart.draw);
     }

@@ -186,6 +186,8 @@ export function torchOom() {
     site: "forward (resnet.py:150)", library: "libtorch_cuda.so", stack: torchStack(4, "conv2"),
     allocator: { pool: "PyTorch caching allocator (large pool)", requested_bytes: requested },
     live_by_site: sites, live_by_library: [{ library: "libtorch_cuda.so", bytes: liveAt - atPeak.unclassified - atPeak.allocator_cache, count: 412 }, { library: "libcublasLt.so.12", bytes: atPeak.unclassified, count: 3 }],
+    // PyTorch's memory at the OOM by category, as the collector writes it.
+    categories: { ...atPeak },
     last_kernel: longKernel(3),
     findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
       evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
@@ -194,7 +196,7 @@ export function torchOom() {
   return {
     schema: "vramtrace.report/1",
     // Its first CUDA work 1.2 s after the start (imports before it), where the timeline begins.
-    run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, cuda_start_ns: 1.2e9, complete: true, stand_in: false },
+    run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, timeline_end_ns: oomAt + 40e6, cuda_start_ns: 1.2e9, complete: true, stand_in: false },
     diagnosis: {
       verdict: "oom", oom_index: 0, fatal: true, device: 0, pid: 31337, held_bytes: liveAt, requested_bytes: requested,
       limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (16.00 GiB)" },
@@ -229,7 +231,9 @@ export function torchOom() {
       iterations: { count: 4, source: "PyTorch optimizer steps" },
     }],
     oom: [oom],
-    leaks: [{ device: 0, pid: 31337, site: sites[0].site, library: "libtorch_cuda.so", bytes: liveAt, count: 421, sizes: [{ bytes: 64 * MiB, count: 200 }], stack: sites[0].stack }],
+    // The process died: what it held then is what was live at its death, not leaks.
+    leaks: [],
+    live_at_death: [{ device: 0, pid: 31337, site: sites[0].site, library: "libtorch_cuda.so", bytes: liveAt, count: 421, sizes: [{ bytes: 64 * MiB, count: 200 }], stack: sites[0].stack }],
     growth: [], retained: [], ranks: [],
   };
 }
@@ -278,7 +282,8 @@ export function nativeOom() {
       { kind: "near_capacity", score: 0.6, title: "This process held 76.00 GiB (95% of the GPU) when it asked for 6.00 GiB",
         evidence: { live_bytes: live, total_bytes: total, requested_bytes: 6 * GiB },
         suggestion: "Use less memory at the peak: process the data in smaller chunks (smaller buffers or batches), reuse buffers across steps (a stream-ordered pool, cudaMallocAsync, with a release threshold), and free temporaries before the largest request." }] }],
-    leaks: [{ device: 0, pid: 777, site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", library: "solver", bytes: live, count: 38, stack }],
+    leaks: [],
+    live_at_death: [{ device: 0, pid: 777, site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", library: "solver", bytes: live, count: 38, stack }],
   };
 }
 

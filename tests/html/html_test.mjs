@@ -394,7 +394,7 @@ for (const width of [1400, 1000]) {
 // 7b. The same job with a batch that fits: the verdict is the peak against the effective limit.
 {
   const r = torchOom();
-  r.oom = []; r.leaks = [];
+  r.oom = []; r.leaks = []; r.live_at_death = [];
   r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
   r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
   delete r.diagnosis.oom_index; delete r.diagnosis.fatal;
@@ -546,6 +546,75 @@ for (const width of [1400, 1000]) {
   await plain.close();
 }
 
+// 7f. A first-step death whose step the start-up hook then predicted on fake tensors at exit:
+// the chart ends at the last CUDA work the collector names (run.timeline_end_ns), the seconds
+// after it are said in the collector's words, not drawn, and the breakdowns are the
+// collector's: the OOM's categories (oom[].categories, not read off the chart) and what was
+// live when the process died (live_at_death).
+{
+  const GiB = 1024 ** 3;
+  const r = torchOom();
+  const lastWork = r.oom[0].time_ns + 30e6;
+  r.run.duration_ns = lastWork + 9.5e9;
+  r.run.timeline_end_ns = lastWork;
+  const note = "Process 31337 died in its first training step: from its last CUDA work (1.393 s) to its exit (10.893 s), 9.500 s went to predicting the rest of that step on fake tensors, which used no device memory; the timeline ends at its last CUDA work.";
+  r.run.predicted_at_exit = [{ pid: 31337, last_work_ns: lastWork, exit_ns: r.run.duration_ns, note }];
+  // Not the chart's last point: the page must take the OOM's own.
+  r.oom[0].categories = { activations: 12 * GiB, allocator_cache: 3 * GiB, parameters: GiB };
+  const dead = r.live_at_death[0];
+  const { page, errors } = await open(render("torch-first-step", r), "light", 1400, 900);
+  const chart = page.locator("[data-chart='0']");
+  check("first-step death: the chart ends at the last CUDA work, not at the exit",
+        Number(await chart.getAttribute("data-x-end-ns")) === lastWork && Number(await chart.getAttribute("data-x-max-ns")) === lastWork - 1.2e9,
+        `${await chart.getAttribute("data-x-end-ns")} ${await chart.getAttribute("data-x-max-ns")}`);
+  const said = await page.locator("[data-predicted-at-exit='31337']").allTextContents();
+  check("first-step death: the prediction's time said under the chart, in the collector's words", said.length === 1 && said[0] === note, said.join(" | "));
+  check("first-step death: the headline says what was live when it died",
+        (await page.locator("[data-stat='leaks'] .label").textContent()) === "Live when it died" && (await stat(page, "leaks")) === `421 blocks (${(dead.bytes / GiB).toFixed(2)} GiB)`, await stat(page, "leaks"));
+  const deadRows = await page.locator("[data-table='live-at-death'] tbody tr:not(.detail)").evaluateAll((rows) => rows.map((x) => [...x.children].map((c) => c.textContent).join(" | ")));
+  check("first-step death: live_at_death listed as such, and no leak suspects",
+        deadRows.length === 1 && deadRows[0].endsWith(` | libtorch_cuda.so | ${(dead.bytes / GiB).toFixed(2)} GiB | 421 | 31337 | 200× 64.00 MiB`) && (await page.locator("[data-table='leaks']").count()) === 0 &&
+        (await page.locator("h3", { hasText: "Live when the process died (it never got to free them: not leaks)" }).count()) === 1, deadRows.join(" / "));
+  await page.locator(".tabs button[data-moment='oom0']").click();
+  const cats = await page.locator("[data-table='categories'] tbody tr").evaluateAll((rows) => rows.map((x) => [...x.children].map((c) => c.textContent).join(" | ")));
+  check("first-step death: the OOM's categories are report.json's oom[].categories",
+        JSON.stringify(cats) === JSON.stringify(["activations | 12.00 GiB | 75 %", "allocator cache | 3.00 GiB | 19 %", "parameters | 1.00 GiB | 6.3 %"]), JSON.stringify(cats));
+  await page.locator(".tabs button[data-moment='exit']").click();
+  const exitRows = await page.locator("[data-table='exit-sites'] tbody tr:not(.detail)").count();
+  check("first-step death: the last tab is what was live when it died", (await page.locator(".tabs button[data-moment='exit']").textContent()) === "When it died" && exitRows === 1, String(exitRows));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(shots, "report-first-step.png") });
+  check("no console errors (first-step death)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
+// 7g. A clean exit with memory left: leaks[] with `kept` (what the forwards kept across
+// iterations: the diagnosis' cause) is not called a leak suspect; the rest are.
+{
+  const GiB = 1024 ** 3, MiB = 1024 ** 2;
+  const r = torchOom();
+  r.oom = []; r.live_at_death = [];
+  r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
+  r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * GiB - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 0 };
+  delete r.diagnosis.oom_index; delete r.diagnosis.fatal;
+  r.leaks = [
+    { device: 0, pid: 31337, site: "forward (resnet.py:150)", library: "libtorch_cuda.so", bytes: 3 * GiB, count: 128, sizes: [{ bytes: 24 * MiB, count: 128 }], stack: [], kept: "kept_graph" },
+    { device: 0, pid: 31337, site: "evaluate (train.py:120)", library: "libtorch_cuda.so", bytes: 64 * MiB, count: 2, sizes: [{ bytes: 32 * MiB, count: 2 }], stack: [] },
+  ];
+  const { page, errors } = await open(render("torch-kept", r), "light", 1400, 900);
+  check("kept: the leak suspects leave out what was kept", (await stat(page, "leaks")) === "2 (64.00 MiB)" && (await page.locator("[data-stat='leaks'] .label").textContent()) === "Leak suspects", await stat(page, "leaks"));
+  check("kept: what the forwards kept has its own figure", (await stat(page, "kept")) === "128 blocks (3.00 GiB)" && (await page.locator("[data-stat='kept'] .label").textContent()) === "Kept across iterations", await stat(page, "kept"));
+  // Each row's first cell is its expand button's.
+  const rowsOf = (id) => page.locator(`[data-table='${id}'] tbody tr:not(.detail)`).evaluateAll((rows) => rows.map((x) => [...x.children].map((c) => c.textContent).join(" | ")));
+  const suspects = await rowsOf("leaks"), kept = await rowsOf("kept");
+  check("kept: the leak suspects' table", JSON.stringify(suspects) === JSON.stringify([" | evaluate (train.py:120) | libtorch_cuda.so | 64.00 MiB | 2 | 31337 | 2× 32.00 MiB"]), JSON.stringify(suspects));
+  check("kept: the kept blocks' table, with what kept them", JSON.stringify(kept) === JSON.stringify([" | forward (resnet.py:150) | autograd graph | libtorch_cuda.so | 3.00 GiB | 128 | 31337 | 128× 24.00 MiB"]) &&
+        (await page.locator("h3", { hasText: "Kept across iterations by the forwards (the diagnosis' cause, not leaked)" }).count()) === 1, JSON.stringify(kept));
+  check("kept: the last tab is at exit", (await page.locator(".tabs button[data-moment='exit']").textContent()) === "At exit");
+  check("no console errors (kept)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 // 8. A native CUDA program's OOM: the page draws the collector's diagnosis, findings and
 // remedies, all in CUDA's terms.
 {
@@ -617,7 +686,7 @@ for (const width of [1400, 1000]) {
   b.devices[0].categories.timeline.points = a.devices[0].categories.timeline.points.map(([t, ...v]) => [t, ...v.map((x) => Math.round(x * f))]);
   b.devices[0].timeline.points = a.devices[0].timeline.points.map(([t, x]) => [t, Math.round(x * f)]);
   b.oom = [];
-  b.leaks = [];
+  b.leaks = []; b.live_at_death = [];
   b.run.command = ["python3", "train.py", "--arch", "resnet50", "--batch-size", "256"];
   b.processes[0].clean_exit = true; b.processes[0].exit_code = 0;
   b.devices[0].peak.bytes = 9 * 1024 ** 3;
