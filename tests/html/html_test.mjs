@@ -495,7 +495,7 @@ for (const width of [1400, 1000]) {
   await plain.goto("file://" + html);
   const text = await plain.locator("body").innerText();
   const want = ["Plan: stopped before the first training step (batch 10240)",
-    "Process 10774 (batch 10240): the step was predicted on fake tensors in 351.5 µs; nothing of it ran",
+    "Process 10774 (batch 10240): the step was predicted on fake tensors in 351.5 µs; nothing of it ran on the GPU",
     "Device 0: the whole step peaks at 96.00 MiB against PyTorch's per-process fraction of 70.00 MiB: will run out of memory, 26.00 MiB over",
     "Device 0: the largest batch that fits: 6826 (this one: 10240)",
     "Device 0: Halve the batch: peak 46.00 MiB (fits)", "Device 0: bf16 autocast: peak 56.00 MiB (fits)",
