@@ -8,6 +8,10 @@
 # whether the own plan's largest batch and one more run under the fraction.
 # scripts/gpu/own_step_check.py prints predicted vs real for both.
 #
+# The planned programs would run STEPS=20 optimizer steps (the plan needs eight of them: two for
+# each predicted step); MODES="program" plans only as it runs; TRUTH=FILE takes the real loops'
+# figures from an earlier run's own-truth.txt where its largest batch is the same.
+#
 #   BUILD=$PWD/build-gpu OUT=/tmp/o scripts/gpu/own_step.sh [MODEL:BATCH ...]
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,11 +28,11 @@ export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 truth=()
 for c in "${cases[@]}"; do
   model=${c%%:*} batch=${c##*:}
-  for step in program standin; do
+  for step in ${MODES:-program standin}; do
     dir=$RUNS/$model-b$batch-$step
     rm -rf "$dir"
     start=$(date +%s%N)
-    VRAMTRACE_PLAN_STEP=$step MODEL=$model BATCH=$batch "$BUILD/bin/vramtrace" plan -o "$dir" -- \
+    VRAMTRACE_PLAN_STEP=$step MODEL=$model BATCH=$batch STEPS=20 "$BUILD/bin/vramtrace" plan -o "$dir" -- \
       python3 "$ROOT/scripts/gpu/own_step_job.py" run > "$dir.log" 2>&1
     rc=$?
     echo "plan $model b$batch ($step): rc=$rc $(( ($(date +%s%N) - start) / 1000000 )) ms"
@@ -42,5 +46,19 @@ except Exception:
     print(0)' "$RUNS/$model-b$batch-program/report.json")
   truth+=("$model:$batch:$guess")
 done
-timeout 400 python3 "$ROOT/scripts/gpu/own_step_job.py" truth "${truth[@]}" | tee "$OUT/own-truth.txt"
+if [[ -n ${TRUTH:-} ]]; then
+  # Only the loops whose planned largest batch is not the earlier one's run again.
+  again=()
+  for t in "${truth[@]}"; do
+    IFS=: read -r model batch guess <<< "$t"
+    grep -q "\"model\": \"$model\", \"batch\": $batch,.*\"largest_predicted\": $guess," "$TRUTH" \
+      || again+=("$t")
+  done
+  cp "$TRUTH" "$OUT/own-truth.txt"
+  [[ ${#again[@]} -gt 0 ]] && timeout 400 python3 "$ROOT/scripts/gpu/own_step_job.py" truth \
+    "${again[@]}" | tee -a "$OUT/own-truth.txt"
+else
+  timeout 400 python3 "$ROOT/scripts/gpu/own_step_job.py" truth "${truth[@]}" \
+    | tee "$OUT/own-truth.txt"
+fi
 python3 "$ROOT/scripts/gpu/own_step_check.py" "$RUNS" "$OUT/own-truth.txt" | tee "$OUT/own-check.txt"

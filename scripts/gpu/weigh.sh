@@ -6,13 +6,13 @@
 # under vramtrace as it is by default and with VRAMTRACE_TORCH_PREDICT=oom (no weighing), in
 # turn; the wall-clock ratio of the two is the weighing's cost.
 #
-#   BUILD=/abs/build OUT=/tmp/out [STEPS=40] scripts/gpu/weigh.sh [MODEL:BATCH ...]
+#   BUILD=/abs/build OUT=/tmp/out [STEPS=80] scripts/gpu/weigh.sh [MODEL:BATCH ...]
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT=${OUT:-$ROOT/gpu-out}
 RUNS=$OUT/weigh
-STEPS=${STEPS:-40}
+STEPS=${STEPS:-80}
 mkdir -p "$RUNS"
 cases=("$@")
 [[ ${#cases[@]} -eq 0 ]] && cases=(resnet50:128 vit_b_16:64 gpt2:8)
