@@ -295,13 +295,8 @@ std::string plan_noscript(const json& r) {
                " (this one: " + html_escape(text_of(d, "batch")) + ")</li>";
         if (d.contains("remedies") && d["remedies"].is_array())
           for (const auto& m : d["remedies"]) {
-            const std::string kind = text_of(m, "kind");
             const std::string what =
-                kind == "smaller_batch"              ? "Halve the batch"
-                : kind == "mixed_precision"          ? "bf16 autocast"
-                : kind == "activation_checkpointing" ? "Checkpoint the repeated blocks"
-                : kind == "expandable_segments" ? "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-                                                : html_escape(kind);
+                html_escape(text_of(m, m.contains("label") ? "label" : "kind"));
             out += dev + what + ": " +
                    (m.value("replayed", false) == true
                         ? "peak " + bytes_of(m, "peak_bytes") +

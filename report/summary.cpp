@@ -443,13 +443,7 @@ std::string plan_lines(const json& r) {
                                : std::string("no batch fits, down to 1 % of this one")) +
           " (this one: " + std::to_string(d.value("batch", batch)) + "; 1.5 % kept free)\n";
       for (const json& m : d.value("remedies", json::array())) {
-        const std::string kind = m.value("kind", std::string());
-        const std::string what = kind == "smaller_batch"     ? "halve the batch"
-                                 : kind == "mixed_precision" ? "bf16 autocast"
-                                 : kind == "activation_checkpointing"
-                                     ? "checkpoint the repeated blocks"
-                                 : kind == "expandable_segments" ? "expandable_segments:True"
-                                                                 : printable(kind);
+        const std::string what = printable(m.value("label", m.value("kind", std::string())));
         out +=
             head + dev + "  " + what + ": " +
             (m.value("replayed", false)

@@ -313,7 +313,9 @@ json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin
       dj["largest_batch_at_least"] = d.largest_at_least;
       json remedies = json::array();
       for (const auto& r : d.remedies) {
-        json rj = {{"kind", r.kind}, {"replayed", r.replayed}};
+        json rj = {{"kind", collector::remedy_kind_row(r.kind).name},
+                   {"label", r.label},
+                   {"replayed", r.replayed}};
         if (r.replayed) {
           rj["peak_bytes"] = r.peak_bytes;
           rj["fits"] = r.fits;

@@ -48,10 +48,22 @@ void largest_batch(const ProcessModel& p, uint32_t device, uint64_t recorded, De
   if (n) d.largest_batch = n;
 }
 
-PlanRemedy remedy(const ProcessModel& p, uint32_t device, const std::string& kind) {
+// A plan's remedy in a few words (the change the program makes).
+std::string label_of(RemedyKind kind) {
+  switch (kind) {
+    case RemedyKind::SmallerBatch: return "halve the batch";
+    case RemedyKind::MixedPrecision: return "bf16 autocast";
+    case RemedyKind::ActivationCheckpointing: return "checkpoint the repeated blocks";
+    case RemedyKind::ExpandableSegments: return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    default: return remedy_kind_row(kind).name;
+  }
+}
+
+PlanRemedy remedy(const ProcessModel& p, uint32_t device, RemedyKind kind) {
   PlanRemedy r;
   r.kind = kind;
-  const RemedyChange change{kind, {}, {}};
+  r.label = label_of(kind);
+  const RemedyChange change{kind};
   const WhatIfResult w = replay_remedy(p, device, change);
   if (!w.ok) {
     r.not_replayed_because = w.error;
@@ -121,13 +133,13 @@ DevicePlan device_plan(const ProcessModel& p, uint32_t device) {
       own.completion && own.completion->recorded_batch ? own.completion->recorded_batch : d.batch;
   largest_batch(p, device, recorded, d);
 
-  if (recorded >= 2) d.remedies.push_back(remedy(p, device, "smaller_batch"));
+  if (recorded >= 2) d.remedies.push_back(remedy(p, device, RemedyKind::SmallerBatch));
   if (predicted_change(ctx, device, "bf16_autocast"))
-    d.remedies.push_back(remedy(p, device, "mixed_precision"));
+    d.remedies.push_back(remedy(p, device, RemedyKind::MixedPrecision));
   if (predicted_change(ctx, device, "checkpoint"))
-    d.remedies.push_back(remedy(p, device, "activation_checkpointing"));
+    d.remedies.push_back(remedy(p, device, RemedyKind::ActivationCheckpointing));
   if (own.conf.find("expandable_segments:True") == std::string::npos)
-    d.remedies.push_back(remedy(p, device, "expandable_segments"));
+    d.remedies.push_back(remedy(p, device, RemedyKind::ExpandableSegments));
   return d;
 }
 

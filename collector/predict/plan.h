@@ -12,6 +12,8 @@
 
 #include "collector/predict/whatif.h"
 
+#include "collector/remedy_kinds.h"
+
 namespace vramtrace::collector {
 
 struct Run;
@@ -19,7 +21,9 @@ struct Run;
 // A remedy of the plan, replayed as the report's are (collector/predict/whatif.h's
 // replay_remedy): smaller_batch, mixed_precision, activation_checkpointing, expandable_segments.
 struct PlanRemedy {
-  std::string kind;
+  RemedyKind kind = RemedyKind::SmallerBatch;
+  // What it is in a few words, as the summary, the pre-flight line and the page all say it.
+  std::string label;
   bool replayed = false;
   std::string not_replayed_because;  // when not replayed
   // The most the process would hold with it (PyTorch's reserved plus the memory outside it):

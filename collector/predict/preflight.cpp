@@ -177,13 +177,8 @@ std::string preflight_verdict(const ProcessModel& p) {
       line += "no batch fits, down to 1 % of this one (" + std::to_string(d.batch) + ")";
     std::string remedies;
     for (const PlanRemedy& r : d.remedies) {
-      const std::string what = r.kind == "smaller_batch"              ? "halve the batch"
-                               : r.kind == "mixed_precision"          ? "bf16 autocast"
-                               : r.kind == "activation_checkpointing" ? "checkpointing"
-                               : r.kind == "expandable_segments"      ? "expandable_segments:True"
-                                                                      : r.kind;
       if (!r.replayed) continue;
-      remedies += (remedies.empty() ? "" : ", ") + what + " " + human_bytes(r.peak_bytes) +
+      remedies += (remedies.empty() ? "" : ", ") + r.label + " " + human_bytes(r.peak_bytes) +
                   (r.fits ? " (fits)" : " (runs out)");
     }
     if (!remedies.empty()) line += "; remedies: " + remedies;

@@ -502,8 +502,6 @@
   // replayed peak, what the prediction could not see and what the fake steps cost. Whether
   // anything fits is the collector's (each "fits"); the page only words it. Several processes
   // or devices each get their block.
-  const planRemedyNames = { smaller_batch: "Halve the batch", mixed_precision: "bf16 autocast",
-    activation_checkpointing: "Checkpoint the repeated blocks", expandable_segments: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" };
   const planLosses = { model: "the model's own loss", cross_entropy: "an assumed cross-entropy loss", sum: "an assumed sum of the outputs as the loss" };
   // The limit the step is held to: PyTorch's per-process fraction where it is below the device's.
   const planLimit = (d) => known(d.fraction_limit_bytes) && (!known(d.limit_bytes) || d.fraction_limit_bytes < d.limit_bytes)
@@ -537,7 +535,7 @@
       const ol = $("ol", { class: "plan-remedies" });
       for (const m of rem) {
         const li = $("li", { "data-kind": m.kind });
-        const t = $("div", { class: "plan-remedy-title" }, $("span", { text: planRemedyNames[m.kind] || String(m.kind) }));
+        const t = $("div", { class: "plan-remedy-title" }, $("span", { text: String(m.label || m.kind) }));
         if (m.replayed) t.append($("span", { class: "verdict-chip " + (m.fits ? "ok" : "bad"), text: m.fits ? "fits" : "runs out" }));
         li.append(t);
         li.append($("div", { class: "predicted small", text: m.replayed

@@ -130,8 +130,8 @@ def runs_out(work):
     verdict = ("vramtrace: PRE-FLIGHT: the first step will need 96.00 MiB against PyTorch's "
                "per-process fraction of 70.00 MiB: it will run out of memory; the largest batch "
                "that fits is 6826 (this one: 10240); remedies: halve the batch 46.00 MiB (fits), "
-               "bf16 autocast 56.00 MiB (fits), checkpointing 76.00 MiB (runs out), "
-               "expandable_segments:True 86.00 MiB (runs out)")
+               "bf16 autocast 56.00 MiB (fits), checkpoint the repeated blocks 76.00 MiB (runs "
+               "out), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True 86.00 MiB (runs out)")
     check(verdict in out, "the verdict: %r" % out)
     dies = [i for i, l in enumerate(out) if l.startswith("Traceback")]
     check(dies and out.index("step 0 begins") < out.index(verdict) < dies[0],

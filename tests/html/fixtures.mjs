@@ -302,14 +302,14 @@ const planOver = { processes: [{ batch: 10240, pid: 10774, stopped_ns: 1520519, 
   devices: [{ batch: 10240, device: 0, predicted: true, predicted_batches: [5120, 10240], fits: false, fraction_limit_bytes: 73400320, free_bytes: 0,
     largest_batch: 6826, largest_batch_at_least: false, limit_bytes: 78643200, limit_source: estimatedLimit, outside_bytes: 0, over_bytes: 27262976,
     peak_bytes: 100663296, reserved_peak_bytes: 100663296,
-    remedies: [{ kind: "smaller_batch", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "mixed_precision", replayed: true, peak_bytes: 58720256, fits: true },
-      { kind: "activation_checkpointing", replayed: true, peak_bytes: 79691776, fits: false }, { kind: "expandable_segments", replayed: true, peak_bytes: 90177536, fits: false }] }] }] };
+    remedies: [{ kind: "smaller_batch", label: "halve the batch", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "mixed_precision", label: "bf16 autocast", replayed: true, peak_bytes: 58720256, fits: true },
+      { kind: "activation_checkpointing", label: "checkpoint the repeated blocks", replayed: true, peak_bytes: 79691776, fits: false }, { kind: "expandable_segments", label: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", replayed: true, peak_bytes: 90177536, fits: false }] }] }] };
 const planFits = { processes: [{ batch: 4096, pid: 18886, stopped_ns: 5926519, fake_step_seconds: 0.000358863, loss: "", rng_restored: false, unseen: unseenPlan,
   devices: [{ batch: 4096, device: 0, predicted: true, predicted_batches: [2048, 4096], fits: true, free_bytes: 30408704,
     largest_batch: 7168, largest_batch_at_least: false, limit_bytes: 78643200, limit_source: estimatedLimit, outside_bytes: 0, over_bytes: 0,
     peak_bytes: 48234496, reserved_peak_bytes: 48234496,
-    remedies: [{ kind: "smaller_batch", replayed: true, peak_bytes: 27262976, fits: true }, { kind: "mixed_precision", replayed: true, peak_bytes: 27262976, fits: true },
-      { kind: "activation_checkpointing", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "expandable_segments", replayed: true, peak_bytes: 48234496, fits: true }] }] }] };
+    remedies: [{ kind: "smaller_batch", label: "halve the batch", replayed: true, peak_bytes: 27262976, fits: true }, { kind: "mixed_precision", label: "bf16 autocast", replayed: true, peak_bytes: 27262976, fits: true },
+      { kind: "activation_checkpointing", label: "checkpoint the repeated blocks", replayed: true, peak_bytes: 48234496, fits: true }, { kind: "expandable_segments", label: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", replayed: true, peak_bytes: 48234496, fits: true }] }] }] };
 export function torchPlan({ fits = false } = {}) {
   const prog = "/work/plan/tests/programs/py_torch_plan.py";
   const weights = 2 * MiB, batch = 20 * MiB, held = weights + batch;

@@ -471,9 +471,9 @@ for (const width of [1400, 1000]) {
       "plan-over|stat bad|Over the limit|26.00 MiB", "plan-largest|stat |Largest batch that fits (this one: 10240)|6826"]), JSON.stringify(stats));
     const rem = await page.locator("#plan .plan-remedies > li").evaluateAll((ls) => ls.map((l) => [l.dataset.kind, l.querySelector(".plan-remedy-title span").textContent, l.querySelector(".verdict-chip").textContent, l.querySelector(".predicted").textContent]));
     check(`${w}: each remedy's replayed peak, fits or not`, JSON.stringify(rem) === JSON.stringify([
-      ["smaller_batch", "Halve the batch", "fits", "peak with it: 46.00 MiB; replayed through PyTorch's allocator: fits under 70.00 MiB"],
+      ["smaller_batch", "halve the batch", "fits", "peak with it: 46.00 MiB; replayed through PyTorch's allocator: fits under 70.00 MiB"],
       ["mixed_precision", "bf16 autocast", "fits", "peak with it: 56.00 MiB; replayed through PyTorch's allocator: fits under 70.00 MiB"],
-      ["activation_checkpointing", "Checkpoint the repeated blocks", "runs out", "peak with it: 76.00 MiB; replayed through PyTorch's allocator: runs out of memory under 70.00 MiB"],
+      ["activation_checkpointing", "checkpoint the repeated blocks", "runs out", "peak with it: 76.00 MiB; replayed through PyTorch's allocator: runs out of memory under 70.00 MiB"],
       ["expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "runs out", "peak with it: 86.00 MiB; replayed through PyTorch's allocator: runs out of memory under 70.00 MiB"]]), JSON.stringify(rem));
     const unseen = await page.locator("#plan .plan-unseen li").allTextContents();
     check(`${w}: what the prediction could not see`, JSON.stringify(unseen) === JSON.stringify(torchPlan().plan.processes[0].unseen) && (await page.locator("#plan .plan-unseen-box h3").textContent()) === "What the prediction could not see", unseen.join(" | "));
@@ -498,8 +498,8 @@ for (const width of [1400, 1000]) {
     "Process 10774 (batch 10240): the step was predicted on fake tensors in 351.5 µs; nothing of it ran on the GPU",
     "Device 0: the whole step peaks at 96.00 MiB against PyTorch's per-process fraction of 70.00 MiB: will run out of memory, 26.00 MiB over",
     "Device 0: the largest batch that fits: 6826 (this one: 10240)",
-    "Device 0: Halve the batch: peak 46.00 MiB (fits)", "Device 0: bf16 autocast: peak 56.00 MiB (fits)",
-    "Device 0: Checkpoint the repeated blocks: peak 76.00 MiB (runs out)", "Device 0: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak 86.00 MiB (runs out)",
+    "Device 0: halve the batch: peak 46.00 MiB (fits)", "Device 0: bf16 autocast: peak 56.00 MiB (fits)",
+    "Device 0: checkpoint the repeated blocks: peak 76.00 MiB (runs out)", "Device 0: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak 86.00 MiB (runs out)",
     "What the prediction could not see:", ...torchPlan().plan.processes[0].unseen];
   const lines = text.split("\n").map((l) => l.trim());
   const missing = want.filter((l) => !lines.includes(l));

@@ -96,8 +96,7 @@ nlohmann::json report_of_data(const std::string& folder, const std::string& pid)
 }
 }  // namespace
 
-TEST_CASE(
-    "a first-step death's timeline ends at its last CUDA work; the prediction's time is said") {
+TEST_CASE("a first-step death's timeline ends at its last CUDA work, the prediction's time said") {
   // ResNet-50 at batch 256 on an H200 died in its first step 0.467 s after its first CUDA work;
   // the start-up hook then ran the step on fake tensors at exit, for 9.6 s of no CUDA work.
   const nlohmann::json j = report_of_data("first-step/resnet50-b256", "744");
