@@ -160,8 +160,11 @@ def others(work):
           "no wait: %d %r" % (r.returncode, out))
     # Without --preflight: no prediction, no PF line.
     r, out, rep, lines = run(work, "without", options=())
+    # No fake step ran: the one N line says why the remedies were not weighed on any.
+    steps = [l.split("\t") for l in lines if l.startswith("N\t")]
     check(r.returncode == 0 and "preflight" not in rep and
-          not any(l.startswith("PF\t") or l.startswith("N\t") for l in lines) and
+          not any(l.startswith("PF\t") or l.startswith("R\t") for l in lines) and
+          len(steps) == 1 and steps[0][6].startswith("not weighed on fake steps: ") and
           not any("PRE-FLIGHT" in l for l in out), "without --preflight: %r" % out)
     print("one step, no wait, without --preflight: checked")
 

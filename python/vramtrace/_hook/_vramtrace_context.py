@@ -604,8 +604,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
-        if ((self.predict_always or self.predict_background) and not self.first_done
-                and self.first_call is not None):
+        if self.predict_always and not self.first_done and self.first_call is not None:
             self.predict_pending = True
         self.first_done = True
         self.in_step = False
@@ -665,14 +664,11 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             except Exception:
                 pass
             return
-        try:
-            self.collect_weighing()
-        except Exception:
-            pass
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if exc is not None:
             self.exception = _exception_line(exc, self.clean, self.now())
         try:
             self.predict_steps()
+            self.say_not_weighed()
         except Exception:
             pass

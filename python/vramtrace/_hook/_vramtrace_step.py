@@ -394,18 +394,13 @@ class _Prediction:
         self.oom_seen = False
         self.made_optimizers = []  # weakrefs of every optimizer made, first made first
         self.predicted = []        # N, V and R lines
-        # VRAMTRACE_TORCH_PREDICT: "always", the step is predicted as the second one begins (at
-        # exit the model is usually gone), the program waiting; "on" (the default), the same
-        # in a forked process the program does not wait for (_vramtrace_weigh), and at the exit
-        # of a process that ran out; "oom", only the latter; "off", never.
-        import time
+        # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins (at
+        # exit the model is usually gone), else only at the exit of a process that ran out; a
+        # run that finished its steps says so at exit (say_not_weighed).
         mode = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on")
         self.predict_always = mode == "always"
-        self.predict_background = mode == "on"
+        self.say_unweighed = mode == "on"
         self.predict_pending = False
-        from _vramtrace_weigh import Weighing
-        self.weighing = Weighing(time.monotonic())
-        self.quiet = False         # no word on stderr (the forked process that weighs)
         # `vramtrace plan` (VRAMTRACE_PLAN=1): the first training call is predicted and the
         # process stopped before its forward runs (plan_stop).
         self.plan = os.environ.get("VRAMTRACE_PLAN") == "1"
@@ -418,7 +413,7 @@ class _Prediction:
         if self.preflight_dir:
             self.want_call = True
         if self.plan or self.preflight_dir:
-            self.predict_background = False
+            self.say_unweighed = False
         self.preflight_line = None  # the PF line, once predicted
         self.preflighting = False   # its fake steps are running
         self.plan_line = None      # the Z line, once stopped
@@ -688,36 +683,33 @@ class _Prediction:
         os._exit(0)
 
     def second_step(self):
-        """The second step begins: its first step run on fake tensors now
-        (VRAMTRACE_TORCH_PREDICT=always) or in a forked process (the default)."""
+        """The second step begins: with VRAMTRACE_TORCH_PREDICT=always, its first step run on
+        fake tensors now, the program waiting."""
         if self.predict_always:
             self.predict_steps()
-            return
-        first = self.first_call
-        if not self.predict_background or first is None or self.predicted or not first[2]:
-            return
-        model = first[0]()
-        if model is not None and type(model).__name__ not in ("OptimizedModule",):
-            self.weighing.start(self, first, model)
 
-    def collect_weighing(self):
-        """At exit: the lines of the fake steps run in the forked process, or an N line saying
-        why there are none (the report's remedies are then the transforms, said)."""
-        result = self.weighing.collect()
-        if result is None or self.predicted:
+    def say_not_weighed(self):
+        """At the exit of a run that finished its first step and never ran out of memory, by
+        default: an N line (with its V line, "none") saying why its remedies were not weighed
+        on fake steps, which the report's remedies then say (estimated from the recorded
+        requests). Fake steps cost seconds of the program's own time, and by then the model is
+        usually gone: they run only when asked."""
+        first = self.first_call
+        if (not self.say_unweighed or first is None or self.predicted or self.oom_seen
+                or not self.first_done or not first[2]):
             return
-        if isinstance(result, list):
-            self.predicted = result
+        ref, call, batch, training, grad, autocast, t = first
+        if not (training and grad):
             return
-        ref, call, batch, training, grad, autocast, t = self.first_call
         device = 0
         model = ref()
         p = next(model.parameters(), None) if model is not None else None
         if p is not None and p.device.type == "cuda":
             device = p.device.index or 0
-        self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (device, batch, batch, t,
-                                                         self.clean(result)[:900]),
-                          "V\t1\t%s\t%s\n" % ("none", "-")]
+        self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (
+            device, batch, batch, t, "not weighed on fake steps: a run that finishes its steps "
+            "runs them only with VRAMTRACE_TORCH_PREDICT=always (seconds of its own time as the "
+            "second step begins)"), "V\t1\t%s\t%s\n" % ("none", "-")]
 
     def predict_steps(self, force=False):
         """At exit of a process that ran out of memory (or of any, with
@@ -761,9 +753,7 @@ class _Prediction:
     def predict_model(self, first, model):
         ref, call, batch, training, grad, autocast, t = first
         try:
-            if self.quiet:
-                pass
-            elif self.plan:
+            if self.plan:
                 sys.stderr.write("vramtrace plan: running the first training step on fake "
                                  "tensors (a few seconds)\n")
             elif self.preflighting:
