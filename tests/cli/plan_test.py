@@ -33,10 +33,10 @@ MiB = 1 << 20
 PROGRAM = os.path.join(SRC, "tests", "programs", "py_torch_plan.py")
 
 
-def run(work, name, *args, command="plan"):
+def run(work, name, *args, command="plan", **more_env):
     env = vtrel.env(FAKE_TORCH_CUDART=os.path.join(vtrel.BUILD, "standin", "libcudart.so.13"),
                     PYTHONPATH=os.path.join(SRC, "tests", "programs", "fake_torch"),
-                    VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB))
+                    VRAMTRACE_STANDIN_DEVICE_BYTES=str(80 * MiB), **more_env)
     for k in ("VRAMTRACE_PLAN", "VRAMTRACE_TORCH_PREDICT", "VRAMTRACE_TORCH_TRACE"):
         env.pop(k, None)
     d = os.path.join(work, name)
@@ -153,7 +153,13 @@ def fits(work):
     check("vramtrace: PLAN: device 0: the whole step peaks at 46.00 MiB (PyTorch reserved "
           "46.00 MiB + 0 B outside PyTorch) against a limit of 75.00 MiB: fits, 29.00 MiB to "
           "spare" in r.stderr.splitlines(), "the summary: %r" % r.stderr)
-    print("a step that fits: checked")
+    # Every module call traced (no call wrapper otherwise in that mode): the plan stops there too.
+    r, lines, rep, _ = run(work, "every", "--batch", "4096", VRAMTRACE_TORCH_MODULES="every")
+    d = device_plan(rep)
+    check(r.returncode == 0 and len(tags(lines, "Z")) == 1 and "the step ran" not in r.stdout
+          and d.get("peak_bytes") == 46 * MiB,
+          "every module call traced: %d %r %r" % (r.returncode, r.stdout, d.get("peak_bytes")))
+    print("a step that fits, with every module call traced too: checked")
 
 
 def goes_on(work):

@@ -401,7 +401,9 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         self.torch.autograd.backward = self.traced_backward if on else self.backward
         for name, f in (self.traced_moves if on else self.moves).items():
             setattr(self.tensor_class, name, f)
-        if not self.every:
+        # With every module call traced the outermost calls need no wrapper, but a plan and a
+        # pre-flight stop at the first training call, which the wrapper sees.
+        if not self.every or self.first_call_stops:
             self.module_class.__call__ = self.traced_call if on else self.call
 
     def forward_kind(self, module, mid):

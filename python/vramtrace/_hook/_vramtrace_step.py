@@ -414,6 +414,7 @@ class _Prediction:
             self.want_call = True
         if self.plan or self.preflight_dir:
             self.say_unweighed = False
+        self.first_call_stops = bool(self.plan or self.preflight_dir)
         self.preflight_line = None  # the PF line, once predicted
         self.preflighting = False   # its fake steps are running
         self.plan_line = None      # the Z line, once stopped
@@ -646,6 +647,10 @@ class _Prediction:
         if own.first_done:
             notes.append("the program's own loop ran %d of %d steps on fake tensors"
                          % (len(own.done), len(own.runs)))
+            notes.append("put back: the model's parameters and buffers, its optimizers, the RNG "
+                         "states; not put back, as the plan ends the program: what else its "
+                         "loop changed (a GradScaler's scale, a learning-rate scheduler, its "
+                         "DataLoader's place)")
         for b, change, why in own.failures:
             notes.append("the step at batch %d%s: %s" % (b, " with " + change if change else "",
                                                          why))
