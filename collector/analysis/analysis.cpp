@@ -139,11 +139,18 @@ bool first_step_predicted_at_exit(const ProcessModel& p) {
       [](const TorchPredictedStep& s) { return s.change.empty() && s.status == "ok"; });
 }
 
-// Where a process's timelines end: its end, unless its first step was predicted at its exit,
-// which took the time after its last CUDA work (seconds, against the step's fraction of one):
-// drawn, that time would read as memory held.
+// Whether `vramtrace plan` stopped the process: its steps ran on fake tensors after its last
+// CUDA work, until its exit.
+bool stopped_for_plan(const ProcessModel& p) {
+  return p.torch_context && p.torch_context->plan_stop;
+}
+
+// Where a process's timelines end: its end, unless its first step was predicted at its exit or
+// run on fake tensors for a plan, which took the time after its last CUDA work (seconds,
+// against the step's fraction of one): drawn, that time would read as memory held.
 uint64_t timeline_end(const ProcessModel& p) {
-  const bool cut = first_step_predicted_at_exit(p) && p.work_end_ns && p.work_end_ns < p.end_ns;
+  const bool cut = (first_step_predicted_at_exit(p) || stopped_for_plan(p)) && p.work_end_ns &&
+                   p.work_end_ns < p.end_ns;
   return cut ? p.work_end_ns : p.end_ns;
 }
 
@@ -160,10 +167,14 @@ std::vector<PredictedAtExit> predicted_at_exit(const RunAnalysis& a) {
     if (pa.timeline_end_ns >= p.end_ns) continue;
     char text[512];
     std::snprintf(text, sizeof text,
-                  "Process %llu died in its first training step: from its last CUDA work "
-                  "(%.3f s) to its exit (%.3f s), %.3f s went to predicting the rest of that "
-                  "step on fake tensors, which used no device memory; the timeline ends at its "
-                  "last CUDA work.",
+                  stopped_for_plan(p)
+                      ? "Process %llu stopped for a plan: from its last CUDA work (%.3f s) to "
+                        "its exit (%.3f s), %.3f s went to its steps on fake tensors, which used "
+                        "no device memory; the timeline ends at its last CUDA work."
+                      : "Process %llu died in its first training step: from its last CUDA work "
+                        "(%.3f s) to its exit (%.3f s), %.3f s went to predicting the rest of "
+                        "that step on fake tensors, which used no device memory; the timeline "
+                        "ends at its last CUDA work.",
                   static_cast<unsigned long long>(p.pid), at(pa.timeline_end_ns), at(p.end_ns),
                   static_cast<double>(p.end_ns - pa.timeline_end_ns) / 1e9);
     out.push_back({p.pid, pa.timeline_end_ns, p.end_ns, text});
