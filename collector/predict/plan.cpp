@@ -140,6 +140,13 @@ DevicePlan device_plan(const ProcessModel& p, uint32_t device) {
     d.remedies.push_back(remedy(p, device, RemedyKind::ActivationCheckpointing));
   if (own.conf.find("expandable_segments:True") == std::string::npos)
     d.remedies.push_back(remedy(p, device, RemedyKind::ExpandableSegments));
+  // A change replayed to no lower peak is no remedy (checkpointing a model that checkpoints its
+  // blocks already): not offered.
+  const auto no_saving = [&d](const PlanRemedy& r) {
+    return r.replayed && r.peak_bytes >= d.peak_bytes;
+  };
+  d.remedies.erase(std::remove_if(d.remedies.begin(), d.remedies.end(), no_saving),
+                   d.remedies.end());
   return d;
 }
 

@@ -153,6 +153,11 @@ def fits(work):
     check("vramtrace: PLAN: device 0: the whole step peaks at 46.00 MiB (PyTorch reserved "
           "46.00 MiB + 0 B outside PyTorch) against a limit of 75.00 MiB: fits, 29.00 MiB to "
           "spare" in r.stderr.splitlines(), "the summary: %r" % r.stderr)
+    # Checkpointing and expandable segments replay to the step's own 46 MiB here: no saving, so
+    # not offered.
+    kinds = [(m["kind"], m.get("peak_bytes")) for m in d.get("remedies", [])]
+    check(kinds == [("smaller_batch", 26 * MiB), ("mixed_precision", 26 * MiB)],
+          "the remedies that save something: %r" % kinds)
     # Every module call traced (no call wrapper otherwise in that mode): the plan stops there too.
     r, lines, rep, _ = run(work, "every", "--batch", "4096", VRAMTRACE_TORCH_MODULES="every")
     d = device_plan(rep)
