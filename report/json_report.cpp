@@ -108,6 +108,8 @@ json fragmentation_json(const collector::FragmentationState& f, uint64_t origin)
           {"free_blocks", f.free_blocks},
           {"largest_free_block_bytes", f.largest_free},
           {"external_fragmentation", f.external()},
+          {"fragmentation_level",
+           collector::fragmentation_level_name(collector::fragmentation_level(f.external()))},
           {"blocks", f.blocks},
           {"segments", f.segments},
           {field::time_ns, since(f.time_ns, origin)}};
@@ -549,6 +551,8 @@ json run_device_json(const collector::RunAnalysis& a, const collector::RunDevice
   if (d.total_bytes)
     peak["fraction_of_capacity"] =
         static_cast<double>(d.peak_bytes) / static_cast<double>(d.total_bytes);
+  peak["headroom_level"] = collector::headroom_level_name(rd.headroom_level);
+  dj["limit_in_chart"] = rd.limit_in_chart;
   if (rd.peak) {
     json top = json::array();
     for (const auto& live : rd.peak->largest) {
@@ -618,7 +622,8 @@ void put_ranks(json& report, const collector::RunAnalysis& a, uint64_t origin) {
                                    {"max_peak_bytes", s.max_peak_bytes},
                                    {"mean_peak_bytes", s.mean_peak_bytes},
                                    {"spread_bytes", s.spread_bytes},
-                                   {field::max_over_mean, s.max_over_mean}};
+                                   {field::max_over_mean, s.max_over_mean},
+                                   {"imbalance_level", collector::imbalance_level_name(s.level)}};
 }
 
 // What was left at the end by site (leak suspects, live at death, kept across iterations).

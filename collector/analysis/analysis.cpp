@@ -241,6 +241,34 @@ void analyse_run_devices(RunAnalysis& a) {
   }
 }
 
+// Each device's peak against its effective limit (the diagnosis' on the diagnosed device, else
+// the device's capacity), and whether the chart draws that limit: against the chart's top, the
+// device's peak, the highest sum of its categories over time and each OOM's live bytes and
+// request (levels.h).
+void judge_devices(RunAnalysis& a) {
+  const Diagnosis& dg = a.diagnosis;
+  for (RunDeviceAnalysis& rd : a.devices) {
+    const RunDevice& d = *rd.model;
+    const bool diagnosed = dg.device && *dg.device == d.index && !dg.limit.kind.empty();
+    rd.limit_bytes = diagnosed ? dg.limit.bytes : d.total_bytes;
+    rd.headroom_level = headroom_level(d.peak_bytes, rd.limit_bytes);
+    uint64_t top = d.peak_bytes;
+    if (rd.torch)
+      for (const CategoryBytes& row : rd.torch->torch->series) {
+        uint64_t sum = 0;
+        for (uint64_t v : row) sum += v;
+        top = std::max(top, sum);
+      }
+    for (const ProcessModel& p : a.run->processes) {
+      if (p.host != d.host) continue;
+      for (const OomEvent& o : p.ooms)
+        if (o.device == d.index && !o.recovered)
+          top = std::max(top, o.live_bytes + o.requested_bytes);
+    }
+    rd.limit_in_chart = limit_in_chart(rd.limit_bytes, top);
+  }
+}
+
 }  // namespace
 
 RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_running) {
@@ -285,6 +313,7 @@ RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_ru
   std::stable_sort(a.leaks.begin(), a.leaks.end(), larger);
   std::stable_sort(a.live_at_death.begin(), a.live_at_death.end(), larger);
   a.diagnosis = diagnosis_of(a);
+  judge_devices(a);
   a.plans = plans_of(run);
   a.preflights = preflights_of(run);
   return a;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collector/analysis/leaks.h"
+#include "collector/analysis/levels.h"
 #include "collector/analysis/live_set.h"
 #include "collector/analysis/oom_findings.h"
 #include "collector/analysis/ranks.h"
@@ -139,6 +140,12 @@ struct RunDeviceAnalysis {
   // device: its categories, phases, modules and named tensors are the device's.
   const ProcessAnalysis* torch_process = nullptr;
   const DeviceAnalysis* torch = nullptr;
+  // Its peak against its effective limit (levels.h; the diagnosis' limit on the diagnosed
+  // device, else its capacity), and whether the chart draws that limit. Set by analysis_of()
+  // after the diagnosis.
+  uint64_t limit_bytes = 0;
+  HeadroomLevel headroom_level = HeadroomLevel::Unknown;
+  bool limit_in_chart = false;
 };
 
 struct RunAnalysis {

@@ -73,6 +73,7 @@ Ranks ranks_of(const Run& run) {
   s.spread_bytes = hi - lo;
   s.mean_peak_bytes = static_cast<double>(sum) / static_cast<double>(out.ranks.size());
   s.max_over_mean = s.mean_peak_bytes > 0 ? static_cast<double>(hi) / s.mean_peak_bytes : 0.0;
+  s.level = imbalance_level(s.max_over_mean);
   out.spread = s;
   return out;
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "collector/analysis/levels.h"
+
 namespace vramtrace::collector {
 
 struct Run;
@@ -37,6 +39,7 @@ struct RankSpread {
   size_t worst = 0;  // index in Ranks::ranks: the first with the largest peak
   uint64_t min_peak_bytes = 0, max_peak_bytes = 0, spread_bytes = 0;
   double mean_peak_bytes = 0, max_over_mean = 0;
+  ImbalanceLevel level = ImbalanceLevel::Ok;  // levels.h: max / mean past 1.2
 };
 
 struct Ranks {

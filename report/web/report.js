@@ -652,7 +652,8 @@
     const top = cum.length ? Math.max(...cum[cum.length - 1]) : 0;
     const peakB = Math.max(top, (d.peak || {}).bytes || 0, ...ooms.map((o) => (o.live_bytes || 0) + (o.requested_bytes || 0)));
     const limit = A.dev === d.index && A.limit ? A.limit : (known(d.total_bytes) ? { bytes: d.total_bytes, title: "device memory" } : null);
-    const showLimit = limit && limit.bytes <= peakB * 4;
+    // Whether the limit is close enough to the peak to draw: the collector's (limit_in_chart).
+    const showLimit = !!limit && d.limit_in_chart === true;
     const ymax = Math.max(1, showLimit ? Math.max(peakB, limit.bytes) * 1.06 : peakB * 1.12);
     return { cat, names, pts, end, t0, span, idx, xs, raw, cum, limit, showLimit, ymax };
   }
@@ -1144,14 +1145,15 @@
     const diedHere = ooms.some(A.fatal);
     const { dead, suspects, kept } = leftAtEnd(R, d);
     const reserved = pd && pd.reserved ? pd.reserved.peak_bytes : d.peak.bytes;
-    const frac = deviceLimit && deviceLimit.bytes ? d.peak.bytes / deviceLimit.bytes : null;
+    // How close the peak came to the limit: the collector's level (ok, near, over; unknown).
+    const level = d.peak.headroom_level;
     const headroom = A.dev === d.index && A.D && known(A.D.headroom_bytes) ? A.D.headroom_bytes : (deviceLimit ? deviceLimit.bytes - d.peak.bytes : null);
     const head = $("div", { class: "headline" },
       stat("Peak in use", bytes(d.peak.bytes), "", "peak"),
       stat("Peak at", A.at(d.peak.time_ns), "", "peak-time"),
       stat(deviceLimit && deviceLimit.kind && deviceLimit.kind !== "device" ? `Limit (${deviceLimit.kind.replace(/_/g, " ")})` : "Capacity", bytes(deviceLimit ? deviceLimit.bytes : d.total_bytes), "", "capacity"),
       stat("Headroom at peak", diedHere ? "none: out of memory" : (known(headroom) && deviceLimit ? `${bytes(headroom)} (${pct(Math.max(0, headroom) / deviceLimit.bytes)})` : "unknown"),
-        diedHere || (frac != null && frac > 0.9) ? "bad" : ((frac != null && frac > 0.8) || ooms.length ? "warn" : "ok"), "headroom"),
+        diedHere || level === "over" ? "bad" : (level === "near" || ooms.length ? "warn" : "ok"), "headroom"),
       stat("Out of memory", ooms.length ? `${ooms.length}× (${bytes(ooms[0].requested_bytes)} asked)` : "no", ooms.length ? "bad" : "ok", "oom"),
       dead.length ? stat("Live when it died", `${countOf(dead)} blocks (${bytes(bytesOf(dead))})`, "", "leaks")
         : stat("Leak suspects", suspects.length ? `${countOf(suspects)} (${bytes(bytesOf(suspects))})` : "none", suspects.length ? "warn" : "ok", "leaks"));
@@ -1162,7 +1164,7 @@
     const growth = (R.growth || []).filter((g) => g.device === d.index);
     if (growth.length) head.append(stat("Grows per iteration", bytes(growth.reduce((s, g) => s + g.bytes_per_iteration, 0)), "warn", "growth"));
     const alloc = pd && pd.allocator;
-    if (alloc && alloc.at_peak) head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.external_fragmentation > 0.5 ? "warn" : "", "alloc-free"));
+    if (alloc && alloc.at_peak) head.append(stat("Allocator free at peak", `${bytes(alloc.at_peak.free_bytes)} in ${alloc.at_peak.free_blocks} blocks`, alloc.at_peak.fragmentation_level === "high" ? "warn" : "", "alloc-free"));
     if (d.peak.phase) head.append(stat("Phase at peak", d.peak.phase, "", "phase"));
     return head;
   }
@@ -1342,8 +1344,8 @@
       card.append($("div", { class: "headline" },
         stat("Worst rank", `rank ${w.rank}: ${bytes(w.peak_bytes)}`, "", "worst-rank"),
         stat("Smallest rank peak", bytes(im.min_peak_bytes), "", "min-rank"),
-        stat("Spread", bytes(im.spread_bytes), im.max_over_mean > 1.2 ? "warn" : "ok", "spread"),
-        stat("Max / mean", known(im.max_over_mean) ? im.max_over_mean.toFixed(2) : "unknown", im.max_over_mean > 1.2 ? "warn" : "ok", "imbalance")));
+        stat("Spread", bytes(im.spread_bytes), im.imbalance_level === "high" ? "warn" : "ok", "spread"),
+        stat("Max / mean", known(im.max_over_mean) ? im.max_over_mean.toFixed(2) : "unknown", im.imbalance_level === "high" ? "warn" : "ok", "imbalance")));
       card.append(table([{ key: "rank", label: "rank", num: true }, { key: "host", label: "host" }, { key: "pid", label: "pid", num: true },
         { key: "peak_device", label: "device", num: true }, { key: "peak_bytes", label: "peak", num: true, fmt: bytes }, { key: "oom", label: "OOMs", num: true }],
       R.ranks.slice(), "ranks"));

@@ -214,7 +214,9 @@ export function torchOom() {
     },
     devices: [{
       index: 0, host: "gpu-node-07", name: "NVIDIA H200", total_bytes: deviceTotal,
-      peak: { bytes: liveAt, time_ns: lastRow[0], phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine },
+      // The collector's levels: 15.23 GiB of the 16.00 GiB limit is past 90 %; the limit within 4x.
+      limit_in_chart: true,
+      peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine },
       timeline: { points: totalPoints },
       categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
         note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces).",
@@ -270,7 +272,7 @@ export function nativeOom() {
           predicted_peak_bytes: total, predicted_peak_is_upper_bound: true, leaves_growth: true },
       ],
     },
-    devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, peak: { bytes: live, time_ns: 0.76e9, by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
+    devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, limit_in_chart: true, peak: { bytes: live, time_ns: 0.76e9, headroom_level: "over", by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
     processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, exit_code: 134, events: 120, dropped_events: 0,
       devices: [{ index: 0, peak: { by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38, library: "solver", stack }], by_library: [{ library: "solver", bytes: live, count: 38 }], largest: [] } }] }],
     oom: [{ device: 0, pid: 777, thread: 777, time_ns: 1.2e9, api: "cudaMalloc", requested_bytes: 6 * GiB, live_bytes: live, free_bytes: 3.5 * GiB, fatal: true,
@@ -339,8 +341,8 @@ export function torchPlan({ fits = false } = {}) {
           completed_by_prediction: { batch: 5120, batches: [5120, 10240], method: "predicted at batch 5120", modules: ["block1.fc", "block2.fc"], predicted_requests: 10, recorded_batch: 10240 } } }],
     },
     devices: [{
-      index: 0, host: "vm", name: "vramtrace stand-in (CPU)", total_bytes: 80 * MiB, final_live_bytes: held,
-      peak: { bytes: held, time_ns: 889053, fraction_of_capacity: 0.275, by_site: sites.map(({ stack, ...x }) => x), blocks, by_module: [],
+      index: 0, host: "vm", name: "vramtrace stand-in (CPU)", total_bytes: 80 * MiB, final_live_bytes: held, limit_in_chart: true,
+      peak: { bytes: held, time_ns: 889053, fraction_of_capacity: 0.275, headroom_level: "ok", by_site: sites.map(({ stack, ...x }) => x), blocks, by_module: [],
         by_line: [{ site: `${prog}:136`, bytes: batch, count: 1, categories: { inputs: batch } }, { site: "(line unknown)", bytes: weights, count: 2, categories: { parameters: weights } }] },
       timeline: { points: [[319139, 2 * MiB], [888139, held]] },
       categories: { order, at_peak: atPeak, at_exit: atPeak, at_peak_moment: { bytes: held, time_ns: 1036308, what: "the device's peak" },

@@ -4,6 +4,7 @@
 // reliability work (fuzzing, sanitizers, tests/reliability) and failed before its fix.
 #include <catch2/catch.hpp>
 
+#include "collector/analysis/levels.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/model.h"
 #include "report/check.h"
@@ -129,4 +130,52 @@ TEST_CASE("a run that did not die in its first step keeps its timeline to its en
   CHECK(j["run"]["timeline_end_ns"] == j["run"]["duration_ns"]);
   CHECK(!j["run"].contains("predicted_at_exit"));
   CHECK(j["devices"][0]["categories"]["timeline"]["points"].back()[0] == j["run"]["duration_ns"]);
+}
+
+TEST_CASE(
+    "the collector judges the headroom and fragmentation of real H200 runs and draws their limit "
+    "or not") {
+  // ResNet-50 at batch 256 died in its first step at PyTorch's per-process fraction of 16 GiB:
+  // its peak, 17102299908 bytes, is 99.5 % of that limit (past 90 %: "over"), which the chart
+  // draws; its caching allocator's free memory at the peak was 46.1 % fragmented ("ok").
+  const nlohmann::json died = report_of_data("first-step/resnet50-b256", "744");
+  const nlohmann::json& d = died["devices"][0];
+  CHECK(d["peak"]["bytes"] == 17102299908ull);
+  CHECK(died["diagnosis"]["limit"]["bytes"] == 17179869184ull);
+  CHECK(d["peak"]["headroom_level"] == "over");
+  CHECK(d["limit_in_chart"] == true);
+  CHECK(d["allocator"]["at_peak"]["external_fragmentation"].get<double>() ==
+        Approx(0.4610705116005931));
+  CHECK(d["allocator"]["at_peak"]["fragmentation_level"] == "ok");
+  // At batch 128 it ran to its end: 13814255112 bytes of the H200's 150109880320 (9.2 %: "ok"),
+  // a capacity more than 4 times the chart's top (not drawn); its free memory at the peak was
+  // 95.3 % fragmented (past 0.5: "high").
+  const nlohmann::json ran = report_of_data("remedies/resnet50-b128", "520");
+  const nlohmann::json& e = ran["devices"][0];
+  CHECK(e["peak"]["bytes"] == 13814255112ull);
+  CHECK(e["total_bytes"] == 150109880320ull);
+  CHECK(ran["diagnosis"]["limit"]["kind"] == "device");
+  CHECK(e["peak"]["headroom_level"] == "ok");
+  CHECK(e["limit_in_chart"] == false);
+  CHECK(e["allocator"]["at_peak"]["external_fragmentation"].get<double>() ==
+        Approx(0.9525954354178525));
+  CHECK(e["allocator"]["at_peak"]["fragmentation_level"] == "high");
+}
+
+TEST_CASE(
+    "the levels' thresholds are the page's: headroom 80 and 90 % of the limit and fragmentation "
+    "0.5 "
+    "and imbalance 1.2 and the limit drawn within 4 times the top") {
+  using namespace collector;
+  CHECK(headroom_level(80, 100) == HeadroomLevel::Ok);
+  CHECK(headroom_level(81, 100) == HeadroomLevel::Near);
+  CHECK(headroom_level(90, 100) == HeadroomLevel::Near);
+  CHECK(headroom_level(91, 100) == HeadroomLevel::Over);
+  CHECK(headroom_level(91, 0) == HeadroomLevel::Unknown);
+  CHECK(fragmentation_level(0.5) == FragmentationLevel::Ok);
+  CHECK(fragmentation_level(0.51) == FragmentationLevel::High);
+  CHECK(imbalance_level(1.2) == ImbalanceLevel::Ok);
+  CHECK(imbalance_level(1.21) == ImbalanceLevel::High);
+  CHECK(limit_in_chart(400, 100));
+  CHECK_FALSE(limit_in_chart(401, 100));
 }
