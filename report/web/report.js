@@ -441,11 +441,14 @@
       : `; replayed through PyTorch's allocator: runs out at a ${bytes(w.oom.requested_bytes)} request` + (w.oom.module ? ` in ${w.oom.module}` : "");
     const predicted = w && w.completed_by_prediction ? `; the step the run never finished is predicted (${w.completed_by_prediction.predicted_requests} requests)` : "";
     const grows = x.leaves_growth ? "; memory still grows every iteration" : "";
+    // How a change of what each request is (bf16, checkpointing) was weighed, as the summary says.
+    const weighed = !w ? "" : w.weighed_on_fake_step ? "; its effect weighed on the step run on fake tensors with it and without it"
+      : w.not_weighed_on_fake_step ? `; estimated from the recorded requests, ${w.not_weighed_on_fake_step}` : "";
     if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
       li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` + grows }));
     } else if (known(x.predicted_peak_bytes)) {
       const how = x.predicted_peak_is_lower_bound ? "at least " : x.predicted_peak_is_upper_bound ? "at most " : w ? "" : "about ";
-      li.append($("div", { class: "predicted small" + (w ? " replayed" : ""), text: `peak with it: ${how}${bytes(x.predicted_peak_bytes)}` + said + predicted + grows }));
+      li.append($("div", { class: "predicted small" + (w ? " replayed" : ""), text: `peak with it: ${how}${bytes(x.predicted_peak_bytes)}` + said + predicted + weighed + grows }));
     } else if (x.not_replayed_because) {
       li.append($("div", { class: "predicted small", text: `not replayed: ${x.not_replayed_because}` + grows }));
     } else if (x.leaves_growth) li.append($("div", { class: "predicted small", text: "memory still grows every iteration" }));

@@ -522,6 +522,21 @@ for (const width of [1400, 1000]) {
   check("no console errors (plan that fits)", errors.length === 0, errors.join("; "));
   await page.close();
 }
+// A bf16 remedy of the run that was estimated from its recorded requests says why it was not
+// weighed on fake steps (report.json's replayed.not_weighed_on_fake_step), as the summary does.
+{
+  const r = torchPlan({ fits: true });
+  const why = "not weighed on fake steps: a run that finishes its steps runs them only with VRAMTRACE_TORCH_PREDICT=always (seconds of its own time as the second step begins)";
+  r.diagnosis.remedies.push({ kind: "mixed_precision", title: "Run the forward in bf16 mixed precision (torch.autocast)", saves_bytes: 20 * 1048576, predicted_peak_bytes: 26 * 1048576,
+    replayed: { verdict: "fits", limit_bytes: 75 * 1048576, reserved_peak_bytes: 26 * 1048576, up_to_recorded_oom: false, not_weighed_on_fake_step: why } });
+  const { page, errors } = await open(render("not-weighed", r), "light", 1400, 900);
+  const texts = await page.locator("li[data-kind='mixed_precision'] .predicted").allTextContents();
+  const said = texts.filter((t) => t.includes("estimated from"));
+  check("a remedy estimated from the recorded requests says why it was not weighed on fake steps", said.length === 1 &&
+        said[0] === `peak with it: 26.00 MiB; replayed through PyTorch's allocator: fits under 75.00 MiB; estimated from the recorded requests, ${why}`, JSON.stringify(texts));
+  check("no console errors (not weighed)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
 // A device with no prediction, and strings from the program that are tags: said as text, on the
 // page and without JavaScript.
 {
