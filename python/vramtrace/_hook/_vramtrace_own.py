@@ -20,8 +20,8 @@ From the first training call on, while the program runs its loop:
 - a value read from a fake tensor (.item(), bool(), a GradScaler's found-inf check) reads 0;
 - torch.save is skipped, so that no checkpoint of fake tensors overwrites the user's file.
 Every storage made on a CUDA device and when it is freed is recorded, as _vramtrace_step's
-recorder does. The loop runs two optimizer steps at the program's batch, then two at half of it, then
-two under bf16 autocast around the model's forward and two with the repeated blocks
+recorder does. The loop runs two optimizer steps at the program's batch, then two at half of
+it, then two under bf16 autocast around the model's forward and two with the repeated blocks
 checkpointed (the changes the report weighs); each pair is one predicted step (N, V and R lines,
 common/side_channel.h). Then everything is put back (parameters, optimizers, RNG states, the
 dispatch modes, torch.save) and the plan's SystemExit(0) ends the program.
@@ -34,8 +34,8 @@ from collections.abc import Mapping
 
 from _vramtrace_step import _Recorder, step_lines, step_runs
 
-# Pairs of optimizer steps per predicted step; model calls after which a step with no optimizer
-# step is given up.
+# Optimizer steps per predicted step (the second is the steady state: the optimizer's state is
+# live in its forward); model calls after which a step with no optimizer step is given up.
 STEPS = 2
 MAX_CALLS = 64
 
