@@ -59,6 +59,8 @@ json frames_json(const collector::Attribution* a) {
   for (const auto& f : a->frames) {
     json j = {{"function", f.function}, {"file", f.file}, {"line", f.line}};
     if (f.internal) j["internal"] = true;  // CUDA runtime, driver, CUPTI or vramtrace itself
+    j["class"] = collector::frame_class_name(f.cls);
+    if (!f.op.empty()) j["operator"] = f.op;
     if (f.python) {
       j["python"] = true;
     } else {

@@ -50,7 +50,130 @@ bool is_internal_function(const Frame& f) {
          f.file.find("/cuda/include/") != std::string::npos;
 }
 
+bool is_ident_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+bool is_letter_or_underscore(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool digits_and_dots(const std::string& s, size_t from, size_t to) {
+  for (size_t i = from; i < to; ++i)
+    if (!((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) return false;
+  return true;
+}
+
+// The python binary (python, python3, python3.12) or libpython (libpython3.12.so.1.0).
+bool is_interpreter_module(const std::string& path) {
+  const std::string b = basename_of(path);
+  if (starts_with(b, "libpython")) {
+    size_t so = b.find(".so", 9);
+    return so != std::string::npos && digits_and_dots(b, 9, so) &&
+           digits_and_dots(b, so + 3, b.size());
+  }
+  return starts_with(b, "python") && digits_and_dots(b, 6, b.size());
+}
+
+// CPython's API and call machinery (Py*, _Py*, their slots and vectorcalls) and the C runtime's
+// start-up and thread entry frames.
+bool is_interpreter_function(const std::string& n) {
+  size_t py = starts_with(n, "_Py") ? 1 : 0;
+  if (n.compare(py, 2, "Py") == 0) {
+    size_t i = py + 2;
+    if (i < n.size() && n[i] >= 'A' && n[i] <= 'Z') return true;
+    for (; i < n.size() && is_letter_or_underscore(n[i]); ++i)
+      if (n[i] == '_') return true;
+  }
+  for (const char* p : {"method_vectorcall", "cfunction_", "slot_tp_", "vectorcall_", "builtin_",
+                        "pymain_", "__libc_start", "_dl_start", "__clone"})
+    if (starts_with(n, p)) return true;
+  return n == "_start" || n == "start_thread" || n == "clone" || n == "clone3";
+}
+
+// PyTorch's native libraries: libtorch, libtorch_cpu, libtorch_cuda, libtorch_python, libc10,
+// libc10_cuda (a ".so" right after the name, or after a "-" suffix in the same file name).
+bool is_torch_module(const std::string& path) {
+  // Each file or folder name of the path, as it starts.
+  for (size_t at = 0;;) {
+    const size_t slash = std::min(path.find('/', at), path.size());
+    if (path.compare(at, 3, "lib") == 0) {
+      for (const char* name :
+           {"torch", "torch_cpu", "torch_cuda", "torch_python", "c10", "c10_cuda"}) {
+        const size_t len = std::strlen(name), end = at + 3 + len;
+        if (path.compare(at + 3, len, name) != 0) continue;
+        if (path.compare(end, 3, ".so") == 0) return true;
+        if (end < path.size() && path[end] == '-') {
+          const size_t so = path.find(".so", end + 1);
+          if (so != std::string::npos && so + 3 <= slash) return true;
+        }
+      }
+    }
+    if (slash >= path.size()) return false;
+    at = slash + 1;
+  }
+}
+
+bool is_module_call(const Frame& f) {
+  static const std::string kModulePy = "torch/nn/modules/module.py";
+  const std::string& file = f.file;
+  const bool in_module_py =
+      file.size() >= kModulePy.size() &&
+      file.compare(file.size() - kModulePy.size(), kModulePy.size(), kModulePy) == 0 &&
+      (file.size() == kModulePy.size() || file[file.size() - kModulePy.size() - 1] == '/');
+  return in_module_py && (f.function == "_wrapped_call_impl" || f.function == "_call_impl" ||
+                          f.function == "inner" || f.function == "__call__");
+}
+
 }  // namespace
+
+const char* frame_class_name(FrameClass c) {
+  switch (c) {
+    case FrameClass::kInternal: return "internal";
+    case FrameClass::kInterpreter: return "interpreter";
+    case FrameClass::kModuleCall: return "module_call";
+    case FrameClass::kPython: return "python";
+    case FrameClass::kTorchNative: return "torch_native";
+    case FrameClass::kNative: return "native";
+  }
+  return "native";
+}
+
+FrameClass frame_class(const Frame& f) {
+  if (f.internal) return FrameClass::kInternal;
+  if (f.python) return is_module_call(f) ? FrameClass::kModuleCall : FrameClass::kPython;
+  if ((!f.module.empty() && is_interpreter_module(f.module)) ||
+      (!f.function.empty() && is_interpreter_function(f.function)))
+    return FrameClass::kInterpreter;
+  if ((!f.module.empty() && is_torch_module(f.module)) ||
+      (!f.function.empty() &&
+       (starts_with(f.function, "at::") || starts_with(f.function, "c10::") ||
+        starts_with(f.function, "torch::") || starts_with(f.function, "caffe2::"))))
+    return FrameClass::kTorchNative;
+  return FrameClass::kNative;
+}
+
+std::string frame_operator(const Frame& f) {
+  if (f.python) return {};
+  const std::string& n = f.function;
+  auto ident_end = [&](size_t i) {
+    while (i < n.size() && is_ident_char(n[i])) ++i;
+    return i;
+  };
+  if (starts_with(n, "at::_ops::")) {
+    const size_t b = 10, e = ident_end(b);
+    if (e > b && (n.compare(e, 7, "::call(") == 0 || n.compare(e, 13, "::redispatch(") == 0))
+      return "aten::" + n.substr(b, e - b);
+  }
+  if (starts_with(n, "torch::autograd::THPVariable_")) {
+    const size_t b = 29, e = ident_end(b);
+    if (e > b && e < n.size() && n[e] == '(') return "aten::" + n.substr(b, e - b);
+  }
+  return {};
+}
+
+void classify_frame(Frame* f) {
+  f->cls = frame_class(*f);
+  f->op = f->cls == FrameClass::kTorchNative ? frame_operator(*f) : std::string();
+}
 
 bool is_internal_module(const std::string& path) {
   std::string b = basename_of(path);
@@ -155,6 +278,7 @@ const Frame& StackResolver::native_frame(uint32_t id) {
     f.offset = node.ip;
   }
   if (!f.internal) f.internal = is_internal_function(f);
+  classify_frame(&f);
   return f;
 }
 
@@ -203,6 +327,7 @@ const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_le
     }
     f.line = n->second.line;
     f.internal = is_startup_hook_file(f.file);
+    classify_frame(&f);
     py.push_back(std::move(f));
     if (n->second.parent >= id) break;
     id = n->second.parent;

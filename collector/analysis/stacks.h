@@ -24,6 +24,23 @@
 
 namespace vramtrace::collector {
 
+// What a frame is, for every view of a stack (report.json's frame "class"; the page folds by
+// it): decided once here by classify_frame(), in this order.
+enum class FrameClass : uint8_t {
+  kInternal,     // CUDA runtime, driver, CUPTI or vramtrace itself (`internal`)
+  kInterpreter,  // CPython's native frames (the eval loop, call machinery, the python binary,
+                 // libpython) and the C runtime's start-up frames: they say nothing of who holds
+                 // memory
+  kModuleCall,   // nn.Module's call machinery (torch/nn/modules/module.py's _call_impl,
+                 // _wrapped_call_impl, inner, __call__): between a module's caller and its forward
+  kPython,       // any other Python frame
+  kTorchNative,  // PyTorch's native code (libtorch*, libc10*, or an at::, c10::, torch::,
+                 // caffe2:: function): its dispatcher, kernels and caching allocator
+  kNative,       // any other native frame (a library's, the program's)
+};
+// "internal", "interpreter", "module_call", "python", "torch_native", "native".
+const char* frame_class_name(FrameClass c);
+
 struct Frame {
   std::string function;  // demangled; empty when unknown
   std::string file;
@@ -31,8 +48,18 @@ struct Frame {
   std::string module;   // path of the module (empty for Python frames)
   uint64_t offset = 0;  // return address relative to the module's load bias
   bool python = false;
-  bool internal = false;  // inside CUDA, CUPTI or vramtrace: not the caller
+  bool internal = false;                 // inside CUDA, CUPTI or vramtrace: not the caller
+  FrameClass cls = FrameClass::kNative;  // set by classify_frame()
+  std::string op;  // the PyTorch operator the frame calls ("aten::addmm"); "" for none
 };
+
+// A frame's class, from its other fields.
+FrameClass frame_class(const Frame& f);
+// The operator a PyTorch native frame calls: at::_ops::X::call or ::redispatch, or the Python
+// binding torch::autograd::THPVariable_X, as "aten::X"; "" for any other frame.
+std::string frame_operator(const Frame& f);
+// Sets `cls` and `op` from the frame's other fields.
+void classify_frame(Frame* f);
 
 struct Attribution {
   std::vector<Frame> frames;  // leaf first

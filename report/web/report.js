@@ -134,45 +134,32 @@
   };
 
   // ---- stacks -------------------------------------------------------------------------------
-  // CPython's own native frames (the interpreter loop, call machinery, the python binary and
-  // libpython) and the C runtime's start-up frames say nothing about who holds memory: folded
-  // away. Native frames of libraries (torch, cuBLAS, the program's own) are kept.
-  const interpFn = /^(_?Py[A-Z_a-z]*_|_?Py[A-Z]|_PyEval|_PyObject|_PyFunction|_PyVectorcall|method_vectorcall|cfunction_|slot_tp_|vectorcall_|builtin_|pymain_|Py_RunMain|Py_BytesMain|_start$|__libc_start|_dl_start|start_thread$|clone3?$|__clone)/;
-  const interpMod = /(^|\/)(python[\d.]*|libpython[\d.]*\.so[\d.]*)$/;
-  const interpSeen = new Map();  // module + function -> folded?; stacks repeat the same frames
-  const isInterpreter = (f) => {
-    if (f.python) return false;
-    const key = `${f.module}\u0000${f.function}`;
-    let v = interpSeen.get(key);
-    if (v === undefined) interpSeen.set(key, v = !!((f.module && interpMod.test(f.module)) || (f.function && interpFn.test(f.function))));
-    return v;
-  };
+  // Each frame's class is the collector's (report.json's frame "class", collector/analysis/
+  // stacks.h): CPython's own native frames and the C runtime's start-up frames ("interpreter")
+  // say nothing about who holds memory: folded away. Native frames of libraries (torch, cuBLAS,
+  // the program's own) are kept.
+  const isInterpreter = (f) => f.class === "interpreter";
   const base = (p) => String(p || "").split("/").pop();
   const frameLabel = (f) => {
     if (f.python) return `${f.function || "?"} (${base(f.file)}:${f.line})`;
     if (f.function) return f.function + (f.file ? ` (${base(f.file)}:${f.line})` : "");
     return `${base(f.module) || "??"}+${f.offset || "0x0"}`;
   };
-  const visibleFrames = (stack) => (stack || []).filter((f) => !f.internal && !isInterpreter(f));
+  const visibleFrames = (stack) => (stack || []).filter((f) => f.class !== "internal" && !isInterpreter(f));
   // nn.Module's call machinery (three frames between a module's caller and its forward, at each
   // level of nesting): the icicle folds it so that the forwards nest as the modules do; a
   // stack's own list keeps it.
-  const isModuleCall = (f) => f.python && /(^|\/)torch\/nn\/modules\/module\.py$/.test(f.file || "") &&
-    /^(_wrapped_call_impl|_call_impl|inner|__call__)$/.test(f.function || "");
+  const isModuleCall = (f) => f.class === "module_call";
   // PyTorch's dispatcher (at::_ops::X::call, c10::impl::wrap_kernel_functor..., VariableType,
-  // the CUDA kernels' wrappers) and the caching allocator under it: twenty native frames between
-  // a Python line and its memory that all say one thing, the operator it called. The icicle
-  // folds each run of PyTorch's native frames into one frame named by the outermost operator
-  // (aten::conv2d); a box of the icicle's tools unfolds them.
-  const torchLib = /(^|\/)lib(torch|torch_cpu|torch_cuda|torch_python|c10|c10_cuda)(\.so|-[^/]*\.so)/;
-  const torchFn = /^(at::|c10::|torch::|caffe2::)/;
-  const isTorchNative = (f) => !f.python && ((f.module && torchLib.test(f.module)) || (f.function && torchFn.test(f.function)));
+  // the CUDA kernels' wrappers) and the caching allocator under it ("torch_native"): twenty
+  // native frames between a Python line and its memory that all say one thing, the operator it
+  // called (the frame's "operator", where it calls one). The icicle folds each run of PyTorch's
+  // native frames into one frame named by the outermost operator (aten::conv2d); a box of the
+  // icicle's tools unfolds them.
+  const isTorchNative = (f) => f.class === "torch_native";
   const operatorOf = (run) => {
     // The outermost operator of the run (frames innermost first: the last that names one).
-    for (let i = run.length - 1; i >= 0; i--) {
-      const m = /^at::_ops::([A-Za-z0-9_]+)::(call|redispatch)\(/.exec(run[i].function || "") || /^torch::autograd::THPVariable_([A-Za-z0-9_]+)\(/.exec(run[i].function || "");
-      if (m) return "aten::" + m[1];
-    }
+    for (let i = run.length - 1; i >= 0; i--) if (run[i].operator) return run[i].operator;
     return null;
   };
   // Each frame's label, or a folded run's { label, full }.
@@ -199,7 +186,7 @@
     // The folded runs are notes between frames, not frames: the numbers count frames only.
     const flush = () => { if (folded) { ol.append($("li", { class: "folded", text: `${plural(folded, "interpreter frame")} folded` })); folded = 0; } };
     for (const f of frames) {
-      if (f.internal) continue;
+      if (f.class === "internal") continue;
       if (isInterpreter(f)) { folded++; continue; }
       flush();
       const li = nameEl("li", frameLabel(f), f.python ? "code py" : "code");

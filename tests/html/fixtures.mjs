@@ -13,44 +13,51 @@ export const longKernel = (i) => i % 2 ?
   `void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#${i}}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#${i}}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)` :
   `void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}}>(int, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#${i + 1}})`;
 
-const py = (fn, file, line) => ({ function: fn, file, line, python: true });
-const nat = (fn, module, offset = "0x1a2b") => ({ function: fn, file: "", line: 0, module, offset });
+// Each frame with the class the collector gives it (collector/analysis/stacks.h) and, for
+// PyTorch's native frames that call one, the operator.
+const py = (fn, file, line) => ({ function: fn, file, line, python: true, class: "python" });
+const nat = (fn, module, cls = "native", offset = "0x1a2b") => ({ function: fn, file: "", line: 0, module, offset, class: cls });
+// CPython's and the C runtime's start-up frames; PyTorch's native frames.
+const inat = (fn, module) => nat(fn, module, "interpreter");
+const tnat = (fn, module, operator) => ({ ...nat(fn, module, "torch_native"), ...(operator ? { operator } : {}) });
 // The native frames CPython puts between two Python frames, and those of the process start.
 const cpython = () => [
-  nat("_PyObject_MakeTpCall", "/usr/bin/python3.12"), nat("_PyEval_EvalFrameDefault", "/usr/bin/python3.12"),
-  nat("_PyObject_Call_Prepend", "/usr/bin/python3.12"), nat("slot_tp_call", "/usr/bin/python3.12"),
-  nat("_PyFunction_Vectorcall", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0")];
-const start = () => [nat("Py_BytesMain", "/usr/bin/python3.12"), nat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-  nat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("_start", "/usr/bin/python3.12")];
+  inat("_PyObject_MakeTpCall", "/usr/bin/python3.12"), inat("_PyEval_EvalFrameDefault", "/usr/bin/python3.12"),
+  inat("_PyObject_Call_Prepend", "/usr/bin/python3.12"), inat("slot_tp_call", "/usr/bin/python3.12"),
+  inat("_PyFunction_Vectorcall", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0")];
+const start = () => [inat("Py_BytesMain", "/usr/bin/python3.12"), inat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+  inat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), inat("_start", "/usr/bin/python3.12")];
 const libtorch = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so";
 const libc10 = "/opt/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so";
 const nnmod = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
+// nn.Module's call machinery.
+const callImpl = () => ({ ...py("_call_impl", nnmod, 1762), class: "module_call" });
 
 // PyTorch's dispatcher between a Python call and the kernel that allocates, innermost first, as
 // an H200 run's stacks have it: each operator's wrapper, the boxed kernel functor, at::_ops::X::call
 // (redispatch through autograd's VariableType), up to the Python binding.
 const libtorchCpu = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so";
 const libtorchPy = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_python.so";
-const functor = (sig) => nat(`c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<${sig}>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >, ${sig}>::call(c10::OperatorKernel*, c10::DispatchKeySet, at::Tensor const&)`, libtorchCpu);
+const functor = (sig) => tnat(`c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<${sig}>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >, ${sig}>::call(c10::OperatorKernel*, c10::DispatchKeySet, at::Tensor const&)`, libtorchCpu);
 const dispatcher = (bn) => bn ? [
-  nat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_batch_norm(at::Tensor const&, at::Tensor const&)", libtorch), functor("at::Tensor (at::Tensor const&)"),
-  nat("at::_ops::cudnn_batch_norm::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double)", libtorchCpu),
-  nat("at::native::_batch_norm_impl_index(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
-  nat("at::_ops::_batch_norm_impl_index::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu),
-  nat("at::native::batch_norm(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
-  nat("at::_ops::batch_norm::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu),
-  nat("torch::autograd::THPVariable_batch_norm(_object*, _object*, _object*)", libtorchPy)] : [
-  nat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>)", libtorch), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
-  nat("at::_ops::cudnn_convolution::call(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::SymInt, bool, bool, bool)", libtorchCpu),
-  nat("at::native::_convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
-  nat("at::_ops::_convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
-  nat("at::native::convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
-  nat("at::_ops::convolution::redispatch(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu),
-  nat("torch::autograd::VariableType::(anonymous namespace)::convolution(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
-  nat("at::_ops::convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
-  nat("at::native::conv2d_symint(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
-  nat("at::_ops::conv2d::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu),
-  nat("torch::autograd::THPVariable_conv2d(_object*, _object*, _object*)", libtorchPy)];
+  tnat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_batch_norm(at::Tensor const&, at::Tensor const&)", libtorch), functor("at::Tensor (at::Tensor const&)"),
+  tnat("at::_ops::cudnn_batch_norm::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double)", libtorchCpu, "aten::cudnn_batch_norm"),
+  tnat("at::native::_batch_norm_impl_index(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
+  tnat("at::_ops::_batch_norm_impl_index::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu, "aten::_batch_norm_impl_index"),
+  tnat("at::native::batch_norm(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu), functor("at::Tensor (at::Tensor const&)"),
+  tnat("at::_ops::batch_norm::call(at::Tensor const&, std::optional<at::Tensor> const&, bool, double, double, bool)", libtorchCpu, "aten::batch_norm"),
+  tnat("torch::autograd::THPVariable_batch_norm(_object*, _object*, _object*)", libtorchPy, "aten::batch_norm")] : [
+  tnat("at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>)", libtorch), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  tnat("at::_ops::cudnn_convolution::call(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::SymInt, bool, bool, bool)", libtorchCpu, "aten::cudnn_convolution"),
+  tnat("at::native::_convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  tnat("at::_ops::_convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu, "aten::_convolution"),
+  tnat("at::native::convolution(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<long>)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
+  tnat("at::_ops::convolution::redispatch(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu, "aten::convolution"),
+  tnat("torch::autograd::VariableType::(anonymous namespace)::convolution(c10::DispatchKeySet, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)", libtorchCpu), functor("at::Tensor (c10::DispatchKeySet, at::Tensor const&)"),
+  tnat("at::_ops::convolution::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu, "aten::convolution"),
+  tnat("at::native::conv2d_symint(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu), functor("at::Tensor (at::Tensor const&, at::Tensor const&)"),
+  tnat("at::_ops::conv2d::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, c10::ArrayRef<c10::SymInt>)", libtorchCpu, "aten::conv2d"),
+  tnat("torch::autograd::THPVariable_conv2d(_object*, _object*, _object*)", libtorchPy, "aten::conv2d")];
 
 // A block's stack, innermost first as the report lists frames: the caching allocator under a
 // convolution of a torchvision Bottleneck, through PyTorch's dispatcher, called through
@@ -59,29 +66,29 @@ const convLine = { conv1: 146, conv2: 150, conv3: 154, bn3: 155 };
 const resnet = "/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py";
 function torchStack(layer, conv) {
   return [
-    { function: "cuMemAlloc_v2", file: "", line: 0, module: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", offset: "0x2f1c0", internal: true },
-    nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
-    nat(conv === "bn3" ? "at::native::cudnn_batch_norm(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, bool, double, double)"
+    { function: "cuMemAlloc_v2", file: "", line: 0, module: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", offset: "0x2f1c0", internal: true, class: "internal" },
+    tnat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+    tnat(conv === "bn3" ? "at::native::cudnn_batch_norm(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, std::optional<at::Tensor> const&, bool, double, double)"
       : "at::native::cudnn_convolution(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ArrayRef<long>, long, bool, bool, bool)", libtorch),
     ...dispatcher(conv === "bn3"), ...cpython(),
     py(conv === "bn3" ? "batch_norm" : "_conv_forward", conv === "bn3" ? "/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py" : "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py", conv === "bn3" ? 2812 : 549),
-    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    ...cpython(), callImpl(), ...cpython(),
     py("forward", resnet, convLine[conv]),
-    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    ...cpython(), callImpl(), ...cpython(),
     py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/container.py", 250),
-    ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    ...cpython(), callImpl(), ...cpython(),
     py("_forward_impl", resnet, 272 + layer),
-    ...cpython(), py("forward", resnet, 285), ...cpython(), py("_call_impl", nnmod, 1762), ...cpython(),
+    ...cpython(), py("forward", resnet, 285), ...cpython(), callImpl(), ...cpython(),
     py("train_step", "/work/resnet/train.py", 88),
     ...cpython(), py("main", "/work/resnet/train.py", 131),
     ...cpython(), py("<module>", "/work/resnet/train.py", 140),
     ...start()];
 }
 // A tensor made by a factory (torch.empty, torch.randn, .to("cuda")) outside the modules.
-const shortStack = (fn, file, line) => [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
-  nat("at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", libtorch), functor("at::Tensor (c10::ArrayRef<c10::SymInt>)"),
-  nat("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>)", libtorchCpu),
-  nat("torch::autograd::THPVariable_empty(_object*, _object*, _object*)", libtorchPy),
+const shortStack = (fn, file, line) => [tnat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+  tnat("at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", libtorch), functor("at::Tensor (c10::ArrayRef<c10::SymInt>)"),
+  tnat("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>)", libtorchCpu, "aten::empty_memory_format"),
+  tnat("torch::autograd::THPVariable_empty(_object*, _object*, _object*)", libtorchPy, "aten::empty"),
   ...cpython(), py(fn, file, line), ...cpython(), py("main", "/work/resnet/train.py", 131), ...cpython(), py("<module>", "/work/resnet/train.py", 140), ...start()];
 
 const cats = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "workspaces",
@@ -152,10 +159,10 @@ export function torchOom() {
     ["workspaces", "getCUDABlasLtWorkspace (CUDABlas.cpp:212)", null, 0]];
   for (const [cat, site, file, line] of others) {
     // cuBLASLt's workspace, made through the caching allocator at the first matmul.
-    const stack = file ? shortStack(site.split(" ")[0], file, line) : [nat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
-      nat("at::cuda::getCUDABlasLtWorkspace()", libtorch), nat("at::native::(anonymous namespace)::addmm_out_cuda_impl(at::Tensor&, at::Tensor const&, at::Tensor const&)", libtorch),
-      functor("at::Tensor (at::Tensor const&, at::Tensor const&)"), nat("at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&)", libtorchCpu),
-      nat("torch::autograd::THPVariable_addmm(_object*, _object*, _object*)", libtorchPy), ...cpython(), py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134),
+    const stack = file ? shortStack(site.split(" ")[0], file, line) : [tnat("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", libc10),
+      tnat("at::cuda::getCUDABlasLtWorkspace()", libtorch), tnat("at::native::(anonymous namespace)::addmm_out_cuda_impl(at::Tensor&, at::Tensor const&, at::Tensor const&)", libtorch),
+      functor("at::Tensor (at::Tensor const&, at::Tensor const&)"), tnat("at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&)", libtorchCpu, "aten::addmm"),
+      tnat("torch::autograd::THPVariable_addmm(_object*, _object*, _object*)", libtorchPy, "aten::addmm"), ...cpython(), py("forward", "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134),
       ...cpython(), py("main", "/work/resnet/train.py", 131), ...start()];
     bySite.set(site, { site, bytes: atPeak[cat], count: 2, library: "libtorch_cuda.so", stack });
     stacks.push({ bytes: atPeak[cat], count: 2, stack });
@@ -248,7 +255,7 @@ export function nativeOom() {
   const points = [];
   for (let i = 0; i <= 50; i++) points.push([i * 20e6, Math.min(i, 38) * 2 * GiB]);
   const stack = [nat("cudaMalloc", "/usr/local/cuda/lib64/libcudart.so.13"), nat("Solver::allocate_workspace(unsigned long)", "/opt/solver/bin/solver"),
-    nat("main", "/opt/solver/bin/solver"), nat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), nat("_start", "/opt/solver/bin/solver")];
+    nat("main", "/opt/solver/bin/solver"), inat("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), inat("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), inat("_start", "/opt/solver/bin/solver")];
   const live = 76 * GiB;
   const site = "Solver::allocate_workspace(unsigned long) (solver.cu:88)";
   const growthTitle = `Live memory grew by 2.00 GiB per iteration since iteration 0, led by ${site}`;
@@ -372,7 +379,7 @@ export function big(blocks) {
   for (let i = 0; i < blocks; i++) {
     // Deep stacks for the first 100 (the report keeps stacks of its largest groups).
     const stack = i < 100 ? torchStack(i % 4 + 1, ["conv1", "conv2", "conv3", "bn3"][i % 4])
-      : [nat(`at::native::kernel_${i}(at::Tensor const&)`, libtorch), py("forward", "/work/resnet/model.py", i % 400)];
+      : [tnat(`at::native::kernel_${i}(at::Tensor const&)`, libtorch), py("forward", "/work/resnet/model.py", i % 400)];
     sites.push({ site: `${longKernel(i).slice(0, 200)} (kernels_${i}.cu:${i % 1000})`, bytes: MiB + (i % 4096) * 1024, count: 1 + (i % 5), library: "libtorch_cuda.so", stack });
     stacks.push({ bytes: MiB + (i % 4096) * 1024, count: 1, stack });
   }

@@ -3,6 +3,12 @@
 // site and owning library derived from them (no symbols: the module files do not exist).
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "collector/analysis/analysis.h"
 #include "collector/analysis/stacks.h"
 #include "collector/model/model.h"
 #include "report/json_report.h"
@@ -211,4 +217,113 @@ TEST_CASE("a trace tree that points at itself cannot make the collector loop") {
   REQUIRE(stacks.attribute(1, 0).frames.size() == 1);
   REQUIRE(stacks.attribute(2, 0).frames.size() == 1);
   REQUIRE(stacks.attribute(2, 0).site == "??+0x2000");
+}
+
+namespace {
+collector::Frame native(const std::string& function, const std::string& module,
+                        bool internal = false) {
+  collector::Frame f;
+  f.function = function;
+  f.module = module;
+  f.internal = internal;
+  collector::classify_frame(&f);
+  return f;
+}
+}  // namespace
+
+TEST_CASE("a frame's class and operator: PyTorch's dispatcher as an H200 run's stacks name it") {
+  using collector::FrameClass;
+  const std::string lib = "/opt/venv/lib/python3.12/site-packages/torch/lib/";
+  struct Want {
+    collector::Frame f;
+    FrameClass cls;
+    const char* op;
+  };
+  const Want wants[] = {
+      {native("at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&, "
+              "c10::Scalar const&, c10::Scalar const&)",
+              lib + "libtorch_cpu.so"),
+       FrameClass::kTorchNative, "aten::addmm"},
+      {native("at::_ops::convolution::redispatch(c10::DispatchKeySet, at::Tensor const&, "
+              "at::Tensor const&, std::optional<at::Tensor> const&)",
+              lib + "libtorch_cpu.so"),
+       FrameClass::kTorchNative, "aten::convolution"},
+      {native("torch::autograd::THPVariable_conv2d(_object*, _object*, _object*)",
+              lib + "libtorch_python.so"),
+       FrameClass::kTorchNative, "aten::conv2d"},
+      {native("at::native::cudnn_convolution(at::Tensor const&, at::Tensor const&, "
+              "c10::ArrayRef<long>)",
+              lib + "libtorch_cuda.so"),
+       FrameClass::kTorchNative, ""},
+      // A PyTorch function outside its libraries (a static build), and its libraries unsymbolized.
+      {native("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>)", "/opt/app/app"),
+       FrameClass::kTorchNative, "aten::empty_memory_format"},
+      {native("", lib + "libc10_cuda.so"), FrameClass::kTorchNative, ""},
+      {native("", "/opt/lib/libtorch-2a9b.so.1"), FrameClass::kTorchNative, ""},
+      {native("", lib + "libtorch_cuda_linalg.so"), FrameClass::kNative, ""},
+      // CPython and the C runtime's start-up.
+      {native("_PyEval_EvalFrameDefault", "/usr/bin/python3.12"), FrameClass::kInterpreter, ""},
+      {native("", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"), FrameClass::kInterpreter, ""},
+      {native("slot_tp_call", "/opt/conda/lib/libfoo.so"), FrameClass::kInterpreter, ""},
+      {native("PyObject_Call", ""), FrameClass::kInterpreter, ""},
+      {native("__libc_start_main", "/usr/lib/x86_64-linux-gnu/libc.so.6"), FrameClass::kInterpreter,
+       ""},
+      {native("clone3", "/usr/lib/x86_64-linux-gnu/libc.so.6"), FrameClass::kInterpreter, ""},
+      {native("Pyramid::build()", "/opt/app/app"), FrameClass::kNative, ""},
+      {native("main", "/opt/solver/bin/solver"), FrameClass::kNative, ""},
+      {native("cudaMalloc", "/usr/local/cuda/lib64/libcudart.so.13", true), FrameClass::kInternal,
+       ""},
+  };
+  for (const Want& w : wants) {
+    INFO(w.f.function << " in " << w.f.module);
+    CHECK(collector::frame_class_name(w.f.cls) == std::string(collector::frame_class_name(w.cls)));
+    CHECK(w.f.op == w.op);
+  }
+}
+
+TEST_CASE("each frame of a real run's report has its class: an H200 ResNet-50 that died") {
+  const std::string dir = std::string(VT_TEST_DATA) + "/h200/first-step/resnet50-b256/";
+  collector::Run run = collector::model_of(
+      std::vector<std::string>{dir + "vramtrace.744.vtrace", dir + "vramtrace.744.torch"});
+  const nlohmann::json j = report::to_json(collector::analysis_of(run));
+  // The distinct frames of every stack of the report, by class, and by what they are.
+  std::map<std::string, std::set<std::string>> by_class;
+  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& n) {
+    if (n.is_array())
+      for (const auto& e : n) walk(e);
+    if (!n.is_object()) return;
+    for (const auto& [key, value] : n.items()) {
+      if (key == "stack" && value.is_array())
+        for (const auto& f : value) {
+          REQUIRE(f.contains("class"));
+          REQUIRE_FALSE(f.contains("operator"));  // no symbols here: no function names
+          std::string where = f.value("python", false) ? f["file"].get<std::string>() + ":" +
+                                                             f["function"].get<std::string>()
+                                                       : f["module"].get<std::string>();
+          by_class[f["class"].get<std::string>()].insert(where.substr(where.rfind('/') + 1));
+        }
+      else
+        walk(value);
+    }
+  };
+  walk(j);
+  const std::map<std::string, std::set<std::string>> want = {
+      {"internal",
+       {"libcuda.so.1", "libcudart.so.13", "libcupti.so.13", "libvramtrace.so",
+        "sitecustomize.py:move", "sitecustomize.py:traced_call"}},
+      {"interpreter", {"python3.12"}},
+      // nn.Module's call machinery; module.py's other functions (cuda, _apply) are Python frames.
+      {"module_call", {"module.py:_call_impl", "module.py:_wrapped_call_impl", "module.py:inner"}},
+      {"native", {"libc.so.6", "libcudnn.so.9", "libcudnn_graph.so.9"}},
+      {"python",
+       {"_jit_internal.py:fn", "batchnorm.py:forward", "container.py:forward",
+        "conv.py:_conv_forward", "conv.py:forward", "first_step_job.py:<module>",
+        "first_step_job.py:build", "first_step_job.py:main", "first_step_job.py:step",
+        "functional.py:_max_pool2d", "functional.py:batch_norm", "module.py:<lambda>",
+        "module.py:_apply", "module.py:cuda", "pooling.py:forward", "resnet.py:_forward_impl",
+        "resnet.py:forward"}},
+      {"torch_native",
+       {"libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so"}},
+  };
+  CHECK(by_class == want);
 }
