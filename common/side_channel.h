@@ -149,6 +149,10 @@ namespace vramtrace::side {
      "cross_entropy" or "sum" (assumed), "" (unknown). */                                          \
   X(PlanStop, "Z", 2, Match, "bad plan stop",                                                      \
     F(U64, time_ns) F(U64, batch) F(U64, spent_ns) F(U64, rng_restored) T(loss, 32))               \
+  /* What `vramtrace plan` says of how its steps ran, in order (the program's own loop: the steps  \
+     it gave, those the stand-in gave and why, values read from fake tensors, what it put back).   \
+   */                                                                                              \
+  X(PlanNote, "ZN", 2, Lax, "", T(note, 1024))                                                     \
   /* `vramtrace run --preflight` (VRAMTRACE_PREFLIGHT=1): at time_ns, before the first training    \
      forward (at batch `batch`) ran, its step was predicted on fake tensors (N, V, R lines) in     \
      spent_ns and the launcher asked for its verdict; the program then went on. Fields as Z's. */  \

@@ -305,6 +305,9 @@ std::string plan_noscript(const json& r) {
                    "</li>";
           }
       }
+    if (p.contains("notes") && p["notes"].is_array())
+      for (const auto& n : p["notes"])
+        out += "<li>" + html_escape(n.is_string() ? n.get<std::string>() : n.dump()) + "</li>";
     if (p.contains("unseen") && p["unseen"].is_array())
       for (const auto& u : p["unseen"])
         unseen += "<li>" + html_escape(u.is_string() ? u.get<std::string>() : u.dump()) + "</li>";

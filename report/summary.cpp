@@ -453,6 +453,8 @@ std::string plan_lines(const json& r) {
             "\n";
       }
     }
+    for (const json& n : p.value("notes", json::array()))
+      out += head + printable(n.get<std::string>()) + "\n";
     for (const json& u : p.value("unseen", json::array()))
       out += head + "not seen: " + printable(u.get<std::string>()) + "\n";
   }

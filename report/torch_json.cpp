@@ -334,6 +334,7 @@ json plan_json(const std::vector<collector::ProcessPlan>& plans, uint64_t origin
                          {"rng_restored", pp.rng_restored},
                          {"loss", pp.loss},
                          {"unseen", pp.unseen},
+                         {"notes", pp.notes},
                          {"devices", std::move(devices)}});
   }
   return {{"processes", std::move(processes)}};

@@ -675,6 +675,11 @@ bool TorchTraceReader::on(const side::PlanStop& z) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::PlanNote& n) {
+  if (trace_.context.plan_notes.size() < 64) trace_.context.plan_notes.emplace_back(n.note);
+  return true;
+}
+
 bool TorchTraceReader::on(const side::Preflight& p) {
   TorchPlanStop at;
   at.time_ns = p.time_ns > offset_ ? p.time_ns - offset_ : 0;  // a figure said, not replayed

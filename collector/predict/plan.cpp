@@ -163,6 +163,7 @@ std::vector<ProcessPlan> plans_of(const Run& run) {
     pp.spent_ns = stop.spent_ns;
     pp.rng_restored = stop.rng_restored;
     pp.loss = stop.loss;
+    pp.notes = ctx.plan_notes;
     std::set<uint32_t> devices;
     for (const auto& st : ctx.predicted_steps) {
       devices.insert(st.device);

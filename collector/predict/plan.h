@@ -63,10 +63,13 @@ struct ProcessPlan {
   uint64_t batch = 0;
   uint64_t spent_ns = 0;  // on the fake steps
   bool rng_restored = false;
-  std::string loss;  // "model", "cross_entropy", "sum", ""
+  std::string loss;  // "program", "model", "cross_entropy", "sum", ""
   // What the prediction could not see: each fake step that failed (its status), the loss
   // assumed, the gradients assumed set to none.
   std::vector<std::string> unseen;
+  // What the hook said of how the steps ran (ZN lines: the program's own loop's steps and the
+  // stand-in's, values read from fake tensors, what was put back).
+  std::vector<std::string> notes;
   std::vector<DevicePlan> devices;
 };
 

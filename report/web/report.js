@@ -559,6 +559,14 @@
     });
     box.append($("div", { class: "verdict" }, $("h2", { id: "verdict", text: head + outcome }), $("div", { class: "verdict-sub", text: sub.join(" ") })));
     const shown = devs.map(({ p, d }) => planDevice(p, d, many));
+    // How the steps ran (the program's own loop's, the stand-in's, values read from fake tensors),
+    // as the hook said it.
+    const notes = procs.flatMap((p) => (p.notes || []).map((n) => (procs.length > 1 ? `process ${p.pid}: ` : "") + n));
+    if (notes.length) {
+      const ul = $("ul", { class: "plan-notes small" });
+      for (const n of notes) ul.append($("li", { text: n }));
+      box.append(ul);
+    }
     const unseen = procs.flatMap((p) => (p.unseen || []).map((u) => (procs.length > 1 ? `process ${p.pid}: ` : "") + u));
     let unseenBox = null;
     if (unseen.length) {

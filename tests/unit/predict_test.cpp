@@ -13,6 +13,7 @@
 #include "collector/ingest/torch_trace.h"
 #include "collector/ingest/torch_trace_reader.h"
 #include "collector/model/model.h"
+#include "collector/predict/plan.h"
 #include "collector/predict/predicted_request.h"
 #include "collector/predict/transforms.h"
 #include "collector/predict/whatif.h"
@@ -576,4 +577,35 @@ TEST_CASE("predict: the run's workspaces put into the fake steps, and again wher
   const RequestStream rec2 = recorded_stream(tm2->context(), tm2.get(), 0);
   CHECK_FALSE(workspaces_placeable(rec2, tm2->context().predicted_steps[0],
                                    tm2->context().predicted_steps[1]));
+}
+
+TEST_CASE("predict: a plan's notes of how its steps ran are read and kept in order") {
+  // The hook's Z line, then what it said of the program's own loop (ZN lines).
+  const std::string notes =
+      "Z\t1000300000000\t8\t2500000000\t1\tprogram\n"
+      "ZN\tthe program's own loop ran 3 of 4 steps on fake tensors\n"
+      "ZN\tthe step at batch 4: not run by the program's loop: its model was called with batch 8 "
+      "where 4 was asked (its batches do not come from a DataLoader)\n"
+      "ZN\t5 values the program read from fake tensors (.item(), bool()) were given as 0\n";
+  const TorchContext ctx = context_of(recorded() + step(1, 8) + notes);
+  REQUIRE(ctx.plan_stop);
+  CHECK(ctx.plan_stop->loss == "program");
+  REQUIRE(ctx.plan_notes.size() == 3);
+  CHECK(ctx.plan_notes[0] == "the program's own loop ran 3 of 4 steps on fake tensors");
+  CHECK(ctx.plan_notes[2] ==
+        "5 values the program read from fake tensors (.item(), bool()) were given as 0");
+
+  Run run;
+  ProcessModel p;
+  p.pid = 42;
+  p.devices[0].total_bytes = 2048 * MiB;
+  auto tm = std::make_shared<const TorchMemory>(TorchContext(ctx));
+  p.torch_context = std::shared_ptr<const TorchContext>(tm, &tm->context());
+  p.torch_memory = tm;
+  run.processes.push_back(p);
+  const auto plans = plans_of(run);
+  REQUIRE(plans.size() == 1);
+  CHECK(plans[0].notes == ctx.plan_notes);
+  // The program's own loop ran the steps: no zero_grad assumed.
+  for (const auto& u : plans[0].unseen) CHECK(u.find("zero_grad") == std::string::npos);
 }

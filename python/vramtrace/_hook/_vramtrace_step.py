@@ -659,9 +659,11 @@ class _Prediction:
                          "were given as 0" % own.values_read)
         if own.saves_skipped:
             notes.append("%d torch.save calls skipped" % own.saves_skipped)
+        # Said in the report (ZN lines: report.json's plan notes, the summary's PLAN lines).
+        for n in notes:
+            n = self.clean(n).replace("\t", " ").replace("\n", " ")[:1000]
+            self.plan_line += "ZN\t%s\n" % n
         try:
-            for n in notes:
-                sys.stderr.write("vramtrace plan: %s\n" % self.clean(n))
             sys.stderr.write(
                 "vramtrace plan: stopped %s (batch %d): predicted on fake tensors in %.1f s; "
                 "nothing of it ran on the GPU\n"
