@@ -32,7 +32,7 @@ predicted with the stand-in step at exit (_vramtrace_step)."""
 import sys
 from collections.abc import Mapping
 
-from _vramtrace_step import _Recorder, step_lines, step_runs
+from _vramtrace_step import _Checkpointed, _Recorder, step_lines, step_runs
 
 # Optimizer steps per predicted step (the second is the steady state: the optimizer's state is
 # live in its forward); model calls after which a step with no optimizer step is given up.
@@ -94,16 +94,10 @@ class OwnSteps:
                 return own.dispatch(func, args, kwargs or {}, scalar_op)
 
         self.mode = Mode()
-        self.saved_optimizers = []  # (optimizer, [params lists], state)
-        self.optimizers = []
-        params = {id(p) for p in self.model.parameters()}
-        for w in self.ctx.made_optimizers:
-            o = w()
-            if o is not None and any(id(q) in params for g in o.param_groups
-                                     for q in g["params"]):
-                self.optimizers.append(o)
-                self.saved_optimizers.append((o, [list(g["params"]) for g in o.param_groups],
-                                              o.state))
+        self.optimizers = self.ctx.optimizers_of(self.model)
+        # id(optimizer) -> (its groups' parameter lists, its state), put back at the end
+        self.saved_optimizers = {id(o): ([list(g["params"]) for g in o.param_groups], o.state)
+                                 for o in self.optimizers}
         self.rng = None
         try:
             self.rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all()
@@ -115,7 +109,6 @@ class OwnSteps:
         self.save, self.excepthook = torch.save, sys.excepthook
         self.backward = torch.autograd.backward
         self.autocast_ctx = None
-        self.checkpointed = []
         try:
             self.begin_run()
             self.handles += self.rec.forward_hooks()
@@ -151,7 +144,8 @@ class OwnSteps:
             except Exception:
                 pass
         self.end_changes()
-        for o, groups, state in self.saved_optimizers:
+        for o in self.optimizers:
+            groups, state = self.saved_optimizers[id(o)]
             for g, params in zip(o.param_groups, groups):
                 g["params"] = params
             o.state = state
@@ -209,25 +203,13 @@ class OwnSteps:
         self.run_stack.enter_context(self.reparametrize(self.model, {**params, **buffers},
                                                         tie_weights=True))
         for o in self.optimizers:
-            for g, params_of in zip(o.param_groups, self.saved_groups(o)):
+            for g, params_of in zip(o.param_groups, self.saved_optimizers[id(o)][0]):
                 g["params"] = [fakes.get(id(p), p) for p in params_of]
             o.state = type(o.state)(dict) if hasattr(o.state, "default_factory") else {}
         if batch != self.batch:
             self.cut_batches(batch)
         if change == "checkpoint":
-            from torch.utils.checkpoint import checkpoint
-            for m in blocks:
-                def run(*args, _forward=m.forward, **kwargs):
-                    return checkpoint(_forward, *args, use_reentrant=False,
-                                      preserve_rng_state=False, **kwargs)
-                m.forward = run
-            self.checkpointed = list(blocks)
-
-    def saved_groups(self, o):
-        for opt, groups, _ in self.saved_optimizers:
-            if opt is o:
-                return groups
-        return []
+            self.run_stack.enter_context(_Checkpointed(torch, blocks))
 
     def cut_batches(self, batch):
         """The program's DataLoader batches cut to `batch` (each tensor whose first dimension
@@ -269,15 +251,7 @@ class OwnSteps:
             cls, original = self.uncut
             cls.__next__ = original
             self.uncut = None
-        for m in self.checkpointed:
-            m.__dict__.pop("forward", None)
-        self.checkpointed = []
-        if self.autocast_ctx is not None:
-            try:
-                self.autocast_ctx.__exit__(None, None, None)
-            except Exception:
-                pass
-            self.autocast_ctx = None
+        self.leave_autocast()
         stack = getattr(self, "run_stack", None)
         self.run_stack = None
         if stack is not None:
@@ -339,13 +313,17 @@ class OwnSteps:
                          "not predicted: %d calls of the model without an optimizer step"
                          % MAX_CALLS)
 
-    def model_post(self, module, args, output):
+    def leave_autocast(self):
+        """The bf16 step's autocast, entered before the model's forward, left after it."""
         if self.autocast_ctx is not None:
             try:
                 self.autocast_ctx.__exit__(None, None, None)
             except Exception:
                 pass
             self.autocast_ctx = None
+
+    def model_post(self, module, args, output):
+        self.leave_autocast()
         if self.active:
             self.rec.phase = "l"
 

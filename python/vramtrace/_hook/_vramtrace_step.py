@@ -213,6 +213,12 @@ def _fake_optimizer(torch, optimizer, fake_of):
     return type(optimizer)(groups)
 
 
+def model_device(model):
+    """The CUDA device of the model's first parameter (0 when it has none there, or no model)."""
+    p = next(model.parameters(), None) if model is not None else None
+    return (p.device.index or 0) if p is not None and p.device.type == "cuda" else 0
+
+
 def repeated_blocks(model):
     """The model's repeated blocks, as one checkpoints them: the shallowest siblings of one class
     (two or more) that hold parameters and modules of their own (ResNet's layer1-4, a
@@ -564,6 +570,14 @@ class _Prediction:
             return entry[0] if entry is not None and entry[1]() is m else 0
         return module_ids
 
+    def optimizers_of(self, model):
+        """The optimizers made so far that step any of the model's parameters, first made
+        first."""
+        params = {id(q) for q in model.parameters()}
+        return [o for o in (w() for w in self.made_optimizers)
+                if o is not None and any(id(q) in params for g in o.param_groups
+                                         for q in g["params"])]
+
     def start_own(self, module):
         """The plan's steps run by the program's own loop on fake tensors (_vramtrace_own), from
         this first training call on. False, nothing changed, where it cannot be: a compiled or
@@ -589,10 +603,8 @@ class _Prediction:
             from torch.utils._python_dispatch import _disable_current_modes  # noqa: F401
             from _vramtrace_own import OwnSteps
             self.module_id(module)  # its modules named (M lines) for the predicted requests
-            p = next(module.parameters(), None)
-            device = (p.device.index or 0) if p is not None and p.device.type == "cuda" else 0
             own = OwnSteps(self, module, first[1], first[2], first[5], self.module_ids_of(),
-                           device, first[6])
+                           model_device(module), first[6])
         except Exception:
             return False
         started = time.perf_counter_ns()
@@ -708,13 +720,8 @@ class _Prediction:
         ref, call, batch, training, grad, autocast, t = first
         if not (training and grad):
             return
-        device = 0
-        model = ref()
-        p = next(model.parameters(), None) if model is not None else None
-        if p is not None and p.device.type == "cuda":
-            device = p.device.index or 0
         self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (
-            device, batch, batch, t, "not weighed on fake steps: a run that finishes its steps "
+            model_device(ref()), batch, batch, t, "not weighed on fake steps: a run that finishes its steps "
             "runs them only with VRAMTRACE_TORCH_PREDICT=always (seconds of its own time as the "
             "second step begins)"), "V\t1\t%s\t%s\n" % ("none", "-")]
 
@@ -777,23 +784,10 @@ class _Prediction:
         except Exception:
             pass
         try:
-            device = 0
-            p = next(model.parameters(), None)
-            if p is not None and p.device.type == "cuda":
-                device = p.device.index or 0
-            params = {id(q) for q in model.parameters()}
-            optimizer = None
-            for w in self.made_optimizers:
-                o = w()
-                if o is not None and any(id(q) in params for g in o.param_groups
-                                         for q in g["params"]):
-                    optimizer = o
-                    break
-            modules = self.modules
-
-            def module_ids(m):
-                entry = modules.get(id(m))
-                return entry[0] if entry is not None and entry[1]() is m else 0
+            device = model_device(model)
+            optimizers = self.optimizers_of(model)
+            optimizer = optimizers[0] if optimizers else None
+            module_ids = self.module_ids_of()
             name = type(model).__name__
             if name in ("OptimizedModule", "DistributedDataParallel"):
                 inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
