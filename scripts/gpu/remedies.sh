@@ -9,7 +9,9 @@
 # figures by scripts/gpu/first_step_check.py (docs/WHATIF.md's table).
 #
 #   BUILD=/abs/build OUT=/tmp/out [TRUTH=0] scripts/gpu/remedies.sh [MODEL:BATCH ...]
-# TRUTH=0 records only (the real runs are slow and do not change with vramtrace).
+# TRUTH=0 records only (the real runs are slow and do not change with vramtrace). PREDICT=on
+# records as a run does by default: the remedies weighed at exit on the model's copy as shapes,
+# within VRAMTRACE_TORCH_PREDICT_BUDGET of the run's time (these runs are short: set it).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -25,11 +27,11 @@ for c in "${cases[@]}"; do
   model=${c%%:*} batch=${c##*:}
   dir=$RUNS/$model-b$batch
   rm -rf "$dir"
-  VRAMTRACE_TORCH_PREDICT=always MODEL=$model BATCH=$batch LIMIT_GIB=0 STEPS=3 \
+  VRAMTRACE_TORCH_PREDICT=${PREDICT:-always} MODEL=$model BATCH=$batch LIMIT_GIB=0 STEPS=3 \
     "$BUILD/bin/vramtrace" run -o "$dir" -- python3 "$ROOT/scripts/gpu/first_step_job.py" \
     > "$dir.log" 2>&1
   echo "record $model b$batch: rc=$?"
-  grep torch-figures "$dir.log"
+  grep -E 'torch-figures|weigh|fake steps' "$dir.log"
 done
 (cd "$OUT" && tar -czf remedies-runs.tar.gz --exclude='*.html' --exclude='report.json' remedies \
   && rm -rf remedies)

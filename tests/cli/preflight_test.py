@@ -160,17 +160,78 @@ def others(work):
           "no wait: %d %r" % (r.returncode, out))
     # Without --preflight: no prediction, no PF line.
     r, out, rep, lines = run(work, "without", options=())
-    # No fake step ran: the one N line says why the remedies were not weighed on any.
-    steps = [l.split("\t") for l in lines if l.startswith("N\t")]
     check(r.returncode == 0 and "preflight" not in rep and
-          not any(l.startswith("PF\t") or l.startswith("R\t") for l in lines) and
-          len(steps) == 1 and steps[0][6].startswith("not weighed on fake steps: ") and
+          not any(l.startswith("PF\t") for l in lines) and
           not any("PRE-FLIGHT" in l for l in out), "without --preflight: %r" % out)
     print("one step, no wait, without --preflight: checked")
+
+
+def bf16_remedy(rep):
+    found = [m for m in rep["diagnosis"]["remedies"] if m.get("kind") == "mixed_precision"]
+    check(len(found) == 1 and "replayed" in found[0], "one replayed bf16 remedy: %r" % found)
+    return found[0]
+
+
+def weighed_at_exit(work):
+    # A run that finished its steps weighs its remedies at exit on fake steps of the model's
+    # copy as shapes (made at its first step's end), within a share of the run's time.
+    r, out, rep, lines = run(work, "weighed", options=(), VRAMTRACE_TORCH_PREDICT_BUDGET="1")
+    steps = [[l.split("\t")[i] for i in (2, 3, 6)] for l in lines if l.startswith("N\t")]
+    changes = [l.split("\t")[1:] for l in lines if l.startswith("V\t")]
+    # The recorded batch as it ran, under bf16 autocast, and with block1 and block2 (M ids 2
+    # and 4: each Block, then its fc) checkpointed.
+    check(r.returncode == 0 and steps == [["1", "4096", "ok"], ["2", "4096", "ok"],
+                                          ["3", "4096", "ok"]] and
+          changes == [["1", "none", "-"], ["2", "bf16_autocast", "-"],
+                      ["3", "checkpoint", "2,4"]], "weighed: %r %r %r" % (steps, changes, out))
+    weighed = bf16_remedy(rep)
+    check("weighed_on_fake_step" in weighed["replayed"] and
+          "not_weighed_on_fake_step" not in weighed["replayed"], "weighed: %r" % weighed)
+    check(any(l.startswith("vramtrace: weighing the remedies on fake tensors (at most ") and
+              "100 % of the run" in l for l in out), "said: %r" % out)
+    # Nothing of the program's changed: its output and exit code are those without vramtrace.
+    want_out, want_rc = plain()
+    check(program_lines(out) == want_out.splitlines() and r.returncode == want_rc,
+          "the program's output %r" % program_lines(out))
+
+    # No share of the run for them: not run, and each remedy says why.
+    r, out, rep, lines = run(work, "short", options=(), VRAMTRACE_TORCH_PREDICT_BUDGET="0")
+    steps = [l.split("\t") for l in lines if l.startswith("N\t")]
+    check(len(steps) == 1 and steps[0][6].startswith(
+        "not weighed on fake steps: the run took ") and
+        " and 0 % of it (VRAMTRACE_TORCH_PREDICT_BUDGET) is too short for them" in steps[0][6]
+        and not any(l.startswith("R\t") for l in lines), "too short: %r" % steps)
+    estimated = bf16_remedy(rep)
+    check(estimated["replayed"]["not_weighed_on_fake_step"] == steps[0][6] and
+          not any("weighing the remedies" in l for l in out), "too short: %r" % estimated)
+    # The stand-in's bf16 step halves what the recorded requests' transform halves: the two
+    # ways give the same figure here.
+    check(estimated["predicted_peak_bytes"] == weighed["predicted_peak_bytes"],
+          "weighed %r, estimated %r" % (weighed, estimated))
+
+    # Fake steps slower than their share (0.5 s each against 0.1 % of a run of well under a
+    # minute): stopped at the deadline, said, and the remedies are the estimates.
+    r, out, rep, lines = run(work, "stopped", options=(), VRAMTRACE_TORCH_PREDICT_BUDGET="0.001",
+                             STANDIN_FAKE_STEP_SECONDS="0.5")
+    steps = [l.split("\t") for l in lines if l.startswith("N\t")]
+    check(r.returncode == 0 and len(steps) == 1 and steps[0][6].startswith(
+        "not weighed on fake steps: they were stopped at ") and
+        not any(l.startswith("R\t") for l in lines) and
+        any(l.startswith("vramtrace: the remedies' fake steps were stopped at ") for l in out),
+        "stopped: %r %r" % (steps, out))
+    check(bf16_remedy(rep)["replayed"]["not_weighed_on_fake_step"] == steps[0][6],
+          "stopped: the remedy says why")
+    # VRAMTRACE_TORCH_PREDICT=off: nothing weighed, nothing said of it.
+    r, out, rep, lines = run(work, "off", options=(), VRAMTRACE_TORCH_PREDICT="off")
+    check(not any(l.startswith("N\t") for l in lines) and "not_weighed_on_fake_step" not in
+          bf16_remedy(rep)["replayed"], "off: %r" % lines[:5])
+    print("a finished run's remedies weighed at exit within its share, too short, stopped at "
+          "the deadline, off: checked")
 
 
 work = vtrel.temp_dir("vt-preflight-")
 fits(work)
 runs_out(work)
 others(work)
+weighed_at_exit(work)
 vtrel.finish("preflight")

@@ -17,7 +17,11 @@
 #   --swallow (catches the stop's SystemExit and calls the model again),
 #   --eval-first (a no_grad evaluation forward before training: the plan waits past it),
 #   --no-step (never calls the model: no plan).
+# A finished run's fake steps at exit (weigh_at_exit) run on a ShapeCopy: the stand-in's is the
+# model itself; each of those steps takes STANDIN_FAKE_STEP_SECONDS (0) and honours the deadline.
+import os
 import sys
+import time
 import types
 
 import torch
@@ -53,7 +57,13 @@ def stand_in_for_fake_tensors():
     import _vramtrace_step
 
     def predict_step(torch_, model, call, batch, recorded_batch, optimizer, training, grad,
-                     autocast, module_ids, iterations=2, checkpointed=()):
+                     autocast, module_ids, iterations=2, checkpointed=(), devices=None,
+                     deadline_ns=None):
+        if deadline_ns is not None:
+            # A fake step that takes STANDIN_FAKE_STEP_SECONDS, for a finished run's budget.
+            time.sleep(float(os.environ.get("STANDIN_FAKE_STEP_SECONDS", "0") or 0))
+            if time.monotonic_ns() > deadline_ns:
+                raise _vramtrace_step.OverBudget()
         act = batch * FEATURES * (2 if autocast is not None else 4)
         requests, n = [], [0]
 
@@ -84,6 +94,14 @@ def stand_in_for_fake_tensors():
             a(MiB, module_ids(blk.fc), "s")
         return requests
     _vramtrace_step.predict_step = predict_step
+
+    class ShapeCopy:
+        """The stand-in has no meta tensors: the model itself stands for its copy as shapes."""
+
+        def __init__(self, torch_, model, optimizer, module_ids):
+            self.model, self.optimizer, self.module_ids = model, optimizer, module_ids
+            self.devices, self.device = None, 0
+    _vramtrace_step.ShapeCopy = ShapeCopy
 
 
 class Momentum(torch.optim.Optimizer):

@@ -606,8 +606,11 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return
         first = bool(self.optimizers) and self.optimizers[0]() is optimizer
         self.mark(_STEP_END, 1 if first else 0)
-        if self.predict_always and not self.first_done and self.first_call is not None:
-            self.predict_pending = True
+        if not self.first_done and self.first_call is not None:
+            if self.predict_always:
+                self.predict_pending = True
+            else:
+                self.keep_shape()
         self.first_done = True
         self.in_step = False
         # Named storages at the first steps, then every 50th (and at each OOM): labelling
@@ -671,6 +674,6 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             self.exception = _exception_line(exc, self.clean, self.now())
         try:
             self.predict_steps()
-            self.say_not_weighed()
+            self.weigh_at_exit()
         except Exception:
             pass

@@ -36,14 +36,27 @@ _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 LOSSES = []
 
 
-class _Recorder:
-    """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase)."""
+class OverBudget(BaseException):
+    """The fake steps ran past their deadline (a BaseException, so that no handler of
+    PyTorch's or of the step's takes it for an operator's failure)."""
 
-    def __init__(self, torch, module_ids):
+
+class _Recorder:
+    """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase).
+    `deadline_ns` (time.monotonic_ns), when given: every operator after it raises OverBudget."""
+
+    def __init__(self, torch, module_ids, deadline_ns=None):
+        import time
         from torch.multiprocessing.reductions import StorageWeakRef
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_leaves
         self.weak, self.leaves, self.torch = StorageWeakRef, tree_leaves, torch
+        # Whether the storage of a key (a StorageWeakRef's cdata, its weak reference held) is
+        # gone: PyTorch's own test, called directly. Every operator asks it of every live
+        # storage (collect), and StorageWeakRef.expired's two Python calls around it were
+        # two thirds of a fake step's time (12.8 of 18.3 s for a 1e9-parameter Llama).
+        self.expired = getattr(getattr(torch, "UntypedStorage", None), "_expired", None) or (
+            lambda key: torch.Storage._expired(key))
         self.module_ids = module_ids
         self.live = {}         # storage key -> (weak ref, block number)
         self.outside = {}      # storage key -> weak ref: what existed before the step
@@ -53,8 +66,12 @@ class _Recorder:
         self.blocks = 0
         recorder = self
 
+        clock = time.monotonic_ns
+
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if deadline_ns is not None and clock() > deadline_ns:
+                    raise OverBudget()
                 recorder.collect()
                 out = func(*args, **(kwargs or {}))
                 recorder.made(out)
@@ -64,7 +81,9 @@ class _Recorder:
 
     def collect(self):
         """Frees: the storages whose last tensor is gone since the last look."""
-        gone = [k for k, (ref, _) in self.live.items() if ref.expired()]
+        gone = list(filter(self.expired, self.live))
+        if not gone:
+            return
         module = self.modules[-1] if self.modules else 0
         for k in gone:
             self.requests.append(("f", self.live.pop(k)[1], 0, module, self.phase))
@@ -78,12 +97,12 @@ class _Recorder:
             ref = self.weak(st)
             key = ref.cdata
             if key in self.live:
-                if not self.live[key][0].expired():
+                if not self.expired(key):
                     continue  # a view or an in-place result: no new block
                 # Freed inside this operator and its storage object made again at the same
                 # address: the old block's free comes first.
                 self.requests.append(("f", self.live.pop(key)[1], 0, module, self.phase))
-            if key in self.outside and not self.outside[key].expired():
+            if key in self.outside and not self.expired(key):
                 continue  # a view of a parameter, a buffer or an input
             nbytes = st.nbytes()
             if nbytes == 0:
@@ -210,13 +229,85 @@ def _fake_optimizer(torch, optimizer, fake_of):
             group["capturable"] = True
         group["params"] = [fake_of[id(p)] for p in g["params"] if id(p) in fake_of]
         groups.append(group)
-    return type(optimizer)(groups)
+    return getattr(optimizer, "cls", type(optimizer))(groups)
 
 
 def model_device(model):
     """The CUDA device of the model's first parameter (0 when it has none there, or no model)."""
     p = next(model.parameters(), None) if model is not None else None
     return (p.device.index or 0) if p is not None and p.device.type == "cuda" else 0
+
+
+class _OptimizerShape:
+    """What a fake step takes of an optimizer the program may have let go of: its class and its
+    groups' settings, their parameters those of a ShapeCopy (a setting held in a CUDA tensor is
+    left out: its value would be read from the device, and the class's default is taken)."""
+
+    def __init__(self, torch, optimizer, memo):
+        self.cls = type(optimizer)
+        self.param_groups = []
+        for g in optimizer.param_groups:
+            group = {k: v for k, v in g.items() if k != "params"
+                     and not (isinstance(v, torch.Tensor) and v.device.type != "cpu")}
+            group["params"] = [memo[id(p)] for p in g["params"] if id(p) in memo]
+            self.param_groups.append(group)
+
+
+class ShapeCopy:
+    """The model as the fake steps need it once the program may have let go of it (at exit the
+    model of a `main()` is gone): a deep copy whose every tensor is a meta tensor of the same
+    shape, strides and dtype, its CUDA device kept beside it (no memory anywhere), its optimizer
+    as an _OptimizerShape, and the M id of each module copied. Made at the end of the first
+    optimizer step, in milliseconds (modules and their settings, no data); raises where a
+    tensor cannot be copied so (a subclass with its own copy: DTensor, a quantized or sparse
+    tensor), so that no copy ever allocates.
+
+    The copy goes through Tensor.__deepcopy__ and Parameter.__deepcopy__, replaced for its
+    milliseconds: every plain tensor the modules hold, at any depth, becomes a meta tensor."""
+
+    def __init__(self, torch, model, optimizer, module_ids):
+        import copy
+        for t in list(model.parameters()) + list(model.buffers()):
+            if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+                raise RuntimeError("its tensor of class %s and layout %s cannot be copied as "
+                                   "shapes" % (type(t).__name__, t.layout))
+        devices = self.devices = {}  # id(meta tensor) -> the device of the tensor it copies
+
+        def meta_of(t, memo):
+            m = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                    device="meta")
+            if isinstance(t, torch.nn.Parameter):
+                m = torch.nn.Parameter(m, requires_grad=t.requires_grad)
+            elif t.requires_grad and t.is_leaf:
+                m.requires_grad_(True)
+            devices[id(m)] = t.device
+            memo[id(t)] = m
+            return m
+
+        def tensor_copy(t, memo):
+            if id(t) in memo:
+                return memo[id(t)]
+            return meta_of(t, memo)
+
+        memo = {}
+        tensor_deepcopy = torch.Tensor.__deepcopy__
+        parameter_deepcopy = torch.nn.Parameter.__deepcopy__
+        torch.Tensor.__deepcopy__ = tensor_copy
+        torch.nn.Parameter.__deepcopy__ = tensor_copy
+        try:
+            self.model = copy.deepcopy(model, memo)
+        finally:
+            torch.Tensor.__deepcopy__ = tensor_deepcopy
+            torch.nn.Parameter.__deepcopy__ = parameter_deepcopy
+        self.optimizer = (_OptimizerShape(torch, optimizer, memo)
+                          if optimizer is not None else None)
+        ids = {}
+        for m in model.modules():
+            c = memo.get(id(m))
+            if c is not None:
+                ids[id(c)] = module_ids(m)
+        self.module_ids = lambda m: ids.get(id(m), 0)
+        self.device = model_device(model)
 
 
 def repeated_blocks(model):
@@ -264,21 +355,33 @@ class _Checkpointed:
 
 
 def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
-                 autocast, module_ids, iterations=2, checkpointed=()):
+                 autocast, module_ids, iterations=2, checkpointed=(), devices=None,
+                 deadline_ns=None):
     """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
     forward alone, once, when the recorded forward was not training); `checkpointed`: modules
-    run under torch.utils.checkpoint."""
+    run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors;
+    past `deadline_ns`, OverBudget."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
     mode = FakeTensorMode(allow_non_fake_inputs=False)
+
+    def fake(t):
+        device = devices.get(id(t)) if devices else None
+        if device is None:
+            return mode.from_tensor(t)
+        with mode:  # a ShapeCopy's meta tensor, made on the device of the tensor it copies
+            f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                    device=device)
+        return f.requires_grad_(True) if t.requires_grad else f
+
     fake_of = {}
     params, buffers = {}, {}
     for name, p in model.named_parameters():
-        fake_of[id(p)] = params[name] = mode.from_tensor(p)
+        fake_of[id(p)] = params[name] = fake(p)
     for name, b in model.named_buffers():
-        buffers[name] = mode.from_tensor(b)
+        buffers[name] = fake(b)
     args, kwargs = _fake_args(torch, mode, call, batch, recorded_batch)
-    rec = _Recorder(torch, module_ids)
+    rec = _Recorder(torch, module_ids, deadline_ns)
     from torch.utils._pytree import tree_leaves
     rec.existing(list(params.values()) + list(buffers.values()) + tree_leaves((args, kwargs)))
     opt = _fake_optimizer(torch, optimizer, fake_of) if (optimizer is not None and training) else None
@@ -359,9 +462,10 @@ def step_lines(device, step, batch, recorded_batch, step_time_ns, status, change
 
 def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
                     training, grad, autocast, module_ids, first_id=1, finished=False,
-                    runs=None):
+                    runs=None, devices=None, deadline_ns=None):
     """N, V and R lines (common/side_channel.h) of the stand-in step on fake tensors, for each
-    of `runs` (step_runs' by default). A status line says why a step could not be run."""
+    of `runs` (step_runs' by default). A status line says why a step could not be run; past
+    `deadline_ns`, OverBudget."""
     if runs is None:
         runs = step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
                          finished)
@@ -372,7 +476,7 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
             requests = predict_step(
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
-                checkpointed=blocks)
+                checkpointed=blocks, devices=devices, deadline_ns=deadline_ns)
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
@@ -400,12 +504,23 @@ class _Prediction:
         self.oom_seen = False
         self.made_optimizers = []  # weakrefs of every optimizer made, first made first
         self.predicted = []        # N, V and R lines
-        # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins (at
-        # exit the model is usually gone), else only at the exit of a process that ran out; a
-        # run that finished its steps says so at exit (say_not_weighed).
+        # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins, the
+        # program waiting; else at the exit of a process that ran out, and, by default, at the
+        # exit of a run that finished its steps within a share of its time (weigh_at_exit, on
+        # the ShapeCopy that keep_shape made at its first step's end).
         mode = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on")
         self.predict_always = mode == "always"
-        self.say_unweighed = mode == "on"
+        self.weigh_remedies = mode == "on"
+        try:
+            self.weigh_budget = max(0.0, float(
+                os.environ.get("VRAMTRACE_TORCH_PREDICT_BUDGET", "") or "0.01"))
+        except ValueError:
+            self.weigh_budget = 0.01
+        self.started_ns = self.now()  # the run's start (sitecustomize sets its own)
+        self.shape = None          # the ShapeCopy, once made
+        self.shape_why = None      # why none was made
+        self.shape_ns = 0          # what making it cost
+        self.weigh_ns = 0          # what the fake steps at exit cost
         self.predict_pending = False
         # `vramtrace plan` (VRAMTRACE_PLAN=1): the first training call is predicted and the
         # process stopped before its forward runs (plan_stop).
@@ -419,7 +534,7 @@ class _Prediction:
         if self.preflight_dir:
             self.want_call = True
         if self.plan or self.preflight_dir:
-            self.say_unweighed = False
+            self.weigh_remedies = False
         self.first_call_stops = bool(self.plan or self.preflight_dir)
         self.preflight_line = None  # the PF line, once predicted
         self.preflighting = False   # its fake steps are running
@@ -707,36 +822,102 @@ class _Prediction:
         if self.predict_always:
             self.predict_steps()
 
-    def say_not_weighed(self):
-        """At the exit of a run that finished its first step and never ran out of memory, by
-        default: an N line (with its V line, "none") saying why its remedies were not weighed
-        on fake steps, which the report's remedies then say (estimated from the recorded
-        requests). Fake steps cost seconds of the program's own time, and by then the model is
-        usually gone: they run only when asked."""
+    def keep_shape(self):
+        """The first optimizer step ended: by default, a ShapeCopy of the model and its
+        optimizer kept for the fake steps at exit (weigh_at_exit), the program's model being
+        usually gone by then. Where it cannot be made, why (said at exit)."""
         first = self.first_call
-        if (not self.say_unweighed or first is None or self.predicted or self.oom_seen
+        if not self.weigh_remedies or first is None or self.shape is not None:
+            return
+        import time
+        started = time.perf_counter_ns()
+        model = first[0]()
+        try:
+            if model is None:
+                raise RuntimeError("the model was gone at the end of the first step")
+            name = type(model).__name__
+            if name == "OptimizedModule":
+                raise RuntimeError("a compiled model (OptimizedModule)")
+            if name in ("DistributedDataParallel", "DataParallel"):
+                model = model.module
+            optimizers = self.optimizers_of(model)
+            self.shape = ShapeCopy(self.torch, model, optimizers[0] if optimizers else None,
+                                   self.module_ids_of())
+        except Exception as ex:
+            self.shape_why = "the model could not be copied as shapes: %s" % self.clean(
+                str(ex).splitlines()[0] if str(ex) else type(ex).__name__)[:300]
+        self.shape_ns = time.perf_counter_ns() - started
+
+    def weigh_at_exit(self):
+        """At the exit of a run that finished its first step and never ran out of memory, by
+        default: its remedies weighed on fake steps of the ShapeCopy kept at the first step, in
+        at most VRAMTRACE_TORCH_PREDICT_BUDGET (0.01) of the run's time so far, copy included;
+        past it they stop, and an N line (with its V line, "none") says why they were not
+        weighed, which the report's remedies then say (estimated from the recorded requests)."""
+        first = self.first_call
+        if (not self.weigh_remedies or first is None or self.predicted or self.oom_seen
                 or not self.first_done or not first[2]):
             return
         ref, call, batch, training, grad, autocast, t = first
         if not (training and grad):
             return
-        self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (
-            model_device(ref()), batch, batch, t, "not weighed on fake steps: a run that finishes its steps "
-            "runs them only with VRAMTRACE_TORCH_PREDICT=always (seconds of its own time as the "
-            "second step begins)"), "V\t1\t%s\t%s\n" % ("none", "-")]
+        import time
+        ran_ns = max(0, self.now() - self.started_ns)
+        budget_ns = int(ran_ns * self.weigh_budget) - self.shape_ns
+        why = self.shape_why
+        if why is None and self.shape is None:
+            why = "the model was not copied at its first step"
+        if why is None and budget_ns <= 0:
+            why = ("the run took %.1f s, and %g %% of it (VRAMTRACE_TORCH_PREDICT_BUDGET) is "
+                   "too short for them" % (ran_ns / 1e9, 100 * self.weigh_budget))
+        if why is None:
+            started = time.monotonic_ns()
+            try:
+                self.predict_steps(force=True, shape=self.shape,
+                                   deadline_ns=started + budget_ns)
+            except OverBudget:
+                stopped = ("were stopped at %.3f s, %g %% of the run's %.1f s "
+                           "(VRAMTRACE_TORCH_PREDICT_BUDGET)"
+                           % (budget_ns / 1e9, 100 * self.weigh_budget, ran_ns / 1e9))
+                why = "they " + stopped
+                self.predicted = []
+                try:
+                    sys.stderr.write("vramtrace: the remedies' fake steps %s\n" % stopped)
+                except Exception:
+                    pass
+            self.weigh_ns = time.monotonic_ns() - started
+            if why is None:
+                try:
+                    sys.stderr.write(
+                        "vramtrace: the remedies were weighed on fake tensors in %.2f s (%.2f %% "
+                        "of the run's %.1f s; the model's copy as shapes took %.1f ms at its "
+                        "first step)\n" % (self.weigh_ns / 1e9, 100.0 * (
+                            self.weigh_ns + self.shape_ns) / max(ran_ns, 1), ran_ns / 1e9,
+                            self.shape_ns / 1e6))
+                except Exception:
+                    pass
+        if why is not None:
+            self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (
+                self.shape.device if self.shape is not None else 0, batch, batch, t,
+                "not weighed on fake steps: %s; VRAMTRACE_TORCH_PREDICT=always runs them as "
+                "the second step begins" % why), "V\t1\t%s\t%s\n" % ("none", "-")]
 
-    def predict_steps(self, force=False):
+    def predict_steps(self, force=False, shape=None, deadline_ns=None):
         """At exit of a process that ran out of memory (or of any, with
         VRAMTRACE_TORCH_PREDICT=always; or, `force`, before the first step for `vramtrace
-        plan`): the N, V and R lines of its first step run on fake tensors: completed at the
-        recorded batch and its half when the process never finished it, and with the changes
-        the report's remedies weigh (_vramtrace_step.py)."""
+        plan`, and at a finished run's exit for weigh_at_exit): the N, V and R lines of its
+        first step run on fake tensors: completed at the recorded batch and its half when the
+        process never finished it, and with the changes the report's remedies weigh
+        (_vramtrace_step.py). On the model, or on `shape` (a ShapeCopy), or on the one kept
+        when the model is gone; past `deadline_ns`, OverBudget."""
         first = self.first_call
         if first is None or self.predicted or not (self.oom_seen or self.predict_always or force):
             return
         ref, call, batch, training, grad, autocast, t = first
-        model = ref()
-        if model is None or not batch:
+        model = ref() if shape is None else None
+        if model is None and shape is None:
+            shape = self.shape
+        if (model is None and shape is None) or not batch:
             return
         # The fake step must leave no marks of its own, nor move the program's random numbers.
         enabled = self.enabled
@@ -750,7 +931,7 @@ class _Prediction:
             pass
         self.rng_restored = False
         try:
-            self.predict_model(first, model)
+            self.predict_model(first, model, shape, deadline_ns)
         finally:
             try:
                 if rng is not None:
@@ -764,7 +945,7 @@ class _Prediction:
             if enabled:
                 self.set_enabled(True)
 
-    def predict_model(self, first, model):
+    def predict_model(self, first, model, shape=None, deadline_ns=None):
         ref, call, batch, training, grad, autocast, t = first
         try:
             if self.plan:
@@ -773,6 +954,12 @@ class _Prediction:
             elif self.preflighting:
                 sys.stderr.write("vramtrace: PRE-FLIGHT: running the first training step on "
                                  "fake tensors (a few seconds)\n")
+            elif deadline_ns is not None:
+                sys.stderr.write(
+                    "vramtrace: weighing the remedies on fake tensors (at most %.3f s, %g %% "
+                    "of the run; VRAMTRACE_TORCH_PREDICT=off skips this)\n"
+                    % ((deadline_ns - __import__("time").monotonic_ns()) / 1e9,
+                       100 * self.weigh_budget))
             else:
                 sys.stderr.write(
                     "vramtrace: %s: running the step on fake tensors to %s (a few seconds; "
@@ -784,6 +971,12 @@ class _Prediction:
         except Exception:
             pass
         try:
+            if shape is not None:
+                self.predicted = predicted_lines(
+                    self.torch, shape.device, t, shape.model, call, batch, shape.optimizer,
+                    training, grad, autocast, shape.module_ids, finished=self.first_done,
+                    devices=shape.devices, deadline_ns=deadline_ns)
+                return
             device = model_device(model)
             optimizers = self.optimizers_of(model)
             optimizer = optimizers[0] if optimizers else None
@@ -798,7 +991,7 @@ class _Prediction:
                 model = inner
             self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
                                              optimizer, training, grad, autocast, module_ids,
-                                             finished=self.first_done)
+                                             finished=self.first_done, deadline_ns=deadline_ns)
         except Exception as ex:
             self.predicted = ["N\t0\t1\t%d\t%d\t%d\tnot predicted: %s\n"
                               % (batch, batch, t, self.clean(str(ex))[:500])]

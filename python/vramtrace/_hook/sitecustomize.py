@@ -14,7 +14,11 @@
 # sitecustomize the environment had is still run after this one.
 import os
 import sys
+import time
 
+# The run's start, near enough (the interpreter's own start-up before this is milliseconds):
+# the fake steps at a finished run's exit take at most a share of the time since.
+_STARTED_NS = time.time_ns()
 # The hook's _Context once torch is imported ("context"), for vramtrace_categories().
 _vramtrace_ctx = {}
 
@@ -111,6 +115,7 @@ def _attach_torch(torch, out_dir, max_entries, state):
         try:
             from _vramtrace_context import _Context
             context = ctx["context"] = _Context(torch, _clean)
+            context.started_ns = _STARTED_NS
             # `vramtrace plan`'s stop, when the program swallows its SystemExit, writes the
             # side channel itself before os._exit.
             context.dump_now = lambda: write("at the plan's stop")
