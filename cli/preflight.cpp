@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -65,27 +66,34 @@ PreflightDesk::~PreflightDesk() {
 void PreflightDesk::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
-    std::vector<std::pair<uint64_t, uint64_t>> asks;  // pid, when its step began
+    struct Ask {
+      uint64_t pid, step_ns;  // when its step began
+      int stage;
+    };
+    std::vector<Ask> asks;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(folder_, ec)) {
       const uint64_t pid = asking_pid(entry.path().filename().string());
-      if (!pid || answered_.count(pid)) continue;
+      if (!pid) continue;
       std::ifstream in(entry.path());
       uint64_t step_ns = 0;
-      if (!(in >> step_ns)) continue;  // being written: the next look reads it whole
-      asks.push_back({pid, step_ns});
+      int stage = 1;
+      if (!(in >> step_ns)) continue;  // moved in whole by the hook (rename)
+      if (!(in >> stage) || stage != 2) stage = 1;
+      if (answered_.count({pid, stage})) continue;
+      asks.push_back({pid, step_ns, stage});
     }
-    for (const auto& [pid, step_ns] : asks) {
-      answered_.insert(pid);
+    for (const Ask& a : asks) {
+      answered_.insert({a.pid, a.stage});
       lock.unlock();
-      answer(pid, step_ns);
+      answer(a.pid, a.step_ns, a.stage);
       lock.lock();
     }
     wake_.wait_for(lock, std::chrono::milliseconds(50));
   }
 }
 
-void PreflightDesk::answer(uint64_t pid, uint64_t step_ns) {
+void PreflightDesk::answer(uint64_t pid, uint64_t step_ns, int stage) {
   // What the library recorded before the step began reaches its trace within its flush period:
   // the writer sends its buffer at least that often (interpose/recorder.cpp).
   const uint64_t flush = interpose::flush_interval_ns(std::getenv(env::kFlushMs));
@@ -115,6 +123,7 @@ void PreflightDesk::answer(uint64_t pid, uint64_t step_ns) {
     usleep(100'000);
   }
   std::string verdict;
+  bool more = false;
   if (traces.empty() || side.empty()) {
     verdict = "vramtrace: PRE-FLIGHT: process " + std::to_string(pid) +
               ": no trace of it yet: no verdict\n";
@@ -123,14 +132,26 @@ void PreflightDesk::answer(uint64_t pid, uint64_t step_ns) {
     const collector::Run run = model.moment(traces, side);
     const auto p = std::find_if(run.processes.begin(), run.processes.end(),
                                 [pid](const collector::ProcessModel& m) { return m.pid == pid; });
-    verdict = p == run.processes.end() ? "vramtrace: PRE-FLIGHT: process " + std::to_string(pid) +
-                                             ": not in its trace yet: no verdict\n"
-                                       : collector::preflight_verdict(*p);
+    verdict = p == run.processes.end()
+                  ? "vramtrace: PRE-FLIGHT: process " + std::to_string(pid) +
+                        ": not in its trace yet: no verdict\n"
+                  : collector::preflight_verdict(*p, stage == 1 ? &more : nullptr);
   }
   std::cerr << printable_lines(verdict) << std::flush;
+  // The answer: "more" when the hook is to predict the rest and ask again; written whole before
+  // the hook can see the file (a temporary name, then renamed).
   const std::string done = folder_ + "/preflight." + std::to_string(pid) + ".done";
-  const int fd = open(done.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd >= 0) close(fd);
+  const std::string part = done + ".part";
+  const int fd = open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    const std::string text = more ? "more\n" : "";
+    bool whole = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    whole = close(fd) == 0 && whole;
+    if (whole)
+      std::rename(part.c_str(), done.c_str());
+    else
+      unlink(part.c_str());
+  }
 }
 
 }  // namespace vramtrace::cli

@@ -9,6 +9,9 @@
 // verdict on stderr (collector/predict/preflight.h: fits with its headroom, or the need against
 // the limit, the largest batch that fits and the remedies), and drops preflight.<pid>.done. The
 // hook waits for it a bounded time (VRAMTRACE_PREFLIGHT_WAIT, 30 s), then the program goes on.
+// Two stages: the hook first predicts the step at its batch alone (stage 1 of the ask); when it
+// will not fit, the desk says so at once and answers "more" in the .done file, and the hook
+// predicts the half batch and the remedies' changes and asks again (stage 2: the whole verdict).
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace vramtrace::cli {
 
@@ -30,9 +34,9 @@ class PreflightDesk {
 
  private:
   void run();
-  void answer(uint64_t pid, uint64_t step_ns);
+  void answer(uint64_t pid, uint64_t step_ns, int stage);
   std::string folder_, run_dir_;
-  std::set<uint64_t> answered_;
+  std::set<std::pair<uint64_t, int>> answered_;  // pid, stage
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

@@ -145,7 +145,7 @@ std::vector<ProcessPreflight> preflights_of(const Run& run) {
   return out;
 }
 
-std::string preflight_verdict(const ProcessModel& p) {
+std::string preflight_verdict(const ProcessModel& p, bool* more) {
   const std::string head = "vramtrace: PRE-FLIGHT: ";
   const std::vector<uint32_t> devices = preflight_devices(p);
   if (devices.empty()) return head + "no step was predicted\n";
@@ -169,6 +169,11 @@ std::string preflight_verdict(const ProcessModel& p) {
     }
     std::string line = head + at + "the first step will need " + human_bytes(d.peak_bytes) +
                        " against " + limit + ": it will run out of memory; ";
+    if (more) {
+      *more = true;
+      out += line + "the largest batch that fits and the remedies follow\n";
+      continue;
+    }
     if (d.largest_batch)
       line += "the largest batch that fits is " +
               std::string(d.largest_at_least ? "at least " : "") +

@@ -61,6 +61,9 @@ PreflightDevice preflight_device(const ProcessModel& p, uint32_t device);
 
 // The verdict at the pre-flight's moment, in words (one line per device, each starting with
 // "vramtrace: PRE-FLIGHT: "): the plan of the moment's model (`p`: the traces up to the request).
-std::string preflight_verdict(const ProcessModel& p);
+// `more`, at the first stage (the hook predicted the step at its batch alone): set when a device
+// will run out, whose line then says so and that the largest batch and the remedies follow (the
+// hook predicts them and asks again).
+std::string preflight_verdict(const ProcessModel& p, bool* more = nullptr);
 
 }  // namespace vramtrace::collector

@@ -83,7 +83,9 @@ def device(rep):
 
 
 def fits(work):
-    r, out, rep, lines = run(work, "fits")
+    # The whole run's time for the remedies' fake steps at exit (below), however slow the
+    # machine.
+    r, out, rep, lines = run(work, "fits", VRAMTRACE_TORCH_PREDICT_BUDGET="1")
     want_out, want_rc = plain()
     check(r.returncode == want_rc == 0, "exit %d, without vramtrace %d" % (r.returncode, want_rc))
     check(program_lines(out) == want_out.splitlines(),
@@ -96,6 +98,15 @@ def fits(work):
           "the order: %r" % out)
     pf = [l.split("\t") for l in lines if l.startswith("PF\t")]
     check(len(pf) == 1 and pf[0][2] == "4096", "the PF line: %r" % pf)
+    # A step that fits needs only itself for the verdict: the pre-flight ran the step at its
+    # batch alone (step 1, the completion of the step about to run); the remedies' changes were
+    # weighed at exit on the model's copy as shapes (steps 2 and 3), and no half batch was run.
+    steps = [[l.split("\t")[i] for i in (2, 3, 6)] for l in lines if l.startswith("N\t")]
+    changes = [l.split("\t")[1:3] for l in lines if l.startswith("V\t")]
+    check(steps == [["1", "4096", "ok"], ["2", "4096", "ok"], ["3", "4096", "ok"]] and
+          changes == [["2", "bf16_autocast"], ["3", "checkpoint"]] and
+          sum("running the first training step on fake tensors" in l for l in out) == 1 and
+          not any("at half its batch" in l for l in out), "the steps: %r %r" % (steps, changes))
     p, d = device(rep)
     check(p["batch"] == 4096 and p["fake_step_seconds"] >= 0 and p["loss"] == "",
           "the process: %r" % p)
@@ -122,7 +133,7 @@ def fits(work):
 
 def runs_out(work):
     args = ("--batch", "10240", "--fraction", "0.875")
-    r, out, rep, _ = run(work, "oom", *args)
+    r, out, rep, lines = run(work, "oom", *args)
     want_out, want_rc = plain(*args)
     check(r.returncode == want_rc == 1, "exit %d, without vramtrace %d" % (r.returncode, want_rc))
     check(program_lines(out) == want_out.splitlines(),
@@ -136,6 +147,19 @@ def runs_out(work):
     dies = [i for i, l in enumerate(out) if l.startswith("Traceback")]
     check(dies and out.index("step 0 begins") < out.index(verdict) < dies[0],
           "the verdict before the step died: %r" % out)
+    # In two stages: the step at its batch alone says that it will not fit at once; then its
+    # half and the remedies' changes give the largest batch and the remedies.
+    first = ("vramtrace: PRE-FLIGHT: the first step will need 96.00 MiB against PyTorch's "
+             "per-process fraction of 70.00 MiB: it will run out of memory; the largest batch "
+             "that fits and the remedies follow")
+    rest = ("vramtrace: PRE-FLIGHT: running it at half its batch and with the remedies' changes "
+            "on fake tensors (a few seconds)")
+    check(first in out and rest in out and
+          out.index("step 0 begins") < out.index(first) < out.index(rest) < out.index(verdict),
+          "the two stages: %r" % out)
+    steps = [[l.split("\t")[i] for i in (2, 3)] for l in lines if l.startswith("N\t")]
+    check(steps == [["1", "10240"], ["2", "5120"], ["3", "10240"], ["4", "10240"]],
+          "the steps: %r" % steps)
     _, d = device(rep)
     check(d["predicted_reserved_peak_bytes"] == 96 * MiB and not d["predicted_fits"] and
           not d["compared"] and d["not_compared_because"] == "the step ran out of memory" and

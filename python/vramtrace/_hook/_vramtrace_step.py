@@ -469,6 +469,9 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
     if runs is None:
         runs = step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
                          finished)
+    elif callable(runs):  # a selection of step_runs' (the pre-flight's stages)
+        runs = runs(step_runs(torch, model, recorded_batch, training, grad, autocast,
+                              module_ids, finished))
     lines = []
     step = first_id
     for b, change, blocks in runs:
@@ -521,6 +524,7 @@ class _Prediction:
         self.shape_why = None      # why none was made
         self.shape_ns = 0          # what making it cost
         self.weigh_ns = 0          # what the fake steps at exit cost
+        self.weigh_runs = None     # which of step_runs' they run (all; a pre-flight's rest)
         self.predict_pending = False
         # `vramtrace plan` (VRAMTRACE_PLAN=1): the first training call is predicted and the
         # process stopped before its forward runs (plan_stop).
@@ -576,45 +580,41 @@ class _Prediction:
 
     def preflight(self, module):
         """`vramtrace run --preflight`: the step the program is about to run predicted on fake
-        tensors as for a plan, the side channel written now (with the PF line), the launcher
-        asked for its verdict (preflight.<pid>.ask in VRAMTRACE_PREFLIGHT) and its answer waited
-        for (VRAMTRACE_PREFLIGHT_WAIT seconds, 30), so that the verdict is said before the step
-        can die. Nothing of the program changes: the forward runs next, as it would have."""
+        tensors, the side channel written now (with the PF line), the launcher asked for its
+        verdict (preflight.<pid>.ask in VRAMTRACE_PREFLIGHT) and its answer waited for
+        (VRAMTRACE_PREFLIGHT_WAIT seconds, 30), so that the verdict is said before the step
+        can die. In two stages, as the verdict needs them: the step at its batch alone first;
+        when the launcher answers that it will not fit ("more"), the step at half the batch and
+        with the remedies' changes, and the launcher asked again (the largest batch, each
+        remedy). A step that fits has its remedies' changes weighed at exit instead, as a
+        finished run's (weigh_at_exit). Nothing of the program changes: the forward runs next,
+        as it would have."""
         import time
         folder, self.preflight_dir = self.preflight_dir, None  # once
         try:
             asked_from = time.monotonic_ns()
             self.preflighting = True
             try:
-                self.preflight_line = self.predict_first_step(
-                    module, "PF\t%d\t%d\t%d\t%d\t%s\n")[0]
+                self.preflight_line, _, spent = self.predict_first_step(
+                    module, "PF\t%d\t%d\t%d\t%d\t%s\n", runs=lambda runs: runs[:1])
             finally:
                 self.preflighting = False
-            if self.dump_now is not None:
-                self.dump_now()
-            pid = os.getpid()
-            ask = os.path.join(folder, "preflight.%d.ask" % pid)
-            done = os.path.join(folder, "preflight.%d.done" % pid)
-            with open(ask + ".tmp", "w") as f:
-                f.write("%d\n" % asked_from)
-            os.replace(ask + ".tmp", ask)
-            try:
-                wait = float(os.environ.get("VRAMTRACE_PREFLIGHT_WAIT", "") or "30")
-            except ValueError:
-                wait = 30.0
-            wait = min(max(wait, 0.0), 600.0)
-            deadline = time.monotonic() + wait
-            while not os.path.exists(done) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not os.path.exists(done):
-                sys.stderr.write("vramtrace: PRE-FLIGHT: no verdict within %g s "
-                                 "(VRAMTRACE_PREFLIGHT_WAIT); the program goes on\n" % wait)
-                sys.stderr.flush()
-            for path in (ask, done):
+            if self.ask_preflight(folder, asked_from, 1) == "more":
+                self.preflighting = True
                 try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+                    started = time.perf_counter_ns()
+                    self.predict_steps(force=True, runs=lambda runs: runs[1:])
+                    spent += time.perf_counter_ns() - started
+                    fields = self.preflight_line.split("\t")
+                    fields[3] = str(spent)
+                    self.preflight_line = "\t".join(fields)
+                finally:
+                    self.preflighting = False
+                self.ask_preflight(folder, asked_from, 2)
+            elif self.predicted and not self.predict_always:
+                # It fits: the remedies' changes are weighed at exit, within the run's share.
+                self.weigh_remedies = True
+                self.weigh_runs = lambda runs: [r for r in runs if r[1] not in ("", "none")]
         except Exception as ex:
             try:
                 sys.stderr.write("vramtrace: PRE-FLIGHT: not made: %s\n"
@@ -622,12 +622,52 @@ class _Prediction:
             except Exception:
                 pass
 
-    def predict_first_step(self, module, line):
+    def ask_preflight(self, folder, asked_from, stage):
+        """The side channel written now, the launcher asked for the verdict of `stage` (1: the
+        step at its batch; 2: with its half and the remedies) and waited for: its answer
+        ("more": stage 2 is wanted), or None when none came in time (said)."""
+        import time
+        if self.dump_now is not None:
+            self.dump_now()
+        pid = os.getpid()
+        ask = os.path.join(folder, "preflight.%d.ask" % pid)
+        done = os.path.join(folder, "preflight.%d.done" % pid)
+        with open(ask + ".tmp", "w") as f:
+            f.write("%d %d\n" % (asked_from, stage))
+        os.replace(ask + ".tmp", ask)
+        try:
+            wait = float(os.environ.get("VRAMTRACE_PREFLIGHT_WAIT", "") or "30")
+        except ValueError:
+            wait = 30.0
+        wait = min(max(wait, 0.0), 600.0)
+        deadline = time.monotonic() + wait
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answer = None
+        if os.path.exists(done):
+            try:
+                with open(done) as f:
+                    answer = f.read().strip()
+            except OSError:
+                answer = ""
+        else:
+            sys.stderr.write("vramtrace: PRE-FLIGHT: no verdict within %g s "
+                             "(VRAMTRACE_PREFLIGHT_WAIT); the program goes on\n" % wait)
+            sys.stderr.flush()
+        for path in (ask, done):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return answer
+
+    def predict_first_step(self, module, line, runs=None):
         """The step the program is about to run, predicted on fake tensors (at its batch and its
-        half, and with the remedies' changes), for `vramtrace plan` (a Z line) and `run
-        --preflight` (a PF line): `line`, the caller's line format (common/side_channel.h: when,
-        the batch, the fake steps' time, whether the RNG states were put back, the loss taken),
-        filled in, with the batch and the nanoseconds the fake steps took."""
+        half, and with the remedies' changes; `runs`, a selection of them: step_runs' list to
+        the list run), for `vramtrace plan` (a Z line) and `run --preflight` (a PF line):
+        `line`, the caller's line format (common/side_channel.h: when, the batch, the fake
+        steps' time, whether the RNG states were put back, the loss taken), filled in, with the
+        batch and the nanoseconds the fake steps took."""
         import time
         started = time.perf_counter_ns()
         try:
@@ -642,7 +682,7 @@ class _Prediction:
                 first[6], "not predicted: the model was called with no tensor to take a batch "
                 "from")]
         elif first is not None:
-            self.predict_steps(force=True)
+            self.predict_steps(force=True, runs=runs)
         spent = time.perf_counter_ns() - started
         loss = LOSSES[0] if LOSSES else ""
         return (line % (self.now(), batch, spent, 1 if self.rng_restored else 0, loss), batch,
@@ -855,13 +895,14 @@ class _Prediction:
         past it they stop, and an N line (with its V line, "none") says why they were not
         weighed, which the report's remedies then say (estimated from the recorded requests)."""
         first = self.first_call
-        if (not self.weigh_remedies or first is None or self.predicted or self.oom_seen
-                or not self.first_done or not first[2]):
+        if (not self.weigh_remedies or first is None or self.oom_seen or not self.first_done
+                or not first[2] or (self.predicted and self.weigh_runs is None)):
             return
         ref, call, batch, training, grad, autocast, t = first
         if not (training and grad):
             return
         import time
+        step_id = 1 + sum(1 for l in self.predicted if l.startswith("N\t"))
         ran_ns = max(0, self.now() - self.started_ns)
         budget_ns = int(ran_ns * self.weigh_budget) - self.shape_ns
         why = self.shape_why
@@ -872,15 +913,16 @@ class _Prediction:
                    "too short for them" % (ran_ns / 1e9, 100 * self.weigh_budget))
         if why is None:
             started = time.monotonic_ns()
+            kept = self.predicted
             try:
                 self.predict_steps(force=True, shape=self.shape,
-                                   deadline_ns=started + budget_ns)
+                                   deadline_ns=started + budget_ns, runs=self.weigh_runs)
             except OverBudget:
                 stopped = ("were stopped at %.3f s, %g %% of the run's %.1f s "
                            "(VRAMTRACE_TORCH_PREDICT_BUDGET)"
                            % (budget_ns / 1e9, 100 * self.weigh_budget, ran_ns / 1e9))
                 why = "they " + stopped
-                self.predicted = []
+                self.predicted = kept
                 try:
                     sys.stderr.write("vramtrace: the remedies' fake steps %s\n" % stopped)
                 except Exception:
@@ -897,21 +939,23 @@ class _Prediction:
                 except Exception:
                     pass
         if why is not None:
-            self.predicted = ["N\t%d\t1\t%d\t%d\t%d\t%s\n" % (
-                self.shape.device if self.shape is not None else 0, batch, batch, t,
+            self.predicted = self.predicted + ["N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
+                self.shape.device if self.shape is not None else 0, step_id, batch, batch, t,
                 "not weighed on fake steps: %s; VRAMTRACE_TORCH_PREDICT=always runs them as "
-                "the second step begins" % why), "V\t1\t%s\t%s\n" % ("none", "-")]
+                "the second step begins" % why), "V\t%d\t%s\t%s\n" % (step_id, "none", "-")]
 
-    def predict_steps(self, force=False, shape=None, deadline_ns=None):
+    def predict_steps(self, force=False, shape=None, deadline_ns=None, runs=None):
         """At exit of a process that ran out of memory (or of any, with
         VRAMTRACE_TORCH_PREDICT=always; or, `force`, before the first step for `vramtrace
         plan`, and at a finished run's exit for weigh_at_exit): the N, V and R lines of its
         first step run on fake tensors: completed at the recorded batch and its half when the
         process never finished it, and with the changes the report's remedies weigh
         (_vramtrace_step.py). On the model, or on `shape` (a ShapeCopy), or on the one kept
-        when the model is gone; past `deadline_ns`, OverBudget."""
+        when the model is gone; past `deadline_ns`, OverBudget. `runs`: a selection of
+        step_runs' (a function of its list), whose lines follow those already predicted."""
         first = self.first_call
-        if first is None or self.predicted or not (self.oom_seen or self.predict_always or force):
+        if (first is None or (self.predicted and runs is None)
+                or not (self.oom_seen or self.predict_always or force)):
             return
         ref, call, batch, training, grad, autocast, t = first
         model = ref() if shape is None else None
@@ -931,7 +975,7 @@ class _Prediction:
             pass
         self.rng_restored = False
         try:
-            self.predict_model(first, model, shape, deadline_ns)
+            self.predict_model(first, model, shape, deadline_ns, runs)
         finally:
             try:
                 if rng is not None:
@@ -945,12 +989,18 @@ class _Prediction:
             if enabled:
                 self.set_enabled(True)
 
-    def predict_model(self, first, model, shape=None, deadline_ns=None):
+    def predict_model(self, first, model, shape=None, deadline_ns=None, runs=None):
         ref, call, batch, training, grad, autocast, t = first
+        before = self.predicted if runs is not None else []
+        first_id = 1 + sum(1 for l in before if l.startswith("N\t"))
+        self.predicted = []
         try:
             if self.plan:
                 sys.stderr.write("vramtrace plan: running the first training step on fake "
                                  "tensors (a few seconds)\n")
+            elif self.preflighting and before:
+                sys.stderr.write("vramtrace: PRE-FLIGHT: running it at half its batch and with "
+                                 "the remedies' changes on fake tensors (a few seconds)\n")
             elif self.preflighting:
                 sys.stderr.write("vramtrace: PRE-FLIGHT: running the first training step on "
                                  "fake tensors (a few seconds)\n")
@@ -974,8 +1024,9 @@ class _Prediction:
             if shape is not None:
                 self.predicted = predicted_lines(
                     self.torch, shape.device, t, shape.model, call, batch, shape.optimizer,
-                    training, grad, autocast, shape.module_ids, finished=self.first_done,
-                    devices=shape.devices, deadline_ns=deadline_ns)
+                    training, grad, autocast, shape.module_ids, first_id=first_id,
+                    finished=self.first_done, runs=runs, devices=shape.devices,
+                    deadline_ns=deadline_ns)
                 return
             device = model_device(model)
             optimizers = self.optimizers_of(model)
@@ -991,7 +1042,10 @@ class _Prediction:
                 model = inner
             self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
                                              optimizer, training, grad, autocast, module_ids,
-                                             finished=self.first_done, deadline_ns=deadline_ns)
+                                             first_id=first_id, finished=self.first_done,
+                                             runs=runs, deadline_ns=deadline_ns)
         except Exception as ex:
-            self.predicted = ["N\t0\t1\t%d\t%d\t%d\tnot predicted: %s\n"
-                              % (batch, batch, t, self.clean(str(ex))[:500])]
+            self.predicted = ["N\t0\t%d\t%d\t%d\t%d\tnot predicted: %s\n"
+                              % (first_id, batch, batch, t, self.clean(str(ex))[:500])]
+        finally:
+            self.predicted = before + self.predicted
