@@ -36,14 +36,14 @@ _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 LOSSES = []
 
 
-class OverBudget(BaseException):
-    """The fake steps ran past their deadline (a BaseException, so that no handler of
-    PyTorch's or of the step's takes it for an operator's failure)."""
+class OverBudget(Exception):
+    """The fake steps ran past their deadline: raised between a step's phases (_Recorder.check)
+    and let through by every handler here that takes other exceptions for a step's failure."""
 
 
 class _Recorder:
     """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase).
-    `deadline_ns` (time.monotonic_ns), when given: every operator after it raises OverBudget."""
+    `deadline_ns` (time.monotonic_ns), when given: past it, check() raises OverBudget."""
 
     def __init__(self, torch, module_ids, deadline_ns=None):
         import time
@@ -66,18 +66,23 @@ class _Recorder:
         self.blocks = 0
         recorder = self
 
-        clock = time.monotonic_ns
+        self.clock, self.deadline_ns = time.monotonic_ns, deadline_ns
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if deadline_ns is not None and clock() > deadline_ns:
-                    raise OverBudget()
                 recorder.collect()
                 out = func(*args, **(kwargs or {}))
                 recorder.made(out)
                 return out
 
         self.mode = Mode()
+
+    def check(self):
+        """OverBudget past the deadline. Asked between the step's phases, in the step's own
+        Python code: raised from an operator (inside PyTorch's dispatcher, or in the autograd
+        engine's thread that runs the backward) it aborted the process on the H100."""
+        if self.deadline_ns is not None and self.clock() > self.deadline_ns:
+            raise OverBudget()
 
     def collect(self):
         """Frees: the storages whose last tensor is gone since the last look."""
@@ -391,6 +396,7 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 _Checkpointed(torch, checkpointed), mode, rec.mode:
             out = loss = None
             for _ in range(iterations if training else 1):
+                rec.check()
                 rec.phase = "s"
                 if opt is not None:
                     opt.zero_grad(set_to_none=True)
@@ -406,10 +412,13 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                     del new_out
                     if not (training and grad):
                         break
+                    rec.check()
                     rec.phase = "l"
                     loss = _loss_of(torch, out)
+                rec.check()
                 rec.phase = "b"
                 loss.backward()
+                rec.check()
                 rec.phase = "s"
                 if opt is not None:
                     opt.step()
@@ -481,6 +490,8 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
                 checkpointed=blocks, devices=devices, deadline_ns=deadline_ns)
             status = "ok"
+        except OverBudget:
+            raise
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
             status = ("cannot run on fake tensors: %s: %s"
@@ -1044,6 +1055,8 @@ class _Prediction:
                                              optimizer, training, grad, autocast, module_ids,
                                              first_id=first_id, finished=self.first_done,
                                              runs=runs, deadline_ns=deadline_ns)
+        except OverBudget:
+            raise
         except Exception as ex:
             self.predicted = ["N\t0\t%d\t%d\t%d\t%d\tnot predicted: %s\n"
                               % (first_id, batch, batch, t, self.clean(str(ex))[:500])]
