@@ -6,7 +6,12 @@ fraction.
 
 The prediction is the plan's (tests/cli/plan_test.py derives it): at batch 4096, 46 MiB reserved
 of 75, 29 MiB to spare; at batch 10240 under a 0.875 fraction (70 MiB), 96 MiB, the largest
-batch 6826, halving 46 MiB, bf16 56 MiB, checkpointing 76 MiB, expandable segments 86 MiB.
+batch 6826, halving 46 MiB, bf16 56 MiB, checkpointing 76 MiB, expandable segments 86 MiB. It
+comes in two stages: the step at its batch alone, which is the whole verdict when it fits; when
+it will not, that is said at once, and the half batch and the remedies' changes follow.
+A run that finished its steps weighs its remedies at exit on the model's copy as shapes (the
+stand-in's is the model itself) within VRAMTRACE_TORCH_PREDICT_BUDGET of its time: weighed, too
+short a share, stopped at the deadline, and off.
 
 The steps as the stand-in's caching allocator serves them (a new segment is the request rounded
 up to 2 MiB; best fit, the oldest segment first; nothing given back): at batch 4096 the weights
