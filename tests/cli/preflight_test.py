@@ -238,15 +238,28 @@ def weighed_at_exit(work):
     check(estimated["predicted_peak_bytes"] == weighed["predicted_peak_bytes"],
           "weighed %r, estimated %r" % (weighed, estimated))
 
-    # Fake steps slower than their share (0.5 s each against 0.1 % of a run of well under a
-    # minute): stopped at the deadline, said, and the remedies are the estimates.
-    r, out, rep, lines = run(work, "stopped", options=(), VRAMTRACE_TORCH_PREDICT_BUDGET="0.001",
-                             STANDIN_FAKE_STEP_SECONDS="0.5")
+    # Foreseen: the first step made 8 allocations (each block's scratch and output, each
+    # weight's gradient and momentum buffer), taken as 1 ms each for each of 3 fake steps:
+    # 24 ms against 0.1 % of a run of well under 24 s. Not begun, and said.
+    r, out, rep, lines = run(work, "foreseen", options=(),
+                             VRAMTRACE_TORCH_PREDICT_BUDGET="0.001")
     steps = [l.split("\t") for l in lines if l.startswith("N\t")]
     check(r.returncode == 0 and len(steps) == 1 and steps[0][6].startswith(
-        "not weighed on fake steps: they were stopped at ") and
+        "not weighed on fake steps: they would take about ") and
+        "(8 allocations in the first step, 3 steps), more than 0.1 % of the run's " in steps[0][6]
+        and not any("weighing the remedies" in l for l in out), "foreseen: %r" % steps)
+
+    # Fake steps slower than foreseen: a run of at least 2 s (it lingers), 5 % of it at least
+    # 100 ms against the 24 ms foreseen, and each fake step 1 s, past that share in a run of
+    # under 20 s: the first runs to its end, the rest are not begun, it is said, and the
+    # remedies are the estimates.
+    r, out, rep, lines = run(work, "stopped", "--linger", "2", options=(),
+                             VRAMTRACE_TORCH_PREDICT_BUDGET="0.05", STANDIN_FAKE_STEP_SECONDS="1")
+    steps = [l.split("\t") for l in lines if l.startswith("N\t")]
+    check(r.returncode == 0 and len(steps) == 1 and steps[0][6].startswith(
+        "not weighed on fake steps: they were stopped after ") and
         not any(l.startswith("R\t") for l in lines) and
-        any(l.startswith("vramtrace: the remedies' fake steps were stopped at ") for l in out),
+        any(l.startswith("vramtrace: the remedies' fake steps were stopped after ") for l in out),
         "stopped: %r %r" % (steps, out))
     check(bf16_remedy(rep)["replayed"]["not_weighed_on_fake_step"] == steps[0][6],
           "stopped: the remedy says why")

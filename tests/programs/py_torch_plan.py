@@ -18,7 +18,7 @@
 #   --eval-first (a no_grad evaluation forward before training: the plan waits past it),
 #   --no-step (never calls the model: no plan).
 # A finished run's fake steps at exit (weigh_at_exit) run on a ShapeCopy: the stand-in's is the
-# model itself; each of those steps takes STANDIN_FAKE_STEP_SECONDS (0) and honours the deadline.
+# model itself; each of those steps takes STANDIN_FAKE_STEP_SECONDS (0).
 import os
 import sys
 import time
@@ -57,13 +57,9 @@ def stand_in_for_fake_tensors():
     import _vramtrace_step
 
     def predict_step(torch_, model, call, batch, recorded_batch, optimizer, training, grad,
-                     autocast, module_ids, iterations=2, checkpointed=(), devices=None,
-                     deadline_ns=None):
-        if deadline_ns is not None:
-            # A fake step that takes STANDIN_FAKE_STEP_SECONDS, for a finished run's budget.
-            time.sleep(float(os.environ.get("STANDIN_FAKE_STEP_SECONDS", "0") or 0))
-            if time.monotonic_ns() > deadline_ns:
-                raise _vramtrace_step.OverBudget()
+                     autocast, module_ids, iterations=2, checkpointed=(), devices=None):
+        # A fake step that takes STANDIN_FAKE_STEP_SECONDS, for a finished run's budget.
+        time.sleep(float(os.environ.get("STANDIN_FAKE_STEP_SECONDS", "0") or 0))
         act = batch * FEATURES * (2 if autocast is not None else 4)
         requests, n = [], [0]
 

@@ -9,8 +9,10 @@
 #   optimizer step: a 1 MiB momentum buffer per weight (once).
 # It prints a line before each step and after the last, and exits 0 (or dies of the stand-in's
 # OutOfMemoryError, as PyTorch's program would). Arguments: --batch B (default 4096),
-# --fraction F (torch.cuda.set_per_process_memory_fraction), --steps N.
+# --fraction F (torch.cuda.set_per_process_memory_fraction), --steps N, --linger S (sleeps S
+# seconds after the steps: a run of at least that long).
 import sys
+import time
 
 import torch
 
@@ -52,6 +54,8 @@ def main():
         opt.step()
         del out
     print("%d steps ran" % steps, flush=True)
+    if "--linger" in args:
+        time.sleep(float(args[args.index("--linger") + 1]))
 
 
 main()

@@ -37,16 +37,16 @@ LOSSES = []
 
 
 class OverBudget(Exception):
-    """The fake steps ran past their deadline: raised between a step's phases (_Recorder.check)
-    and let through by every handler here that takes other exceptions for a step's failure."""
+    """The fake steps ran past their deadline: raised between two of them (predicted_lines),
+    never inside one (raised from inside an operator, in PyTorch's dispatcher or the autograd
+    engine's thread, it aborted the process on the H100), and let through by every handler here
+    that takes other exceptions for a step's failure."""
 
 
 class _Recorder:
-    """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase).
-    `deadline_ns` (time.monotonic_ns), when given: past it, check() raises OverBudget."""
+    """Storages made and freed on CUDA devices, in order, as (op, block, bytes, module, phase)."""
 
-    def __init__(self, torch, module_ids, deadline_ns=None):
-        import time
+    def __init__(self, torch, module_ids):
         from torch.multiprocessing.reductions import StorageWeakRef
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_leaves
@@ -66,8 +66,6 @@ class _Recorder:
         self.blocks = 0
         recorder = self
 
-        self.clock, self.deadline_ns = time.monotonic_ns, deadline_ns
-
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 recorder.collect()
@@ -76,13 +74,6 @@ class _Recorder:
                 return out
 
         self.mode = Mode()
-
-    def check(self):
-        """OverBudget past the deadline. Asked between the step's phases, in the step's own
-        Python code: raised from an operator (inside PyTorch's dispatcher, or in the autograd
-        engine's thread that runs the backward) it aborted the process on the H100."""
-        if self.deadline_ns is not None and self.clock() > self.deadline_ns:
-            raise OverBudget()
 
     def collect(self):
         """Frees: the storages whose last tensor is gone since the last look."""
@@ -360,12 +351,10 @@ class _Checkpointed:
 
 
 def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
-                 autocast, module_ids, iterations=2, checkpointed=(), devices=None,
-                 deadline_ns=None):
+                 autocast, module_ids, iterations=2, checkpointed=(), devices=None):
     """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
     forward alone, once, when the recorded forward was not training); `checkpointed`: modules
-    run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors;
-    past `deadline_ns`, OverBudget."""
+    run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
     mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -386,7 +375,7 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     for name, b in model.named_buffers():
         buffers[name] = fake(b)
     args, kwargs = _fake_args(torch, mode, call, batch, recorded_batch)
-    rec = _Recorder(torch, module_ids, deadline_ns)
+    rec = _Recorder(torch, module_ids)
     from torch.utils._pytree import tree_leaves
     rec.existing(list(params.values()) + list(buffers.values()) + tree_leaves((args, kwargs)))
     opt = _fake_optimizer(torch, optimizer, fake_of) if (optimizer is not None and training) else None
@@ -396,7 +385,6 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 _Checkpointed(torch, checkpointed), mode, rec.mode:
             out = loss = None
             for _ in range(iterations if training else 1):
-                rec.check()
                 rec.phase = "s"
                 if opt is not None:
                     opt.zero_grad(set_to_none=True)
@@ -412,13 +400,10 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                     del new_out
                     if not (training and grad):
                         break
-                    rec.check()
                     rec.phase = "l"
                     loss = _loss_of(torch, out)
-                rec.check()
                 rec.phase = "b"
                 loss.backward()
-                rec.check()
                 rec.phase = "s"
                 if opt is not None:
                     opt.step()
@@ -473,25 +458,26 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
                     training, grad, autocast, module_ids, first_id=1, finished=False,
                     runs=None, devices=None, deadline_ns=None):
     """N, V and R lines (common/side_channel.h) of the stand-in step on fake tensors, for each
-    of `runs` (step_runs' by default). A status line says why a step could not be run; past
-    `deadline_ns`, OverBudget."""
+    of `runs` (step_runs' by default). A status line says why a step could not be run. Past
+    `deadline_ns`, before the next step, OverBudget (a step that began runs to its end)."""
     if runs is None:
         runs = step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
                          finished)
     elif callable(runs):  # a selection of step_runs' (the pre-flight's stages)
         runs = runs(step_runs(torch, model, recorded_batch, training, grad, autocast,
                               module_ids, finished))
+    import time
     lines = []
     step = first_id
     for b, change, blocks in runs:
+        if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+            raise OverBudget()
         try:
             requests = predict_step(
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
-                checkpointed=blocks, devices=devices, deadline_ns=deadline_ns)
+                checkpointed=blocks, devices=devices)
             status = "ok"
-        except OverBudget:
-            raise
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
             status = ("cannot run on fake tensors: %s: %s"
@@ -536,6 +522,8 @@ class _Prediction:
         self.shape_ns = 0          # what making it cost
         self.weigh_ns = 0          # what the fake steps at exit cost
         self.weigh_runs = None     # which of step_runs' they run (all; a pre-flight's rest)
+        self.first_allocs = None   # PyTorch's count of allocations at the first training call
+        self.step_allocs = 0       # the first step's allocations (for what the fake steps cost)
         self.predict_pending = False
         # `vramtrace plan` (VRAMTRACE_PLAN=1): the first training call is predicted and the
         # process stopped before its forward runs (plan_stop).
@@ -579,6 +567,8 @@ class _Prediction:
                 autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
             self.first_call = (self.weakref.ref(module), call, batch, module.training,
                                torch.is_grad_enabled(), autocast, self.now())
+            if self.weigh_remedies or self.preflight_dir:
+                self.first_allocs = self.allocation_count()
         except Exception as ex:
             self.first_call = None
             if self.plan:
@@ -898,6 +888,16 @@ class _Prediction:
             self.shape_why = "the model could not be copied as shapes: %s" % self.clean(
                 str(ex).splitlines()[0] if str(ex) else type(ex).__name__)[:300]
         self.shape_ns = time.perf_counter_ns() - started
+        count = self.allocation_count()
+        if count is not None and self.first_allocs is not None:
+            self.step_allocs = max(0, count - self.first_allocs)
+
+    def allocation_count(self):
+        """PyTorch's count of allocations on the current device so far (None without it)."""
+        try:
+            return int(self.torch.cuda.memory_stats()["allocation.all.allocated"])
+        except Exception:
+            return None
 
     def weigh_at_exit(self):
         """At the exit of a run that finished its first step and never ran out of memory, by
@@ -922,6 +922,19 @@ class _Prediction:
         if why is None and budget_ns <= 0:
             why = ("the run took %.1f s, and %g %% of it (VRAMTRACE_TORCH_PREDICT_BUDGET) is "
                    "too short for them" % (ran_ns / 1e9, 100 * self.weigh_budget))
+        # What they would take, from the first step's allocations: a fake step costs about
+        # 0.6 ms of Python per allocation of the real one (two iterations; 0.53 to 0.70 ms on
+        # the H100 for ResNet-50 and a 1e9 Llama), taken as 1 ms, three steps. Not begun when
+        # over the share: a fake step, once begun, runs to its end.
+        if why is None and self.step_allocs:
+            steps = 2 if self.weigh_runs is not None else 3
+            expect_ns = self.step_allocs * steps * 1000000
+            if expect_ns > budget_ns:
+                why = ("they would take about %.1f s (%d allocations in the first step, %d "
+                       "steps), more than %g %% of the run's %.1f s "
+                       "(VRAMTRACE_TORCH_PREDICT_BUDGET)"
+                       % (expect_ns / 1e9, self.step_allocs, steps, 100 * self.weigh_budget,
+                          ran_ns / 1e9))
         if why is None:
             started = time.monotonic_ns()
             kept = self.predicted
@@ -929,9 +942,10 @@ class _Prediction:
                 self.predict_steps(force=True, shape=self.shape,
                                    deadline_ns=started + budget_ns, runs=self.weigh_runs)
             except OverBudget:
-                stopped = ("were stopped at %.3f s, %g %% of the run's %.1f s "
+                stopped = ("were stopped after %.3f s, past %g %% of the run's %.1f s "
                            "(VRAMTRACE_TORCH_PREDICT_BUDGET)"
-                           % (budget_ns / 1e9, 100 * self.weigh_budget, ran_ns / 1e9))
+                           % ((time.monotonic_ns() - started) / 1e9, 100 * self.weigh_budget,
+                              ran_ns / 1e9))
                 why = "they " + stopped
                 self.predicted = kept
                 try:

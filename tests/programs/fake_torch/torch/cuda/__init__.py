@@ -5,7 +5,7 @@ from . import graphs, memory  # noqa: F401
 from .graphs import (CUDAGraph, MemPool, graph, graph_pool_handle,  # noqa: F401
                      use_mem_pool)
 from .memory import (OutOfMemoryError, max_memory_allocated, mem_get_info,  # noqa: F401
-                     memory_allocated)
+                     memory_allocated, memory_stats)
 
 
 def device_count():

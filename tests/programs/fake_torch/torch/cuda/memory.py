@@ -132,6 +132,11 @@ def memory_stats_as_nested_dict(device=None):
     return {"allocation": {"all": {"allocated": _allocations}}}
 
 
+def memory_stats(device=None):
+    # PyTorch's flat form of the same: "allocation.all.allocated".
+    return {"allocation.all.allocated": _allocations}
+
+
 def memory_allocated(device=None):
     return _allocated
 
