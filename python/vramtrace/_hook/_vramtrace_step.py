@@ -902,9 +902,11 @@ class _Prediction:
     def weigh_at_exit(self):
         """At the exit of a run that finished its first step and never ran out of memory, by
         default: its remedies weighed on fake steps of the ShapeCopy kept at the first step, in
-        at most VRAMTRACE_TORCH_PREDICT_BUDGET (0.01) of the run's time so far, copy included;
-        past it they stop, and an N line (with its V line, "none") says why they were not
-        weighed, which the report's remedies then say (estimated from the recorded requests)."""
+        at most VRAMTRACE_TORCH_PREDICT_BUDGET (0.01) of the run's time so far, copy included.
+        None is begun when they are foreseen to take more (from the first step's allocations),
+        and none after the share is spent (a step once begun runs to its end); then an N line
+        (with its V line, "none") says why they were not weighed, which the report's remedies
+        then say (estimated from the recorded requests)."""
         first = self.first_call
         if (not self.weigh_remedies or first is None or self.oom_seen or not self.first_done
                 or not first[2] or (self.predicted and self.weigh_runs is None)):
