@@ -1,7 +1,7 @@
 // The builder of one process's model: applies its records, one at a time and in time order, to
 // its ProcessModel (the results) and to the run-wide devices, keeping what it needs only while
 // it reads (open ranges, the launch rhythm, mappings, module lookups) apart from the results.
-// collector/model/merge.h feeds the builders of a run in time order: collector/model/analyze.cpp
+// collector/model/merge.h feeds the builders of a run in time order: collector/model/model_of.cpp
 // for traces read to their end, collector/model/live_model.h while the run goes on.
 //
 // The handlers are grouped by concern: build_process.cpp (the process, its strings, stacks and
@@ -206,7 +206,7 @@ class Builder {
   uint64_t memory_events_ = 0;  // allocations, frees and failed allocations seen so far
 };
 
-// Finishing a run once its records are applied (collector/model/analyze.cpp; a live snapshot
+// Finishing a run once its records are applied (collector/model/model_of.cpp; a live snapshot
 // finishes copies the same way): PyTorch's context joins its process (before the builder's finish:
 // the iterations and the fatal OOM read it), each process is finished with what its stream's reader
 // said of it, and then the run (its origin, devices in order, the live sets at their peaks).

@@ -4,7 +4,7 @@
 // process. Records without a time (strings, notices) take the time of the record before them in
 // their source; equal times go in source order.
 //
-// The merge can stop and go on: collector/model/analyze.cpp runs it to the end of traces read
+// The merge can stop and go on: collector/model/model_of.cpp runs it to the end of traces read
 // whole; collector/model/live_model.h runs it while the traces grow, stopping where a source that
 // may still grow has no record waiting (what comes next there may come first), and finishes a copy
 // of it for the report of a moment. Either way the records reach the builders in the same order.

@@ -286,6 +286,19 @@ class ShapeCopy:
             return meta_of(t, memo)
 
         memo = {}
+        # What a module holds besides modules, tensors and plain containers is shared, not
+        # copied: a LightningModule's trainer (its loaders, their datasets), a tokenizer, a
+        # config. Bound methods and partials are copied (a forward patched as one runs on the
+        # copy); a shared object that reaches the model's own modules makes the fake step fail
+        # (real tensors in FakeTensorMode), said as its status, never an allocation.
+        import functools
+        import types
+        copied = (torch.nn.Module, torch.Tensor, dict, list, tuple, set, frozenset, str, bytes,
+                  int, float, complex, bool, type(None), types.MethodType, functools.partial)
+        for m in model.modules():
+            for v in m.__dict__.values():
+                if not isinstance(v, copied):
+                    memo[id(v)] = v
         tensor_deepcopy = torch.Tensor.__deepcopy__
         parameter_deepcopy = torch.nn.Parameter.__deepcopy__
         torch.Tensor.__deepcopy__ = tensor_copy
