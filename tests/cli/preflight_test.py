@@ -171,6 +171,16 @@ def runs_out(work):
           "recorded_reserved_peak_bytes" not in d, "the pre-flight: %r" % d)
     check("vramtrace: pre-flight predicted 96.00 MiB (reserved); not compared: the step ran out "
           "of memory" in out, "the summary's line: %r" % out)
+    # No verdict waited for (VRAMTRACE_PREFLIGHT_WAIT=0): only the step at its batch ran before
+    # it; the step then died, and the rest (its half, the remedies' changes) was predicted at
+    # exit, as at any first step's death.
+    r, out, rep, lines = run(work, "oom-no-wait", *args, VRAMTRACE_PREFLIGHT_WAIT="0")
+    steps = [[l.split("\t")[i] for i in (2, 3)] for l in lines if l.startswith("N\t")]
+    changes = [l.split("\t")[1:3] for l in lines if l.startswith("V\t")]
+    check(r.returncode == 1 and program_lines(out) == want_out.splitlines() and
+          steps == [["1", "10240"], ["2", "5120"], ["3", "10240"], ["4", "10240"]] and
+          changes == [["3", "bf16_autocast"], ["4", "checkpoint"]],
+          "no wait, then died: %d %r %r" % (r.returncode, steps, changes))
     print("runs out: the verdict before the step died, its exit and output unchanged: checked")
 
 

@@ -673,6 +673,10 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         if exc is not None:
             self.exception = _exception_line(exc, self.clean, self.now())
         try:
+            if self.oom_seen and self.preflight_rest is not None:
+                # Foreseen to fit, it ran out of memory: the pre-flight's rest (the half batch,
+                # the remedies' changes) predicted now, as at any first step's death.
+                self.predict_steps(force=True, runs=self.preflight_rest)
             self.predict_steps()
             self.weigh_at_exit()
         except Exception:

@@ -535,6 +535,7 @@ class _Prediction:
         self.shape_ns = 0          # what making it cost
         self.weigh_ns = 0          # what the fake steps at exit cost
         self.weigh_runs = None     # which of step_runs' they run (all; a pre-flight's rest)
+        self.preflight_rest = None  # a pre-flight's steps not run before the first step
         self.first_allocs = None   # PyTorch's count of allocations at the first training call
         self.step_allocs = 0       # the first step's allocations (for what the fake steps cost)
         self.predict_pending = False
@@ -625,10 +626,15 @@ class _Prediction:
                 finally:
                     self.preflighting = False
                 self.ask_preflight(folder, asked_from, 2)
-            elif self.predicted and not self.predict_always:
-                # It fits: the remedies' changes are weighed at exit, within the run's share.
-                self.weigh_remedies = True
-                self.weigh_runs = lambda runs: [r for r in runs if r[1] not in ("", "none")]
+            elif self.predicted and self.predicted[0].rstrip("\n").endswith("\tok"):
+                # Foreseen to fit (or no verdict came): the rest is run at exit, the half batch
+                # too if the step ran out of memory after all (at_exit), else the remedies'
+                # changes, weighed within the run's share as a finished run's.
+                self.preflight_rest = lambda runs: runs[1:]
+                if not self.predict_always:
+                    self.weigh_remedies = True
+                    self.weigh_runs = lambda runs: [r for r in runs
+                                                    if r[1] not in ("", "none")]
         except Exception as ex:
             try:
                 sys.stderr.write("vramtrace: PRE-FLIGHT: not made: %s\n"
