@@ -54,9 +54,9 @@ namespace {
 // and keeps the page of a run with tens of thousands of sites a few megabytes.
 size_t page_limit(const std::string& key) {
   static const std::unordered_map<std::string, size_t> limits = {
-      {"by_site", 500},  {"live_by_site", 500}, {"by_library", 500},  {"live_by_library", 500},
-      {"by_stack", 500}, {"by_module", 500},    {"leaks", 500},       {"live_at_death", 500},
-      {"growth", 500},   {"largest", 100},      {"largest_live", 100}};
+      {"by_site", 500},  {"live_by_site", 500}, {"by_library", 500},   {"live_by_library", 500},
+      {"by_stack", 500}, {"by_module", 500},    {"leaks", 500},        {"live_at_death", 500},
+      {"growth", 500},   {"largest", 100},      {"largest_live", 100}, {"by_line", 500}};
   auto it = limits.find(key);
   return it == limits.end() ? 0 : it->second;
 }

@@ -925,7 +925,8 @@
     const pk = (d.peak.by_process || []).length > 1 && d.peak.by_site ? d.peak : pd && pd.peak;
     if (pd) moments.push({ id: "peak", label: `At the peak (${bytes(d.peak.bytes)}, ${A.at(d.peak.time_ns)})`, bytes: d.peak.bytes, sites: pk.by_site || [], libs: pk.by_library || [],
       sitesRest: pk.by_site_rest, libsRest: pk.by_library_rest, stacks: pk.by_stack || [],
-      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest });
+      cats: d.categories && d.categories.at_peak, modules: (d.peak && d.peak.by_module) || null, modulesRest: d.peak && d.peak.by_module_rest,
+      lines: (d.peak && d.peak.by_line) || (pk && pk.by_line) || [], linesRest: (d.peak && d.peak.by_line_rest) || (pk && pk.by_line_rest), tops: (d.peak && d.peak.by_top_module) || [] });
     ooms.forEach((o, i) => moments.push({ id: `oom${i}`, label: `At OOM ${ooms.length > 1 ? i + 1 + " " : ""}(${A.at(o.time_ns)}, ${bytes(o.live_bytes)} live)`, bytes: o.live_bytes, sites: o.live_by_site || [], libs: o.live_by_library || [],
       sitesRest: o.live_by_site_rest, libsRest: o.live_by_library_rest, stacks: [],
       cats: o.categories || null, modules: o.by_module || null, modulesRest: o.by_module_rest, oom: o }));
@@ -946,11 +947,24 @@
       panel.dataset.moment = m.id;
       const grid = $("div", { class: "grid2" });
       const card = (t, body) => $("div", { class: "panel" }, $("h3", { text: t }), body);
+      const wide = (el) => { el.style.gridColumn = "1 / -1"; return el; };
       if (m.cats && Object.values(m.cats).some((v) => v > 0)) grid.append(card("By category", categoryPanel(m.cats, d.categories && d.categories.order, m.bytes)));
       // A module's line is found among the sites by its text, or as the "(file:line)" of one.
       const siteEntry = (text) => text ? m.sites.find((x) => x.site === text) || m.sites.find((x) => String(x.site || "").endsWith(`(${text})`)) : null;
-      if (m.modules && m.modules.length) grid.append(card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest)));
-      else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
+      if (m.modules && m.modules.length) {
+        const c = card("By module", moduleTree(m.modules, m.bytes, siteEntry, m.modulesRest));
+        // The top-level modules' totals, as report.json's by_top_module gives them.
+        if ((m.tops || []).length) c.append($("div", { class: "muted small", "data-top-modules": String(m.tops.length), text: `Top-level modules: ${m.tops.map((t) => `${t.module} ${bytes(t.bytes)}`).join(", ")}` }));
+        grid.append(c);
+      } else if (m.oom && m.oom.module) grid.append(card("Module running", $("div", { class: "code", text: m.oom.module })));
+      // PyTorch's blocks by the Python line that made them, each line's categories and module.
+      if ((m.lines || []).length) {
+        const rows = m.lines.map((l) => ({ ...l, module: l.module || "", what: Object.entries(l.categories || {}).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${catLabel(k)} ${bytes(v)}`).join(", ") }));
+        // The whole row: a line's path, its module and its categories need the width.
+        grid.append(wide(card("By Python line (PyTorch's blocks)", table([{ key: "site", label: "Python line", code: true }, { key: "module", label: "module", code: true, width: "20em" },
+          { key: "what", label: "categories", width: "24em" }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
+        rows, `${m.id}-lines`, { rest: m.linesRest, restLabel: "lines" }))));
+      }
       const site = table([{ key: "site", label: "site (Python line or function)", code: true }, { key: "bytes", label: "live", num: true, fmt: bytes }, { key: "count", label: "blocks", num: true, width: "6em" }],
         m.sites.slice(), m.id === "peak" ? "peak-sites" : (m.id === "exit" ? "exit-sites" : (m.id === "now" ? "now-sites" : "oom-sites")), { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: m.sitesRest, restLabel: "sites" });
       grid.append(card("By site", site));
@@ -1203,6 +1217,14 @@
     if ((o.stack || []).length) {
       const det = $("details", { class: "stack" }, $("summary", {}, "Stack of the request: ", nameEl("span", o.site || "?", "code"), o.library ? `  [${o.library}]` : ""));
       det.append(stackList(o.stack));
+      box.append(det);
+    }
+    // The largest allocations live when it asked (the driver's; for PyTorch, its segments).
+    if ((o.largest_live || []).length) {
+      const det = $("details", { class: "segments", "data-oom-largest": String(o.largest_live.length) }, $("summary", { text: `Largest allocations live when it asked: ${plural(o.largest_live.length, "allocation")}` }));
+      det.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "site", label: "site", code: true }, { key: "library", label: "library", code: true, width: "12em" },
+        { key: "api", label: "api", width: "9em" }, { key: "time_ns", label: "allocated at", num: true, fmt: A.at }],
+      o.largest_live.slice(), `oom${i}-largest`, { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: o.largest_live_rest, restLabel: "allocations" }));
       box.append(det);
     }
     return box;

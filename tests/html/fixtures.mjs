@@ -196,6 +196,8 @@ export function torchOom() {
     // PyTorch's memory at the OOM by category, as the collector writes it.
     categories: { ...atPeak },
     last_kernel: longKernel(3),
+    // The driver's largest allocations live when it asked (its segments), as at the peak.
+    largest_live: largest.slice(0, 5),
     findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
       evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
   };
@@ -223,7 +225,8 @@ export function torchOom() {
       index: 0, host: "gpu-node-07", name: "NVIDIA H200", total_bytes: deviceTotal,
       // The collector's levels: 15.23 GiB of the 16.00 GiB limit is past 90 %; the limit within 4x.
       limit_in_chart: true,
-      peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine },
+      peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine,
+        by_top_module: [{ module: "layer3", bytes: atPeak.activations }, { module: "fc", bytes: atPeak.parameters }] },
       timeline: { points: totalPoints },
       categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
         note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces).",

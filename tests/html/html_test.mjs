@@ -307,6 +307,14 @@ for (const width of [1400, 1000]) {
   const siteCell = page.locator("[data-table='peak-sites'] tbody td.code").first();
   check(`${w}: a site's file by its name, the whole path on hover`, /^forward \(resnet\.py:\d+\)$/.test(await siteCell.textContent()) &&
         (await siteCell.getAttribute("title")).startsWith("forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:"), await siteCell.textContent());
+  // Every list report.json has: PyTorch's blocks by Python line with their categories and
+  // module, the top-level modules' totals, the largest allocations live at the OOM.
+  const lines = await page.locator("[data-table='peak-lines'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+  check(`${w}: the peak's Python lines, each with its module and categories`, lines.length === 3 && lines[0][0] === "/work/resnet/train.py:88" && lines[0][1] === "layer3.0.conv2" &&
+        /^activations \d+\.\d\d GiB$/.test(lines[0][2]) && lines[1][2].startsWith("optimizer state "), JSON.stringify(lines));
+  const tops = await page.locator("[data-top-modules]").textContent();
+  check(`${w}: the top-level modules' totals`, tops.startsWith("Top-level modules: layer3 ") && tops.includes(", fc "), tops);
+  check(`${w}: the largest allocations live at the OOM`, (await page.locator("[data-oom-largest='5'] [data-table='oom0-largest'] tbody tr").count()) === 5);
   const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
   check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
   const kernelNames = await page.locator("[data-table='kernels'] tbody td.code").allTextContents();
