@@ -313,9 +313,12 @@
     allocator_cache: "#94a3b8", outside_pytorch: "#64748b", unclassified: "#cbd5e1", live: "#3b82f6" };
   const spare = ["#0ea5e9", "#f97316", "#22c55e", "#d946ef", "#f43f5e", "#10b981"];
   const catColor = (name, i) => catColors[name] || spare[i % spare.length];
-  // A key whose words alone would not say what it is.
+  // Each category's title as the collector words it (report.json's categories.titles, read by
+  // analyse()); a report from before them: the key's words, and this one that would not say
+  // what it is alone.
+  let catTitles = {};
   const catNames = { private_pool: "CUDA-graph / private pools" };
-  const catLabel = (name) => catNames[name] || String(name).replace(/_/g, " ");
+  const catLabel = (name) => catTitles[name] || catNames[name] || String(name).replace(/_/g, " ");
   // What leaks[].kept names: what the forwards kept across iterations.
   const keptKinds = { kept_graph: "autograd graph", kept_outputs: "outputs" };
   // The private pools the start-up hook saw at the end: which are CUDA graphs', their segments.
@@ -332,6 +335,7 @@
   // verdict.
   function analyse(R) {
     const procs = R.processes || [];
+    catTitles = Object.assign({}, ...(R.devices || []).map((x) => (x.categories && x.categories.titles) || {}));
     const procOf = (pid) => procs.find((p) => p.pid === pid);
     const fatal = (o) => o.fatal === true;
     const oomsOf = (dev) => (R.oom || []).filter((o) => o.device === dev && !o.recovered);
@@ -826,7 +830,7 @@
     const names = (order && order.length ? order : Object.keys(cats)).filter((n) => cats[n] > 0);
     const sum = names.reduce((s, n) => s + cats[n], 0) || 1;
     const rows = names.map((n, i) => ({ name: catLabel(n), key: n, bytes: cats[n], share: cats[n] / sum, i })).sort((a, b) => b.bytes - a.bytes);
-    const t = table([{ key: "name", label: "category" }, { key: "bytes", label: "live", num: true, fmt: bytes },
+    const t = table([{ key: "name", label: "category", width: "17.5em" }, { key: "bytes", label: "live", num: true, fmt: bytes },
       { key: "share", label: "share", width: "11em", fmt: (v, r) => pct(v) }], rows, "categories", { limit: 12 });
     // The share column draws a bar next to its figure.
     t.querySelectorAll("tbody tr").forEach((tr, i) => { const c = tr.lastElementChild; c.prepend(bar(rows[i].share, catColor(rows[i].key, rows[i].i))); });

@@ -228,7 +228,9 @@ export function torchOom() {
       peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine,
         by_top_module: [{ module: "layer3", bytes: atPeak.activations }, { module: "fc", bytes: atPeak.parameters }] },
       timeline: { points: totalPoints },
+      // The collector's titles, which the page shows (a key's words only without them).
       categories: { order: cats, at_peak: atPeak, at_exit: atExit, timeline: { columns: ["time_ns", ...cats], points: tl.points },
+        titles: { allocator_cache: "allocator cache (reserved, free)", inputs: "inputs and data", workspaces: "library workspaces", optimizer_state: "optimizer state" },
         note: "40.00 MiB unclassified: blocks allocated outside PyTorch's allocator trace (cuBLAS workspaces).",
         private_pools: [{ pool_id: [1, 0], cuda_graph: true, segments: 3, bytes: 96 * MiB, in_use_bytes: 80 * MiB },
           { pool_id: [0, 1], cuda_graph: false, segments: 1, bytes: 32 * MiB, in_use_bytes: 0 }] },

@@ -312,6 +312,8 @@ for (const width of [1400, 1000]) {
   const lines = await page.locator("[data-table='peak-lines'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
   check(`${w}: the peak's Python lines, each with its module and categories`, lines.length === 3 && lines[0][0] === "/work/resnet/train.py:88" && lines[0][1] === "layer3.0.conv2" &&
         /^activations \d+\.\d\d GiB$/.test(lines[0][2]) && lines[1][2].startsWith("optimizer state "), JSON.stringify(lines));
+  const catTitles = await page.locator("[data-table='categories'] tbody tr td:first-child").allTextContents();
+  check(`${w}: the categories by the collector's titles`, catTitles.includes("allocator cache (reserved, free)") && catTitles.includes("optimizer state"), JSON.stringify(catTitles));
   const tops = await page.locator("[data-top-modules]").textContent();
   check(`${w}: the top-level modules' totals`, tops.startsWith("Top-level modules: layer3 ") && tops.includes(", fc "), tops);
   check(`${w}: the largest allocations live at the OOM`, (await page.locator("[data-oom-largest='5'] [data-table='oom0-largest'] tbody tr").count()) === 5);
@@ -601,7 +603,7 @@ for (const width of [1400, 1000]) {
   await page.locator(".tabs button[data-moment='oom0']").click();
   const cats = await page.locator("[data-table='categories'] tbody tr").evaluateAll((rows) => rows.map((x) => [...x.children].map((c) => c.textContent).join(" | ")));
   check("first-step death: the OOM's categories are report.json's oom[].categories",
-        JSON.stringify(cats) === JSON.stringify(["activations | 12.00 GiB | 75 %", "allocator cache | 3.00 GiB | 19 %", "parameters | 1.00 GiB | 6.3 %"]), JSON.stringify(cats));
+        JSON.stringify(cats) === JSON.stringify(["activations | 12.00 GiB | 75 %", "allocator cache (reserved, free) | 3.00 GiB | 19 %", "parameters | 1.00 GiB | 6.3 %"]), JSON.stringify(cats));
   await page.locator(".tabs button[data-moment='exit']").click();
   const exitRows = await page.locator("[data-table='exit-sites'] tbody tr:not(.detail)").count();
   check("first-step death: the last tab is what was live when it died", (await page.locator(".tabs button[data-moment='exit']").textContent()) === "When it died" && exitRows === 1, String(exitRows));
