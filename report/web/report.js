@@ -1197,6 +1197,9 @@
     if (o.module) what.push(`in module ${o.module}`);
     box.append($("div", { text: what.join(", ") + "." }));
     if (o.python_site) box.append($("div", { class: "labelled" }, "Python line: ", nameEl("span", o.python_site, "code")));
+    // The error the program raised for it, as it printed it (PyTorch's OutOfMemoryError).
+    if (o.exception && o.exception.message) box.append($("details", { class: "exception", "data-oom-exception": "1" },
+      $("summary", { text: `The program's error: ${o.exception.type || "exception"}` }), $("div", { class: "code muted small", text: o.exception.message })));
     if (o.allocator) box.append($("div", { text: `${o.allocator.pool} could not serve a request of ${bytes(o.allocator.requested_bytes)}.` }));
     if (known(o.free_bytes)) {
       const others = known(o.held_by_others_bytes) ? o.held_by_others_bytes : (known(total) ? Math.max(0, total - o.free_bytes - o.live_bytes) : null);
@@ -1300,6 +1303,18 @@
       if (pd.launches.stopped_ns != null) card.append($("div", { class: "muted", "data-launches": "stopped", text: `Counted until ${A.at(pd.launches.stopped_ns)} only: ${stoppedWhy}.` }));
       card.append(table([{ key: "name", label: "kernel", code: true }, { key: "launches", label: "launches", num: true }], pd.launches.top.slice(), "kernels"));
     } else card.append($("div", { class: "muted", text: "No kernel launches recorded on this device." }));
+    // The driver's memory calls on this device (report.json's devices[].apis), and the pinned
+    // host memory of the process (processes[].pinned_host): not device memory, but the same
+    // program's.
+    const apis = Object.entries(d.apis || {}).map(([api, v]) => ({ api, ...v }));
+    if (apis.length) {
+      card.append($("h3", { text: "Driver memory calls on this device" }));
+      card.append(table([{ key: "api", label: "call", code: true }, { key: "calls", label: "calls", num: true }, { key: "failed", label: "failed", num: true },
+        { key: "bytes", label: "bytes asked", num: true, fmt: bytes }, { key: "freed", label: "frees", num: true }], apis, "apis"));
+    }
+    const pinned = proc && proc.pinned_host;
+    if (pinned && pinned.peak_bytes > 0)
+      card.append($("div", { class: "muted", "data-pinned-host": "1", text: `Pinned host memory of process ${proc.pid}: at most ${bytes(pinned.peak_bytes)}, ${bytes(pinned.final_live_bytes || 0)} at the end (${Object.entries(pinned.apis || {}).filter(([, v]) => v && v.bytes > 0).map(([k]) => k).join(", ") || "page-locked"}).` }));
   }
   // What allocators kept cached at the end, and what was still live (leak suspects, or what a
   // process that died of out-of-memory never got to free).

@@ -198,6 +198,7 @@ export function torchOom() {
     last_kernel: longKernel(3),
     // The driver's largest allocations live when it asked (its segments), as at the peak.
     largest_live: largest.slice(0, 5),
+    exception: { type: "torch.OutOfMemoryError", message: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 122.47 GiB is free. 16.00 GiB allowed" },
     findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
       evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
   };
@@ -223,6 +224,7 @@ export function torchOom() {
     },
     devices: [{
       index: 0, host: "gpu-node-07", name: "NVIDIA H200", total_bytes: deviceTotal,
+      apis: { cuMemAlloc: { calls: 82, failed: 1, bytes: 8745438728, freed: 3 } },
       // The collector's levels: 15.23 GiB of the 16.00 GiB limit is past 90 %; the limit within 4x.
       limit_in_chart: true,
       peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine,

@@ -316,6 +316,10 @@ for (const width of [1400, 1000]) {
   check(`${w}: the categories by the collector's titles`, catTitles.includes("allocator cache (reserved, free)") && catTitles.includes("optimizer state"), JSON.stringify(catTitles));
   const tops = await page.locator("[data-top-modules]").textContent();
   check(`${w}: the top-level modules' totals`, tops.startsWith("Top-level modules: layer3 ") && tops.includes(", fc "), tops);
+  const apiRow = await page.locator("[data-table='apis'] tbody tr").first().evaluate((r) => [...r.children].map((c) => c.textContent).join(" | "));
+  check(`${w}: the driver's memory calls on the device`, apiRow === "cuMemAlloc | 82 | 1 | 8.14 GiB | 3", apiRow);
+  check(`${w}: the program's own error at the OOM, folded`, (await page.locator("[data-oom-exception] summary").first().textContent()) === "The program's error: torch.OutOfMemoryError" &&
+        (await page.locator("[data-oom-exception] div").first().textContent()).startsWith("CUDA out of memory. Tried to allocate 2.00 GiB."));
   check(`${w}: the largest allocations live at the OOM`, (await page.locator("[data-oom-largest='5'] [data-table='oom0-largest'] tbody tr").count()) === 5);
   const kernel = page.locator("[data-table='kernels'] tbody td.code").first();
   check(`${w}: a long kernel name shown short, the full name on hover`, (await kernel.textContent()) === "at::native::elementwise_kernel<…>" && (await kernel.getAttribute("title")) === longKernel(0), await kernel.textContent());
