@@ -156,9 +156,22 @@ void bound(json& node, Frames& frames, const std::vector<uint64_t>& moments) {
   for (auto& [key, rest] : rests) node[key] = std::move(rest);
 }
 
+// At most `limit` points of a series (`points`: rows by time), the first and the last kept
+// and every k-th between: the allocator's free memory over time is drawn as a small line.
+void thin_points(json& series, size_t limit) {
+  if (!series.is_object() || !series.contains("points") || !series["points"].is_array()) return;
+  json& pts = series["points"];
+  if (pts.size() <= limit || limit < 2) return;
+  const size_t step = (pts.size() + limit - 2) / (limit - 1);
+  json kept = json::array();
+  for (size_t i = 0; i < pts.size(); i += step) kept.push_back(std::move(pts[i]));
+  if ((pts.size() - 1) % step != 0) kept.push_back(std::move(pts[pts.size() - 1]));
+  pts = std::move(kept);
+}
+
 // Series the page does not draw: a process's copy of its device's categories and phases (the
-// device's entry has them), the allocator's free-memory series, the launch and reservation
-// series.
+// device's entry has them), the device's copy of the allocator's free-memory series (the
+// process's, drawn, thinned to 400 points), the launch and reservation series.
 void drop_undrawn(json& r) {
   if (!r.is_object() || !r.contains("processes") || !r["processes"].is_array()) return;
   for (json& p : r["processes"]) {
@@ -169,10 +182,9 @@ void drop_undrawn(json& r) {
       pd.erase("phases");
       for (const char* k : {"launches", "reserved"})
         if (pd.contains(k) && pd[k].is_object()) pd[k].erase("timeline");
-      if (pd.contains("allocator") && pd["allocator"].is_object()) {
-        pd["allocator"].erase("free_timeline");
-        pd["allocator"].erase("largest_free_timeline");
-      }
+      if (pd.contains("allocator") && pd["allocator"].is_object())
+        for (const char* k : {"free_timeline", "largest_free_timeline"})
+          if (pd["allocator"].contains(k)) thin_points(pd["allocator"][k], 400);
     }
   }
   if (r.contains("devices") && r["devices"].is_array())

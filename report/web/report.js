@@ -1236,6 +1236,38 @@
     }
     return box;
   }
+  // The allocator's free bytes inside its segments over time and its largest free block
+  // (report.json's allocator.free_timeline and largest_free_timeline: each bucket's last
+  // figure), as two lines: the gap between them is the free memory in smaller pieces.
+  function fragmentationChart(alloc, A) {
+    const tl = alloc.free_timeline, lg = alloc.largest_free_timeline;
+    if (!tl || !lg || !(tl.points || []).length || !(lg.points || []).length) return null;
+    const col = (t, name) => (t.columns || []).indexOf(name);
+    const series = (t) => t.points.map((p) => [p[0], p[col(t, "last_bytes")]]);
+    const free = series(tl), largest = series(lg);
+    const t0 = Math.min(free[0][0], largest[0][0]), t1 = Math.max(free[free.length - 1][0], largest[largest.length - 1][0]);
+    const top = Math.max(1, ...free.map((p) => p[1]), ...largest.map((p) => p[1]));
+    const W = 1000, H = 120;
+    const x = (t) => (t1 > t0 ? (t - t0) / (t1 - t0) : 0) * W, y = (v) => H - (v / top) * (H - 4);
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("style", "width:100%;height:120px;display:block");
+    const line = (pts, color) => {
+      const pl = document.createElementNS(ns, "polyline");
+      pl.setAttribute("points", pts.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" "));
+      pl.setAttribute("fill", "none");
+      pl.setAttribute("stroke", color);
+      pl.setAttribute("stroke-width", "1.5");
+      pl.setAttribute("vector-effect", "non-scaling-stroke");
+      svg.append(pl);
+    };
+    line(free, "#94a3b8");
+    line(largest, "#3b82f6");
+    return $("div", { class: "frag-chart", "data-fragmentation-over-time": String(free.length) },
+      $("div", { class: "muted small", text: `Over time, from ${A.at(t0)} to ${A.at(t1)}: free inside the segments (grey, at most ${bytes(Math.max(...free.map((p) => p[1])))}) and the largest free block (blue); the gap between them is free memory in smaller pieces.` }), svg);
+  }
   // What was live at the device's peak in detail: by stack (the icicle), PyTorch's blocks, the
   // largest driver allocations, stream-ordered pools, the allocator's fragmentation, growth and
   // the kernels launched.
@@ -1283,8 +1315,10 @@
         .filter(([, f]) => f).map(([when, f]) => ({ when, ...f }));
       card.append(table([{ key: "when", label: "when", width: "11em" }, { key: "reserved_bytes", label: "reserved", num: true, fmt: bytes }, { key: "in_use_bytes", label: "in use", num: true, fmt: bytes },
         { key: "free_bytes", label: "free", num: true, fmt: bytes }, { key: "free_blocks", label: "free blocks", num: true }, { key: "largest_free_block_bytes", label: "largest free block", num: true, fmt: bytes },
-        { key: "external_fragmentation", label: "external fragmentation", num: true, fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
+        { key: "external_fragmentation", label: "external fragmentation", num: true, width: "10em", fmt: (v) => (100 * v).toFixed(1) + "%" }], rows, "allocator"));
       card.append($("div", { class: "muted small", text: "External fragmentation = 1 − largest free block / free bytes: how much of the allocator's free memory is in pieces smaller than its largest." }));
+      const over = fragmentationChart(alloc, A);
+      if (over) card.append(over);
       card.append(table([{ key: "name", label: "pool", code: true }, { key: "peak_reserved_bytes", label: "peak reserved", num: true, fmt: bytes },
         { key: "peak_in_use_bytes", label: "peak in use", num: true, fmt: bytes }, { key: "ooms", label: "OOMs", num: true }], (alloc.pools || []).slice(), "allocator-pools"));
     }

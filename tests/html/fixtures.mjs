@@ -243,7 +243,11 @@ export function torchOom() {
       clean_exit: false, exit_code: 1, events: 184223, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true },
       launches: { recorded: true },
       devices: [{ index: 0, peak: { bytes: liveAt, by_site: sites, by_library: oom.live_by_library, by_stack: stacks, largest: largest.slice(0, 30), blocks: blocks.slice(0, 50), by_line: byLine },
-        launches: { top: Array.from({ length: 12 }, (_, i) => ({ name: longKernel(i), launches: 20000 - i * 1000 })) } }],
+        launches: { top: Array.from({ length: 12 }, (_, i) => ({ name: longKernel(i), launches: 20000 - i * 1000 })) },
+        // The allocator's free memory over time: 3 buckets, its largest free block below it.
+        allocator: { now: { reserved_bytes: 14 * GiB, in_use_bytes: 12 * GiB, free_bytes: 2 * GiB, free_blocks: 9, largest_free_block_bytes: GiB, external_fragmentation: 0.5 },
+          free_timeline: { bucket_ns: 1e8, columns: ["time_ns", "max_bytes", "last_bytes", "min_bytes", "max_time_ns", "min_time_ns"], points: [[1.3e9, GiB, GiB, GiB, 1.3e9, 1.3e9], [1.4e9, 2 * GiB, 2 * GiB, GiB, 1.4e9, 1.4e9], [1.5e9, 2 * GiB, 2 * GiB, 2 * GiB, 1.5e9, 1.5e9]] },
+          largest_free_timeline: { bucket_ns: 1e8, columns: ["time_ns", "max_bytes", "last_bytes", "min_bytes", "max_time_ns", "min_time_ns"], points: [[1.3e9, GiB, GiB, GiB, 1.3e9, 1.3e9], [1.4e9, GiB, GiB, GiB, 1.4e9, 1.4e9], [1.5e9, GiB, GiB, GiB, 1.5e9, 1.5e9]] }, pools: [] } }],
       iterations: { count: 4, source: "PyTorch optimizer steps" },
     }],
     oom: [oom],

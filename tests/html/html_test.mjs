@@ -318,6 +318,9 @@ for (const width of [1400, 1000]) {
   check(`${w}: the top-level modules' totals`, tops.startsWith("Top-level modules: layer3 ") && tops.includes(", fc "), tops);
   const apiRow = await page.locator("[data-table='apis'] tbody tr").first().evaluate((r) => [...r.children].map((c) => c.textContent).join(" | "));
   check(`${w}: the driver's memory calls on the device`, apiRow === "cuMemAlloc | 82 | 1 | 8.14 GiB | 3", apiRow);
+  const frag = page.locator("[data-fragmentation-over-time='3']");
+  check(`${w}: the allocator's free memory and largest free block over time`, (await frag.count()) === 1 && (await frag.locator("polyline").count()) === 2 &&
+        (await frag.locator("div").first().textContent()).includes("at most 2.00 GiB"), `${await frag.count()} ${await frag.locator("polyline").count()} ${await page.locator("[data-fragmentation-over-time]").count()}`);
   check(`${w}: the program's own error at the OOM, folded`, (await page.locator("[data-oom-exception] summary").first().textContent()) === "The program's error: torch.OutOfMemoryError" &&
         (await page.locator("[data-oom-exception] div").first().textContent()).startsWith("CUDA out of memory. Tried to allocate 2.00 GiB."));
   check(`${w}: the largest allocations live at the OOM`, (await page.locator("[data-oom-largest='5'] [data-table='oom0-largest'] tbody tr").count()) === 5);

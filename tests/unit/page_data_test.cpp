@@ -132,6 +132,21 @@ TEST_CASE("page data: a small report is unchanged but for its frames") {
   REQUIRE(page_data(r) == r);
 }
 
+TEST_CASE("page data: the allocator's free memory over time is kept to 400 points") {
+  json series = {{"columns", {"time_ns", "last_bytes"}}, {"points", json::array()}};
+  for (int i = 0; i < 2000; ++i) series["points"].push_back({i * 10, i});
+  json pd = {{"index", 0}, {"allocator", {{"free_timeline", series}}}};
+  json r = {{"processes", {{{"pid", 1}, {"devices", json::array({pd})}}}}};
+  const json page = page_data(r);
+  const json& pts = page["processes"][0]["devices"][0]["allocator"]["free_timeline"]["points"];
+  // Every sixth of the 2,000 (0, 6, ..., 1998: 334 points) and the last, 1999.
+  REQUIRE(pts.size() == 335);
+  REQUIRE(pts[0] == json({0, 0}));
+  REQUIRE(pts[1] == json({60, 6}));
+  REQUIRE(pts[333] == json({19980, 1998}));
+  REQUIRE(pts[334] == json({19990, 1999}));
+}
+
 TEST_CASE("page data: series the page does not draw are left out, the device's kept") {
   const json cats = {{"at_peak", {{"activations", 5}}}, {"timeline", {{"points", {{0, 5}}}}}};
   const json series = {{"points", {{0, 1, 1}}}};
@@ -144,8 +159,9 @@ TEST_CASE("page data: series the page does not draw are left out, the device's k
             {"processes", {{{"pid", 1}, {"devices", json::array({pd})}}}}};
   const json p = page_data(r);
   REQUIRE(p["devices"] == r["devices"]);
+  // The allocator's free memory over time is drawn: kept (a series this short, whole).
   REQUIRE(p["processes"][0]["devices"][0] ==
           json({{"index", 0},
                 {"launches", {{"top", json::array()}}},
-                {"allocator", {{"at_peak", {{"free_bytes", 3}}}}}}));
+                {"allocator", {{"at_peak", {{"free_bytes", 3}}}, {"free_timeline", series}}}}));
 }
