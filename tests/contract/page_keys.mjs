@@ -5,7 +5,8 @@
 // report's objects itself are its own. The reports: stand-in runs of the test programs (an
 // OOM, a leak that grows, a fragmented pool, several processes, two devices, PyTorch's
 // categories, `vramtrace plan`'s predicted step), a diff page and a snapshot of a running job. The page must read the diagnosis'
-// decisions (its OOM, whether it was fatal, its cause and remedies) rather than make its own.
+// decisions (its OOM, whether it was fatal, its cause and remedies) rather than make its own,
+// and every list the reports have (each key of a non-empty array) must be one the page reads.
 //   node tests/contract/page_keys.mjs BUILD_DIR
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -169,6 +170,24 @@ for (const k of ["oom_index", "fatal", "remedies", "cause", "plan", "fits", "ove
   console.log(`${ok ? "PASS" : "FAIL"}  the page reads the collector's ${k}`);
   if (!ok) failures++;
 }
+// Every list a report has is on the page: each key of a non-empty array in the reports above
+// is one the page reads.
+const lists = new Set();
+(function walkAll(dirs) {
+  const walk = (v) => {
+    if (Array.isArray(v)) return v.slice(0, 5).forEach(walk);
+    if (!v || typeof v !== "object") return;
+    for (const [k, x] of Object.entries(v)) {
+      if (Array.isArray(x) && x.length) lists.add(k);
+      walk(x);
+    }
+  };
+  for (const d of dirs) walk(JSON.parse(readFileSync(join(d, "report.json"), "utf8")));
+})(Object.values(runs));
+const unread = [...lists].filter((k) => !allRead.has(k)).sort();
+console.log(`${unread.length ? "FAIL" : "PASS"}  every list of the reports is on the page (${lists.size} lists)` +
+            (unread.length ? `; not read: ${unread.join(", ")}` : ""));
+if (unread.length) failures++;
 console.log(`${allRead.size} distinct report keys read by the page; ${failures} failure(s)`);
 if (!failures) for (const t of temps) rmSync(t, { recursive: true, force: true });
 process.exit(failures ? 1 : 0);
