@@ -179,10 +179,28 @@ json findings_json(const std::vector<collector::OomFindingAtSites>& findings, ui
         sites.push_back({{field::site, site}, {field::bytes, bytes}});
       ev["top_sites"] = sites;
     }
+    // The same evidence as it is shown (collector::evidence_items: labels and typed figures),
+    // for the page.
+    json shown = json::array();
+    for (const collector::EvidenceItem& item : collector::evidence_items(f)) {
+      json j = {{"label", item.label}};
+      if (item.bytes) j[field::bytes] = *item.bytes;
+      if (item.count) j[field::count] = *item.count;
+      if (item.fraction) j["fraction"] = *item.fraction;
+      if (item.time_ns) j["time_ns"] = since(*item.time_ns, origin);
+      if (!item.sites.empty()) {
+        json sites = json::array();
+        for (const auto& [name, bytes] : item.sites)
+          sites.push_back({{field::name, name}, {field::bytes, bytes}});
+        j["sites"] = sites;
+      }
+      shown.push_back(j);
+    }
     out.push_back({{field::kind, collector::finding_kind_name(f.kind)},
                    {"score", f.score},
                    {field::title, f.title},
                    {"evidence", ev},
+                   {"evidence_shown", shown},
                    {"suggestion", f.suggestion},
                    {field::rank, f.rank}});
   }

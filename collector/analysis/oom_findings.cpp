@@ -296,4 +296,46 @@ std::vector<OomFinding> oom_findings(const OomFindingInput& in) {
   return out;
 }
 
+std::vector<EvidenceItem> evidence_items(const OomFinding& f) {
+  const FindingEvidence& e = f.evidence;
+  const bool kept = f.kind == FindingKind::KeptGraph || f.kind == FindingKind::KeptOutputs;
+  const std::pair<const char*, const std::optional<uint64_t>*> figures[] = {
+      {kept ? "kept per iteration" : "growth per iteration", &e.bytes_per_iteration},
+      {"free on the GPU (beyond the limit)", &e.device_free_bytes},
+      {"free on the GPU", &e.free_bytes},
+      {"reserved by the allocator but free", &e.free_reserved_bytes},
+      {kept ? "kept from earlier iterations" : "grown in all", &e.grown_bytes},
+      {"held by other processes", &e.held_by_others_bytes},
+      {"largest free block", &e.largest_free_block_bytes},
+      {"the limit", &e.limit_bytes},
+      {"live in this process", &e.live_bytes},
+      {"requested", &e.requested_bytes},
+      {"held by this process", &e.this_process_bytes},
+      {"the GPU's capacity", &e.total_bytes},
+  };
+  std::vector<EvidenceItem> out;
+  for (const auto& [label, value] : figures)
+    if (*value) out.push_back({label, **value, {}, {}, {}, {}});
+  if (e.free_blocks) out.push_back({"free blocks", {}, *e.free_blocks, {}, {}, {}});
+  if (e.external_fragmentation)
+    out.push_back({"external fragmentation", {}, {}, {}, *e.external_fragmentation, {}});
+  if (e.iterations && *e.iterations >= 0)
+    out.push_back({kept ? "iterations kept" : "iterations grown",
+                   {},
+                   static_cast<uint64_t>(*e.iterations),
+                   {},
+                   {},
+                   {}});
+  if (e.since_ns) out.push_back({"growing since", {}, {}, *e.since_ns, {}, {}});
+  if (!e.growth_sites.empty()) {
+    EvidenceItem sites{"fastest-growing sites", {}, {}, {}, {}, {}};
+    for (const auto& g : e.growth_sites) sites.sites.push_back({g.site, g.bytes_per_iteration});
+    out.push_back(std::move(sites));
+  }
+  if (!e.top_sites.empty()) out.push_back({"largest live sites", {}, {}, {}, {}, e.top_sites});
+  if (!e.kept_modules.empty())
+    out.push_back({"modules that made what was kept", {}, {}, {}, {}, e.kept_modules});
+  return out;
+}
+
 }  // namespace vramtrace::collector

@@ -83,4 +83,17 @@ struct OomFindingInput {
 // The findings the figures support, likeliest first (rank 1), ties in the order above.
 std::vector<OomFinding> oom_findings(const OomFindingInput& in);
 
+// A finding's evidence as it is shown, in words, each figure typed (one of bytes, count,
+// fraction, time on the trace's clock, or sites: named figures, largest first): the figures in
+// bytes first, in their labels' order, then the others. The diagnosis' cause shows those in
+// bytes (run_diagnosis.cpp's cause_of); report.json carries them all (evidence_shown), which the
+// page shows instead of deciding its own labels and units from the keys.
+struct EvidenceItem {
+  std::string label;
+  std::optional<uint64_t> bytes, count, time_ns;
+  std::optional<double> fraction;
+  std::vector<std::pair<std::string, uint64_t>> sites;
+};
+std::vector<EvidenceItem> evidence_items(const OomFinding& f);
+
 }  // namespace vramtrace::collector

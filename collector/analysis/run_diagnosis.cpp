@@ -82,28 +82,12 @@ Moment moment_of(const RunAnalysis& a, Diagnosis& dg) {
   return m;
 }
 
-// The fatal OOM's likeliest finding as the cause, its measured figures in words (in the order
-// of their names, as report.json has always listed them).
+// The fatal OOM's likeliest finding as the cause, its measured figures in bytes in words (in
+// the order of their labels, as report.json has always listed them: evidence_items).
 DiagnosisCause cause_of(const OomFinding& f) {
-  const FindingEvidence& e = f.evidence;
-  const bool kept = f.kind == FindingKind::KeptGraph || f.kind == FindingKind::KeptOutputs;
-  const std::pair<const char*, const std::optional<uint64_t>*> figures[] = {
-      {kept ? "kept per iteration" : "growth per iteration", &e.bytes_per_iteration},
-      {"free on the GPU (beyond the limit)", &e.device_free_bytes},
-      {"free on the GPU", &e.free_bytes},
-      {"reserved by the allocator but free", &e.free_reserved_bytes},
-      {kept ? "kept from earlier iterations" : "grown in all", &e.grown_bytes},
-      {"held by other processes", &e.held_by_others_bytes},
-      {"largest free block", &e.largest_free_block_bytes},
-      {"the limit", &e.limit_bytes},
-      {"live in this process", &e.live_bytes},
-      {"requested", &e.requested_bytes},
-      {"held by this process", &e.this_process_bytes},
-      {"the GPU's capacity", &e.total_bytes},
-  };
   DiagnosisCause c{finding_kind_name(f.kind), f.title, {}};
-  for (const auto& [label, value] : figures)
-    if (*value) c.evidence.push_back({label, **value});
+  for (const EvidenceItem& item : evidence_items(f))
+    if (item.bytes) c.evidence.push_back({item.label, *item.bytes});
   return c;
 }
 

@@ -361,7 +361,12 @@
   const remediesOf = (A) => (A.D && Array.isArray(A.D.remedies) ? A.D.remedies : []);
   // Evidence as labelled figures in human units: bytes in binary units, times on the page's clock.
   function evidenceList(ev, A) {
-    if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label, value: known(e.bytes) ? bytes(e.bytes) : (known(e.time_ns) ? A.when(e.time_ns) : String(e.value ?? "")) }));
+    // Typed (the diagnosis' cause, a finding's evidence_shown): each figure by its type.
+    if (Array.isArray(ev)) return ev.filter((e) => e && e.label).map((e) => ({ label: e.label,
+      value: known(e.bytes) ? bytes(e.bytes) : known(e.count) ? String(e.count) : known(e.fraction) ? pct(e.fraction)
+        : known(e.time_ns) ? A.when(e.time_ns) : Array.isArray(e.sites) ? e.sites.slice(0, 3).map((x) => `${shortName(x.name)} (${bytes(x.bytes)})`).join("; ")
+        : String(e.value ?? "") }));
+    // A report from before evidence_shown: the figures by their keys' words.
     const out = [];
     for (const [k, v] of Object.entries(ev || {})) {
       if (v == null) continue;
@@ -1210,7 +1215,7 @@
       const list = $("ol", { class: "findings", "data-findings": String(o.findings.length) });
       for (const f of o.findings) {
         const li = $("li", { "data-kind": f.kind }, $("div", { class: "finding-title", text: f.title }));
-        const ev = evidenceList(f.evidence, A);
+        const ev = evidenceList(f.evidence_shown || f.evidence, A);
         if (ev.length) li.append($("div", { class: "muted", text: "Evidence: " + ev.map((e) => `${e.label}: ${e.value}`).join("; ") }));
         li.append($("div", { text: "Try: " + f.suggestion }));
         list.append(li);

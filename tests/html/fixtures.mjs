@@ -200,7 +200,10 @@ export function torchOom() {
     largest_live: largest.slice(0, 5),
     exception: { type: "torch.OutOfMemoryError", message: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 122.47 GiB is free. 16.00 GiB allowed" },
     findings: [{ kind: "near_capacity", score: 0.6, rank: 1, title: `This process held ${(liveAt / GiB).toFixed(2)} GiB when it asked for 2.00 GiB`,
-      evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested }, suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
+      evidence: { live_bytes: liveAt, total_bytes: deviceTotal, requested_bytes: requested },
+      evidence_shown: [{ label: "live in this process", bytes: liveAt }, { label: "requested", bytes: requested }, { label: "the GPU's capacity", bytes: deviceTotal },
+        { label: "free blocks", count: 9 }, { label: "external fragmentation", fraction: 0.25 }, { label: "largest live sites", sites: [{ name: `forward (${resnet}:150)`, bytes: GiB }] }],
+      suggestion: "Use less memory at the peak: activation checkpointing, a smaller batch (with gradient accumulation), or mixed precision (bf16/fp16)." }],
   };
   const actAt = atPeak.activations;
   return {

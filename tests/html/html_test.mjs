@@ -321,6 +321,8 @@ for (const width of [1400, 1000]) {
   const frag = page.locator("[data-fragmentation-over-time='3']");
   check(`${w}: the allocator's free memory and largest free block over time`, (await frag.count()) === 1 && (await frag.locator("polyline").count()) === 2 &&
         (await frag.locator("div").first().textContent()).includes("at most 2.00 GiB"), `${await frag.count()} ${await frag.locator("polyline").count()} ${await page.locator("[data-fragmentation-over-time]").count()}`);
+  const evidence = await page.locator("[data-oom] ol.findings li .muted").first().textContent();
+  check(`${w}: a finding's evidence as the collector words and types it`, /^Evidence: live in this process: [\d.]+ GiB; requested: 2\.00 GiB; the GPU's capacity: [\d.]+ GiB; free blocks: 9; external fragmentation: 25 ?%; largest live sites: forward \(resnet\.py:150\) \(1\.00 GiB\)$/.test(evidence), evidence);
   check(`${w}: the program's own error at the OOM, folded`, (await page.locator("[data-oom-exception] summary").first().textContent()) === "The program's error: torch.OutOfMemoryError" &&
         (await page.locator("[data-oom-exception] div").first().textContent()).startsWith("CUDA out of memory. Tried to allocate 2.00 GiB."));
   check(`${w}: the largest allocations live at the OOM`, (await page.locator("[data-oom-largest='5'] [data-table='oom0-largest'] tbody tr").count()) === 5);

@@ -328,3 +328,38 @@ TEST_CASE("growth by site: the trace's gaps hide the blocks' times, not the driv
   REQUIRE(g[0].iterations == 4);
   REQUIRE(g[0].bytes_per_iteration == 4 * MiB / 6);  // over iterations 0, 1, 15..18 traced
 }
+
+TEST_CASE("oom findings: evidence as shown, each figure typed, the bytes first in their order") {
+  OomFinding f;
+  f.kind = FindingKind::KeptOutputs;
+  FindingEvidence& e = f.evidence;
+  e.requested_bytes = 2 * GiB;
+  e.live_bytes = 19 * GiB;
+  e.bytes_per_iteration = 512 * MiB;
+  e.grown_bytes = 3 * GiB;
+  e.free_blocks = 7;
+  e.external_fragmentation = 0.25;
+  e.iterations = 6;
+  e.since_ns = 5000;
+  e.kept_modules = {{"decoder", 2 * GiB}, {"head", GiB}};
+  const std::vector<EvidenceItem> items = evidence_items(f);
+  std::vector<std::string> labels;
+  for (const auto& i : items) labels.push_back(i.label);
+  // A kept finding's words for its growth, then the rest in their order.
+  REQUIRE(labels == std::vector<std::string>{"kept per iteration", "kept from earlier iterations",
+                                             "live in this process", "requested", "free blocks",
+                                             "external fragmentation", "iterations kept",
+                                             "growing since", "modules that made what was kept"});
+  REQUIRE(*items[0].bytes == 512 * MiB);
+  REQUIRE((!items[0].count && !items[0].fraction && !items[0].time_ns && items[0].sites.empty()));
+  REQUIRE((*items[4].count == 7 && !items[4].bytes));
+  REQUIRE((*items[5].fraction == 0.25 && !items[5].bytes));
+  REQUIRE(*items[6].count == 6);
+  REQUIRE(*items[7].time_ns == 5000);
+  REQUIRE(items[8].sites ==
+          std::vector<std::pair<std::string, uint64_t>>{{"decoder", 2 * GiB}, {"head", GiB}});
+  // A growth finding says "growth" where a kept one says "kept".
+  f.kind = FindingKind::Growth;
+  REQUIRE(evidence_items(f)[0].label == "growth per iteration");
+  REQUIRE(evidence_items(f)[6].label == "iterations grown");
+}
