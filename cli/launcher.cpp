@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -32,14 +33,29 @@ namespace {
 // The command's process group while it runs: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
 // launcher are passed on to it.
 volatile sig_atomic_t g_child_group = 0;
+// While the command is being started (from before the fork until its group is known), a
+// signal is kept here and passed on once the group is known. The spawning thread blocks these
+// signals, but the launcher's other threads (the live collector's) do not: one that came in
+// that window ran the handler there, found no group yet and was lost, and the command never
+// got it (a hang seen one run in many on a loaded machine).
+volatile sig_atomic_t g_spawning = 0;
+std::atomic<int> g_pending_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler's exchange must not lock");
 // One of them came once the command had ended (nothing left to pass it on to).
 volatile sig_atomic_t g_signalled_after = 0;
 
 void forward_signal(int sig) {
-  if (g_child_group > 0)
+  if (g_child_group > 0) {
     kill(-static_cast<pid_t>(g_child_group), sig);
-  else
+  } else if (g_spawning) {
+    g_pending_signal.store(sig);
+    // The group may have become known since it was read: whichever of this handler and the
+    // spawning thread takes the signal back passes it on, once.
+    if (g_child_group > 0)
+      if (int s = g_pending_signal.exchange(0)) kill(-static_cast<pid_t>(g_child_group), s);
+  } else {
     g_signalled_after = 1;
+  }
 }
 
 // The user's core-file limit. vramtrace itself runs with none (when the command crashes and
@@ -188,6 +204,7 @@ int Launch::spawn() {
   sigemptyset(&fwd_set);
   for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP}) sigaddset(&fwd_set, sig);
   sigprocmask(SIG_BLOCK, &fwd_set, &old_mask);
+  g_spawning = 1;
   sigaction(SIGINT, &fwd, &old_int);
   sigaction(SIGQUIT, &fwd, &old_quit);
   sigaction(SIGTERM, &fwd, &old_term);
@@ -200,6 +217,7 @@ int Launch::spawn() {
   pid_t child = fork();
   if (child < 0) {
     std::cerr << "vramtrace run: fork: " << std::strerror(errno) << "\n";
+    g_spawning = 0;
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     return kExitUsage;
   }
@@ -276,6 +294,9 @@ int Launch::spawn() {
     close(exec_pipe[0]);
   }
   g_child_group = child;
+  g_spawning = 0;
+  // A signal that came while it was being started, passed on now (once: see forward_signal).
+  if (int s = g_pending_signal.exchange(0)) kill(-child, s);
   terminal_owner_ = give_terminal(child);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   return 0;
