@@ -467,6 +467,16 @@ def step_lines(device, step, batch, recorded_batch, step_time_ns, status, change
     return lines
 
 
+def after_the_first(runs):
+    """step_runs' list less its first step (the pre-flight's rest)."""
+    return runs[1:]
+
+
+def next_step_id(lines):
+    """The id the next predicted step takes after `lines` (one N line each)."""
+    return 1 + sum(1 for line in lines if line.startswith("N\t"))
+
+
 def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
                     training, grad, autocast, module_ids, first_id=1, finished=False,
                     runs=None, devices=None, deadline_ns=None):
@@ -533,7 +543,6 @@ class _Prediction:
         self.shape = None          # the ShapeCopy, once made
         self.shape_why = None      # why none was made
         self.shape_ns = 0          # what making it cost
-        self.weigh_ns = 0          # what the fake steps at exit cost
         self.weigh_runs = None     # which of step_runs' they run (all; a pre-flight's rest)
         self.preflight_rest = None  # a pre-flight's steps not run before the first step
         self.first_allocs = None   # PyTorch's count of allocations at the first training call
@@ -618,7 +627,7 @@ class _Prediction:
                 self.preflighting = True
                 try:
                     started = time.perf_counter_ns()
-                    self.predict_steps(force=True, runs=lambda runs: runs[1:])
+                    self.predict_steps(force=True, runs=after_the_first)
                     spent += time.perf_counter_ns() - started
                     fields = self.preflight_line.split("\t")
                     fields[3] = str(spent)
@@ -630,7 +639,7 @@ class _Prediction:
                 # Foreseen to fit (or no verdict came): the rest is run at exit, the half batch
                 # too if the step ran out of memory after all (at_exit), else the remedies'
                 # changes, weighed within the run's share as a finished run's.
-                self.preflight_rest = lambda runs: runs[1:]
+                self.preflight_rest = after_the_first
                 if not self.predict_always:
                     self.weigh_remedies = True
                     self.weigh_runs = lambda runs: [r for r in runs
@@ -934,7 +943,7 @@ class _Prediction:
         if not (training and grad):
             return
         import time
-        step_id = 1 + sum(1 for l in self.predicted if l.startswith("N\t"))
+        step_id = next_step_id(self.predicted)
         ran_ns = max(0, self.now() - self.started_ns)
         budget_ns = int(ran_ns * self.weigh_budget) - self.shape_ns
         why = self.shape_why
@@ -958,7 +967,6 @@ class _Prediction:
                           ran_ns / 1e9))
         if why is None:
             started = time.monotonic_ns()
-            kept = self.predicted
             try:
                 self.predict_steps(force=True, shape=self.shape,
                                    deadline_ns=started + budget_ns, runs=self.weigh_runs)
@@ -968,27 +976,26 @@ class _Prediction:
                            % ((time.monotonic_ns() - started) / 1e9, 100 * self.weigh_budget,
                               ran_ns / 1e9))
                 why = "they " + stopped
-                self.predicted = kept
                 try:
                     sys.stderr.write("vramtrace: the remedies' fake steps %s\n" % stopped)
                 except Exception:
                     pass
-            self.weigh_ns = time.monotonic_ns() - started
+            weigh_ns = time.monotonic_ns() - started
             if why is None:
                 try:
                     sys.stderr.write(
                         "vramtrace: the remedies were weighed on fake tensors in %.2f s (%.2f %% "
                         "of the run's %.1f s; the model's copy as shapes took %.1f ms at its "
-                        "first step)\n" % (self.weigh_ns / 1e9, 100.0 * (
-                            self.weigh_ns + self.shape_ns) / max(ran_ns, 1), ran_ns / 1e9,
+                        "first step)\n" % (weigh_ns / 1e9, 100.0 * (
+                            weigh_ns + self.shape_ns) / max(ran_ns, 1), ran_ns / 1e9,
                             self.shape_ns / 1e6))
                 except Exception:
                     pass
         if why is not None:
-            self.predicted = self.predicted + ["N\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
+            self.predicted = self.predicted + step_lines(
                 self.shape.device if self.shape is not None else 0, step_id, batch, batch, t,
-                "not weighed on fake steps: %s; VRAMTRACE_TORCH_PREDICT=always runs them as "
-                "the second step begins" % why), "V\t%d\t%s\t%s\n" % (step_id, "none", "-")]
+                "not weighed on fake steps: %s; VRAMTRACE_TORCH_PREDICT=always runs them as the "
+                "second step begins" % why, "none", [], [], None)
 
     def predict_steps(self, force=False, shape=None, deadline_ns=None, runs=None):
         """At exit of a process that ran out of memory (or of any, with
@@ -1036,9 +1043,10 @@ class _Prediction:
                 self.set_enabled(True)
 
     def predict_model(self, first, model, shape=None, deadline_ns=None, runs=None):
+        import time
         ref, call, batch, training, grad, autocast, t = first
         before = self.predicted if runs is not None else []
-        first_id = 1 + sum(1 for l in before if l.startswith("N\t"))
+        first_id = next_step_id(before)
         self.predicted = []
         try:
             if self.plan:
@@ -1054,7 +1062,7 @@ class _Prediction:
                 sys.stderr.write(
                     "vramtrace: weighing the remedies on fake tensors (at most %.3f s, %g %% "
                     "of the run; VRAMTRACE_TORCH_PREDICT=off skips this)\n"
-                    % ((deadline_ns - __import__("time").monotonic_ns()) / 1e9,
+                    % ((deadline_ns - time.monotonic_ns()) / 1e9,
                        100 * self.weigh_budget))
             else:
                 sys.stderr.write(
