@@ -1251,7 +1251,8 @@
     const series = (t) => t.points.map((p) => [p[0], p[col(t, "last_bytes")]]);
     const free = series(tl), largest = series(lg);
     const t0 = Math.min(free[0][0], largest[0][0]), t1 = Math.max(free[free.length - 1][0], largest[largest.length - 1][0]);
-    const top = Math.max(1, ...free.map((p) => p[1]), ...largest.map((p) => p[1]));
+    const freeMax = Math.max(...free.map((p) => p[1]));
+    const top = Math.max(1, freeMax, ...largest.map((p) => p[1]));
     const W = 1000, H = 120;
     const x = (t) => (t1 > t0 ? (t - t0) / (t1 - t0) : 0) * W, y = (v) => H - (v / top) * (H - 4);
     const ns = "http://www.w3.org/2000/svg";
@@ -1271,7 +1272,7 @@
     line(free, "#94a3b8");
     line(largest, "#3b82f6");
     return $("div", { class: "frag-chart", "data-fragmentation-over-time": String(free.length) },
-      $("div", { class: "muted small", text: `Over time, from ${A.at(t0)} to ${A.at(t1)}: free inside the segments (grey, at most ${bytes(Math.max(...free.map((p) => p[1])))}) and the largest free block (blue); the gap between them is free memory in smaller pieces.` }), svg);
+      $("div", { class: "muted small", text: `Over time, from ${A.at(t0)} to ${A.at(t1)}: free inside the segments (grey, at most ${bytes(freeMax)}) and the largest free block (blue); the gap between them is free memory in smaller pieces.` }), svg);
   }
   // What was live at the device's peak in detail: by stack (the icicle), PyTorch's blocks, the
   // largest driver allocations, stream-ordered pools, the allocator's fragmentation, growth and
