@@ -18,9 +18,9 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     }
   try {
     budgets_of(o);
-    nlohmann::json base = report::load_report(o.baseline, "baseline");
+    collector::ReportRead base = report::load_report(o.baseline, "baseline");
     collector::require_profiled_baseline(base, o.baseline);
-    nlohmann::json cand = report::load_report(candidate, "candidate");
+    collector::ReportRead cand = report::load_report(candidate, "candidate");
     return gate(base, cand, o, "vramtrace check");
   } catch (const collector::CheckError& e) {
     std::cerr << "vramtrace check: " << report::printable(e.what()) << "\n";

@@ -15,13 +15,13 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
     return 2;
   if (!input_is_one_run(a, "vramtrace diff") || !input_is_one_run(b, "vramtrace diff")) return 2;
   try {
-    nlohmann::json ja = report::load_report(a, "A");
-    nlohmann::json jb = report::load_report(b, "B");
+    collector::ReportRead ja = report::load_report(a, "A");
+    collector::ReportRead jb = report::load_report(b, "B");
     collector::Budgets none;
     none.max_increase = collector::Budget{0.0, std::nullopt};
     collector::CheckResult r = collector::compare(ja, jb, none);
     std::cout << report::diff_text(r) << std::flush;
-    if (!html.empty() && !write_private_file(html, report::diff_html(ja, jb, r)))
+    if (!html.empty() && !write_private_file(html, report::diff_html(ja.document, jb.document, r)))
       return kExitWriteFailed;
     return 0;
   } catch (const collector::CheckError& e) {

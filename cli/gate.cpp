@@ -104,8 +104,8 @@ void write_gate_failure_of_args(int argc, char** argv, const std::string& why) {
   if (ci_files_allowed(named, others, nullptr)) write_gate_failure(named, why);
 }
 
-int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
-         const char* who) {
+int gate(const collector::ReportRead& baseline, const collector::ReportRead& candidate,
+         const CheckOptions& o, const char* who) {
   collector::CheckResult r;
   try {
     r = collector::compare(baseline, candidate, budgets_of(o));

@@ -55,7 +55,7 @@ void write_gate_failure_of_args(int argc, char** argv, const std::string& why);
 // Prints the verdict and writes the CI files. Returns 0 within budget, 1 on regression, 3 when
 // the candidate has a process that was not profiled, 4 when it is an incomplete measurement
 // (collector::gate_exit_code), 2 when it cannot compare, 74 when a CI file cannot be written.
-int gate(const nlohmann::json& baseline, const nlohmann::json& candidate, const CheckOptions& o,
-         const char* who);
+int gate(const collector::ReportRead& baseline, const collector::ReportRead& candidate,
+         const CheckOptions& o, const char* who);
 
 }  // namespace vramtrace::cli

@@ -71,7 +71,7 @@ int run_command(const RunArgs& a) {
   if (!check.baseline.empty() && !ci_files_allowed(check, run_inputs(a), "vramtrace run"))
     return kExitUsage;
   // With --baseline, bad budgets or a bad baseline are found before the command runs.
-  nlohmann::json baseline;
+  collector::ReportRead baseline;
   if (!check.baseline.empty()) {
     if (!input_is_one_run(check.baseline, "vramtrace run")) {
       write_gate_failure(check, check.baseline + ": traces of different runs");

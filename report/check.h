@@ -37,13 +37,14 @@ using collector::kExitNotProfiled;
 using collector::kExitRegression;
 using collector::parse_increase;
 using collector::parse_size;
+using collector::ReportRead;
 using collector::require_profiled_baseline;
 using collector::SiteChange;
 using collector::unprofiled_processes;
 
 // A report.json, a run directory (its report.json, or its traces), or a trace file, read into a
 // report of schema vramtrace.report/1. Throws CheckError saying what is wrong with it.
-nlohmann::json load_report(const std::string& path, const std::string& role);
+collector::ReportRead load_report(const std::string& path, const std::string& role);
 
 std::string check_text(const CheckResult& r);
 std::string check_markdown(const CheckResult& r);

@@ -69,7 +69,7 @@ json parse_json_file(const std::string& file, const std::string& what) {
 
 }  // namespace
 
-json load_report(const std::string& path, const std::string& role) {
+collector::ReportRead load_report(const std::string& path, const std::string& role) {
   std::error_code ec;
   const std::string what = role + " " + printable(path);
   if (!fs::exists(path, ec)) throw CheckError(what + ": no such file or directory");

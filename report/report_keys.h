@@ -1,9 +1,9 @@
 // report.json's keys and their typed accessors, as report/ names them: the one spelling is
-// collector/analysis/report_keys.h (the comparison of two runs reads them there too).
+// collector/contract/report_keys.h (the comparison of two runs reads them there too).
 #pragma once
 
 #include "collector/analysis/ranks.h"
-#include "collector/analysis/report_keys.h"
+#include "collector/contract/report_keys.h"
 
 namespace vramtrace::report {
 

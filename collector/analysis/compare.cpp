@@ -7,7 +7,7 @@
 #include <set>
 
 #include "collector/analysis/ranks.h"
-#include "collector/analysis/report_keys.h"
+#include "collector/contract/report_keys.h"
 #include "common/bytes_text.h"
 #include "common/printable.h"
 
@@ -18,41 +18,44 @@ namespace vramtrace::collector {
 namespace {
 
 // The devices of a report by index (several hosts: the first host's index wins; documented).
-std::map<uint32_t, const json*> devices_of(const json& r) {
-  std::map<uint32_t, const json*> out;
-  for (const auto& d : r[field::devices]) out.emplace(device_index(d), &d);
+std::map<uint32_t, const DeviceEntry*> devices_of(const ReportRead& r) {
+  std::map<uint32_t, const DeviceEntry*> out;
+  for (const auto& d : r.devices)
+    if (d.index) out.emplace(*d.index, &d);
   return out;
 }
 
-// Name -> (bytes, count) live at the peak, from a device entry (or its process's entry):
-// `list` is "by_site" (named by "site") or "by_library" (named by "library").
-std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const json& report, const json& dev,
-                                                             const char* list, const char* name) {
+// Name -> (bytes, count) live at the peak, from a device entry, or else from its process's
+// entry of that device: `list` is the entry's by_site or by_library.
+using GroupList = std::optional<std::vector<PeakGroup>> DeviceEntry::*;
+std::map<std::string, std::pair<int64_t, int64_t>> groups_of(const ReportRead& report,
+                                                             const DeviceEntry& dev,
+                                                             GroupList list) {
   std::map<std::string, std::pair<int64_t, int64_t>> out;
-  const json* sites = nullptr;
-  if (dev.contains(field::peak) && dev[field::peak].contains(list)) sites = &dev[field::peak][list];
-  if (!sites) {
-    for (const auto& p : report[field::processes])
-      for (const auto& pd : p[field::devices])
-        if (pd[field::index] == dev[field::index] && pd[field::peak].contains(list))
-          sites = &pd[field::peak][list];
-  }
-  if (sites)
-    for (const auto& s : *sites) {
-      auto& slot = out[s[name].get<std::string>()];
-      // Saturating at 2^62 (each term is below 2^53: load_report): differences cannot overflow.
+  const std::vector<PeakGroup>* groups = (dev.*list) ? &*(dev.*list) : nullptr;
+  if (!groups)
+    for (const auto& p : report.processes)
+      for (const auto& pd : p.devices)
+        if (pd.index == dev.index && (pd.*list)) groups = &*(pd.*list);
+  if (groups)
+    for (const auto& g : *groups) {
+      auto& slot = out[g.name];
+      // Saturating at 2^62 (each term is below 2^53: malformed_report): differences cannot
+      // overflow.
       constexpr int64_t kCap = int64_t{1} << 62;
-      slot.first = std::min(kCap, slot.first + s[field::bytes].get<int64_t>());
-      slot.second = std::min(kCap, slot.second + s[field::count].get<int64_t>());
+      slot.first =
+          std::min(kCap, slot.first + static_cast<int64_t>(std::min<uint64_t>(g.bytes, kCap)));
+      slot.second =
+          std::min(kCap, slot.second + static_cast<int64_t>(std::min<uint64_t>(g.count, kCap)));
     }
   return out;
 }
 
-std::vector<SiteChange> group_changes(const json& a, const json* da, const json& b, const json* db,
-                                      const char* list, const char* name) {
+std::vector<SiteChange> group_changes(const ReportRead& a, const DeviceEntry* da,
+                                      const ReportRead& b, const DeviceEntry* db, GroupList list) {
   std::map<std::string, std::pair<int64_t, int64_t>> sa, sb;
-  if (da) sa = groups_of(a, *da, list, name);
-  if (db) sb = groups_of(b, *db, list, name);
+  if (da) sa = groups_of(a, *da, list);
+  if (db) sb = groups_of(b, *db, list);
   std::set<std::string> names;
   for (auto& [k, v] : sa) names.insert(k);
   for (auto& [k, v] : sb) names.insert(k);
@@ -81,15 +84,15 @@ std::optional<uint64_t> cap_for(const Budgets& b, uint32_t device) {
   return b.max_peak;
 }
 
-Comparison compare_one(const std::string& scope, uint32_t device, const json* bd, const json* cd,
-                       const Budgets& budgets) {
+Comparison compare_one(const std::string& scope, uint32_t device, const DeviceEntry* bd,
+                       const DeviceEntry* cd, const Budgets& budgets) {
   Comparison c;
   c.scope = scope;
   c.device = device;
   const Budget& inc = budget_for(budgets, device);
   std::optional<uint64_t> cap = cap_for(budgets, device);
-  if (bd) c.baseline_peak = peak_bytes(*bd);
-  if (cd) c.candidate_peak = peak_bytes(*cd);
+  if (bd) c.baseline_peak = bd->peak_bytes;
+  if (cd) c.candidate_peak = cd->peak_bytes;
   std::string text;
   if (c.baseline_peak) {
     c.allowed_peak = allowed_by(inc, *c.baseline_peak);
@@ -115,131 +118,44 @@ Comparison compare_one(const std::string& scope, uint32_t device, const json* bd
   return c;
 }
 
-std::string rank_of(const json& proc) {
-  if (!proc.contains(field::ranks)) return {};
+std::string rank_of(const ProcessEntry& proc) {
   for (const char* key : kRankVariables)
-    if (proc[field::ranks].contains(key)) return proc[field::ranks][key].get<std::string>();
+    if (auto it = proc.ranks.find(key); it != proc.ranks.end()) return it->second;
   return {};
 }
 
-std::optional<int64_t> run_int(const json& r, const char* key) {
-  if (!r.contains(field::run) || !r[field::run].is_object() || !r[field::run].contains(key) ||
-      !r[field::run][key].is_number_integer())
-    return std::nullopt;
-  return r[field::run][key].get<int64_t>();
+std::optional<int64_t> run_int(const ReportRead& r, std::optional<int64_t> RunEntry::*key) {
+  return r.run ? (*r.run).*key : std::nullopt;
 }
 
 }  // namespace
 
-std::string malformed_report(const json& r) {
-  constexpr uint64_t kMaxExact = 1ull << 53;
-  auto uint_at = [](const json& j, const char* key, uint64_t max) {
-    return j.is_object() && j.contains(key) && j[key].is_number_unsigned() &&
-           j[key].get<uint64_t>() <= max;
-  };
-  // peak.by_site (named by "site") and peak.by_library (by "library"), when there.
-  auto groups_ok = [&](const json& peak, const char* list, const char* name) {
-    if (!peak.contains(list)) return true;
-    if (!peak[list].is_array()) return false;
-    for (const auto& s : peak[list])
-      if (!s.is_object() || !s.contains(name) || !s[name].is_string() ||
-          !uint_at(s, field::bytes, kMaxExact) || !uint_at(s, field::count, kMaxExact))
-        return false;
-    return true;
-  };
-  auto device_ok = [&](const json& d) {
-    return uint_at(d, field::index, UINT32_MAX) && d.contains(field::peak) &&
-           uint_at(d[field::peak], field::bytes, UINT64_MAX) &&
-           groups_ok(d[field::peak], field::by_site, field::site);
-  };
-  // PyTorch's categories at the peak, which the budgets per category are checked against: a
-  // figure that is not a whole number of bytes (a string, null, negative, 1e300) is a malformed
-  // report, never read as 0 and passed.
-  auto categories_ok = [&](const json& d) {
-    if (!d.is_object() || !d.contains(field::categories)) return true;
-    const json& c = d[field::categories];
-    if (!c.is_object()) return false;
-    if (!c.contains(field::at_peak)) return true;
-    if (!c[field::at_peak].is_object()) return false;
-    for (const auto& [k, v] : c[field::at_peak].items())
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > kMaxExact) return false;
-    return true;
-  };
-  const char* bad_categories = "categories.at_peak with a figure that is not a size in bytes";
-  const char* bad_libraries = "a peak.by_library entry without library, bytes or count";
-  for (const char* key : {field::devices, field::processes, field::leaks, field::oom})
-    if (!r.contains(key) || !r[key].is_array()) return std::string("no \"") + key + "\" array";
-  for (const auto& d : r[field::devices]) {
-    if (!device_ok(d) || !d.contains(field::name) || !d[field::name].is_string())
-      return "a device without index, name or peak.bytes";
-    if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
-    if (!categories_ok(d)) return bad_categories;
-  }
-  for (const auto& p : r[field::processes]) {
-    if (!p.is_object() || !p.contains(field::devices) || !p[field::devices].is_array())
-      return "a process without devices";
-    for (const auto& d : p[field::devices]) {
-      if (!device_ok(d) || !d[field::peak].contains(field::by_site))
-        return "a process's device without index or peak";
-      if (!groups_ok(d[field::peak], field::by_library, field::library)) return bad_libraries;
-      if (!categories_ok(d)) return bad_categories;
-    }
-    // unprofiled_processes() reads these.
-    if ((p.contains(field::profiled) && !p[field::profiled].is_boolean()) ||
-        (p.contains(field::not_profiled_reason) && !p[field::not_profiled_reason].is_string()) ||
-        (p.contains(field::notices) &&
-         (!p[field::notices].is_array() ||
-          !std::all_of(p[field::notices].begin(), p[field::notices].end(),
-                       [](const json& n) { return n.is_string(); }))) ||
-        (p.contains(field::pid) && !p[field::pid].is_number_unsigned()) ||
-        (p.contains(field::exe) && !p[field::exe].is_string()))
-      return "a process whose pid, exe, profiled, not_profiled_reason or notices are of the "
-             "wrong type";
-    if (p.contains(field::ranks)) {
-      if (!p[field::ranks].is_object()) return "ranks that are not an object";
-      for (const auto& [k, v] : p[field::ranks].items())
-        if (!v.is_string()) return "a rank that is not a string";
-    }
-  }
-  for (const auto& l : r[field::leaks])
-    if (!uint_at(l, field::bytes, kMaxExact)) return "a leak without bytes";
-  // compare() reads these three when both runs have a worst rank.
-  if (r.contains(field::worst_rank)) {
-    const json& w = r[field::worst_rank];
-    if (!w.is_object() || !w.contains(field::rank) || !uint_at(w, field::peak_bytes, UINT64_MAX) ||
-        !uint_at(w, field::device, UINT32_MAX))
-      return "a worst_rank without rank, peak_bytes or device";
-  }
-  return {};
-}
-
-std::vector<std::string> unprofiled_processes(const json& r) {
+std::vector<std::string> unprofiled_processes(const ReportRead& r) {
   std::vector<std::string> out;
-  for (const auto& p : r[field::processes]) {
+  for (const auto& p : r.processes) {
     std::string reason;
-    if (p.contains(field::profiled)) {
-      if (p[field::profiled].get<bool>()) continue;
-      reason = p.value(field::not_profiled_reason, std::string());
-    } else if (p.contains(field::notices) && !p[field::notices].empty()) {
-      reason = p[field::notices][0].get<std::string>();  // a report from before "profiled"
+    if (p.profiled) {
+      if (*p.profiled) continue;
+      reason = p.not_profiled_reason;
+    } else if (!p.notices.empty()) {
+      reason = p.notices[0];  // a report from before "profiled"
     } else {
       continue;
     }
-    std::string exe = p.value(field::exe, std::string());
-    exe = exe.substr(exe.find_last_of('/') + 1);
-    std::string pid = p.contains(field::pid) ? std::to_string(p[field::pid].get<uint64_t>()) : "?";
+    const std::string exe = p.exe.substr(p.exe.find_last_of('/') + 1);
+    const std::string pid = p.pid ? std::to_string(*p.pid) : "?";
     out.push_back("pid " + pid + (exe.empty() ? "" : " (" + printable(exe) + ")") + ": " +
                   (reason.empty() ? "no reason given" : printable(reason)));
   }
   return out;
 }
 
-void require_profiled_baseline(const json& baseline, const std::string& path) {
+void require_profiled_baseline(const ReportRead& baseline, const std::string& path) {
   // Every device of the candidate would then be "new: no baseline for it", a regression that
   // is only the baseline's own failure.
-  if (baseline[field::processes].empty()) {
-    const std::optional<int64_t> exit_code = run_int(baseline, field::exit_code);
-    const std::optional<int64_t> sig = run_int(baseline, field::signal);
+  if (baseline.processes.empty()) {
+    const std::optional<int64_t> exit_code = run_int(baseline, &RunEntry::exit_code);
+    const std::optional<int64_t> sig = run_int(baseline, &RunEntry::signal);
     std::string how;
     if (exit_code == 127)
       how = " (its command exited 127: not found)";
@@ -289,26 +205,19 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-std::vector<std::string> incomplete_reasons(const json& baseline, const json& candidate,
+std::vector<std::string> incomplete_reasons(const ReportRead& baseline, const ReportRead& candidate,
                                             const std::optional<uint32_t>& only_device,
                                             bool unprofiled) {
   std::vector<std::string> why;
-  if (!candidate.is_object() || !baseline.is_object()) return {"not a report"};
-  const json no_list = json::array();
-  const json& procs = candidate.contains(field::processes) && candidate[field::processes].is_array()
-                          ? candidate[field::processes]
-                          : no_list;
-  auto exe_of = [](const json& p) {
-    std::string exe =
-        p.contains(field::exe) && p[field::exe].is_string() ? p[field::exe].get<std::string>() : "";
-    exe = exe.substr(exe.find_last_of('/') + 1);
-    std::string pid = p.contains(field::pid) && p[field::pid].is_number_unsigned()
-                          ? std::to_string(p[field::pid].get<uint64_t>())
-                          : "?";
+  if (!candidate.is_object || !baseline.is_object) return {"not a report"};
+  const std::vector<ProcessEntry>& procs = candidate.processes;
+  auto exe_of = [](const ProcessEntry& p) {
+    const std::string exe = p.exe.substr(p.exe.find_last_of('/') + 1);
+    const std::string pid = p.pid ? std::to_string(*p.pid) : "?";
     return "pid " + pid + (exe.empty() ? "" : " (" + exe + ")");
   };
-  const std::optional<int64_t> exit_code = run_int(candidate, field::exit_code);
-  const std::optional<int64_t> sig = run_int(candidate, field::signal);
+  const std::optional<int64_t> exit_code = run_int(candidate, &RunEntry::exit_code);
+  const std::optional<int64_t> sig = run_int(candidate, &RunEntry::signal);
   if (procs.empty()) {
     std::string how;
     if (exit_code == 127) how = " (the command exited 127: not found)";
@@ -318,20 +227,14 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
         how);
   }
   // Devices the baseline was measured on and the candidate was not.
-  if (!unprofiled && candidate.contains(field::devices) && candidate[field::devices].is_array() &&
-      baseline.contains(field::devices) && baseline[field::devices].is_array()) {
-    std::set<uint64_t> have;
-    for (const auto& d : candidate[field::devices])
-      if (d.is_object() && d.contains(field::index) && d[field::index].is_number_unsigned())
-        have.insert(d[field::index].get<uint64_t>());
-    for (const auto& d : baseline[field::devices]) {
-      if (!d.is_object() || !d.contains(field::index) || !d[field::index].is_number_unsigned())
-        continue;
-      uint64_t i = d[field::index].get<uint64_t>();
-      if (have.count(i) || (only_device && *only_device != i)) continue;
-      std::string name =
-          d.contains(field::name) && d[field::name].is_string() ? " (" + device_name(d) + ")" : "";
-      why.push_back("no measurement for device " + std::to_string(i) + name +
+  if (!unprofiled) {
+    std::set<uint32_t> have;
+    for (const auto& d : candidate.devices)
+      if (d.index) have.insert(*d.index);
+    for (const auto& d : baseline.devices) {
+      if (!d.index || have.count(*d.index) || (only_device && *only_device != *d.index)) continue;
+      std::string name = d.name ? " (" + *d.name + ")" : "";
+      why.push_back("no measurement for device " + std::to_string(*d.index) + name +
                     ", which the baseline has");
     }
   }
@@ -346,37 +249,24 @@ std::vector<std::string> incomplete_reasons(const json& baseline, const json& ca
   // that of the moment it died, not of the job. Said whichever form the candidate comes in (its
   // own report.json has the command's exit status; a report made again from its traces, or its
   // folder, has the OOM and each process's exit status, which the traces keep).
-  if (candidate.contains(field::oom) && candidate[field::oom].is_array())
-    for (const auto& o : candidate[field::oom]) {
-      if (!o.is_object() || !o.contains(field::fatal) || o[field::fatal] != true) continue;
-      std::string what = "died of out-of-memory";
-      if (o.contains(field::device) && o[field::device].is_number_unsigned())
-        what += ": device " + std::to_string(o[field::device].get<uint64_t>());
-      if (o.contains(field::requested_bytes) && o[field::requested_bytes].is_number_unsigned())
-        what += ", " + human_bytes(o[field::requested_bytes].get<uint64_t>()) + " requested";
-      why.push_back(what);
-      break;
-    }
+  for (const auto& o : candidate.oom) {
+    if (!o.fatal) continue;
+    std::string what = "died of out-of-memory";
+    if (o.device) what += ": device " + std::to_string(*o.device);
+    if (o.requested_bytes) what += ", " + human_bytes(*o.requested_bytes) + " requested";
+    why.push_back(what);
+    break;
+  }
   for (const auto& p : procs) {
-    if (!p.is_object()) continue;
-    if (!exit_code && p.contains(field::exit_status) && p[field::exit_status].is_number_integer() &&
-        p[field::exit_status].get<int64_t>() != 0)
-      why.push_back("cut short: " + exe_of(p) + " exited " +
-                    std::to_string(p[field::exit_status].get<int64_t>()));
-    const bool cut = p.contains(field::cut_short) && p[field::cut_short].is_boolean()
-                         ? p[field::cut_short].get<bool>()
-                         : (p.contains(field::clean_exit) && p[field::clean_exit].is_boolean() &&
-                            !p[field::clean_exit].get<bool>());
+    if (!exit_code && p.exit_status && *p.exit_status != 0)
+      why.push_back("cut short: " + exe_of(p) + " exited " + std::to_string(*p.exit_status));
+    const bool cut = p.cut_short ? *p.cut_short : (p.clean_exit && !*p.clean_exit);
     if (cut) why.push_back("cut short: " + exe_of(p) + " did not exit cleanly");
   }
-  if (candidate.contains(field::run) && candidate[field::run].is_object()) {
-    const json& run = candidate[field::run];
-    if (run.contains(field::problems) && run[field::problems].is_array())
-      for (const auto& problem : run[field::problems])
-        if (problem.is_string()) why.push_back("damaged trace: " + problem.get<std::string>());
+  if (candidate.run) {
+    for (const auto& problem : candidate.run->problems) why.push_back("damaged trace: " + problem);
     // Whatever else made the report say so (a report of a later version, say).
-    if (why.empty() && run.contains(field::complete) && run[field::complete].is_boolean() &&
-        !run[field::complete].get<bool>())
+    if (why.empty() && candidate.run->complete && !*candidate.run->complete)
       why.push_back("cut short: the report says the run is not complete");
   }
   // Each reason may quote the program (its command line, executable, device name): one line,
@@ -393,20 +283,12 @@ size_t CheckResult::failed_rows() const {
 
 namespace {
 
-// Read with care: compare() is also given reports that malformed_report() never saw (tests,
-// tools), and these keys are only the diff's.
-RunTotals totals_of(const json& r) {
+RunTotals totals_of(const ReportRead& r) {
   RunTotals t;
-  auto size_of = [&r](const char* key) {
-    return r.contains(key) && r[key].is_array() ? r[key].size() : 0;
-  };
-  t.devices = size_of(field::devices);
-  t.processes = size_of(field::processes);
-  t.ooms = size_of(field::oom);
-  if (size_of(field::leaks))
-    for (const auto& l : r[field::leaks])
-      if (l.is_object() && l.contains(field::bytes) && l[field::bytes].is_number_unsigned())
-        t.leak_bytes += l[field::bytes].get<uint64_t>();
+  t.devices = r.devices.size();
+  t.processes = r.processes.size();
+  t.ooms = r.oom.size();
+  for (uint64_t bytes : r.leak_bytes) t.leak_bytes += bytes;
   t.not_profiled = unprofiled_processes(r);
   return t;
 }
@@ -418,7 +300,8 @@ bool CheckResult::regression() const {
                      [](const Comparison& c) { return c.regression || c.category_regression(); });
 }
 
-CheckResult compare(const json& baseline, const json& candidate, const Budgets& budgets) {
+CheckResult compare(const ReportRead& baseline, const ReportRead& candidate,
+                    const Budgets& budgets) {
   CheckResult result;
   result.not_profiled = unprofiled_processes(candidate);
   auto bdev = devices_of(baseline), cdev = devices_of(candidate);
@@ -439,45 +322,46 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   for (const auto& [device, budget] : budgets.max_increase_by_device)
     require_device(device, "--max-increase");
   for (const auto& [device, cap] : budgets.max_peak_by_device) require_device(device, "--max-peak");
+  // A row's figures: its peak, what changed at it by site and by library, and PyTorch's side.
+  auto row_of = [&](const std::string& scope, uint32_t device, const DeviceEntry* b,
+                    const DeviceEntry* c) {
+    Comparison row = compare_one(scope, device, b, c, budgets);
+    row.changes = group_changes(baseline, b, candidate, c, &DeviceEntry::by_site);
+    row.library_changes = group_changes(baseline, b, candidate, c, &DeviceEntry::by_library);
+    compare_torch(baseline, b, candidate, c, budgets, row);
+    return row;
+  };
   for (uint32_t i : indices) {
     if (budgets.only_device && *budgets.only_device != i) continue;
-    const json* b = bdev.count(i) ? bdev[i] : nullptr;
-    const json* c = cdev.count(i) ? cdev[i] : nullptr;
-    const json* any = c ? c : b;
-    std::string scope = "device " + std::to_string(i) + " (" +
-                        printable((*any)[field::name].get<std::string>()) + ")";
-    Comparison row = compare_one(scope, i, b, c, budgets);
-    row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
-    row.library_changes =
-        group_changes(baseline, b, candidate, c, field::by_library, field::library);
-    compare_torch(baseline, b, candidate, c, budgets, row);
-    result.rows.push_back(std::move(row));
+    const DeviceEntry* b = bdev.count(i) ? bdev[i] : nullptr;
+    const DeviceEntry* c = cdev.count(i) ? cdev[i] : nullptr;
+    const DeviceEntry* any = c ? c : b;
+    std::string scope =
+        "device " + std::to_string(i) + " (" + printable(any->name.value_or("")) + ")";
+    result.rows.push_back(row_of(scope, i, b, c));
   }
 
   // Ranks: when the runs have several processes with a rank, each rank's devices too.
-  auto ranked = [](const json& r) {
-    std::map<std::pair<std::string, uint32_t>, const json*> out;
-    if (r[field::processes].size() < 2) return out;
-    for (const auto& p : r[field::processes]) {
+  auto ranked = [](const ReportRead& r) {
+    std::map<std::pair<std::string, uint32_t>, const DeviceEntry*> out;
+    if (r.processes.size() < 2) return out;
+    for (const auto& p : r.processes) {
       std::string rank = rank_of(p);
       if (rank.empty()) continue;
-      for (const auto& d : p[field::devices]) out[{rank, device_index(d)}] = &d;
+      for (const auto& d : p.devices)
+        if (d.index) out[{rank, *d.index}] = &d;
     }
     return out;
   };
   // The worst rank of each run, whichever rank that is.
-  if (baseline.contains(field::worst_rank) && candidate.contains(field::worst_rank) &&
-      !budgets.only_device) {
-    json bw = {{field::peak, {{field::bytes, baseline[field::worst_rank][field::peak_bytes]}}}};
-    json cw = {{field::peak, {{field::bytes, candidate[field::worst_rank][field::peak_bytes]}}}};
+  if (baseline.worst_rank && candidate.worst_rank && !budgets.only_device) {
+    DeviceEntry bw, cw;
+    bw.peak_bytes = baseline.worst_rank->peak_bytes;
+    cw.peak_bytes = candidate.worst_rank->peak_bytes;
     // A rank from a trace is the process's environment: any bytes, not always UTF-8.
-    auto rank = [](const json& r) {
-      return printable(
-          r[field::worst_rank][field::rank].dump(-1, ' ', false, json::error_handler_t::replace));
-    };
-    std::string scope = "worst rank (rank " + rank(baseline) + " -> rank " + rank(candidate) + ")";
-    uint32_t dev = candidate[field::worst_rank][field::device].get<uint32_t>();
-    result.rows.push_back(compare_one(scope, dev, &bw, &cw, budgets));
+    std::string scope = "worst rank (rank " + printable(baseline.worst_rank->rank) + " -> rank " +
+                        printable(candidate.worst_rank->rank) + ")";
+    result.rows.push_back(compare_one(scope, candidate.worst_rank->device, &bw, &cw, budgets));
   }
   auto br = ranked(baseline), cr = ranked(candidate);
   std::set<std::pair<std::string, uint32_t>> keys;
@@ -485,15 +369,10 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   for (auto& [k, v] : cr) keys.insert(k);
   for (const auto& k : keys) {
     if (budgets.only_device && *budgets.only_device != k.second) continue;
-    const json* b = br.count(k) ? br[k] : nullptr;
-    const json* c = cr.count(k) ? cr[k] : nullptr;
+    const DeviceEntry* b = br.count(k) ? br[k] : nullptr;
+    const DeviceEntry* c = cr.count(k) ? cr[k] : nullptr;
     std::string scope = "rank " + printable(k.first) + ", device " + std::to_string(k.second);
-    Comparison row = compare_one(scope, k.second, b, c, budgets);
-    row.changes = group_changes(baseline, b, candidate, c, field::by_site, field::site);
-    row.library_changes =
-        group_changes(baseline, b, candidate, c, field::by_library, field::library);
-    compare_torch(baseline, b, candidate, c, budgets, row);
-    result.rows.push_back(std::move(row));
+    result.rows.push_back(row_of(scope, k.second, b, c));
   }
   result.incomplete =
       incomplete_reasons(baseline, candidate, budgets.only_device, result.unprofiled());
@@ -506,7 +385,7 @@ CheckResult compare(const json& baseline, const json& candidate, const Budgets& 
   for (uint32_t i : indices) {
     if (budgets.only_device && *budgets.only_device != i) continue;
     if (!bdev.count(i) || !cdev.count(i)) continue;
-    const std::string bn = device_name(*bdev[i]), cn = device_name(*cdev[i]);
+    const std::string bn = bdev[i]->name.value_or(""), cn = cdev[i]->name.value_or("");
     if (!bn.empty() && !cn.empty() && bn != cn)
       result.notes.push_back("device " + std::to_string(i) + " is another GPU model in each run: " +
                              printable(bn) + " in the baseline, " + printable(cn) +

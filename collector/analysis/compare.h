@@ -5,17 +5,19 @@
 // (PyTorch's categories and their budgets, modules, Python lines), in growth and in OOMs. One
 // typed result, decided here and only rendered by report/check.cpp.
 //
-// It reads two report.json (a baseline is a stored one, from any earlier run) through the keys
-// of report_keys.h, after malformed_report() has found nothing wrong with them.
+// It reads two reports as collector/contract/report_read.h reads them back (a baseline is a
+// stored report.json, from any earlier run, that malformed_report() has found nothing wrong
+// with): figures, never keys.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "collector/contract/report_read.h"
 
 namespace vramtrace::collector {
 
@@ -144,42 +146,33 @@ int gate_exit_code(const CheckResult& r);
 // has a device (among those checked) that the candidate has no measurement for; its command
 // differs from the baseline's (both recorded by `vramtrace run`); or it was cut short: the
 // command was killed by a signal or exited non-zero, a process did not exit cleanly, or a trace
-// was damaged. Reads only keys it checks the type of: any JSON object is safe here.
+// was damaged.
 // A device the candidate lacks is not a reason of its own when the candidate has a process that
 // was not profiled (`unprofiled`): that process may have used it, and says so already.
-std::vector<std::string> incomplete_reasons(const nlohmann::json& baseline,
-                                            const nlohmann::json& candidate,
+std::vector<std::string> incomplete_reasons(const ReportRead& baseline, const ReportRead& candidate,
                                             const std::optional<uint32_t>& only_device,
                                             bool unprofiled = false);
 
 // The processes of a report that vramtrace could not profile (processes[].profiled false; in a
 // report from before that key, a process with notices: only the library's giving up wrote one),
 // each as "pid P (EXE): REASON".
-std::vector<std::string> unprofiled_processes(const nlohmann::json& report);
+std::vector<std::string> unprofiled_processes(const ReportRead& report);
 
 // Throws CheckError when a baseline has a process that was not profiled: its peaks are lower
 // bounds of what the baseline run used, and a comparison with them would find regressions that
 // are only memory the baseline did not see.
-void require_profiled_baseline(const nlohmann::json& baseline, const std::string& path);
-
-// What is wrong with a report for compare(), which reads its keys without looking (a missing
-// key there would be undefined behaviour, a wrong type a json::exception): "" when nothing is.
-// Sizes and counts of sites stay below 2^53 (the integers JSON keeps exact), so that their sums
-// and differences cannot overflow.
-std::string malformed_report(const nlohmann::json& report);
+void require_profiled_baseline(const ReportRead& baseline, const std::string& path);
 
 // Throws CheckError when a budget or --device names a device neither report has.
-CheckResult compare(const nlohmann::json& baseline, const nlohmann::json& candidate,
+CheckResult compare(const ReportRead& baseline, const ReportRead& candidate,
                     const Budgets& budgets);
 
 // The parts of compare() (compare_torch.cpp): a row's PyTorch side (categories, modules and
 // lines), and the run's growth, OOM changes and notes.
-void compare_torch(const nlohmann::json& baseline, const nlohmann::json* bd,
-                   const nlohmann::json& candidate, const nlohmann::json* cd, const Budgets& b,
-                   Comparison& row);
-void compare_run_details(const nlohmann::json& baseline, const nlohmann::json& candidate,
-                         CheckResult& r);
+void compare_torch(const ReportRead& baseline, const DeviceEntry* bd, const ReportRead& candidate,
+                   const DeviceEntry* cd, const Budgets& b, Comparison& row);
+void compare_run_details(const ReportRead& baseline, const ReportRead& candidate, CheckResult& r);
 // The command line's note (different command), "" when the same or unknown.
-std::string command_note(const nlohmann::json& baseline, const nlohmann::json& candidate);
+std::string command_note(const ReportRead& baseline, const ReportRead& candidate);
 
 }  // namespace vramtrace::collector

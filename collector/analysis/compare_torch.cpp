@@ -3,19 +3,15 @@
 // peak.by_module and peak.by_line: never the caching allocator's segments, whose site is
 // whichever line made a segment, or a frame inside the allocator), the growth per iteration and
 // the out-of-memory events that appeared or went, and the notes that fail nothing (a changed
-// command line). Every figure is read from the two reports; keys are read only after checking
-// their type, since compare() trusts malformed_report() for the others.
+// command line). Every figure is read from the two reports as report_read.h reads them back.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
 
 #include "collector/analysis/compare.h"
-#include "collector/analysis/report_keys.h"
 #include "common/bytes_text.h"
 #include "common/printable.h"
-
-using nlohmann::json;
 
 namespace vramtrace::collector {
 
@@ -26,36 +22,16 @@ bool Comparison::category_regression() const {
 
 namespace {
 
-const json* object_at(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_object() ? &j[key] : nullptr;
-}
-const json* array_at(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_array() ? &j[key] : nullptr;
-}
-uint64_t uint_of(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return 0;
-  return j[key].is_number_unsigned()
-             ? j[key].get<uint64_t>()
-             : static_cast<uint64_t>(std::max<int64_t>(0, j[key].get<int64_t>()));
-}
-std::string string_of(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
-
 // The device entries a row reads PyTorch's figures from: the entry itself when it has them (one
 // process on the device, or a rank's own entry), else every process's entry of that device.
-std::vector<const json*> torch_entries(const json& report, const json* dev) {
+std::vector<const DeviceEntry*> torch_entries(const ReportRead& report, const DeviceEntry* dev) {
   if (!dev) return {};
-  if (object_at(*dev, field::categories)) return {dev};
-  std::vector<const json*> out;
-  if (!dev->contains(field::index) || !(*dev)[field::index].is_number_unsigned()) return out;
-  if (const json* procs = array_at(report, field::processes))
-    for (const auto& p : *procs)
-      if (const json* pds = array_at(p, field::devices))
-        for (const auto& pd : *pds)
-          if (pd.is_object() && pd.value(field::index, json()) == (*dev)[field::index] &&
-              object_at(pd, field::categories))
-            out.push_back(&pd);
+  if (dev->has_categories) return {dev};
+  std::vector<const DeviceEntry*> out;
+  if (!dev->index) return out;
+  for (const auto& p : report.processes)
+    for (const auto& pd : p.devices)
+      if (pd.index == dev->index && pd.has_categories) out.push_back(&pd);
   return out;
 }
 
@@ -69,47 +45,34 @@ struct Torch {
   std::map<std::string, std::string> line_module;
 };
 
-Torch torch_of(const json& report, const json* dev) {
+Torch torch_of(const ReportRead& report, const DeviceEntry* dev) {
   Torch t;
   constexpr int64_t kCap = int64_t{1} << 62;  // sums of terms below 2^53: no overflow
-  auto add = [&](std::pair<int64_t, int64_t>& slot, const json& e) {
-    slot.first = std::min(kCap, slot.first + static_cast<int64_t>(std::min<uint64_t>(
-                                                 uint_of(e, field::bytes), kCap)));
-    slot.second = std::min(kCap, slot.second + static_cast<int64_t>(std::min<uint64_t>(
-                                                   uint_of(e, field::count), kCap)));
+  auto add = [&](std::pair<int64_t, int64_t>& slot, uint64_t bytes, uint64_t count) {
+    slot.first = std::min(kCap, slot.first + static_cast<int64_t>(std::min<uint64_t>(bytes, kCap)));
+    slot.second =
+        std::min(kCap, slot.second + static_cast<int64_t>(std::min<uint64_t>(count, kCap)));
   };
-  for (const json* e : torch_entries(report, dev)) {
-    const json& cat = (*e)[field::categories];
-    const json* at = object_at(cat, field::at_peak);
-    if (!at) continue;
+  auto in_order = [&t](const std::string& k) {
+    if (std::find(t.order.begin(), t.order.end(), k) == t.order.end()) t.order.push_back(k);
+  };
+  for (const DeviceEntry* e : torch_entries(report, dev)) {
+    if (!e->torch) continue;
+    const PeakTorch& torch = *e->torch;
     t.present = true;
-    if (const json* order = array_at(cat, "order"))
-      for (const auto& k : *order)
-        if (k.is_string() && std::find(t.order.begin(), t.order.end(), k) == t.order.end())
-          t.order.push_back(k.get<std::string>());
-    if (const json* titles = object_at(cat, field::titles))
-      for (const auto& [k, v] : titles->items())
-        if (v.is_string()) t.titles[k] = v.get<std::string>();
-    for (const auto& [k, v] : at->items()) {
-      if (!v.is_number_unsigned()) continue;
-      t.at_peak[k] = std::min<uint64_t>(kCap, t.at_peak[k] + v.get<uint64_t>());
-      if (std::find(t.order.begin(), t.order.end(), k) == t.order.end()) t.order.push_back(k);
+    for (const auto& k : torch.order) in_order(k);
+    for (const auto& [k, v] : torch.titles) t.titles[k] = v;
+    for (const auto& [k, v] : torch.at_peak) {
+      t.at_peak[k] = std::min<uint64_t>(kCap, t.at_peak[k] + v);
+      in_order(k);
     }
-    const json* peak = object_at(*e, field::peak);
-    if (!peak) continue;
-    if (const json* mods = array_at(*peak, "by_module"))
-      for (const auto& m : *mods)
-        if (!string_of(m, field::module).empty()) add(t.modules[string_of(m, field::module)], m);
-    if (const json* lines = array_at(*peak, "by_line"))
-      for (const auto& l : *lines) {
-        const std::string site = string_of(l, field::site);
-        if (site.empty()) continue;
-        add(t.lines[site], l);
-        if (const json* cats = object_at(l, field::categories))
-          for (const auto& [k, v] : cats->items())
-            if (v.is_number_unsigned()) t.line_categories[site][k] += v.get<uint64_t>();
-        if (!string_of(l, field::module).empty()) t.line_module[site] = string_of(l, field::module);
-      }
+    for (const auto& m : torch.by_module)
+      if (!m.name.empty()) add(t.modules[m.name], m.bytes, m.count);
+    for (const auto& l : torch.by_line) {
+      add(t.lines[l.site], l.bytes, l.count);
+      for (const auto& [k, v] : l.categories) t.line_categories[l.site][k] += v;
+      if (!l.module.empty()) t.line_module[l.site] = l.module;
+    }
   }
   return t;
 }
@@ -161,8 +124,8 @@ std::string line_what(const Torch& a, const Torch& b, const std::string& raw, bo
 
 }  // namespace
 
-void compare_torch(const json& baseline, const json* bd, const json& candidate, const json* cd,
-                   const Budgets& budgets, Comparison& row) {
+void compare_torch(const ReportRead& baseline, const DeviceEntry* bd, const ReportRead& candidate,
+                   const DeviceEntry* cd, const Budgets& budgets, Comparison& row) {
   const Torch a = torch_of(baseline, bd), b = torch_of(candidate, cd);
   if (!a.present && !b.present) return;
   row.torch = true;
@@ -197,36 +160,22 @@ void compare_torch(const json& baseline, const json* bd, const json& candidate, 
   for (auto& l : row.line_changes) l.what = line_what(a, b, raw_of[l.site], l.diff() > 0);
 }
 
-std::string command_note(const json& baseline, const json& candidate) {
-  auto command_of = [](const json& r) {
-    const json* run = object_at(r, field::run);
-    const json* cmd = run ? array_at(*run, field::command) : nullptr;
-    std::string out;
-    if (cmd)
-      for (const auto& a : *cmd) {
-        if (!a.is_string()) return std::string();
-        out += (out.empty() ? "" : " ") + a.get<std::string>();
-      }
-    return out;
-  };
-  const std::string bc = command_of(baseline), cc = command_of(candidate);
+std::string command_note(const ReportRead& baseline, const ReportRead& candidate) {
+  const std::string bc = baseline.run ? baseline.run->command : "";
+  const std::string cc = candidate.run ? candidate.run->command : "";
   if (bc.empty() || cc.empty() || bc == cc) return {};
   return printable("the candidate ran another command than the baseline: '" + cc +
                    "', the baseline '" + bc + "'");
 }
 
-void compare_run_details(const json& baseline, const json& candidate, CheckResult& r) {
+void compare_run_details(const ReportRead& baseline, const ReportRead& candidate, CheckResult& r) {
   if (std::string note = command_note(baseline, candidate); !note.empty()) r.notes.push_back(note);
 
   // Growth per iteration, by device and site.
-  auto growth_of = [](const json& rep) {
+  auto growth_of = [](const ReportRead& rep) {
     std::map<std::pair<uint64_t, std::string>, uint64_t> out;
-    if (const json* g = array_at(rep, field::growth))
-      for (const auto& e : *g) {
-        const std::string site = string_of(e, field::site);
-        if (!site.empty())
-          out[{uint_of(e, field::device), site}] += uint_of(e, field::bytes_per_iteration);
-      }
+    for (const auto& g : rep.growth)
+      if (!g.site.empty()) out[{g.device, g.site}] += g.bytes_per_iteration;
     return out;
   };
   const auto ga = growth_of(baseline), gb = growth_of(candidate);
@@ -246,26 +195,21 @@ void compare_run_details(const json& baseline, const json& candidate, CheckResul
                                  std::to_string(k.first) + "), which grew " + per_it(v));
 
   // Out-of-memory events: each side's, in words.
-  auto ooms_of = [](const json& rep) {
+  auto ooms_of = [](const ReportRead& rep) {
     std::vector<std::string> out;
-    if (const json* o = array_at(rep, field::oom))
-      for (const auto& e : *o) {
-        std::string where = string_of(e, field::python_site);
-        if (where.empty()) where = string_of(e, field::site);
-        std::string s = "device " + std::to_string(uint_of(e, field::device)) + ": " +
-                        human_bytes(uint_of(e, field::requested_bytes)) + " requested";
-        if (!where.empty()) s += " at " + where;
-        std::string when = string_of(e, field::phase);
-        if (e.is_object() && e.contains(field::iteration) &&
-            e[field::iteration].is_number_integer() && e[field::iteration].get<int64_t>() >= 0)
-          when += (when.empty() ? "" : ", ") + std::string("iteration ") +
-                  std::to_string(e[field::iteration].get<int64_t>());
-        if (!when.empty()) s += " (" + when + ")";
-        const bool fatal = e.is_object() && e.value(field::fatal, false);
-        const bool recovered = e.is_object() && e.value(field::recovered, false);
-        s += fatal ? ", fatal" : recovered ? ", recovered" : "";
-        out.push_back(printable(s));
-      }
+    for (const auto& e : rep.oom) {
+      const std::string where = e.python_site.empty() ? e.site : e.python_site;
+      std::string s = "device " + std::to_string(e.device.value_or(0)) + ": " +
+                      human_bytes(e.requested_bytes.value_or(0)) + " requested";
+      if (!where.empty()) s += " at " + where;
+      std::string when = e.phase;
+      if (e.iteration && *e.iteration >= 0)
+        when +=
+            (when.empty() ? "" : ", ") + std::string("iteration ") + std::to_string(*e.iteration);
+      if (!when.empty()) s += " (" + when + ")";
+      s += e.fatal ? ", fatal" : e.recovered ? ", recovered" : "";
+      out.push_back(printable(s));
+    }
     return out;
   };
   const auto oa = ooms_of(baseline), ob = ooms_of(candidate);

@@ -2,7 +2,7 @@
 """The report contract's own test: report/report.schema.json is a valid JSON Schema (draft
 2020-12) of the version report/json_report.h writes, and it declares every key the writer
 (report/json_report.cpp, report/torch_json.cpp), the summary (report/summary.cpp) and the reader
-layer (collector/analysis/report_keys.h) name. (What the HTML page reads is checked where it runs:
+layer (collector/contract/report_keys.h) name. (What the HTML page reads is checked where it runs:
 tests/contract/page_keys.mjs.)
 
 The keys are found in the sources as written: `{"key", ...}`, `["key"]`, `value("key"`,
@@ -26,7 +26,7 @@ WRITER_NOT_KEYS = {
 # report/json_report.cpp writes the "live" object of a report of a moment (--serve, snapshots),
 # cli/live_report.cpp its last one.
 CPP_SOURCES = ["report/json_report.cpp", "report/torch_json.cpp", "report/summary.cpp",
-               "collector/analysis/report_keys.h", "cli/live_report.cpp"]
+               "collector/contract/report_keys.h", "cli/live_report.cpp"]
 
 
 def schema_keys(node, out):

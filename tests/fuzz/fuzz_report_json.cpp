@@ -24,7 +24,7 @@ namespace {
 
 struct Fixture {
   std::string path;
-  json baselines[2];
+  report::ReportRead baselines[2];
   Fixture() {
     char templ[] = "/tmp/vt-fuzz-report-XXXXXX";
     int fd = mkstemp(templ);  // 0600
@@ -50,18 +50,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream out(f.path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
-  json candidate;
+  report::ReportRead candidate;
   try {
     candidate = report::load_report(f.path, "candidate");
   } catch (const report::CheckError&) {
     return 0;
   }
   report::Budgets budgets;
-  for (const json& baseline : f.baselines) {
+  for (const report::ReportRead& baseline : f.baselines) {
     try {
       report::CheckResult a = report::compare(baseline, candidate, budgets);
       std::string s = report::check_text(a) + report::check_markdown(a) + report::check_junit(a) +
-                      report::diff_text(a) + report::diff_html(baseline, candidate, a);
+                      report::diff_text(a) + report::diff_html(baseline.document, candidate.document, a);
       report::CheckResult b = report::compare(candidate, baseline, budgets);
       s += report::check_text(b) + report::diff_text(b);
       (void)s;

@@ -1,7 +1,7 @@
-// report.json's keys as its writer and its readers name them: the comparison of two runs
-// (compare.h, which reads a baseline's stored report.json) and the summary read a report through
-// these names (report[field::devices][i][field::peak][field::bytes]) and the typed accessors
-// below, and the writer (report/json_report.cpp, report/torch_json.cpp) writes those keys through
+// report.json's keys as its writer and its readers name them: the report read back for the
+// comparison of two runs (report_read.h) and the summary read a report through these names
+// (report[field::devices][i][field::peak][field::bytes]) and the typed accessors below, and the
+// writer (report/json_report.cpp, report/torch_json.cpp) writes those keys through
 // them, so that a key is spelled in one place. The contract itself, every key with its
 // type, is report/report.schema.json; tests/contract/schema_test.py fails on a name here that
 // the schema does not declare.
@@ -19,6 +19,8 @@ using Key = const char*;
 
 inline constexpr Key at_peak = "at_peak";
 inline constexpr Key by_library = "by_library";
+inline constexpr Key by_line = "by_line";
+inline constexpr Key by_module = "by_module";
 inline constexpr Key by_site = "by_site";
 inline constexpr Key bytes = "bytes";
 inline constexpr Key bytes_per_iteration = "bytes_per_iteration";
@@ -60,6 +62,7 @@ inline constexpr Key note = "note";
 inline constexpr Key notices = "notices";
 inline constexpr Key oom = "oom";
 inline constexpr Key oom_index = "oom_index";
+inline constexpr Key order = "order";
 inline constexpr Key peak = "peak";
 inline constexpr Key peak_bytes = "peak_bytes";
 inline constexpr Key phase = "phase";
