@@ -383,9 +383,11 @@ std::string noscript_summary(const json& r) {
     if (o.value("fatal", false) == true) ++fatal;
   }
   const bool oom = diag.contains("verdict") ? text_of(diag, "verdict") == "oom" : failed > 0;
+  // Whether the OOM ended its process is the collector's (the diagnosis' fatal), as on the page.
+  const bool died = diag.contains("fatal") ? diag["fatal"] == true : fatal > 0;
   out += "<h2>";
-  out += oom ? (fatal ? "Out of memory: the program died" : "Out of memory")
-             : "No out-of-memory error";
+  out +=
+      oom ? (died ? "Out of memory: the program died" : "Out of memory") : "No out-of-memory error";
   out += "</h2><ul>";
   const uint64_t origin = r.is_object() ? cuda_start_ns(r) : 0;
   if (origin)

@@ -539,6 +539,7 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
                                              {"trace_ns", c.trace_ns},
                                              {"budget_share", c.budget_ppm / 1e6},
                                              {"sampled", c.sampled}};
+      if (c.sampled) pj["torch_allocator_trace"]["cost"]["note"] = collector::trace_sampled_why(c);
     }
   }
   json ooms = json::array();

@@ -26,7 +26,7 @@ const char* peak_blocks_shown(const json& r, uint64_t device) {
   for (const auto& d : r[field::devices])
     if (d.value(field::index, uint64_t{0}) == device && d.contains(field::categories) &&
         d[field::categories].contains("at_peak_moment") &&
-        d[field::categories]["at_peak_moment"].value("what", "") == "PyTorch's in-use peak")
+        d[field::categories]["at_peak_moment"].value("kind", "") == "allocator_in_use_peak")
       return "the blocks shown are of the highest moment traced";
   return "what was made and freed then is unclassified; the blocks shown are those live all "
          "through it (parameters, optimizer state)";
@@ -81,19 +81,10 @@ std::string not_profiled_lines(const json& r) {
       continue;
     const json& t = p["torch_allocator_trace"];
     const json& s = t["sampled"];
+    // By default, the collector's note of what the trace would have cost of an iteration.
     std::string why = "--torch=sampled";
-    if (t.contains("cost") && t["cost"].value("sampled", false)) {
-      // By default: the trace would have cost more than its budget of an iteration.
-      const json& c = t["cost"];
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "the trace would cost %.1f %% of an iteration, %llu blocks in %.1f ms, over "
-                    "its budget of %g %%; --torch=full records every one",
-                    100.0 * c.value("trace_ns", 0.0) / std::max(1.0, c.value("iteration_ns", 0.0)),
-                    static_cast<unsigned long long>(c.value("blocks", uint64_t{0})),
-                    c.value("iteration_ns", 0.0) / 1e6, 100.0 * c.value("budget_share", 0.0));
-      why = buf;
-    }
+    if (t.contains("cost") && t["cost"].contains("note") && t["cost"]["note"].is_string())
+      why = t["cost"]["note"].get<std::string>();
     out += "vramtrace: NOTE: pid " + p.value(field::pid, json(0)).dump() +
            ": PyTorch's blocks recorded in the sampled iterations only (" + why +
            "): " + std::to_string(s["gaps"].size()) +

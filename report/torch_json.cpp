@@ -46,21 +46,23 @@ json categories_json(const collector::TorchDevice& t, uint64_t origin) {
   json titles = json::object();
   for (size_t i = 0; i < collector::kCategories; ++i)
     titles[category_key(static_cast<Category>(i))] = category_title(static_cast<Category>(i));
-  json cat = {{"order", categories_order()},
-              {field::titles, titles},
-              {field::at_peak, bytes_json(t.at_peak)},
-              {"at_peak_moment",
-               {{"what", t.peak_moment.moment},
-                {field::time_ns, since(t.peak_moment.time_ns, origin)},
-                {field::bytes, t.peak_moment.device_bytes}}},
-              {"at_exit", bytes_json(t.at_exit)},
-              {"note",
-               "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
-               "and optimizer hooks); a private pool's segments (CUDA graphs', "
-               "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
-               "allocator's cache is its other segments less their blocks; the rest "
-               "of the process's device memory is split by the library that allocated "
-               "it. The categories add up to the device figure."}};
+  json cat = {
+      {"order", categories_order()},
+      {field::titles, titles},
+      {field::at_peak, bytes_json(t.at_peak)},
+      {"at_peak_moment",
+       {{"what", t.peak_moment.moment},
+        {"kind", t.peak_moment.allocator_in_use_peak ? "allocator_in_use_peak" : "device_peak"},
+        {field::time_ns, since(t.peak_moment.time_ns, origin)},
+        {field::bytes, t.peak_moment.device_bytes}}},
+      {"at_exit", bytes_json(t.at_exit)},
+      {"note",
+       "PyTorch's blocks by what they hold (the start-up hook's module, autograd "
+       "and optimizer hooks); a private pool's segments (CUDA graphs', "
+       "torch.cuda.MemPool) count whole as CUDA-graph / private pools; the "
+       "allocator's cache is its other segments less their blocks; the rest "
+       "of the process's device memory is split by the library that allocated "
+       "it. The categories add up to the device figure."}};
   if (!t.private_pools.empty()) {
     json list = json::array();
     for (const collector::PrivatePool& pool : t.private_pools)

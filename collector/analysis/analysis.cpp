@@ -271,6 +271,19 @@ void judge_devices(RunAnalysis& a) {
 
 }  // namespace
 
+std::string trace_sampled_why(const TorchTraceCost& c) {
+  if (!c.sampled) return {};
+  char buf[256];
+  std::snprintf(
+      buf, sizeof buf,
+      "the trace would cost %.1f %% of an iteration, %llu blocks in %.1f ms, over its "
+      "budget of %.3g %%; --torch=full records every one",
+      100.0 * static_cast<double>(c.trace_ns) / std::max(1.0, static_cast<double>(c.iteration_ns)),
+      static_cast<unsigned long long>(c.blocks), static_cast<double>(c.iteration_ns) / 1e6,
+      static_cast<double>(c.budget_ppm) / 1e4);
+  return buf;
+}
+
 RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_running) {
   RunAnalysis a;
   a.run = &run;

@@ -184,6 +184,10 @@ struct RunAnalysis {
 // running when the report was made (what they held is not counted as leaked).
 RunAnalysis analysis_of(const Run& run, const std::vector<std::string>& still_running = {});
 
+// Why PyTorch's allocator trace was sampled by default, as every view says it: what the trace
+// would have cost of an iteration against its budget ("" when it was not sampled for its cost).
+std::string trace_sampled_why(const TorchTraceCost& cost);
+
 // The diagnosis (run_diagnosis.h), from the OOMs' findings and the growth the rest of the
 // analysis found: analysis_of()'s last step, in run_diagnosis.cpp.
 Diagnosis diagnosis_of(const RunAnalysis& a);

@@ -375,7 +375,7 @@ PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d) {
   const uint64_t reserved_then = tm.reserved_at(d.index, seg_t);
   const uint64_t outside = d.memory.peak_bytes() - std::min(d.memory.peak_bytes(), reserved_then);
   const uint64_t t = d.allocator_peak_time;
-  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak"};
+  return {t, tm.reserved_at(d.index, t) + outside, "PyTorch's in-use peak", true};
 }
 
 // Adam's "step" is a CPU tensor, never labelled.

@@ -112,6 +112,8 @@ struct PeakMoment {
   uint64_t time_ns = 0;
   uint64_t device_bytes = 0;  // what the process held on the device then
   std::string moment;         // "the device's peak", "PyTorch's in-use peak"
+  // Which of the two: the views say what the blocks shown are by this, never by the words.
+  bool allocator_in_use_peak = false;
 };
 PeakMoment peak_moment_of(const TorchMemory& tm, const DeviceModel& d);
 

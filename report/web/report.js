@@ -1123,16 +1123,17 @@
     for (const p of A.procs) {
       const sm = (p.torch_allocator_trace || {}).sampled;
       if (!sm) continue;
-      // By default the trace is sampled where it would cost more than its budget of an iteration.
+      // By default the trace is sampled where it would cost more than its budget of an
+      // iteration: the collector's note says how much.
       const cost = (p.torch_allocator_trace || {}).cost;
-      const why = cost && cost.sampled ? `the trace would cost ${(100 * cost.trace_ns / Math.max(1, cost.iteration_ns)).toFixed(1)} % of an iteration, ${cost.blocks} blocks in ${(cost.iteration_ns / 1e6).toFixed(1)} ms, over its budget of ${+(100 * cost.budget_share).toPrecision(3)} %; --torch=full records every one` : "--torch=sampled";
+      const why = cost && cost.note ? cost.note : "--torch=sampled";
       main.append($("div", { class: "banner", "data-sampled": "gaps", text: `PyTorch's blocks were recorded in the sampled iterations only in process ${p.pid} (${why}): ${sm.gaps.length} stretch${sm.gaps.length === 1 ? "" : "es"} without them, where what was made and freed is known, not when (their blocks are unclassified).` }));
       for (const k of sm.peak_between || []) {
         // A steady run's highest moment traced stands for the peak; else the device's peak in
         // the stretch is shown, where only what lives all through it is known block by block.
         const dev = (A.R.devices || []).find((d) => d.index === k.device);
         const moment = ((dev && dev.categories) || {}).at_peak_moment || {};
-        const shown = moment.what === "PyTorch's in-use peak" ? "the blocks shown are of the highest moment traced"
+        const shown = moment.kind === "allocator_in_use_peak" ? "the blocks shown are of the highest moment traced"
           : "what was made and freed then is unclassified; the blocks shown are those live all through it (parameters, optimizer state)";
         main.append($("div", { class: "banner warn", "data-sampled": "peak", text: `Device ${k.device}: PyTorch's peak of allocated memory, ${bytes(k.bytes)}, came between ${A.at(k.start_ns)} and ${A.at(k.end_ns)}, while the trace was off: ${shown} (--torch=full records every one).` }));
       }

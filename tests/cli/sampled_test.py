@@ -160,8 +160,11 @@ def inner(work):
                                                          "fc2.weight", "fc2.weight.momentum_buffer"],
           "inner: the blocks listed at the peak: %r, tensors %r" % (
               listed, [t["name"] for t in peak.get("tensors", [])]))
-    check("the blocks shown are those live all through it" in r.stderr,
-          "inner: the summary says which blocks are shown: %r" % r.stderr[:1200])
+    moment = rep["devices"][0]["categories"]["at_peak_moment"]
+    check("the blocks shown are those live all through it" in r.stderr and
+          moment["kind"] == "device_peak",
+          "inner: the summary says which blocks are shown: %r (at_peak_moment %r)" % (
+              r.stderr[:1200], moment))
     print("a peak between the windows, its inputs as every step's: checked")
 
 
@@ -253,9 +256,12 @@ def default(work):
     check(cost is not None and cost["sampled"] and cost["blocks"] == 3 and
           cost["trace_ns"] == 2000 and cost["budget_share"] == 0 and sampled(rep) is not None,
           "budget 0: report.json's cost %r" % cost)
-    check("the trace would cost" in r.stderr and "over its budget of 0 %; --torch=full records "
-          "every one" in r.stderr,
-          "budget 0: the summary says why: %r" % r.stderr[:1500])
+    # The collector's note, which the summary and the page print as it is.
+    check(cost.get("note", "").startswith("the trace would cost ") and
+          cost["note"].endswith(", 3 blocks in %.1f ms, over its budget of 0 %%; --torch=full "
+                                "records every one" % (cost["iteration_ns"] / 1e6)) and
+          cost["note"] in r.stderr,
+          "budget 0: the summary says why: %r (note %r)" % (r.stderr[:1500], cost.get("note")))
     r, lines, rep = run(work, "py_torch_sampled.py", "auto-100", budget="100")
     cost = rep["processes"][0]["torch_allocator_trace"].get("cost")
     check(not tags(lines, "O") and made(lines) == 366 and cost is not None and

@@ -111,6 +111,7 @@ TEST_CASE("PyTorch's memory by category: a training loop that dies of an OOM in 
   REQUIRE(j["devices"][0]["peak"]["bytes"] == 70 * MiB);
   const json& at_peak = d["categories"]["at_peak"];
   REQUIRE(d["categories"]["at_peak_moment"]["what"] == "PyTorch's in-use peak");
+  REQUIRE(d["categories"]["at_peak_moment"]["kind"] == "allocator_in_use_peak");
   REQUIRE(d["categories"]["at_peak_moment"]["bytes"] == 70 * MiB);
   REQUIRE(at_peak["parameters"] == 2 * MiB);
   REQUIRE(at_peak["gradients"] == 2 * MiB);
