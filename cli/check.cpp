@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/check_load.h"
 #include "cli/commands.h"
 #include "cli/gate.h"
 
@@ -18,9 +19,9 @@ int check_command(const std::string& candidate, const CheckOptions& o) {
     }
   try {
     budgets_of(o);
-    collector::ReportRead base = report::load_report(o.baseline, "baseline");
+    collector::ReportRead base = load_report(o.baseline, "baseline");
     collector::require_profiled_baseline(base, o.baseline);
-    collector::ReportRead cand = report::load_report(candidate, "candidate");
+    collector::ReportRead cand = load_report(candidate, "candidate");
     return gate(base, cand, o, "vramtrace check");
   } catch (const collector::CheckError& e) {
     std::cerr << "vramtrace check: " << report::printable(e.what()) << "\n";

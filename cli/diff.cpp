@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/check_load.h"
 #include "cli/commands.h"
 #include "report/check.h"
 
@@ -15,8 +16,8 @@ int diff_command(const std::string& a, const std::string& b, const std::string& 
     return 2;
   if (!input_is_one_run(a, "vramtrace diff") || !input_is_one_run(b, "vramtrace diff")) return 2;
   try {
-    collector::ReportRead ja = report::load_report(a, "A");
-    collector::ReportRead jb = report::load_report(b, "B");
+    collector::ReportRead ja = load_report(a, "A");
+    collector::ReportRead jb = load_report(b, "B");
     collector::Budgets none;
     none.max_increase = collector::Budget{0.0, std::nullopt};
     collector::CheckResult r = collector::compare(ja, jb, none);

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/check_load.h"
 #include "cli/commands.h"
 #include "cli/gate.h"
 #include "cli/launcher.h"
@@ -79,7 +80,7 @@ int run_command(const RunArgs& a) {
     }
     try {
       budgets_of(check);
-      baseline = report::load_report(check.baseline, "baseline");
+      baseline = load_report(check.baseline, "baseline");
       collector::require_profiled_baseline(baseline, check.baseline);
     } catch (const collector::CheckError& e) {
       std::cerr << "vramtrace run: " << report::printable(e.what()) << "\n";

@@ -1,7 +1,7 @@
 // The CI gate and the run diff, written: the text of `vramtrace check` and `vramtrace diff`, the
 // CI files (Markdown, JUnit) and the HTML diff, from the comparison that
 // collector/analysis/compare.h makes (report/ decides nothing here), and the reading of their
-// inputs (load_report, check_load.cpp).
+// inputs (cli/check_load.h).
 //
 // `vramtrace check` passes (exit 0) when every device's peak, and every rank's when the run has
 // ranks, is within its budget; fails (exit 1) on a regression, naming what grew at the peak;
@@ -41,10 +41,6 @@ using collector::ReportRead;
 using collector::require_profiled_baseline;
 using collector::SiteChange;
 using collector::unprofiled_processes;
-
-// A report.json, a run directory (its report.json, or its traces), or a trace file, read into a
-// report of schema vramtrace.report/1. Throws CheckError saying what is wrong with it.
-collector::ReportRead load_report(const std::string& path, const std::string& role);
 
 std::string check_text(const CheckResult& r);
 std::string check_markdown(const CheckResult& r);

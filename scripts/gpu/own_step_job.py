@@ -11,6 +11,10 @@ downloaded; models from their constructors or configs):
              forwards), an NT-Xent contrastive loss, SGD with momentum
   llama_loop the small Llama of plan_job.py (8 layers, 1024 wide, sequence 1024) in a loop that
              drops each step's output (`loss = model(...).loss`), AdamW
+  mlm        a transformers BertConfig (6 layers, 512 wide, sequence 256) masked-language
+             model whose loss selects the masked positions by a boolean mask
+             (`logits[mask]`: an output shape that depends on the data, which fake tensors
+             cannot give), AdamW: the plan's steps fall back to the stand-in and say why
 
     python3 own_step_job.py run              MODEL, BATCH, LIMIT_GIB (per-process fraction, 0:
                                              none) from the environment; STEPS optimizer steps
@@ -122,8 +126,28 @@ def build(name, batch):
             opt.step()
             opt.zero_grad(set_to_none=True)
             return loss, True
+    elif name == "mlm":
+        from transformers import BertConfig, BertForMaskedLM
+        cfg = BertConfig(vocab_size=30522, hidden_size=512, num_hidden_layers=6,
+                         num_attention_heads=8, intermediate_size=2048,
+                         max_position_embeddings=256)
+        model = BertForMaskedLM(cfg).cuda()
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        seq = 256
+        ids = torch.randint(0, cfg.vocab_size, (batch * 3, seq))
+        ds = data.TensorDataset(ids, torch.rand(batch * 3, seq) < 0.15)
+
+        def step(b, micro):
+            x, mask = b[0].cuda(non_blocking=True), b[1].cuda(non_blocking=True)
+            logits = model(input_ids=x.masked_fill(mask, 103)).logits
+            loss = torch.nn.functional.cross_entropy(logits[mask], x[mask])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss, True
     else:
-        raise SystemExit("MODEL: seg, llama_bf16, vit_clr or llama_loop")
+        raise SystemExit("MODEL: seg, llama_bf16, vit_clr, llama_loop or mlm")
     loader = data.DataLoader(ds, batch_size=batch, shuffle=True, drop_last=True,
                              pin_memory=True, num_workers=0)
     return model, opt, loader, step

@@ -1,5 +1,5 @@
 // libFuzzer target: a report.json (or a trace) given to `vramtrace check` / `vramtrace diff`.
-// The input is written to a temporary file and read with report::load_report, as the CLI does;
+// The input is written to a temporary file and read with cli::load_report, as the CLI does;
 // what loads is compared both ways with each of two fixed, real reports (report::compare) and
 // rendered the ways check and diff render it: baseline.json (one process, the stand-in `basic`)
 // and baseline-ranks.json (two ranks: worst_rank, ranks, by_library), so that the keys compare
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli/check_load.h"
 #include "report/check.h"
 
 using namespace vramtrace;
@@ -31,8 +32,8 @@ struct Fixture {
     if (fd < 0) abort();
     close(fd);
     path = templ;
-    baselines[0] = report::load_report(VT_FUZZ_BASELINE, "baseline");
-    baselines[1] = report::load_report(VT_FUZZ_BASELINE_RANKS, "baseline");
+    baselines[0] = cli::load_report(VT_FUZZ_BASELINE, "baseline");
+    baselines[1] = cli::load_report(VT_FUZZ_BASELINE_RANKS, "baseline");
   }
   ~Fixture() { unlink(path.c_str()); }
 };
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   report::ReportRead candidate;
   try {
-    candidate = report::load_report(f.path, "candidate");
+    candidate = cli::load_report(f.path, "candidate");
   } catch (const report::CheckError&) {
     return 0;
   }
@@ -61,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       report::CheckResult a = report::compare(baseline, candidate, budgets);
       std::string s = report::check_text(a) + report::check_markdown(a) + report::check_junit(a) +
-                      report::diff_text(a) + report::diff_html(baseline.document, candidate.document, a);
+                      report::diff_text(a) +
+                      report::diff_html(baseline.document, candidate.document, a);
       report::CheckResult b = report::compare(candidate, baseline, budgets);
       s += report::check_text(b) + report::diff_text(b);
       (void)s;

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
+#include "cli/check_load.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/model.h"
 #include "report/check.h"
@@ -96,7 +97,7 @@ std::string load_error(const std::string& text) {
   std::string path = write_temp(text);
   std::string error;
   try {
-    report::load_report(path, "candidate");
+    cli::load_report(path, "candidate");
   } catch (const report::CheckError& e) {
     error = e.what();
   }

@@ -1,4 +1,4 @@
-// The inputs of `check`, `diff` and `run --baseline` (see check.h): a report.json, a run
+// The inputs of `check`, `diff` and `run --baseline` (see check_load.h): a report.json, a run
 // directory or a trace, read into a report that the comparison (collector/analysis/compare.h)
 // can trust.
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/check_load.h"
 #include "collector/ingest/run_files.h"
 #include "collector/ingest/trace_reader.h"
 #include "collector/model/model.h"
@@ -16,7 +17,11 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace vramtrace::report {
+namespace vramtrace::cli {
+
+using report::CheckError;
+using report::printable;
+namespace field = collector::field;
 
 namespace {
 
@@ -43,7 +48,7 @@ json report_from_traces(const std::vector<std::string>& paths, const std::string
   if (!run.anything_read())
     throw CheckError(what + ": nothing could be read from its traces" +
                      (run.problems.empty() ? "" : " (" + printable(run.problems.front()) + ")"));
-  return to_json(collector::analysis_of(run));
+  return report::to_json(collector::analysis_of(run));
 }
 
 // A JSON file, parsed; throws CheckError saying where it stops being JSON (the parser's own
@@ -92,14 +97,14 @@ collector::ReportRead load_report(const std::string& path, const std::string& ro
   }
   if (!r.is_object() || !r.contains(field::schema))
     throw CheckError(what + ": not a vramtrace report (no \"schema\" key)");
-  if (r[field::schema] != kSchema)
+  if (r[field::schema] != report::kSchema)
     throw CheckError(
         what + ": report schema " +
         printable(r[field::schema].dump(-1, ' ', false, json::error_handler_t::replace)) +
-        ", this vramtrace reads \"" + kSchema + "\"");
+        ", this vramtrace reads \"" + report::kSchema + "\"");
   std::string problem = collector::malformed_report(r);
   if (!problem.empty()) throw CheckError(what + ": malformed report (" + problem + ")");
   return r;
 }
 
-}  // namespace vramtrace::report
+}  // namespace vramtrace::cli
