@@ -18,6 +18,10 @@ From the first training call on, while the program runs its loop:
   a real CUDA tensor it is given (the batch already on the GPU) is taken as existing, as the
   run recorded it; work on real CPU tensors (the data pipeline) runs for real;
 - a value read from a fake tensor (.item(), bool(), a GradScaler's found-inf check) reads 0;
+- a fake tensor's values are known where they come from the batch (a real CPU tensor copied to
+  the GPU) through operators on known values only (a mask of the labels, the tokens masked);
+  the shapes that depend on data (a boolean mask's index, nonzero, masked_select) are then
+  computed from those values on the CPU, as the program's own GPU would have them;
 - torch.save is skipped, so that no checkpoint of fake tensors overwrites the user's file.
 Every storage made on a CUDA device and when it is freed is recorded, as _vramtrace_step's
 recorder does. The loop runs two optimizer steps at the program's batch, then two at half of
@@ -27,7 +31,7 @@ common/side_channel.h). Then everything is put back (parameters, optimizers, RNG
 dispatch modes, torch.save) and the plan's SystemExit(0) ends the program.
 
 What the program does that fake tensors cannot run (a .numpy(), an operator without a fake
-kernel, a data-dependent shape) ends it there: what was run is kept, and the steps not run are
+kernel, a shape that depends on values not known) ends it there: what was run is kept, and the steps not run are
 predicted with the stand-in step at exit (_vramtrace_step)."""
 import sys
 from collections.abc import Mapping
@@ -38,6 +42,10 @@ from _vramtrace_step import _Checkpointed, _Recorder, step_lines, step_runs
 # live in its forward); model calls after which a step with no optimizer step is given up.
 STEPS = 2
 MAX_CALLS = 64
+# The most elements an operator's outputs may have for their values to be computed on the CPU
+# (masks and token ids are a batch's size; activations, whose values are never known, are not
+# computed).
+KNOWN_NUMEL = 1 << 24
 
 
 class OwnSteps:
@@ -80,6 +88,11 @@ class OwnSteps:
         except Exception:
             return False
         self.FakeTensor, self.reparametrize = FakeTensor, _reparametrize_module
+        try:
+            from torch.utils.weak import WeakIdKeyDictionary
+            self.known = WeakIdKeyDictionary()  # fake tensor -> its values, a CPU tensor
+        except Exception:
+            self.known = None
         self.tree_map, self.tree_leaves = tree_map, tree_leaves
         self.no_modes, self.contextlib = _disable_current_modes, contextlib
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -359,10 +372,17 @@ class OwnSteps:
         """The program's own step raised on fake tensors and nothing caught it: said in one line
         (the steps not run are predicted with the stand-in at exit), not as the program's
         death."""
-        where = ""
+        # The program's own line that ran it (the innermost frame outside PyTorch, installed
+        # packages and this hook), else the innermost.
+        where = inner = ""
         while tb is not None:
-            where = "%s:%d" % (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            f = tb.tb_frame.f_code.co_filename
+            inner = "%s:%d" % (f, tb.tb_lineno)
+            if not any(s in f for s in ("/torch/", "site-packages", "dist-packages", "<frozen",
+                                        "_vramtrace_", "sitecustomize")):
+                where = inner
             tb = tb.tb_next
+        where = where or inner
         self.failed = "%s: %s%s" % (kind.__name__, (str(value).splitlines() or [""])[0][:300],
                                     " (at %s)" % where if where else "")
         try:
@@ -383,6 +403,10 @@ class OwnSteps:
             if not fake:
                 with self.no_modes():
                     return func(*args, **kwargs)
+            v = self.known.get(args[0]) if self.known is not None else None
+            if v is not None:  # a value of the batch's
+                with self.no_modes():
+                    return func(v)
             self.values_read += 1  # fake tensors have none
             t = args[0]
             return False if t.dtype == torch.bool else 0.0 if t.is_floating_point() else 0
@@ -399,10 +423,118 @@ class OwnSteps:
                 f = self.fake_mode.from_tensor(x)
                 if x.device.type == "cuda":
                     rec.existing([f])  # on the GPU already: the run recorded it
+                if self.known is not None and x.numel() <= KNOWN_NUMEL and f not in self.known:
+                    try:
+                        with self.no_modes():  # its values, read once (a batch, a mask)
+                            self.known[f] = x.detach().cpu()
+                    except Exception:
+                        pass
                 return f
             return x
         args, kwargs = self.tree_map(existing, (args, kwargs))
         rec.collect()
-        out = func(*args, **kwargs)
+        out = self.data_dependent(func, args, kwargs) if self.known is not None else None
+        if out is None:
+            out = func(*args, **kwargs)
         rec.made(out)
+        if self.known is not None:
+            try:
+                self.know(func, args, kwargs, out)
+            except Exception:
+                pass
         return out
+
+    # ---- values known on the CPU ---------------------------------------------------------------
+    def value_of(self, x):
+        """The known values of a fake tensor (a CPU tensor), else None."""
+        return self.known.get(x) if isinstance(x, self.FakeTensor) else None
+
+    def know(self, func, args, kwargs, out):
+        """Keeps the values of `out` where they can be known: an operator whose every tensor has
+        known values (the batch copied to the GPU, a mask made of its labels) is run again on
+        the CPU. What an operator writes in place is known no more unless so computed."""
+        torch = self.torch
+        schema = func._schema
+        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        leaves = [x for x in self.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        outs = [t for t in self.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        computable = (leaves and all(self.value_of(x) is not None for x in leaves) and
+                      sum(t.numel() for t in outs) <= KNOWN_NUMEL and
+                      not any(s in schema.name for s in ("rand", "normal", "bernoulli",
+                                                         "uniform", "dropout", "empty")))
+        if not computable:
+            if writes:
+                for i, a in enumerate(schema.arguments):
+                    if a.alias_info is not None and a.alias_info.is_write:
+                        x = args[i] if i < len(args) else kwargs.get(a.name)
+                        if isinstance(x, self.FakeTensor):
+                            self.known.pop(x, None)
+            return
+
+        def on_cpu(x):
+            if isinstance(x, torch.Tensor):
+                v = self.value_of(x)
+                return v.clone() if writes else v  # what it writes: a copy, then kept
+            if isinstance(x, torch.device) or (isinstance(x, str) and x.startswith("cuda")):
+                return torch.device("cpu")
+            return x
+        cpu_args, cpu_kwargs = self.tree_map(on_cpu, (args, kwargs))
+        with self.no_modes():
+            cpu_out = func(*cpu_args, **cpu_kwargs)
+        cpu_leaves = [t for t in self.tree_leaves(cpu_out) if isinstance(t, torch.Tensor)]
+        if len(cpu_leaves) == len(outs):
+            for f, v in zip(outs, cpu_leaves):
+                if isinstance(f, self.FakeTensor) and tuple(f.shape) == tuple(v.shape):
+                    self.known[f] = v
+
+    def data_dependent(self, func, args, kwargs):
+        """The operators whose output's shape depends on values (nonzero, a boolean mask's
+        index or assignment, masked_select), run on fake tensors with that shape computed from
+        the known values; None for any other (or when the values are not known)."""
+        torch = self.torch
+        aten = torch.ops.aten
+        try:
+            if func is aten.nonzero.default:
+                v = self.value_of(args[0])
+                if v is None:
+                    return None
+                with self.no_modes():
+                    n = int(torch.count_nonzero(v))
+                return args[0].new_empty((n, args[0].dim()), dtype=torch.long)
+            if func is aten.masked_select.default:
+                v, m = self.value_of(args[0]), self.value_of(args[1])
+                if m is None:
+                    return None
+                with self.no_modes():
+                    shape = torch.broadcast_shapes(tuple(args[0].shape), tuple(args[1].shape))
+                    n = int(torch.count_nonzero(m.expand(shape)))
+                return args[0].new_empty((n,))
+            if func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default,
+                        aten._index_put_impl_.default):
+                indices = args[1]
+                if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+                           for i in indices):
+                    return None
+                new = []
+                for i in indices:
+                    if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                        m = self.value_of(i)
+                        if m is None:
+                            return None
+                        # As PyTorch's own index does: the mask's nonzero, one column for each of
+                        # its dimensions (views of one long tensor).
+                        with self.no_modes():
+                            nz = torch.nonzero(m)
+                        rows = i.new_empty((nz.shape[0], i.dim()), dtype=torch.long)
+                        self.rec.made(rows)
+                        self.known[rows] = nz
+                        for d in range(i.dim()):
+                            col = rows.select(1, d)
+                            self.known[col] = nz.select(1, d)
+                            new.append(col)
+                    else:
+                        new.append(i)
+                return func(args[0], new, *args[2:], **kwargs)
+        except Exception:
+            return None
+        return None

@@ -847,6 +847,10 @@ class _Prediction:
                          "states; not put back, as the plan ends the program: what else its "
                          "loop changed (a GradScaler's scale, a learning-rate scheduler, its "
                          "DataLoader's place)")
+        if own.failed and not own.first_done:
+            notes.append("the program's own step stopped on fake tensors (%s): the steps were "
+                         "predicted with a stand-in step instead, whose whole step and largest "
+                         "batch are not the program's" % own.failed)
         for b, change, why in own.failures:
             notes.append("the step at batch %d%s: %s" % (b, " with " + change if change else "",
                                                          why))
