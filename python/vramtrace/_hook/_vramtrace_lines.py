@@ -46,6 +46,8 @@ class _Lines:
         self.between = 0
         self.between_from = 0
         self.iteration_ns = 0
+        self.program_trace = False   # the program set the allocator trace itself
+        self.lines_for_good = False  # frames on for every block, phases included (frames_for_good)
 
     def lines_between_phases(self, max_entries):
         """The allocator trace's Python frames switched on between the phases (forward,
@@ -81,6 +83,7 @@ class _Lines:
 
         @functools.wraps(record)
         def program_record(*args, **kwargs):
+            ctx.program_trace = True
             ctx.history = None
             ctx.window_record = None
             ctx.trace_on = True
@@ -91,6 +94,21 @@ class _Lines:
             self.torch.cuda._record_memory_history = program_record
         self.original_record = record
         return record
+
+    def frames_for_good(self, max_entries):
+        """The Python frames of every block from now on, the phases' too (the pytest plugin
+        names a failing test's blocks by their lines), asked of the hook rather than set on
+        PyTorch's trace behind it, which the hook would take for the program's own: its switch
+        of the frames between the phases stops, its sampled windows of the trace go on. False
+        where the hook does not hold the trace (the program set it): the caller sets it."""
+        if self.program_trace:
+            return False
+        if self.history is None:  # lines off, or over their budget: the hook's settings again
+            self.history = allocator_trace(self.watch_program_trace(), max_entries)
+        self.lines_for_good = True
+        self.counting = False
+        self.frames(True)
+        return self.frames_on
 
     def frames(self, on):
         if on == self.frames_on or self.history is None:
@@ -114,7 +132,7 @@ class _Lines:
         self.between_from = n
 
     def phase_begin(self):
-        if self.frames_on:
+        if self.frames_on and not self.lines_for_good:
             self.frames(False)
 
     def phase_end(self):
@@ -126,7 +144,7 @@ class _Lines:
         """At the end of iteration `done` - 1: frames off for good when those between the
         phases of a counted iteration cost more than 0.5 % of its time; the next counted
         iteration is the first ones' and every 50th."""
-        if self.history is None:
+        if self.history is None or self.lines_for_good:
             return
         now = self.now()
         if self.counting and self.iteration_ns:

@@ -38,6 +38,21 @@ def vramtrace_categories(blocks):
     return categories(context, blocks)
 
 
+def vramtrace_frames_for_good():
+    """PyTorch's allocator trace with the Python frames of every block from now on, for the
+    pytest plugin's failure messages, through the hook (_vramtrace_lines.frames_for_good), so
+    that the hook keeps its trace windows. False when the hook cannot (no context, or the program
+    set the trace itself): the caller sets the trace then."""
+    context = _vramtrace_ctx.get("context")
+    if context is None:
+        return False
+    try:
+        return bool(context.frames_for_good(
+            int(os.environ.get("VRAMTRACE_TORCH_MAX_ENTRIES", "1000000") or 1000000)))
+    except Exception:
+        return False
+
+
 def _say(msg):
     try:
         sys.stderr.write("vramtrace: " + msg + "\n")
