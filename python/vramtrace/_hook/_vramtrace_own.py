@@ -534,7 +534,12 @@ class OwnSteps:
                             new.append(col)
                     else:
                         new.append(i)
-                return func(args[0], new, *args[2:], **kwargs)
+                out = func(args[0], new, *args[2:], **kwargs)
+                # In place, as PyTorch's kernel is (the autograd engine's backward of a mask's
+                # index: zeros of the input's shape, the gradient put in): the fake kernel's
+                # result is a new tensor of that shape, which the GPU never makes.
+                return args[0] if func is not aten.index.Tensor and func is not \
+                    aten.index_put.default else out
         except Exception:
             return None
         return None
