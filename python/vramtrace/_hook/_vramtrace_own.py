@@ -435,7 +435,7 @@ class OwnSteps:
         rec.collect()
         out = self.data_dependent(func, args, kwargs) if self.known is not None else None
         if out is None:
-            out = func(*args, **kwargs)
+            out = rec.result(func, args, kwargs, func(*args, **kwargs))
         rec.made(out)
         if self.known is not None:
             try:
@@ -535,11 +535,9 @@ class OwnSteps:
                     else:
                         new.append(i)
                 out = func(args[0], new, *args[2:], **kwargs)
-                # In place, as PyTorch's kernel is (the autograd engine's backward of a mask's
-                # index: zeros of the input's shape, the gradient put in): the fake kernel's
-                # result is a new tensor of that shape, which the GPU never makes.
-                return args[0] if func is not aten.index.Tensor and func is not \
-                    aten.index_put.default else out
+                return args[0] if func in (aten.index_put_.default,
+                                           aten._index_put_impl_.default) else \
+                    self.rec.result(func, args, kwargs, out)
         except Exception:
             return None
         return None
