@@ -93,6 +93,15 @@ class OwnSteps:
             self.known = WeakIdKeyDictionary()  # fake tensor -> its values, a CPU tensor
         except Exception:
             self.known = None
+        # The ids of the fake tensors with known values, for a quick "no" on every operator
+        # (an id of one that is gone is only looked up for nothing); what each operator writes.
+        self.known_ids, self.writes = set(), {}
+        try:
+            self.shape_ops = frozenset((  # data_dependent's
+                aten.nonzero.default, aten.masked_select.default, aten.index.Tensor,
+                aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default))
+        except Exception:
+            self.shape_ops = frozenset()
         self.tree_map, self.tree_leaves = tree_map, tree_leaves
         self.no_modes, self.contextlib = _disable_current_modes, contextlib
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -403,7 +412,7 @@ class OwnSteps:
             if not fake:
                 with self.no_modes():
                     return func(*args, **kwargs)
-            v = self.known.get(args[0]) if self.known is not None else None
+            v = self.value_of(args[0]) if self.known is not None else None
             if v is not None:  # a value of the batch's
                 with self.no_modes():
                     return func(v)
@@ -423,10 +432,11 @@ class OwnSteps:
                 f = self.fake_mode.from_tensor(x)
                 if x.device.type == "cuda":
                     rec.existing([f])  # on the GPU already: the run recorded it
-                if self.known is not None and x.numel() <= KNOWN_NUMEL and f not in self.known:
+                if (self.known is not None and x.numel() <= KNOWN_NUMEL and
+                        self.value_of(f) is None):
                     try:
                         with self.no_modes():  # its values, read once (a batch, a mask)
-                            self.known[f] = x.detach().cpu()
+                            self.keep_value(f, x.detach().cpu())
                     except Exception:
                         pass
                 return f
@@ -447,7 +457,13 @@ class OwnSteps:
     # ---- values known on the CPU ---------------------------------------------------------------
     def value_of(self, x):
         """The known values of a fake tensor (a CPU tensor), else None."""
-        return self.known.get(x) if isinstance(x, self.FakeTensor) else None
+        if id(x) not in self.known_ids or not isinstance(x, self.FakeTensor):
+            return None
+        return self.known.get(x)
+
+    def keep_value(self, fake, value):
+        self.known[fake] = value
+        self.known_ids.add(id(fake))
 
     def know(self, func, args, kwargs, out):
         """Keeps the values of `out` where they can be known: an operator whose every tensor has
@@ -455,20 +471,24 @@ class OwnSteps:
         the CPU. What an operator writes in place is known no more unless so computed."""
         torch = self.torch
         schema = func._schema
-        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        writes = self.writes.get(func)
+        if writes is None:
+            writes = self.writes[func] = [
+                i for i, a in enumerate(schema.arguments)
+                if a.alias_info is not None and a.alias_info.is_write]
         leaves = [x for x in self.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-        outs = [t for t in self.tree_leaves(out) if isinstance(t, torch.Tensor)]
-        computable = (leaves and all(self.value_of(x) is not None for x in leaves) and
-                      sum(t.numel() for t in outs) <= KNOWN_NUMEL and
-                      not any(s in schema.name for s in ("rand", "normal", "bernoulli",
-                                                         "uniform", "dropout", "empty")))
+        computable = leaves and all(self.value_of(x) is not None for x in leaves)
+        if computable:
+            outs = [t for t in self.tree_leaves(out) if isinstance(t, torch.Tensor)]
+            computable = (sum(t.numel() for t in outs) <= KNOWN_NUMEL and
+                          not any(s in schema.name for s in ("rand", "normal", "bernoulli",
+                                                             "uniform", "dropout", "empty")))
         if not computable:
-            if writes:
-                for i, a in enumerate(schema.arguments):
-                    if a.alias_info is not None and a.alias_info.is_write:
-                        x = args[i] if i < len(args) else kwargs.get(a.name)
-                        if isinstance(x, self.FakeTensor):
-                            self.known.pop(x, None)
+            for i in writes:
+                a = schema.arguments[i]
+                x = args[i] if i < len(args) else kwargs.get(a.name)
+                if isinstance(x, self.FakeTensor) and id(x) in self.known_ids:
+                    self.known.pop(x, None)
             return
 
         def on_cpu(x):
@@ -485,12 +505,14 @@ class OwnSteps:
         if len(cpu_leaves) == len(outs):
             for f, v in zip(outs, cpu_leaves):
                 if isinstance(f, self.FakeTensor) and tuple(f.shape) == tuple(v.shape):
-                    self.known[f] = v
+                    self.keep_value(f, v)
 
     def data_dependent(self, func, args, kwargs):
         """The operators whose output's shape depends on values (nonzero, a boolean mask's
         index or assignment, masked_select), run on fake tensors with that shape computed from
         the known values; None for any other (or when the values are not known)."""
+        if func not in self.shape_ops:
+            return None
         torch = self.torch
         aten = torch.ops.aten
         try:
@@ -527,10 +549,10 @@ class OwnSteps:
                             nz = torch.nonzero(m)
                         rows = i.new_empty((nz.shape[0], i.dim()), dtype=torch.long)
                         self.rec.made(rows)
-                        self.known[rows] = nz
+                        self.keep_value(rows, nz)
                         for d in range(i.dim()):
                             col = rows.select(1, d)
-                            self.known[col] = nz.select(1, d)
+                            self.keep_value(col, nz.select(1, d))
                             new.append(col)
                     else:
                         new.append(i)
