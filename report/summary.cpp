@@ -214,52 +214,18 @@ std::string oom_lines(const json& r) {
   return out;
 }
 
-// A remedy: what it saves and the one peak it leads to (for PyTorch, its replay through the
-// allocator's model, with what the replay said), or why it could not be replayed.
+// A remedy: what it saves and what it leads to, in the collector's words (remedies[].outcome:
+// the one peak it leads to, for PyTorch its replay through the allocator's model, or why it
+// could not be replayed), as the page says it.
 std::string remedy_line(const json& m) {
-  std::string peak;
-  if (m.contains(field::predicted_peak_high_bytes))
-    peak = ", peak between " + human_bytes(m[field::predicted_peak_bytes].get<uint64_t>()) +
-           " and " + human_bytes(m[field::predicted_peak_high_bytes].get<uint64_t>());
-  else if (m.contains(field::predicted_peak_bytes))
-    peak = std::string(m.value(field::predicted_peak_is_lower_bound, false)   ? ", peak at least "
-                       : m.value(field::predicted_peak_is_upper_bound, false) ? ", peak at most "
-                       : m.contains(field::replayed)                          ? ", peak "
-                                                                              : ", peak about ") +
-           human_bytes(m[field::predicted_peak_bytes].get<uint64_t>());
-  if (m.contains(field::replayed)) {
-    const json& w = m[field::replayed];
-    if (w.value(field::verdict, "") == "fits")
-      peak += std::string(" (replayed: fits") +
-              (w.value(field::up_to_recorded_oom, false) ? " as far as the run got" : "") + ")";
-    else if (!w.contains(field::oom))
-      peak += " (replayed: over the limit)";
-    else if (w.contains(field::oom))
-      peak += " (replayed: runs out at a " +
-              human_bytes(w[field::oom].value(field::requested_bytes, uint64_t{0})) + " request" +
-              (w[field::oom].value(field::module, std::string()).empty()
-                   ? std::string()
-                   : " in " + printable(w[field::oom][field::module].get<std::string>())) +
-              ")";
-    if (w.contains(field::completed_by_prediction))
-      peak += "; the step the run never finished predicted (" +
-              std::to_string(
-                  w[field::completed_by_prediction].value("predicted_requests", uint64_t{0})) +
-              " requests)";
-    if (w.contains("weighed_on_fake_step"))
-      peak += "; its effect weighed on the step run on fake tensors with it and without it";
-    else if (w.contains("not_weighed_on_fake_step"))
-      peak += "; estimated from the recorded requests, " +
-              printable(w["not_weighed_on_fake_step"].get<std::string>());
-  }
-  if (m.contains(field::not_replayed_because))
-    peak += "; not replayed: " + printable(m[field::not_replayed_because].get<std::string>());
-  if (m.value(field::leaves_growth, false)) peak += "; the growth goes on";
+  const std::string outcome =
+      m.contains("outcome") && m["outcome"].is_string() ? m["outcome"].get<std::string>() : "";
   // An OOM finding's advice (no remedy was looked for): its words alone, nothing measured.
   if (m[field::how].get<std::string>().empty() && !m.contains(field::predicted_peak_bytes))
     return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + "\n";
   return "vramtrace:   remedy: " + printable(m[field::title].get<std::string>()) + ": saves " +
-         human_bytes(m[field::saves_bytes].get<uint64_t>()) + peak + " (" +
+         human_bytes(m[field::saves_bytes].get<uint64_t>()) +
+         (outcome.empty() ? "" : "; " + printable(outcome)) + " (" +
          printable(m[field::how].get<std::string>()) + ")\n";
 }
 

@@ -209,6 +209,7 @@ json remedy_json(const collector::RemedyOutcome& o) {
   }
   if (!o.not_replayed.empty()) j[field::not_replayed_because] = o.not_replayed;
   if (r.leaves_growth) j[field::leaves_growth] = true;
+  if (std::string outcome = collector::outcome_text(o); !outcome.empty()) j["outcome"] = outcome;
   return j;
 }
 

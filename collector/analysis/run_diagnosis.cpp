@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "collector/analysis/analysis.h"
+#include "common/bytes_text.h"
 
 namespace vramtrace::collector {
 
@@ -405,6 +406,46 @@ Diagnosis diagnosis_of(const RunAnalysis& a) {
   diagnose(dg, a, m);
   if (!dg.remedies && m.fatal) findings_remedies(dg, *m.fatal);
   return dg;
+}
+
+std::string outcome_text(const RemedyOutcome& o) {
+  const Remedy& r = o.remedy;
+  const std::string grows = r.leaves_growth ? "; memory still grows every iteration" : "";
+  const auto& w = o.replayed;
+  if (o.predicted_peak && r.predicted_peak_high)
+    return "peak with it: between " + human_bytes(*o.predicted_peak) + " and " +
+           human_bytes(*r.predicted_peak_high) + grows;
+  if (o.predicted_peak) {
+    // A floor when the job died in its first step, a ceiling where only the most it can need
+    // is known; a replay's own figure; else an estimate.
+    std::string out = std::string("peak with it: ") +
+                      (r.lower_bound   ? "at least "
+                       : r.upper_bound ? "at most "
+                       : w             ? ""
+                                       : "about ") +
+                      human_bytes(*o.predicted_peak);
+    if (w) {
+      out += "; replayed through PyTorch's allocator: ";
+      if (w->fits)
+        out += "fits under " + human_bytes(w->limit_bytes) +
+               (w->up_to_recorded_oom ? " as far as the run got" : "");
+      else if (!w->oom)
+        out += "over the limit";
+      else
+        out += "runs out at a " + human_bytes(w->oom->requested_bytes) + " request" +
+               (w->oom->module.empty() ? "" : " in " + w->oom->module);
+      if (w->completion)
+        out += "; the step the run never finished is predicted (" +
+               std::to_string(w->completion->predicted_requests) + " requests)";
+      if (w->fake_step_change)
+        out += "; its effect weighed on the step run on fake tensors with it and without it";
+      else if (!w->not_weighed_because.empty())
+        out += "; estimated from the recorded requests, " + w->not_weighed_because;
+    }
+    return out + grows;
+  }
+  if (!o.not_replayed.empty()) return "not replayed: " + o.not_replayed + grows;
+  return r.leaves_growth ? "memory still grows every iteration" : "";
 }
 
 }  // namespace vramtrace::collector

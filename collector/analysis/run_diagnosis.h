@@ -61,6 +61,12 @@ struct RemedyOutcome {
   std::string not_replayed;  // why a PyTorch remedy has no replay ("" when it has one)
 };
 
+// What a remedy leads to, as every view says it (report.json's remedies[].outcome): the peak
+// with it as the bound it is ("peak with it: at least 6.85 GiB"), its replay through PyTorch's
+// allocator, how its change was weighed, whether memory still grows; or why it was not
+// replayed. "" for an OOM finding's advice, which measures nothing.
+std::string outcome_text(const RemedyOutcome& o);
+
 struct Diagnosis {
   bool oom = false;  // the verdict: a fatal OOM, else the peak
   uint64_t fatal_ooms = 0, recovered_ooms = 0;

@@ -440,7 +440,10 @@
     // How a change of what each request is (bf16, checkpointing) was weighed, as the summary says.
     const weighed = !w ? "" : w.weighed_on_fake_step ? "; its effect weighed on the step run on fake tensors with it and without it"
       : w.not_weighed_on_fake_step ? `; estimated from the recorded requests, ${w.not_weighed_on_fake_step}` : "";
-    if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
+    if (x.outcome) {
+      // The collector's words, which the summary prints too.
+      li.append($("div", { class: "predicted small" + (w && known(x.predicted_peak_bytes) ? " replayed" : ""), text: x.outcome }));
+    } else if (known(x.predicted_peak_bytes) && known(x.predicted_peak_high_bytes)) {
       li.append($("div", { class: "predicted small", text: `peak with it: between ${bytes(x.predicted_peak_bytes)} and ${bytes(x.predicted_peak_high_bytes)}` + grows }));
     } else if (known(x.predicted_peak_bytes)) {
       const how = x.predicted_peak_is_lower_bound ? "at least " : x.predicted_peak_is_upper_bound ? "at most " : w ? "" : "about ";
