@@ -431,6 +431,8 @@ std::string noscript_summary(const json& r) {
       // As the page says it: a saving only where there is one (an OOM finding's advice has none).
       if (has_number(m, "saves_bytes") && m["saves_bytes"].get<double>() > 0)
         out += " (saves about " + bytes_of(m, "saves_bytes") + ")";
+      // What it leads to, in the collector's words, as the page and the summary say it.
+      if (!text_of(m, "outcome").empty()) out += ": " + html_escape(text_of(m, "outcome"));
       out += "</li>";
     }
     out += "</ol>";

@@ -563,11 +563,17 @@ for (const width of [1400, 1000]) {
   const outcome = "peak with it: at most 30.00 MiB; replayed through PyTorch's allocator: runs out at a 8.00 MiB request in fc2";
   r.diagnosis.remedies.push({ kind: "no_grad", title: "Run the evaluation under torch.no_grad()", saves_bytes: 20 * 1048576, predicted_peak_bytes: 26 * 1048576,
     predicted_peak_is_upper_bound: false, outcome, replayed: { verdict: "fits", limit_bytes: 75 * 1048576, reserved_peak_bytes: 26 * 1048576, up_to_recorded_oom: false } });
-  const { page, errors } = await open(render("outcome", r), "light", 1400, 900);
+  const html = render("outcome", r);
+  const { page, errors } = await open(html, "light", 1400, 900);
   const texts = await page.locator("li[data-kind='no_grad'] .predicted").allTextContents();
   check("a remedy's outcome is the collector's sentence", texts.length === 1 && texts[0] === outcome, JSON.stringify(texts));
   check("no console errors (outcome)", errors.length === 0, errors.join("; "));
   await page.close();
+  const off = await browser.newPage({ viewport: { width: 1400, height: 900 }, javaScriptEnabled: false });
+  await off.goto("file://" + html);
+  const text = await off.locator("body").innerText();
+  check("JavaScript off: the remedy's outcome in the same words", text.includes("Run the evaluation under torch.no_grad() (saves about 20.00 MiB): " + outcome), text.slice(0, 1500));
+  await off.close();
 }
 // A device with no prediction, and strings from the program that are tags: said as text, on the
 // page and without JavaScript.
