@@ -42,10 +42,10 @@ from _vramtrace_step import _Checkpointed, _Recorder, step_lines, step_runs
 # live in its forward); model calls after which a step with no optimizer step is given up.
 STEPS = 2
 MAX_CALLS = 64
-# The most elements an operator's outputs may have for their values to be computed on the CPU
-# (masks and token ids are a batch's size; activations, whose values are never known, are not
-# computed).
-KNOWN_NUMEL = 1 << 24
+# The most elements an operator's outputs may have for their values to be computed on the CPU:
+# masks and token ids are a batch's size (64 x 512 is 2^15); a 4-D attention mask built from a
+# known one (batch x 1 x sequence x sequence, 2^23 and more) would cost the plan seconds of CPU.
+KNOWN_NUMEL = 1 << 22
 
 
 class OwnSteps:
