@@ -7,11 +7,9 @@
 #include <set>
 
 #include "collector/analysis/ranks.h"
-#include "collector/contract/report_keys.h"
 #include "common/bytes_text.h"
 #include "common/printable.h"
 
-using nlohmann::json;
 
 namespace vramtrace::collector {
 
