@@ -2,7 +2,7 @@
 # Writes what one build of vramtrace makes of a fixed set of runs, in a form two builds can be
 # diffed by: report.json (keys sorted, generated_at removed) and `whatif --json` (keys sorted,
 # and its exit code) of every run the stand-in end-to-end tests record and of every real trace
-# under tests/data. A change meant to keep behaviour (a refactoring) shows an empty diff:
+# under tests/data, and what `check` and `diff` say of each report against the next (gate/). A change meant to keep behaviour (a refactoring) shows an empty diff:
 #
 #   scripts/ci/identity.sh BUILD_A OUT_A CORPUS
 #   scripts/ci/identity.sh BUILD_B OUT_B CORPUS
@@ -66,4 +66,29 @@ for dir in "${runs[@]}"; do
   fi
   rm -rf "$work"
 done
-echo "$(ls "$out" | wc -l) runs written to $out"
+
+# The gate's and the diff's view of the same reports: each run's report against the next one's
+# (a chain, so that every report is read both as a baseline and as a candidate), through `check`
+# with a budget on a PyTorch category too and `diff`, each with its exit code. From one fixed
+# scratch folder, so that the paths they name are the same for both builds.
+reports=()
+for dest in "$out"/*/; do
+  [[ -f $dest/report.json ]] && reports+=("$dest")
+done
+mkdir -p "$out/gate"
+for ((i = 0; i + 1 < ${#reports[@]}; i++)); do
+  work=${TMPDIR:-/tmp}/vt-identity-work
+  rm -rf "$work" && mkdir -p "$work"
+  cp "${reports[i]}/report.json" "$work/a.json"
+  cp "${reports[i + 1]}/report.json" "$work/b.json"
+  pair=$out/gate/$(basename "${reports[i]}")--$(basename "${reports[i + 1]}")
+  rc=0
+  (cd "$work" && "$vramtrace" check b.json --baseline a.json --max-increase activations:5%) \
+    >"$pair.check" 2>&1 || rc=$?
+  echo "rc=$rc" >>"$pair.check"
+  rc=0
+  (cd "$work" && "$vramtrace" diff a.json b.json) >"$pair.diff" 2>&1 || rc=$?
+  echo "rc=$rc" >>"$pair.diff"
+  rm -rf "$work"
+done
+echo "$(ls "$out" | grep -cv '^gate$') runs and $(ls "$out/gate" | wc -l) gate outputs written to $out"
