@@ -10,7 +10,6 @@
 #include "common/bytes_text.h"
 #include "common/printable.h"
 
-
 namespace vramtrace::collector {
 
 namespace {
