@@ -31,8 +31,8 @@ common/side_channel.h). Then everything is put back (parameters, optimizers, RNG
 dispatch modes, torch.save) and the plan's SystemExit(0) ends the program.
 
 What the program does that fake tensors cannot run (a .numpy(), an operator without a fake
-kernel, a shape that depends on values not known) ends it there: what was run is kept, and the steps not run are
-predicted with the stand-in step at exit (_vramtrace_step)."""
+kernel, a shape that depends on values not known) ends it there: what was run is kept, and the
+steps not run are predicted with the stand-in step at exit (_vramtrace_step)."""
 import sys
 from collections.abc import Mapping
 
@@ -524,7 +524,7 @@ class OwnSteps:
                     n = int(torch.count_nonzero(v))
                 return args[0].new_empty((n, args[0].dim()), dtype=torch.long)
             if func is aten.masked_select.default:
-                v, m = self.value_of(args[0]), self.value_of(args[1])
+                m = self.value_of(args[1])
                 if m is None:
                     return None
                 with self.no_modes():
@@ -556,10 +556,7 @@ class OwnSteps:
                             new.append(col)
                     else:
                         new.append(i)
-                out = func(args[0], new, *args[2:], **kwargs)
-                return args[0] if func in (aten.index_put_.default,
-                                           aten._index_put_impl_.default) else \
-                    self.rec.result(func, args, kwargs, out)
+                return self.rec.result(func, args, kwargs, func(args[0], new, *args[2:], **kwargs))
         except Exception:
             return None
         return None

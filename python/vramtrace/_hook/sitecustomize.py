@@ -47,10 +47,14 @@ def vramtrace_frames_for_good():
     if context is None:
         return False
     try:
-        return bool(context.frames_for_good(
-            int(os.environ.get("VRAMTRACE_TORCH_MAX_ENTRIES", "1000000") or 1000000)))
+        return bool(context.frames_for_good(_max_entries()))
     except Exception:
         return False
+
+
+def _max_entries():
+    """The allocator trace's ring, as the launcher passes it (VRAMTRACE_TORCH_MAX_ENTRIES)."""
+    return int(os.environ.get("VRAMTRACE_TORCH_MAX_ENTRIES", "1000000") or 1000000)
 
 
 def _say(msg):
@@ -68,7 +72,7 @@ def _vramtrace_setup():
     out_dir = os.environ.get("VRAMTRACE_TORCH_DIR")
     if not out_dir:
         return
-    max_entries = int(os.environ.get("VRAMTRACE_TORCH_MAX_ENTRIES", "1000000") or 1000000)
+    max_entries = _max_entries()
     state = {"done": False}
     attachers = {"torch": lambda torch: _attach_torch(torch, out_dir, max_entries, state),
                  "jax": lambda jax: _attach_jax(jax, out_dir)}
