@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <unordered_map>
 
 #include "collector/model/torch_memory.h"
+#include "frame_rules.h"  // generated from python/vramtrace/_hook/_vramtrace_frames.py
 
 namespace vramtrace::collector {
 
@@ -287,24 +289,36 @@ bool is_native_source_file(const std::string& file) {
   return file.size() < 3 || file.compare(file.size() - 3, 3, ".py") != 0;
 }
 
+// An entry of the declared list of whose line a frame is (frame_rules.h, made from the start-up
+// hook's _vramtrace_frames.py): the same rule as the hook's and the pytest plugin's.
+static bool matches(const frame_rules::Entry& e, const std::string& file, const std::string& name) {
+  const std::string_view kind = e.kind, text = e.text;
+  if (kind == "part") return file.find(text) != std::string::npos;
+  if (kind == "start") return file.rfind(text, 0) == 0;
+  if (kind == "name") return name == text;
+  return name.rfind(text, 0) == 0 && name.size() > 3 &&  // "prefix": a .py so named
+         name.compare(name.size() - 3, 3, ".py") == 0;
+}
+
 bool is_framework_file(const std::string& file) {
   // A frame with no file (a C++ frame of a memory snapshot without its source) is nobody's line.
-  return file.empty() || file.find("/site-packages/") != std::string::npos ||
-         file.find("/dist-packages/") != std::string::npos ||
-         file.find("/torch/") != std::string::npos || file.rfind("<frozen ", 0) == 0 ||
-         is_native_source_file(file);
+  if (file.empty() || is_native_source_file(file)) return true;
+  const std::string name = basename_of(file);
+  for (const auto& e : frame_rules::kFrameworkFiles)
+    if (matches(e, file, name)) return true;
+  return false;
 }
 
 // vramtrace's own start-up hook (the launcher writes it as sitecustomize.py, with its parts
 // _vramtrace_*.py beside it, in a folder of its own): its wrappers of Module.__call__ and
 // Tensor.to and its module hooks run inside the program's calls, so they sit between the
-// program's line and PyTorch's frames in every stack. A sitecustomize.py or a _vramtrace_*.py
-// is never a program's training code: its frames are internal, kept in the stack, never the
-// site.
+// program's line and PyTorch's frames in every stack. Its frames are internal, kept in the
+// stack, never the site.
 static bool is_startup_hook_file(const std::string& file) {
   const std::string name = basename_of(file);
-  return name == "sitecustomize.py" || (name.rfind("_vramtrace_", 0) == 0 && name.size() > 3 &&
-                                        name.compare(name.size() - 3, 3, ".py") == 0);
+  for (const auto& e : frame_rules::kVramtraceFiles)
+    if (matches(e, file, name)) return true;
+  return false;
 }
 
 const Attribution& StackResolver::attribute(uint32_t native_leaf, uint32_t py_leaf) {

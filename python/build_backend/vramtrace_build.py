@@ -351,6 +351,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     for entry in sorted(os.listdir(pkg)):
         if entry.endswith(".py"):
             wheel.add_file("vramtrace/" + entry, os.path.join(pkg, entry))
+    # The one list of whose line a frame is, which the pytest plugin reads as the hook does.
+    wheel.add_file("vramtrace/_hook/_vramtrace_frames.py",
+                   os.path.join(pkg, "_hook", "_vramtrace_frames.py"))
     wheel.add_file("vramtrace/_bin/vramtrace", exe, 0o755)
     wheel.add_file("vramtrace/_bin/libvramtrace.so", lib, 0o755)
     with tempfile.TemporaryDirectory(prefix="vramtrace-http-") as folder:

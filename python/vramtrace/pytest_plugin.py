@@ -38,6 +38,7 @@ import time
 import pytest
 
 import vramtrace
+from vramtrace._hook import _vramtrace_frames
 from vramtrace import _launcher, _native
 
 _FAILURE = pytest.StashKey[str]()
@@ -164,10 +165,8 @@ def _torch():
     return None
 
 
-# Files whose frames are never the user's line: PyTorch, installed packages, pytest, this package.
-_NOT_USER = (os.sep + "torch" + os.sep, "site-packages", "dist-packages",
-             os.sep + "_pytest" + os.sep, os.sep + "pluggy" + os.sep,
-             os.path.dirname(os.path.abspath(__file__)))
+# This package's folder: its frames (the plugin's) are never the user's line either.
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _torch_frames_on(torch):
@@ -209,11 +208,12 @@ def _categories(blocks):
 
 
 def _block_line(frames):
-    """The user's line of a block: its innermost frame outside PyTorch, installed packages and
-    pytest."""
+    """The user's line of a block: its innermost frame of the program's own code (not
+    PyTorch's, an installed package's, pytest's or vramtrace's: _vramtrace_frames, the list
+    the start-up hook and the collector read too)."""
     for f in frames or ():
         name = f.get("filename", "")
-        if name and not any(part in name for part in _NOT_USER):
+        if name and _vramtrace_frames.is_program_file(name) and not name.startswith(_HERE):
             return "%s:%s in %s" % (name, f.get("line", 0), f.get("name", "?"))
     return "(line unknown: PyTorch recorded no frame of the program)"
 

@@ -69,4 +69,5 @@ def main():
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
-main()
+if __name__ == "__main__":
+    main()

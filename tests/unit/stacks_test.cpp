@@ -3,6 +3,7 @@
 // site and owning library derived from them (no symbols: the module files do not exist).
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -326,4 +327,28 @@ TEST_CASE("each frame of a real run's report has its class: an H200 ResNet-50 th
        {"libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so"}},
   };
   CHECK(by_class == want);
+}
+
+// The collector's copy of the one declared list (made at build time from the start-up hook's
+// _vramtrace_frames.py) answers as the hook's rule does (tests/hook/frame_rules_test.py reads
+// the same cases): a framework's file is never a site; the program's and vramtrace's own files
+// are not frameworks' (the hook's are internal frames, tested above). A C++ source is a
+// framework's too, for the collector only: the Python side never sees one.
+TEST_CASE("whose line a frame is: the collector's copy of the declared list") {
+  std::ifstream in(std::string(VT_TEST_DATA) + "/frame_rules_cases.txt");
+  REQUIRE(in);
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    const std::string whose = line.substr(0, tab), path = line.substr(tab + 1);
+    INFO(path);
+    CHECK(collector::is_framework_file(path) == (whose == "framework"));
+    ++cases;
+  }
+  CHECK(cases == 19);
+  CHECK(collector::is_framework_file("/work/csrc/kernels.cu"));
+  CHECK(collector::is_framework_file("??"));
 }

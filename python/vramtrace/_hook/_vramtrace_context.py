@@ -14,6 +14,7 @@ _vramtrace_write (the lines written)."""
 import os
 import sys
 
+from _vramtrace_frames import is_program_file
 from _vramtrace_lines import _Lines
 from _vramtrace_marks import (_BWD, _BWD_END, _FED_BACK, _FWD, _FWD_END, _FWD_EVAL,
                               _FWD_EVAL_GRAD, _MOD, _MOD_END, _MOVE, _MOVE_END, _OOM, _SITE,
@@ -111,6 +112,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         self.hooks_failed = None  # why the module hooks stopped (a bug of this hook's)
         self.module_lines = []   # "M" lines
         self.sites = {}          # (file, line, function) -> sid
+        self.program_files = {}  # file -> whether it is the program's own code
         self.site_lines = []
         self.stack = []
         self.in_backward = 0
@@ -476,11 +478,23 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             self.dropped_marks += half
 
     def site(self):
-        """The innermost frame of the user's code (not torch's, not the interpreter's)."""
+        """The innermost frame of the program's own code (_vramtrace_frames' rule, the
+        collector's too: not PyTorch's, an installed package's, the hook's); where none is, the
+        innermost outside torch, the hook, contextlib and functools."""
         f = sys._getframe(2)
-        skip = self.skip
-        while f is not None and f.f_code.co_filename.startswith(skip):
+        skip, own = self.skip, self.program_files
+        first = None
+        while f is not None:
+            name = f.f_code.co_filename
+            if not name.startswith(skip):
+                first = first or f
+                mine = own.get(name)
+                if mine is None:
+                    mine = own[name] = is_program_file(name)
+                if mine:
+                    break
             f = f.f_back
+        f = f or first
         if f is None:
             return 0
         key = (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)

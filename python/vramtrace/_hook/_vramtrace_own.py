@@ -36,6 +36,7 @@ steps not run are predicted with the stand-in step at exit (_vramtrace_step)."""
 import sys
 from collections.abc import Mapping
 
+from _vramtrace_frames import is_program_file
 from _vramtrace_step import _Checkpointed, _Recorder, step_lines, step_runs
 
 # Optimizer steps per predicted step (the second is the steady state: the optimizer's state is
@@ -381,14 +382,13 @@ class OwnSteps:
         """The program's own step raised on fake tensors and nothing caught it: said in one line
         (the steps not run are predicted with the stand-in at exit), not as the program's
         death."""
-        # The program's own line that ran it (the innermost frame outside PyTorch, installed
-        # packages and this hook), else the innermost.
+        # The program's own line that ran it (the innermost frame of the program's own code:
+        # _vramtrace_frames), else the innermost.
         where = inner = ""
         while tb is not None:
             f = tb.tb_frame.f_code.co_filename
             inner = "%s:%d" % (f, tb.tb_lineno)
-            if not any(s in f for s in ("/torch/", "site-packages", "dist-packages", "<frozen",
-                                        "_vramtrace_", "sitecustomize")):
+            if is_program_file(f):
                 where = inner
             tb = tb.tb_next
         where = where or inner

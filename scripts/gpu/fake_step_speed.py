@@ -1,0 +1,94 @@
+"""What a pre-flight that will not fit spends its fake steps on, and what could make them fewer
+or cheaper: one model built on the GPU and copied as shapes (ShapeCopy), then the steps the
+pre-flight runs (_vramtrace_step.step_runs: the batch, its half, bf16 autocast, the repeated
+blocks checkpointed), each timed; the step at its batch also with PyTorch's fake-tensor dispatch
+cache off, and with one iteration instead of two. Then whether the second iteration's forward,
+loss and backward ask for what the first one's did (the same sizes in the same order, frees at
+the same places), which would let one iteration stand for both.
+
+    python3 scripts/gpu/fake_step_speed.py MODEL BATCH      (MODEL: llama1b, gpt2, resnet50)"""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "vramtrace", "_hook"))
+sys.path.insert(0, HERE)
+import torch  # noqa: E402
+import _vramtrace_step as step  # noqa: E402
+from fake_step_profile import build  # noqa: E402
+
+
+def timed(what, fn):
+    t = time.perf_counter()
+    out = fn()
+    print("%-44s %6.2f s  %6d requests" % (what, time.perf_counter() - t, len(out)), flush=True)
+    return out
+
+
+def iterations_of(requests):
+    """The requests split where a new iteration's "s" phase follows another phase."""
+    its, last = [[]], None
+    for r in requests:
+        if r[4] == "s" and last not in (None, "s"):
+            its.append([])
+        its[-1].append(r)
+        last = r[4]
+    return its
+
+
+def shape_of(requests):
+    """What an allocator sees of a list of requests: sizes in order, frees by the position of
+    the allocation they end (blocks renumbered from the list's first)."""
+    pos, out = {}, []
+    for op, block, nbytes, _module, phase in requests:
+        if op == "a":
+            pos[block] = len(pos)
+            out.append(("a", nbytes, phase))
+        else:
+            out.append(("f", pos.get(block, "before"), phase))
+    return out
+
+
+def main():
+    name, batch = sys.argv[1], int(sys.argv[2])
+    model, args, kwargs = build(name, batch)
+    opt = torch.optim.AdamW(model.parameters())
+    call, b = step.describe_call(torch, args, kwargs)
+    shape = step.ShapeCopy(torch, model, opt, lambda m: 0)
+    ids = shape.module_ids
+
+    def run(batch_, autocast=None, blocks=(), iterations=2):
+        return step.predict_step(torch, shape.model, call, batch_, b, shape.optimizer, True, True,
+                                 autocast, ids, iterations=iterations, checkpointed=blocks,
+                                 devices=shape.devices)
+
+    timed("warm-up (the step at its batch)", lambda: run(b))
+    full = timed("the step at its batch, 2 iterations", lambda: run(b))
+    timed("the step at its batch, 1 iteration", lambda: run(b, iterations=1))
+    import torch._dynamo.config as dynamo_config
+    was = getattr(dynamo_config, "fake_tensor_cache_enabled", None)
+    if was is not None:
+        dynamo_config.fake_tensor_cache_enabled = False
+        try:
+            timed("the step at its batch, dispatch cache off", lambda: run(b))
+        finally:
+            dynamo_config.fake_tensor_cache_enabled = was
+    timed("half the batch", lambda: run(b // 2))
+    timed("bf16 autocast", lambda: run(b, autocast=torch.bfloat16))
+    blocks = [m for m in step.repeated_blocks(shape.model) if ids(m)]
+    if len(blocks) >= 2:
+        timed("repeated blocks checkpointed (%d)" % len(blocks), lambda: run(b, blocks=blocks))
+    its = iterations_of(full)
+    print("iterations found: %d (%s requests)" % (len(its), ", ".join(str(len(i)) for i in its)))
+    if len(its) == 2:
+        body = [shape_of([r for r in it if r[4] != "s"]) for it in its]
+        same = body[0] == body[1]
+        print("the second iteration's forward, loss and backward ask as the first's: %s" % same)
+        if not same:
+            n = next((i for i, (x, y) in enumerate(zip(*body)) if x != y), min(map(len, body)))
+            print("first difference at request %d of %d / %d: %s vs %s" % (
+                n, len(body[0]), len(body[1]), body[0][n:n + 3], body[1][n:n + 3]))
+
+
+main()
