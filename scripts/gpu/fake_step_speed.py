@@ -26,15 +26,21 @@ def timed(what, fn):
     return out
 
 
-def iterations_of(requests):
-    """The requests split where a new iteration's "s" phase follows another phase."""
-    its, last = [[]], None
+def bodies_of(requests):
+    """The requests in runs: each iteration's forward, loss and backward (a run of phases other
+    than "s"), and the optimizer's (zero_grad, step: phase "s") between them; as
+    (bodies, optimizer runs)."""
+    bodies, steps, cur, in_body = [], [], [], None
     for r in requests:
-        if r[4] == "s" and last not in (None, "s"):
-            its.append([])
-        its[-1].append(r)
-        last = r[4]
-    return its
+        body = r[4] != "s"
+        if body != in_body and cur:
+            (bodies if in_body else steps).append(cur)
+            cur = []
+        in_body = body
+        cur.append(r)
+    if cur:
+        (bodies if in_body else steps).append(cur)
+    return bodies, steps
 
 
 def shape_of(requests):
@@ -79,16 +85,29 @@ def main():
     blocks = [m for m in step.repeated_blocks(shape.model) if ids(m)]
     if len(blocks) >= 2:
         timed("repeated blocks checkpointed (%d)" % len(blocks), lambda: run(b, blocks=blocks))
-    its = iterations_of(full)
-    print("iterations found: %d (%s requests)" % (len(its), ", ".join(str(len(i)) for i in its)))
-    if len(its) == 2:
-        body = [shape_of([r for r in it if r[4] != "s"]) for it in its]
-        same = body[0] == body[1]
-        print("the second iteration's forward, loss and backward ask as the first's: %s" % same)
+    bodies, steps = bodies_of(full)
+    print("forward-loss-backward runs: %d (%s requests); optimizer runs: %s requests" % (
+        len(bodies), ", ".join(str(len(b_)) for b_ in bodies),
+        ", ".join(str(len(x)) for x in steps)))
+    if len(bodies) == 2:
+        # The second also frees what the first left (its output, its loss): compared apart, by
+        # where they fall and what they were.
+        sizes = {r[1]: r[2] for r in full if r[0] == "a"}
+        own = [{r[1] for r in b_ if r[0] == "a"} for b_ in bodies]
+        earlier = [(i, r[4], sizes.get(r[1], 0)) for i, r in enumerate(bodies[1])
+                   if r[0] == "f" and r[1] not in own[1]]
+        shapes = [shape_of([r for r in b_ if r[0] == "a" or r[1] in mine])
+                  for b_, mine in zip(bodies, own)]
+        same = shapes[0] == shapes[1]
+        print("the second forward, loss and backward ask as the first's (its frees of earlier "
+              "blocks apart): %s" % same)
+        print("earlier blocks it frees: %d, %d bytes, at %s" % (
+            len(earlier), sum(e[2] for e in earlier),
+            ", ".join("%d(%s,%d)" % e for e in earlier[:12])))
         if not same:
-            n = next((i for i, (x, y) in enumerate(zip(*body)) if x != y), min(map(len, body)))
+            n = next((i for i, (x, y) in enumerate(zip(*shapes)) if x != y),
+                     min(map(len, shapes)))
             print("first difference at request %d of %d / %d: %s vs %s" % (
-                n, len(body[0]), len(body[1]), body[0][n:n + 3], body[1][n:n + 3]))
-
+                n, len(shapes[0]), len(shapes[1]), shapes[0][n:n + 3], shapes[1][n:n + 3]))
 
 main()
