@@ -56,6 +56,25 @@ def shape_of(requests):
     return out
 
 
+def loose(requests):
+    """shape_of, the phase of each free left out (the repeat frees the previous output where
+    the loop does, in the phase it names)."""
+    return [r[:2] if r[0] == "f" else r for r in shape_of(requests)]
+
+
+def live_peak(requests):
+    """The most bytes live at once (no allocator: the requests' own sum)."""
+    size, live, peak = {}, 0, 0
+    for op, block, nbytes, _module, _phase in requests:
+        if op == "a":
+            size[block] = nbytes
+            live += nbytes
+            peak = max(peak, live)
+        else:
+            live -= size.pop(block, 0)
+    return peak
+
+
 def main():
     name, batch = sys.argv[1], int(sys.argv[2])
     model, args, kwargs = build(name, batch)
@@ -64,12 +83,14 @@ def main():
     shape = step.ShapeCopy(torch, model, opt, lambda m: 0)
     ids = shape.module_ids
 
-    def run(batch_, autocast=None, blocks=(), iterations=2):
+    def run(batch_, autocast=None, blocks=(), iterations=2, repeat=False):
         return step.predict_step(torch, shape.model, call, batch_, b, shape.optimizer, True, True,
                                  autocast, ids, iterations=iterations, checkpointed=blocks,
-                                 devices=shape.devices)
+                                 devices=shape.devices, repeat=repeat)
 
     timed("warm-up (the step at its batch)", lambda: run(b))
+    print("its two forward-loss-backward ask alike (REPEATS): %s"
+          % step._repeats().get(shape.model))
     full = timed("the step at its batch, 2 iterations", lambda: run(b))
     timed("the step at its batch, 1 iteration", lambda: run(b, iterations=1))
     import torch._dynamo.config as dynamo_config
@@ -80,11 +101,23 @@ def main():
             timed("the step at its batch, dispatch cache off", lambda: run(b))
         finally:
             dynamo_config.fake_tensor_cache_enabled = was
-    timed("half the batch", lambda: run(b // 2))
-    timed("bf16 autocast", lambda: run(b, autocast=torch.bfloat16))
     blocks = [m for m in step.repeated_blocks(shape.model) if ids(m)]
+    cases = [("the step at its batch", b, None, ()), ("half the batch", b // 2, None, ()),
+             ("bf16 autocast", b, torch.bfloat16, ())]
     if len(blocks) >= 2:
-        timed("repeated blocks checkpointed (%d)" % len(blocks), lambda: run(b, blocks=blocks))
+        cases.append(("repeated blocks checkpointed (%d)" % len(blocks), b, None, blocks))
+    for what, batch_, autocast, blocks_ in cases:
+        whole = timed(what + ", run in full", lambda: run(batch_, autocast, blocks_))
+        again = timed(what + ", second iteration repeated",
+                      lambda: run(batch_, autocast, blocks_, repeat=True))
+        same = loose(whole) == loose(again)
+        print("    the same requests: %s; live peak %d vs %d bytes" % (
+            same, live_peak(whole), live_peak(again)))
+        if not same:
+            x, y = loose(whole), loose(again)
+            n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+            print("    first difference at %d of %d / %d: %s vs %s" % (n, len(x), len(y),
+                                                                     x[n:n + 3], y[n:n + 3]))
     bodies, steps = bodies_of(full)
     print("forward-loss-backward runs: %d (%s requests); optimizer runs: %s requests" % (
         len(bodies), ", ".join(str(len(b_)) for b_ in bodies),

@@ -57,7 +57,8 @@ def stand_in_for_fake_tensors():
     import _vramtrace_step
 
     def predict_step(torch_, model, call, batch, recorded_batch, optimizer, training, grad,
-                     autocast, module_ids, iterations=2, checkpointed=(), devices=None):
+                     autocast, module_ids, iterations=2, checkpointed=(), devices=None,
+                     repeat=False):
         # A fake step that takes STANDIN_FAKE_STEP_SECONDS, for a finished run's budget.
         time.sleep(float(os.environ.get("STANDIN_FAKE_STEP_SECONDS", "0") or 0))
         act = batch * FEATURES * (2 if autocast is not None else 4)

@@ -15,7 +15,10 @@ common/side_channel.h).
 Two iterations are run, as a training loop does: the second is the steady state (the optimizer's
 state is live during its forward, and the previous iteration's output and loss are freed only
 when the new ones are assigned). It runs at the recorded batch and at its half, so that the
-collector can tell how each request grows with the batch.
+collector can tell how each request grows with the batch. Where the first step's two forwards,
+losses and backwards asked for the same blocks (REPEATS), the later steps run the first
+iteration's alone and repeat its requests for the second (their optimizer step still runs):
+nearly half of a fake step's time, the same requests.
 
 The same step is also run with the changes the report offers as remedies, at the recorded
 batch: under torch.autocast(bfloat16), and with the model's repeated blocks under
@@ -34,6 +37,18 @@ _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 # The loss each fake step took ("model", "cross_entropy", "sum"), for `vramtrace plan` to say
 # when it was assumed.
 LOSSES = []
+# model -> whether the first step run in full on it found its second forward, loss and backward
+# asking for what its first did (same_bodies): then the model's later steps repeat the first's
+# requests instead of running them again.
+REPEATS = None
+
+
+def _repeats():
+    global REPEATS
+    if REPEATS is None:
+        import weakref
+        REPEATS = weakref.WeakKeyDictionary()
+    return REPEATS
 
 
 class OverBudget(Exception):
@@ -66,8 +81,12 @@ class _Recorder:
         self.blocks = 0
         recorder = self
 
+        self.off = False       # operators run unrecorded (a repeated iteration's gradients)
+
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if recorder.off:
+                    return func(*args, **(kwargs or {}))
                 recorder.collect()
                 out = recorder.result(func, args, kwargs or {}, func(*args, **(kwargs or {})))
                 recorder.made(out)
@@ -95,6 +114,58 @@ class _Recorder:
         module = self.modules[-1] if self.modules else 0
         for k in gone:
             self.requests.append(("f", self.live.pop(k)[1], 0, module, self.phase))
+
+    def blocks_of(self, out):
+        """The live blocks of the tensors in `out` (an output, a loss), in block order."""
+        keys = {self.weak(t.untyped_storage()).cdata for t in _tensors(self.torch, out)
+                if t.device.type == "cuda"}
+        return sorted(self.live[k][1] for k in keys if k in self.live)
+
+    def release(self, blocks, phase):
+        """`blocks` freed now, in `phase`, as the loop would free them by letting their
+        tensors go (which then frees nothing more): the blocks freed."""
+        by_block = {v[1]: k for k, v in self.live.items()}
+        module = self.modules[-1] if self.modules else 0
+        done = []
+        for b in sorted(blocks):
+            k = by_block.get(b)
+            if k is not None:
+                del self.live[k]
+                self.requests.append(("f", b, 0, module, phase))
+                done.append(b)
+        return done
+
+    def freed_now(self, phase):
+        """The frees since the last look, recorded in `phase` now: the block numbers."""
+        self.phase, start = phase, len(self.requests)
+        self.collect()
+        return [r[1] for r in self.requests[start:]]
+
+    def repeat(self, body, freed_after, release):
+        """The requests of an iteration's forward, loss and backward again, as new blocks
+        (`body`: the first iteration's), with what the loop frees between them as it runs:
+        `release`(phase, has_requests) frees the previous output and loss where the loop would
+        (before the loss and before the backward) and returns their blocks. `freed_after`: the
+        body's blocks freed after it, before the optimizer step, freed again after the repeat.
+        Returns (the new block of each of the body's still live, the blocks released)."""
+        new, released = {}, []
+        runs = {"f": [], "l": [], "b": []}
+        for r in body:
+            runs.get(r[4], runs["b"]).append(r)
+        for phase in ("f", "l", "b"):
+            if phase != "f":
+                released += release(phase, bool(runs[phase]))
+            for op, block, nbytes, module, ph in runs[phase]:
+                if op == "a":
+                    self.blocks += 1
+                    new[block] = self.blocks
+                    self.requests.append(("a", self.blocks, nbytes, module, ph))
+                elif block in new:
+                    self.requests.append(("f", new.pop(block), 0, module, ph))
+        for block in freed_after:
+            if block in new:
+                self.requests.append(("f", new.pop(block), 0, 0, "s"))
+        return new, released
 
     def made(self, out):
         module = self.modules[-1] if self.modules else 0
@@ -376,10 +447,13 @@ class _Checkpointed:
 
 
 def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
-                 autocast, module_ids, iterations=2, checkpointed=(), devices=None):
+                 autocast, module_ids, iterations=2, checkpointed=(), devices=None,
+                 repeat=False):
     """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
     forward alone, once, when the recorded forward was not training); `checkpointed`: modules
-    run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors."""
+    run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors;
+    `repeat`: the iterations after the first repeat its forward, loss and backward's requests
+    (run in full, a two-iteration step says in REPEATS whether they may)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
     mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -405,6 +479,10 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     rec.existing(list(params.values()) + list(buffers.values()) + tree_leaves((args, kwargs)))
     opt = _fake_optimizer(torch, optimizer, fake_of) if (optimizer is not None and training) else None
     hooks = rec.forward_hooks()
+    # The first iteration's forward, loss and backward (its requests, where they end, the
+    # parameters it gave gradients): what a repeated second iteration asks for again.
+    body = out_loss = None
+    repeated = None
     try:
         with _reparametrize_module(model, {**params, **buffers}, tie_weights=True), \
                 _Checkpointed(torch, checkpointed), mode, rec.mode:
@@ -416,7 +494,15 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 else:
                     for p in params.values():
                         p.grad = None
+                if body is not None and repeat:
+                    repeated = _repeat_body(torch, rec, body, out_loss)
+                    out = loss = None  # their blocks freed by the repeat, where the loop would
+                    rec.phase = "s"
+                    if opt is not None:
+                        opt.step()
+                    continue
                 rec.phase = "f"
+                start = len(rec.requests)
                 with torch.set_grad_enabled(grad), \
                         torch.autocast("cuda", dtype=autocast or torch.float16,
                                        enabled=autocast is not None):
@@ -429,16 +515,93 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                     loss = _loss_of(torch, out)
                 rec.phase = "b"
                 loss.backward()
+                if body is None:
+                    body = (rec.requests[start:], len(rec.requests),
+                            [p for p in params.values() if p.grad is not None])
+                    loss_blocks = rec.blocks_of(loss)
+                    out_loss = ([b for b in rec.blocks_of(out) if b not in loss_blocks],
+                                loss_blocks)
                 rec.phase = "s"
                 if opt is not None:
                     opt.step()
             rec.collect()
             out = loss = None
             rec.collect()
+            if repeated:
+                # The repeated output and loss, freed here as the loop's own are.
+                rec.requests.extend(("f", b, 0, 0, "s") for b in sorted(repeated))
     finally:
         for h in hooks:
             h.remove()
+    if body is not None and not repeat and training and grad and iterations == 2:
+        _repeats().setdefault(model, same_bodies(rec.requests))
     return rec.requests
+
+
+def _repeat_body(torch, rec, body, out_loss):
+    """A training iteration's forward, loss and backward after the first, as the first's
+    requests again (Recorder.repeat), its parameters given gradients unrecorded for the
+    optimizer step (the repeated requests made them): the blocks of the repeated output and
+    loss, which the loop frees at its end."""
+    requests, end, graded = body
+    out_blocks, loss_blocks = out_loss
+    # What the first's optimizer step freed of the body's (the backward's last temporaries);
+    # then the gradients zero_grad let go, the loop's first free of the forward.
+    freed_after = [r[1] for r in rec.requests[end:] if r[0] == "f"]
+    rec.freed_now("f")
+    released = set()
+
+    def release(phase, has_requests):
+        # The loop frees the previous output when the loss begins (its first operator's look),
+        # the previous loss when the backward begins; a loss of no operator: both then.
+        if phase == "l" and not has_requests:
+            return []
+        done = set(released)
+        blocks = [b for b in (out_blocks if phase == "l" else out_blocks + loss_blocks)
+                  if b not in done]
+        released.update(blocks)
+        return rec.release(blocks, phase)
+
+    new, _ = rec.repeat(requests, freed_after, release)
+    rec.off = True
+    try:
+        for p in graded:
+            p.grad = torch.empty_like(p)
+            rec.existing([p.grad])
+    finally:
+        rec.off = False
+    return {new[b] for b in out_blocks + loss_blocks if b in new}
+
+
+def same_bodies(requests):
+    """Whether a two-iteration step's second forward, loss and backward asked for what its
+    first did: the same sizes in the same order and frees at the same places (each free of a
+    block the body made itself; the frees of earlier blocks, the previous output and loss and
+    the gradients, are the loop's, and the repeat makes them)."""
+    runs, cur, in_body = [], [], None
+    for r in requests:
+        body = r[4] != "s"
+        if body != in_body and cur:
+            if in_body:
+                runs.append(cur)
+            cur = []
+        in_body = body
+        cur.append(r)
+    if cur and in_body:
+        runs.append(cur)
+    if len(runs) != 2:
+        return False
+
+    def shape(run):
+        pos, out = {}, []
+        for op, block, nbytes, _module, phase in run:
+            if op == "a":
+                pos[block] = len(pos)
+                out.append(("a", nbytes, phase))
+            elif block in pos:
+                out.append(("f", pos[block]))
+        return out
+    return shape(runs[0]) == shape(runs[1])
 
 
 def step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
@@ -511,7 +674,8 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
             requests = predict_step(
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
-                checkpointed=blocks, devices=devices)
+                checkpointed=blocks, devices=devices,
+                repeat=_repeats().get(model, False))
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""A fake step's second iteration repeated from its first (_Recorder.repeat and same_bodies in
+python/vramtrace/_hook/_vramtrace_step.py), on request lists alone (this machine has no
+PyTorch; scripts/gpu/fake_step_speed.py holds the repeat to the step run in full with real
+PyTorch: the same requests, model by model).
+
+The rules: the first iteration's forward, loss and backward asked again as new blocks, in
+order, its frees of its own blocks with them; the loop's frees of the previous output before the
+loss and of the previous loss before the backward, where it says; the body's blocks the first
+optimizer step freed (the backward's last temporaries) freed again after the repeat; what the
+repeat leaves live is what the body left live. Two iterations ask alike when their bodies make
+the same sizes in the same order and free their own blocks at the same places, whatever they
+free of earlier blocks.
+
+    tests/hook/repeat_test.py"""
+import os
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path[:0] = [os.path.join(ROOT, "python", "vramtrace", "_hook")]
+import _vramtrace_step as step  # noqa: E402
+from checks import check, finish  # noqa: E402  (beside this file)
+
+MiB = 1 << 20
+# The first iteration: forward (1: output, 2: a temporary freed in the forward), loss (3, its
+# temporary 4 freed), backward (5: a gradient; 6: a temporary the optimizer step's first look
+# frees), then the step's state (7).
+first = [("a", 1, 8 * MiB, 11, "f"), ("a", 2, 4 * MiB, 12, "f"), ("f", 2, 0, 12, "f"),
+         ("a", 3, 1 * MiB, 0, "l"), ("a", 4, 2 * MiB, 0, "l"), ("f", 4, 0, 0, "l"),
+         ("a", 5, 16 * MiB, 0, "b"), ("a", 6, 3 * MiB, 0, "b"),
+         ("f", 6, 0, 0, "s"), ("a", 7, 32 * MiB, 0, "s")]
+body = first[:8]
+
+rec = step._Recorder.__new__(step._Recorder)
+rec.requests, rec.blocks = list(first), 7
+asked = []
+
+
+def release(phase, has_requests):
+    asked.append((phase, has_requests))
+    block = {"l": 1, "b": 3}[phase]  # the previous output, then the previous loss
+    rec.requests.append(("f", block, 0, 0, phase))
+    return [block]
+
+
+new, released = rec.repeat(body, [6], release)
+check("the loop's frees asked before the loss and before the backward", asked,
+      [("l", True), ("b", True)])
+check("the released blocks", released, [1, 3])
+check("the repeated requests, in order", rec.requests[len(first):], [
+    ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"), ("f", 9, 0, 12, "f"),
+    ("f", 1, 0, 0, "l"),
+    ("a", 10, 1 * MiB, 0, "l"), ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"),
+    ("f", 3, 0, 0, "b"),
+    ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"),
+    ("f", 13, 0, 0, "s")])
+check("what the repeat leaves live: the output, the loss, the gradient", new,
+      {1: 8, 3: 10, 5: 12})
+check("the blocks numbered on", rec.blocks, 13)
+
+# A loss of no operator (the model's own): nothing before the loss, both frees before the
+# backward.
+rec.requests, rec.blocks = list(first), 7
+asked.clear()
+no_loss = [r for r in body if r[4] != "l"]
+rec.repeat(no_loss, [], lambda phase, has: asked.append((phase, has)) or [])
+check("a loss of no request: asked with none", asked, [("l", False), ("b", True)])
+
+# Two iterations alike: the second frees the first's output, loss and gradient among its own.
+second = [("f", 5, 0, 0, "f"), ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"),
+          ("f", 9, 0, 12, "f"), ("f", 1, 0, 0, "l"), ("a", 10, 1 * MiB, 0, "l"),
+          ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"), ("f", 3, 0, 0, "b"),
+          ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"), ("f", 13, 0, 0, "s")]
+check("two iterations alike", step.same_bodies(first + second), True)
+other = [r if r[1] != 12 else (r[0], 12, 17 * MiB, 0, "b") for r in second]
+check("a gradient of another size: not alike", step.same_bodies(first + other), False)
+moved = second[:3] + [second[4], second[3]] + second[5:]
+check("an earlier block freed beside its own: still alike",
+      step.same_bodies(first + moved), True)
+early = second[:2] + [("f", 8, 0, 0, "f")] + second[2:]
+check("its own output freed in its forward: not alike", step.same_bodies(first + early), False)
+check("one iteration alone: not alike", step.same_bodies(first), False)
+finish("a fake step's second iteration repeated")
