@@ -255,6 +255,8 @@ json diagnosis_json(const collector::Diagnosis& dg) {
   if (dg.oom_index) {
     j[field::oom_index] = *dg.oom_index;
     j[field::fatal] = dg.oom_fatal;
+    j["asked_bytes"] = dg.asked_bytes;
+    j["ooms_on_device"] = dg.ooms_on_device;
   }
   if (!dg.device) return j;
   j[field::device] = *dg.device;

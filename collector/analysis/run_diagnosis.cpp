@@ -401,6 +401,11 @@ Diagnosis diagnosis_of(const RunAnalysis& a) {
   if (m.fatal) {
     dg.oom_index = m.fatal_index;
     dg.oom_fatal = m.fatal->event->fatal;
+    const OomEvent& e = *m.fatal->event;
+    dg.asked_bytes = e.allocator ? e.allocator_request : e.requested_bytes;
+    for (const ProcessAnalysis& pa : a.processes)
+      for (const OomAnalysis& o : pa.ooms)
+        if (o.event->device == e.device && !o.event->recovered) ++dg.ooms_on_device;
   }
   if (!m.process || !m.process->devices.count(m.device)) return dg;
   diagnose(dg, a, m);

@@ -79,6 +79,11 @@ struct Diagnosis {
   uint64_t pid = 0;
   EffectiveLimit limit;  // its kind empty when no device's capacity is known
   uint64_t held_bytes = 0, requested_bytes = 0;
+  // The failed request as the program's allocator asked for it (PyTorch's block, which its
+  // driver call may round up; else the driver's request), and the out-of-memory errors that
+  // were not recovered on the moment's device, every process's: what the verdict's lines say.
+  uint64_t asked_bytes = 0;
+  uint64_t ooms_on_device = 0;
   int64_t headroom_bytes = 0;  // the limit less what was held (negative: past it)
   std::optional<DiagnosisCause> cause;
   std::optional<DiagnosisGrowth> growth;

@@ -396,12 +396,14 @@
     let head;
     const sub = [];
     if (A.verdictOom && o) {
-      const req = o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
+      // The request as the program's allocator asked, and the OOMs on the device: the
+      // collector's (a report from before them: read off the OOM and the list).
+      const req = known(D.asked_bytes) ? D.asked_bytes : o.allocator && known(o.allocator.requested_bytes) ? o.allocator.requested_bytes : o.requested_bytes;
       head = A.died ? `Out of memory: the program died on device ${o.device} at ${A.at(o.time_ns)}` : `Out of memory on device ${o.device} at ${A.at(o.time_ns)}; the program went on`;
       const driverReq = req !== o.requested_bytes ? ` (the allocator asked the driver for ${bytes(o.requested_bytes)})` : "";
       sub.push(`It asked for ${bytes(req)}${driverReq} while ${bytes(o.live_bytes)} was live in this process` + (limit ? `, against a limit of ${bytes(limit.bytes)}` : "") + ".");
       if (limit && limit.kind && limit.kind !== "device") sub.push(`The limit is ${limitText}.`);
-      const n = A.oomsOf(A.dev).length;
+      const n = known(D.ooms_on_device) ? D.ooms_on_device : A.oomsOf(A.dev).length;
       if (n > 1) sub.push(`${n} out-of-memory errors on this device in all.`);
     } else if (A.verdictOom) {
       head = `Out of memory on device ${A.dev}`;

@@ -211,7 +211,7 @@ export function torchOom() {
     // Its first CUDA work 1.2 s after the start (imports before it), where the timeline begins.
     run: { command: ["python3", "train.py", "--arch", "resnet50", "--batch-size", "512", "--amp", "off"], duration_ns: oomAt + 40e6, timeline_end_ns: oomAt + 40e6, cuda_start_ns: 1.2e9, complete: true, stand_in: false },
     diagnosis: {
-      verdict: "oom", oom_index: 0, fatal: true, device: 0, pid: 31337, held_bytes: liveAt, requested_bytes: requested,
+      verdict: "oom", oom_index: 0, fatal: true, asked_bytes: requested, ooms_on_device: 1, device: 0, pid: 31337, held_bytes: liveAt, requested_bytes: requested,
       limit: { bytes: limit, kind: "per_process_fraction", title: "PyTorch's per-process memory fraction (16.00 GiB)" },
       headroom_bytes: limit - liveAt,
       cause: { kind: "activations", title: "Activations of the forward pass filled the memory: the batch of 512 keeps every layer's output for backward.",
@@ -279,7 +279,7 @@ export function nativeOom() {
     // As run_diagnosis.cpp writes it for a native program: the growth's remedy first, then the
     // working set cut to the device (82 GiB needed of 80 GiB).
     diagnosis: {
-      verdict: "oom", fatal_ooms: 1, recovered_ooms: 0, oom_index: 0, fatal: true, device: 0, pid: 777,
+      verdict: "oom", fatal_ooms: 1, recovered_ooms: 0, oom_index: 0, fatal: true, asked_bytes: 6 * GiB, ooms_on_device: 1, device: 0, pid: 777,
       limit: { bytes: total, kind: "device", title: "the GPU's capacity (80.00 GiB)" },
       held_bytes: live, requested_bytes: 6 * GiB, headroom_bytes: total - live,
       cause: { kind: "growth", title: growthTitle, evidence: [{ label: "growth per iteration", bytes: 2 * GiB }, { label: "grown in all", bytes: live }] },

@@ -443,6 +443,19 @@ for (const width of [1400, 1000]) {
   await page.close();
 }
 
+// 7c2. The verdict's figures are the collector's: the request as the program's allocator asked
+// for it and the count of OOMs on the device come from the diagnosis, not from the page's own
+// reading of the OOM and the list.
+{
+  const r = torchOom();
+  r.diagnosis = { ...r.diagnosis, asked_bytes: 3 * 1024 ** 3, ooms_on_device: 3 };
+  const { page, errors } = await open(render("torch-verdict-values", r), "light", 1400, 900);
+  const sub = (await page.locator(".verdict-sub").allTextContents()).join(" | ");
+  check("the verdict's request and count are the diagnosis'", sub.startsWith("It asked for 3.00 GiB (the allocator asked the driver for 2.00 GiB) while ") && sub.includes("3 out-of-memory errors on this device in all."), sub);
+  check("no console errors (verdict values)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 // 7d. Two OOMs, the first survived: the verdict is about the one the diagnosis names (oom[1],
 // fatal), never one the page would pick itself; only that one is marked as the death.
 {
@@ -450,7 +463,7 @@ for (const width of [1400, 1000]) {
   const first = { ...r.oom[0], time_ns: r.oom[0].time_ns - 500e6, requested_bytes: 1024 ** 3, allocator: { ...r.oom[0].allocator, requested_bytes: 1024 ** 3 } };
   delete first.fatal;
   r.oom = [first, r.oom[0]];
-  r.diagnosis = { ...r.diagnosis, oom_index: 1, recovered_ooms: 1 };
+  r.diagnosis = { ...r.diagnosis, oom_index: 1, recovered_ooms: 1, ooms_on_device: 2 };
   // A remedy whose replay ran over the limit with no request named (as the H200 first-step
   // reports have it).
   r.diagnosis.remedies = [{ ...r.diagnosis.remedies[1], predicted_peak_bytes: 20 * 1024 ** 3, replayed: { verdict: "oom", reserved_peak_bytes: 20 * 1024 ** 3, limit_bytes: 16 * 1024 ** 3, up_to_recorded_oom: false } }, ...r.diagnosis.remedies];
