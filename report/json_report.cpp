@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <set>
 
 #include "collector/analysis/stacks.h"
@@ -479,6 +480,19 @@ json sampled_json(const collector::TorchContext& ctx, uint64_t origin) {
   return {{"gaps", gaps}, {"peak_between", peaks}};
 }
 
+// A failed allocation's error other than out-of-memory, as a word: the result codes the driver
+// (CUresult) and the runtime (cudaError_t) share for what an allocation can return; another as
+// its number.
+std::string failed_allocation_error(uint64_t result) {
+  static const std::map<uint64_t, const char*> kNames = {
+      {1, "invalid value"},    {3, "not initialized"},  {4, "CUDA shutting down"},
+      {100, "no CUDA device"}, {101, "invalid device"}, {201, "invalid context"},
+      {801, "not supported"},  {999, "unknown error"}};
+  const auto it = kNames.find(result);
+  return "CUDA error " + std::to_string(result) +
+         (it != kNames.end() ? std::string(" (") + it->second + ")" : std::string());
+}
+
 json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
   const ProcessModel& p = *pa.model;
   json pj;
@@ -523,7 +537,7 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
                        {"apis", api_table(p.host_apis)}};
   json failures = json::array();
   for (auto& [result, count] : p.failures_by_result)
-    failures.push_back({{"error", result}, {field::count, count}});
+    failures.push_back({{"error", failed_allocation_error(result)}, {field::count, count}});
   pj["failed_allocations"] = failures;
   put_iterations_and_ranges(pj, pa, origin);
   if (p.torch_trace) {

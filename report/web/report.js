@@ -1313,6 +1313,16 @@
         { key: "last_kernel", label: "last kernel before it", code: true, fmt: (v, r) => launchesOff(proc) || launchesStopped(proc, r.time_ns) ? "not recorded" : String(v ?? "") }],
       largest, "peak-largest", { expand: (r) => stackList(r.stack), expandable: (r) => (r.stack || []).length > 0, rest: pk.largest_rest, restLabel: "blocks" }));
     }
+    // The tensors the start-up hook named (parameters, gradients, optimizer state, by their
+    // module's names) live at the peak, with their shapes: folded, largest first.
+    const tensors = ((pk.tensors || d.peak.tensors || []).slice()).sort((a, b) => (b.bytes || 0) - (a.bytes || 0));
+    if (tensors.length) {
+      const box = $("details", { class: "segments", "data-tensors": String(tensors.length) }, $("summary", { text: `Named tensors live at the peak (parameters, gradients, optimizer state): ${plural(tensors.length, "tensor")}, ${bytes(tensors.reduce((t, x) => t + (x.bytes || 0), 0))}` }));
+      box.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "category", label: "category", width: "11em", fmt: (v) => catLabel(v) },
+        { key: "name", label: "tensor", code: true }, { key: "shape", label: "shape", width: "12em", fmt: (v) => Array.isArray(v) ? `[${v.join(", ")}]` : String(v ?? "") },
+        { key: "dtype", label: "dtype", width: "8em", code: true }], tensors, "peak-tensors"));
+      card.append(box);
+    }
     if ((pd.pools || []).length) {
       card.append($("h3", { text: "Stream-ordered pools: reserved vs in use" }));
       const slack = Math.max(0, (pd.reserved ? pd.reserved.peak_bytes : 0) - d.peak.bytes);
@@ -1449,6 +1459,14 @@
     procs.append(table([{ key: "pid", label: "pid", num: true, width: "6em" }, { key: "host", label: "host" }, { key: "cmd", label: "command line", code: true },
       { key: "status", label: "ended", width: "12em" }, { key: "events", label: "events", num: true }, { key: "dropped_events", label: "dropped", num: true }],
     A.procs.map((p) => ({ ...p, cmd: (p.cmdline || []).join(" "), status: A.diedPids.has(p.pid) ? "died: out of memory" : (p.still_running ? "running" : (p.clean_exit ? "exit()" : "cut short")) })), "processes"));
+    // What each process's library said of itself (its notices) and the allocations the driver
+    // refused, by error: report.json's lists, each on the page.
+    for (const p of A.procs) {
+      const failed = (p.failed_allocations || []).filter((f) => f && f.count > 0);
+      if (failed.length) procs.append($("div", { class: "muted small", "data-failed": String(p.pid), text: `pid ${p.pid}: allocations that failed for another reason than memory: ${failed.map((f) => `${f.error} × ${f.count}`).join(", ")}` }));
+      for (const n of (p.notices || []).slice(0, 10)) procs.append($("div", { class: "muted small", "data-notice": String(p.pid), text: `pid ${p.pid}: ${n}` }));
+      if ((p.notices || []).length > 10) procs.append($("div", { class: "muted small", text: `pid ${p.pid}: ${p.notices.length - 10} more notices (processes[].notices in report.json)` }));
+    }
     if (A.procs.length) main.append(procs);  // none before a job's first CUDA work
   }
   // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of

@@ -231,6 +231,10 @@ export function torchOom() {
       // The collector's levels: 15.23 GiB of the 16.00 GiB limit is past 90 %; the limit within 4x.
       limit_in_chart: true,
       peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine,
+        // The tensors the hook named, as the collector writes them (its shape as "AxB").
+        tensors: [{ name: "layer4.2.conv3.weight", kind: "param", category: "parameters", bytes: 4 * MiB, shape: "2048x512x1x1", dtype: "float32" },
+          { name: "fc.weight", kind: "param", category: "parameters", bytes: 8 * MiB, shape: "1000x2048", dtype: "float32" },
+          { name: "fc.weight.exp_avg", kind: "optimizer_state", category: "optimizer_state", bytes: 8 * MiB, shape: "1000x2048", dtype: "float32" }],
         by_top_module: [{ module: "layer3", bytes: atPeak.activations }, { module: "fc", bytes: atPeak.parameters }] },
       timeline: { points: totalPoints },
       // The collector's titles, which the page shows (a key's words only without them).
@@ -295,6 +299,8 @@ export function nativeOom() {
     },
     devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, limit_in_chart: true, peak: { bytes: live, time_ns: 0.76e9, headroom_level: "over", by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
     processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, exit_code: 134, events: 120, dropped_events: 0,
+      // What the library said of itself, and the allocations refused other than for memory.
+      notices: ["CUPTI: 3 activity records dropped"], failed_allocations: [{ error: "CUDA error 1 (invalid value)", count: 2 }],
       devices: [{ index: 0, peak: { by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38, library: "solver", stack }], by_library: [{ library: "solver", bytes: live, count: 38 }], largest: [] } }] }],
     oom: [{ device: 0, pid: 777, thread: 777, time_ns: 1.2e9, api: "cudaMalloc", requested_bytes: 6 * GiB, live_bytes: live, free_bytes: 3.5 * GiB, fatal: true,
       site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", stack, live_by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }],

@@ -357,6 +357,12 @@ for (const width of [1400, 1000]) {
   check(`${w}: the driver's segments one click away, closed`, (await segments.count()) === 1 && !(await segments.evaluate((e) => e.open)) &&
         (await segments.locator("summary").textContent()) === "Driver allocations live at the peak (the caching allocator's segments): the largest 30 allocations" &&
         (await segments.locator("[data-table='peak-largest']").count()) === 1);
+  const named = page.locator("[data-tensors]");
+  const tensorRows = await named.locator("[data-table='peak-tensors'] tbody tr").evaluateAll((rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" | ")));
+  check(`${w}: the named tensors at the peak, folded, largest first with shape and dtype`, (await named.count()) === 1 && !(await named.evaluate((e) => e.open)) &&
+        (await named.locator("summary").textContent()) === "Named tensors live at the peak (parameters, gradients, optimizer state): 3 tensors, 20.00 MiB" &&
+        tensorRows.length === 3 && tensorRows[0] === "8.00 MiB | parameters | fc.weight | 1000x2048 | float32" && tensorRows[1] === "8.00 MiB | optimizer state | fc.weight.exp_avg | 1000x2048 | float32",
+        tensorRows.join(" / "));
   const offset = await page.locator("[data-time-offset]").first().textContent();
   check(`${w}: the time axis starts at the first CUDA work and says where that was`,
         offset === "Time from the first CUDA work of the job, 1.200 s after it started (the 1.200 s before it are left out), as every time on this page." &&
@@ -697,6 +703,9 @@ for (const width of [1400, 1000]) {
   const cells = await page.locator(".icicle-cell").allTextContents();
   check("native OOM: no _start or __libc_start_main rows in the icicle graph, main kept", cells.some((c) => c.startsWith("main ")) && !cells.some((c) => /^(_start|__libc_start)/.test(c)), cells.join(" | "));
   check("native OOM: the limit is the device's memory", (await page.locator(".verdict-sub").textContent()).includes("against a limit of 80.00 GiB"));
+  check("native OOM: the library's notices and the refused allocations, by process",
+        (await page.locator("[data-notice='777']").textContent()) === "pid 777: CUPTI: 3 activity records dropped" &&
+        (await page.locator("[data-failed='777']").textContent()) === "pid 777: allocations that failed for another reason than memory: CUDA error 1 (invalid value) × 2");
   await layout(page, "native OOM");
   await page.screenshot({ path: join(shots, "report-native-oom.png") });
   check("no console errors (native OOM)", errors.length === 0, errors.join("; "));

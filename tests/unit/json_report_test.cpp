@@ -179,3 +179,17 @@ TEST_CASE(
   CHECK(limit_in_chart(400, 100));
   CHECK_FALSE(limit_in_chart(401, 100));
 }
+
+TEST_CASE("a failed allocation other than out-of-memory is named by its error, a string") {
+  TraceBuilder t;
+  t.context(0, 1ull << 30);
+  t.failed(4096, 1).failed(4096, 1).failed(8192, 12345);
+  nlohmann::json j = report::to_json(run_of(t.exit_clean().bytes()));
+  const auto& f = j["processes"][0]["failed_allocations"];
+  REQUIRE(f.size() == 2);
+  CHECK(f[0]["error"] == "CUDA error 1 (invalid value)");
+  CHECK(f[0]["count"] == 2);
+  CHECK(f[1]["error"] == "CUDA error 12345");
+  CHECK(f[1]["count"] == 1);
+  CHECK(j["oom"].empty());
+}
