@@ -80,4 +80,50 @@ check("an earlier block freed beside its own: still alike",
 early = second[:2] + [("f", 8, 0, 0, "f")] + second[2:]
 check("its own output freed in its forward: not alike", step.same_bodies(first + early), False)
 check("one iteration alone: not alike", step.same_bodies(first), False)
+
+# The glue (_repeat_body): what the first optimizer step freed of the body is freed again after
+# the repeat, the gradients zero_grad let go are the forward's first frees, the previous output
+# and loss are let go where the loop lets them go, and the parameters get gradients unrecorded.
+class Param:
+    grad = None
+
+
+class Torch:
+    @staticmethod
+    def empty_like(p):
+        return ("grad of", p)
+
+
+rec = step._Recorder.__new__(step._Recorder)
+rec.requests, rec.blocks, rec.phase, rec.off = list(first), 7, "s", False
+# What Python lets go at each look: the gradient (block 5) after zero_grad, the output (1)
+# when the loop lets it go, the loss (3) after it.
+gone = [[5], [1], [3]]
+registered = []
+
+
+def collect():
+    for b in gone.pop(0) if gone else []:
+        rec.requests.append(("f", b, 0, 0, rec.phase))
+
+
+rec.collect = collect
+rec.existing = registered.extend
+held = {"out": "output", "loss": "loss"}
+params = [Param(), Param()]
+repeated = step._repeat_body(Torch, rec, (body, 8, params), held)
+check("the glue: the requests after the first iteration", rec.requests[len(first):], [
+    ("f", 5, 0, 0, "f"),
+    ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"), ("f", 9, 0, 12, "f"),
+    ("f", 1, 0, 0, "l"),
+    ("a", 10, 1 * MiB, 0, "l"), ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"),
+    ("f", 3, 0, 0, "b"),
+    ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"),
+    ("f", 13, 0, 0, "s")])
+check("the glue: the output and the loss let go", held, {"out": None, "loss": None})
+check("the glue: the repeated output and loss, for the loop's end", repeated, {8, 10})
+check("the glue: gradients given unrecorded, as outside blocks",
+      ([p.grad for p in params], registered, rec.off),
+      ([("grad of", params[0]), ("grad of", params[1])],
+       [("grad of", params[0]), ("grad of", params[1])], False))
 finish("a fake step's second iteration repeated")
