@@ -1317,7 +1317,10 @@
     // module's names) live at the peak, with their shapes: folded, largest first.
     const tensors = ((pk.tensors || d.peak.tensors || []).slice()).sort((a, b) => (b.bytes || 0) - (a.bytes || 0));
     if (tensors.length) {
-      const box = $("details", { class: "segments", "data-tensors": String(tensors.length) }, $("summary", { text: `Named tensors live at the peak (parameters, gradients, optimizer state): ${plural(tensors.length, "tensor")}, ${bytes(tensors.reduce((t, x) => t + (x.bytes || 0), 0))}` }));
+      // report.json keeps the largest of them; named_tensors counts them all.
+      const all = (pk.tensors ? pk.named_tensors : d.peak.named_tensors);
+      const of = known(all) && all > tensors.length ? `the largest ${tensors.length} of ${all} tensors` : plural(tensors.length, "tensor");
+      const box = $("details", { class: "segments", "data-tensors": String(tensors.length) }, $("summary", { text: `Named tensors live at the peak (parameters, gradients, optimizer state): ${of}, ${bytes(tensors.reduce((t, x) => t + (x.bytes || 0), 0))}` }));
       box.append(table([{ key: "bytes", label: "size", num: true, fmt: bytes }, { key: "category", label: "category", width: "11em", fmt: (v) => catLabel(v) },
         { key: "name", label: "tensor", code: true }, { key: "shape", label: "shape", width: "12em", fmt: (v) => Array.isArray(v) ? `[${v.join(", ")}]` : String(v ?? "") },
         { key: "dtype", label: "dtype", width: "8em", code: true }], tensors, "peak-tensors"));

@@ -231,7 +231,9 @@ export function torchOom() {
       // The collector's levels: 15.23 GiB of the 16.00 GiB limit is past 90 %; the limit within 4x.
       limit_in_chart: true,
       peak: { bytes: liveAt, time_ns: lastRow[0], headroom_level: "over", phase: "forward", by_module: modules, by_site: sites.map(({ stack, ...s }) => s), blocks: blocks.slice(0, 50), by_line: byLine,
-        // The tensors the hook named, as the collector writes them (its shape as "AxB").
+        // The tensors the hook named, as the collector writes them (its shape as "AxB"; the
+        // largest of them, named_tensors counting all).
+        named_tensors: 212,
         tensors: [{ name: "layer4.2.conv3.weight", kind: "param", category: "parameters", bytes: 4 * MiB, shape: "2048x512x1x1", dtype: "float32" },
           { name: "fc.weight", kind: "param", category: "parameters", bytes: 8 * MiB, shape: "1000x2048", dtype: "float32" },
           { name: "fc.weight.exp_avg", kind: "optimizer_state", category: "optimizer_state", bytes: 8 * MiB, shape: "1000x2048", dtype: "float32" }],
