@@ -15,10 +15,11 @@ common/side_channel.h).
 Two iterations are run, as a training loop does: the second is the steady state (the optimizer's
 state is live during its forward, and the previous iteration's output and loss are freed only
 when the new ones are assigned). It runs at the recorded batch and at its half, so that the
-collector can tell how each request grows with the batch. Where the first step's two forwards,
-losses and backwards asked for the same blocks (REPEATS), the later steps run the first
-iteration's alone and repeat its requests for the second (their optimizer step still runs):
-nearly half of a fake step's time, the same requests.
+collector can tell how each request grows with the batch. With VRAMTRACE_FAKE_STEP_REPEAT=1,
+where the first step's two forwards, losses and backwards asked for the same blocks (REPEATS),
+the later steps run the first iteration's alone and repeat its requests for the second (their
+optimizer step still runs): nearly half of a fake step's time; not yet the same figures on every
+model, so not by default.
 
 The same step is also run with the changes the report offers as remedies, at the recorded
 batch: under torch.autocast(bfloat16), and with the model's repeated blocks under
@@ -38,9 +39,12 @@ _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 # when it was assumed.
 LOSSES = []
 # model -> whether the first step run in full on it found its second forward, loss and backward
-# asking for what its first did (same_bodies): then the model's later steps repeat the first's
-# requests instead of running them again.
+# asking for what its first did (same_bodies): then the model's later steps may repeat the
+# first's requests instead of running them again. Only with VRAMTRACE_FAKE_STEP_REPEAT=1: on the
+# H100 the 1e9 Llama's half batch repeated came to 44.11 GiB against 43.38 run in full (its
+# largest batch 6 against 7), a difference not yet found (docs/WHATIF.md).
 REPEATS = None
+REPEAT_ON = os.environ.get("VRAMTRACE_FAKE_STEP_REPEAT", "") == "1"
 
 
 def _repeats():
@@ -490,14 +494,10 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                     new_out = model(*args, **kwargs)
                     out = new_out
                     del new_out
-                    if body is not None:
-                        _let_go()
                     if not (training and grad):
                         break
                     rec.phase = "l"
                     loss = _loss_of(torch, out)
-                    if body is not None:
-                        _let_go()
                 rec.phase = "b"
                 loss.backward()
                 if body is None:
@@ -508,7 +508,6 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                     opt.step()
             rec.collect()
             out = loss = None
-            _let_go()
             rec.collect()
             if repeated:
                 # The repeated output and loss, freed here as the loop's own are.
@@ -519,16 +518,6 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     if body is not None and not repeat and training and grad and iterations == 2:
         _repeats().setdefault(model, same_bodies(rec.requests))
     return rec.requests
-
-
-def _let_go():
-    """What the loop let go of when it assigned a new output or loss, gone now: the previous
-    one's reference cycles too (a transformers model's key-value cache of the previous forward,
-    which Python's collector of cycles would free at a moment of its own; on the GPU it was gone
-    before the next backward's peak: the 1e9-parameter Llama's step predicted 2.37 GiB over its
-    recorded peak, the size of that cache, while it stayed)."""
-    import gc
-    gc.collect()
 
 
 def _repeat_body(torch, rec, body, held):
@@ -552,7 +541,6 @@ def _repeat_body(torch, rec, body, held):
         held["out"] = None
         if phase == "b":
             held["loss"] = None
-        _let_go()
         return rec.freed_now(phase)
 
     new, released = rec.repeat(requests, freed_after, release)
@@ -668,7 +656,7 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
                 checkpointed=blocks, devices=devices,
-                repeat=_repeats().get(model, False))
+                repeat=REPEAT_ON and _repeats().get(model, False))
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
