@@ -511,6 +511,7 @@ json process_json(const collector::ProcessAnalysis& pa, uint64_t origin) {
   pj[field::clean_exit] = p.clean_exit;
   pj[field::cut_short] = !p.clean_exit && !pa.still_running;
   if (pa.still_running) pj[field::still_running] = true;
+  pj["died_of_oom"] = pa.died_of_oom;
   if (!p.problem.empty()) pj["problem"] = p.problem;
   pj["events"] = p.events;
   pj[field::dropped_events] = p.dropped_events;

@@ -195,7 +195,10 @@ void analyse_process(RunAnalysis& a, ProcessAnalysis& pa, StackResolver& stacks)
         pa.ranges_by_time.begin(), pa.ranges_by_time.end(),
         [](const auto& x, const auto& y) { return x.second.total_ns > y.second.total_ns; });
   }
-  for (const auto& o : p.ooms) pa.ooms.push_back(analyse_oom(p, o, stacks));
+  for (const auto& o : p.ooms) {
+    pa.ooms.push_back(analyse_oom(p, o, stacks));
+    if (o.fatal) pa.died_of_oom = true;
+  }
 }
 
 // The run-wide devices: each process's final figure summed, and what was live at the peak,

@@ -84,6 +84,9 @@ struct ProcessAnalysis {
   bool still_running = false;
   std::map<uint32_t, DeviceAnalysis> devices;
   std::vector<OomAnalysis> ooms;
+  // An out-of-memory error ended it (one of its OOMs is fatal): who died, said once for every
+  // view.
+  bool died_of_oom = false;
   // The NVTX ranges by name (name id, figures), longest in all first.
   std::vector<std::pair<uint32_t, ProcessModel::RangeStats>> ranges_by_time;
 };

@@ -346,7 +346,10 @@
     const verdictOom = !!D && D.verdict === "oom";
     const oom = verdictOom && known(D.oom_index) ? (R.oom || [])[D.oom_index] || null : null;
     const died = !!(oom && D.fatal);
-    const diedPids = new Set((R.oom || []).filter(fatal).map((o) => o.pid));
+    // Who died of an OOM: the collector's (processes[].died_of_oom); a report from before it:
+    // the processes of the fatal OOMs.
+    const diedPids = new Set(procs.some((p) => typeof p.died_of_oom === "boolean")
+      ? procs.filter((p) => p.died_of_oom).map((p) => p.pid) : (R.oom || []).filter(fatal).map((o) => o.pid));
     // One clock for every time on the page, the chart's axis included: from the run's first CUDA
     // work (report.json's run.cuda_start_ns), as the summary counts; a report without it counts
     // from the start.

@@ -249,7 +249,7 @@ export function torchOom() {
     }],
     processes: [{
       pid: 31337, host: "gpu-node-07", exe: "/usr/bin/python3.12", cmdline: ["/usr/bin/python3.12", "train.py", "--arch", "resnet50", "--batch-size", "512"],
-      clean_exit: false, exit_code: 1, events: 184223, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true },
+      clean_exit: false, died_of_oom: true, exit_code: 1, events: 184223, dropped_events: 0, profiled: true, torch_allocator_trace: { merged: true },
       launches: { recorded: true },
       devices: [{ index: 0, peak: { bytes: liveAt, by_site: sites, by_library: oom.live_by_library, by_stack: stacks, largest: largest.slice(0, 30), blocks: blocks.slice(0, 50), by_line: byLine },
         launches: { top: Array.from({ length: 12 }, (_, i) => ({ name: longKernel(i), launches: 20000 - i * 1000 })) },
@@ -300,7 +300,7 @@ export function nativeOom() {
       ],
     },
     devices: [{ index: 0, name: "NVIDIA H100 80GB HBM3", total_bytes: total, limit_in_chart: true, peak: { bytes: live, time_ns: 0.76e9, headroom_level: "over", by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38 }] }, timeline: { points } }],
-    processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, exit_code: 134, events: 120, dropped_events: 0,
+    processes: [{ pid: 777, exe: "/opt/solver/bin/solver", cmdline: ["/opt/solver/bin/solver", "--grid", "4096"], clean_exit: false, died_of_oom: true, exit_code: 134, events: 120, dropped_events: 0,
       // What the library said of itself, and the allocations refused other than for memory.
       notices: ["CUPTI: 3 activity records dropped"], failed_allocations: [{ error: "CUDA error 1 (invalid value)", count: 2 }],
       devices: [{ index: 0, peak: { by_site: [{ site: "Solver::allocate_workspace(unsigned long) (solver.cu:88)", bytes: live, count: 38, library: "solver", stack }], by_library: [{ library: "solver", bytes: live, count: 38 }], largest: [] } }] }],

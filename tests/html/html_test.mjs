@@ -462,6 +462,18 @@ for (const width of [1400, 1000]) {
   await page.close();
 }
 
+// 7c3. Who died is the collector's: a process it says did not die of its OOM is not marked
+// so, whatever the OOM list says.
+{
+  const r = torchOom();
+  r.processes = r.processes.map((p) => ({ ...p, died_of_oom: false }));
+  const { page, errors } = await open(render("torch-died-of-oom", r), "light", 1400, 900);
+  const ended = await page.locator("[data-table='processes'] tbody tr").first().innerText();
+  check("who died: the collector's processes[].died_of_oom", !ended.includes("died: out of memory") && ended.includes("cut short"), ended);
+  check("no console errors (who died)", errors.length === 0, errors.join("; "));
+  await page.close();
+}
+
 // 7d. Two OOMs, the first survived: the verdict is about the one the diagnosis names (oom[1],
 // fatal), never one the page would pick itself; only that one is marked as the death.
 {
@@ -703,6 +715,8 @@ for (const width of [1400, 1000]) {
   const cells = await page.locator(".icicle-cell").allTextContents();
   check("native OOM: no _start or __libc_start_main rows in the icicle graph, main kept", cells.some((c) => c.startsWith("main ")) && !cells.some((c) => /^(_start|__libc_start)/.test(c)), cells.join(" | "));
   check("native OOM: the limit is the device's memory", (await page.locator(".verdict-sub").textContent()).includes("against a limit of 80.00 GiB"));
+  const ended = await page.locator("[data-table='processes'] tbody tr").first().innerText();
+  check("native OOM: the process table says who died, as the collector says it", ended.includes("died: out of memory"), ended);
   check("native OOM: the library's notices and the refused allocations, by process",
         (await page.locator("[data-notice='777']").textContent()) === "pid 777: CUPTI: 3 activity records dropped" &&
         (await page.locator("[data-failed='777']").textContent()) === "pid 777: allocations that failed for another reason than memory: CUDA error 1 (invalid value) × 2");
