@@ -344,6 +344,21 @@ std::string warning_lines(const json& r) {
   }
   for (const auto& p : r[field::run][field::problems])
     out += "vramtrace: WARNING: " + printable(p.get<std::string>()) + "\n";
+  // Allocations that failed for another reason than memory (an invalid size, no context): a
+  // program's bug rather than its memory, said by process.
+  for (const auto& p : r[field::processes]) {
+    if (!p.contains("failed_allocations") || !p["failed_allocations"].is_array()) continue;
+    std::string failed;
+    for (const auto& f : p["failed_allocations"])
+      if (f.is_object() && f.contains("error") && f["error"].is_string() &&
+          f.value(field::count, json(0)).is_number_unsigned())
+        failed += (failed.empty() ? "" : ", ") + f["error"].get<std::string>() + " x " +
+                  std::to_string(f[field::count].get<uint64_t>());
+    if (!failed.empty())
+      out += "vramtrace: NOTE: pid " + p.value(field::pid, json(0)).dump() +
+             ": allocations that failed for another reason than memory: " + printable(failed) +
+             "\n";
+  }
   return out;
 }
 

@@ -192,4 +192,8 @@ TEST_CASE("a failed allocation other than out-of-memory is named by its error, a
   CHECK(f[1]["error"] == "CUDA error 12345");
   CHECK(f[1]["count"] == 1);
   CHECK(j["oom"].empty());
+  CHECK_THAT(report::summary_text(j),
+             Catch::Contains("vramtrace: NOTE: pid " + j["processes"][0]["pid"].dump() +
+                             ": allocations that failed for another reason than memory: CUDA "
+                             "error 1 (invalid value) x 2, CUDA error 12345 x 1\n"));
 }
