@@ -77,6 +77,7 @@ def live_peak(requests):
 
 def main():
     name, batch = sys.argv[1], int(sys.argv[2])
+    step.REPEAT_ON = True  # as VRAMTRACE_FAKE_STEP_REPEAT=1: the first full step says REPEATS
     model, args, kwargs = build(name, batch)
     opt = torch.optim.AdamW(model.parameters())
     call, b = step.describe_call(torch, args, kwargs)

@@ -515,9 +515,25 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
     finally:
         for h in hooks:
             h.remove()
-    if body is not None and not repeat and training and grad and iterations == 2:
-        _repeats().setdefault(model, same_bodies(rec.requests))
+    if REPEAT_ON and body is not None and not repeat and training and grad and iterations == 2:
+        _remember_repeats(model, rec.requests)
     return rec.requests
+
+
+def _remember_repeats(model, requests):
+    """REPEATS of `model` from its first step run in full; a model that takes no weak reference
+    is never repeated."""
+    try:
+        _repeats().setdefault(model, same_bodies(requests))
+    except TypeError:
+        pass
+
+
+def _may_repeat(model):
+    try:
+        return REPEAT_ON and _repeats().get(model, False)
+    except TypeError:
+        return False
 
 
 def _repeat_body(torch, rec, body, held):
@@ -656,7 +672,7 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
                 checkpointed=blocks, devices=devices,
-                repeat=REPEAT_ON and _repeats().get(model, False))
+                repeat=_may_repeat(model))
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
