@@ -75,6 +75,23 @@ def live_peak(requests):
     return peak
 
 
+def live_at_peak(requests):
+    """{size: count} of the blocks live at the requests' live peak."""
+    size, live, best, best_live = {}, 0, -1, {}
+    for op, block, nbytes, _module, _phase in requests:
+        if op == "a":
+            size[block] = nbytes
+            live += nbytes
+            if live > best:
+                best, best_live = live, dict(size)
+        else:
+            live -= size.pop(block, 0)
+    out = {}
+    for nbytes in best_live.values():
+        out[nbytes] = out.get(nbytes, 0) + 1
+    return out
+
+
 def main():
     name, batch = sys.argv[1], int(sys.argv[2])
     step.REPEAT_ON = True  # as VRAMTRACE_FAKE_STEP_REPEAT=1: the first full step says REPEATS
@@ -119,6 +136,12 @@ def main():
             n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
             print("    first difference at %d of %d / %d: %s vs %s" % (n, len(x), len(y),
                                                                      x[n:n + 3], y[n:n + 3]))
+            print("    there, run in full: %s" % (whole[max(0, n - 2):n + 4],))
+            print("    there, repeated:    %s" % (again[max(0, n - 2):n + 4],))
+            # What is live at each one's peak, by size, that the other does not hold then.
+            for name_, reqs in (("full", whole), ("repeated", again)):
+                print("    live at the %s one's peak, by size: %s" % (
+                    name_, sorted(live_at_peak(reqs).items(), key=lambda kv: -kv[0] * kv[1])[:8]))
     bodies, steps = bodies_of(full)
     print("forward-loss-backward runs: %d (%s requests); optimizer runs: %s requests" % (
         len(bodies), ", ".join(str(len(b_)) for b_ in bodies),
