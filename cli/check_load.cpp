@@ -2,7 +2,6 @@
 // directory or a trace, read into a report that the comparison (collector/analysis/compare.h)
 // can trust.
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -24,13 +23,6 @@ using report::printable;
 namespace field = collector::field;
 
 namespace {
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
 
 // A report of traces, read as `vramtrace report` reads them (the same files of a folder, the
 // same refusals): a trace that cannot be opened, or traces of which nothing could be read, are
@@ -57,7 +49,8 @@ json parse_json_file(const std::string& file, const std::string& what) {
   std::ifstream in(file, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) throw CheckError(what + ": cannot be read");
-  if (trim(text).empty()) throw CheckError(what + ": not a vramtrace report (an empty file)");
+  if (text.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
+    throw CheckError(what + ": not a vramtrace report (an empty file)");
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {

@@ -40,12 +40,12 @@ struct Remedy {
   // The job's memory grows across iterations and this remedy does not stop that.
   bool leaves_growth = false;
   // The peak with the remedy, when it is known better than the moment less the saving.
-  std::optional<uint64_t> predicted_peak;
+  std::optional<uint64_t> predicted_peak{};
   // When only a range is known: predicted_peak is its low end, this its high end.
-  std::optional<uint64_t> predicted_peak_high;
-  bool upper_bound = false;          // predicted_peak is a ceiling the remedy will stay under
-  std::vector<std::string> modules;  // activation_checkpointing: the modules to checkpoint
-  std::string finding;               // FindingAdvice: its finding's kind ("fragmentation")
+  std::optional<uint64_t> predicted_peak_high{};
+  bool upper_bound = false;            // predicted_peak is a ceiling the remedy will stay under
+  std::vector<std::string> modules{};  // activation_checkpointing: the modules to checkpoint
+  std::string finding{};               // FindingAdvice: its finding's kind ("fragmentation")
 
   // Its kind as report.json names it.
   std::string name() const {

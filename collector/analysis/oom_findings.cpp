@@ -44,7 +44,7 @@ struct Findings {
   const OomEvent& o;
   uint64_t request = 0, total = 0, free_b = 0, limit = 0;
   bool fraction = false;  // the limit is PyTorch's per-process memory fraction
-  std::vector<OomFinding> out;
+  std::vector<OomFinding> out{};
 
   void add(double score, FindingKind kind, std::string title, FindingEvidence evidence,
            std::string suggestion) {

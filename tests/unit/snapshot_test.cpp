@@ -44,7 +44,6 @@ struct Val {
   std::string s;
   std::vector<P> items;  // Dict: key, value, key, value...
 };
-P none() { return std::make_shared<Val>(); }
 P boolean(bool b) {
   auto v = std::make_shared<Val>();
   v->k = Val::K::Bool;
