@@ -26,42 +26,6 @@ def timed(what, fn):
     return out
 
 
-def bodies_of(requests):
-    """The requests in runs: each iteration's forward, loss and backward (a run of phases other
-    than "s"), and the optimizer's (zero_grad, step: phase "s") between them; as
-    (bodies, optimizer runs)."""
-    bodies, steps, cur, in_body = [], [], [], None
-    for r in requests:
-        body = r[4] != "s"
-        if body != in_body and cur:
-            (bodies if in_body else steps).append(cur)
-            cur = []
-        in_body = body
-        cur.append(r)
-    if cur:
-        (bodies if in_body else steps).append(cur)
-    return bodies, steps
-
-
-def shape_of(requests):
-    """What an allocator sees of a list of requests: sizes in order, frees by the position of
-    the allocation they end (blocks renumbered from the list's first)."""
-    pos, out = {}, []
-    for op, block, nbytes, _module, phase in requests:
-        if op == "a":
-            pos[block] = len(pos)
-            out.append(("a", nbytes, phase))
-        else:
-            out.append(("f", pos.get(block, "before"), phase))
-    return out
-
-
-def loose(requests):
-    """shape_of, the phase of each free left out (the repeat frees the previous output where
-    the loop does, in the phase it names)."""
-    return [r[:2] if r[0] == "f" else r for r in shape_of(requests)]
-
-
 def live_peak(requests):
     """The most bytes live at once (no allocator: the requests' own sum)."""
     size, live, peak = {}, 0, 0
@@ -128,11 +92,13 @@ def main():
         whole = timed(what + ", run in full", lambda: run(batch_, autocast, blocks_))
         again = timed(what + ", second iteration repeated",
                       lambda: run(batch_, autocast, blocks_, repeat=True))
-        same = loose(whole) == loose(again)
+        # What the allocator sees of each (_vramtrace_step.body_shape: a free by the place of
+        # its allocation, whatever phase the repeat names for it).
+        x, y = step.body_shape(whole), step.body_shape(again)
+        same = x == y
         print("    the same requests: %s; live peak %d vs %d bytes" % (
             same, live_peak(whole), live_peak(again)))
         if not same:
-            x, y = loose(whole), loose(again)
             n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
             print("    first difference at %d of %d / %d: %s vs %s" % (n, len(x), len(y),
                                                                      x[n:n + 3], y[n:n + 3]))
@@ -142,7 +108,7 @@ def main():
             for name_, reqs in (("full", whole), ("repeated", again)):
                 print("    live at the %s one's peak, by size: %s" % (
                     name_, sorted(live_at_peak(reqs).items(), key=lambda kv: -kv[0] * kv[1])[:8]))
-    bodies, steps = bodies_of(full)
+    bodies, steps = step.runs_of(full)
     print("forward-loss-backward runs: %d (%s requests); optimizer runs: %s requests" % (
         len(bodies), ", ".join(str(len(b_)) for b_ in bodies),
         ", ".join(str(len(x)) for x in steps)))
@@ -150,12 +116,11 @@ def main():
         # The second also frees what the first left (its output, its loss): compared apart, by
         # where they fall and what they were.
         sizes = {r[1]: r[2] for r in full if r[0] == "a"}
-        own = [{r[1] for r in b_ if r[0] == "a"} for b_ in bodies]
+        own = {r[1] for r in bodies[1] if r[0] == "a"}
         earlier = [(i, r[4], sizes.get(r[1], 0)) for i, r in enumerate(bodies[1])
-                   if r[0] == "f" and r[1] not in own[1]]
-        shapes = [shape_of([r for r in b_ if r[0] == "a" or r[1] in mine])
-                  for b_, mine in zip(bodies, own)]
-        same = shapes[0] == shapes[1]
+                   if r[0] == "f" and r[1] not in own]
+        shapes = [step.body_shape(b_) for b_ in bodies]  # the frees of earlier blocks apart
+        same = step.same_bodies(full)
         print("the second forward, loss and backward ask as the first's (its frees of earlier "
               "blocks apart): %s" % same)
         print("earlier blocks it frees: %d, %d bytes, at %s" % (

@@ -7,20 +7,15 @@ for a program that set the trace itself. A program that did set it keeps it: the
 declines, and the plugin sets the trace as before.
 
     tests/hook/frames_for_good_test.py BUILD_DIR"""
-import os
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-os.environ["FAKE_TORCH_CUDART"] = os.path.join(os.path.abspath(sys.argv[1]), "standin",
-                                               "libcudart.so.13")
-os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-sys.path[:0] = [os.path.join(ROOT, "tests", "programs", "fake_torch"),
-                os.path.join(ROOT, "python", "vramtrace", "_hook")]
+from checks import check, finish, use_standin_torch  # (beside this file)
+
+use_standin_torch(sys.argv[1])
 import torch  # noqa: E402  (the stand-in)
 import sitecustomize  # noqa: E402  (the hook; without VRAMTRACE_TORCH_DIR it attaches nothing)
 from _vramtrace_context import _Context  # noqa: E402
 from _vramtrace_lines import allocator_trace  # noqa: E402
-from checks import check, finish  # noqa: E402  (beside this file)
 
 memory = torch.cuda.memory
 

@@ -30,6 +30,16 @@ first = [("a", 1, 8 * MiB, 11, "f"), ("a", 2, 4 * MiB, 12, "f"), ("f", 2, 0, 12,
          ("a", 5, 16 * MiB, 0, "b"), ("a", 6, 3 * MiB, 0, "b"),
          ("f", 6, 0, 0, "s"), ("a", 7, 32 * MiB, 0, "s")]
 body = first[:8]
+# The second iteration as the repeat makes it from the first: new blocks in the same order, the
+# previous output (1) freed before the loss, the previous loss (3) before the backward, the
+# backward's last temporary (now 13) freed again where the optimizer step freed it.
+REPEATED = [
+    ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"), ("f", 9, 0, 12, "f"),
+    ("f", 1, 0, 0, "l"),
+    ("a", 10, 1 * MiB, 0, "l"), ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"),
+    ("f", 3, 0, 0, "b"),
+    ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"),
+    ("f", 13, 0, 0, "s")]
 
 rec = step._Recorder.__new__(step._Recorder)
 rec.requests, rec.blocks = list(first), 7
@@ -47,13 +57,7 @@ new, released = rec.repeat(body, [6], release)
 check("the loop's frees asked before the loss and before the backward", asked,
       [("l", True), ("b", True)])
 check("the released blocks", released, [1, 3])
-check("the repeated requests, in order", rec.requests[len(first):], [
-    ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"), ("f", 9, 0, 12, "f"),
-    ("f", 1, 0, 0, "l"),
-    ("a", 10, 1 * MiB, 0, "l"), ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"),
-    ("f", 3, 0, 0, "b"),
-    ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"),
-    ("f", 13, 0, 0, "s")])
+check("the repeated requests, in order", rec.requests[len(first):], REPEATED)
 check("what the repeat leaves live: the output, the loss, the gradient", new,
       {1: 8, 3: 10, 5: 12})
 check("the blocks numbered on", rec.blocks, 13)
@@ -67,10 +71,7 @@ rec.repeat(no_loss, [], lambda phase, has: asked.append((phase, has)) or [])
 check("a loss of no request: asked with none", asked, [("l", False), ("b", True)])
 
 # Two iterations alike: the second frees the first's output, loss and gradient among its own.
-second = [("f", 5, 0, 0, "f"), ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"),
-          ("f", 9, 0, 12, "f"), ("f", 1, 0, 0, "l"), ("a", 10, 1 * MiB, 0, "l"),
-          ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"), ("f", 3, 0, 0, "b"),
-          ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"), ("f", 13, 0, 0, "s")]
+second = [("f", 5, 0, 0, "f")] + REPEATED
 check("two iterations alike", step.same_bodies(first + second), True)
 other = [r if r[1] != 12 else (r[0], 12, 17 * MiB, 0, "b") for r in second]
 check("a gradient of another size: not alike", step.same_bodies(first + other), False)
@@ -112,14 +113,8 @@ rec.existing = registered.extend
 held = {"out": "output", "loss": "loss"}
 params = [Param(), Param()]
 repeated = step._repeat_body(Torch, rec, (body, 8, params), held)
-check("the glue: the requests after the first iteration", rec.requests[len(first):], [
-    ("f", 5, 0, 0, "f"),
-    ("a", 8, 8 * MiB, 11, "f"), ("a", 9, 4 * MiB, 12, "f"), ("f", 9, 0, 12, "f"),
-    ("f", 1, 0, 0, "l"),
-    ("a", 10, 1 * MiB, 0, "l"), ("a", 11, 2 * MiB, 0, "l"), ("f", 11, 0, 0, "l"),
-    ("f", 3, 0, 0, "b"),
-    ("a", 12, 16 * MiB, 0, "b"), ("a", 13, 3 * MiB, 0, "b"),
-    ("f", 13, 0, 0, "s")])
+check("the glue: the requests after the first iteration", rec.requests[len(first):],
+      [("f", 5, 0, 0, "f")] + REPEATED)
 check("the glue: the output and the loss let go", held, {"out": None, "loss": None})
 check("the glue: the repeated output and loss, for the loop's end", repeated, {8, 10})
 check("the glue: gradients given unrecorded, as outside blocks",

@@ -6,19 +6,14 @@ question there cost about 0.6 us on every module call of a launch-bound step), w
 outermost call is still marked; in a traced iteration the module hooks mark every call.
 
     tests/hook/wrapper_test.py BUILD_DIR"""
-import os
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-os.environ["FAKE_TORCH_CUDART"] = os.path.join(os.path.abspath(sys.argv[1]), "standin",
-                                               "libcudart.so.13")
-os.environ.pop("VRAMTRACE_TORCH_DIR", None)
-sys.path[:0] = [os.path.join(ROOT, "tests", "programs", "fake_torch"),
-                os.path.join(ROOT, "python", "vramtrace", "_hook")]
+from checks import check, finish, use_standin_torch  # (beside this file)
+
+use_standin_torch(sys.argv[1])
 import torch  # noqa: E402  (the stand-in)
 from _vramtrace_context import _Context  # noqa: E402
 import _vramtrace_marks as marks  # noqa: E402
-from checks import check, finish  # noqa: E402  (beside this file)
 
 
 class Leaf(torch.nn.Module):

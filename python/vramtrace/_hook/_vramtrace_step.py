@@ -570,35 +570,42 @@ def _repeat_body(torch, rec, body, held):
     return {new[b] for b in released if b in new}
 
 
+def runs_of(requests):
+    """A step's requests in runs, as (bodies, optimizer runs): each iteration's forward, loss
+    and backward (phases other than "s") and the optimizer's between them (zero_grad, step)."""
+    bodies, steps, cur, in_body = [], [], [], None
+    for r in requests:
+        body = r[4] != "s"
+        if body != in_body and cur:
+            (bodies if in_body else steps).append(cur)
+            cur = []
+        in_body = body
+        cur.append(r)
+    if cur:
+        (bodies if in_body else steps).append(cur)
+    return bodies, steps
+
+
+def body_shape(run):
+    """What the allocator sees of a run of requests: sizes and phases in order, and each free of
+    a block the run made by the place of its allocation (frees of earlier blocks left out)."""
+    pos, out = {}, []
+    for op, block, nbytes, _module, phase in run:
+        if op == "a":
+            pos[block] = len(pos)
+            out.append(("a", nbytes, phase))
+        elif block in pos:
+            out.append(("f", pos[block]))
+    return out
+
+
 def same_bodies(requests):
     """Whether a two-iteration step's second forward, loss and backward asked for what its
     first did: the same sizes in the same order and frees at the same places (each free of a
     block the body made itself; the frees of earlier blocks, the previous output and loss and
     the gradients, are the loop's, and the repeat makes them)."""
-    runs, cur, in_body = [], [], None
-    for r in requests:
-        body = r[4] != "s"
-        if body != in_body and cur:
-            if in_body:
-                runs.append(cur)
-            cur = []
-        in_body = body
-        cur.append(r)
-    if cur and in_body:
-        runs.append(cur)
-    if len(runs) != 2:
-        return False
-
-    def shape(run):
-        pos, out = {}, []
-        for op, block, nbytes, _module, phase in run:
-            if op == "a":
-                pos[block] = len(pos)
-                out.append(("a", nbytes, phase))
-            elif block in pos:
-                out.append(("f", pos[block]))
-        return out
-    return shape(runs[0]) == shape(runs[1])
+    bodies, _ = runs_of(requests)
+    return len(bodies) == 2 and body_shape(bodies[0]) == body_shape(bodies[1])
 
 
 def step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
