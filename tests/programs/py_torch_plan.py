@@ -58,7 +58,7 @@ def stand_in_for_fake_tensors():
 
     def predict_step(torch_, model, call, batch, recorded_batch, optimizer, training, grad,
                      autocast, module_ids, iterations=2, checkpointed=(), devices=None,
-                     repeat=False):
+                     repeat=False, output_dies=False):
         # A fake step that takes STANDIN_FAKE_STEP_SECONDS, for a finished run's budget.
         time.sleep(float(os.environ.get("STANDIN_FAKE_STEP_SECONDS", "0") or 0))
         act = batch * FEATURES * (2 if autocast is not None else 4)

@@ -14,7 +14,8 @@ common/side_channel.h).
 
 Two iterations are run, as a training loop does: the second is the steady state (the optimizer's
 state is live during its forward, and the previous iteration's output and loss are freed only
-when the new ones are assigned). It runs at the recorded batch and at its half, so that the
+when the new ones are assigned, or at the iteration's end where the code that called the model
+lets them go there: output_dies_with_call). It runs at the recorded batch and at its half, so that the
 collector can tell how each request grows with the batch. With VRAMTRACE_FAKE_STEP_REPEAT=1,
 where the first step's two forwards, losses and backwards asked for the same blocks (REPEATS),
 the later steps run the first iteration's alone and repeat its requests for the second (their
@@ -252,6 +253,58 @@ def describe_call(torch, args, kwargs):
     return described, batch
 
 
+def caller_frame(frame):
+    """The frame that called the model: the first outside PyTorch and this hook."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "") or ""
+        if not (name == "torch" or name.startswith("torch.") or name.startswith("_vramtrace")
+                or name == "sitecustomize"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def output_dies_with_call(frame):
+    """Whether the output of the model call `frame` is making is let go before the program's
+    next training forward, read from that frame's bytecode: the output bound to a local of a
+    function (not a generator) that does not loop around the call and reads that local only
+    through its attributes or items (`out.loss.backward()`, `return out.loss`): a
+    train_step(batch) called once a batch, whose locals go when it returns. Otherwise (a loop
+    body's `out = model(x)`, the output passed on, stored elsewhere or returned) it is held
+    until the next one is assigned: the stand-in step's assumption, the larger of the two."""
+    import dis
+    try:
+        code = frame.f_code
+        # CO_OPTIMIZED (a function's fast locals), not CO_GENERATOR, CO_COROUTINE,
+        # CO_ASYNC_GENERATOR or CO_ITERABLE_COROUTINE.
+        if not code.co_flags & 0x1 or code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
+            return False
+        ops = list(dis.get_instructions(code))
+        # The call: the last instruction at or before f_lasti (which may point into the
+        # call's inline cache).
+        at = max(i for i, ins in enumerate(ops) if ins.offset <= frame.f_lasti)
+        if at + 1 >= len(ops) or ops[at + 1].opname != "STORE_FAST":
+            return False
+        name = ops[at + 1].argval
+        for i, ins in enumerate(ops):
+            # A jump back (JUMP_BACKWARD, POP_JUMP_BACKWARD_IF_TRUE, JUMP_ABSOLUTE...): a loop
+            # from its target to it.
+            back = ("JUMP" in ins.opname and isinstance(ins.argval, int)
+                    and ins.argval <= ins.offset)
+            if back and ins.argval <= frame.f_lasti <= ins.offset:
+                return False  # the call is in a loop of this frame
+            if ins.opname.startswith("LOAD_FAST") and (
+                    ins.argval == name or (isinstance(ins.argval, tuple) and name in ins.argval)):
+                if (isinstance(ins.argval, tuple) or i + 1 >= len(ops) or ops[i + 1].opname
+                        not in ("LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR")):
+                    return False  # the output itself passed on, stored or returned
+            if ins.opname in ("STORE_DEREF", "LOAD_CLOSURE") and ins.argval == name:
+                return False  # a closure's cell: it may outlive the call
+        return True
+    except Exception:  # ValueError too: no instruction at f_lasti
+        return False
+
+
 def _loss_of(torch, out):
     """The model's own loss when it returns one (transformers' ModelOutput with labels), else
     a cross-entropy over the last dimension of its first floating output."""
@@ -432,12 +485,14 @@ class _Checkpointed:
 
 def predict_step(torch, model, call, batch, recorded_batch, optimizer, training, grad,
                  autocast, module_ids, iterations=2, checkpointed=(), devices=None,
-                 repeat=False):
+                 repeat=False, output_dies=False):
     """The requests of `iterations` training steps of `model` at `batch` on fake tensors (a
     forward alone, once, when the recorded forward was not training); `checkpointed`: modules
     run under torch.utils.checkpoint; `devices`: a ShapeCopy's devices of its meta tensors;
     `repeat`: the iterations after the first repeat its forward, loss and backward's requests
-    (run in full, a two-iteration step says in REPEATS whether they may)."""
+    (run in full, a two-iteration step says in REPEATS whether they may); `output_dies`: the
+    output and loss are let go at each iteration's end (output_dies_with_call), not when the
+    next ones are assigned."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
     mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -506,6 +561,8 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 rec.phase = "s"
                 if opt is not None:
                     opt.step()
+                if output_dies:
+                    out = loss = None  # freed at the next operator, before the next forward
             rec.collect()
             out = loss = None
             rec.collect()
@@ -658,10 +715,11 @@ def next_step_id(lines):
 
 def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, optimizer,
                     training, grad, autocast, module_ids, first_id=1, finished=False,
-                    runs=None, devices=None, deadline_ns=None):
+                    runs=None, devices=None, deadline_ns=None, output_dies=False):
     """N, V and R lines (common/side_channel.h) of the stand-in step on fake tensors, for each
     of `runs` (step_runs' by default). A status line says why a step could not be run. Past
-    `deadline_ns`, before the next step, OverBudget (a step that began runs to its end)."""
+    `deadline_ns`, before the next step, OverBudget (a step that began runs to its end).
+    `output_dies`: predict_step's."""
     if runs is None:
         runs = step_runs(torch, model, recorded_batch, training, grad, autocast, module_ids,
                          finished)
@@ -679,7 +737,7 @@ def predicted_lines(torch, device, step_time_ns, model, call, recorded_batch, op
                 torch, model, call, b, recorded_batch, optimizer, training, grad,
                 torch.bfloat16 if change == "bf16_autocast" else autocast, module_ids,
                 checkpointed=blocks, devices=devices,
-                repeat=_may_repeat(model))
+                repeat=_may_repeat(model), output_dies=output_dies)
             status = "ok"
         except Exception as ex:  # an operator without a fake kernel, a data-dependent shape...
             requests = []
@@ -703,6 +761,7 @@ class _Prediction:
         # call of a model with parameters, its arguments as shapes only.
         self.want_call = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on") != "off"
         self.first_call = None    # (weakref(model), described args, batch, training, grad, autocast, time_ns)
+        self.output_dies = False  # output_dies_with_call of the first call's caller
         self.first_done = False   # the first optimizer step (or evaluation forward) ended
         self.oom_seen = False
         self.made_optimizers = []  # weakrefs of every optimizer made, first made first
@@ -770,6 +829,7 @@ class _Prediction:
                 autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
             self.first_call = (self.weakref.ref(module), call, batch, module.training,
                                torch.is_grad_enabled(), autocast, self.now())
+            self.output_dies = output_dies_with_call(caller_frame(sys._getframe(1)))
             if self.weigh_remedies or self.preflight_dir:
                 self.first_allocs = self.allocation_count()
         except Exception as ex:
@@ -1004,7 +1064,8 @@ class _Prediction:
                     self.predicted += predicted_lines(
                         self.torch, own.device, t, model, call, batch, own.optimizers[0]
                         if own.optimizers else None, training, grad, autocast,
-                        self.module_ids_of(), first_id=len(own.done) + 1, runs=missing)
+                        self.module_ids_of(), first_id=len(own.done) + 1, runs=missing,
+                        output_dies=self.output_dies)
                 except Exception:
                     pass
             self.set_enabled(True)
@@ -1264,7 +1325,7 @@ class _Prediction:
                     self.torch, shape.device, t, shape.model, call, batch, shape.optimizer,
                     training, grad, autocast, shape.module_ids, first_id=first_id,
                     finished=self.first_done, runs=runs, devices=shape.devices,
-                    deadline_ns=deadline_ns)
+                    deadline_ns=deadline_ns, output_dies=self.output_dies)
                 return
             device = model_device(model)
             optimizers = self.optimizers_of(model)
@@ -1281,7 +1342,8 @@ class _Prediction:
             self.predicted = predicted_lines(self.torch, device, t, model, call, batch,
                                              optimizer, training, grad, autocast, module_ids,
                                              first_id=first_id, finished=self.first_done,
-                                             runs=runs, deadline_ns=deadline_ns)
+                                             runs=runs, deadline_ns=deadline_ns,
+                                             output_dies=self.output_dies)
         except OverBudget:
             raise
         except Exception as ex:
