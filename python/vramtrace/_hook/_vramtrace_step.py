@@ -561,8 +561,9 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 rec.phase = "s"
                 if opt is not None:
                     opt.step()
-                if output_dies:
-                    out = loss = None  # freed at the next operator, before the next forward
+                if output_dies:  # as the step function returns
+                    out = loss = None
+                    rec.collect()
             rec.collect()
             out = loss = None
             rec.collect()
