@@ -351,9 +351,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     for entry in sorted(os.listdir(pkg)):
         if entry.endswith(".py"):
             wheel.add_file("vramtrace/" + entry, os.path.join(pkg, entry))
-    # The one list of whose line a frame is, which the pytest plugin reads as the hook does.
-    wheel.add_file("vramtrace/_hook/_vramtrace_frames.py",
-                   os.path.join(pkg, "_hook", "_vramtrace_frames.py"))
+    # The one list of whose line a frame is, and the reading of PyTorch's allocator trace by
+    # it, which the pytest plugin takes from the hook.
+    for hook_file in ("_vramtrace_frames.py", "_vramtrace_blocks.py"):
+        wheel.add_file("vramtrace/_hook/" + hook_file, os.path.join(pkg, "_hook", hook_file))
     wheel.add_file("vramtrace/_bin/vramtrace", exe, 0o755)
     wheel.add_file("vramtrace/_bin/libvramtrace.so", lib, 0o755)
     with tempfile.TemporaryDirectory(prefix="vramtrace-http-") as folder:

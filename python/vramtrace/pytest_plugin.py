@@ -13,7 +13,8 @@ bytes (torch.cuda.memory_allocated, max_memory_allocated), not its reserved ones
 driver allocations that libvramtrace.so counts in the process, less what pools declared with
 vramtrace.h hold but have not handed out. With PyTorch, a failure message names PyTorch's blocks
 behind the peak or the leak by the Python line that made them, from PyTorch's allocator trace
-(the plugin keeps its Python frames on for a test with a limit marker), and their category
+read by the start-up hook's rules (_vramtrace_blocks; the plugin keeps its Python frames on for
+a test with a limit marker), and their category
 (parameters, gradients, optimizer state, activations, temporaries, inputs and data), which the
 start-up hook gives from the models and optimizers it has seen run and the phases it marked
 (its vramtrace_categories(): the collector's rules, never a walk of the heap). Otherwise the
@@ -38,7 +39,7 @@ import time
 import pytest
 
 import vramtrace
-from vramtrace._hook import _vramtrace_frames
+from vramtrace._hook import _vramtrace_blocks
 from vramtrace import _launcher, _native
 
 _FAILURE = pytest.StashKey[str]()
@@ -165,7 +166,8 @@ def _torch():
     return None
 
 
-# This package's folder: its frames (the plugin's) are never the user's line either.
+# This package's folder: its frames (the plugin's) are never the user's line either (the hook's
+# rules leave out its own files and installed packages; a source tree's plugin is neither).
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -205,65 +207,6 @@ def _categories(blocks):
         except Exception:
             pass
     return [None] * len(blocks)
-
-
-def _block_line(frames):
-    """The user's line of a block: its innermost frame of the program's own code (not
-    PyTorch's, an installed package's, pytest's or vramtrace's: _vramtrace_frames, the list
-    the start-up hook and the collector read too)."""
-    for f in frames or ():
-        name = f.get("filename", "")
-        if name and _vramtrace_frames.is_program_file(name) and not name.startswith(_HERE):
-            return "%s:%s in %s" % (name, f.get("line", 0), f.get("name", "?"))
-    return "(line unknown: PyTorch recorded no frame of the program)"
-
-
-def torch_blocks(torch, device, since_us, what, top):
-    """PyTorch's blocks behind a test's peak (what "peak": those in use at the moment the
-    blocks made since `since_us` held the most) or its leak ("leak": those made since then and
-    still in use), from the allocator trace; grouped by line and category as
-    [(bytes, count, line, category)], largest first, at most `top`."""
-    try:
-        traces = torch.cuda.memory._snapshot().get("device_traces") or []
-    except Exception:
-        return []
-    entries = [e for e in (traces[device] if device < len(traces) else ())
-               if e.get("time_us", 0) >= since_us]
-
-    def replay(upto):
-        live, held, best, best_at = {}, 0, 0, -1
-        for i, e in enumerate(entries[:upto]):
-            if e.get("action") == "alloc":
-                live[e.get("addr")] = e
-                held += e.get("size", 0)
-                if held > best:
-                    best, best_at = held, i
-            elif e.get("action") == "free_completed" and e.get("addr") in live:
-                held -= live.pop(e.get("addr")).get("size", 0)
-        return live, best_at
-
-    live, best_at = replay(len(entries))
-    if what == "peak":
-        live, _ = replay(best_at + 1)
-    if not live:
-        return []
-    freed = {}  # a block's free after the moment, for what its phase kept and what it did not
-    for e in entries[best_at + 1:] if what == "peak" else ():
-        addr = e.get("addr")
-        if e.get("action") == "free_completed" and addr in live and addr not in freed:
-            freed[addr] = e.get("time_us", 0)
-    blocks = list(live.items())
-    categories = _categories([(addr, e.get("time_us", 0), freed.get(addr))
-                              for addr, e in blocks])
-    groups = {}
-    for (addr, e), category in zip(blocks, categories):
-        line = _block_line(e.get("frames"))
-        g = groups.setdefault((line, category), [0, 0])
-        g[0] += e.get("size", 0)
-        g[1] += 1
-    rows = sorted(((b, n, line, cat) for (line, cat), (b, n) in groups.items()),
-                  key=lambda r: (-r[0], r[2]))
-    return rows[:top] if top > 0 else rows
 
 
 def _torch_lines(rows):
@@ -381,7 +324,8 @@ class Plugin:
         torch = _torch()
         if figures["source"] != "torch" or torch is None:
             return []
-        return torch_blocks(torch, device, measure.since_us, what, self.sites_shown)
+        return _vramtrace_blocks.blocks_behind(torch, device, measure.since_us, what,
+                                               self.sites_shown, _categories, exclude=(_HERE,))
 
     def _over_budget(self, devices, measure, memory, leaks):
         messages = []
