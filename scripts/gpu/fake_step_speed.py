@@ -6,7 +6,12 @@ cache off, and with one iteration instead of two. Then whether the second iterat
 loss and backward ask for what the first one's did (the same sizes in the same order, frees at
 the same places), which would let one iteration stand for both.
 
-    python3 scripts/gpu/fake_step_speed.py MODEL BATCH      (MODEL: llama1b, gpt2, resnet50)"""
+    python3 scripts/gpu/fake_step_speed.py MODEL BATCH      (MODEL: llama1b, gpt2, resnet50)
+
+OUTPUT_DIES=1: each iteration's output let go at its end (a step function's, output_dies_with_call)
+instead of held into the next forward; ONLY=half (or batch, bf16, checkpointed): that case
+alone; DUMP=DIR: each case's requests, run in full and repeated, as DIR/<case>.<form>.txt (one
+"op block bytes module phase" a line), for replaying them through the allocator model offline."""
 import os
 import sys
 import time
@@ -68,30 +73,46 @@ def main():
     def run(batch_, autocast=None, blocks=(), iterations=2, repeat=False):
         return step.predict_step(torch, shape.model, call, batch_, b, shape.optimizer, True, True,
                                  autocast, ids, iterations=iterations, checkpointed=blocks,
-                                 devices=shape.devices, repeat=repeat)
+                                 devices=shape.devices, repeat=repeat, output_dies=dies)
+
+    dies = os.environ.get("OUTPUT_DIES") == "1"
+    only, dump = os.environ.get("ONLY"), os.environ.get("DUMP")
 
     timed("warm-up (the step at its batch)", lambda: run(b))
     print("its two forward-loss-backward ask alike (REPEATS): %s"
           % step._repeats().get(shape.model))
     full = timed("the step at its batch, 2 iterations", lambda: run(b))
-    timed("the step at its batch, 1 iteration", lambda: run(b, iterations=1))
+    if not only:
+        timed("the step at its batch, 1 iteration", lambda: run(b, iterations=1))
     import torch._dynamo.config as dynamo_config
     was = getattr(dynamo_config, "fake_tensor_cache_enabled", None)
-    if was is not None:
+    if was is not None and not only:
         dynamo_config.fake_tensor_cache_enabled = False
         try:
             timed("the step at its batch, dispatch cache off", lambda: run(b))
         finally:
             dynamo_config.fake_tensor_cache_enabled = was
     blocks = [m for m in step.repeated_blocks(shape.model) if ids(m)]
-    cases = [("the step at its batch", b, None, ()), ("half the batch", b // 2, None, ()),
-             ("bf16 autocast", b, torch.bfloat16, ())]
+    cases = [("batch", "the step at its batch", b, None, ()),
+             ("half", "half the batch", b // 2, None, ()),
+             ("bf16", "bf16 autocast", b, torch.bfloat16, ())]
     if len(blocks) >= 2:
-        cases.append(("repeated blocks checkpointed (%d)" % len(blocks), b, None, blocks))
-    for what, batch_, autocast, blocks_ in cases:
+        cases.append(("checkpointed", "repeated blocks checkpointed (%d)" % len(blocks), b, None,
+                      blocks))
+    for key, what, batch_, autocast, blocks_ in cases:
+        if only and key != only:
+            continue
         whole = timed(what + ", run in full", lambda: run(batch_, autocast, blocks_))
         again = timed(what + ", second iteration repeated",
                       lambda: run(batch_, autocast, blocks_, repeat=True))
+        if dump:
+            os.makedirs(dump, exist_ok=True)
+            with open(os.path.join(dump, "prefix.txt"), "w") as f:  # what the step starts with
+                f.writelines("%d\n" % t.untyped_storage().nbytes() for t in list(
+                    model.parameters()) + list(model.buffers()))
+            for form, reqs in (("full", whole), ("repeated", again)):
+                with open(os.path.join(dump, "%s.%s.txt" % (key, form)), "w") as f:
+                    f.writelines("%s %d %d %d %s\n" % r for r in reqs)
         # What the allocator sees of each (_vramtrace_step.body_shape: a free by the place of
         # its allocation, whatever phase the repeat names for it).
         x, y = step.body_shape(whole), step.body_shape(again)
