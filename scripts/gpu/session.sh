@@ -8,7 +8,8 @@
 #   parts: test quick cost pytest categories compile probe repeat preflight1b
 #   (repeat: the later fake steps repeated against run in full, llama1b b16 and ResNet-50 b128;
 #   preflight1b: the 1e9 Llama's pre-flight that fits and the one that does not, then the latter
-#   again with VRAMTRACE_FAKE_STEP_REPEAT=1: its fake seconds and figures side by side)
+#   again with VRAMTRACE_FAKE_STEP_REPEAT=0 (its later steps run in full, not repeated): its
+#   fake seconds and figures side by side)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LOGS=${LOGS:-$ROOT/gpu-out/logs}
@@ -31,8 +32,8 @@ for p in "${parts[@]}"; do
             timeout 60 python3 "$ROOT/scripts/gpu/fake_step_speed.py" resnet50 128 ;;
     preflight1b) FITS=llama1b:8 OVER=llama1b:16 LIMIT_GIB=40 OUT="$LOGS/pf" \
                    timeout 200 "$ROOT/scripts/gpu/preflight.sh"
-                 VRAMTRACE_FAKE_STEP_REPEAT=1 FITS=" " OVER=llama1b:16 LIMIT_GIB=40 \
-                   OUT="$LOGS/pf-repeat" timeout 100 "$ROOT/scripts/gpu/preflight.sh" ;;
+                 VRAMTRACE_FAKE_STEP_REPEAT=0 FITS=" " OVER=llama1b:16 LIMIT_GIB=40 \
+                   OUT="$LOGS/pf-full" timeout 100 "$ROOT/scripts/gpu/preflight.sh" ;;
     *) echo "unknown part $p" ;;
   esac > "$LOGS/$p.log" 2>&1
   rc=$?

@@ -121,4 +121,30 @@ check("the glue: gradients given unrecorded, as outside blocks",
       ([p.grad for p in params], registered, rec.off),
       ([("grad of", params[0]), ("grad of", params[1])],
        [("grad of", params[0]), ("grad of", params[1])], False))
+
+
+# Where it is on: a pre-flight's fake steps (both stages) unless VRAMTRACE_FAKE_STEP_REPEAT=0,
+# and nowhere else unless =1 (a finished run's, a first-step death's at exit).
+class PreflightStub(step._Prediction):
+    def __init__(self):
+        self.preflight_dir, self.seen, self.predicted = "/nowhere", [], []
+        self.preflight_line = "PF\t1\t8\t0\t1\tmodel\n"
+
+    def predict_first_step(self, module, line, runs):
+        self.seen.append(("stage 1", step.REPEAT_ON))
+        return self.preflight_line, None, 0
+
+    def ask_preflight(self, folder, asked_from, stage):
+        return "more" if stage == 1 else None
+
+    def predict_steps(self, force, runs):
+        self.seen.append(("stage 2", step.REPEAT_ON))
+
+
+for setting, during, after in (("", True, False), ("0", False, False), ("1", True, True)):
+    step.REPEAT_SETTING, step.REPEAT_ON = setting, setting == "1"
+    stub = PreflightStub()
+    stub.preflight(object())
+    check("VRAMTRACE_FAKE_STEP_REPEAT=%s: repeated in the pre-flight's stages, and after" % setting,
+          (stub.seen, step.REPEAT_ON), ([("stage 1", during), ("stage 2", during)], after))
 finish("a fake step's second iteration repeated")

@@ -16,11 +16,10 @@ Two iterations are run, as a training loop does: the second is the steady state 
 state is live during its forward, and the previous iteration's output and loss are freed only
 when the new ones are assigned, or at the iteration's end where the code that called the model
 lets them go there: output_dies_with_call). It runs at the recorded batch and at its half, so that the
-collector can tell how each request grows with the batch. With VRAMTRACE_FAKE_STEP_REPEAT=1,
-where the first step's two forwards, losses and backwards asked for the same blocks (REPEATS),
-the later steps run the first iteration's alone and repeat its requests for the second (their
-optimizer step still runs): nearly half of a fake step's time; not yet the same figures on every
-model, so not by default.
+collector can tell how each request grows with the batch. In a pre-flight (and everywhere with
+VRAMTRACE_FAKE_STEP_REPEAT=1), where the first step's two forwards, losses and backwards asked
+for the same blocks (REPEATS), the later steps run the first iteration's alone and repeat its
+requests for the second (their optimizer step still runs): nearly half of a fake step's time.
 
 The same step is also run with the changes the report offers as remedies, at the recorded
 batch: under torch.autocast(bfloat16), and with the model's repeated blocks under
@@ -41,11 +40,13 @@ _PHASES = {"forward": "f", "loss": "l", "backward": "b", "step": "s"}
 LOSSES = []
 # model -> whether the first step run in full on it found its second forward, loss and backward
 # asking for what its first did (same_bodies): then the model's later steps may repeat the
-# first's requests instead of running them again. Only with VRAMTRACE_FAKE_STEP_REPEAT=1: on the
-# H100 the 1e9 Llama's half batch repeated came to 44.11 GiB against 43.38 run in full (its
-# largest batch 6 against 7), a difference not yet found (docs/WHATIF.md).
+# first's requests instead of running them again, in nearly half the time. By default in a
+# pre-flight only, whose later steps the program waits for (there the 1e9 Llama's half batch
+# repeated came to 41.49 GiB against 40.79 run in full on the H100, the other steps the same:
+# docs/WHATIF.md); VRAMTRACE_FAKE_STEP_REPEAT=1 everywhere, =0 nowhere.
 REPEATS = None
-REPEAT_ON = os.environ.get("VRAMTRACE_FAKE_STEP_REPEAT", "") == "1"
+REPEAT_SETTING = os.environ.get("VRAMTRACE_FAKE_STEP_REPEAT", "")
+REPEAT_ON = REPEAT_SETTING == "1"
 
 
 def _repeats():
@@ -855,7 +856,10 @@ class _Prediction:
         finished run's (weigh_at_exit). Nothing of the program changes: the forward runs next,
         as it would have."""
         import time
+        global REPEAT_ON
         folder, self.preflight_dir = self.preflight_dir, None  # once
+        repeat_was = REPEAT_ON
+        REPEAT_ON = REPEAT_SETTING != "0"
         try:
             asked_from = time.monotonic_ns()
             self.preflighting = True
@@ -891,6 +895,8 @@ class _Prediction:
                                  % self.clean(str(ex))[:300])
             except Exception:
                 pass
+        finally:
+            REPEAT_ON = repeat_was
 
     def ask_preflight(self, folder, asked_from, stage):
         """The side channel written now, the launcher asked for the verdict of `stage` (1: the
