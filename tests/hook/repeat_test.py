@@ -112,16 +112,32 @@ rec.collect = collect
 rec.existing = registered.extend
 held = {"out": "output", "loss": "loss"}
 params = [Param(), Param()]
-repeated = step._repeat_body(Torch, rec, (body, 8, params), held)
+repeated, late = step._repeat_body(Torch, rec, (body, 8, params), held)
 check("the glue: the requests after the first iteration", rec.requests[len(first):],
       [("f", 5, 0, 0, "f")] + REPEATED)
 check("the glue: the output and the loss let go", held, {"out": None, "loss": None})
-check("the glue: the repeated output and loss, for the loop's end", repeated, {8, 10})
+check("the glue: the repeated output and loss, for the loop's end", (repeated, late),
+      ({8, 10}, []))
 check("the glue: gradients given unrecorded, as outside blocks",
       ([p.grad for p in params], registered, rec.off),
       ([("grad of", params[0]), ("grad of", params[1])],
        [("grad of", params[0]), ("grad of", params[1])], False))
 
+# A step function that lets its output and loss go as it returns: the first optimizer step
+# freed them after its last allocation, so the repeated ones are freed after the next
+# optimizer step, not with the backward's last temporary before it.
+rec = step._Recorder.__new__(step._Recorder)
+ended = first + [("f", 1, 0, 0, "s"), ("f", 3, 0, 0, "s")]
+rec.requests, rec.blocks, rec.phase, rec.off = list(ended), 7, "s", False
+gone = [[5]]
+rec.collect, rec.existing = collect, registered.extend
+held = {"out": None, "loss": None}
+repeated, late = step._repeat_body(Torch, rec, (body, 8, params), held)
+check("a step function's output: freed after the next optimizer step", (repeated, late),
+      (set(), [8, 10]))
+check("a step function's output: the repeat frees the temporary alone",
+      [r for r in rec.requests[len(ended):] if r[0] == "f" and r[4] == "s"],
+      [("f", 13, 0, 0, "s")])
 
 # Where it is on: a pre-flight's fake steps (both stages) unless VRAMTRACE_FAKE_STEP_REPEAT=0,
 # and nowhere else unless =1 (a finished run's, a first-step death's at exit).

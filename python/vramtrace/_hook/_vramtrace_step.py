@@ -537,10 +537,11 @@ def predict_step(torch, model, call, batch, recorded_batch, optimizer, training,
                 if body is not None and repeat:
                     held = {"out": out, "loss": loss}  # let go by the repeat, as below
                     out = loss = None
-                    repeated = _repeat_body(torch, rec, body, held)
+                    repeated, late = _repeat_body(torch, rec, body, held)
                     rec.phase = "s"
                     if opt is not None:
                         opt.step()
+                    rec.requests.extend(("f", b, 0, 0, "s") for b in late)
                     continue
                 rec.phase = "f"
                 start = len(rec.requests)
@@ -600,11 +601,16 @@ def _repeat_body(torch, rec, body, held):
     requests again (Recorder.repeat): the previous output and loss (`held`) let go where the
     loop lets them go, the parameters given gradients unrecorded for the optimizer step (the
     repeated requests made them). Returns the repeated blocks the loop frees at its end (those
-    of the output and the loss)."""
+    of the output and the loss), and those to free after the optimizer step that follows."""
     requests, end, graded = body
-    # What the first's optimizer step freed of the body's (the backward's last temporaries);
-    # then the gradients zero_grad let go, the loop's first free of the forward.
-    freed_after = [r[1] for r in rec.requests[end:] if r[0] == "f"]
+    # What the first's optimizer step freed of the body's: before its last allocation (the
+    # backward's last temporaries), freed again after the repeat; after it (the output and loss
+    # of a step function that lets them go as it returns), after the next optimizer step too.
+    # Then the gradients zero_grad let go, the loop's first free of the forward.
+    after = rec.requests[end:]
+    last = max((i for i, r in enumerate(after) if r[0] == "a"), default=-1)
+    freed_after = [r[1] for r in after[:last] if r[0] == "f"]
+    freed_late = [r[1] for r in after[last + 1:] if r[0] == "f"]
     rec.freed_now("f")
 
     def release(phase, has_requests):
@@ -619,6 +625,7 @@ def _repeat_body(torch, rec, body, held):
         return rec.freed_now(phase)
 
     new, released = rec.repeat(requests, freed_after, release)
+    late = [new.pop(b) for b in freed_late if b in new]
     rec.off = True
     try:
         for p in graded:
@@ -626,7 +633,7 @@ def _repeat_body(torch, rec, body, held):
             rec.existing([p.grad])
     finally:
         rec.off = False
-    return {new[b] for b in released if b in new}
+    return {new[b] for b in released if b in new}, late
 
 
 def runs_of(requests):
