@@ -1477,6 +1477,33 @@
   }
   // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
   // this run's side in the aligned rows above the columns. Returns what draws its charts.
+  // `vramtrace run --preflight`'s check of its own prediction, from report.json's preflight: per
+  // process and device, the first step's reserved peak predicted before it ran beside the one the
+  // run recorded over the same two iterations, or why they were not compared.
+  function preflightCard(A) {
+    const procs = (A.R.preflight && A.R.preflight.processes) || [];
+    if (!procs.length) return null;
+    const box = $("section", { class: "card", id: "preflight" }, $("h2", { text: "Pre-flight: the first step predicted before it ran" }));
+    const ul = $("ul", { class: "preflight" });
+    for (const p of procs) {
+      const how = `predicted on fake tensors in ${secs((p.fake_step_seconds || 0) * 1e9)} at ${A.at(p.asked_ns)}`;
+      for (const d of p.devices || []) {
+        const who = `Process ${p.pid}, device ${d.device} (batch ${d.batch})`;
+        let text;
+        if (!d.predicted) text = `${who}: no prediction: ${d.error || "unknown"}`;
+        else {
+          text = `${who}: predicted ${bytes(d.predicted_reserved_peak_bytes)} reserved` + (known(d.limit_bytes) ? ` against a limit of ${bytes(d.limit_bytes)} (${d.predicted_fits ? "fits" : "runs out"})` : "") + `, ${how}; `;
+          text += d.compared && known(d.error_percent)
+            ? `the step took ${bytes(d.recorded_reserved_peak_bytes)} (error ${d.error_percent >= 0 ? "+" : ""}${d.error_percent.toFixed(1)} %; PyTorch reserved, the first two iterations).`
+            : `not compared: ${d.not_compared_because || "unknown"}.`;
+        }
+        ul.append($("li", { "data-compared": d.compared ? "yes" : "no", text }));
+      }
+    }
+    box.append(ul);
+    return box;
+  }
+
   function renderRun(R, main, title, share) {
     const A = analyse(R);
     const slot = share && share.slots[title];
@@ -1489,6 +1516,8 @@
     if (plan) main.append(plan);
     verdictCard(A, main, plan ? "Up to the stop" : title, slot, devices, running, unprofiled,
       plan ? "The run's own diagnosis: its cause and remedies, from what ran up to the stop" : null);
+    const preflight = title ? null : preflightCard(A);
+    if (preflight) main.append(preflight);
     for (const d of devices) deviceCard(A, d, main, title, slot, share, later);
     runTables(A, main);
     return later;
