@@ -153,6 +153,10 @@ namespace vramtrace::side {
      it gave, those the stand-in gave and why, values read from fake tensors, what it put back).   \
    */                                                                                              \
   X(PlanNote, "ZN", 2, Lax, "", T(note, 1024))                                                     \
+  /* What the stand-in step assumed of the program's loop where it ran instead of the program's    \
+     own (a pre-flight, a step completed at exit, a plan whose loop could not run): one line       \
+     each, written with the predicted steps. */                                                    \
+  X(StepAssumption, "SA", 2, Lax, "", T(note, 1024))                                               \
   /* `vramtrace run --preflight` (VRAMTRACE_PREFLIGHT=1): at time_ns, before the first training    \
      forward (at batch `batch`) ran, its step was predicted on fake tensors (N, V, R lines) in     \
      spent_ns and the launcher asked for its verdict; the program then went on. Fields as Z's. */  \

@@ -359,6 +359,10 @@ std::string preflight_noscript(const json& r) {
       }
       out += "</li>";
     }
+    if (p.contains("assumed") && p["assumed"].is_array())
+      for (const auto& a : p["assumed"])
+        out += "<li>Process " + html_escape(text_of(p, "pid")) + ": assumed " +
+               html_escape(a.is_string() ? a.get<std::string>() : a.dump()) + "</li>";
   }
   return out + "</ul>";
 }

@@ -463,6 +463,12 @@ std::string preflight_lines(const json& r) {
              human_bytes(d.value("recorded_reserved_peak_bytes", uint64_t{0})) + " (error " + err +
              "; PyTorch reserved, the first two iterations)\n";
     }
+    for (const json& a : p.value("assumed", json::array()))
+      if (a.is_string())
+        out += "vramtrace: " +
+               (procs.size() > 1 ? "process " + std::to_string(p.value("pid", uint64_t{0})) + " "
+                                 : std::string()) +
+               "pre-flight assumed " + printable(a.get<std::string>()) + "\n";
   }
   return out;
 }

@@ -378,6 +378,7 @@ json preflight_json(const std::vector<collector::ProcessPreflight>& preflights, 
                          {"fake_step_seconds", static_cast<double>(pp.spent_ns) / 1e9},
                          {"rng_restored", pp.rng_restored},
                          {"loss", pp.loss},
+                         {"assumed", pp.assumed},
                          {"devices", std::move(devices)}});
   }
   return {{"processes", std::move(processes)}};

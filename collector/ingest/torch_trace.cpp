@@ -680,6 +680,12 @@ bool TorchTraceReader::on(const side::PlanNote& n) {
   return true;
 }
 
+bool TorchTraceReader::on(const side::StepAssumption& a) {
+  if (trace_.context.step_assumptions.size() < 16)
+    trace_.context.step_assumptions.emplace_back(a.note);
+  return true;
+}
+
 bool TorchTraceReader::on(const side::Preflight& p) {
   TorchPlanStop at;
   at.time_ns = p.time_ns > offset_ ? p.time_ns - offset_ : 0;  // a figure said, not replayed

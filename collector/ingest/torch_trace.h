@@ -185,10 +185,11 @@ struct TorchContext {
   std::map<uint32_t, uint64_t> window_start;
   std::vector<TorchPredictedStep> predicted_steps;  // by id - 1
   std::vector<TorchGap> gaps;                       // in order of their starts
-  std::map<uint32_t, uint64_t> dump_peaks;   // --torch=sampled: max_memory_allocated at the dump
-  std::optional<TorchTraceCost> trace_cost;  // whether the trace was sampled, and why
-  std::optional<TorchPlanStop> plan_stop;    // `vramtrace plan` stopped the process here
-  std::vector<std::string> plan_notes;       // what the plan says of how its steps ran
+  std::map<uint32_t, uint64_t> dump_peaks;    // --torch=sampled: max_memory_allocated at the dump
+  std::optional<TorchTraceCost> trace_cost;   // whether the trace was sampled, and why
+  std::optional<TorchPlanStop> plan_stop;     // `vramtrace plan` stopped the process here
+  std::vector<std::string> plan_notes;        // what the plan says of how its steps ran
+  std::vector<std::string> step_assumptions;  // what the stand-in step assumed of the loop
   // `vramtrace run --preflight`: the first training step was predicted here, and the program
   // went on (its fields as a plan stop's).
   std::optional<TorchPlanStop> preflight;

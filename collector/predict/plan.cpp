@@ -182,6 +182,8 @@ std::vector<ProcessPlan> plans_of(const Run& run) {
     // The program's own loop ran the steps (its loss, zero_grad, scaler and accumulation as
     // it does them): nothing of those is assumed.
     if (stop.loss != "program")
+      for (const std::string& a : ctx.step_assumptions) pp.unseen.push_back(a);
+    if (stop.loss != "program")
       pp.unseen.push_back(
           "gradients assumed set to none at zero_grad (PyTorch's default; set_to_none=False "
           "keeps them)");

@@ -139,6 +139,7 @@ std::vector<ProcessPreflight> preflights_of(const Run& run) {
     pp.spent_ns = at.spent_ns;
     pp.rng_restored = at.rng_restored;
     pp.loss = at.loss;
+    pp.assumed = p.torch_context->step_assumptions;
     for (uint32_t dev : preflight_devices(p)) pp.devices.push_back(preflight_device(p, dev));
     out.push_back(std::move(pp));
   }

@@ -46,6 +46,7 @@ struct ProcessPreflight {
   uint64_t spent_ns = 0;  // on the fake steps
   bool rng_restored = false;
   std::string loss;
+  std::vector<std::string> assumed;  // what the stand-in step assumed of the program's loop
   std::vector<PreflightDevice> devices;
 };
 

@@ -1499,6 +1499,8 @@
         }
         ul.append($("li", { "data-compared": d.compared ? "yes" : "no", text }));
       }
+      // What the stand-in step assumed of the program's loop (report.json's, the hook's words).
+      for (const a of p.assumed || []) ul.append($("li", { class: "muted", "data-assumed": String(p.pid), text: `Process ${p.pid}: assumed ${a}` }));
     }
     box.append(ul);
     return box;

@@ -126,6 +126,11 @@ def over_the_fraction(work):
     check(p["batch"] == 10240 and not p["rng_restored"] and p["loss"] == "" and
           p["fake_step_seconds"] >= 0 and any("set to none" in u for u in p["unseen"]),
           "the process's plan: %r" % p)
+    # The stand-in step's assumption of the loop, read from the model's caller: main binds the
+    # output to a local it reads only through .backward, and runs no loop around the call.
+    check(("each iteration's output and loss let go as it ends: the model's caller, main (%s:163)"
+           ", keeps the output in a local it reads only through its attributes, gone when it "
+           "returns" % PROGRAM) in p["unseen"], "what the stand-in step assumed: %r" % p["unseen"])
     # The report of the run itself: no OOM claimed, no leak suspects at the stop.
     check(rep["oom"] == [] and rep["leaks"] == [] and rep["live_at_death"] == [] and
           rep["diagnosis"].get("verdict") != "oom" and rep["run"]["complete"],

@@ -115,6 +115,12 @@ def fits(work):
     p, d = device(rep)
     check(p["batch"] == 4096 and p["fake_step_seconds"] >= 0 and p["loss"] == "",
           "the process: %r" % p)
+    # The loop calls the model in its body (`out = model(x)` in main's for): the stand-in step
+    # held each output into the next forward, and says so with where it read that from.
+    assumed = ("each iteration's output and loss held into the next forward, as a loop's "
+               "`out = model(x)` holds them (the model is called in main (%s:52))" % PROGRAM)
+    check(p["assumed"] == [assumed] and "vramtrace: pre-flight assumed " + assumed in out,
+          "what the stand-in step assumed: %r" % p["assumed"])
     got = {k: d.get(k) for k in ("batch", "predicted", "predicted_reserved_peak_bytes",
                                  "predicted_peak_bytes", "predicted_fits", "limit_bytes",
                                  "compared", "recorded_reserved_peak_bytes")}

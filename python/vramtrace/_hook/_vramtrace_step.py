@@ -306,6 +306,19 @@ def output_dies_with_call(frame):
         return False
 
 
+def output_assumption(frame, dies):
+    """What the stand-in step assumes of each iteration's output, in a sentence, with where the
+    model was called (`frame`: caller_frame's)."""
+    where = ("%s (%s:%d)" % (frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno)
+             if frame is not None else "its caller")
+    if dies:
+        return ("each iteration's output and loss let go as it ends: the model's caller, %s, "
+                "keeps the output in a local it reads only through its attributes, gone when it "
+                "returns" % where)
+    return ("each iteration's output and loss held into the next forward, as a loop's "
+            "`out = model(x)` holds them (the model is called in %s)" % where)
+
+
 def _loss_of(torch, out):
     """The model's own loss when it returns one (transformers' ModelOutput with labels), else
     a cross-entropy over the last dimension of its first floating output."""
@@ -771,6 +784,8 @@ class _Prediction:
         self.want_call = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on") != "off"
         self.first_call = None    # (weakref(model), described args, batch, training, grad, autocast, time_ns)
         self.output_dies = False  # output_dies_with_call of the first call's caller
+        self.step_assumptions = []  # what the stand-in step assumes of the loop (SA lines)
+        self.standin_ran = False    # a stand-in step's lines are among the predicted
         self.first_done = False   # the first optimizer step (or evaluation forward) ended
         self.oom_seen = False
         self.made_optimizers = []  # weakrefs of every optimizer made, first made first
@@ -838,7 +853,9 @@ class _Prediction:
                 autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
             self.first_call = (self.weakref.ref(module), call, batch, module.training,
                                torch.is_grad_enabled(), autocast, self.now())
-            self.output_dies = output_dies_with_call(caller_frame(sys._getframe(1)))
+            caller = caller_frame(sys._getframe(1))
+            self.output_dies = output_dies_with_call(caller)
+            self.step_assumptions = [self.clean(output_assumption(caller, self.output_dies))]
             if self.weigh_remedies or self.preflight_dir:
                 self.first_allocs = self.allocation_count()
         except Exception as ex:
@@ -1075,6 +1092,7 @@ class _Prediction:
                 model = own.model
                 ref, call, _, training, grad, autocast, t = self.first_call
                 try:
+                    self.standin_ran = True
                     self.predicted += predicted_lines(
                         self.torch, own.device, t, model, call, batch, own.optimizers[0]
                         if own.optimizers else None, training, grad, autocast,
@@ -1334,6 +1352,7 @@ class _Prediction:
         except Exception:
             pass
         try:
+            self.standin_ran = True
             if shape is not None:
                 self.predicted = predicted_lines(
                     self.torch, shape.device, t, shape.model, call, batch, shape.optimizer,

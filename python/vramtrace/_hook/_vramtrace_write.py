@@ -183,6 +183,8 @@ class _Writer:
         if self.exception:
             f.write(self.exception)
         f.write("".join(self.predicted))
+        if self.predicted and self.standin_ran:
+            f.write("".join("SA\t%s\n" % n for n in self.step_assumptions))
         if self.plan_line:
             f.write(self.plan_line)
         if self.preflight_line:
