@@ -139,6 +139,19 @@ check("a step function's output: the repeat frees the temporary alone",
       [r for r in rec.requests[len(ended):] if r[0] == "f" and r[4] == "s"],
       [("f", 13, 0, 0, "s")])
 
+# An optimizer step that made no block (SGD without momentum): all it freed is freed after the
+# next one, each once.
+rec = step._Recorder.__new__(step._Recorder)
+plain = first[:8] + [("f", 6, 0, 0, "s"), ("f", 1, 0, 0, "s")]
+rec.requests, rec.blocks, rec.phase, rec.off = list(plain), 7, "s", False
+gone = [[5]]
+rec.collect, rec.existing = collect, registered.extend
+held = {"out": None, "loss": None}
+repeated, late = step._repeat_body(Torch, rec, (body, 8, params), held)
+check("an optimizer step of no allocation: all it freed, after the next one",
+      (repeated, late, [r for r in rec.requests[len(plain):] if r[0] == "f" and r[4] == "s"]),
+      (set(), [13, 8], []))
+
 # Where it is on: a pre-flight's fake steps (both stages) unless VRAMTRACE_FAKE_STEP_REPEAT=0,
 # and nowhere else unless =1 (a finished run's, a first-step death's at exit).
 class PreflightStub(step._Prediction):

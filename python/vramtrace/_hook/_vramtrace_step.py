@@ -622,7 +622,7 @@ def _repeat_body(torch, rec, body, held):
     # Then the gradients zero_grad let go, the loop's first free of the forward.
     after = rec.requests[end:]
     last = max((i for i, r in enumerate(after) if r[0] == "a"), default=-1)
-    freed_after = [r[1] for r in after[:last] if r[0] == "f"]
+    freed_after = [r[1] for r in after[:max(last, 0)] if r[0] == "f"]
     freed_late = [r[1] for r in after[last + 1:] if r[0] == "f"]
     rec.freed_now("f")
 
