@@ -15,11 +15,12 @@ common/side_channel.h).
 Two iterations are run, as a training loop does: the second is the steady state (the optimizer's
 state is live during its forward, and the previous iteration's output and loss are freed only
 when the new ones are assigned, or at the iteration's end where the code that called the model
-lets them go there: output_dies_with_call). It runs at the recorded batch and at its half, so that the
-collector can tell how each request grows with the batch. In a pre-flight (and everywhere with
-VRAMTRACE_FAKE_STEP_REPEAT=1), where the first step's two forwards, losses and backwards asked
-for the same blocks (REPEATS), the later steps run the first iteration's alone and repeat its
-requests for the second (their optimizer step still runs): nearly half of a fake step's time.
+lets them go there: output_dies_with_call). It runs at the recorded batch and at its half, so
+that the collector can tell how each request grows with the batch. In a pre-flight (and
+everywhere with VRAMTRACE_FAKE_STEP_REPEAT=1), where the first step's two forwards, losses and
+backwards asked for the same blocks (REPEATS), the later steps run the first iteration's alone
+and repeat its requests for the second (their optimizer step still runs): nearly half of a fake
+step's time.
 
 The same step is also run with the changes the report offers as remedies, at the recorded
 batch: under torch.autocast(bfloat16), and with the model's repeated blocks under
