@@ -152,16 +152,26 @@ TorchPhase phase_of(char p) {
   return p == 's' ? TorchPhase::Optimizer : p == 'b' ? TorchPhase::Backward : TorchPhase::Forward;
 }
 
-// Whether the steps make the same requests in the same order (ops, blocks, modules), so that
-// each request's size can be read as a function of the batch.
+// A step's requests up to its last malloc. The frees after it change no size and no peak:
+// what a step lets go as it ends may differ between steps (a step whose second iteration
+// repeats the first lets go at its end blocks that the step run in full still held).
+size_t through_last_malloc(const TorchPredictedStep& st) {
+  size_t n = st.requests.size();
+  while (n > 0 && st.requests[n - 1].free) --n;
+  return n;
+}
+
+// Whether the steps make the same requests in the same order (ops, blocks, modules) up to
+// their last malloc, so that each request's size can be read as a function of the batch.
 bool aligned(const std::vector<const TorchPredictedStep*>& steps) {
   if (steps.size() < 2) return false;
   for (size_t i = 1; i < steps.size(); ++i)
     if (!(static_cast<double>(steps[i - 1]->batch) < static_cast<double>(steps[i]->batch)))
       return false;  // the interpolation divides by the batches' difference
+  const size_t n = through_last_malloc(*steps[0]);
   for (const auto* st : steps) {
-    if (st->requests.size() != steps[0]->requests.size()) return false;
-    for (size_t i = 0; i < st->requests.size(); ++i) {
+    if (through_last_malloc(*st) != n) return false;
+    for (size_t i = 0; i < n; ++i) {
       const auto &a = st->requests[i], &b = steps[0]->requests[i];
       if (a.free != b.free || a.block != b.block || a.module != b.module || a.phase != b.phase)
         return false;
@@ -174,7 +184,8 @@ bool aligned(const std::vector<const TorchPredictedStep*>& steps) {
 std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& steps,
                                const std::vector<Category>& cats, double batch,
                                std::string* method) {
-  const size_t n = steps[0]->requests.size();
+  size_t n = 0;  // the longest step's: any of them may be the shape the stream is made from
+  for (const auto* st : steps) n = std::max(n, st->requests.size());
   std::vector<uint64_t> out(n);
   if (aligned(steps)) {
     // The two batches around `batch` (or the two nearest it, beyond either end): linear.
@@ -183,8 +194,9 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
     const TorchPredictedStep &a = *steps[hi - 1], &b = *steps[hi];
     const double ba = static_cast<double>(a.batch), bb = static_cast<double>(b.batch);
     for (size_t i = 0; i < n; ++i) {
-      const double sa = static_cast<double>(a.requests[i].bytes),
-                   sb = static_cast<double>(b.requests[i].bytes);
+      // Past a step's end: the other's frees after the last malloc, whose sizes nothing reads.
+      const double sa = static_cast<double>(i < a.requests.size() ? a.requests[i].bytes : 0),
+                   sb = static_cast<double>(i < b.requests.size() ? b.requests[i].bytes : 0);
       const double v = std::round(sa + (sb - sa) * (batch - ba) / (bb - ba));
       out[i] = v >= 1.8e19 ? UINT64_MAX / 2
                            : std::max<uint64_t>(1, static_cast<uint64_t>(std::max(v, 0.0)));
@@ -203,7 +215,7 @@ std::vector<uint64_t> sizes_at(const std::vector<const TorchPredictedStep*>& ste
         std::fabs(static_cast<double>(near->batch) - batch))
       near = st;
   const double f = batch / static_cast<double>(near->batch);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < std::min(near->requests.size(), cats.size()); ++i) {
     const auto& r = near->requests[i];
     out[i] = f != 1.0 && r.phase != 's' && scales_with_batch(cats[i]) ? scaled_size(r.bytes, f)
                                                                       : r.bytes;

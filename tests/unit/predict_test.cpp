@@ -237,6 +237,26 @@ TEST_CASE("predict: two predicted steps at one batch: the first is kept, and sai
   CHECK(b.completion->batches == std::vector<uint64_t>{4, 8});
 }
 
+TEST_CASE("predict: steps that differ only in what they free after their last malloc align") {
+  // The step at batch 4 lets go of block 5 (the gradient) after its last malloc, as a step whose
+  // second iteration repeats the first can where the step run in full still held it: the sizes
+  // are still read as a function of the batch (at twice the batch as in the test above: 272
+  // MiB). A free of its own in the middle of the step is another program: the step at the
+  // recorded batch alone, scaled.
+  const std::string tail = "R\t2\tf\t5\t0\t0\ts\n";
+  const WhatIfResult a = replay_at(context_of(recorded() + step(1, 8) + step(2, 4) + tail), 2.0);
+  REQUIRE(a.completion);
+  CHECK(a.completion->method == "interpolated from the steps predicted at batches 4 and 8");
+  CHECK(a.reserved_peak_bytes == 272 * MiB);
+  std::string moved = step(2, 4);
+  const std::string last = "R\t2\ta\t6\t" + mib(40) + "\t1\ts\n";
+  REQUIRE(moved.find(last) != std::string::npos);
+  moved.replace(moved.find(last), last.size(), tail + last);
+  const WhatIfResult b = replay_at(context_of(recorded() + step(1, 8) + moved), 2.0);
+  REQUIRE(b.completion);
+  CHECK(b.completion->method == "scaled from the step predicted at batch 8");
+}
+
 TEST_CASE("predict: a step that died in its forward, completed and replayed to the byte") {
   // Without a prediction the replay serves the failed request (a 50 MiB segment: 40 + 30 + 12
   // + 30 + 50 = 162 MiB) and can say no more: "fits as far as the run got".
