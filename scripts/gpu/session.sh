@@ -33,7 +33,14 @@ for p in "${parts[@]}"; do
     preflight1b) FITS=llama1b:8 OVER=llama1b:16 LIMIT_GIB=40 OUT="$LOGS/pf" \
                    timeout 200 "$ROOT/scripts/gpu/preflight.sh"
                  VRAMTRACE_FAKE_STEP_REPEAT=0 FITS=" " OVER=llama1b:16 LIMIT_GIB=40 \
-                   OUT="$LOGS/pf-full" timeout 100 "$ROOT/scripts/gpu/preflight.sh" ;;
+                   OUT="$LOGS/pf-full" timeout 100 "$ROOT/scripts/gpu/preflight.sh"
+                 # How each read the half batch: from its own fake step ("predicted at batch
+                 # 8", the steps aligned) or scaled from the step at 16.
+                 for f in pf pf-full; do
+                   echo "$f: $("${BUILD:-$ROOT/build}/bin/vramtrace" whatif \
+                     "$LOGS/$f/preflight/over-llama1b-b16" --scale-batch 0.5 --fraction 1 2>&1 |
+                     grep -E 'reserved peak|predicted:' | tr '\n' ' ')"
+                 done ;;
     *) echo "unknown part $p" ;;
   esac > "$LOGS/$p.log" 2>&1
   rc=$?
