@@ -441,9 +441,10 @@ std::string preflight_lines(const json& r) {
   const json procs = r["preflight"].value("processes", json::array());
   for (const json& p : procs) {
     const json devices = p.value("devices", json::array());
+    const std::string process =
+        procs.size() > 1 ? "process " + std::to_string(p.value("pid", uint64_t{0})) + " " : "";
     for (const json& d : devices) {
-      std::string who;
-      if (procs.size() > 1) who += "process " + std::to_string(p.value("pid", uint64_t{0})) + " ";
+      std::string who = process;
       if (devices.size() > 1) who += "device " + std::to_string(d.value("device", 0u)) + " ";
       const std::string head = "vramtrace: " + who + "pre-flight ";
       if (!d.value("predicted", false)) {
@@ -465,10 +466,8 @@ std::string preflight_lines(const json& r) {
     }
     for (const json& a : p.value("assumed", json::array()))
       if (a.is_string())
-        out += "vramtrace: " +
-               (procs.size() > 1 ? "process " + std::to_string(p.value("pid", uint64_t{0})) + " "
-                                 : std::string()) +
-               "pre-flight assumed " + printable(a.get<std::string>()) + "\n";
+        out += "vramtrace: " + process + "pre-flight assumed " + printable(a.get<std::string>()) +
+               "\n";
   }
   return out;
 }

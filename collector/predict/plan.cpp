@@ -181,12 +181,12 @@ std::vector<ProcessPlan> plans_of(const Run& run) {
       pp.unseen.push_back("the model returned no loss: the sum of its output was assumed");
     // The program's own loop ran the steps (its loss, zero_grad, scaler and accumulation as
     // it does them): nothing of those is assumed.
-    if (stop.loss != "program")
+    if (stop.loss != "program") {
       for (const std::string& a : ctx.step_assumptions) pp.unseen.push_back(a);
-    if (stop.loss != "program")
       pp.unseen.push_back(
           "gradients assumed set to none at zero_grad (PyTorch's default; set_to_none=False "
           "keeps them)");
+    }
     pp.unseen.push_back(
         "cuBLAS and cuDNN workspaces and the kernels' own scratch: fake tensors do not see them "
         "(the largest batch keeps 1.5 % of the limit free for them)");

@@ -1475,8 +1475,6 @@
     }
     if (A.procs.length) main.append(procs);  // none before a job's first CUDA work
   }
-  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
-  // this run's side in the aligned rows above the columns. Returns what draws its charts.
   // `vramtrace run --preflight`'s check of its own prediction, from report.json's preflight: per
   // process and device, the first step's reserved peak predicted before it ran beside the one the
   // run recorded over the same two iterations, or why they were not compared.
@@ -1506,6 +1504,8 @@
     return box;
   }
 
+  // `share` (the diff): the verdict and the chart of the diagnosed device go to the slots of
+  // this run's side in the aligned rows above the columns. Returns what draws its charts.
   function renderRun(R, main, title, share) {
     const A = analyse(R);
     const slot = share && share.slots[title];

@@ -3,7 +3,8 @@
 calling frame's bytecode (output_dies_with_call and caller_frame in
 python/vramtrace/_hook/_vramtrace_step.py): the stand-in step frees the previous output at the
 iteration's end when it does, else keeps it until the next is assigned. Each shape of loop
-below calls a model that asks, through a frame named as PyTorch's module code is.
+below calls a model that asks from its own frame, in a file under a folder standing for
+PyTorch's, which caller_frame passes over as the hook's context skips PyTorch's folder.
 
     tests/hook/output_dies_test.py"""
 import os
@@ -14,12 +15,14 @@ sys.path[:0] = [os.path.join(ROOT, "python", "vramtrace", "_hook")]
 import _vramtrace_step as step  # noqa: E402
 from checks import check, finish  # noqa: E402  (beside this file)
 
-# A model's __call__ as torch.nn.Module's: a frame of a module named torch.*, which
-# caller_frame passes over to reach the program's.
-torch_like = {"__name__": "torch.nn.modules.module", "step": step, "sys": sys}
-exec("def call(answers):\n"
-     "    answers.append(step.output_dies_with_call(step.caller_frame(sys._getframe(1))))\n"
-     "    return 'output'\n", torch_like)
+# A model's __call__ as torch.nn.Module's: a frame of a file in PyTorch's folder (SKIP),
+# which caller_frame passes over to reach the program's.
+SKIP = ("/site-packages/torch/",)
+torch_like = {"step": step, "sys": sys, "SKIP": SKIP}
+exec(compile("def call(answers):\n"
+             "    answers.append(step.output_dies_with_call(\n"
+             "        step.caller_frame(sys._getframe(0), SKIP)))\n"
+             "    return 'output'\n", SKIP[0] + "nn/modules/module.py", "exec"), torch_like)
 model = torch_like["call"]
 
 
@@ -95,5 +98,5 @@ for name, (run, dies) in cases.items():
 answers = []
 exec("out = model(answers)\n", {"model": model, "answers": answers})
 check("a module's top level (its names outlive the statement)", answers, [False])
-check("no frame outside PyTorch", step.caller_frame(None), None)
+check("no frame outside PyTorch", step.caller_frame(None, SKIP), None)
 finish("whether the loop lets the output go before its next forward")

@@ -255,15 +255,12 @@ def describe_call(torch, args, kwargs):
     return described, batch
 
 
-def caller_frame(frame):
-    """The frame that called the model: the first outside PyTorch and this hook."""
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "") or ""
-        if not (name == "torch" or name.startswith("torch.") or name.startswith("_vramtrace")
-                or name == "sitecustomize"):
-            return frame
+def caller_frame(frame, skip):
+    """The frame that called the model: the first whose file is not under `skip` (the context's
+    skip: PyTorch's folder, the hook's, contextlib and functools, as its site() passes them)."""
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
-    return None
+    return frame
 
 
 def output_dies_with_call(frame):
@@ -854,7 +851,7 @@ class _Prediction:
                 autocast = get("cuda") if get else torch.get_autocast_gpu_dtype()
             self.first_call = (self.weakref.ref(module), call, batch, module.training,
                                torch.is_grad_enabled(), autocast, self.now())
-            caller = caller_frame(sys._getframe(1))
+            caller = caller_frame(sys._getframe(1), self.skip)
             self.output_dies = output_dies_with_call(caller)
             self.step_assumptions = [self.clean(output_assumption(caller, self.output_dies))]
             if self.weigh_remedies or self.preflight_dir:
