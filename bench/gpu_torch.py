@@ -116,20 +116,21 @@ def switch():
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=1000000)
         ctx = hook._Context(torch, str)
-        ctx.lines_between_phases(1000000)
-        saved = {"history": ctx.history, "on": True}
+        ctx.lines.lines_between_phases(1000000)
+        trace = ctx.trace
+        saved = {"history": trace.history, "on": True}
 
         def lines(on):
-            if not on and saved["on"] and ctx.history is None and saved["history"] is not None:
+            if not on and saved["on"] and trace.history is None and saved["history"] is not None:
                 sys.stderr.write("lines between the phases cut by the hook's guard\n")
                 saved["history"] = None
             saved["on"] = on
             if on and saved["history"] is not None:
-                ctx.history = saved["history"]
-                ctx.frames(True)
+                trace.history = saved["history"]
+                ctx.lines.frames(True)
             elif not on:
-                ctx.frames(False)
-                ctx.history = None
+                ctx.lines.frames(False)
+                trace.history = None
         return lines
     if os.environ.get("VT_AB") == "default":
         # What vramtrace's default does in a PyTorch process, all switched together: its driver

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the sampled trace's check of a call's inputs costs (the start-up hook's
-_Windows.larger_inputs, at each outermost module call and each move to the GPU between the
+Windows.larger_inputs, at each outermost module call and each move to the GPU between the
 sampled iterations): its time a call on a batch as GPT-2's (input ids and labels), against an
 empty call measured in the same process, and its share of a launch-bound step of STEP_MS
 (bench/gpu_torch.py's, 22 ms on the H100) at CALLS calls a step.
@@ -13,16 +13,16 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
                                 "vramtrace", "_hook"))
-from _vramtrace_windows import _Windows  # noqa: E402
+from _vramtrace_lines import Trace  # noqa: E402
+from _vramtrace_windows import Windows  # noqa: E402
 
 
-class Probe(_Windows):
+class Probe(Windows):
     def __init__(self):
-        self.torch = torch
-        self.tensor_class = torch.Tensor
-        self.init_windows()
-        self.window_record = object()  # sampling, as between the windows
-        self.trace_on = False
+        trace = Trace(torch)
+        trace.window_record = object()  # sampling, as between the windows
+        trace.on = False
+        super().__init__(torch, str, trace, lambda full: None)
 
 
 def per_call_ns(fn, n=200000):

@@ -52,15 +52,26 @@ class Torch:
     Tensor = Tensor
 
 
-class Context:
-    """What vramtrace_categories() reads of the hook's _Context: marks (times in ns, codes: kind
-    in the low 4 bits, an id above), the models' parameters and the optimizers, weakly."""
+class Marks:
+    """What vramtrace_categories() reads of the hook's Marks: times in ns, codes (kind in the
+    low 4 bits, an id above)."""
 
-    def __init__(self, marks):
+    def __init__(self, timeline):
+        self.times = array.array("q", [t for t, _ in timeline])
+        self.codes = array.array("q", [c for _, c in timeline])
+
+
+class Storages:
+    """... and of its Storages: the models' parameters and the optimizers, weakly."""
+
+    def __init__(self):
         self.torch = Torch
-        self.times = array.array("q", [t for t, _ in marks])
-        self.codes = array.array("q", [c for _, c in marks])
         self.roots, self.optimizers = [], []
+
+
+class Context:
+    def __init__(self, timeline):
+        self.marks, self.storages = Marks(timeline), Storages()
 
 
 check("no context (before torch, or VRAMTRACE_TORCH_CONTEXT=off): no category",
@@ -83,8 +94,8 @@ param = Tensor(0x1000, grad)
 state = Tensor(0x3000)
 optimizer = Optimizer([param])
 optimizer.state[param] = {"exp_avg": state, "step": 3}
-ctx.roots.append((weakref.ref(model), [("fc.weight", weakref.ref(param))], []))
-ctx.optimizers.append(weakref.ref(optimizer))
+ctx.storages.roots.append((weakref.ref(model), [("fc.weight", weakref.ref(param))], []))
+ctx.storages.optimizers.append(weakref.ref(optimizer))
 hook._vramtrace_ctx["context"] = ctx
 cases = [
     ("a parameter, whenever it was made", (0x1000, 1.5, None), "parameters"),

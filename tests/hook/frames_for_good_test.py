@@ -24,30 +24,30 @@ def hooked():
     """A context as the hook makes it by default: frames between the phases, windows sampled."""
     record = memory._record_memory_history
     ctx = _Context(torch, str)
-    ctx.lines_between_phases(1000)
-    ctx.watch_program_trace()
-    ctx.sample_trace(allocator_trace(record, 1000), 1000, None)
+    ctx.lines.lines_between_phases(1000)
+    ctx.trace.watch_program()
+    ctx.windows.sample_trace(allocator_trace(record, 1000), 1000, None)
     sitecustomize._vramtrace_ctx["context"] = ctx
     return ctx
 
 
 ctx = hooked()
 check("between the phases the frames are on", memory._context, "alloc")
-ctx.phase_begin()
+ctx.lines.phase_begin()
 check("inside a phase they are off", memory._context, None)
 check("the plugin's ask is taken by the hook", sitecustomize.vramtrace_frames_for_good(), True)
 check("... the frames are on again at once", memory._context, "alloc")
-ctx.phase_begin()
+ctx.lines.phase_begin()
 check("... and stay on inside the phases", memory._context, "alloc")
-ctx.check_lines(1)
+ctx.lines.check_lines(1)
 check("... even when the iteration's lines are counted", memory._context, "alloc")
-check("... the hook keeps its sampled windows of the trace", ctx.window_record is not None, True)
-check("... and does not take the plugin for the program", ctx.program_trace, False)
+check("... the hook keeps its sampled windows of the trace", ctx.trace.window_record is not None, True)
+check("... and does not take the plugin for the program", ctx.trace.program_trace, False)
 
 # A program that sets the trace itself keeps its settings: the hook declines the plugin's ask.
 ctx = hooked()
 memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=10)
-check("a program's own trace: its windows end", ctx.window_record, None)
+check("a program's own trace: its windows end", ctx.trace.window_record, None)
 check("... and the hook declines the plugin's ask", sitecustomize.vramtrace_frames_for_good(),
       False)
 check("... the program's settings stand", memory._context, None)

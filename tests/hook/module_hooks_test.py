@@ -67,7 +67,7 @@ try:
 except Exception as ex:  # noqa: BLE001  (whatever it is, the program must not see it)
     raised = "%s: %s" % (type(ex).__name__, ex)
 check("a module made inside a forward: the program's forward does not raise", raised, None)
-names = [line.split("\t")[2] for line in ctx.module_lines]
+names = [line.split("\t")[2] for line in ctx.marks.module_lines]
 check("... and it is named under the module that called it", names[-1], "head.Loss")
 check("... the modules of the model as before", names[:-1], ["Net", "body", "head", "head.decoder"])
 
@@ -76,7 +76,7 @@ err, sys.stderr = sys.stderr, io.StringIO()
 try:
     def broken(module):
         raise KeyError("boom")
-    ctx.module_id = broken
+    ctx.modules.module_id = broken
     raised = None
     for _ in range(2):
         model(x)
@@ -89,5 +89,5 @@ check("a hook of vramtrace's own that raises: the program's forward does not", r
 check("... said once on stderr", said,
       "vramtrace: the start-up hook's module hooks failed (KeyError: 'boom'): module calls are "
       "no longer traced; the program goes on\n")
-check("... and nothing is left on the hook's stack", ctx.stack, [])
+check("... and nothing is left on the hook's stack", ctx.marks.stack, [])
 finish("module hooks test")

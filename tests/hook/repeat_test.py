@@ -19,6 +19,7 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "python", "vramtrace", "_hook")]
 import _vramtrace_step as step  # noqa: E402
+from _vramtrace_prediction import Prediction  # noqa: E402
 from checks import check, finish  # noqa: E402  (beside this file)
 
 MiB = 1 << 20
@@ -154,7 +155,7 @@ check("an optimizer step of no allocation: all it freed, after the next one",
 
 # Where it is on: a pre-flight's fake steps (both stages) unless VRAMTRACE_FAKE_STEP_REPEAT=0,
 # and nowhere else unless =1 (a finished run's, a first-step death's at exit).
-class PreflightStub(step._Prediction):
+class PreflightStub(Prediction):
     def __init__(self):
         self.preflight_dir, self.seen, self.predicted = "/nowhere", [], []
         self.preflight_line = "PF\t1\t8\t0\t1\tmodel\n"

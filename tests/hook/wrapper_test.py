@@ -68,10 +68,10 @@ opt = Plain(model.parameters())
 def iteration():
     """One iteration; what it asked is_compiling() and the kinds of the marks it left."""
     asked[0] = 0
-    start = len(ctx.codes)
+    start = len(ctx.marks.codes)
     model(x)
     opt.step()
-    return asked[0], [c & 15 for c in ctx.codes[start:]], [c >> 4 for c in ctx.codes[start:]]
+    return asked[0], [c & 15 for c in ctx.marks.codes[start:]], [c >> 4 for c in ctx.marks.codes[start:]]
 
 
 for i in range(3):  # the traced iterations (module hooks on) are the first 3 optimizer steps
@@ -86,7 +86,7 @@ check("... marks the outermost forward as one whose calls were not traced (bit 3
       [bool(idents[k] & (1 << 30)) for k, kind in enumerate(kinds) if kind == marks._FWD], [True])
 check("... and its end", kinds.count(marks._FWD_END), 1)
 check("... and the optimizer step", kinds.count(marks._STEP), 1)
-check("nothing is left inside an outermost call", (ctx.inside, ctx.in_root), (False, False))
+check("nothing is left inside an outermost call", (ctx.inside, ctx.marks.in_root), (False, False))
 
 
 class Boom(Exception):
@@ -102,7 +102,7 @@ try:
     model(x)
 except Boom:
     pass
-check("a forward that raised leaves no outermost call running", (ctx.inside, ctx.in_root),
+check("a forward that raised leaves no outermost call running", (ctx.inside, ctx.marks.in_root),
       (False, False))
 del model.b1.forward
 n, kinds, idents = iteration()

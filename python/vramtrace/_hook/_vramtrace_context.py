@@ -7,22 +7,24 @@ wrapped) and the optimizer's step hooks (phases and iterations); tensors moved t
 them (the user's line); the carried state (a forward's outputs fed back to it). Kept in two
 arrays (12 bytes a mark) and a few dictionaries, written by _vramtrace_write.
 
-Its parts: _vramtrace_storages (named storages), _vramtrace_lines (the lines of the blocks made
-between the phases), _vramtrace_windows (the allocator trace in the sampled iterations only,
---torch=sampled), _vramtrace_step (the first step predicted on fake tensors) and
-_vramtrace_write (the lines written)."""
+This file wires PyTorch's calls to the context's parts, each around the one Marks object
+(_vramtrace_marks: what was seen, where the program is) and nothing of the others': Storages
+(_vramtrace_storages: named storages), Modules (_vramtrace_modules: the module table), Lines and
+Windows (_vramtrace_lines, _vramtrace_windows: the allocator trace's frames between the phases
+and its sampled windows, around the Trace switch they share) and Prediction
+(_vramtrace_prediction: the first step predicted on fake tensors); _vramtrace_write writes their
+lines."""
 import os
 import sys
 
-from _vramtrace_frames import is_program_file
-from _vramtrace_lines import _Lines
+from _vramtrace_lines import Lines, Trace
 from _vramtrace_marks import (_BWD, _BWD_END, _FED_BACK, _FWD, _FWD_END, _FWD_EVAL,
                               _FWD_EVAL_GRAD, _MOD, _MOD_END, _MOVE, _MOVE_END, _OOM, _SITE,
-                              _STEP, _STEP_END, _STOPPED_BY_HOOK)
-from _vramtrace_step import _Prediction
-from _vramtrace_storages import _Storages
-from _vramtrace_windows import _Windows
-from _vramtrace_write import _Writer
+                              _STEP, _STEP_END, _STOPPED_BY_HOOK, Marks)
+from _vramtrace_modules import Modules
+from _vramtrace_prediction import Prediction
+from _vramtrace_storages import Storages
+from _vramtrace_windows import Windows
 
 
 def _tensors(obj, tensor_class, out, depth=0):
@@ -91,54 +93,30 @@ def _exception_line(exc, clean, now_ns):
         clean(str(exc))[:1000], where)
 
 
-class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
+class _Context:
     """What the memory is: module calls, phases, iterations and named storages."""
 
-    MAX_MARKS = 4_000_000  # the oldest half is dropped past this: long runs stay bounded
-
     def __init__(self, torch, clean):
-        import array
-        import threading
-        import time
-        import weakref
-        self.torch, self.clean, self.weakref = torch, clean, weakref
-        self.now = time.time_ns
-        self.main = threading.main_thread().ident
-        self.get_ident = threading.get_ident
-        self.times, self.codes = array.array("q"), array.array("q")
-        self.dropped_marks = 0
-        self.modules = {}        # id(module) -> (mid, weakref)
-        self.module_names = {}   # mid -> qualified name, as its M line gives it
+        self.torch, self.clean = torch, clean
+        self.marks = marks = Marks(torch, clean)
+        self.storages = Storages(torch, marks)
+        self.modules = Modules(marks, self.storages)
+        self.trace = Trace(torch)
+        self.lines = Lines(torch, marks, self.trace)
+        self.windows = Windows(torch, clean, self.trace, lambda full: self.trace_modules(full))
+        self.prediction = Prediction(torch, marks, self.modules, self.switch_hooks)
         self.hooks_failed = None  # why the module hooks stopped (a bug of this hook's)
-        self.module_lines = []   # "M" lines
-        self.sites = {}          # (file, line, function) -> sid
-        self.program_files = {}  # file -> whether it is the program's own code
-        self.site_lines = []
-        self.stack = []
-        self.in_backward = 0
         self.steps = 0           # steps of the first optimizer
-        self.exception = None
-        # The user's line is the innermost frame in none of these: torch, the hook's own
-        # files (this folder), contextlib and functools.
-        torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-        here = os.path.dirname(os.path.abspath(__file__)) + os.sep
-        self.skip = (torch_dir, here, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
-                     os.path.dirname(os.__file__) + os.sep + "functools.py")
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         self.nn_module, self.optim = nn_module, optim
-        self.init_storages()
         self.init_calls()
-        self.init_prediction()
-        self.init_windows()
-        self.init_lines()
         self.watch_optimizers()
         self.wrap_backward()
         self.wrap_call()
         self.wrap_moves()
         self.set_enabled(True)
-        self.graph_pools = set()  # pools CUDA graphs captured into (their segment_pool_id)
         self.watch_graphs()
 
     def init_calls(self):
@@ -152,7 +130,6 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         self.every = os.environ.get("VRAMTRACE_TORCH_MODULES", "sampled") == "every"
         self.full = True          # module hooks on for this iteration
         self.enabled = False
-        self.in_root = False      # an outermost call marked by traced_call is running
         self.inside = False       # an outermost call is running (traced iteration or not)
         # id(module) of an outermost call -> its last forward's first output tensors (id,
         # storage pointer), to tell when the next forward gets them back (fed_back).
@@ -165,23 +142,23 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         import functools
         autograd = self.torch.autograd
         backward = autograd.backward
-        ctx = self
+        marks, lines = self.marks, self.lines
 
         @functools.wraps(backward)
         def traced_backward(*args, **kwargs):
             try:
-                if ctx.get_ident() != ctx.main:
+                if not marks.on_main():
                     return backward(*args, **kwargs)
-                ctx.phase_begin()
-                ctx.mark(_SITE, ctx.site())
-                ctx.mark(_BWD, 0)
-                ctx.in_backward += 1
+                lines.phase_begin()
+                marks.mark(_SITE, marks.site())
+                marks.mark(_BWD, 0)
+                marks.in_backward += 1
                 try:
                     return backward(*args, **kwargs)
                 finally:
-                    ctx.in_backward -= 1
-                    ctx.mark(_BWD_END, 0)
-                    ctx.phase_end()
+                    marks.in_backward -= 1
+                    marks.mark(_BWD_END, 0)
+                    lines.phase_end()
             except BaseException as ex:
                 _hide_own_frame(ex)
                 raise
@@ -191,7 +168,8 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
     def wrap_call(self):
         """Module.__call__ wrapped (self.traced_call): the outermost calls between the traced
         iterations, and the first call's arguments."""
-        ctx = self
+        ctx, marks, prediction = self, self.marks, self.prediction
+        trace, windows = self.trace, self.windows
         module_class = self.torch.nn.Module
         call = module_class.__call__
         compiling = self.compiling
@@ -208,25 +186,25 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                 # iterations switch it.
                 if ctx.inside:
                     return call(module, *args, **kwargs)
-                if compiling() or ctx.in_backward:
+                if compiling() or marks.in_backward:
                     return call(module, *args, **kwargs)
                 # What the hook itself does before the call never raises into the program
                 # (`vramtrace plan`'s SystemExit, a BaseException, is the one thing meant to).
                 try:
-                    if ctx.want_call:
-                        ctx.capture_call(module, args, kwargs)
-                    if ctx.predict_pending and ctx.get_ident() == ctx.main:
-                        ctx.predict_pending = False
-                        ctx.second_step()
+                    if prediction.want_call:
+                        prediction.capture_call(module, args, kwargs)
+                    if prediction.predict_pending and marks.on_main():
+                        prediction.predict_pending = False
+                        prediction.second_step()
                 except Exception as ex:
                     ctx.hooks_broke(ex)
-                if ctx.get_ident() != ctx.main:
+                if not marks.on_main():
                     return call(module, *args, **kwargs)
-                if ctx.window_record is not None:
+                if trace.window_record is not None:
                     # Larger inputs than ever between the sampled iterations: this iteration
                     # is traced from here (its peak, or its OOM, would otherwise go unseen).
                     try:
-                        ctx.larger_inputs(id(module), (args, kwargs))
+                        windows.larger_inputs(id(module), (args, kwargs))
                     except Exception as ex:
                         ctx.hooks_broke(ex)
                 if ctx.full:
@@ -238,13 +216,13 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                         ctx.inside = False
                 # Between the traced iterations: the outermost call only.
                 mid = ctx.root_begin(module, (args, kwargs))
-                ctx.in_root = ctx.inside = True
+                marks.in_root = ctx.inside = True
                 output = None
                 try:
                     output = call(module, *args, **kwargs)
                     return output
                 finally:
-                    ctx.in_root = ctx.inside = False
+                    marks.in_root = ctx.inside = False
                     ctx.root_end(module, mid, output)
             except BaseException as ex:
                 _hide_own_frame(ex)
@@ -255,7 +233,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
     def wrap_moves(self):
         """Tensor.to and Tensor.cuda wrapped (self.traced_moves)."""
         import functools
-        ctx = self
+        ctx, marks, trace, windows = self, self.marks, self.trace, self.windows
         compiling = self.compiling
         # Tensors moved to the GPU outside a forward, backward or step (a batch, its targets,
         # model.to("cuda")) are marked with the user's line, so that the blocks they make are
@@ -268,20 +246,20 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             @functools.wraps(original)
             def move(tensor, *args, **kwargs):
                 try:
-                    if (compiling() or ctx.in_root or ctx.stack or ctx.in_backward
-                            or ctx.in_move or ctx.get_ident() != ctx.main):
+                    if (compiling() or marks.in_root or marks.stack or marks.in_backward
+                            or ctx.in_move or not marks.on_main()):
                         return original(tensor, *args, **kwargs)
-                    site = ctx.site()
-                    if ctx.window_record is not None:
-                        ctx.larger_inputs(("move", site), tensor)
-                    ctx.mark(_SITE, site)
-                    ctx.mark(_MOVE, 0)
+                    site = marks.site()
+                    if trace.window_record is not None:
+                        windows.larger_inputs(("move", site), tensor)
+                    marks.mark(_SITE, site)
+                    marks.mark(_MOVE, 0)
                     ctx.in_move = True
                     try:
                         return original(tensor, *args, **kwargs)
                     finally:
                         ctx.in_move = False
-                        ctx.mark(_MOVE_END, 0)
+                        marks.mark(_MOVE_END, 0)
                 except BaseException as ex:
                     _hide_own_frame(ex)
                     raise
@@ -295,9 +273,9 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         """Every optimizer made, weakly: a job that dies in its first step never called step(),
         where the step hooks would have seen it."""
         init = self.optim.Optimizer.__init__
-        made = self.made_optimizers
-        weakref = self.weakref
+        made = self.prediction.made_optimizers
         import functools
+        import weakref
 
         @functools.wraps(init)
         def traced_init(optimizer, *args, **kwargs):
@@ -319,7 +297,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         end = getattr(cls, "capture_end", None)
         if end is None:
             return
-        pools = self.graph_pools
+        pools = self.marks.graph_pools
         import functools
 
         @functools.wraps(end)
@@ -366,7 +344,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
                                  % self.clean(self.hooks_failed)[:300])
             except Exception:
                 pass
-        del self.stack[:]
+        del self.marks.stack[:]
         return None
 
     def trace_modules(self, full):
@@ -374,7 +352,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         if self.every or full == self.full or self.dynamo_compiled():
             return
         self.full = full
-        self.stack.clear()
+        self.marks.stack.clear()
         if self.enabled:
             self.module_hooks(full)
 
@@ -388,6 +366,12 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return bool(utils is not None and utils.counters["stats"]["unique_graphs"])
         except Exception:
             return False
+
+    def switch_hooks(self, on):
+        """The hooks on or off for the fake steps (set_enabled); whether they were on."""
+        was = self.enabled
+        self.set_enabled(on)
+        return was
 
     def set_enabled(self, on):
         """Registers the hooks (on) or removes them (off): with none registered, PyTorch's
@@ -405,7 +389,7 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             setattr(self.tensor_class, name, f)
         # With every module call traced the outermost calls need no wrapper, but a plan and a
         # pre-flight stop at the first training call, which the wrapper sees.
-        if not self.every or self.first_call_stops:
+        if not self.every or self.prediction.first_call_stops:
             self.module_class.__call__ = self.traced_call if on else self.call
 
     def forward_kind(self, module, mid):
@@ -418,12 +402,13 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         return kind, mid | (1 << 31) if autocast else mid
 
     def root_begin(self, module, inputs):
-        self.phase_begin()
-        mid = self.module_id(module)
-        self.mark(_SITE, self.site())
+        self.lines.phase_begin()
+        mid = self.modules.module_id(module)
+        marks = self.marks
+        marks.mark(_SITE, marks.site())
         kind, ident = self.forward_kind(module, mid)
         # Bit 30: the module calls inside this forward were not traced.
-        self.mark(kind, ident | (1 << 30))
+        marks.mark(kind, ident | (1 << 30))
         if self.first_root is None:
             self.first_root = mid
         self.fed_back(module, mid, inputs)
@@ -441,111 +426,36 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return
         n = sum(1 for t in _tensors(inputs, self.tensor_class, []) if t in previous)
         if n:
-            self.mark(_FED_BACK, mid | (min(n, 255) << 24))
+            self.marks.mark(_FED_BACK, mid | (min(n, 255) << 24))
 
     def root_end(self, module, mid, output):
         self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
-        if self.first_call is not None and not self.first_call[3]:
-            self.first_done = True  # an evaluation's first forward ended
-        self.mark(_FWD_END, mid)
+        self.prediction.forward_ended()
+        self.marks.mark(_FWD_END, mid)
         self.count_forward(mid)
-        self.phase_end()
+        self.lines.phase_end()
 
     def count_forward(self, mid):
         # Without an optimizer the iterations are the first model's forwards.
-        if self.optimizers or mid != self.first_root:
+        if self.storages.optimizers or mid != self.first_root:
             return
         self.forwards += 1
         self.sample_next(self.forwards)
         if self.forwards == 2:
             _stop_launches()
-        self.check_lines(self.forwards)
+        self.lines.check_lines(self.forwards)
 
     def sample_next(self, done):
         """After iteration `done` - 1: whether the next is a sampled one (the first ones and
         every 50th) sets its module hooks and the allocator trace's window (--torch=sampled)."""
         sampled = done < 3 or done % 50 == 49
         self.trace_modules(sampled)
-        self.trace_window(sampled)
-
-    def mark(self, kind, ident):
-        self.times.append(self.now())
-        self.codes.append(kind | (ident << 4))
-        if len(self.times) > self.MAX_MARKS:
-            half = self.MAX_MARKS // 2
-            del self.times[:half]
-            del self.codes[:half]
-            self.dropped_marks += half
-
-    def site(self):
-        """The innermost frame of the program's own code (_vramtrace_frames' rule, the
-        collector's too: not PyTorch's, an installed package's, the hook's); where none is, the
-        innermost outside torch, the hook, contextlib and functools."""
-        f = sys._getframe(2)
-        skip, own = self.skip, self.program_files
-        first = None
-        while f is not None:
-            name = f.f_code.co_filename
-            if not name.startswith(skip):
-                first = first or f
-                mine = own.get(name)
-                if mine is None:
-                    mine = own[name] = is_program_file(name)
-                if mine:
-                    break
-            f = f.f_back
-        f = f or first
-        if f is None:
-            return 0
-        key = (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        sid = self.sites.get(key)
-        if sid is None:
-            sid = self.sites[key] = len(self.sites) + 1
-            self.site_lines.append("S\t%d\t%s\t%d\t%s\n" % (sid, self.clean(key[0]), key[1],
-                                                             self.clean(key[2])))
-        return sid
-
-    def module_id(self, module):
-        entry = self.modules.get(id(module))
-        if entry is not None and entry[1]() is module:
-            return entry[0]
-        # A module called for the first time: a root (called from outside any module) names
-        # its whole tree; one called inside another is named under the caller.
-        # (A module made while a forward runs, as a loss made inside a model's forward.)
-        if self.stack:
-            parent = self.module_names.get(self.stack[-1][0], "")
-            return self.add_module(module, (parent + "." if parent else "") +
-                                   type(module).__name__)
-        root_prefix = "" if not any(r[1] for r in self.roots) else type(module).__name__ + "."
-        named = list(module.named_modules())
-        for name, m in named:
-            if id(m) not in self.modules or self.modules[id(m)][1]() is not m:
-                self.add_module(m, (root_prefix + name) if name else type(module).__name__)
-        ref = self.weakref.ref
-        named_params = list(module.named_parameters())
-        for n, p in named_params:
-            self.param_names[id(p)] = root_prefix + n
-        params = [(root_prefix + n, ref(p)) for n, p in named_params]
-        buffers = [(root_prefix + n, ref(b)) for n, b in module.named_buffers()]
-        del named_params
-        self.roots.append((self.weakref.ref(module), params, buffers))
-        self.label_root(params, buffers)
-        return self.modules[id(module)][0]
-
-    def add_module(self, module, name):
-        mid = len(self.module_lines) + 1
-        self.modules[id(module)] = (mid, self.weakref.ref(module))
-        self.module_names[mid] = name
-        code = getattr(getattr(type(module), "forward", None), "__code__", None)
-        self.module_lines.append("M\t%d\t%s\t%s\t%s\t%d\n" % (
-            mid, self.clean(name), self.clean(type(module).__name__),
-            self.clean(code.co_filename if code else ""), code.co_firstlineno if code else 0))
-        return mid
+        self.windows.trace_window(sampled)
 
     def pre(self, module, args):
         # is_compiling() first: torch.compile inlines global module hooks into what it traces,
         # and a call it cannot trace (threading.get_ident) would break the graph there.
-        if self.compiling() or self.get_ident() != self.main or self.hooks_failed is not None:
+        if self.compiling() or not self.marks.on_main() or self.hooks_failed is not None:
             return None
         try:
             return self.pre_call(module, args)
@@ -556,21 +466,23 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
         if not self.always_call:
             # A module called again while still on the stack raised the last time (models do
             # not call the very module that is running).
-            for i, entry in enumerate(self.stack):
+            stack = self.marks.stack
+            for i, entry in enumerate(stack):
                 if entry[1] is module:
-                    del self.stack[i:]
+                    del stack[i:]
                     break
-        mid = self.module_id(module)
-        if not self.stack and not self.in_backward:
-            self.phase_begin()
-            self.mark(_SITE, self.site())
+        mid = self.modules.module_id(module)
+        marks = self.marks
+        if not marks.stack and not marks.in_backward:
+            self.lines.phase_begin()
+            marks.mark(_SITE, marks.site())
             if self.first_root is None:
                 self.first_root = mid
-            self.mark(*self.forward_kind(module, mid))
+            marks.mark(*self.forward_kind(module, mid))
             self.fed_back(module, mid, args)
         else:
-            self.mark(_MOD, mid)
-        self.stack.append((mid, module))
+            marks.mark(_MOD, mid)
+        marks.stack.append((mid, module))
         return None
 
     def post(self, module, args, output):
@@ -582,8 +494,9 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             return self.hooks_broke(ex)
 
     def post_call(self, module, args, output):
-        stack = self.stack
-        if not stack or self.get_ident() != self.main:
+        marks = self.marks
+        stack = marks.stack
+        if not stack or not marks.on_main():
             return None
         # A module that raised never reaches its post hook: unwind to the one returning now.
         if stack[-1][1] is not module:
@@ -592,41 +505,35 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             if not stack:
                 return None
         mid = stack.pop()[0]
-        if not stack and not self.in_backward:
+        if not stack and not marks.in_backward:
             self.root_outputs[id(module)] = _tensors(output, self.tensor_class, [])
-            if self.first_call is not None and not self.first_call[3]:
-                self.first_done = True  # an evaluation's first forward ended
-            self.mark(_FWD_END, mid)
+            self.prediction.forward_ended()
+            marks.mark(_FWD_END, mid)
             self.count_forward(mid)
-            self.phase_end()
+            self.lines.phase_end()
             return None
-        self.times.append(self.now())
-        self.codes.append(_MOD_END | (mid << 4))
+        marks.times.append(marks.now())
+        marks.codes.append(_MOD_END | (mid << 4))
         return None
 
     def step_pre(self, optimizer, args, kwargs):
-        if self.get_ident() != self.main:
+        marks = self.marks
+        if not marks.on_main():
             return
-        if not any(w() is optimizer for w in self.optimizers):
-            self.optimizers.append(self.weakref.ref(optimizer))
-        first = self.optimizers[0]() is optimizer
-        self.phase_begin()
-        self.in_step = True
-        self.mark(_SITE, self.site())
-        self.mark(_STEP, 1 if first else 0)
+        first = self.storages.stepped(optimizer)
+        self.lines.phase_begin()
+        marks.in_step = True
+        marks.mark(_SITE, marks.site())
+        marks.mark(_STEP, 1 if first else 0)
 
     def step_post(self, optimizer, args, kwargs):
-        if self.get_ident() != self.main:
+        marks = self.marks
+        if not marks.on_main():
             return
-        first = bool(self.optimizers) and self.optimizers[0]() is optimizer
-        self.mark(_STEP_END, 1 if first else 0)
-        if not self.first_done and self.first_call is not None:
-            if self.predict_always:
-                self.predict_pending = True
-            else:
-                self.keep_shape()
-        self.first_done = True
-        self.in_step = False
+        first = self.storages.first_optimizer(optimizer)
+        marks.mark(_STEP_END, 1 if first else 0)
+        self.prediction.step_ended()
+        marks.in_step = False
         # Named storages at the first steps, then every 50th (and at each OOM): labelling
         # every gradient at every step cost 2.5 ms a step on a launch-bound model of 200
         # parameters; between labels a gradient is still a gradient (made in backward, kept
@@ -637,61 +544,32 @@ class _Context(_Storages, _Lines, _Windows, _Prediction, _Writer):
             if self.steps == 2:
                 _stop_launches()
         if self.steps <= 3 or self.steps % 50 == 0:
-            self.label_all()
+            self.storages.label_all()
         if first:
-            self.check_lines(self.steps)
-        self.phase_end()
-
-    def modules_running(self):
-        """The modules whose forward is on the Python stack now, outermost first (an OOM
-        inside a forward whose module calls were not traced)."""
-        out = []
-        f = sys._getframe(2)
-        while f is not None:
-            if f.f_code.co_name == "forward":
-                m = f.f_locals.get("self")
-                entry = self.modules.get(id(m)) if m is not None else None
-                if entry is not None and entry[1]() is m and (not out or out[-1] != entry[0]):
-                    out.append(entry[0])
-            f = f.f_back
-        out.reverse()
-        return out
+            self.lines.check_lines(self.steps)
+        self.lines.phase_end()
 
     def on_oom(self):
         # Between traced iterations the modules running are read off the Python stack: marked
         # around the OOM mark, so that they name the failed request's module and nothing else.
-        self.oom_seen = True
-        running = self.modules_running() if self.in_root else []
+        marks = self.marks
+        marks.oom_seen = True
+        running = self.modules.running() if marks.in_root else []
         for mid in running:
-            self.mark(_MOD, mid)
-        self.mark(_OOM, 0)
+            marks.mark(_MOD, mid)
+        marks.mark(_OOM, 0)
         for mid in reversed(running):
-            self.mark(_MOD_END, mid)
-        self.label_all()
+            marks.mark(_MOD_END, mid)
+        self.storages.label_all()
         # A program that catches it and goes on is traced whole until its next step.
-        if not self.stack and not self.in_root:
+        if not marks.stack and not marks.in_root:
             self.trace_modules(True)
 
     def at_exit(self):
-        own = self.own
-        if own is not None:
-            # The plan's own steps did not get to the stop: the program raised on fake tensors
-            # (not its death: said by OwnSteps.on_exception) or ended first.
-            own.put_back()
-            try:
-                self.own_done(own, at_exit=True)
-            except Exception:
-                pass
-            return
-        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if exc is not None:
-            self.exception = _exception_line(exc, self.clean, self.now())
-        try:
-            if self.oom_seen and self.preflight_rest is not None:
-                # Foreseen to fit, it ran out of memory: the pre-flight's rest (the half batch,
-                # the remedies' changes) predicted now, as at any first step's death.
-                self.predict_steps(force=True, runs=self.preflight_rest)
-            self.predict_steps()
-            self.weigh_at_exit()
-        except Exception:
-            pass
+        # The plan's own steps still running at exit raised on fake tensors: not the
+        # program's exception (OwnSteps.on_exception says it).
+        if self.prediction.own is None:
+            exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+            if exc is not None:
+                self.marks.exception = _exception_line(exc, self.clean, self.marks.now())
+        self.prediction.at_exit()

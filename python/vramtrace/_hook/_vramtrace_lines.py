@@ -1,7 +1,8 @@
 """The Python lines of the blocks a program makes between its phases (forward, backward,
 optimizer step), for vramtrace's start-up hook (sitecustomize.py): PyTorch's allocator trace
-gathers Python frames only between the phases, and only while they cost little (a part of
-_vramtrace_context._Context); and the trace's settings, which the hook starts it with."""
+gathers Python frames only between the phases, and only while they cost little (Lines); the
+trace's switch, which this and the sampled windows (_vramtrace_windows) share (Trace); and the
+trace's settings, which the hook starts it with."""
 import functools
 import os
 
@@ -36,19 +37,55 @@ def allocation_counter(torch):
     return allocations
 
 
-class _Lines:
-    def init_lines(self):
-        self.history = None       # PyTorch's _record_memory_history while the hook switches it
-        self.original_record = None  # PyTorch's own, once watch_program_trace wrapped it
+class Trace:
+    """PyTorch's allocator trace as the hook switches it: on or off (the sampled windows), with
+    the Python frames of each block or without (between the phases), and whether the program
+    took it over (then the hook switches it no more)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.on = True             # off between the sampled windows
         self.frames_on = False
-        self.in_step = False
+        self.history = None        # the hook's settings while it switches the frames (Lines)
+        self.window_record = None  # the hook's settings while it switches the trace (Windows)
+        self.original_record = None  # PyTorch's own, once watch_program wrapped it
+        self.program_trace = False   # the program set the allocator trace itself
+
+    def watch_program(self):
+        """PyTorch's _record_memory_history wrapped once: a program that sets the trace itself
+        keeps its settings (the hook switches it no more, frames nor windows). The function as
+        PyTorch has it, for the hook's own switches."""
+        if self.original_record is not None:
+            return self.original_record
+        memory = self.torch.cuda.memory
+        record = memory._record_memory_history
+        trace = self
+
+        @functools.wraps(record)
+        def program_record(*args, **kwargs):
+            trace.program_trace = True
+            trace.history = None
+            trace.window_record = None
+            trace.on = True
+            return record(*args, **kwargs)
+
+        memory._record_memory_history = program_record
+        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
+            self.torch.cuda._record_memory_history = program_record
+        self.original_record = record
+        return record
+
+
+class Lines:
+    """The frames switched on between the phases and off inside them, within their budget."""
+
+    def __init__(self, torch, marks, trace):
+        self.torch, self.marks, self.trace = torch, marks, trace
         self.counting = False     # allocations between phases counted in this iteration
         self.between = 0
         self.between_from = 0
         self.iteration_ns = 0
-        self.program_trace = False   # the program set the allocator trace itself
         self.lines_for_good = False  # frames on for every block, phases included (frames_for_good)
-
     def lines_between_phases(self, max_entries):
         """The allocator trace's Python frames switched on between the phases (forward,
         backward, optimizer step) and off inside them: the blocks a program makes between them
@@ -66,34 +103,10 @@ class _Lines:
             self.budget = float(budget)
         except ValueError:
             self.budget = 0.005
-        record = self.watch_program_trace()
+        record = self.trace.watch_program()
         self.allocations = allocation_counter(self.torch)
-        self.history = allocator_trace(record, max_entries)
+        self.trace.history = allocator_trace(record, max_entries)
         self.frames(True)
-
-    def watch_program_trace(self):
-        """PyTorch's _record_memory_history wrapped once: a program that sets the trace itself
-        keeps its settings (the hook switches it no more, frames nor windows). The function as
-        PyTorch has it, for the hook's own switches."""
-        if self.original_record is not None:
-            return self.original_record
-        memory = self.torch.cuda.memory
-        record = memory._record_memory_history
-        ctx = self
-
-        @functools.wraps(record)
-        def program_record(*args, **kwargs):
-            ctx.program_trace = True
-            ctx.history = None
-            ctx.window_record = None
-            ctx.trace_on = True
-            return record(*args, **kwargs)
-
-        memory._record_memory_history = program_record
-        if getattr(self.torch.cuda, "_record_memory_history", None) is record:
-            self.torch.cuda._record_memory_history = program_record
-        self.original_record = record
-        return record
 
     def frames_for_good(self, max_entries):
         """The Python frames of every block from now on, the phases' too (the pytest plugin
@@ -101,17 +114,19 @@ class _Lines:
         PyTorch's trace behind it, which the hook would take for the program's own: its switch
         of the frames between the phases stops, its sampled windows of the trace go on. False
         where the hook does not hold the trace (the program set it): the caller sets it."""
-        if self.program_trace:
+        trace = self.trace
+        if trace.program_trace:
             return False
-        if self.history is None:  # lines off, or over their budget: the hook's settings again
-            self.history = allocator_trace(self.watch_program_trace(), max_entries)
+        if trace.history is None:  # lines off, or over their budget: the hook's settings again
+            trace.history = allocator_trace(trace.watch_program(), max_entries)
         self.lines_for_good = True
         self.counting = False
         self.frames(True)
-        return self.frames_on
+        return trace.frames_on
 
     def frames(self, on):
-        if on == self.frames_on or self.history is None:
+        trace = self.trace
+        if on == trace.frames_on or trace.history is None:
             return
         if self.counting:
             if on:
@@ -119,11 +134,11 @@ class _Lines:
             else:
                 self.tally()
         try:
-            if self.trace_on:  # off between the sampled iterations: set when the next opens
-                self.history(context="alloc" if on else None)
-            self.frames_on = on
+            if trace.on:  # off between the sampled iterations: set when the next opens
+                trace.history(context="alloc" if on else None)
+            trace.frames_on = on
         except Exception:
-            self.history = None
+            trace.history = None
 
     def tally(self):
         """Adds the allocations made since the frames went on, or since the last tally."""
@@ -132,30 +147,31 @@ class _Lines:
         self.between_from = n
 
     def phase_begin(self):
-        if self.frames_on and not self.lines_for_good:
+        if self.trace.frames_on and not self.lines_for_good:
             self.frames(False)
 
     def phase_end(self):
-        if (self.history is not None and not self.frames_on and not self.stack
-                and not self.in_root and not self.in_backward and not self.in_step):
+        trace = self.trace
+        if trace.history is not None and not trace.frames_on and self.marks.between_phases():
             self.frames(True)
 
     def check_lines(self, done):
         """At the end of iteration `done` - 1: frames off for good when those between the
         phases of a counted iteration cost more than 0.5 % of its time; the next counted
         iteration is the first ones' and every 50th."""
-        if self.history is None or self.lines_for_good:
+        trace = self.trace
+        if trace.history is None or self.lines_for_good:
             return
-        now = self.now()
+        now = self.marks.now()
         if self.counting and self.iteration_ns:
-            if self.frames_on:
+            if trace.frames_on:
                 self.tally()
             if self.between * 2000 > self.budget * (now - self.iteration_ns):
                 self.frames(False)
-                self.history = None
+                trace.history = None
                 return
         self.between = 0
         self.counting = done < 3 or done % 50 == 49
-        if self.counting and self.frames_on:
+        if self.counting and trace.frames_on:
             self.between_from = self.allocations()
         self.iteration_ns = now

@@ -6,16 +6,17 @@ the context marked). Weak references only: a model the program drops frees its m
 would without the hook."""
 import bisect
 import warnings
+import weakref
 
 from _vramtrace_marks import (_BWD, _BWD_END, _FWD, _FWD_END, _FWD_EVAL, _FWD_EVAL_GRAD, _NAMED,
                               _STEP, _STEP_END)
 
 
-def named_storages(context):
-    """{storage data_ptr: "parameters", "gradients" or "optimizer state"} of `context`'s models
-    and optimizers ({} without one)."""
+def named_storages(storages):
+    """{storage data_ptr: "parameters", "gradients" or "optimizer state"} of the models and
+    optimizers `storages` (a Storages) knows ({} without one)."""
     out = {}
-    if context is None:
+    if storages is None:
         return out
 
     def add(tensor, category):
@@ -25,7 +26,7 @@ def named_storages(context):
         except Exception:
             pass
 
-    for ref, params, buffers in list(context.roots):
+    for ref, params, buffers in list(storages.roots):
         if ref() is None:
             continue
         for _, p in params:
@@ -34,7 +35,7 @@ def named_storages(context):
             add(getattr(p, "grad", None), "gradients")
         for _, b in buffers:
             add(b(), "parameters")
-    for ref in list(context.optimizers):
+    for ref in list(storages.optimizers):
         opt = ref()
         if opt is None:
             continue
@@ -44,12 +45,12 @@ def named_storages(context):
                 add(getattr(p, "grad", None), "gradients")
         for state in list(opt.state.values()):
             for v in state.values():
-                if isinstance(v, context.torch.Tensor):
+                if isinstance(v, storages.torch.Tensor):
                     add(v, "optimizer state")
     return out
 
 
-def categories(context, blocks):
+def categories(storages, marks, blocks):
     """The category of each block of [(address, made_us, freed_us)] (freed_us None while it
     lives), by the collector's rules 1 to 5 (collector/model/torch_memory.h): a named storage's
     ("parameters", "gradients", "optimizer state"); else the phase it was made in, kept past
@@ -57,8 +58,8 @@ def categories(context, blocks):
     inputs and data) or freed inside it (temporaries); else "inputs and data"."""
     with warnings.catch_warnings():  # some objects warn when looked at (reduce_op)
         warnings.simplefilter("ignore")
-        named = named_storages(context)
-    spans = _phase_spans(context, blocks)
+        named = named_storages(storages)
+    spans = _phase_spans(marks, blocks)
     begins = [b for b, _, _ in spans]
     out = []
     for address, made_us, freed_us in blocks:
@@ -81,10 +82,10 @@ _PHASE_OF_MARK = {_FWD: 0, _FWD_EVAL_GRAD: 0, _FWD_EVAL: 1, _BWD: 2, _STEP: 3}
 _PHASE_END_OF_MARK = {_FWD_END: (0, 1), _BWD_END: (2,), _STEP_END: (3,)}
 
 
-def _phase_spans(context, blocks):
+def _phase_spans(marks, blocks):
     """[(begin_ns, end_ns or None, phase)] of the phases (forward, backward, optimizer step)
     marked around the blocks' times, in time order; a phase still running has no end."""
-    times, codes = context.times, context.codes
+    times, codes = marks.times, marks.codes
     first = min((made for _, made, _ in blocks), default=0) * 1000
     last = max((max(made, freed or 0) for _, made, freed in blocks), default=0) * 1000
     lo = bisect.bisect_right(times, first)
@@ -107,10 +108,12 @@ def _phase_spans(context, blocks):
     return spans
 
 
-class _Storages:
-    """The context's labelling of named storages (a part of _vramtrace_context._Context)."""
+class Storages:
+    """The named storages: the models the context met (add_root) and the optimizers that
+    stepped, weakly, and their L lines."""
 
-    def init_storages(self):
+    def __init__(self, torch, marks):
+        self.torch, self.marks = torch, marks
         # (weakref(root), [(name, weakref(param))], [(name, weakref(buffer))]): weak, so that a
         # model the program drops frees its memory as it would without the hook.
         self.roots = []
@@ -120,13 +123,33 @@ class _Storages:
         self.grad_labels = []    # "L" lines of gradients (bounded: made anew each step)
         self.labelled = {}       # storage pointer -> (kind, name, bytes)
 
+    def add_root(self, module, params, buffers):
+        """A model met as an outermost call: its parameters [(name, param)] and buffers
+        [(name, buffer)] named and labelled now."""
+        ref = weakref.ref
+        for n, p in params:
+            self.param_names[id(p)] = n
+        params = [(n, ref(p)) for n, p in params]
+        buffers = [(n, ref(b)) for n, b in buffers]
+        self.roots.append((ref(module), params, buffers))
+        self.label_root(params, buffers)
+
+    def stepped(self, optimizer):
+        """An optimizer's step began: whether it is the first optimizer that stepped (whose
+        steps are the iterations)."""
+        if not any(w() is optimizer for w in self.optimizers):
+            self.optimizers.append(weakref.ref(optimizer))
+        return self.optimizers[0]() is optimizer
+
+    def first_optimizer(self, optimizer):
+        return bool(self.optimizers) and self.optimizers[0]() is optimizer
+
     def label_all_now(self):
         """Every named storage labelled at this moment, those labelled before included, and a
         mark saying so: the collector trusts no older label for a block still live here."""
         self.labelled.clear()
         self.label_all()
-        self.times.append(self.now())
-        self.codes.append(_NAMED)
+        self.marks.mark(_NAMED, 0)
 
     def label(self, t, kind, name):
         try:
@@ -148,10 +171,11 @@ class _Storages:
         lines = self.labels
         if kind == "grad":
             lines = self.grad_labels
-            if len(lines) >= self.MAX_MARKS // 4:
+            if len(lines) >= self.marks.MAX_MARKS // 4:
                 del lines[:len(lines) // 2]
         # Formatted when written: a step labels every gradient, so this stays a tuple append.
-        lines.append((self.now(), t.device.index or 0, ptr, nbytes, kind, name, t.shape, t.dtype))
+        lines.append((self.marks.now(), t.device.index or 0, ptr, nbytes, kind, name, t.shape,
+                      t.dtype))
 
     def label_root(self, params, buffers):
         for n, ref in params:

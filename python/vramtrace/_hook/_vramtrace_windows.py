@@ -1,10 +1,10 @@
 """PyTorch's allocator trace in the sampled iterations only, for vramtrace's start-up hook (a
-part of _vramtrace_context._Context). On a launch-bound step the trace costs about 0.8 us a
-block, 2 to 3 % of the step; this keeps it on in the iterations whose module calls are traced
-(the first ones and every 50th) and off between them: by default (--torch=auto) where the trace
-would cost more than 1 % of an iteration (VRAMTRACE_TORCH_TRACE_BUDGET, judged on the last of
-the first iterations: its blocks against its time), with --torch=sampled always, with
---torch=full never.
+part of its context, switching the Trace it shares with _vramtrace_lines). On a launch-bound
+step the trace costs about 0.8 us a block, 2 to 3 % of the step; this keeps it on in the
+iterations whose module calls are traced (the first ones and every 50th) and off between them:
+by default (--torch=auto) where the trace would cost more than 1 % of an iteration
+(VRAMTRACE_TORCH_TRACE_BUDGET, judged on the last of the first iterations: its blocks against
+its time), with --torch=sampled always, with --torch=full never.
 
 PyTorch empties its ring when the trace is switched off, so a window's entries are read
 (torch.cuda.memory._snapshot) and kept as lines when it closes. When the next window opens, the
@@ -20,24 +20,27 @@ sampled one, from that move or call to the iteration's end.
 
 The trace stays on for good once memory is not in a steady state (a segment was made between
 two windows, or more memory is in use at a window's start than at the last one's end: memory
-kept across the iterations), the device is nearly full (less than a tenth free when a window closes), a
-window's entries filled the ring, an OOM came, or the program sets the trace itself."""
+kept across the iterations), the device is nearly full (less than a tenth free when a window
+closes), a window's entries filled the ring, an OOM came, or the program sets the trace itself."""
 import time
 
 from _vramtrace_lines import allocation_counter
 from _vramtrace_write import allocator_state, entry_lines
 
 
-class _Windows:
+class Windows:
     STASH_MAX_BYTES = 64 << 20  # the kept windows' lines; past it the oldest but the first go
     NEARLY_FULL = 0.10          # the device's free share under which the trace stays on
     # The trace's cost of a block inside a real step (PyTorch 2.11, H100: 0.6 to 1.15 us on the
     # launch-bound step, against 0.36 to 0.62 us for a cached tensor's alloc+free alone).
     BLOCK_COST_NS = 800
 
-    def init_windows(self):
-        self.window_record = None  # the hook's trace settings while it switches the trace
-        self.trace_on = True
+    def __init__(self, torch, clean, trace, trace_modules):
+        """`trace`: the switch shared with the lines between the phases; `trace_modules(full)`:
+        the context's module hooks on for the rest of an iteration traced from a larger input."""
+        self.torch, self.clean, self.trace = torch, clean, trace
+        self.tensor_class = torch.Tensor
+        self.trace_modules = trace_modules
         self.windows = []          # per kept window: its lines, oldest first
         self.window_bytes = 0
         self.window_frames = {}    # (file, line, function) -> F line id, across the kept windows
@@ -45,7 +48,7 @@ class _Windows:
         self.closed_allocated = None  # the bytes in use then
         self.trace_budget = None   # the share of an iteration the trace may cost, until judged
         self.cost_from = None      # (blocks handed out, time_ns) when an iteration began
-        self.cost = None           # the I line's fields: what the trace cost in the iteration judged
+        self.cost = None           # the I line's fields: the trace's cost in the iteration judged
         self.opened_us = 0         # when the trace last went on again (0: never off)
         self.input_bytes = {}      # id(module) or a move's site -> the largest inputs it had
 
@@ -54,7 +57,7 @@ class _Windows:
         `record` is the hook's allocator_trace partial (its settings), `max_entries` its ring.
         With `budget`, only where the trace would cost more than that share of the last of the
         first iterations; else it stays on throughout."""
-        self.window_record = record
+        self.trace.window_record = record
         self.window_max_entries = max_entries
         self.trace_budget = budget
         if budget is not None:
@@ -62,11 +65,11 @@ class _Windows:
 
     def trace_window(self, on):
         """At an iteration's end: the trace on for the next iteration (a sampled one) or off."""
-        if self.window_record is None:
+        if self.trace.window_record is None:
             return
-        if on and self.trace_on and self.trace_budget is not None:
+        if on and self.trace.on and self.trace_budget is not None:
             self.cost_from = (self.block_count(), time.time_ns())
-        if on == self.trace_on:
+        if on == self.trace.on:
             return
         try:
             if on:
@@ -86,7 +89,7 @@ class _Windows:
         if seen is not None and size <= seen:
             return False
         self.input_bytes[key] = size
-        if seen is None or self.trace_on or self.trace_budget is not None:
+        if seen is None or self.trace.on or self.trace_budget is not None:
             return False
         self.trace_modules(True)
         self.trace_window(True)
@@ -98,7 +101,7 @@ class _Windows:
         good. Either way the I line says what was judged."""
         budget, self.trace_budget = self.trace_budget, None
         if self.cost_from is None:
-            self.window_record = None
+            self.trace.window_record = None
             return False
         blocks = self.block_count() - self.cost_from[0]
         ns = time.time_ns() - self.cost_from[1]
@@ -107,16 +110,17 @@ class _Windows:
         self.cost = (max(blocks, 0), max(ns, 0) // 1000, trace_ns // 1000, round(budget * 1e6),
                      int(sampled))
         if not sampled:
-            self.window_record = None
+            self.trace.window_record = None
         return sampled
 
     def trace_for_good(self):
         """The trace on from now on, as the hook started it."""
-        record, self.window_record = self.window_record, None
-        if record is not None and not self.trace_on:
+        trace = self.trace
+        record, trace.window_record = trace.window_record, None
+        if record is not None and not trace.on:
             try:
-                record(context="alloc" if self.frames_on else None)
-                self.trace_on = True
+                record(context="alloc" if trace.frames_on else None)
+                trace.on = True
             except Exception:
                 pass
 
@@ -125,7 +129,7 @@ class _Windows:
         snap = memory._snapshot()
         traces = snap.get("device_traces", [])
         if any(len(t) >= self.window_max_entries for t in traces) or self.nearly_full():
-            self.window_record = None  # on for good: nothing of this window is lost
+            self.trace.window_record = None  # on for good: nothing of this window is lost
             if self.cost:
                 self.cost = self.cost[:4] + (0,)  # judged worth sampling, but not sampled
             return
@@ -133,8 +137,8 @@ class _Windows:
         for device, trace in enumerate(traces):
             lines.extend(entry_lines(device, self.since_open(trace), self.window_frames,
                                      self.clean))
-        self.original_record(enabled=None)
-        self.trace_on = False
+        self.trace.original_record(enabled=None)
+        self.trace.on = False
         lines.extend(self.gap_lines("O\t%d\t%d\t%s\n", snap))
         self.closed_segments = _segments(snap)
         self.closed_allocated = self.allocated()
@@ -146,22 +150,23 @@ class _Windows:
         lines = self.gap_lines("U\t%d\t%d\t%s\n", snap)
         lines.append(allocator_state(snap, gap=True))
         self.opened_us = time.time_ns() // 1000
-        self.window_record(context="alloc" if self.frames_on else None)
-        self.trace_on = True
+        trace = self.trace
+        trace.window_record(context="alloc" if trace.frames_on else None)
+        trace.on = True
         self.keep(lines, new_window=True)
         # Not a steady state: a segment made between the windows, or more memory in use than
         # at the same point of the iteration when the last closed (memory kept across the
         # iterations, whose growth the traced iterations then show): on for good.
         if self.closed_segments is not None and (segments - self.closed_segments or
                                                  self.allocated() != self.closed_allocated):
-            self.window_record = None
+            trace.window_record = None
 
     def gap_oom(self, device, nbytes, device_free):
         """At an OOM, the trace on for good; while it was off, first the allocator's state now
         and the OOM's entry (PyTorch recorded none)."""
-        if self.window_record is None:
+        if self.trace.window_record is None:
             return
-        if not self.trace_on:
+        if not self.trace.on:
             try:
                 self.open_window()
             except Exception:
@@ -186,7 +191,7 @@ class _Windows:
         """For the dump: the kept windows' lines (before the ring's entries), the next F line id
         free, and whether the trace is on."""
         return ("".join("".join(w) for w in list(self.windows)), len(self.window_frames) + 1,
-                self.trace_on)
+                self.trace.on)
 
     def since_open(self, trace):
         """A device's entries from when the trace last went on: PyTorch 2.11 empties its ring when

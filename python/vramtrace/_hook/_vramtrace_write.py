@@ -10,7 +10,8 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
     (F and E lines), and the context's lines; written whole into a .tmp file, then moved."""
     # The kept windows before the snapshot: a window closed by the program's thread while a
     # report of the moment is written is then missing from it, never written twice.
-    kept, next_frame, trace_on = ("", 1, True) if context is None else context.kept_lines()
+    windows = None if context is None else context.windows
+    kept, next_frame, trace_on = ("", 1, True) if context is None else windows.kept_lines()
     snap = torch.cuda.memory._snapshot()
     path = os.path.join(out_dir, "vramtrace.%d.torch" % os.getpid())
     tmp = path + ".tmp"
@@ -31,19 +32,19 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
                 f.write("W\t%d\t%d\n" % (device, len(trace)))
                 wrapped = True
             if context is not None:
-                trace = context.since_open(trace)
+                trace = windows.since_open(trace)
             entry_lines(device, trace, {}, clean, f.write, next_frame)
             count += len(trace)
             if context is not None and (trace or kept):
-                context.write_limit(f, device)
+                write_limit(f, torch, device)
         if kept:
             # PyTorch's peak now: one reached after the last gap, while the trace was on, is
             # higher than any the gaps' lines hold.
             for device in range(len(snap.get("device_traces", [])) or 1):
-                f.write("Y\t%d\t%s\n" % (device, context.peak_allocated(device)))
+                f.write("Y\t%d\t%s\n" % (device, windows.peak_allocated(device)))
         if not trace_on:
             # Off since the last window: what the allocator holds now closes the gap.
-            f.write("".join(context.gap_lines("U\t%d\t%d\t%s\n", snap)))
+            f.write("".join(windows.gap_lines("U\t%d\t%d\t%s\n", snap)))
             f.write(allocator_state(snap, gap=True))
         if wrapped:
             # The ring held only the latest entries: what the allocator holds now (its
@@ -52,10 +53,10 @@ def dump(torch, context, out_dir, max_entries, clean, realtime_ns, monotonic_ns)
             # before the window may name a storage freed since).
             f.write(allocator_state(snap))
             if context is not None:
-                context.label_all_now()
+                context.storages.label_all_now()
         if context is not None:
-            context.write_pools(f, snap.get("segments", []))
-            context.write(f)
+            write_pools(f, snap.get("segments", []), context.marks.graph_pools)
+            write_context(f, context.marks, context.storages, windows, context.prediction)
         f.write("END\t%d\n" % count)
     os.replace(tmp, path)
 
@@ -127,65 +128,68 @@ def allocator_state(snap, gap=False):
     return "".join(out)
 
 
-class _Writer:
-    """The context's lines (a part of _vramtrace_context._Context)."""
+def write_limit(f, torch, device):
+    """The Q line: PyTorch's per-process fraction of `device`, and the device's memory."""
+    try:
+        cuda = torch.cuda
+        fraction = cuda.get_per_process_memory_fraction(device)
+        total = cuda.get_device_properties(device).total_memory
+        f.write("Q\t%d\t%.17g\t%d\n" % (device, fraction, total))
+    except Exception:
+        pass
 
-    def write_limit(self, f, device):
+
+def write_pools(f, segments, graph_pools):
+    """The P records: each segment of a private pool (segment_pool_id not (0, 0)) now; the
+    collector counts a block in one as that pool's, a CUDA graph's where `graph_pools` (the
+    pools graphs captured into) holds it. PyTorch before segment_pool_id: none."""
+    out = []
+    for seg in segments:
         try:
-            cuda = self.torch.cuda
-            fraction = cuda.get_per_process_memory_fraction(device)
-            total = cuda.get_device_properties(device).total_memory
-            f.write("Q\t%d\t%.17g\t%d\n" % (device, fraction, total))
-        except Exception:
-            pass
-
-    def write_pools(self, f, segments):
-        """The P records: each segment of a private pool (segment_pool_id not (0, 0)) now; the
-        collector counts a block in one as that pool's. PyTorch before segment_pool_id: none."""
-        out = []
-        for seg in segments:
-            try:
-                pool = seg.get("segment_pool_id")
-                if pool is None:
-                    continue
-                pool = tuple(int(x) for x in pool)
-                if len(pool) != 2 or pool == (0, 0):
-                    continue
-                graph = pool in self.graph_pools or (pool[0] != 0 and pool[1] == 0)
-                out.append("P\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
-                    int(seg.get("device") or 0), int(seg.get("address") or 0),
-                    int(seg.get("total_size") or 0), pool[0], pool[1],
-                    "graph" if graph else "pool"))
-            except Exception:
+            pool = seg.get("segment_pool_id")
+            if pool is None:
                 continue
-        f.write("".join(out))
+            pool = tuple(int(x) for x in pool)
+            if len(pool) != 2 or pool == (0, 0):
+                continue
+            graph = pool in graph_pools or (pool[0] != 0 and pool[1] == 0)
+            out.append("P\t%d\t%d\t%d\t%d\t%d\t%s\n" % (
+                int(seg.get("device") or 0), int(seg.get("address") or 0),
+                int(seg.get("total_size") or 0), pool[0], pool[1],
+                "graph" if graph else "pool"))
+        except Exception:
+            continue
+    f.write("".join(out))
 
-    def write(self, f):
-        f.write("".join(self.module_lines))
-        f.write("".join(self.site_lines))
-        clean = self.clean
-        for lines in (self.labels, self.grad_labels):
-            f.write("".join("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
-                t, dev, ptr, nbytes, kind, clean(name), "x".join(str(d) for d in shape),
-                str(dtype).replace("torch.", "")) for t, dev, ptr, nbytes, kind, name, shape, dtype
-                in lines))
-        if self.dropped_marks:
-            f.write("D\t%d\n" % self.dropped_marks)
-        out = []
-        for t, c in zip(self.times, self.codes):
-            out.append("K\t%d\t%d\t%d\n" % (t, c & 15, c >> 4))
-            if len(out) >= 8192:
-                f.write("".join(out))
-                out.clear()
-        f.write("".join(out))
-        if self.cost:
-            f.write("I\t%d\t%d\t%d\t%d\t%d\n" % self.cost)
-        if self.exception:
-            f.write(self.exception)
-        f.write("".join(self.predicted))
-        if self.predicted and self.standin_ran:
-            f.write("".join("SA\t%s\n" % n for n in self.step_assumptions))
-        if self.plan_line:
-            f.write(self.plan_line)
-        if self.preflight_line:
-            f.write(self.preflight_line)
+
+def write_context(f, marks, storages, windows, prediction):
+    """The context's lines: what the marks hold (M, S, D, K, X), the named storages (L), what
+    the trace cost where the windows judged it (I), and the prediction's (N V R SA Z PF)."""
+    f.write("".join(marks.module_lines))
+    f.write("".join(marks.site_lines))
+    clean = marks.clean
+    for lines in (storages.labels, storages.grad_labels):
+        f.write("".join("L\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
+            t, dev, ptr, nbytes, kind, clean(name), "x".join(str(d) for d in shape),
+            str(dtype).replace("torch.", "")) for t, dev, ptr, nbytes, kind, name, shape, dtype
+            in lines))
+    if marks.dropped:
+        f.write("D\t%d\n" % marks.dropped)
+    out = []
+    for t, c in zip(marks.times, marks.codes):
+        out.append("K\t%d\t%d\t%d\n" % (t, c & 15, c >> 4))
+        if len(out) >= 8192:
+            f.write("".join(out))
+            out.clear()
+    f.write("".join(out))
+    if windows.cost:
+        f.write("I\t%d\t%d\t%d\t%d\t%d\n" % windows.cost)
+    if marks.exception:
+        f.write(marks.exception)
+    f.write("".join(prediction.predicted))
+    if prediction.predicted and prediction.standin_ran:
+        f.write("".join("SA\t%s\n" % n for n in prediction.step_assumptions))
+    if prediction.plan_line:
+        f.write(prediction.plan_line)
+    if prediction.preflight_line:
+        f.write(prediction.preflight_line)

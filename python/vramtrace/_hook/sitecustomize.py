@@ -7,8 +7,9 @@
 # When it imports jax, XLA's pool figures are written at exit (vramtrace.<pid>.jax).
 #
 # The files beside this one: _vramtrace_context (what the memory is: modules, phases,
-# iterations; with _vramtrace_storages, _vramtrace_lines and _vramtrace_step, its parts),
-# _vramtrace_write (the lines written), _vramtrace_marks (the mark kinds).
+# iterations), which wires its parts around one _vramtrace_marks.Marks (_vramtrace_storages,
+# _vramtrace_modules, _vramtrace_lines, _vramtrace_windows, _vramtrace_prediction with the fake
+# steps of _vramtrace_step and _vramtrace_own); _vramtrace_write (the lines written).
 #
 # It must never change what the program does: every failure is one line on stderr, and any
 # sitecustomize the environment had is still run after this one.
@@ -35,7 +36,7 @@ def vramtrace_categories(blocks):
     if context is None:
         return [None] * len(blocks)
     from _vramtrace_storages import categories
-    return categories(context, blocks)
+    return categories(context.storages, context.marks, blocks)
 
 
 def vramtrace_frames_for_good():
@@ -47,7 +48,7 @@ def vramtrace_frames_for_good():
     if context is None:
         return False
     try:
-        return bool(context.frames_for_good(_max_entries()))
+        return bool(context.lines.frames_for_good(_max_entries()))
     except Exception:
         return False
 
@@ -134,20 +135,20 @@ def _attach_torch(torch, out_dir, max_entries, state):
         try:
             from _vramtrace_context import _Context
             context = ctx["context"] = _Context(torch, _clean)
-            context.started_ns = _STARTED_NS
+            context.prediction.started_ns = _STARTED_NS
             # `vramtrace plan`'s stop, when the program swallows its SystemExit, writes the
             # side channel itself before os._exit.
-            context.dump_now = lambda: write("at the plan's stop")
+            context.prediction.dump_now = lambda: write("at the plan's stop")
             if not with_frames:
-                context.lines_between_phases(max_entries)
+                context.lines.lines_between_phases(max_entries)
                 # The trace on in the sampled iterations only: --torch=sampled, or by default
                 # where it would cost more than its budget; not with expandable segments,
                 # whose maps a gap's state would not show.
                 mode = os.environ.get("VRAMTRACE_TORCH_TRACE", "auto")
                 if (mode != "full"
                         and "expandable_segments:True" not in conf.replace(" ", "")):
-                    context.watch_program_trace()
-                    context.sample_trace(history, max_entries,
+                    context.trace.watch_program()
+                    context.windows.sample_trace(history, max_entries,
                                          None if mode == "sampled" else _trace_budget())
         except Exception as ex:
             _say("PyTorch memory categories off: %s" % str(ex)[:200])
@@ -155,7 +156,7 @@ def _attach_torch(torch, out_dir, max_entries, state):
     def on_oom(device, alloc, device_allocated, device_free):
         context = ctx.get("context")
         if context is not None:
-            context.gap_oom(device, alloc, device_free)
+            context.windows.gap_oom(device, alloc, device_free)
             context.on_oom()
         write("at an OOM")
 
@@ -166,7 +167,8 @@ def _attach_torch(torch, out_dir, max_entries, state):
 
     def at_exit():
         context = ctx.get("context")
-        if context is not None and context.plan_line and context.dump_now is not None:
+        prediction = context.prediction if context is not None else None
+        if prediction is not None and prediction.plan_line and prediction.dump_now is not None:
             state["done"] = True  # `vramtrace plan` stopped it: written at the stop
             return
         if context is not None:
