@@ -27,12 +27,22 @@ one() {
   local kind=$1 model=$2 batch=$3 limit=$4
   shift 4
   local dir=$RUNS/$kind-$model-b$batch
-  rm -rf "$dir" "$dir.log"
+  rm -rf "$dir" "$dir.log" "$dir.times"
   local start
   start=$(date +%s%N)
+  # Each line of the output also goes, with the seconds since the start when it came, to
+  # DIR.times: the pre-flight's wall time as the user waits for it, its fake steps and the
+  # launcher's replays together (preflight_check.py).
   MODEL=$model BATCH=$batch LIMIT_GIB=$limit "$BUILD/bin/vramtrace" run "$@" -o "$dir" -- \
-    python3 "$ROOT/scripts/gpu/plan_job.py" run > "$dir.log" 2>&1
-  local rc=$?
+    python3 "$ROOT/scripts/gpu/plan_job.py" run 2>&1 | python3 -u -c '
+import sys, time
+start = time.monotonic()
+with open(sys.argv[1], "w") as log, open(sys.argv[2], "w") as times:
+    for line in sys.stdin:
+        log.write(line); log.flush()
+        times.write("%.3f\t%s" % (time.monotonic() - start, line)); times.flush()
+' "$dir.log" "$dir.times"
+  local rc=${PIPESTATUS[0]}
   echo $(( ($(date +%s%N) - start) / 1000000 )) > "$dir.ms"
   echo "$rc" > "$dir.rc"
   echo "$kind $model b$batch (limit ${limit} GiB): rc=$rc $(cat "$dir.ms") ms"

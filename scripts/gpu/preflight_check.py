@@ -64,6 +64,16 @@ def main():
             name, rc, fits, gib(d.get("predicted_reserved_peak_bytes")),
             gib(d.get("recorded_reserved_peak_bytes")), err, gib(job[0]) if job else "-",
             "%.1f" % procs[0]["fake_step_seconds"] if procs else "-", wall))
+        # The pre-flight as the user waits for it (preflight.sh's DIR.times): from the hook's
+        # first line to the launcher's last verdict (the largest batch and the remedies, for a
+        # step that will not fit), fake steps and replays together.
+        stamped = [l.split("\t", 1) for l in read(base + ".times").splitlines() if "\t" in l]
+        began = [float(t) for t, l in stamped if l.startswith("vramtrace: PRE-FLIGHT: running")]
+        said_at = [float(t) for t, l in stamped
+                   if l.startswith("vramtrace: PRE-FLIGHT: the first")]
+        if began and said_at:
+            print("    pre-flight wall: %.1f s from its first line to its last verdict (%d "
+                  "verdict line(s))" % (said_at[-1] - began[0], len(said_at)))
         print("    verdict (%s the first step ended): %s" % (
             said, log[verdict[0]][len("vramtrace: PRE-FLIGHT: "):] if verdict else "none"))
     if failures:
