@@ -28,7 +28,7 @@ class Prediction:
         self.want_call = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on") != "off"
         # (weakref(model), described args, batch, training, grad, autocast, time_ns)
         self.first_call = None
-        self.output_dies = False  # step.output_dies_with_call of the first call's caller
+        self.output_dies = False  # output_dies_with_call of the first call's caller
         self.step_assumptions = []  # what the stand-in step assumes of the loop (SA lines)
         self.standin_ran = False    # a stand-in step's lines are among the predicted
         self.first_done = False   # the first optimizer step (or evaluation forward) ended
@@ -37,7 +37,7 @@ class Prediction:
         # VRAMTRACE_TORCH_PREDICT=always: the step is predicted as the second one begins, the
         # program waiting; else at the exit of a process that ran out, and, by default, at the
         # exit of a run that finished its steps within a share of its time (weigh_at_exit, on
-        # the step.ShapeCopy that keep_shape made at its first step's end).
+        # the ShapeCopy that keep_shape made at its first step's end).
         mode = os.environ.get("VRAMTRACE_TORCH_PREDICT", "on")
         self.predict_always = mode == "always"
         self.weigh_remedies = mode == "on"
@@ -47,7 +47,7 @@ class Prediction:
         except ValueError:
             self.weigh_budget = 0.01
         self.started_ns = marks.now()  # the run's start (sitecustomize sets its own)
-        self.shape = None          # the step.ShapeCopy, once made
+        self.shape = None          # the ShapeCopy, once made
         self.shape_why = None      # why none was made
         self.shape_ns = 0          # what making it cost
         self.weigh_runs = None     # which of step_runs' they run (all; a pre-flight's rest)
@@ -96,7 +96,7 @@ class Prediction:
         """The process exits: the plan's own steps that did not get to the stop ended (the
         program raised on fake tensors, not its death: said by OwnSteps.on_exception, or it
         ended first), or else the steps predicted (a death, VRAMTRACE_TORCH_PREDICT=always)
-        and the remedies weighed. Whether the own steps were what ended."""
+        and the remedies weighed."""
         own = self.own
         if own is not None:
             own.put_back()
@@ -104,7 +104,7 @@ class Prediction:
                 self.own_done(own, at_exit=True)
             except Exception:
                 pass
-            return True
+            return
         try:
             if self.marks.oom_seen and self.preflight_rest is not None:
                 # Foreseen to fit, it ran out of memory: the pre-flight's rest (the half batch,
@@ -114,7 +114,6 @@ class Prediction:
             self.weigh_at_exit()
         except Exception:
             pass
-        return False
 
     def capture_call(self, module, args, kwargs):
         """The first outermost call of a module with parameters on the main thread: what it was
@@ -445,7 +444,7 @@ class Prediction:
             self.predict_steps()
 
     def keep_shape(self):
-        """The first optimizer step ended: by default, a step.ShapeCopy of the model and its
+        """The first optimizer step ended: by default, a ShapeCopy of the model and its
         optimizer kept for the fake steps at exit (weigh_at_exit), the program's model being
         usually gone by then. Where it cannot be made, why (said at exit)."""
         first = self.first_call
@@ -463,8 +462,9 @@ class Prediction:
             if name in ("DistributedDataParallel", "DataParallel"):
                 model = model.module
             optimizers = self.optimizers_of(model)
-            self.shape = step.ShapeCopy(self.torch, model, optimizers[0] if optimizers else None,
-                                   self.modules.ids())
+            self.shape = step.ShapeCopy(self.torch, model,
+                                        optimizers[0] if optimizers else None,
+                                        self.modules.ids())
         except Exception as ex:
             self.shape_why = "the model could not be copied as shapes: %s" % self.clean(
                 str(ex).splitlines()[0] if str(ex) else type(ex).__name__)[:300]
@@ -482,7 +482,7 @@ class Prediction:
 
     def weigh_at_exit(self):
         """At the exit of a run that finished its first step and never ran out of memory, by
-        default: its remedies weighed on fake steps of the step.ShapeCopy kept at the first step, in
+        default: its remedies weighed on fake steps of the ShapeCopy kept at the first step, in
         at most VRAMTRACE_TORCH_PREDICT_BUDGET (0.01) of the run's time so far, copy included.
         None is begun when they are foreseen to take more (from the first step's allocations),
         and none after the share is spent (a step once begun runs to its end); then an N line
@@ -556,8 +556,8 @@ class Prediction:
         plan`, and at a finished run's exit for weigh_at_exit): the N, V and R lines of its
         first step run on fake tensors: completed at the recorded batch and its half when the
         process never finished it, and with the changes the report's remedies weigh
-        (_vramtrace_step.py). On the model, or on `shape` (a step.ShapeCopy), or on the one kept
-        when the model is gone; past `deadline_ns`, step.OverBudget. `runs`: a selection of
+        (_vramtrace_step.py). On the model, or on `shape` (a ShapeCopy), or on the one kept
+        when the model is gone; past `deadline_ns`, OverBudget. `runs`: a selection of
         step_runs' (a function of its list), whose lines follow those already predicted."""
         first = self.first_call
         if (first is None or (self.predicted and runs is None)
@@ -648,10 +648,11 @@ class Prediction:
                     return
                 model = inner
             self.predicted = step.predicted_lines(self.torch, device, t, model, call, batch,
-                                             optimizer, training, grad, autocast, module_ids,
-                                             first_id=first_id, finished=self.first_done,
-                                             runs=runs, deadline_ns=deadline_ns,
-                                             output_dies=self.output_dies)
+                                                  optimizer, training, grad, autocast,
+                                                  module_ids, first_id=first_id,
+                                                  finished=self.first_done, runs=runs,
+                                                  deadline_ns=deadline_ns,
+                                                  output_dies=self.output_dies)
         except step.OverBudget:
             raise
         except Exception as ex:
