@@ -86,6 +86,7 @@ class Lines:
         self.between_from = 0
         self.iteration_ns = 0
         self.lines_for_good = False  # frames on for every block, phases included (frames_for_good)
+
     def lines_between_phases(self, max_entries):
         """The allocator trace's Python frames switched on between the phases (forward,
         backward, optimizer step) and off inside them: the blocks a program makes between them
