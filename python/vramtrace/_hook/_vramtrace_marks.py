@@ -3,8 +3,9 @@ its context shares: what it saw, as the side channel will say it (the marks, K l
 arrays; the program's lines they name, S lines; the modules, M lines; the exception that reached
 the top, X; the pools CUDA graphs captured into), and where the program is now (the module calls
 on the stack, a backward, an optimizer step, an outermost call between the traced iterations).
-The parts (_vramtrace_storages, _vramtrace_lines, _vramtrace_windows, _vramtrace_step) read and
-write this and nothing of each other's; _vramtrace_context wires them to PyTorch.
+The parts (_vramtrace_storages, _vramtrace_modules, _vramtrace_lines, _vramtrace_windows,
+_vramtrace_prediction) read and write this, and of each other only what they are handed;
+_vramtrace_context wires them to PyTorch.
 
 The kinds of marks are in the order of common/side_channel.h's VRAMTRACE_SIDE_MARKS
 (tests/hook/side_channel_test.py checks)."""
