@@ -199,12 +199,12 @@ class RemedyReplays {
       std::snprintf(buf, sizeof buf, "no batch fits the limit, replayed down to 1%% of this one%s",
                     so_far);
     else if (mb->scale < 1.0 && mb->at.completion && mb->at.completion->recorded_batch)
-      // The hook knew the batch: the answer is a batch size (the scale bisected to 0.1 %).
-      std::snprintf(
-          buf, sizeof buf,
-          "the largest batch that fits the limit, replayed, is %.0f (this one: %llu)",
-          std::floor(mb->scale * 1.001 * static_cast<double>(mb->at.completion->recorded_batch)),
-          static_cast<unsigned long long>(mb->at.completion->recorded_batch));
+      // The hook knew the batch: the answer is a batch size, the plan's and the pre-flight's.
+      std::snprintf(buf, sizeof buf,
+                    "the largest batch that fits the limit, replayed, is %llu (this one: %llu)",
+                    static_cast<unsigned long long>(
+                        largest_batch_size(p_, device_, *mb, mb->at.completion->recorded_batch)),
+                    static_cast<unsigned long long>(mb->at.completion->recorded_batch));
     else if (mb->scale < 1.0)
       std::snprintf(buf, sizeof buf,
                     "the largest batch that fits the limit, replayed, is %.0f%% of this one%s",

@@ -3,7 +3,6 @@
 #include "collector/predict/plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "collector/ingest/torch_trace.h"
@@ -23,16 +22,7 @@ WhatIfSettings unlimited() {
   return s;
 }
 
-// Whether the step at `batch` (of `recorded`) fits with kCompletedStepMargin kept free, as
-// max_batch_scale decides it: a bisection between the same scale on both ends.
-bool batch_fits(const ProcessModel& p, uint32_t device, uint64_t batch, uint64_t recorded) {
-  const double scale = static_cast<double>(batch) / static_cast<double>(recorded);
-  return max_batch_scale(p, device, {}, scale, scale).has_value();
-}
-
-// The largest batch that fits: the bisection's scale times the batch, floored (what fits by the
-// bisection), then one more sample at a time while that fits too (the bisection stops within
-// 0.1 % of the answer, which for a batch over 1000 is more than one sample).
+// The largest batch that fits (largest_batch_size), kCompletedStepMargin kept free.
 void largest_batch(const ProcessModel& p, uint32_t device, uint64_t recorded, DevicePlan& d) {
   if (!recorded) return;
   constexpr double kTop = 64.0;
@@ -43,9 +33,7 @@ void largest_batch(const ProcessModel& p, uint32_t device, uint64_t recorded, De
     d.largest_at_least = true;
     return;
   }
-  auto n = static_cast<uint64_t>(std::floor(mb->scale * static_cast<double>(recorded)));
-  for (int more = 0; more < 4 && batch_fits(p, device, n + 1, recorded); ++more) ++n;
-  if (n) d.largest_batch = n;
+  if (const uint64_t n = largest_batch_size(p, device, *mb, recorded)) d.largest_batch = n;
 }
 
 // A plan's remedy in a few words (the change the program makes).

@@ -41,6 +41,13 @@ struct MaxBatch {
 std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
                                         WhatIfSettings settings, double lo = 0.01,
                                         double hi = 64.0);
+// The largest batch size that fits, for a step at batch `recorded`, from max_batch_scale's
+// answer under the run's own settings: its scale times the batch, floored (what the bisection
+// found to fit), then one more sample at a time while that fits too (the bisection stops within
+// 0.1 % of the answer, more than a sample for a batch over 1000). Never a batch whose replay runs
+// out: the plan, the pre-flight and the report's remedy say this one figure.
+uint64_t largest_batch_size(const ProcessModel& p, uint32_t device, const MaxBatch& best,
+                            uint64_t recorded);
 
 // A report's remedy as a change of the run (collector/predict/transforms.h): its kind, the
 // modules it checkpoints, the blocks it stops keeping (indices into the trace's blocks).

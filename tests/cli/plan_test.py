@@ -117,6 +117,12 @@ def over_the_fraction(work):
             "free_bytes": 0, "largest_batch": 6826, "largest_batch_at_least": False,
             "predicted_batches": [5120, 10240]}
     check(got == want, "the plan: %r, expected %r" % (got, want))
+    # The report's own remedy of a smaller batch says the same largest batch: one figure, never
+    # above a batch whose replay runs out (a bisection's upper end said 6833 here).
+    how = [m.get("how") for m in rep["diagnosis"].get("remedies", [])
+           if m.get("kind") == "smaller_batch"]
+    check(how == ["the largest batch that fits the limit, replayed, is 6826 (this one: 10240)"],
+          "the report's smaller batch: %r" % how)
     remedies = [(m["kind"], m.get("peak_bytes"), m.get("fits")) for m in d.get("remedies", [])]
     check(remedies[:3] == [("smaller_batch", 46 * MiB, True), ("mixed_precision", 56 * MiB, True),
                            ("activation_checkpointing", 76 * MiB, False)]
