@@ -74,11 +74,16 @@ nlohmann::json replay_json(const ProcessReplay& x) {
   }
   if (r.completion)
     j["completed_by_prediction"] = completion_json(*r.completion, r.predicted_requests_replayed);
-  if (x.max_batch_asked)
+  if (x.max_batch_asked) {
     j["max_batch"] =
         x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
                                      {"reserved_peak_bytes", x.max_batch->at.reserved_peak_bytes}}
                     : nlohmann::json();
+    if (x.max_batch && x.max_batch->recorded_batch) {
+      j["max_batch"]["batch"] = x.max_batch->batch;
+      j["max_batch"]["recorded_batch"] = x.max_batch->recorded_batch;
+    }
+  }
   return j;
 }
 

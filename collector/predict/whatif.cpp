@@ -227,12 +227,12 @@ std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
 }
 
 uint64_t largest_batch_size(const ProcessModel& p, uint32_t device, const MaxBatch& best,
-                            uint64_t recorded) {
+                            uint64_t recorded, const WhatIfSettings& settings) {
   // Whether the step at `batch` fits as max_batch_scale decides it (the completed step's margin
   // included): a bisection between the same scale on both ends.
   const auto fits = [&](uint64_t batch) {
     const double scale = static_cast<double>(batch) / static_cast<double>(recorded);
-    return max_batch_scale(p, device, {}, scale, scale).has_value();
+    return max_batch_scale(p, device, settings, scale, scale).has_value();
   };
   if (!recorded) return 0;
   auto n = static_cast<uint64_t>(std::floor(best.scale * static_cast<double>(recorded)));

@@ -37,6 +37,9 @@ inline constexpr double kCompletedStepMargin = 0.015;
 struct MaxBatch {
   double scale = 0;
   WhatIfResult at;  // the replay at that scale
+  // Where the step's batch is known (a step completed by prediction): the largest batch size
+  // that fits (largest_batch_size), and the step's own; 0 where it is not.
+  uint64_t batch = 0, recorded_batch = 0;
 };
 std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
                                         WhatIfSettings settings, double lo = 0.01,
@@ -47,7 +50,7 @@ std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
 // 0.1 % of the answer, more than a sample for a batch over 1000). Never a batch whose replay runs
 // out: the plan, the pre-flight and the report's remedy say this one figure.
 uint64_t largest_batch_size(const ProcessModel& p, uint32_t device, const MaxBatch& best,
-                            uint64_t recorded);
+                            uint64_t recorded, const WhatIfSettings& settings = {});
 
 // A report's remedy as a change of the run (collector/predict/transforms.h): its kind, the
 // modules it checkpoints, the blocks it stops keeping (indices into the trace's blocks).

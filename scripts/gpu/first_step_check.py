@@ -54,8 +54,10 @@ def first_steps(build, runs, truth):
             ok = False
             continue
         pw, ph = whole["reserved_peak_bytes"], half["reserved_peak_bytes"]
-        scale = (most.get("max_batch") or {}).get("scale") or 0
-        pb = int(scale * batch * 1.001)  # --max-batch bisects the scale to 0.1 %
+        # --max-batch's batch size (the report's and the plan's figure: each sample above the
+        # scale's floor checked by a replay); from its scale where the batch was not known.
+        mb = most.get("max_batch") or {}
+        pb = mb["batch"] if "batch" in mb else int((mb.get("scale") or 0) * batch)
         rows.append((model, batch, pw, t["whole_step_reserved"], ph, t["half_batch_reserved"], pb,
                      t["largest_batch"], whole.get("predicted_requests")))
         within = (abs(pw - t["whole_step_reserved"]) <= 0.2 * t["whole_step_reserved"]

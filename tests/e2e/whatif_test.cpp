@@ -279,6 +279,15 @@ TEST_CASE("whatif: a run that died in its first step, completed from the hook's 
   // batch fits at 162 MiB), so it is above the recorded batch.
   j = whatif_json(dir, "--limit 170MiB --max-batch");
   CHECK(j["max_batch"]["scale"].get<double>() > 1.0);
+  // As a batch size (the step's batch is known): 9, the report's and the plan's figure. A
+  // completed step keeps 1.5 % of the limit free (175580774 B of 170 MiB): batch 9 (x1.125)
+  // fits there at 166 MiB, batch 10 (x1.25) does not.
+  CHECK(j["max_batch"]["batch"] == 9);
+  CHECK(j["max_batch"]["recorded_batch"] == 8);
+  CHECK(whatif_json(dir, "--limit 175580774B --scale-batch 1.125")["verdict"] == "fits");
+  CHECK(whatif_json(dir, "--limit 175580774B --scale-batch 1.25")["verdict"] == "oom");
+  Result most = sh(kEnv + kVramtrace + " whatif " + dir + " --limit 170MiB --max-batch");
+  CHECK(most.out.find("  largest batch that fits: 9 (this one: 8)\n") != std::string::npos);
 }
 
 TEST_CASE("whatif: impossible side-channel lines: refused naming the line, or said") {
