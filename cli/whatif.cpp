@@ -165,9 +165,9 @@ void print_text(const Replayed& x) {
                     x.max_batch->scale,
                     gib_or_mib_text(x.max_batch->at.reserved_peak_bytes).c_str());
       out << buf;
-      if (x.max_batch->recorded_batch)
-        out << "  largest batch that fits: " << x.max_batch->batch
-            << " (this one: " << x.max_batch->recorded_batch << ")\n";
+      if (x.max_batch_size)
+        out << "  largest batch that fits: " << *x.max_batch_size
+            << " (this one: " << x.max_batch->at.completion->recorded_batch << ")\n";
     } else {
       out << "  largest batch scale that fits: none (even x0.01 runs out)\n";
     }
@@ -284,11 +284,11 @@ bool replay_all(const collector::Run& run, const collector::WhatIfSettings& sett
         x.max_batch_asked = true;
         x.max_batch = collector::max_batch_scale(p, dev, here);
         // A batch size where the step's batch is known, as the report and the plan say it.
-        if (collector::MaxBatch* mb = x.max_batch ? &*x.max_batch : nullptr;
-            mb && mb->at.completion && mb->at.completion->recorded_batch && mb->scale < 64.0) {
-          mb->recorded_batch = mb->at.completion->recorded_batch;
-          mb->batch = collector::largest_batch_size(p, dev, *mb, mb->recorded_batch, here);
-        }
+        if (const collector::MaxBatch* mb = x.max_batch ? &*x.max_batch : nullptr;
+            mb && mb->at.completion && mb->at.completion->recorded_batch &&
+            mb->scale < collector::kMaxBatchScaleTop)
+          x.max_batch_size =
+              collector::largest_batch_size(p, dev, *mb, mb->at.completion->recorded_batch, here);
       }
       out->push_back(std::move(x));
     }

@@ -79,9 +79,9 @@ nlohmann::json replay_json(const ProcessReplay& x) {
         x.max_batch ? nlohmann::json{{"scale", x.max_batch->scale},
                                      {"reserved_peak_bytes", x.max_batch->at.reserved_peak_bytes}}
                     : nlohmann::json();
-    if (x.max_batch && x.max_batch->recorded_batch) {
-      j["max_batch"]["batch"] = x.max_batch->batch;
-      j["max_batch"]["recorded_batch"] = x.max_batch->recorded_batch;
+    if (x.max_batch_size) {
+      j["max_batch"]["batch"] = *x.max_batch_size;
+      j["max_batch"]["recorded_batch"] = x.max_batch->at.completion->recorded_batch;
     }
   }
   return j;

@@ -192,7 +192,7 @@ class RemedyReplays {
   // The largest batch that fits the run's limit, by replays (what PyTorch does under pressure
   // included: its cache freed and the request retried).
   std::string largest_batch(bool truncated) const {
-    const auto mb = max_batch_scale(p_, device_, {}, 0.01, 64.0);
+    const auto mb = max_batch_scale(p_, device_, {});
     const char* so_far = truncated ? " (as far as the run got)" : "";
     char buf[200];
     if (!mb)

@@ -25,11 +25,10 @@ WhatIfSettings unlimited() {
 // The largest batch that fits (largest_batch_size), kCompletedStepMargin kept free.
 void largest_batch(const ProcessModel& p, uint32_t device, uint64_t recorded, DevicePlan& d) {
   if (!recorded) return;
-  constexpr double kTop = 64.0;
-  const auto mb = max_batch_scale(p, device, {}, 0.01, kTop);
+  const auto mb = max_batch_scale(p, device, {});
   if (!mb) return;
-  if (mb->scale >= kTop) {
-    d.largest_batch = static_cast<uint64_t>(kTop) * recorded;
+  if (mb->scale >= kMaxBatchScaleTop) {
+    d.largest_batch = static_cast<uint64_t>(kMaxBatchScaleTop) * recorded;
     d.largest_at_least = true;
     return;
   }

@@ -32,18 +32,18 @@ WhatIfResult replay_run(const ProcessModel& p, uint32_t device, const WhatIfSett
 
 // What --max-batch keeps free under the limits when the step was completed by prediction.
 inline constexpr double kCompletedStepMargin = 0.015;
+// The largest batch scale max_batch_scale looks at: a step that fits there is said to fit "at
+// least" there.
+inline constexpr double kMaxBatchScaleTop = 64.0;
 // The largest batch scale that fits (bisection by replay, to 1/1000 between `lo` and `hi`):
 // nullopt when even `lo` does not fit. Every other setting as in `settings`.
 struct MaxBatch {
   double scale = 0;
   WhatIfResult at;  // the replay at that scale
-  // Where the step's batch is known (a step completed by prediction): the largest batch size
-  // that fits (largest_batch_size), and the step's own; 0 where it is not.
-  uint64_t batch = 0, recorded_batch = 0;
 };
 std::optional<MaxBatch> max_batch_scale(const ProcessModel& p, uint32_t device,
                                         WhatIfSettings settings, double lo = 0.01,
-                                        double hi = 64.0);
+                                        double hi = kMaxBatchScaleTop);
 // The largest batch size that fits, for a step at batch `recorded`, from max_batch_scale's
 // answer under the run's own settings: its scale times the batch, floored (what the bisection
 // found to fit), then one more sample at a time while that fits too (the bisection stops within
@@ -91,6 +91,9 @@ struct ProcessReplay {
   uint64_t device_total = 0;
   WhatIfResult r;
   std::optional<MaxBatch> max_batch;
+  // Where the step's batch is known (max_batch's completion, below the top scale): the largest
+  // batch size that fits (largest_batch_size).
+  std::optional<uint64_t> max_batch_size;
   bool max_batch_asked = false;
   uint64_t origin_ns = 0;  // the run's: a time is said since it
 };
