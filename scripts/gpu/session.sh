@@ -5,7 +5,7 @@
 # $LOGS/<part>.log; a part that runs past its time is cut and the rest still run.
 #
 #   LOGS=/tmp/logs scripts/gpu/session.sh [part ...]
-#   parts: test quick cost pytest categories compile probe repeat preflight1b
+#   parts: test quick cost pytest categories compile probe forkprobe ownpreflight repeat preflight1b
 #   (repeat: the later fake steps repeated against run in full, llama1b b16 and ResNet-50 b128;
 #   preflight1b: the 1e9 Llama's pre-flight that fits and the one that does not, then the latter
 #   again with VRAMTRACE_FAKE_STEP_REPEAT=0 (its later steps run in full, not repeated): its
@@ -28,6 +28,8 @@ for p in "${parts[@]}"; do
     compile) timeout 240 python3 "$ROOT/scripts/gpu/compile_check.py" --build "${BUILD:-$ROOT/build}" \
                --scripts "$ROOT/tests/gpu/real" --out "${OUT:-$ROOT/gpu-out}" ;;
     probe) timeout 60 python3 "$ROOT/tests/gpu/real/probe_context_toggle.py" ;;
+    forkprobe) timeout 90 python3 "$ROOT/scripts/gpu/fork_probe.py" ;;
+    ownpreflight) OUT="$LOGS" timeout 480 "$ROOT/scripts/gpu/own_preflight.sh" ;;
     repeat) timeout 150 python3 "$ROOT/scripts/gpu/fake_step_speed.py" llama1b 16
             timeout 60 python3 "$ROOT/scripts/gpu/fake_step_speed.py" resnet50 128 ;;
     preflight1b) FITS=llama1b:8 OVER=llama1b:16 LIMIT_GIB=40 OUT="$LOGS/pf" \

@@ -1,0 +1,158 @@
+"""Can a forked child of a CUDA program run a training step on PyTorch's fake tensors, and leave
+its parent as it was? What a pre-flight of the program's own loop would do: fork at the first
+training call, run the loop on fake tensors in the child, go on for real in the parent.
+
+  python3 scripts/gpu/fork_probe.py
+
+Each case forks once and prints what the child could run (or where it stopped) and whether the
+parent's real step afterwards gives the same loss as the same step in a process that never
+forked."""
+import os
+import sys
+import time
+import json
+import traceback
+
+import torch
+import torchvision
+
+
+def make():
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 3, 64, 64, device="cuda")
+    y = torch.randint(0, 10, (32,), device="cuda")
+    return model, opt, x, y
+
+
+def real_step(model, opt, x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def child(model, opt, x, y, patch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.nn.utils.stateless import _reparametrize_module
+    out = {"patch": patch}
+    if patch:
+        torch.cuda._lazy_init = lambda: None
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    stage = "fake parameters"
+    try:
+        with mode:
+            fakes = {n: torch.nn.Parameter(torch.empty_strided(tuple(p.shape), tuple(p.stride()),
+                                                               dtype=p.dtype, device=p.device))
+                     for n, p in model.named_parameters()}
+            bufs = {n: torch.empty_strided(tuple(b.shape), tuple(b.stride()), dtype=b.dtype,
+                                           device=b.device) for n, b in model.named_buffers()}
+        stage = "optimizer"
+        opt.param_groups[0]["params"] = list(fakes.values())
+        opt.state = {}
+        with _reparametrize_module(model, {**fakes, **bufs}), mode:
+            for i in range(2):
+                stage = "forward %d" % i
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                stage = "backward %d" % i
+                loss.backward()
+                stage = "optimizer step %d" % i
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        stage = "torch.cuda.max_memory_allocated"
+        out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        stage = "torch.cuda.synchronize"
+        torch.cuda.synchronize()
+        stage = "done"
+        out["ok"] = True
+        # Calls a training loop makes besides its step: each tried alone.
+        calls = {}
+        for name, f in (("current_device", lambda: torch.cuda.current_device()),
+                        ("device_properties", lambda: torch.cuda.get_device_properties(0)
+                         .total_memory),
+                        ("memory_reserved", lambda: torch.cuda.memory_reserved()),
+                        ("empty_cache", lambda: torch.cuda.empty_cache()),
+                        ("x.cuda()", lambda: str(type(torch.ones(4).cuda()))),
+                        ("pin_memory", lambda: torch.ones(4).pin_memory().is_pinned())):
+            try:
+                calls[name] = repr(f())[:80]
+            except BaseException as ex:
+                calls[name] = "%s: %s" % (type(ex).__name__, str(ex).splitlines()[0][:120]
+                                          if str(ex) else "")
+        try:
+            with mode:
+                scaler = torch.amp.GradScaler("cuda")
+                with _reparametrize_module(model, {**fakes, **bufs}), \
+                        torch.autocast("cuda", dtype=torch.float16):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            calls["GradScaler fp16 step"] = "ok"
+        except BaseException as ex:
+            calls["GradScaler fp16 step"] = "%s: %s" % (type(ex).__name__,
+                                                       str(ex).splitlines()[0][:160])
+        out["calls"] = calls
+    except BaseException as ex:
+        out["ok"] = False
+        out["error"] = "%s: %s" % (type(ex).__name__, str(ex).splitlines()[0][:300]
+                                   if str(ex) else "")
+        out["where"] = traceback.format_exc().splitlines()[-3:-1]
+    out["stage"] = stage
+    return out
+
+
+def case(name, backward_before, patch):
+    model, opt, x, y = make()
+    if backward_before:
+        real_step(model, opt, x, y)
+    torch.cuda.synchronize()
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            out = child(model, opt, x, y, patch)
+        except BaseException as ex:
+            out = {"ok": False, "error": repr(ex)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    forked = time.perf_counter() - t0
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    waited = time.perf_counter() - t0
+    try:
+        out = json.loads(data.decode() or "{}")
+    except ValueError:
+        out = {"raw": data[:300].decode(errors="replace")}
+    after = real_step(model, opt, x, y)
+    # The same in a model that never forked.
+    m2, o2, x2, y2 = make()
+    if backward_before:
+        real_step(m2, o2, x2, y2)
+    same = real_step(m2, o2, x2, y2)
+    print("%s: child status %s, fork %.3f s, child done %.2f s; child: %s; parent's next step "
+          "loss %.6f, unforked %.6f: %s" % (name, status, forked, waited, json.dumps(out), after,
+                                            same, "same" if after == same else "DIFFERENT"))
+    sys.stdout.flush()
+
+
+torch.backends.cudnn.deterministic = True
+torch.backends.cudnn.benchmark = False
+print("torch", torch.__version__, torch.cuda.get_device_name())
+for name, before, patch in (("no backward before, no patch", False, False),
+                            ("no backward before, _lazy_init patched", False, True),
+                            ("a backward before, _lazy_init patched", True, True)):
+    case(name, before, patch)
