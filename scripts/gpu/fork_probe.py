@@ -17,12 +17,35 @@ import torch
 import torchvision
 
 
+KIND = ["resnet"]
+
+
+class Llama(torch.nn.Module):
+    """A small transformers Llama (SDPA attention) whose call returns logits of (B*T, V)."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=512,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                          max_position_embeddings=128, attn_implementation="sdpa")
+        self.m = LlamaForCausalLM(cfg)
+
+    def forward(self, x):
+        return self.m(input_ids=x).logits.flatten(0, 1)
+
+
 def make():
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10).cuda()
+    if KIND[0] == "llama":
+        model = Llama().cuda()
+        x = torch.randint(0, 1000, (8, 128), device="cuda")
+        y = torch.randint(0, 1000, (8 * 128,), device="cuda")
+    else:
+        model = torchvision.models.resnet18(num_classes=10).cuda()
+        x = torch.randn(32, 3, 64, 64, device="cuda")
+        y = torch.randint(0, 10, (32,), device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(32, 3, 64, 64, device="cuda")
-    y = torch.randint(0, 10, (32,), device="cuda")
     return model, opt, x, y
 
 
@@ -151,8 +174,23 @@ def case(name, backward_before, patch):
 
 torch.backends.cudnn.deterministic = True
 torch.backends.cudnn.benchmark = False
-print("torch", torch.__version__, torch.cuda.get_device_name())
-for name, before, patch in (("no backward before, no patch", False, False),
-                            ("no backward before, _lazy_init patched", False, True),
-                            ("a backward before, _lazy_init patched", True, True)):
+CASES = (("resnet", "resnet18: no backward before, no patch", False, False),
+         ("resnet", "resnet18: no backward before, _lazy_init patched", False, True),
+         ("resnet", "resnet18: a backward before, _lazy_init patched", True, True),
+         ("llama", "llama (sdpa): no backward before, _lazy_init patched", False, True),
+         ("llama", "llama (sdpa), device properties read before the fork", False, True))
+if sys.argv[1:2] == ["case"]:
+    kind, name, before, patch = CASES[int(sys.argv[2])]
+    KIND[0] = kind
+    if "properties" in name:
+        torch.cuda.get_device_properties(torch.cuda.current_device())
     case(name, before, patch)
+else:
+    import subprocess
+    for i in range(len(CASES)):  # each in a process of its own: nothing warmed by another
+        r = subprocess.run([sys.executable, __file__, "case", str(i)], capture_output=True,
+                           text=True, timeout=120)
+        print((r.stdout.strip() or "%s: no output" % CASES[i][1]) +
+              ("" if r.returncode == 0 else " [rc %d: %s]" % (r.returncode,
+                                                               r.stderr.strip()[-300:])))
+        sys.stdout.flush()

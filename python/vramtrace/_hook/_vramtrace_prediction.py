@@ -310,6 +310,13 @@ class Prediction:
                              "step on fake tensors, in a copy of the process (a few seconds)\n")
         except Exception:
             pass
+        try:
+            # What the model's kernels choose by (an attention's backend by the device's
+            # capability) read here, where CUDA may be called, and kept by PyTorch for the copy.
+            if torch.cuda.is_initialized():
+                torch.cuda.get_device_properties(step.model_device(module))
+        except Exception:
+            pass
         side, end = _vramtrace_fork.fork(self.child_wait)
         if side is None:
             self.say_standin("no copy of the process: %s" % end)
