@@ -8,6 +8,7 @@
 # without vramtrace (its losses, which the pre-flight's run must print the same). OVER cases
 # (MODEL:BATCH:LIMIT_GIB) run under a per-process fraction the step does not fit, so that the
 # pre-flight's second stage (the largest batch, the remedies) comes from the copy too.
+# MODES="program" runs no stand-in pre-flight.
 # scripts/gpu/own_preflight_check.py prints predicted vs recorded for each.
 #
 #   BUILD=$PWD/build-gpu OUT=/tmp/o scripts/gpu/own_preflight.sh [MODEL:BATCH ...]
@@ -18,14 +19,14 @@ OUT=${OUT:-$ROOT/gpu-out}
 RUNS=$OUT/own-preflight
 mkdir -p "$RUNS"
 cases=("$@")
-[[ ${#cases[@]} -eq 0 ]] && cases=(seg:64 llama_bf16:48 vit_clr:256 llama_loop:16 mlm:64)
+[[ ${#cases[@]} -eq 0 ]] && cases=(seg:64 llama_bf16:48 vit_clr:256 mlm:64)
 OVER=${OVER:-"llama_bf16:48:10"}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__)'
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore STEPS=3
 for c in "${cases[@]}"; do
   model=${c%%:*} batch=${c##*:}
-  for step in program standin; do
+  for step in ${MODES:-program standin}; do
     dir=$RUNS/$model-b$batch-$step
     rm -rf "$dir"
     start=$(date +%s%N)
@@ -44,7 +45,7 @@ for c in $OVER; do
   dir=$RUNS/over-$model-b$batch-program
   rm -rf "$dir"
   start=$(date +%s%N)
-  MODEL=$model BATCH=$batch LIMIT_GIB=$limit STEPS=1 \
+  VRAMTRACE_PREFLIGHT_STEP=program MODEL=$model BATCH=$batch LIMIT_GIB=$limit STEPS=1 \
     "$BUILD/bin/vramtrace" run --preflight -o "$dir" -- \
     python3 "$ROOT/scripts/gpu/own_step_job.py" run > "$dir.log" 2>&1
   echo "$? $(( ($(date +%s%N) - start) / 1000000 ))" > "$dir.rc"

@@ -29,7 +29,7 @@ for p in "${parts[@]}"; do
                --scripts "$ROOT/tests/gpu/real" --out "${OUT:-$ROOT/gpu-out}" ;;
     probe) timeout 60 python3 "$ROOT/tests/gpu/real/probe_context_toggle.py" ;;
     forkprobe) timeout 90 python3 "$ROOT/scripts/gpu/fork_probe.py" ;;
-    ownpreflight) OUT="$LOGS" timeout 480 "$ROOT/scripts/gpu/own_preflight.sh" ;;
+    ownpreflight) OUT="$LOGS" timeout ${OWN_S:-480} "$ROOT/scripts/gpu/own_preflight.sh" ;;
     repeat) timeout 150 python3 "$ROOT/scripts/gpu/fake_step_speed.py" llama1b 16
             timeout 60 python3 "$ROOT/scripts/gpu/fake_step_speed.py" resnet50 128 ;;
     preflight1b) FITS=llama1b:8 OVER=llama1b:16 LIMIT_GIB=40 OUT="$LOGS/pf" \

@@ -311,10 +311,15 @@ class Prediction:
         except Exception:
             pass
         try:
-            # What the model's kernels choose by (an attention's backend by the device's
-            # capability) read here, where CUDA may be called, and kept by PyTorch for the copy.
+            # What the copy cannot do itself, done here where CUDA may be called, and kept by
+            # PyTorch for the copy: the device's properties (an attention's backend is chosen by
+            # them) and the CUDA context fake tensors make once per device (a one-element
+            # tensor, as a pre-flight in this process makes it).
             if torch.cuda.is_initialized():
-                torch.cuda.get_device_properties(step.model_device(module))
+                device = torch.device("cuda", step.model_device(module))
+                torch.cuda.get_device_properties(device)
+                from torch._subclasses.fake_tensor import init_gpu_context
+                init_gpu_context(device)
         except Exception:
             pass
         side, end = _vramtrace_fork.fork(self.child_wait)
