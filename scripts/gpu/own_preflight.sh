@@ -11,7 +11,7 @@
 # MODES="program" runs no stand-in pre-flight.
 # scripts/gpu/own_preflight_check.py prints predicted vs recorded for each.
 #
-#   BUILD=$PWD/build-gpu OUT=/tmp/o scripts/gpu/own_preflight.sh [MODEL:BATCH ...]
+#   BUILD=$PWD/build-gpu OUT=/tmp/o scripts/gpu/own_preflight.sh [MODEL:BATCH ...]   (or CASES=...)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -19,7 +19,7 @@ OUT=${OUT:-$ROOT/gpu-out}
 RUNS=$OUT/own-preflight
 mkdir -p "$RUNS"
 cases=("$@")
-[[ ${#cases[@]} -eq 0 ]] && cases=(seg:64 llama_bf16:48 vit_clr:256 mlm:64)
+[[ ${#cases[@]} -eq 0 ]] && read -ra cases <<< "${CASES:-seg:64 llama_bf16:48 vit_clr:256 mlm:64}"
 OVER=${OVER:-"llama_bf16:48:10"}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__)'
