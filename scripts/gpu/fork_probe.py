@@ -122,7 +122,9 @@ def child(model, opt, x, y, patch):
         out["ok"] = False
         out["error"] = "%s: %s" % (type(ex).__name__, str(ex).splitlines()[0][:300]
                                    if str(ex) else "")
-        out["where"] = traceback.format_exc().splitlines()[-3:-1]
+        # Where in PyTorch the CUDA call came from: the innermost Python frames.
+        out["where"] = ["%s:%d %s" % (f.filename, f.lineno, f.name)
+                        for f in traceback.extract_tb(ex.__traceback__)[-8:]]
     out["stage"] = stage
     return out
 
