@@ -429,7 +429,7 @@ std::string noscript_summary(const json& r) {
   if (diag.contains("cause") && diag["cause"].is_object())
     out += "<p>Likely cause: " + html_escape(text_of(diag["cause"], "title")) + "</p>";
   if (diag.contains("remedies") && diag["remedies"].is_array() && !diag["remedies"].empty()) {
-    out += "<p>What to try:</p><ol>";
+    out += oom ? "<p>What to try:</p><ol>" : "<p>To use less memory:</p><ol>";
     for (const auto& m : diag["remedies"]) {
       out += "<li>" + html_escape(text_of(m, "title"));
       // As the page says it: a saving only where there is one (an OOM finding's advice has none).

@@ -476,7 +476,8 @@
       grid.append(c);
     }
     if (rem.length) {
-      const r = $("div", { class: "remedies", id: title ? null : "remedies" }, $("h3", { text: "What to try" }));
+      // Advice after an OOM; for a run that fit (the collector's verdict), what would take less.
+      const r = $("div", { class: "remedies", id: title ? null : "remedies" }, $("h3", { text: A.verdictOom ? "What to try" : "To use less memory" }));
       const ol = $("ol");
       for (const x of rem.slice(0, 3)) ol.append(remedyItem(x));
       r.append(ol);

@@ -289,6 +289,7 @@ for (const width of [1400, 1000]) {
   const cause = await page.locator("#cause").innerText();
   check(`${w}: the cause with its evidence in human units`, cause.includes("Activations of the forward pass filled the memory") && /activations live\s+\d+\.\d\d GiB/.test(cause) && cause.includes("request\t2.00 GiB") || cause.includes("request\n2.00 GiB"), cause);
   const rem = await page.locator("#remedies > ol > li").evaluateAll((ls) => ls.map((l) => [l.dataset.kind, l.querySelector(".saves")?.textContent]));
+  check(`${w}: the remedies headed as advice after the OOM`, (await page.locator("#remedies > h3").textContent()) === "What to try");
   check(`${w}: the top three remedies with what each saves`, rem.length === 3 && rem[0][0] === "mixed_precision" && /^saves ~\d+\.\d\d GiB$/.test(rem[0][1]) && rem[2][0] === "smaller_batch", JSON.stringify(rem));
   const headroom = await page.locator("[data-stat='headroom']").first();
   check(`${w}: no green headroom for a job that died at its limit`, (await headroom.locator(".value").textContent()) === "none: out of memory" && (await headroom.getAttribute("class")).includes("bad"));
@@ -412,7 +413,7 @@ for (const width of [1400, 1000]) {
   check("JavaScript off: the times on the page's clock, and which", text.includes("Times count from the first CUDA work, 1.200 s after the start") &&
         text.includes("): peak 15.23 GiB at 1.361 s of ") && text.includes("Out of memory on device 0 at 1.363 s: "), text.slice(0, 600));
   check("JavaScript off: the summary says what happened", text.includes("Out of memory: the program died") && text.includes("Limit: PyTorch's per-process memory fraction (16.00 GiB) (16.00 GiB)") &&
-        text.includes("Device 0 (NVIDIA H200): peak ") && text.includes("asked for 2.00 GiB") && text.includes("Likely cause: Activations of the forward pass") && text.includes("Train in bf16 with autocast (saves about"), text.slice(0, 600));
+        text.includes("Device 0 (NVIDIA H200): peak ") && text.includes("asked for 2.00 GiB") && text.includes("Likely cause: Activations of the forward pass") && text.includes("What to try:") && text.includes("Train in bf16 with autocast (saves about"), text.slice(0, 600));
   await page.close();
 }
 
@@ -423,17 +424,24 @@ for (const width of [1400, 1000]) {
   r.processes[0].clean_exit = true; r.processes[0].exit_code = 0;
   r.diagnosis = { ...r.diagnosis, verdict: "peak", headroom_bytes: 16 * 1024 ** 3 - r.devices[0].peak.bytes, cause: null, fatal_ooms: 0, recovered_ooms: 2 };
   delete r.diagnosis.oom_index; delete r.diagnosis.fatal;
-  const { page, errors } = await open(render("torch-peak", r), "light", 1400, 900);
+  const peakHtml = render("torch-peak", r);
+  const { page, errors } = await open(peakHtml, "light", 1400, 900);
   const verdict = await page.locator("#verdict").textContent();
   check("torch peak: the verdict is the peak against the limit", verdict === "Peak 15.23 GiB of 16.00 GiB (95 %) on device 0 at 1.361 s", verdict);
   const sub = await page.locator(".verdict-sub").textContent();
   check("torch peak: the headroom under the limit and the retried allocations", sub === "790.34 MiB headroom left under PyTorch's per-process memory fraction (16.00 GiB). 2 allocations failed and worked when retried after the allocator freed its cache. Times count from the first CUDA work, 1.200 s after the start.", sub);
   check("torch peak: the remedies without a cause", (await page.locator("#cause").count()) === 0 && (await page.locator("#remedies > ol > li").count()) === 3);
+  check("torch peak: the remedies headed as what would take less, not as a failure's advice", (await page.locator("#remedies > h3").textContent()) === "To use less memory");
   check("torch peak: no OOM mark on the chart", (await page.locator("[data-chart='0']").getAttribute("data-marks")) === "1");
   check("torch peak: headroom in red at 95 %", (await stat(page, "headroom")) === "790.34 MiB (4.8 %)" && (await page.locator("[data-stat='headroom']").getAttribute("class")).includes("bad"), await stat(page, "headroom"));
   await layout(page, "torch peak");
   check("no console errors (torch peak)", errors.length === 0, errors.join("; "));
   await page.close();
+  const plain = await browser.newPage({ viewport: { width: 1400, height: 900 }, javaScriptEnabled: false });
+  await plain.goto("file://" + peakHtml);
+  const text = await plain.locator("body").innerText();
+  check("torch peak, JavaScript off: the remedies headed as the page heads them", text.includes("To use less memory:") && !text.includes("What to try"), text.slice(0, 600));
+  await plain.close();
 }
 
 // 7c. A moment of a running job before its first CUDA work: the page says so.
