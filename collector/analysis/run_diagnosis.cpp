@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "collector/analysis/analysis.h"
 #include "common/bytes_text.h"
@@ -178,15 +182,11 @@ class RemedyReplays {
     const TorchPredictedStep* st = predicted_change(ctx, device_, tag);
     if (!st || !predicted_change(ctx, device_, "")) return;
     std::vector<std::string> names;
-    std::string list;
     for (uint32_t id : st->modules)
-      if (id && id <= ctx.modules.size()) {
-        names.push_back(ctx.modules[id - 1].name);
-        list += (list.empty() ? "" : ", ") + names.back();
-      }
+      if (id && id <= ctx.modules.size()) names.push_back(ctx.modules[id - 1].name);
     if (names.empty()) return;
+    r.title = "Checkpoint the model's repeated blocks: " + module_list_text(names);
     r.modules = std::move(names);
-    r.title = "Checkpoint the model's repeated blocks: " + list;
   }
 
   // The largest batch that fits the run's limit, by replays (what PyTorch does under pressure
@@ -411,6 +411,27 @@ Diagnosis diagnosis_of(const RunAnalysis& a) {
   diagnose(dg, a, m);
   if (!dg.remedies && m.fatal) findings_remedies(dg, *m.fatal);
   return dg;
+}
+
+std::string module_list_text(const std::vector<std::string>& names) {
+  // "prefix" + a number each, the numbers counting up by one from the first.
+  auto split = [](const std::string& n) -> std::pair<std::string, std::optional<uint64_t>> {
+    size_t i = n.size();
+    while (i > 0 && n[i - 1] >= '0' && n[i - 1] <= '9') --i;
+    if (i == n.size() || n.size() - i > 9 || (n.size() - i > 1 && n[i] == '0')) return {n, {}};
+    return {n.substr(0, i), std::stoull(n.substr(i))};
+  };
+  bool run = names.size() >= 3;
+  const auto first = split(names.front());
+  for (size_t k = 0; run && k < names.size(); ++k) {
+    const auto [prefix, number] = split(names[k]);
+    run = number && first.second && prefix == first.first && *number == *first.second + k;
+  }
+  if (run)
+    return names.front() + " to " + names.back() + " (" + std::to_string(names.size()) + " blocks)";
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return list;
 }
 
 std::string outcome_text(const RemedyOutcome& o) {

@@ -67,6 +67,11 @@ struct RemedyOutcome {
 // replayed. "" for an OOM finding's advice, which measures nothing.
 std::string outcome_text(const RemedyOutcome& o);
 
+// Module names as a remedy's title lists them: a run of numbered siblings (a model's repeated
+// blocks: "transformer.h.0" to "transformer.h.11") as its first and last and how many, else
+// every name, comma-separated.
+std::string module_list_text(const std::vector<std::string>& names);
+
 struct Diagnosis {
   bool oom = false;  // the verdict: a fatal OOM, else the peak
   uint64_t fatal_ooms = 0, recovered_ooms = 0;

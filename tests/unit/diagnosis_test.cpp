@@ -4,8 +4,11 @@
 
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "collector/analysis/diagnosis.h"
+#include "collector/analysis/run_diagnosis.h"
 #include "collector/predict/whatif.h"
 
 using namespace vramtrace::collector;
@@ -260,4 +263,20 @@ TEST_CASE("remedy kinds: one table, each kind named once and told only to its pr
   REQUIRE(native.size() == 3);
   for (const Remedy& r : native)
     REQUIRE(remedy_kind_row(r.kind).audience == RemedyAudience::Native);
+}
+
+TEST_CASE("remedies: a run of numbered blocks is named by its first and last, others in full") {
+  using vramtrace::collector::module_list_text;
+  std::vector<std::string> gpt2;
+  for (int i = 0; i < 12; ++i) gpt2.push_back("transformer.h." + std::to_string(i));
+  CHECK(module_list_text(gpt2) == "transformer.h.0 to transformer.h.11 (12 blocks)");
+  // Two are said in full; so are blocks of two parents, a gap, and numbers not counting up.
+  CHECK(module_list_text({"layers.0", "layers.1"}) == "layers.0, layers.1");
+  CHECK(module_list_text({"encoder.layer.0", "encoder.layer.1", "decoder.layer.0"}) ==
+        "encoder.layer.0, encoder.layer.1, decoder.layer.0");
+  CHECK(module_list_text({"layer1.0", "layer1.1", "layer1.3"}) == "layer1.0, layer1.1, layer1.3");
+  CHECK(module_list_text({"blocks.2", "blocks.1", "blocks.0"}) == "blocks.2, blocks.1, blocks.0");
+  CHECK(module_list_text({"stage.07", "stage.08", "stage.09"}) == "stage.07, stage.08, stage.09");
+  CHECK(module_list_text({"blocks.4", "blocks.5", "blocks.6"}) ==
+        "blocks.4 to blocks.6 (3 blocks)");
 }
