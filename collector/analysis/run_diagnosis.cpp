@@ -421,6 +421,7 @@ std::string module_list_text(const std::vector<std::string>& names) {
     if (i == n.size() || n.size() - i > 9 || (n.size() - i > 1 && n[i] == '0')) return {n, {}};
     return {n.substr(0, i), std::stoull(n.substr(i))};
   };
+  if (names.empty()) return "";
   bool run = names.size() >= 3;
   const auto first = split(names.front());
   for (size_t k = 0; run && k < names.size(); ++k) {

@@ -271,6 +271,7 @@ TEST_CASE("remedies: a run of numbered blocks is named by its first and last, ot
   for (int i = 0; i < 12; ++i) gpt2.push_back("transformer.h." + std::to_string(i));
   CHECK(module_list_text(gpt2) == "transformer.h.0 to transformer.h.11 (12 blocks)");
   // Two are said in full; so are blocks of two parents, a gap, and numbers not counting up.
+  CHECK(module_list_text({}).empty());
   CHECK(module_list_text({"layers.0", "layers.1"}) == "layers.0, layers.1");
   CHECK(module_list_text({"encoder.layer.0", "encoder.layer.1", "decoder.layer.0"}) ==
         "encoder.layer.0, encoder.layer.1, decoder.layer.0");

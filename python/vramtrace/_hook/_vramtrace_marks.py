@@ -64,10 +64,13 @@ class Marks:
         """No forward, backward or optimizer step is running."""
         return not (self.stack or self.in_root or self.in_backward or self.in_step)
 
-    def mark(self, kind, ident):
+    def mark(self, kind, ident, trim=True):
+        """A mark now. `trim`: past MAX_MARKS the oldest half is dropped; a mark made where the
+        side channel is written (on the thread of a report of the moment too, while the
+        program's thread marks) passes False and is appended as is."""
         self.times.append(self.now())
         self.codes.append(kind | (ident << 4))
-        if len(self.times) > self.MAX_MARKS:
+        if trim and len(self.times) > self.MAX_MARKS:
             half = self.MAX_MARKS // 2
             del self.times[:half]
             del self.codes[:half]

@@ -149,12 +149,8 @@ class Storages:
         mark saying so: the collector trusts no older label for a block still live here."""
         self.labelled.clear()
         self.label_all()
-        # Appended as is, never trimmed (Marks.mark may drop the oldest half): this runs where
-        # the side channel is written, on the thread of a report of the moment too, while the
-        # program's thread marks.
-        marks = self.marks
-        marks.times.append(marks.now())
-        marks.codes.append(_NAMED)
+        # Never trimmed: this runs where the side channel is written.
+        self.marks.mark(_NAMED, 0, trim=False)
 
     def label(self, t, kind, name):
         try:
