@@ -2,7 +2,11 @@
 its parent as it was? What a pre-flight of the program's own loop would do: fork at the first
 training call, run the loop on fake tensors in the child, go on for real in the parent.
 
-  python3 scripts/gpu/fork_probe.py
+  python3 scripts/gpu/fork_probe.py [SHIM.so]
+
+Given the probe's pass-through of the CUDA runtime (scripts/gpu/fork_shim/make.sh), the cases
+run again with it preloaded: the child then answers the device's index and count as the parent
+had them, and lists each CUDA runtime function it called (`cuda_calls`).
 
 Each case forks once and prints what the child could run (or where it stopped) and whether the
 parent's real step afterwards gives the same loss as the same step in a process that never
@@ -18,6 +22,7 @@ import torchvision
 
 
 KIND = ["resnet"]
+SHIM_DEVICE = [0, 1]
 
 
 class Llama(torch.nn.Module):
@@ -61,6 +66,12 @@ def child(model, opt, x, y, patch):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
     out = {"patch": patch}
+    shim = None
+    if os.environ.get("VT_FORK_SHIM"):
+        import ctypes
+        import tempfile
+        shim = tempfile.TemporaryFile()
+        ctypes.CDLL(None).vt_shim_child(SHIM_DEVICE[0], SHIM_DEVICE[1], shim.fileno())
     if patch:
         torch.cuda._lazy_init = lambda: None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -98,6 +109,8 @@ def child(model, opt, x, y, patch):
                         ("memory_reserved", lambda: torch.cuda.memory_reserved()),
                         ("empty_cache", lambda: torch.cuda.empty_cache()),
                         ("x.cuda()", lambda: str(type(torch.ones(4).cuda()))),
+                        ("batch.cpu()", lambda: float(x.float().sum().cpu()) if not
+                         x.is_floating_point() else float(x.sum().cpu())),
                         ("pin_memory", lambda: torch.ones(4).pin_memory().is_pinned())):
             try:
                 calls[name] = repr(f())[:80]
@@ -126,6 +139,9 @@ def child(model, opt, x, y, patch):
         out["where"] = ["%s:%d %s" % (f.filename, f.lineno, f.name)
                         for f in traceback.extract_tb(ex.__traceback__)[-8:]]
     out["stage"] = stage
+    if shim is not None:
+        shim.seek(0)
+        out["cuda_calls"] = [line.split()[1] for line in shim.read().decode().splitlines()]
     return out
 
 
@@ -138,6 +154,7 @@ def case(name, backward_before, patch):
         # The fake tensors' CUDA context, made once per device: here, in the parent.
         from torch._subclasses.fake_tensor import init_gpu_context
         init_gpu_context(x.device)
+    SHIM_DEVICE[:] = [torch.cuda.current_device(), torch.cuda.device_count()]
     r, w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -193,10 +210,18 @@ if sys.argv[1:2] == ["case"]:
     case(name, before, patch)
 else:
     import subprocess
-    for i in range(len(CASES)):  # each in a process of its own: nothing warmed by another
+    runs = [(i, None) for i in range(len(CASES))]
+    if sys.argv[1:2]:
+        runs += [(i, os.path.abspath(sys.argv[1])) for i in range(len(CASES))]
+    for i, shim in runs:  # each in a process of its own: nothing warmed by another
+        env = dict(os.environ)
+        if shim:
+            env["LD_PRELOAD"] = ":".join(filter(None, [shim, env.get("LD_PRELOAD")]))
+            env["VT_FORK_SHIM"] = "1"
         r = subprocess.run([sys.executable, __file__, "case", str(i)], capture_output=True,
-                           text=True, timeout=120)
-        print((r.stdout.strip() or "%s: no output" % CASES[i][1]) +
+                           text=True, timeout=120, env=env)
+        print(("[shim] " if shim else "") +
+              (r.stdout.strip() or "%s: no output" % CASES[i][1]) +
               ("" if r.returncode == 0 else " [rc %d: %s]" % (r.returncode,
                                                                r.stderr.strip()[-300:])))
         sys.stdout.flush()

@@ -214,6 +214,21 @@ TEST_CASE("a fork after CUDA started neither hangs nor duplicates events") {
   REQUIRE(j["processes"][0]["clean_exit"] == true);
 }
 
+TEST_CASE("a forked copy's device queries are answered from the parent's values, in it alone") {
+  std::string dir = temp_dir();
+  Result r =
+      sh(kEnv + "timeout 60 " + kVramtrace + " run -o " + dir + " -- " + prog("forked_copy"));
+  INFO(r.out);
+  REQUIRE(r.code() == 0);
+  REQUIRE(r.out.find("child: rebound some, device 5 (0), count 7 (0), set 5: 0, set 1: 101\n") !=
+          std::string::npos);
+  REQUIRE(r.out.find("parent: device 0, count 1, set 5: 101, child status 0\n") !=
+          std::string::npos);
+  // Without the library the program cannot ask for it.
+  Result bare = sh(kEnv + "timeout 60 " + prog("forked_copy"));
+  REQUIRE(bare.code() == 3);
+}
+
 TEST_CASE("CUPTI held by another tool: one line on stderr, the target runs untouched") {
   std::string dir = temp_dir();
   Result r =
