@@ -2,11 +2,13 @@
 its parent as it was? What a pre-flight of the program's own loop would do: fork at the first
 training call, run the loop on fake tensors in the child, go on for real in the parent.
 
-  python3 scripts/gpu/fork_probe.py [SHIM.so]
+  python3 scripts/gpu/fork_probe.py [SHIM.so [libvramtrace.so]]
 
 Given the probe's pass-through of the CUDA runtime (scripts/gpu/fork_shim/make.sh), the cases
 run again with it preloaded: the child then answers the device's index and count as the parent
-had them, and lists each CUDA runtime function it called (`cuda_calls`).
+had them, and lists each CUDA runtime function it called (`cuda_calls`); given the preloaded
+library too, once more with it preloaded alone and its own answer asked for in the child
+(vramtrace_v1_forked_copy, as a pre-flight's copy asks; `rebound`: how many imports it rebound).
 
 Each case forks once and prints what the child could run (or where it stopped) and whether the
 parent's real step afterwards gives the same loss as the same step in a process that never
@@ -72,6 +74,10 @@ def child(model, opt, x, y, patch):
         import tempfile
         shim = tempfile.TemporaryFile()
         ctypes.CDLL(None).vt_shim_child(SHIM_DEVICE[0], SHIM_DEVICE[1], shim.fileno())
+    if os.environ.get("VT_FORK_LIB"):  # the preloaded library's own answer, as a pre-flight's
+        import ctypes
+        out["rebound"] = ctypes.CDLL(None).vramtrace_v1_forked_copy(SHIM_DEVICE[0],
+                                                                    SHIM_DEVICE[1])
     if patch:
         torch.cuda._lazy_init = lambda: None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -211,16 +217,16 @@ if sys.argv[1:2] == ["case"]:
 else:
     import subprocess
     runs = [(i, None) for i in range(len(CASES))]
-    if sys.argv[1:2]:
-        runs += [(i, os.path.abspath(sys.argv[1])) for i in range(len(CASES))]
+    for arg in sys.argv[1:3]:
+        runs += [(i, os.path.abspath(arg)) for i in range(len(CASES))]
     for i, shim in runs:  # each in a process of its own: nothing warmed by another
         env = dict(os.environ)
         if shim:
             env["LD_PRELOAD"] = ":".join(filter(None, [shim, env.get("LD_PRELOAD")]))
-            env["VT_FORK_SHIM"] = "1"
+            env["VT_FORK_LIB" if "libvramtrace" in shim else "VT_FORK_SHIM"] = "1"
         r = subprocess.run([sys.executable, __file__, "case", str(i)], capture_output=True,
                            text=True, timeout=120, env=env)
-        print(("[shim] " if shim else "") +
+        print(("[%s] " % os.path.basename(shim) if shim else "") +
               (r.stdout.strip() or "%s: no output" % CASES[i][1]) +
               ("" if r.returncode == 0 else " [rc %d: %s]" % (r.returncode,
                                                                r.stderr.strip()[-300:])))

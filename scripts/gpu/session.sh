@@ -28,7 +28,7 @@ for p in "${parts[@]}"; do
     compile) timeout 240 python3 "$ROOT/scripts/gpu/compile_check.py" --build "${BUILD:-$ROOT/build}" \
                --scripts "$ROOT/tests/gpu/real" --out "${OUT:-$ROOT/gpu-out}" ;;
     probe) timeout 60 python3 "$ROOT/tests/gpu/real/probe_context_toggle.py" ;;
-    forkprobe) timeout 300 python3 "$ROOT/scripts/gpu/fork_probe.py" ${SHIM:-} ;;
+    forkprobe) timeout 400 python3 "$ROOT/scripts/gpu/fork_probe.py" ${SHIM:-} ${FORK_LIB:-} ;;
     ownpreflight) OUT="$LOGS" timeout ${OWN_S:-480} "$ROOT/scripts/gpu/own_preflight.sh" ;;
     repeat) timeout 150 python3 "$ROOT/scripts/gpu/fake_step_speed.py" llama1b 16
             timeout 60 python3 "$ROOT/scripts/gpu/fake_step_speed.py" resnet50 128 ;;
