@@ -349,6 +349,7 @@ std::string preflight_noscript(const json& r) {
         continue;
       }
       out += "predicted " + bytes_of(d, "predicted_reserved_peak_bytes") + " reserved";
+      if (text_of(p, "loss") == "program") out += " by the program's own loop";
       if (d.value("compared", false) == true && has_number(d, "error_percent")) {
         char err[32];
         std::snprintf(err, sizeof err, "%+.1f %%", d["error_percent"].get<double>());

@@ -452,7 +452,8 @@ std::string preflight_lines(const json& r) {
         continue;
       }
       const std::string predicted =
-          "predicted " + human_bytes(d.value("predicted_reserved_peak_bytes", uint64_t{0}));
+          "predicted " + human_bytes(d.value("predicted_reserved_peak_bytes", uint64_t{0})) +
+          (p.value("loss", std::string()) == "program" ? " by the program's own loop" : "");
       if (!d.value("compared", false)) {
         out += head + predicted + " (reserved); not compared: " +
                printable(d.value("not_compared_because", std::string())) + "\n";

@@ -150,6 +150,11 @@ std::string preflight_verdict(const ProcessModel& p, bool* more) {
   const std::string head = "vramtrace: PRE-FLIGHT: ";
   const std::vector<uint32_t> devices = preflight_devices(p);
   if (devices.empty()) return head + "no step was predicted\n";
+  // Whose step it was: the program's own loop (run in a copy of the process) or, unsaid, the
+  // stand-in step, whose assumptions the report lists.
+  const bool own = p.torch_context && p.torch_context->preflight &&
+                   p.torch_context->preflight->loss == "program";
+  const std::string whose = own ? ", the program's own loop on fake tensors" : "";
   std::string out;
   for (uint32_t dev : devices) {
     const DevicePlan d = device_plan(p, dev);
@@ -163,13 +168,14 @@ std::string preflight_verdict(const ProcessModel& p, bool* more) {
         by_fraction ? "PyTorch's per-process fraction of " + human_bytes(*d.fraction_limit_bytes)
                     : "a limit of " + human_bytes(d.limit_bytes);
     if (d.fits) {
-      out += head + at + "the first step (batch " + std::to_string(d.batch) + ") will peak at " +
-             human_bytes(d.peak_bytes) + " against " + limit + ": it fits, " +
+      out += head + at + "the first step (batch " + std::to_string(d.batch) + whose +
+             ") will peak at " + human_bytes(d.peak_bytes) + " against " + limit + ": it fits, " +
              human_bytes(d.free_bytes) + " to spare\n";
       continue;
     }
-    std::string line = head + at + "the first step will need " + human_bytes(d.peak_bytes) +
-                       " against " + limit + ": it will run out of memory; ";
+    std::string line = head + at + "the first step" + (own ? " (" + whose.substr(2) + ")" : "") +
+                       " will need " + human_bytes(d.peak_bytes) + " against " + limit +
+                       ": it will run out of memory; ";
     if (more) {
       *more = true;
       out += line + "the largest batch that fits and the remedies follow\n";

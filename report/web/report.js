@@ -1485,7 +1485,7 @@
     const box = $("section", { class: "card", id: "preflight" }, $("h2", { text: "Pre-flight: the first step predicted before it ran" }));
     const ul = $("ul", { class: "preflight" });
     for (const p of procs) {
-      const how = `predicted on fake tensors in ${secs((p.fake_step_seconds || 0) * 1e9)} at ${A.at(p.asked_ns)}`;
+      const how = `${p.loss === "program" ? "run by the program's own loop on fake tensors, in a copy of the process," : "predicted on fake tensors"} in ${secs((p.fake_step_seconds || 0) * 1e9)} at ${A.at(p.asked_ns)}`;
       for (const d of p.devices || []) {
         const who = `Process ${p.pid}, device ${d.device} (batch ${d.batch})`;
         let text;

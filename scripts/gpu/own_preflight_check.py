@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The table of scripts/gpu/own_preflight.sh's runs: per loop, the pre-flight's predicted reserved
-peak of the first step (report.json's preflight) against the one recorded over the same two
-iterations, the error, the fake steps' seconds, the loss the stand-in step took
-(preflight.processes[].loss), and whether the job's losses under the pre-flight are those it
-prints without vramtrace.
+peak of the first step (report.json's preflight, the program's own loop and the stand-in step)
+against the one recorded over the same two iterations, the error, the fake steps' seconds, what
+ran them (preflight.processes[].loss: "program" is the program's own loop), and whether the
+job's losses under the pre-flight are those it prints without vramtrace.
 
     own_preflight_check.py RUNS"""
 import json

@@ -25,6 +25,7 @@ the fraction the step dies at block2's output (52 MiB held, 20 MiB more over 70)
    preflight_test.py BUILD_DIR"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -138,8 +139,34 @@ def fits(work):
     page = open(os.path.join(work, "fits", "report.html"), encoding="utf-8").read()
     check("predicted 46.00 MiB reserved, the step took 30.00 MiB (error +53.3 %)" in page,
           "the page's no-script summary")
+    # The same run as the program's own loop would have left it (its PF line's "program", no
+    # stand-in's assumptions): the report says whose step it was, on the summary and the page.
+    own = os.path.join(work, "fits-own")
+    shutil.copytree(os.path.join(work, "fits"), own)
+    for n in os.listdir(own):
+        if n.endswith(".torch"):
+            path = os.path.join(own, n)
+            side = open(path, encoding="utf-8").read().splitlines(True)
+            side = [l if not l.startswith("PF\t") else l.rsplit("\t", 1)[0] + "\tprogram\n"
+                    for l in side if not l.startswith("SA\t")]
+            open(path, "w", encoding="utf-8").writelines(side)
+    for n in ("report.json", "report.html"):
+        os.unlink(os.path.join(own, n))
+    r = subprocess.run([vtrel.VRAMTRACE, "report", "-o", own, own], env=env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    rep = json.load(open(os.path.join(own, "report.json"), encoding="utf-8"))
+    p, d = device(rep)
+    check((p["loss"], p["assumed"], d["predicted_reserved_peak_bytes"]) ==
+          ("program", [], 46 * MiB), "the own loop's pre-flight: %r" % p)
+    check("vramtrace: pre-flight predicted 46.00 MiB by the program's own loop, the step took "
+          "30.00 MiB (error +53.3 %; PyTorch reserved, the first two iterations)" in r.stdout and
+          "pre-flight assumed" not in r.stdout, "its summary: %r" % r.stdout)
+    page = open(os.path.join(own, "report.html"), encoding="utf-8").read()
+    check("predicted 46.00 MiB reserved by the program's own loop, the step took 30.00 MiB "
+          "(error +53.3 %)" in page, "its page's no-script summary")
     print("fits: the verdict before the first step, the output unchanged, predicted 46 MiB "
-          "against 30 MiB recorded: checked")
+          "against 30 MiB recorded; whose step it was (the stand-in's, the program's own "
+          "loop's) said: checked")
 
 
 def runs_out(work):

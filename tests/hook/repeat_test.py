@@ -159,6 +159,10 @@ class PreflightStub(Prediction):
     def __init__(self):
         self.preflight_dir, self.seen, self.predicted = "/nowhere", [], []
         self.preflight_line = "PF\t1\t8\t0\t1\tmodel\n"
+        self.batches = None
+
+    def fork_own(self, module):
+        return None  # the stand-in step's stages (the program's own loop needs real PyTorch)
 
     def predict_first_step(self, module, line, runs):
         self.seen.append(("stage 1", step.REPEAT_ON))

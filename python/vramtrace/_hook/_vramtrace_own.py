@@ -70,6 +70,10 @@ class OwnSteps:
         self.run_batch = batch
         self.in_backward = 0
         self.uncut = None       # (DataLoader iterator class, its __next__) while batches are cut
+        # Called after each configuration with its (batch, change), whether it gave a step and
+        # its new lines (a pre-flight's child sends them to its parent as they come).
+        self.on_run_end = None
+        self.lines_sent = 0
 
     # ---- setting up and putting back -------------------------------------------------------
     def start(self):
@@ -299,6 +303,9 @@ class OwnSteps:
                 self.first_done = True
         else:
             self.failures.append((self.run_batch, self.change, status))
+        if self.on_run_end is not None:
+            self.on_run_end(self.run_batch, self.change, status, self.lines[self.lines_sent:])
+        self.lines_sent = len(self.lines)
         self.end_changes()
         self.run_index += 1
         if self.run_index >= len(self.runs) or not self.first_done or not self.optimizers:

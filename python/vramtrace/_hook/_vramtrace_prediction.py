@@ -11,6 +11,10 @@ import weakref
 
 import _vramtrace_step as step
 
+# What runs a pre-flight's steps unless VRAMTRACE_PREFLIGHT_STEP says: "program" (the program's
+# own loop, in a forked copy of the process) or "standin" (the stand-in step, in the process).
+PREFLIGHT_STEP = "standin"
+
 
 class Prediction:
     """The first call's arguments captured as shapes, and the steps run on fake tensors at exit,
@@ -73,6 +77,13 @@ class Prediction:
         self.preflighting = False   # its fake steps are running
         self.plan_line = None      # the Z line, once stopped
         self.own = None            # the program's own steps on fake tensors, while they run
+        # A pre-flight runs the program's own loop in a forked copy of the process
+        # (_vramtrace_fork) with VRAMTRACE_PREFLIGHT_STEP=program: the child's end there.
+        self.child = None
+        self.batches = None        # (iterator class, its __next__) while batches are kept
+        if self.preflight_dir and os.environ.get("VRAMTRACE_PREFLIGHT_STEP",
+                                                 PREFLIGHT_STEP) == "program":
+            self.keep_batches()
         self.rng_restored = False  # the last predict_steps put the RNG states back
         self.dump_now = None       # writes the side channel now (set by sitecustomize)
 
@@ -168,19 +179,32 @@ class Prediction:
         folder, self.preflight_dir = self.preflight_dir, None  # once
         repeat_was = step.REPEAT_ON
         step.REPEAT_ON = step.REPEAT_SETTING != "0"
+        child = None
         try:
             asked_from = time.monotonic_ns()
+            started = time.perf_counter_ns()
+            child = self.fork_own(module)
+            if child == "child":
+                return  # the program's loop goes on here, on fake tensors (own_done ends it)
             self.preflighting = True
             try:
-                self.preflight_line, _, spent = self.predict_first_step(
-                    module, "PF\t%d\t%d\t%d\t%d\t%s\n", runs=lambda runs: runs[:1])
+                if child is not None and self.own_first(child):
+                    spent = time.perf_counter_ns() - started
+                    self.preflight_line = "PF\t%d\t%d\t%d\t%d\t%s\n" % (
+                        self.marks.now(), self.first_call[2], spent, 1, "program")
+                else:
+                    self.preflight_line, _, spent = self.predict_first_step(
+                        module, "PF\t%d\t%d\t%d\t%d\t%s\n", runs=lambda runs: runs[:1])
             finally:
                 self.preflighting = False
             if self.ask_preflight(folder, asked_from, 1) == "more":
                 self.preflighting = True
                 try:
                     started = time.perf_counter_ns()
-                    self.predict_steps(force=True, runs=step.after_the_first)
+                    if child is not None and not self.standin_ran:
+                        self.own_rest(child)
+                    else:
+                        self.predict_steps(force=True, runs=step.after_the_first)
                     spent += time.perf_counter_ns() - started
                     fields = self.preflight_line.split("\t")
                     fields[3] = str(spent)
@@ -204,6 +228,10 @@ class Prediction:
             except Exception:
                 pass
         finally:
+            if child is not None and child != "child":
+                child.close()
+            if child != "child":
+                self.unkeep_batches()
             step.REPEAT_ON = repeat_was
 
     def ask_preflight(self, folder, asked_from, stage):
@@ -244,6 +272,264 @@ class Prediction:
             except OSError:
                 pass
         return answer
+
+    # ---- a pre-flight's own loop, in a forked copy of the program ----------------------------
+    def fork_own(self, module):
+        """The program's own loop started on fake tensors in a forked copy of this process
+        (_vramtrace_fork), from this first training call on, as a plan's (start_own): "child" in
+        the child, which goes on with the program's loop; in the parent the child's end (its
+        steps read by own_first and own_rest), or None where the loop cannot run there (said
+        why on stderr when it was tried), and the stand-in step predicts instead."""
+        first = self.first_call
+        if (os.environ.get("VRAMTRACE_PREFLIGHT_STEP", PREFLIGHT_STEP) != "program"
+                or first is None or not first[2] or first[0]() is not module
+                or type(module).__name__ in ("OptimizedModule", "DistributedDataParallel",
+                                             "FullyShardedDataParallel", "DataParallel")):
+            return None
+        torch = self.torch
+        try:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return None
+            from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
+            from _vramtrace_own import OwnSteps
+            import _vramtrace_fork
+        except Exception:
+            return None
+        try:
+            self.modules.module_id(module)  # its modules named (M lines) here, in the parent
+        except Exception:
+            pass
+        try:
+            wait = float(os.environ.get("VRAMTRACE_PREFLIGHT_CHILD_S", "") or "90")
+        except ValueError:
+            wait = 90.0
+        self.child_wait = min(max(wait, 1.0), 3600.0)
+        try:
+            sys.stderr.write("vramtrace: PRE-FLIGHT: running the program's own first training "
+                             "step on fake tensors, in a copy of the process (a few seconds)\n")
+        except Exception:
+            pass
+        devices = None
+        try:
+            # What the copy cannot do itself, done here where CUDA may be called, and kept by
+            # PyTorch for the copy: the device's properties (an attention's backend is chosen by
+            # them) and the CUDA context fake tensors make once per device (a one-element
+            # tensor, as a pre-flight in this process makes it); and the current device and the
+            # device count, which the copy's runtime is asked for and cannot answer (the
+            # preloaded library answers them there: answer_devices).
+            if torch.cuda.is_initialized():
+                device = torch.device("cuda", step.model_device(module))
+                torch.cuda.get_device_properties(device)
+                from torch._subclasses.fake_tensor import init_gpu_context
+                init_gpu_context(device)
+                devices = (torch.cuda.current_device(), torch.cuda.device_count())
+        except Exception:
+            pass
+        side, end = _vramtrace_fork.fork(self.child_wait)
+        if side is None:
+            self.say_standin("no copy of the process: %s" % end)
+            return None
+        if side == "parent":
+            return end
+        # The child: its CUDA is its parent's, never to be started again nor called (the
+        # device's files are /dev/null here); the loop's batches are the parent's last one.
+        self.child = end
+        try:
+            self.answer_devices(devices)
+            self.quiet_cuda()
+            self.replay_batches()
+            own = OwnSteps(self, module, first[1], first[2], first[5], self.modules.ids(),
+                           step.model_device(module), first[6])
+            own.on_run_end = lambda b, change, status, lines: end.send(
+                {"batch": b, "change": change, "ok": status == "ok", "why": status,
+                 "lines": lines})
+            self.switch_hooks(False)
+            if not own.start():
+                end.send({"end": True, "failed": "the loop could not be set on fake tensors "
+                          "in this PyTorch"})
+                end.end(0)
+            self.own = own
+            self.own_started = 0
+            kept_hook = sys.excepthook  # own's: the loop stopped on fake tensors
+
+            def stopped(kind, value, tb):
+                kept_hook(kind, value, tb)
+                self.child_ends(own)
+            sys.excepthook = stopped
+            import atexit
+            atexit.register(self.child_ends, own)  # before every exit handler made before it
+        except BaseException as ex:
+            end.send({"end": True, "failed": "%s: %s" % (type(ex).__name__, ex)})
+            end.end(1)
+        return "child"
+
+    def child_ends(self, own):
+        """In the pre-flight's child: what the program's own loop gave, sent to the parent, and
+        the child ended (no exit handler of the program's runs here)."""
+        end = self.child
+        try:
+            end.send({"end": True, "failed": own.failed, "first_done": own.first_done,
+                      "values_read": own.values_read, "saves_skipped": own.saves_skipped,
+                      "done": [list(d) for d in own.done],
+                      "failures": [list(f) for f in own.failures]})
+        finally:
+            end.end(0)
+
+    def answer_devices(self, devices):
+        """In the pre-flight's child: the CUDA runtime's device queries (the current device, the
+        count), which PyTorch makes on fake CUDA tensors too and which a forked child's runtime
+        refuses, answered with the parent's `devices` by the preloaded library
+        (vramtrace_v1_forked_copy rebinds this process's imports of them; the parent's stay).
+        Raises where it cannot, and the copy says so."""
+        if devices is None:
+            return  # CUDA never started in the parent: the child's may start as usual
+        import ctypes
+        try:
+            answer = ctypes.CDLL(None).vramtrace_v1_forked_copy
+        except AttributeError:
+            raise RuntimeError("the preloaded library cannot answer the CUDA runtime in the copy")
+        answer.argtypes, answer.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        if answer(int(devices[0]), int(devices[1])) <= 0:
+            raise RuntimeError("no import of the CUDA runtime's device queries was found")
+
+    def quiet_cuda(self):
+        """In the pre-flight's child: torch.cuda's lazy start a no-op (CUDA is the parent's and
+        fake tensors need none), and the calls a loop makes around its steps that would reach
+        the device (synchronize, empty_cache, the peak's reset) nothing; the memory figures it
+        reads are 0, as torch.cuda gives them in a process whose CUDA is not started."""
+        cuda = self.torch.cuda
+
+        def nothing(*args, **kwargs):
+            return None
+        cuda._lazy_init = nothing
+        for name in ("synchronize", "empty_cache", "reset_peak_memory_stats",
+                     "reset_max_memory_allocated", "reset_max_memory_cached",
+                     "reset_accumulated_memory_stats", "ipc_collect"):
+            if hasattr(cuda, name):
+                setattr(cuda, name, nothing)
+
+    def keep_batches(self):
+        """Until the pre-flight: the last batch each DataLoader iterator gave (when all its
+        tensors are on the CPU, as a DataLoader's are), for the pre-flight's child to be given
+        again instead of reading what the parent's workers, files and queues hold."""
+        try:
+            from torch.utils.data import dataloader
+            from torch.utils._pytree import tree_leaves
+            cls = dataloader._BaseDataLoaderIter
+            original = cls.__next__
+        except Exception:
+            return
+        torch = self.torch
+        kept = weakref.WeakSet()
+
+        def next_kept(it):
+            batch = original(it)
+            try:
+                cpu = all(t.device.type == "cpu" for t in tree_leaves(batch)
+                          if isinstance(t, torch.Tensor))
+                it._vramtrace_batch = (batch,) if cpu else None
+                kept.add(it)
+            except Exception:
+                pass
+            return batch
+        cls.__next__ = next_kept
+        self.batches = (cls, original, kept)
+
+    def unkeep_batches(self):
+        """The pre-flight over: the DataLoader as it was, no batch kept."""
+        if self.batches is None:
+            return
+        cls, original, kept = self.batches
+        self.batches = None
+        cls.__next__ = original
+        for it in list(kept):
+            try:
+                del it._vramtrace_batch
+            except Exception:
+                pass
+
+    def replay_batches(self):
+        """In the pre-flight's child: each DataLoader iterator gives the last batch it gave the
+        parent again (a copy: the parent's tensors in shared memory stay untouched); one that
+        gave none reads its dataset itself when it has no worker processes, else stops the
+        child's loop (the workers and their queues are the parent's), as does a new iterator
+        with workers."""
+        if self.batches is None:
+            return
+        cls, original, _ = self.batches
+        torch = self.torch
+        from torch.utils.data import dataloader
+        from torch.utils._pytree import tree_map
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        def next_replayed(it):
+            kept = getattr(it, "_vramtrace_batch", None)
+            if kept is None:
+                if getattr(it, "_num_workers", 0) == 0:
+                    return original(it)
+                raise RuntimeError("a DataLoader whose batches come from worker processes, "
+                                   "which the pre-flight's copy of the program must not read")
+            with _disable_current_modes():
+                return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
+                                kept[0])
+
+        def no_workers(it, *args, **kwargs):
+            raise RuntimeError("a new DataLoader iterator with worker processes, which the "
+                               "pre-flight's copy of the program does not start")
+        cls.__next__ = next_replayed
+        dataloader._MultiProcessingDataLoaderIter.__init__ = no_workers
+
+    def own_first(self, child):
+        """The parent's side of a pre-flight's own loop, at its first stage: the child's step at
+        the program's batch read (the predicted lines); False, said why, when it gave none."""
+        import time
+        deadline = time.monotonic() + self.child_wait
+        child.read(lambda ms: any("lines" in m or "end" in m for m in ms), deadline)
+        got = next((m for m in child.messages if "lines" in m or "end" in m), None)
+        if got is not None and got.get("ok") and got.get("lines"):
+            self.predicted = [str(x) for x in got["lines"]]
+            self.standin_ran = False
+            return True
+        if got is None:
+            why = ("no answer within %g s (VRAMTRACE_PREFLIGHT_CHILD_S)" % self.child_wait
+                   if not child.eof else "the copy %s" % child.close())
+        else:
+            why = str(got.get("why") or got.get("failed") or "it gave no step")
+        self.say_standin("its own loop stopped on fake tensors: %s" % why)
+        child.close()
+        return False
+
+    def own_rest(self, child):
+        """The parent's side, at the second stage: the child's other steps (the half batch, the
+        remedies' changes) read as they come, and those it could not give predicted with the
+        stand-in step here."""
+        import time
+        child.read(lambda ms: any("end" in m for m in ms), time.monotonic() + self.child_wait)
+        got = set()
+        for m in child.messages[1:]:
+            if "lines" in m and m.get("ok"):
+                self.predicted += [str(x) for x in m["lines"]]
+                got.add((m.get("batch"), m.get("change")))
+        end = next((m for m in child.messages if "end" in m), None)
+        why = ((end or {}).get("failed") or ("it stopped before them" if end is not None else
+                                             "the copy " + child.close()))
+        child.close(grace=5.0 if end is not None else 0.0)
+
+        def missing(runs):
+            return [r for r in runs[1:] if (r[0], r[1]) not in got]
+        self.predict_steps(force=True, runs=missing)
+        if self.standin_ran:
+            self.say_standin("the program's own loop gave %d of the pre-flight's steps, the "
+                             "stand-in step the others (%s)" % (1 + len(got), why))
+
+    def say_standin(self, why):
+        """Said on stderr: where the pre-flight's steps are the stand-in step's, and why."""
+        try:
+            sys.stderr.write("vramtrace: PRE-FLIGHT: the stand-in step ran, not the program's "
+                             "own loop: %s\n" % self.clean(why)[:400])
+        except Exception:
+            pass
 
     def predict_first_step(self, module, line, runs=None):
         """The step the program is about to run, predicted on fake tensors (at its batch and its
@@ -358,6 +644,8 @@ class Prediction:
         steps it did not reach predicted with the stand-in step, the plan's Z line, and the
         stop (SystemExit(0)) unless the process is exiting already."""
         import time
+        if self.child is not None:
+            self.child_ends(own)
         self.own = None
         batch = own.batch
         self.predicted = list(own.lines)
