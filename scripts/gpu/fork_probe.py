@@ -5,7 +5,7 @@ training call, run the loop on fake tensors in the child, go on for real in the 
   python3 scripts/gpu/fork_probe.py [SHIM.so [libvramtrace.so]]
 
 Given the probe's pass-through of the CUDA runtime (scripts/gpu/fork_shim/make.sh), the cases
-run again with it preloaded: the child then answers the device's index and count as the parent
+run with it preloaded instead: the child then answers the device's index and count as the parent
 had them, and lists each CUDA runtime function it called (`cuda_calls`); given the preloaded
 library too, once more with it preloaded alone and its own answer asked for in the child
 (vramtrace_v1_forked_copy, as a pre-flight's copy asks; `rebound`: how many imports it rebound).
@@ -216,7 +216,7 @@ if sys.argv[1:2] == ["case"]:
     case(name, before, patch)
 else:
     import subprocess
-    runs = [(i, None) for i in range(len(CASES))]
+    runs = [] if sys.argv[1:] else [(i, None) for i in range(len(CASES))]
     for arg in sys.argv[1:3]:
         runs += [(i, os.path.abspath(arg)) for i in range(len(CASES))]
     for i, shim in runs:  # each in a process of its own: nothing warmed by another
