@@ -2,7 +2,7 @@
 its parent as it was? What a pre-flight of the program's own loop would do: fork at the first
 training call, run the loop on fake tensors in the child, go on for real in the parent.
 
-  python3 scripts/gpu/fork_probe.py [SHIM.so [libvramtrace.so]]
+  [FORK_CASES="0 2"] python3 scripts/gpu/fork_probe.py [SHIM.so [libvramtrace.so]]
 
 Given the probe's pass-through of the CUDA runtime (scripts/gpu/fork_shim/make.sh), the cases
 run with it preloaded instead: the child then answers the device's index and count as the parent
@@ -217,8 +217,9 @@ if sys.argv[1:2] == ["case"]:
 else:
     import subprocess
     runs = [] if sys.argv[1:] else [(i, None) for i in range(len(CASES))]
+    which = [int(i) for i in os.environ.get("FORK_CASES", "").split()] or range(len(CASES))
     for arg in sys.argv[1:3]:
-        runs += [(i, os.path.abspath(arg)) for i in range(len(CASES))]
+        runs += [(i, os.path.abspath(arg)) for i in which]
     for i, shim in runs:  # each in a process of its own: nothing warmed by another
         env = dict(os.environ)
         if shim:
