@@ -6,10 +6,12 @@
 #
 #   LOGS=/tmp/logs scripts/gpu/session.sh [part ...]
 #   parts: test quick cost pytest categories compile probe forkprobe ownpreflight repeat preflight1b
+#   preflight1b-own
 #   (repeat: the later fake steps repeated against run in full, llama1b b16 and ResNet-50 b128;
 #   preflight1b: the 1e9 Llama's pre-flight that fits and the one that does not, then the latter
 #   again with VRAMTRACE_FAKE_STEP_REPEAT=0 (its later steps run in full, not repeated): its
-#   fake seconds and figures side by side)
+#   fake seconds and figures side by side; preflight1b-own: the one that does not fit, its steps
+#   run by the program's own loop in copies of the process)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LOGS=${LOGS:-$ROOT/gpu-out/logs}
@@ -43,6 +45,8 @@ for p in "${parts[@]}"; do
                      "$LOGS/$f/preflight/over-llama1b-b16" --scale-batch 0.5 --fraction 1 2>&1 |
                      grep -E 'reserved peak|predicted:' | tr '\n' ' ')"
                  done ;;
+    preflight1b-own) VRAMTRACE_PREFLIGHT_STEP=program FITS=" " OVER=llama1b:16 LIMIT_GIB=40 \
+                       OUT="$LOGS/pf-own" timeout 150 "$ROOT/scripts/gpu/preflight.sh" ;;
     *) echo "unknown part $p" ;;
   esac > "$LOGS/$p.log" 2>&1
   rc=$?

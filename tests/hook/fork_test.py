@@ -1,6 +1,7 @@
 """The pre-flight's forked copy of the program (_vramtrace_fork): what the child does to the files,
 pipes and output it inherited leaves the parent's as they were, its messages reach the parent,
-and a child that hangs is ended (past its own deadline, or by the parent).
+and a child that hangs is ended (past its own deadline, or by the parent); how the pre-flight
+shares its steps among its copies and numbers what they send (_vramtrace_prediction).
 
   python3 tests/hook/fork_test.py"""
 import os
@@ -82,4 +83,21 @@ out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=
                      timeout=60)
 check("the child's output went nowhere", (out.stdout, out.stderr, out.returncode),
       ("before\nafter\n", "", 0))
+
+# The steps shared out among the copies: the batch and its half in one loop, each change in a
+# copy of its own, merged from the last where fewer copies are allowed.
+from _vramtrace_prediction import renumbered, share_runs  # noqa: E402
+runs = [(64, ""), (32, ""), (64, "bf16_autocast"), (64, "checkpoint")]
+check("three copies", share_runs(runs, 3),
+      [[(64, ""), (32, "")], [(64, "bf16_autocast")], [(64, "checkpoint")]])
+check("two copies", share_runs(runs, 2),
+      [[(64, ""), (32, "")], [(64, "bf16_autocast"), (64, "checkpoint")]])
+check("one copy runs them all in order", share_runs(runs, 1), [runs])
+check("a step that cannot be halved, no change", share_runs([(1, "")], 3), [[(1, "")]])
+check("a finished run's changes only", share_runs([(8, "checkpoint")], 0),
+      [[(8, "checkpoint")]])
+# A step sent by a copy as its step 1, numbered 3 in the parent.
+check("renumbered", renumbered(["N\t0\t1\t32\t64\t5\tok\n", "V\t1\tcheckpoint\t4,5\n",
+                                "R\t1\tm\t7\t512\t4\tf\n"], 3),
+      ["N\t0\t3\t32\t64\t5\tok\n", "V\t3\tcheckpoint\t4,5\n", "R\t3\tm\t7\t512\t4\tf\n"])
 finish("fork")

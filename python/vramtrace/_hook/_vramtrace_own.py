@@ -53,8 +53,12 @@ class OwnSteps:
     """The program's loop run on fake tensors from its first training call (start), each
     configuration of step_runs for STEPS optimizer steps, then the plan's stop (ctx.own_done)."""
 
-    def __init__(self, ctx, model, call, batch, autocast, module_ids, device, time_ns):
+    def __init__(self, ctx, model, call, batch, autocast, module_ids, device, time_ns,
+                 only=None):
         self.ctx, self.torch, self.model = ctx, ctx.torch, model
+        # The configurations ((batch, change) pairs) to run, where not all of step_runs' (a
+        # pre-flight's copies of the program share them out).
+        self.only = only
         self.batch, self.autocast, self.module_ids = batch, autocast, module_ids
         self.device, self.time_ns = device, time_ns
         self.lines = []        # N, V and R lines of the steps done
@@ -113,6 +117,11 @@ class OwnSteps:
         self.rec = _Recorder(torch, self.module_ids)
         self.runs = step_runs(torch, self.model, self.batch, True, True, self.autocast,
                               self.module_ids)
+        if self.only is not None:
+            wanted = [tuple(w) for w in self.only]
+            self.runs = [r for r in self.runs if (r[0], r[1]) in wanted]
+            if not self.runs:
+                return False
         self.run_index = 0
         own = self
 
@@ -334,14 +343,19 @@ class OwnSteps:
                                   "batch %d where %d was asked (its batches do not come from a "
                                   "DataLoader)" % (first.shape[0], self.run_batch))
         if self.change == "bf16_autocast":
-            self.autocast_ctx = self.torch.autocast("cuda", dtype=self.torch.bfloat16)
-            self.autocast_ctx.__enter__()
+            self.enter_autocast()
         if self.calls > MAX_CALLS or (not self.optimizers and self.calls > STEPS):
             # No optimizer step within reach: the loop's shape is not a training step's.
             self.calls = 0
             self.end_run("ok" if not self.optimizers else
                          "not predicted: %d calls of the model without an optimizer step"
                          % MAX_CALLS)
+
+    def enter_autocast(self):
+        """The bf16 step's autocast, around the model's forward about to run."""
+        self.leave_autocast()
+        self.autocast_ctx = self.torch.autocast("cuda", dtype=self.torch.bfloat16)
+        self.autocast_ctx.__enter__()
 
     def leave_autocast(self):
         """The bf16 step's autocast, entered before the model's forward, left after it."""

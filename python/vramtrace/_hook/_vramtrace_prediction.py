@@ -16,6 +16,33 @@ import _vramtrace_step as step
 PREFLIGHT_STEP = "standin"
 
 
+def share_runs(runs, most):
+    """step_runs' configurations ((batch, change) pairs, in its order) shared out among at most
+    `most` copies of the program: the program's batch and its half in the first (one loop gives
+    both, the half from its next batch), each change in one of its own, the last copies' merged
+    where there are too few."""
+    groups = [[r for r in runs if r[1] == ""]] + [[r] for r in runs if r[1] != ""]
+    if not groups[0]:
+        groups = groups[1:]
+    while len(groups) > max(1, most):
+        groups[-2:] = [groups[-2] + groups[-1]]
+    return groups
+
+
+def renumbered(lines, new_id):
+    """A predicted step's N, V and R lines (common/side_channel.h), given as another process
+    numbered them, under the step id `new_id`."""
+    out = []
+    for line in lines:
+        f = line.split("\t")
+        if f[0] == "N" and len(f) > 2:
+            f[2] = str(new_id)
+        elif f[0] in ("V", "R") and len(f) > 1:
+            f[1] = str(new_id)
+        out.append("\t".join(f))
+    return out
+
+
 class Prediction:
     """The first call's arguments captured as shapes, and the steps run on fake tensors at exit,
     as the second step begins, at a plan's stop or a pre-flight."""
@@ -229,7 +256,8 @@ class Prediction:
                 pass
         finally:
             if child is not None and child != "child":
-                child.close()
+                for end in child:
+                    end.close()
             if child != "child":
                 self.unkeep_batches()
             step.REPEAT_ON = repeat_was
@@ -292,7 +320,7 @@ class Prediction:
             if dist.is_available() and dist.is_initialized():
                 return None
             from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
-            from _vramtrace_own import OwnSteps
+            from _vramtrace_own import OwnSteps  # noqa: F401
             import _vramtrace_fork
         except Exception:
             return None
@@ -326,21 +354,52 @@ class Prediction:
                 devices = (torch.cuda.current_device(), torch.cuda.device_count())
         except Exception:
             pass
-        side, end = _vramtrace_fork.fork(self.child_wait)
-        if side is None:
-            self.say_standin("no copy of the process: %s" % end)
-            return None
-        if side == "parent":
-            return end
-        # The child: its CUDA is its parent's, never to be started again nor called (the
-        # device's files are /dev/null here); the loop's batches are the parent's last one.
+        groups = self.copy_groups(module, first)
+        ends = []
+        for index, only in enumerate(groups):
+            side, end = _vramtrace_fork.fork(self.child_wait)
+            if side is None:
+                if not ends:
+                    self.say_standin("no copy of the process: %s" % end)
+                    return None
+                break  # fewer copies: what they would have run is the stand-in's (own_rest)
+            if side == "parent":
+                ends.append(end)
+                continue
+            self.run_copy(module, first, devices, end, only, index)
+            return "child"
+        return ends
+
+    def copy_groups(self, module, first):
+        """The configurations (batch, change) each copy of the program runs, in step_runs'
+        order: the program's batch and its half in the first copy (the half batch comes from
+        the loop's next batch, cut), each other change in a copy of its own, started at the same
+        first call, so that the whole pre-flight takes about as long as the first copy's two
+        steps; VRAMTRACE_PREFLIGHT_COPIES copies at most (3, or 1 on a machine of fewer than 4
+        processors: one copy runs every configuration, one after the other)."""
+        runs = [(b, c) for b, c, _ in step.step_runs(self.torch, module, first[2], True, True,
+                                                      first[5], self.modules.ids())]
+        try:
+            most = int(os.environ.get("VRAMTRACE_PREFLIGHT_COPIES", "") or
+                       (3 if (os.cpu_count() or 1) >= 4 else 1))
+        except ValueError:
+            most = 1
+        return share_runs(runs, most)
+
+    def run_copy(self, module, first, devices, end, only, index):
+        """In a copy of the program: the program's own loop set on fake tensors for the
+        configurations `only` ((batch, change) pairs), each step sent to the parent as it ends;
+        the copy ends once they have run (own_done, child_ends)."""
+        from _vramtrace_own import OwnSteps
         self.child = end
         try:
+            if index:
+                os.nice(5)  # the first copy's step is the one the parent waits for first
             self.answer_devices(devices)
             self.quiet_cuda()
             self.replay_batches()
             own = OwnSteps(self, module, first[1], first[2], first[5], self.modules.ids(),
-                           step.model_device(module), first[6])
+                           step.model_device(module), first[6], only=only)
             own.on_run_end = lambda b, change, status, lines: end.send(
                 {"batch": b, "change": change, "ok": status == "ok", "why": status,
                  "lines": lines})
@@ -351,6 +410,8 @@ class Prediction:
                 end.end(0)
             self.own = own
             self.own_started = 0
+            if own.change == "bf16_autocast":
+                own.enter_autocast()  # this first call's forward too, as model_pre does later
             kept_hook = sys.excepthook  # own's: the loop stopped on fake tensors
 
             def stopped(kind, value, tb):
@@ -362,7 +423,6 @@ class Prediction:
         except BaseException as ex:
             end.send({"end": True, "failed": "%s: %s" % (type(ex).__name__, ex)})
             end.end(1)
-        return "child"
 
     def child_ends(self, own):
         """In the pre-flight's child: what the program's own loop gave, sent to the parent, and
@@ -480,10 +540,12 @@ class Prediction:
         cls.__next__ = next_replayed
         dataloader._MultiProcessingDataLoaderIter.__init__ = no_workers
 
-    def own_first(self, child):
-        """The parent's side of a pre-flight's own loop, at its first stage: the child's step at
-        the program's batch read (the predicted lines); False, said why, when it gave none."""
+    def own_first(self, ends):
+        """The parent's side of a pre-flight's own loop, at its first stage: the first copy's
+        step at the program's batch read (the predicted lines); False, said why, when it gave
+        none (every copy then stopped)."""
         import time
+        child = ends[0]
         deadline = time.monotonic() + self.child_wait
         child.read(lambda ms: any("lines" in m or "end" in m for m in ms), deadline)
         got = next((m for m in child.messages if "lines" in m or "end" in m), None)
@@ -497,31 +559,46 @@ class Prediction:
         else:
             why = str(got.get("why") or got.get("failed") or "it gave no step")
         self.say_standin("its own loop stopped on fake tensors: %s" % why)
-        child.close()
+        for end in ends:
+            end.close()
         return False
 
-    def own_rest(self, child):
-        """The parent's side, at the second stage: the child's other steps (the half batch, the
-        remedies' changes) read as they come, and those it could not give predicted with the
-        stand-in step here."""
+    def own_rest(self, ends):
+        """The parent's side, at the second stage: the copies' other steps (the half batch, the
+        remedies' changes) read as they come, in step_runs' order and numbered after the first,
+        and those they could not give predicted with the stand-in step here."""
         import time
-        child.read(lambda ms: any("end" in m for m in ms), time.monotonic() + self.child_wait)
-        got = set()
-        for m in child.messages[1:]:
-            if "lines" in m and m.get("ok"):
-                self.predicted += [str(x) for x in m["lines"]]
-                got.add((m.get("batch"), m.get("change")))
-        end = next((m for m in child.messages if "end" in m), None)
-        why = ((end or {}).get("failed") or ("it stopped before them" if end is not None else
-                                             "the copy " + child.close()))
-        child.close(grace=5.0 if end is not None else 0.0)
+        deadline = time.monotonic() + self.child_wait
+        for end in ends:
+            end.read(lambda ms: any("end" in m for m in ms), deadline)
+        steps, whys = {}, []
+        for i, end in enumerate(ends):
+            for m in end.messages[1 if i == 0 else 0:]:
+                if "lines" in m and m.get("ok") and m.get("lines"):
+                    steps.setdefault((m.get("batch"), m.get("change")),
+                                     [str(x) for x in m["lines"]])
+            last = next((m for m in end.messages if "end" in m), None)
+            why = ((last or {}).get("failed") or ("" if last is not None else
+                                                  "the copy " + end.close()))
+            if why:
+                whys.append(why)
+            end.close(grace=5.0 if last is not None else 0.0)
+        first = self.first_call
+        order = [(b, c) for b, c, _ in step.step_runs(self.torch, first[0](), first[2], True,
+                                                       True, first[5], self.modules.ids())] \
+            if first is not None and first[0]() is not None else list(steps)
+        for key in order + [k for k in steps if k not in order]:
+            if key in steps:
+                self.predicted += renumbered(steps[key], step.next_step_id(self.predicted))
 
         def missing(runs):
-            return [r for r in runs[1:] if (r[0], r[1]) not in got]
+            return [r for r in runs[1:] if (r[0], r[1]) not in steps]
         self.predict_steps(force=True, runs=missing)
         if self.standin_ran:
             self.say_standin("the program's own loop gave %d of the pre-flight's steps, the "
-                             "stand-in step the others (%s)" % (1 + len(got), why))
+                             "stand-in step the others (%s)" % (1 + len(steps),
+                                                                 "; ".join(whys) or
+                                                                 "it stopped before them"))
 
     def say_standin(self, why):
         """Said on stderr: where the pre-flight's steps are the stand-in step's, and why."""
