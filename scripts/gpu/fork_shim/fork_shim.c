@@ -48,8 +48,7 @@ void* vt_shim_enter(int index) {
       g_logged[index] = 1;
       char line[160];
       int n = snprintf(line, sizeof line, "cuda-call %s\n", name);
-      if (write(g_log_fd, line, n) < 0) {
-      }
+      if (write(g_log_fd, line, n) < 0) {}
     }
     if (!strcmp(name, "cudaGetDevice")) return (void*)child_get_device;
     if (!strcmp(name, "cudaSetDevice")) return (void*)child_set_device;
