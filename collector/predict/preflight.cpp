@@ -10,6 +10,7 @@
 #include "collector/model/model.h"
 #include "collector/predict/whatif.h"
 #include "common/bytes_text.h"
+#include "common/printable.h"
 
 namespace vramtrace::collector {
 
@@ -146,6 +147,26 @@ std::vector<ProcessPreflight> preflights_of(const Run& run) {
   return out;
 }
 
+namespace {
+
+// What the stand-in step took for the program's own (its loss, the loop's shape), said under
+// the verdict as it comes: a loop it does not know (its own loss, several forwards a step,
+// accumulation) can need far more or less than the stand-in.
+std::string standin_said(const std::string& loss, const std::vector<std::string>& assumed) {
+  std::string said = "predicted with a stand-in for the program's step: ";
+  if (loss == "cross_entropy")
+    said += "a cross-entropy over the output's last dimension (the model returned no loss), ";
+  else if (loss == "sum")
+    said += "the sum of the output as its loss (the model returned no loss), ";
+  else if (loss == "model")
+    said += "the model's own loss, ";
+  said += "one forward and backward per optimizer step, gradients set to none at zero_grad";
+  for (const std::string& a : assumed) said += "; " + printable(a);  // names from the program
+  return said + "; `vramtrace plan` runs the program's own loop instead\n";
+}
+
+}  // namespace
+
 std::string preflight_verdict(const ProcessModel& p, bool* more) {
   const std::string head = "vramtrace: PRE-FLIGHT: ";
   const std::vector<uint32_t> devices = preflight_devices(p);
@@ -196,6 +217,9 @@ std::string preflight_verdict(const ProcessModel& p, bool* more) {
     if (!remedies.empty()) line += "; remedies: " + remedies;
     out += line + "\n";
   }
+  // Once, under the verdict that ends the pre-flight (not under a first stage that asks for more).
+  if (!own && p.torch_context && p.torch_context->preflight && !out.empty() && !(more && *more))
+    out += head + standin_said(p.torch_context->preflight->loss, p.torch_context->step_assumptions);
   return out;
 }
 

@@ -122,6 +122,12 @@ def fits(work):
                "`out = model(x)` holds them (the model is called in main (%s:52))" % PROGRAM)
     check(p["assumed"] == [assumed] and "vramtrace: pre-flight assumed " + assumed in out,
           "what the stand-in step assumed: %r" % p["assumed"])
+    # And under the verdict as it came, with the rest of what the stand-in took for the loop.
+    standin = ("vramtrace: PRE-FLIGHT: predicted with a stand-in for the program's step: one "
+               "forward and backward per optimizer step, gradients set to none at zero_grad; " +
+               assumed + "; `vramtrace plan` runs the program's own loop instead")
+    check(standin in out and out.index(verdict) + 1 == out.index(standin),
+          "the stand-in said under the verdict: %r" % out)
     got = {k: d.get(k) for k in ("batch", "predicted", "predicted_reserved_peak_bytes",
                                  "predicted_peak_bytes", "predicted_fits", "limit_bytes",
                                  "compared", "recorded_reserved_peak_bytes")}
@@ -195,6 +201,9 @@ def runs_out(work):
     check(first in out and rest in out and
           out.index("step 0 begins") < out.index(first) < out.index(rest) < out.index(verdict),
           "the two stages: %r" % out)
+    said = [i for i, l in enumerate(out) if "predicted with a stand-in" in l]
+    check(said == [out.index(verdict) + 1], "the stand-in said once, under the last verdict: %r"
+          % out)
     steps = [[l.split("\t")[i] for i in (2, 3)] for l in lines if l.startswith("N\t")]
     check(steps == [["1", "10240"], ["2", "5120"], ["3", "10240"], ["4", "10240"]],
           "the steps: %r" % steps)
