@@ -51,10 +51,14 @@ void* answer_for(const char* name) {
   return nullptr;
 }
 
+// The import slots' relocation types; elsewhere no slot is rebound (the copy then says it
+// cannot run).
 #if defined(__x86_64__)
 constexpr uint32_t kJumpSlot = R_X86_64_JUMP_SLOT, kGlobDat = R_X86_64_GLOB_DAT;
 #elif defined(__aarch64__)
 constexpr uint32_t kJumpSlot = R_AARCH64_JUMP_SLOT, kGlobDat = R_AARCH64_GLOB_DAT;
+#else
+constexpr uint32_t kJumpSlot = ~0u, kGlobDat = ~0u;
 #endif
 
 // Entries of the dynamic section hold addresses already relocated by the loader on most
@@ -140,15 +144,9 @@ int rebind_object(dl_phdr_info* info, size_t, void* data) {
 // query and say so).
 extern "C" __attribute__((visibility("default"))) int vramtrace_v1_forked_copy(int device,
                                                                                int device_count) {
-#if defined(__x86_64__) || defined(__aarch64__)
   g_device = device;
   g_device_count = device_count;
   Walk walk{reinterpret_cast<const void*>(&vramtrace_v1_forked_copy), 0};
   dl_iterate_phdr(rebind_object, &walk);
   return walk.rebound;
-#else
-  (void)device;
-  (void)device_count;
-  return 0;
-#endif
 }
