@@ -86,10 +86,10 @@ int rebind_object(dl_phdr_info* info, size_t, void* data) {
   const uintptr_t base = info->dlpi_addr;
   const ElfW(Dyn)* dyn = nullptr;
   bool holds_self = false;
+  const auto self = reinterpret_cast<uintptr_t>(walk->self);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
     if (ph.p_type == PT_DYNAMIC) dyn = reinterpret_cast<const ElfW(Dyn)*>(base + ph.p_vaddr);
-    auto self = reinterpret_cast<uintptr_t>(walk->self);
     if (ph.p_type == PT_LOAD && self >= base + ph.p_vaddr && self < base + ph.p_vaddr + ph.p_memsz)
       holds_self = true;
   }

@@ -175,7 +175,7 @@ std::string preflight_verdict(const ProcessModel& p, bool* more) {
   // stand-in step, whose assumptions the report lists.
   const bool own = p.torch_context && p.torch_context->preflight &&
                    p.torch_context->preflight->loss == "program";
-  const std::string whose = own ? ", the program's own loop on fake tensors" : "";
+  const std::string own_loop = "the program's own loop on fake tensors";
   std::string out;
   for (uint32_t dev : devices) {
     const DevicePlan d = device_plan(p, dev);
@@ -189,12 +189,12 @@ std::string preflight_verdict(const ProcessModel& p, bool* more) {
         by_fraction ? "PyTorch's per-process fraction of " + human_bytes(*d.fraction_limit_bytes)
                     : "a limit of " + human_bytes(d.limit_bytes);
     if (d.fits) {
-      out += head + at + "the first step (batch " + std::to_string(d.batch) + whose +
-             ") will peak at " + human_bytes(d.peak_bytes) + " against " + limit + ": it fits, " +
-             human_bytes(d.free_bytes) + " to spare\n";
+      out += head + at + "the first step (batch " + std::to_string(d.batch) +
+             (own ? ", " + own_loop : "") + ") will peak at " + human_bytes(d.peak_bytes) +
+             " against " + limit + ": it fits, " + human_bytes(d.free_bytes) + " to spare\n";
       continue;
     }
-    std::string line = head + at + "the first step" + (own ? " (" + whose.substr(2) + ")" : "") +
+    std::string line = head + at + "the first step" + (own ? " (" + own_loop + ")" : "") +
                        " will need " + human_bytes(d.peak_bytes) + " against " + limit +
                        ": it will run out of memory; ";
     if (more) {

@@ -305,22 +305,15 @@ class Prediction:
     def fork_own(self, module):
         """The program's own loop started on fake tensors in a forked copy of this process
         (_vramtrace_fork), from this first training call on, as a plan's (start_own): "child" in
-        the child, which goes on with the program's loop; in the parent the child's end (its
+        the child, which goes on with the program's loop; in the parent the copies' ends (their
         steps read by own_first and own_rest), or None where the loop cannot run there (said
         why on stderr when it was tried), and the stand-in step predicts instead."""
         first = self.first_call
         if (os.environ.get("VRAMTRACE_PREFLIGHT_STEP", PREFLIGHT_STEP) != "program"
-                or first is None or not first[2] or first[0]() is not module
-                or type(module).__name__ in ("OptimizedModule", "DistributedDataParallel",
-                                             "FullyShardedDataParallel", "DataParallel")):
+                or not self.own_loop_can_run(module)):
             return None
         torch = self.torch
         try:
-            dist = torch.distributed
-            if dist.is_available() and dist.is_initialized():
-                return None
-            from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
-            from _vramtrace_own import OwnSteps  # noqa: F401
             import _vramtrace_fork
         except Exception:
             return None
@@ -379,6 +372,7 @@ class Prediction:
         processors: one copy runs every configuration, one after the other)."""
         runs = [(b, c) for b, c, _ in step.step_runs(self.torch, module, first[2], True, True,
                                                       first[5], self.modules.ids())]
+        self.copy_runs = runs  # the order own_rest puts their steps in
         try:
             most = int(os.environ.get("VRAMTRACE_PREFLIGHT_COPIES", "") or
                        (3 if (os.cpu_count() or 1) >= 4 else 1))
@@ -578,16 +572,13 @@ class Prediction:
                     steps.setdefault((m.get("batch"), m.get("change")),
                                      [str(x) for x in m["lines"]])
             last = next((m for m in end.messages if "end" in m), None)
-            why = ((last or {}).get("failed") or ("" if last is not None else
-                                                  "the copy " + end.close()))
-            if why:
-                whys.append(why)
-            end.close(grace=5.0 if last is not None else 0.0)
-        first = self.first_call
-        order = [(b, c) for b, c, _ in step.step_runs(self.torch, first[0](), first[2], True,
-                                                       True, first[5], self.modules.ids())] \
-            if first is not None and first[0]() is not None else list(steps)
-        for key in order + [k for k in steps if k not in order]:
+            if last is None:
+                whys.append("the copy " + end.close())
+                continue
+            if last.get("failed"):
+                whys.append(last["failed"])
+            end.close(grace=5.0)
+        for key in self.copy_runs:
             if key in steps:
                 self.predicted += renumbered(steps[key], step.next_step_id(self.predicted))
 
@@ -671,22 +662,18 @@ class Prediction:
                 if o is not None and any(id(q) in params for g in o.param_groups
                                          for q in g["params"])]
 
-    def start_own(self, module):
-        """The plan's steps run by the program's own loop on fake tensors (_vramtrace_own), from
-        this first training call on. False, nothing changed, where it cannot be: a compiled or
-        distributed model, a process group (the loop's collectives would wait for the other
-        ranks), VRAMTRACE_PLAN_STEP=standin, or a PyTorch without what it needs."""
-        import time
+    def own_loop_can_run(self, module):
+        """Whether the program's own loop can run on fake tensors from this first training call
+        (a plan's in the process, a pre-flight's in copies of it): not for a compiled or
+        distributed model, nor with a process group (the loop's collectives would wait for the
+        other ranks), nor in a PyTorch without what it needs."""
         first = self.first_call
         if (first is None or not first[2] or first[0]() is not module
-                or os.environ.get("VRAMTRACE_PLAN_STEP", "program") == "standin"):
-            return False
-        torch = self.torch
-        if type(module).__name__ in ("OptimizedModule", "DistributedDataParallel",
-                                     "FullyShardedDataParallel", "DataParallel"):
+                or type(module).__name__ in ("OptimizedModule", "DistributedDataParallel",
+                                             "FullyShardedDataParallel", "DataParallel")):
             return False
         try:
-            dist = torch.distributed
+            dist = self.torch.distributed
             if dist.is_available() and dist.is_initialized():
                 return False
         except Exception:
@@ -694,6 +681,22 @@ class Prediction:
         try:
             from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
             from torch.utils._python_dispatch import _disable_current_modes  # noqa: F401
+            from _vramtrace_own import OwnSteps  # noqa: F401
+        except Exception:
+            return False
+        return True
+
+    def start_own(self, module):
+        """The plan's steps run by the program's own loop on fake tensors (_vramtrace_own), from
+        this first training call on. False, nothing changed, where it cannot be: a compiled or
+        distributed model, a process group (the loop's collectives would wait for the other
+        ranks), VRAMTRACE_PLAN_STEP=standin, or a PyTorch without what it needs."""
+        import time
+        first = self.first_call
+        if (os.environ.get("VRAMTRACE_PLAN_STEP", "program") == "standin"
+                or not self.own_loop_can_run(module)):
+            return False
+        try:
             from _vramtrace_own import OwnSteps
             self.modules.module_id(module)  # its modules named (M lines) for the predicted requests
             own = OwnSteps(self, module, first[1], first[2], first[5], self.modules.ids(),
